@@ -1,0 +1,88 @@
+"""tapeflow: an eager-execution tensor runtime with a tape for gradients.
+
+``import tapeflow as tf`` gives the seeds' API (TensorFlow eager): ops run when
+called, ``tf.GradientTape`` and ``tf.gradients_function`` differentiate, and
+``with tf.device(...)`` picks NumPy (CPU), CuPy (CUDA) or OpenCL backends.
+
+>>> import tapeflow as tf
+>>> x = [[2.]]
+>>> print(tf.matmul(x, x))
+tf.Tensor([[4.]], shape=(1, 1), dtype=float32)
+"""
+
+from __future__ import annotations
+
+import types as _types
+
+from . import dtypes, errors
+from .dtypes import (DType, as_dtype, bool_, double, float16, float32, float64, half, int8, int16,
+                     int32, int64, uint8)
+from .devices import device, list_devices, num_gpus
+from .tensor import Dimension, Tensor, TensorShape, Variable
+from .execute import constant, convert_to_tensor
+from .tape import GradientTape
+from .autodiff import (custom_gradient, gradients_function, implicit_gradients,
+                       implicit_value_and_gradients, val_and_grad_function,
+                       value_and_gradients_function)
+from . import math, array, reductions
+from .math import *  # noqa: F401,F403
+from .array import *  # noqa: F401,F403
+from . import _optional_modules  # noqa: F401  (linalg, nn, random when present)
+from ._optional_modules import *  # noqa: F401,F403
+from . import config, plugins
+
+bool = bool_  # noqa: A001  (tf.bool)
+newaxis = None
+
+from .plugins.manager import _version as _v  # noqa: E402
+
+__version__ = _v()
+
+
+def executing_eagerly() -> bool:
+    """Always True: tapeflow only executes eagerly."""
+    return True
+
+
+def enable_eager_execution(config=None, device_policy=None, execution_mode=None):
+    """A harmless no-op: eager execution is always on (seeds call it first)."""
+
+
+enable_v2_behavior = enable_eager_execution
+
+# Built-in ops, then the backends and plugins found through entry points.
+from . import _builtin as _b  # noqa: E402
+from .plugins import manager as _pm  # noqa: E402  (the module)
+
+_pm.register_builtin(_b, "tapeflow-builtin-ops")
+_pm.ensure_loaded()
+
+# The seeds' `tfe.*` / `tf.contrib.eager.*` names.
+Iterator = None  # replaced by tapeflow.data once the training stack lands
+contrib = _types.SimpleNamespace(eager=None)
+
+
+class _TestNS:
+    @staticmethod
+    def is_gpu_available(cuda_only=False, min_cuda_compute_capability=None):
+        return num_gpus() > 0
+
+    @staticmethod
+    def is_built_with_cuda():
+        return any(d.type == "cuda" for d in _list_all())
+
+
+def _list_all():
+    from .devices import _table
+    return list(_table.by_name.values())
+
+
+test = _TestNS()
+
+
+def _finish():
+    import sys
+    contrib.eager = sys.modules[__name__]
+
+
+_finish()

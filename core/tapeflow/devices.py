@@ -1,0 +1,279 @@
+"""Devices: one canonical parser, the backends' device table, the ``device()`` stack.
+
+A device name is ``<type>:<index>`` in lower case: ``cpu:0``, ``cuda:1``,
+``opencl:0``. Every spelling the seeds use is accepted and canonicalised in one
+place, :func:`canonical_name`::
+
+    "cpu", "CPU:0", "/cpu:0", "/device:CPU:0",
+    "/job:localhost/replica:0/task:0/device:CPU:0"   -> "cpu:0"
+    "gpu:1", "/gpu:1", "/device:GPU:1"               -> "gpu:1"
+
+``gpu:N`` is an alias: the N-th GPU of any backend that has GPUs (CUDA devices
+first, then OpenCL GPUs). An OpenCL CPU device (PoCL) is ``opencl:N`` only.
+
+>>> canonical_name("/job:localhost/replica:0/task:0/device:CPU:0")
+'cpu:0'
+>>> canonical_name("/gpu:1")
+'gpu:1'
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+
+from .errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+
+__all__ = ["Device", "Backend", "device", "canonical_name", "get_device", "list_devices",
+           "num_gpus", "default_device", "set_default_device", "current_device"]
+
+
+class Backend:
+    """What a backend plugin provides (register it with
+    ``tapeflow_register_backends``). Subclass and override; the defaults say what
+    is missing, in tinygrad's spirit.
+
+    Attributes:
+        name: short name shown by ``python -m tapeflow info`` (``"numpy"``).
+        device_type: the device type its kernels are registered for (``"cpu"``).
+        gpu_priority: order among backends when numbering ``gpu:N`` (lower first).
+    """
+
+    name: str = "?"
+    device_type: str = "?"
+    gpu_priority: int = 100
+
+    def unavailable_reason(self) -> str | None:
+        """``None`` when usable, else a one-line reason (library missing, no driver)."""
+        return None
+
+    def list_devices(self) -> list[dict]:
+        """One dict per device: ``{"index": int, "is_gpu": bool, "description": str,
+        "handle": object}``. ``handle`` is whatever the backend needs later."""
+        raise NotImplementedError(f"backend {self.name} must implement list_devices")
+
+    def to_host(self, array, device: Device):
+        """Native array -> ``numpy.ndarray`` (waits for pending work)."""
+        raise NotImplementedError(f"backend {self.name} must implement to_host")
+
+    def from_host(self, array, device: Device):
+        """``numpy.ndarray`` -> native array on ``device``."""
+        raise NotImplementedError(f"backend {self.name} must implement from_host")
+
+    def copy_from(self, array, src: Device, dst: Device):
+        """Copy a native array of ``src`` (any backend) to ``dst`` (this backend).
+        The default goes through the host."""
+        return self.from_host(src.backend.to_host(array, src), dst)
+
+    def synchronize(self, device: Device) -> None:
+        """Block until queued work on ``device`` has finished."""
+
+    def memory_info(self, device: Device) -> dict:
+        """``{"current": bytes_in_use, "peak": ..., "total": ...}`` where known."""
+        return {}
+
+
+class Device:
+    """One device of one backend. Compare by identity or by name."""
+
+    __slots__ = ("name", "type", "index", "backend", "handle", "is_gpu", "gpu_index",
+                 "description", "is_host", "__weakref__")
+
+    def __init__(self, type_, index, backend, handle=None, is_gpu=False, description=""):
+        self.type = type_
+        self.index = index
+        self.name = f"{type_}:{index}"
+        self.backend = backend
+        self.handle = handle
+        self.is_gpu = is_gpu
+        self.gpu_index = None
+        self.description = description
+        self.is_host = type_ == "cpu"
+
+    def __repr__(self):
+        return self.name
+
+    __str__ = __repr__
+
+    def __eq__(self, other):
+        if isinstance(other, Device):
+            return other is self
+        if isinstance(other, str):
+            try:
+                return get_device(other) is self
+            except (NotFoundError, InvalidArgumentError):
+                return False
+        return NotImplemented
+
+    def __hash__(self):
+        return hash(self.name)
+
+
+@functools.lru_cache(maxsize=256)
+def canonical_name(spec: str) -> str:
+    """Canonical ``type:index`` for any accepted spelling (see the module doc)."""
+    s = spec.strip()
+    low = s.lower()
+    if "device:" in low:
+        low = low[low.rindex("device:") + len("device:"):]
+    low = low.strip("/")
+    parts = low.split(":")
+    if len(parts) == 1 and parts[0]:
+        return f"{parts[0]}:0"
+    if len(parts) == 2 and parts[0] and parts[1].isdigit():
+        return f"{parts[0]}:{int(parts[1])}"
+    raise InvalidArgumentError(
+        f"Cannot parse device name {spec!r}: expected 'cpu:0', 'gpu:1', 'cuda:0', "
+        "'opencl:0', '/gpu:0', '/device:GPU:0' or '/job:localhost/replica:0/task:0/device:CPU:0'")
+
+
+class _Table:
+    """The devices the loaded backends provide (rebuilt when backends change)."""
+
+    def __init__(self):
+        self.backends: list[Backend] = []
+        self.by_name: dict[str, Device] = {}
+        self.gpus: list[Device] = []
+        self.unavailable: dict[str, str] = {}   # backend name -> reason
+        self.default: Device | None = None
+        self.user_default: str | None = os.environ.get("TAPEFLOW_DEFAULT_DEVICE") or None
+
+    def rebuild(self, backends):
+        self.backends = list(backends)
+        self.by_name.clear()
+        self.gpus = []
+        self.unavailable.clear()
+        for be in sorted(self.backends, key=lambda b: b.gpu_priority):
+            try:
+                reason = be.unavailable_reason()
+                infos = [] if reason else be.list_devices()
+            except Exception as e:  # a backend that cannot even probe is unavailable
+                reason, infos = f"{type(e).__name__}: {e}", []
+            if reason:
+                self.unavailable[be.name] = reason
+                continue
+            if not infos:
+                self.unavailable[be.name] = "no devices found"
+            for info in infos:
+                d = Device(be.device_type, info["index"], be, info.get("handle"),
+                           info.get("is_gpu", False), info.get("description", ""))
+                self.by_name[d.name] = d
+                if d.is_gpu:
+                    d.gpu_index = len(self.gpus)
+                    self.gpus.append(d)
+        self.default = None
+
+
+_table = _Table()
+
+
+def _describe_available() -> str:
+    have = ", ".join(sorted(_table.by_name)) or "none"
+    msg = f"Available devices: {have}" + (f" (gpu:0..gpu:{len(_table.gpus) - 1} alias "
+                                          + ", ".join(g.name for g in _table.gpus) + ")"
+                                          if _table.gpus else "")
+    if _table.unavailable:
+        msg += ". Unavailable backends: " + "; ".join(
+            f"{k}: {v}" for k, v in sorted(_table.unavailable.items()))
+    return msg
+
+
+def get_device(spec) -> Device:
+    """Resolve a name or Device to a :class:`Device`; a clear NotFoundError otherwise."""
+    if type(spec) is Device:
+        return spec
+    name = canonical_name(spec)
+    d = _table.by_name.get(name)
+    if d is not None:
+        return d
+    typ, idx = name.split(":")
+    if typ == "gpu" and int(idx) < len(_table.gpus):
+        return _table.gpus[int(idx)]
+    raise NotFoundError(f"Device {spec!r} ({name}) does not exist. " + _describe_available())
+
+
+def list_devices() -> list[Device]:
+    """Every usable device, CPU first."""
+    return sorted(_table.by_name.values(), key=lambda d: (not d.is_host, d.type, d.index))
+
+
+def num_gpus() -> int:
+    """Number of GPU devices over all backends (``gpu:0`` ... ``gpu:N-1``)."""
+    return len(_table.gpus)
+
+
+def default_device() -> Device:
+    """Where new tensors go outside a ``device()`` scope: the user's choice
+    (``TAPEFLOW_DEFAULT_DEVICE`` or :func:`set_default_device`), else the first
+    GPU, else ``cpu:0``."""
+    d = _table.default
+    if d is None:
+        if _table.user_default:
+            d = get_device(_table.user_default)
+        elif _table.gpus:
+            d = _table.gpus[0]
+        elif "cpu:0" in _table.by_name:
+            d = _table.by_name["cpu:0"]
+        else:
+            raise FailedPreconditionError("No device is available. " + _describe_available())
+        _table.default = d
+    return d
+
+
+def set_default_device(spec) -> None:
+    """Change the default device (``None`` restores the automatic choice)."""
+    if spec is not None:
+        get_device(spec)  # validate now, not at the first op
+        spec = canonical_name(spec) if isinstance(spec, str) else spec.name
+    _table.user_default = spec
+    _table.default = None
+
+
+# --- the device() scope ----------------------------------------------------------
+# `_active_scopes[0]` counts open scopes in all threads: dispatch reads this module
+# global (a few ns) and touches the thread-local stack only when it is non-zero.
+_local = threading.local()
+_active_scopes = [0]
+_scope_lock = threading.Lock()
+
+
+def current_device() -> Device | None:
+    """The innermost ``device()`` scope of this thread, or None."""
+    if not _active_scopes[0]:
+        return None
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else None
+
+
+class device:
+    """Context manager placing new ops on a device (seed: ``with tf.device("/gpu:0")``).
+
+    Inside the scope, ops run on that device; host (CPU) inputs are copied there
+    (counted by ``tapeflow.config.silent_copies()``). ``device(None)`` clears the
+    placement for its body.
+
+    >>> import tapeflow as tf
+    >>> with tf.device("/cpu:0"):
+    ...     x = tf.constant([1.0, 2.0])
+    >>> x.device
+    'cpu:0'
+    """
+
+    def __init__(self, spec):
+        self._device = None if spec is None else get_device(spec)
+
+    def __enter__(self):
+        stack = getattr(_local, "stack", None)
+        if stack is None:
+            stack = _local.stack = []
+        stack.append(self._device)
+        with _scope_lock:
+            _active_scopes[0] += 1
+        return self._device
+
+    def __exit__(self, *exc):
+        _local.stack.pop()
+        with _scope_lock:
+            _active_scopes[0] -= 1
+        return False

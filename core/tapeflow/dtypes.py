@@ -1,0 +1,163 @@
+"""Data types and promotion.
+
+A :class:`DType` wraps a NumPy dtype; every backend stores its arrays with NumPy
+dtypes (CuPy and PyOpenCL do too), so the mapping is one dict lookup.
+
+Promotion follows NumPy 2 (NEP 50): Python scalars are *weak* and take the dtype of
+the tensor they meet (``float32_tensor * 2.0`` stays float32). A Python scalar that
+becomes a tensor on its own follows the seeds' convention: ``float`` -> float32,
+``int`` -> int32, ``bool`` -> bool, ``complex`` is not supported.
+
+>>> import tapeflow as tf
+>>> tf.float32.name, tf.as_dtype("int64") is tf.int64
+('float32', True)
+>>> result_type(float32, 2.0) is float32
+True
+>>> result_type(int32, 2.5) is float64      # NumPy 2: int tensor with a weak float
+True
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "DType", "as_dtype", "float16", "float32", "float64", "int8", "int16", "int32",
+    "int64", "uint8", "bool_", "half", "double", "ALL_DTYPES", "FLOAT_DTYPES",
+    "INT_DTYPES", "NUMERIC_DTYPES", "result_type",
+]
+
+
+class DType:
+    """A tensor element type (``tf.float32`` ...). Compares equal to its name and
+    to the matching NumPy dtype, so ``t.dtype == "float32"`` and
+    ``t.dtype == np.float32`` both work."""
+
+    __slots__ = ("name", "np", "is_floating", "is_integer", "is_bool", "is_unsigned",
+                 "size", "_hash")
+
+    def __init__(self, np_dtype):
+        self.np = np.dtype(np_dtype)
+        self.name = "bool" if self.np == np.bool_ else self.np.name
+        self.is_floating = self.np.kind == "f"
+        self.is_integer = self.np.kind in "iu"
+        self.is_unsigned = self.np.kind == "u"
+        self.is_bool = self.np.kind == "b"
+        self.size = self.np.itemsize
+        self._hash = hash(self.np)
+
+    @property
+    def as_numpy_dtype(self):
+        """The NumPy scalar type (``np.float32``), as in TensorFlow."""
+        return self.np.type
+
+    @property
+    def base_dtype(self):
+        return self
+
+    @property
+    def min(self):
+        return np.finfo(self.np).min if self.is_floating else np.iinfo(self.np).min if self.is_integer else False
+
+    @property
+    def max(self):
+        return np.finfo(self.np).max if self.is_floating else np.iinfo(self.np).max if self.is_integer else True
+
+    def __repr__(self):
+        return f"tf.{self.name}"
+
+    __str__ = __repr__
+
+    def __eq__(self, other):
+        if other is self:
+            return True
+        try:
+            return as_dtype(other) is self
+        except TypeError:
+            return NotImplemented
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        return self._hash
+
+    def __reduce__(self):
+        return (as_dtype, (self.name,))
+
+
+float16 = half = DType(np.float16)
+float32 = DType(np.float32)
+float64 = double = DType(np.float64)
+int8 = DType(np.int8)
+int16 = DType(np.int16)
+int32 = DType(np.int32)
+int64 = DType(np.int64)
+uint8 = DType(np.uint8)
+bool_ = DType(np.bool_)
+
+ALL_DTYPES = (float16, float32, float64, int8, int16, int32, int64, uint8, bool_)
+FLOAT_DTYPES = (float16, float32, float64)
+INT_DTYPES = (int8, int16, int32, int64, uint8)
+NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
+
+# NumPy dtype -> DType. Keyed by np.dtype objects *and* scalar types so that
+# `_FROM_NP[arr.dtype]` on the hot path is a single dict hit.
+_FROM_NP: dict = {}
+for _d in ALL_DTYPES:
+    _FROM_NP[_d.np] = _d
+    _FROM_NP[_d.np.type] = _d
+_FROM_NAME = {d.name: d for d in ALL_DTYPES}
+_FROM_NAME.update({"half": float16, "float": float32, "double": float64, "bool_": bool_,
+                   "int": int32, "long": int64})
+_FROM_PY = {float: float32, int: int32, bool: bool_}
+
+
+def as_dtype(x) -> DType:
+    """Convert a DType, NumPy dtype/type, name string or Python type to a DType.
+
+    >>> as_dtype("float64") is float64, as_dtype(float) is float32
+    (True, True)
+    """
+    if type(x) is DType:
+        return x
+    d = _FROM_NP.get(x) if not isinstance(x, str) else _FROM_NAME.get(x)
+    if d is not None:
+        return d
+    if x in _FROM_PY:
+        return _FROM_PY[x]
+    try:
+        d = _FROM_NP.get(np.dtype(x))
+    except TypeError:
+        d = None
+    if d is None:
+        raise TypeError(
+            f"Cannot convert {x!r} to a tapeflow dtype; supported: "
+            + ", ".join(d.name for d in ALL_DTYPES))
+    return d
+
+
+def from_numpy(np_dtype) -> DType:
+    """DType for a NumPy dtype (hot path: one dict lookup)."""
+    d = _FROM_NP.get(np_dtype)
+    if d is None:
+        if np_dtype == np.dtype(object) or np.dtype(np_dtype).kind in "USOcV":
+            raise TypeError(f"tapeflow has no dtype for NumPy dtype {np.dtype(np_dtype)}; "
+                            "supported: " + ", ".join(d.name for d in ALL_DTYPES))
+        return as_dtype(np_dtype)
+    return d
+
+
+def result_type(*args) -> DType:
+    """Promote DTypes and weak Python scalars by NumPy 2 rules.
+
+    Arguments are DTypes (strong) or Python ``bool``/``int``/``float`` values
+    (weak). With only weak arguments the seeds' defaults apply (float32/int32).
+    """
+    strong = [a.np for a in args if type(a) is DType]
+    weak = [a for a in args if type(a) is not DType]
+    if not strong:
+        kinds = {type(w) for w in weak}
+        return float32 if float in kinds else int32 if int in kinds else bool_
+    return _FROM_NP[np.result_type(*strong, *weak)]

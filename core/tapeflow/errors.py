@@ -1,0 +1,96 @@
+"""The exception hierarchy (DESIGN.md section 4).
+
+Every error raised on behalf of an op names the op and the device, e.g.
+``InvalidArgumentError: indices[0] = 3081 is not in [0, 128) [Op:GatherV2] on cpu:0``.
+Each class also subclasses the matching built-in exception so that plain
+``except ValueError`` code keeps working.
+
+>>> import tapeflow as tf
+>>> try:
+...     tf.reshape([1, 2, 3], [2, 2])
+... except tf.errors.InvalidArgumentError as e:
+...     print(type(e).__name__, isinstance(e, ValueError))
+InvalidArgumentError True
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TapeflowError", "OpError", "InvalidArgumentError", "NotFoundError", "UnimplementedError",
+    "DeviceMismatchError", "ResourceExhaustedError", "FailedPreconditionError",
+    "NotDifferentiableError", "PluginError", "PluginConflictError",
+]
+
+
+class TapeflowError(Exception):
+    """Base class of every tapeflow error."""
+
+
+class OpError(TapeflowError):
+    """An error raised while running an op. ``op`` and ``device`` say where.
+
+    The message ends with ``[Op:<name>] on <device>`` once the dispatcher has
+    attached the context (kernels raise without it; ``execute`` adds it).
+    """
+
+    def __init__(self, message: str, op: str | None = None, device=None):
+        self.message = message
+        self.op = op
+        self.device = device
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        msg = self.message
+        if self.op is not None:
+            msg += f" [Op:{self.op}]"
+        if self.device is not None:
+            msg += f" on {self.device}"
+        return msg
+
+    def with_context(self, op, device):
+        """Attach the op and device if the raiser did not know them."""
+        if self.op is None:
+            self.op = op
+        if self.device is None:
+            self.device = device
+        self.args = (self._format(),)
+        return self
+
+    def __str__(self):
+        return self._format()
+
+
+class InvalidArgumentError(OpError, ValueError):
+    """Bad input: shapes, dtypes, attribute values or index ranges."""
+
+
+class NotFoundError(OpError, LookupError):
+    """No kernel (or device, or op) with that name; the message lists what exists."""
+
+
+class UnimplementedError(OpError, NotImplementedError):
+    """The device cannot do this (e.g. float64 without fp64 support)."""
+
+
+class DeviceMismatchError(InvalidArgumentError):
+    """Inputs of one op live on different devices and the policy forbids a copy."""
+
+
+class ResourceExhaustedError(OpError, MemoryError):
+    """Out of device memory; the message has the request size and the device."""
+
+
+class FailedPreconditionError(OpError, RuntimeError):
+    """The system is not in a state to run this (e.g. an unavailable device)."""
+
+
+class NotDifferentiableError(OpError, LookupError):
+    """A gradient was requested through an op that has no gradient rule."""
+
+
+class PluginError(TapeflowError, RuntimeError):
+    """A plugin failed to load or register."""
+
+
+class PluginConflictError(PluginError):
+    """Two plugins registered the same op or (op, device type) kernel."""

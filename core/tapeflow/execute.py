@@ -1,0 +1,399 @@
+"""The one dispatch path: convert inputs, pick the device, find the kernel, run it,
+wrap the outputs, record on active tapes.
+
+``execute(op, inputs, attrs)`` is the general entry point; ``binary`` is the
+same path specialised for two operands (Tensor operators), measured because
+``a + b`` is the figure users compare us by. Both end in ``_run``.
+
+Placement (DESIGN.md section 5): inside ``with tf.device(d)`` ops run on ``d``
+and host inputs are copied there; otherwise an op runs where its tensor inputs
+live (an accelerator input wins over host inputs) and inputs without a device
+(Python scalars, lists, NumPy arrays) go with it; with no tensor input at all
+it runs on the default device. An input on another device is copied when it is
+a host tensor of at most ``SMALL_HOST_ELEMENTS`` elements (the seeds' ``x * 2.0``)
+or the policy is ``"silent"``/``"warn"``; else DeviceMismatchError.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from . import devices as _devs
+from . import dtypes as _dt
+from .errors import (DeviceMismatchError, InvalidArgumentError, OpError, ResourceExhaustedError,
+                     TapeflowError)
+from .registry import kernel_not_found
+from .tape import _tapes_active, record
+from .tensor import Tensor, Variable, _wrap
+
+__all__ = ["execute", "convert_to_tensor", "constant", "copy_to_device"]
+
+_scopes = _devs._active_scopes
+_EMPTY: dict = {}
+SMALL_HOST_ELEMENTS = 16
+
+
+class _Policy:
+    mode = "explicit"       # "explicit" | "silent" | "warn"
+    silent_copies = 0
+
+
+policy = _Policy()
+
+
+# --- conversion ----------------------------------------------------------------
+
+def _np_from_python(value, dtype):
+    """Host array for a Python/NumPy value; Python floats default to float32 and
+    ints to int32 (int64 when they do not fit), as in the seeds."""
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        a = np.array(value, dtype=None if dtype is None else dtype.np, copy=True)
+    else:
+        try:
+            a = np.array(value, dtype=None if dtype is None else dtype.np)
+        except (ValueError, OverflowError) as e:
+            raise InvalidArgumentError(
+                f"Cannot convert {_short(value)} to a tensor"
+                + (f" of dtype {dtype.name}" if dtype is not None else "") + f": {e}") from None
+        if dtype is None:
+            if a.dtype == np.float64:
+                a = a.astype(np.float32)
+            elif a.dtype == np.int64:
+                if a.size == 0 or (a.min() >= -2**31 and a.max() < 2**31):
+                    a = a.astype(np.int32)
+    if a.dtype not in _dt._FROM_NP:
+        if a.dtype.kind == "f" and a.dtype.itemsize > 8:
+            a = a.astype(np.float64)
+        else:
+            raise InvalidArgumentError(
+                f"Cannot convert {_short(value)} (NumPy dtype {a.dtype}) to a tensor; supported "
+                "dtypes: " + ", ".join(d.name for d in _dt.ALL_DTYPES))
+    return a
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) < 80 else r[:77] + "..."
+
+
+def _to_device(host_array, dev):
+    if dev.is_host:
+        return host_array
+    return dev.backend.from_host(np.ascontiguousarray(host_array), dev)
+
+
+def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
+    """A tensor holding ``value`` (Python scalars/lists, NumPy arrays, Tensors).
+
+    >>> import tapeflow as tf
+    >>> print(tf.constant([[1., 2.]]))
+    tf.Tensor([[1. 2.]], shape=(1, 2), dtype=float32)
+    >>> tf.constant(0, shape=[2, 2]).shape
+    TensorShape([2, 2])
+    """
+    dt = None if dtype is None else _dt.as_dtype(dtype)
+    if isinstance(value, Variable):
+        value = value.read_value()
+    if isinstance(value, Tensor):
+        t = value
+        if dt is not None and t.dtype is not dt:
+            from . import math as _m
+            t = _m.cast(t, dt)
+        if shape is not None:
+            from . import array as _a
+            t = _a.reshape(t, shape) if t.size == int(np.prod(shape)) else _a.broadcast_to(t, shape)
+        if device is not None:
+            t = copy_to_device(t, device)
+        return t
+    a = _np_from_python(value, dt)
+    if shape is not None:
+        shape = tuple(int(s) for s in shape)
+        if a.size == int(np.prod(shape, dtype=np.int64)):
+            a = a.reshape(shape)
+        elif a.size == 1:
+            a = np.broadcast_to(a.reshape(()), shape).copy()
+        else:
+            raise InvalidArgumentError(
+                f"constant: value of shape {a.shape} ({a.size} elements) cannot be reshaped or "
+                f"broadcast to shape {shape}", op="Const")
+    if device is not None:
+        dev = _devs.get_device(device)
+    else:
+        dev = _devs.current_device() or _devs.default_device()
+    return _wrap(_to_device(a, dev), dev)
+
+
+def convert_to_tensor(value, dtype=None, name=None, dtype_hint=None, preferred_dtype=None):
+    """Tensors pass through (checked against ``dtype``), Variables are read (and
+    watched), everything else becomes a :func:`constant`.
+
+    >>> import tapeflow as tf
+    >>> tf.convert_to_tensor(3).dtype, tf.convert_to_tensor(3.0).dtype
+    (tf.int32, tf.float32)
+    """
+    if isinstance(value, Variable):
+        value = value.read_value()
+    if isinstance(value, Tensor):
+        if dtype is not None and value.dtype != dtype:
+            raise InvalidArgumentError(
+                f"convert_to_tensor: tensor has dtype {value.dtype.name}, requested "
+                f"{_dt.as_dtype(dtype).name}; use tf.cast to change it.")
+        return value
+    if dtype is None and (dtype_hint or preferred_dtype) is not None:
+        try:
+            return constant(value, dtype=dtype_hint or preferred_dtype)
+        except (InvalidArgumentError, TypeError, ValueError):
+            pass
+    return constant(value, dtype=dtype)
+
+
+# --- device movement -------------------------------------------------------------
+
+def _copy_grad(ctx, dy):
+    return copy_to_device(dy, ctx.inputs[0]._device)
+
+
+def copy_to_device(t: Tensor, device) -> Tensor:
+    """Copy a tensor to ``device`` (differentiable: the gradient is copied back)."""
+    dev = _devs.get_device(device)
+    if isinstance(t, Variable):
+        t = t.read_value()
+    src = t._device
+    if src is dev:
+        return t
+    if src.backend is dev.backend:
+        data = dev.backend.copy_from(t._data, src, dev)
+    elif dev.is_host:
+        data = np.array(src.backend.to_host(t._data, src), copy=True)
+    else:
+        data = dev.backend.copy_from(t._data, src, dev)
+    out = _wrap(data, dev)
+    if _tapes_active[0]:
+        record(_COPY, (t,), (out,), _EMPTY, None)
+    return out
+
+
+# --- dispatch --------------------------------------------------------------------
+
+def _weak(value):
+    """Python bool/int/float (or a list of them) -> a representative weak scalar,
+    else None (the value is strong: Tensor, NumPy array or NumPy scalar)."""
+    tv = type(value)
+    if tv is float or tv is int or tv is bool:
+        return value
+    if tv is list or tv is tuple:
+        try:
+            a = np.asarray(value)
+        except ValueError:
+            return None
+        if a.dtype.kind == "f" and a.dtype != object:
+            return 0.0
+        if a.dtype.kind in "iu":
+            return 0
+        if a.dtype.kind == "b":
+            return False
+    return None
+
+
+def execute(op, inputs, attrs=_EMPTY):
+    """Run ``op`` on ``inputs`` (a tuple) with complete ``attrs``; returns a Tensor
+    or a tuple of Tensors."""
+    if not _scopes[0] and inputs:
+        # Fast path: every input a Tensor on one device, one dtype.
+        first = inputs[0]
+        if type(first) is Tensor:
+            dev = first._device
+            dt = first._data.dtype
+            for x in inputs:
+                if type(x) is not Tensor or x._device is not dev or (
+                        x._data.dtype != dt and op.dtype_rule == "same"):
+                    break
+            else:
+                return _run(op, inputs, dev, attrs)
+    return _run(op, *_prepare(op, inputs), attrs)
+
+
+def binary(op, a, b):
+    """``execute(op, (a, b))`` specialised for the operators (measured hot path)."""
+    if type(a) is Tensor and type(b) is Tensor and not _scopes[0]:
+        dev = a._device
+        x = a._data
+        y = b._data
+        if b._device is dev and x.dtype == y.dtype:
+            entry = op.kernels.get(dev.type)
+            if entry is not None and entry.np_dtypes is None and not entry.needs_device:
+                try:
+                    out = entry.fn(x, y)
+                except Exception as e:
+                    raise _translate(e, op, dev, (a, b), _EMPTY) from None
+                t = _wrap(out, dev)
+                if _tapes_active[0]:
+                    record(op, (a, b), (t,), _EMPTY)
+                return t
+            return _run(op, (a, b), dev, _EMPTY)
+    return _run(op, *_prepare(op, (a, b)), _EMPTY)
+
+
+def _prepare(op, inputs):
+    """The general path: convert, promote, place. Returns (tensors, device)."""
+    if op.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+        inputs = tuple(inputs[0])
+    scope = _devs.current_device()
+    vals = []
+    strong = []
+    weak = []
+    tensor_dev = None
+    for x in inputs:
+        if isinstance(x, Variable):
+            x = x.read_value()   # watched by active tapes
+        if isinstance(x, Tensor):
+            strong.append(x.dtype)
+            d = x._device
+            if tensor_dev is None or (tensor_dev.is_host and not d.is_host):
+                tensor_dev = d
+        elif op.dtype_rule == "same":
+            w = _weak(x)
+            if w is None:
+                if isinstance(x, (np.ndarray, np.generic)):
+                    strong.append(_dt.from_numpy(x.dtype))
+                else:
+                    strong.append(constant(x, device="cpu:0").dtype)
+            else:
+                weak.append(w)
+        vals.append(x)
+    dev = scope or tensor_dev or _devs.current_device() or _devs.default_device()
+    target = None
+    if op.dtype_rule == "same" and (strong or weak):
+        if strong and all(s is strong[0] for s in strong) and not weak:
+            target = strong[0]
+        else:
+            try:
+                target = _dt.result_type(*strong, *weak)
+            except (TypeError, OverflowError) as e:
+                raise InvalidArgumentError(
+                    f"Cannot promote input dtypes {[s.name for s in strong]} with Python "
+                    f"values {weak}: {e}", op=op.name, device=dev) from None
+    out = []
+    for x in vals:
+        if isinstance(x, Tensor):
+            if target is not None and x._data.dtype != target.np:
+                from . import math as _m
+                x = _m.cast(x, target)
+            if x._device is not dev:
+                x = _move(op, x, dev, scope is not None, inputs)
+        else:
+            try:
+                a = _np_from_python(x, target)
+            except InvalidArgumentError as e:
+                raise e.with_context(op.name, dev) from None
+            if target is not None and a.dtype != target.np:
+                a = a.astype(target.np)
+            x = _wrap(_to_device(a, dev), dev)
+        out.append(x)
+    return tuple(out), dev
+
+
+def _move(op, x, dev, in_scope, inputs):
+    small = x._device.is_host and x.size <= SMALL_HOST_ELEMENTS
+    mode = policy.mode
+    if small or (in_scope and x._device.is_host) or mode != "explicit":
+        if not small:
+            policy.silent_copies += 1
+            if mode == "warn":
+                warnings.warn(f"{op.name}: copying an input of shape {tuple(x.shape)} from "
+                              f"{x._device} to {dev}", stacklevel=4)
+        return copy_to_device(x, dev)
+    desc = ", ".join(f"{getattr(v, 'device', 'host')}:{tuple(getattr(v, 'shape', ()))}"
+                     for v in inputs)
+    raise DeviceMismatchError(
+        f"Inputs of {op.name} are on different devices (device:shape = {desc}). "
+        f"Move them with .to('{dev}') / .cpu() / .gpu(), run the op inside "
+        f"`with tf.device('{dev}')`, or allow copies with "
+        "tf.config.set_device_policy('silent').", op=op.name, device=dev)
+
+
+def _run(op, tensors, dev, attrs):
+    entry = op.kernels.get(dev.type)
+    if entry is None:
+        if op.composite is not None:
+            return op.composite(*tensors, **attrs)
+        raise kernel_not_found(op, dev, _key_dtype(op, tensors, attrs))
+    if entry.np_dtypes is not None:
+        kd = _key_dtype(op, tensors, attrs)
+        if kd not in entry.np_dtypes:
+            if op.composite is not None:
+                return op.composite(*tensors, **attrs)
+            raise kernel_not_found(op, dev, kd)
+    arrays = [t._data for t in tensors]
+    try:
+        if entry.needs_device:
+            out = entry.fn(*arrays, device=dev, **attrs)
+        elif attrs:
+            out = entry.fn(*arrays, **attrs)
+        else:
+            out = entry.fn(*arrays)
+    except Exception as e:
+        raise _translate(e, op, dev, tensors, attrs) from None
+    if op.num_outputs == 1:
+        res = _wrap(out, dev)
+        if _tapes_active[0] and op.differentiable and tensors:
+            record(op, tensors, (res,), attrs)
+        return res
+    outs = tuple(_wrap(o, dev) for o in out)
+    if _tapes_active[0] and op.differentiable and tensors:
+        record(op, tensors, outs, attrs)
+    return outs
+
+
+def _key_dtype(op, tensors, attrs):
+    k = op.dtype_from
+    if type(k) is int:
+        if k < len(tensors):
+            return tensors[k]._data.dtype
+        return np.dtype(np.float32)
+    d = attrs.get(k)
+    return np.dtype(np.float32) if d is None else _dt.as_dtype(d).np
+
+
+def describe_inputs(tensors, attrs=None):
+    parts = []
+    for t in tensors:
+        parts.append(f"{t.dtype.name}{list(t._data.shape)}")
+    s = "inputs: (" + ", ".join(parts) + ")"
+    if attrs:
+        s += ", attrs: {" + ", ".join(f"{k}={_short(v)}" for k, v in attrs.items()
+                                      if k != "device") + "}"
+    return s
+
+
+def _translate(e, op, dev, tensors, attrs):
+    """Turn whatever a kernel raised into a tapeflow error naming op and device."""
+    if isinstance(e, OpError):
+        return e.with_context(op.name, dev)
+    if isinstance(e, TapeflowError):
+        return e
+    if isinstance(e, MemoryError):
+        nbytes = ""
+        return ResourceExhaustedError(
+            f"Out of memory while running the kernel{nbytes}; {describe_inputs(tensors, attrs)}",
+            op=op.name, device=dev)
+    err = InvalidArgumentError(
+        f"{type(e).__name__}: {e}; {describe_inputs(tensors, attrs)}", op=op.name, device=dev)
+    if op.infer is not None:
+        try:
+            op.infer([t.shape for t in tensors], [t.dtype for t in tensors], attrs)
+        except InvalidArgumentError as ie:
+            err = InvalidArgumentError(f"{ie.message}; {describe_inputs(tensors, attrs)}",
+                                       op=op.name, device=dev)
+        except Exception:
+            pass
+    err.__cause__ = e
+    return err
+
+
+# The device-copy op: recorded so gradients flow back across devices.
+from .registry import OpDef  # noqa: E402
+
+_COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad)

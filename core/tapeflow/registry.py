@@ -1,0 +1,215 @@
+"""Op signatures (:class:`OpDef`) and the kernel registry.
+
+An op is declared once (in the core or in a plugin) and backends register
+kernels for it per device type. Kernels live on the OpDef itself
+(``op.kernels[device_type]``) so dispatch is one dict hit on an object it
+already holds.
+
+Kernel calling convention (every backend): ``fn(*native_inputs, **attrs)``
+returning one native array, or a tuple of them for multi-output ops. Variadic
+inputs (``concat``'s ``values``) arrive flattened as positional arguments.
+A kernel registered with ``needs_device=True`` also receives ``device=`` (the
+:class:`~tapeflow.devices.Device`), which creation and random ops need.
+Kernels validate what only they can see (index ranges) and raise
+``InvalidArgumentError`` without op/device: the dispatcher adds both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import NotFoundError, PluginConflictError
+
+__all__ = ["OpDef", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext"]
+
+
+class _Required:
+    def __repr__(self):
+        return "<required>"
+
+
+REQUIRED = _Required()
+
+#: name -> OpDef for every registered op (built-ins and plugins)
+OPS: dict[str, OpDef] = {}
+
+
+class KernelEntry:
+    __slots__ = ("fn", "dtypes", "np_dtypes", "needs_device", "source", "device_type")
+
+    def __init__(self, fn, device_type, dtypes=None, needs_device=False, source=None):
+        self.fn = fn
+        self.device_type = device_type
+        self.dtypes = None if dtypes is None else tuple(_dt.as_dtype(d) for d in dtypes)
+        # np.dtype objects *and* scalar types, so `arr.dtype in np_dtypes` is one hash
+        self.np_dtypes = None if dtypes is None else frozenset(
+            [d.np for d in self.dtypes])
+        self.needs_device = needs_device
+        self.source = source
+
+    def describe(self):
+        ds = "any dtype" if self.dtypes is None else "dtype in [" + ", ".join(
+            d.name for d in self.dtypes) + "]"
+        return f"device='{self.device_type}'; {ds}"
+
+
+class OpDef:
+    """The signature of an op.
+
+    Args:
+        name: ``"MatMul"`` for built-ins, ``"project::name"`` for plugins.
+        inputs: input names; a name starting with ``*`` is variadic (a list).
+        attrs: attribute names -> defaults (``REQUIRED`` for none).
+        num_outputs: an int, or ``callable(attrs, n_inputs) -> int``.
+        dtype_rule: ``"same"``: inputs are promoted to one dtype (NumPy 2 rules,
+            Python scalars weak) before the kernel runs; ``"none"``: each input
+            keeps its own dtype (Python scalars take the seeds' defaults).
+        dtype_from: which input index (or attr name) decides the kernel's dtype.
+        broadcast: the op broadcasts its inputs NumPy-style; gradients are summed
+            back to each input's shape by the core (rules need not do it).
+        grad: ``grad(ctx, *output_grads) -> gradient or tuple of gradients``, one
+            per input (``None`` = zero), written with tapeflow ops.
+        differentiable: ``False`` declares the op non-differentiable: it is never
+            recorded and gradients do not flow through it.
+        infer: optional ``infer(shapes, dtypes, attrs) -> [(shape, dtype), ...]``,
+            used to explain bad input and by tracing.
+        composite: optional ``composite(*inputs, **attrs)`` written with tapeflow
+            ops; runs on any device lacking a kernel.
+    """
+
+    __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
+                 "broadcast", "grad", "differentiable", "infer", "composite", "kernels",
+                 "variadic", "source", "doc", "__weakref__")
+
+    def __init__(self, name, inputs=("x",), attrs=None, num_outputs=1, dtype_rule="same",
+                 dtype_from=0, broadcast=False, grad=None, differentiable=True, infer=None,
+                 composite=None, doc=None, source="tapeflow"):
+        self.name = name
+        self.inputs = tuple(inputs)
+        self.variadic = any(i.startswith("*") for i in self.inputs)
+        self.attrs = dict(attrs or {})
+        self.num_outputs = num_outputs
+        self.dtype_rule = dtype_rule
+        self.dtype_from = dtype_from
+        self.broadcast = broadcast
+        self.grad = grad
+        self.differentiable = differentiable
+        self.infer = infer
+        self.composite = composite
+        self.kernels: dict[str, KernelEntry] = {}
+        self.source = source
+        self.doc = doc
+
+    def __repr__(self):
+        return f"<OpDef {self.name}({', '.join(self.inputs)}; {', '.join(self.attrs)})>"
+
+    def __call__(self, *inputs, **attrs):
+        """Run the op: ``op(x, y, attr=value)`` (attrs default as declared)."""
+        from .execute import execute
+        full = self.bind_attrs(attrs)
+        if self.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+            inputs = tuple(inputs[0])
+        return execute(self, inputs, full)
+
+    def bind_attrs(self, attrs):
+        unknown = set(attrs) - set(self.attrs)
+        if unknown:
+            from .errors import InvalidArgumentError
+            raise InvalidArgumentError(
+                f"unknown attribute(s) {sorted(unknown)}; {self.name} takes "
+                f"{sorted(self.attrs) or 'no attributes'}", op=self.name)
+        full = dict(self.attrs)
+        full.update(attrs)
+        missing = [k for k, v in full.items() if v is REQUIRED]
+        if missing:
+            from .errors import InvalidArgumentError
+            raise InvalidArgumentError(f"missing required attribute(s) {missing}", op=self.name)
+        return full
+
+    # --- decorators for op authors ---------------------------------------------
+    def def_grad(self, fn):
+        """Decorator: set the gradient rule."""
+        self.grad = fn
+        return fn
+
+    def def_infer(self, fn):
+        """Decorator: set the shape/dtype inference function."""
+        self.infer = fn
+        return fn
+
+    def kernel(self, device_type, dtypes=None, needs_device=False):
+        """Decorator registering a kernel directly (in-process use and tests).
+        Entry-point plugins use the ``tapeflow_register_kernels`` hook instead."""
+        def deco(fn):
+            add_kernel(self, device_type, fn, dtypes, needs_device, source="in-process")
+            return fn
+        return deco
+
+    def n_outputs(self, attrs, n_inputs):
+        n = self.num_outputs
+        return n if type(n) is int else n(attrs, n_inputs)
+
+
+class GradContext:
+    """What a gradient rule sees: ``op``, ``inputs``, ``outputs``, ``attrs``.
+
+    The tape's records are GradContexts, so no object is allocated at backprop.
+    """
+
+    __slots__ = ("op", "inputs", "outputs", "attrs", "grad_fn")
+
+    def __init__(self, op, inputs, outputs, attrs, grad_fn=None):
+        self.op = op
+        self.inputs = inputs
+        self.outputs = outputs
+        self.attrs = attrs
+        self.grad_fn = grad_fn
+
+    @property
+    def output(self):
+        return self.outputs[0]
+
+
+def get_op(name) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        close = [n for n in OPS if n.lower() == str(name).lower() or n.split("::")[-1] == name]
+        raise NotFoundError(
+            f"No op named {name!r}" + (f"; did you mean {close}?" if close else "")) from None
+
+
+def add_op(op: OpDef, source=None, override=False):
+    prev = OPS.get(op.name)
+    if prev is not None and prev is not op and not override:
+        raise PluginConflictError(
+            f"Op {op.name!r} is defined by both {prev.source!r} and {source or op.source!r}. "
+            "Rename one (plugin ops are namespaced 'project::name') or pass override=True.")
+    if source is not None:
+        op.source = source
+    if prev is not None and prev is not op:
+        op.kernels.update({k: v for k, v in prev.kernels.items() if k not in op.kernels})
+    OPS[op.name] = op
+    return op
+
+
+def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None, override=False):
+    if isinstance(op, str):
+        op = get_op(op)
+    prev = op.kernels.get(device_type)
+    if prev is not None and not override and prev.source != source:
+        raise PluginConflictError(
+            f"Kernel for ({op.name}, {device_type}) is registered by both {prev.source!r} and "
+            f"{source!r}. Pass override=True in the second registration to replace it.")
+    op.kernels[device_type] = KernelEntry(fn, device_type, dtypes, needs_device, source)
+
+
+def kernel_not_found(op: OpDef, device, dtype) -> NotFoundError:
+    regs = "; ".join(e.describe() for e in op.kernels.values()) or "none"
+    dname = getattr(dtype, "name", None) or _dt.from_numpy(np.dtype(dtype)).name
+    hint = ("" if op.kernels else " The op has no kernels: is the backend that provides it "
+            "installed and loaded (python -m tapeflow info)?")
+    return NotFoundError(
+        f"No kernel for op {op.name} on device type '{device.type}' with dtype {dname}. "
+        f"Registered kernels: {regs}.{hint}", op=op.name, device=device)

@@ -1,0 +1,454 @@
+"""The tape: records ops whose inputs it watches, plays them back for gradients.
+
+The tape is plain data, as in TensorFlow's ``tape.h``: ``watched`` maps tensor
+ids to the tensors it tracks (sources and recorded outputs, kept alive so ids
+are never reused while recorded), ``records`` is the list of recorded ops
+(:class:`~tapeflow.registry.GradContext`) in creation order, which is a valid
+topological order, so backprop is one reversed loop.
+
+With no tape active anywhere, dispatch does no tape work: it reads one
+module-level counter (``_tapes_active[0]``) and moves on.
+
+>>> import tapeflow as tf
+>>> w = tf.Variable([[1.0]])
+>>> with tf.GradientTape() as tape:
+...     loss = w * w
+>>> print(tape.gradient(loss, w))
+tf.Tensor([[2.]], shape=(1, 1), dtype=float32)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from .errors import InvalidArgumentError, NotDifferentiableError
+from .registry import GradContext
+from .tensor import Tensor, Variable
+
+__all__ = ["GradientTape", "stop_recording", "record", "watch_variable_read",
+           "stop_all_recording"]
+
+_local = threading.local()
+#: number of recording tapes over all threads; the dispatcher's only tape check
+_tapes_active = [0]
+_count_lock = threading.Lock()
+
+
+def _active():
+    tapes = getattr(_local, "tapes", None)
+    if tapes is None:
+        tapes = _local.tapes = []
+    return tapes
+
+
+def _inc(n):
+    with _count_lock:
+        _tapes_active[0] += n
+
+
+def record(op, inputs, outputs, attrs, grad_fn=None):
+    """Record an op on every active tape of this thread that watches an input."""
+    ctx = None
+    for tape in _active():
+        w = tape._watched
+        for t in inputs:
+            if id(t) in w:
+                break
+        else:
+            continue
+        if ctx is None:
+            ctx = GradContext(op, inputs, outputs, attrs, grad_fn)
+        tape._records.append(ctx)
+        prod = tape._producer
+        for i, o in enumerate(outputs):
+            w[id(o)] = o
+            prod[id(o)] = (ctx, i)
+    return ctx
+
+
+def watch_variable_read(var, value):
+    """Called when a trainable Variable is read while tapes are active."""
+    for tape in _active():
+        if tape._watch_vars:
+            tape._watch_var(var, value)
+
+
+@contextlib.contextmanager
+def stop_all_recording():
+    """Pause every tape of this thread (optimizer updates, assign_add...)."""
+    tapes = _active()
+    saved = list(tapes)
+    if not saved:
+        yield
+        return
+    tapes.clear()
+    _inc(-len(saved))
+    try:
+        yield
+    finally:
+        tapes.extend(saved)
+        _inc(len(saved))
+
+
+stop_recording = stop_all_recording
+
+
+def _nest_flatten(x, out):
+    if isinstance(x, (list, tuple)):
+        for v in x:
+            _nest_flatten(v, out)
+    elif isinstance(x, dict):
+        for k in sorted(x):
+            _nest_flatten(x[k], out)
+    else:
+        out.append(x)
+    return out
+
+
+def _nest_pack(structure, flat_iter):
+    if isinstance(structure, (list, tuple)):
+        vals = [_nest_pack(v, flat_iter) for v in structure]
+        return type(structure)(vals) if isinstance(structure, list) else tuple(vals)
+    if isinstance(structure, dict):
+        return {k: _nest_pack(structure[k], flat_iter) for k in sorted(structure)}
+    return next(flat_iter)
+
+
+class GradientTape:
+    """Record operations for automatic differentiation (TensorFlow semantics).
+
+    Args:
+        persistent: allow several ``gradient()`` calls; otherwise the tape frees
+            its records after the first and refuses a second call.
+        watch_accessed_variables: watch every trainable Variable read inside the
+            ``with`` block automatically.
+
+    Nested tapes give higher-order gradients: gradient computation runs through
+    the dispatcher, so an outer tape records it.
+
+    >>> import tapeflow as tf
+    >>> x = tf.constant(3.0)
+    >>> with tf.GradientTape() as t2:
+    ...     t2.watch(x)
+    ...     with tf.GradientTape() as t1:
+    ...         t1.watch(x)
+    ...         y = x * x * x
+    ...     dy = t1.gradient(y, x)
+    >>> float(dy), float(t2.gradient(dy, x))
+    (27.0, 18.0)
+    """
+
+    def __init__(self, persistent=False, watch_accessed_variables=True):
+        self._persistent = persistent
+        self._watch_vars = watch_accessed_variables
+        self._watched: dict = {}
+        self._records: list = []
+        self._producer: dict = {}
+        self._variables: dict = {}     # id(var) -> var, in first-read order
+        self._var_reads: dict = {}     # id(var) -> [value tensors read]
+        self._used = False
+        self._recording = False
+
+    # --- context -------------------------------------------------------------
+    def __enter__(self):
+        _active().append(self)
+        _inc(1)
+        self._recording = True
+        return self
+
+    def __exit__(self, *exc):
+        self._pause()
+        return False
+
+    def _pause(self):
+        if self._recording:
+            tapes = _active()
+            if self in tapes:
+                tapes.remove(self)
+                _inc(-1)
+            self._recording = False
+
+    def _resume(self):
+        if not self._recording:
+            _active().append(self)
+            _inc(1)
+            self._recording = True
+
+    @contextlib.contextmanager
+    def stop_recording(self):
+        """Temporarily stop recording on this tape (seed/TF API)."""
+        if not self._recording:
+            raise RuntimeError("GradientTape.stop_recording() needs the tape to be recording "
+                               "(use it inside the tape's `with` block)")
+        self._pause()
+        try:
+            yield
+        finally:
+            self._resume()
+
+    def reset(self):
+        """Forget everything recorded so far (the tape keeps recording)."""
+        self._watched.clear()
+        self._records.clear()
+        self._producer.clear()
+        self._variables.clear()
+        self._var_reads.clear()
+        self._used = False
+
+    # --- watching ------------------------------------------------------------
+    def watch(self, tensor):
+        """Watch tensors or Variables (nested lists/tuples/dicts accepted)."""
+        for t in _nest_flatten(tensor, []):
+            if isinstance(t, Variable):
+                self._watch_var(t, t._value)
+            elif isinstance(t, Tensor):
+                self._watched[id(t)] = t
+            else:
+                raise InvalidArgumentError(
+                    f"GradientTape.watch expects Tensors or Variables, got {type(t).__name__} "
+                    f"{t!r}; convert it with tf.constant first and use that tensor.")
+
+    def _watch_var(self, var, value):
+        key = id(var)
+        if key not in self._variables:
+            self._variables[key] = var
+            self._var_reads[key] = [value]
+        else:
+            reads = self._var_reads[key]
+            if reads[-1] is not value and all(r is not value for r in reads):
+                reads.append(value)
+        self._watched[id(value)] = value
+
+    def watched_variables(self):
+        """Variables watched so far, in the order they were first read."""
+        return tuple(self._variables.values())
+
+    # --- gradients -----------------------------------------------------------
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients="none"):
+        """d(target)/d(sources), shaped like ``sources`` (nested structures kept).
+
+        ``target`` may be a tensor or a list (their gradients are summed);
+        ``output_gradients`` seeds the backward pass (default: ones).
+        Unconnected sources give ``None``, or zeros with
+        ``unconnected_gradients="zero"``.
+        """
+        if unconnected_gradients not in ("none", "zero"):
+            raise ValueError("unconnected_gradients must be 'none' or 'zero', got "
+                             f"{unconnected_gradients!r}")
+        if self._used and not self._persistent:
+            raise RuntimeError(
+                "A non-persistent GradientTape can only be used to compute one set of "
+                "gradients (or jacobians); it freed its records after the first call. "
+                "Create the tape with tf.GradientTape(persistent=True) to call gradient() "
+                "several times.")
+        targets = _nest_flatten(target, [])
+        flat_sources = _nest_flatten(sources, [])
+        seeds = None if output_gradients is None else _nest_flatten(output_gradients, [])
+        keep_recording = self._persistent and self._recording
+        if not keep_recording:
+            self._pause()
+        try:
+            result = self._backprop(targets, flat_sources, seeds, unconnected_gradients)
+        finally:
+            if not self._persistent:
+                self._used = True
+                self._release()
+        return _nest_pack(sources, iter(result))
+
+    def _release(self):
+        self._records = []
+        self._producer = {}
+        self._watched = {}
+        self._var_reads = {}
+
+    def _backprop(self, targets, sources, seeds, unconnected):
+        from . import array as _array
+        from . import math as _math
+        from .execute import convert_to_tensor
+        grads: dict = {}
+        add = _math.add
+        for i, t in enumerate(targets):
+            if isinstance(t, Variable):
+                t = t._value
+            if not isinstance(t, Tensor):
+                t = convert_to_tensor(t)
+            if seeds is not None and seeds[i] is not None:
+                s = convert_to_tensor(seeds[i], dtype=t.dtype)
+            else:
+                s = _array.ones_like(t)
+            k = id(t)
+            grads[k] = add(grads[k], s) if k in grads else s
+        if len(grads) == 0:
+            return [None] * len(sources)
+        watched = self._watched
+        for ctx in reversed(self._records):
+            outs = ctx.outputs
+            dys = None
+            for j, o in enumerate(outs):
+                g = grads.get(id(o))
+                if g is not None:
+                    if dys is None:
+                        dys = [None] * len(outs)
+                    dys[j] = g
+            if dys is None:
+                continue
+            if len(outs) > 1:
+                for j, o in enumerate(outs):
+                    if dys[j] is None:
+                        dys[j] = _array.zeros_like(o)
+            op = ctx.op
+            fn = ctx.grad_fn or op.grad
+            if fn is None:
+                raise NotDifferentiableError(
+                    f"No gradient is defined for op {op.name}. Define one (OpDef.def_grad / "
+                    "tapeflow.custom_gradient), declare the op non-differentiable, or wrap its "
+                    "use in tf.stop_gradient.", op=op.name, device=outs[0]._device)
+            in_grads = fn(ctx, *dys)
+            inputs = ctx.inputs
+            if type(in_grads) is not tuple:
+                in_grads = tuple(in_grads) if isinstance(in_grads, list) else (in_grads,)
+            if len(in_grads) != len(inputs):
+                raise InvalidArgumentError(
+                    f"The gradient function of op {op.name} returned {len(in_grads)} "
+                    f"gradient(s) but the op has {len(inputs)} input(s); return one gradient "
+                    "(or None) per input.", op=op.name, device=outs[0]._device)
+            for inp, g in zip(inputs, in_grads):
+                if g is None:
+                    continue
+                k = id(inp)
+                if k not in watched:
+                    continue
+                if type(g) is not Tensor:
+                    g = convert_to_tensor(g, dtype=inp.dtype)
+                gs, ishape = g._data.shape, inp._data.shape
+                if gs != ishape:
+                    if op.broadcast:
+                        g = _unbroadcast(g, ishape)
+                    else:
+                        raise InvalidArgumentError(
+                            f"The gradient function of op {op.name} returned a gradient of "
+                            f"shape {tuple(gs)} for input of shape {tuple(ishape)}.",
+                            op=op.name, device=inp._device)
+                if g._data.dtype != inp._data.dtype:
+                    raise InvalidArgumentError(
+                        f"The gradient function of op {op.name} returned a {g.dtype.name} "
+                        f"gradient for a {inp.dtype.name} input.", op=op.name, device=inp._device)
+                grads[k] = add(grads[k], g) if k in grads else g
+        out = []
+        for s in sources:
+            if isinstance(s, Variable):
+                reads = self._var_reads.get(id(s), ())
+                g = None
+                for r in reads:
+                    rg = grads.get(id(r))
+                    if rg is not None:
+                        g = rg if g is None else add(g, rg)
+                ref = s._value
+            elif isinstance(s, Tensor):
+                g = grads.get(id(s)) if id(s) in watched else None
+                ref = s
+            else:
+                raise InvalidArgumentError(
+                    f"gradient() sources must be Tensors or Variables, got {type(s).__name__}")
+            if g is not None and not ref.dtype.is_floating:
+                g = None
+            if g is None and unconnected == "zero":
+                g = _array.zeros_like(ref)
+            out.append(g)
+        return out
+
+    def jacobian(self, target, sources, unconnected_gradients="none",
+                 parallel_iterations=None, experimental_use_pfor=True):
+        """Full Jacobian: shape ``target.shape + source.shape`` for each source."""
+        from . import array as _array
+        if self._used and not self._persistent:
+            raise RuntimeError("A non-persistent GradientTape can only be used once; "
+                               "use tf.GradientTape(persistent=True).")
+        flat_sources = _nest_flatten(sources, [])
+        if not self._persistent or not self._recording:
+            self._pause()
+        tshape = tuple(target.shape)
+        n = 1
+        for d in tshape:
+            n *= d
+        rows = [[] for _ in flat_sources]
+        try:
+            import numpy as np
+            for i in range(n):
+                seed = np.zeros(n, dtype=target.dtype.np)
+                seed[i] = 1
+                seed = _array.reshape(_const_like(seed, target), tshape)
+                gs = self._backprop([target], flat_sources, [seed], "none")
+                for r, g in zip(rows, gs):
+                    r.append(g)
+        finally:
+            if not self._persistent:
+                self._used = True
+                self._release()
+        result = []
+        for s, r in zip(flat_sources, rows):
+            sshape = tuple(s.shape)
+            if all(g is None for g in r):
+                # unconnected (or an empty target): None, or zeros when asked
+                result.append(_array.zeros(tshape + sshape, dtype=s.dtype)
+                              if unconnected_gradients == "zero" or n == 0 else None)
+                continue
+            r = [_array.zeros_like(s) if g is None else g for g in r]
+            result.append(_array.reshape(_array.stack(r), tshape + sshape))
+        return _nest_pack(sources, iter(result))
+
+    def batch_jacobian(self, target, source, unconnected_gradients="none",
+                       parallel_iterations=None, experimental_use_pfor=True):
+        """Per-example Jacobian: ``target[b, ...]`` w.r.t. ``source[b, ...]``."""
+        from . import array as _array
+        import numpy as np
+        if self._used and not self._persistent:
+            raise RuntimeError("A non-persistent GradientTape can only be used once; "
+                               "use tf.GradientTape(persistent=True).")
+        if not self._persistent or not self._recording:
+            self._pause()
+        tshape = tuple(target.shape)
+        b = tshape[0]
+        rest = tshape[1:]
+        m = 1
+        for d in rest:
+            m *= d
+        cols = []
+        try:
+            for j in range(m):
+                seed = np.zeros((b, m), dtype=target.dtype.np)
+                seed[:, j] = 1
+                seed = _array.reshape(_const_like(seed, target), tshape)
+                (g,) = self._backprop([target], [source], [seed], "zero")
+                cols.append(g)
+        finally:
+            if not self._persistent:
+                self._used = True
+                self._release()
+        sshape = tuple(source.shape)
+        out = _array.stack(cols, axis=1)
+        return _array.reshape(out, (b,) + rest + sshape[1:])
+
+
+def _const_like(np_value, like):
+    from .execute import constant
+    return constant(np_value, device=like._device)
+
+
+def _unbroadcast(g, shape):
+    """Sum ``g`` down to ``shape`` (the inverse of NumPy broadcasting)."""
+    from . import math as _math
+    from . import array as _array
+    gshape = g._data.shape
+    lead = len(gshape) - len(shape)
+    axes = list(range(lead))
+    for i, d in enumerate(shape):
+        if d == 1 and gshape[lead + i] != 1:
+            axes.append(lead + i)
+    if axes:
+        g = _math.reduce_sum(g, axis=axes)
+    if tuple(g._data.shape) != tuple(shape):
+        g = _array.reshape(g, shape)
+    return g

@@ -1,0 +1,455 @@
+"""``Tensor`` (an immutable value on one device), ``TensorShape`` and ``Variable``.
+
+A Tensor holds a backend-native array (``numpy.ndarray`` on ``cpu:0``) and its
+:class:`~tapeflow.devices.Device`. dtype and shape are read from the array, so
+making a Tensor costs two slot stores: that is what keeps dispatch cheap.
+
+Operators (``+ - * / // % ** @``, comparisons, ``[]``) are installed by the op
+modules (``tapeflow.math``, ``tapeflow.array``) because they dispatch to ops
+defined there.
+
+>>> import tapeflow as tf
+>>> x = tf.constant([[1, 2], [3, 4]])
+>>> print(x)
+tf.Tensor(
+[[1 2]
+ [3 4]], shape=(2, 2), dtype=int32)
+>>> x.shape == (2, 2), x.shape.as_list(), x.dtype
+(True, [2, 2], tf.int32)
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import InvalidArgumentError
+
+__all__ = ["Tensor", "TensorShape", "Variable", "Dimension"]
+
+
+class TensorShape(tuple):
+    """A tuple of ints that also speaks TensorFlow (``as_list()``, ``ndims``,
+    ``num_elements()``) and compares equal to tuples and lists.
+
+    >>> TensorShape((1, 1, 784)) == (1, 1, 784), TensorShape([2, 3]).as_list()
+    (True, [2, 3])
+    """
+
+    __slots__ = ()
+
+    def as_list(self):
+        return list(self)
+
+    @property
+    def ndims(self):
+        return len(self)
+
+    rank = ndims
+
+    @property
+    def dims(self):
+        return list(self)
+
+    def num_elements(self):
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+    def is_fully_defined(self):
+        return True
+
+    def is_compatible_with(self, other):
+        other = tuple(other)
+        return len(other) == len(self) and all(o is None or o == s for s, o in zip(self, other))
+
+    def __eq__(self, other):
+        if isinstance(other, list):
+            other = tuple(other)
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = tuple.__hash__
+
+    def __getitem__(self, item):
+        r = tuple.__getitem__(self, item)
+        return TensorShape(r) if isinstance(item, slice) else r
+
+    def __repr__(self):
+        return "TensorShape(" + repr(list(self)) + ")"
+
+    def __str__(self):
+        return tuple.__repr__(tuple(self))
+
+
+Dimension = int
+
+_new = object.__new__
+
+
+class Tensor:
+    """An immutable multi-dimensional value on one device.
+
+    Build tensors with ``tf.constant`` / ``tf.convert_to_tensor`` or any op; read
+    them back with ``.numpy()`` (a host copy; waits for the device). One-element
+    tensors convert with ``bool()``, ``int()``, ``float()`` and ``operator.index``
+    so Python control flow works, as in the seeds' Collatz loop.
+    """
+
+    __slots__ = ("_data", "_device", "__weakref__")
+
+    # Let NumPy defer to our reflected operators (np_array * tensor -> tensor).
+    __array_priority__ = 100
+
+    # --- basic properties ----------------------------------------------------
+    @property
+    def dtype(self) -> _dt.DType:
+        return _dt._FROM_NP[self._data.dtype]
+
+    @property
+    def shape(self) -> TensorShape:
+        return TensorShape(self._data.shape)
+
+    def get_shape(self) -> TensorShape:
+        return TensorShape(self._data.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._data.shape)
+
+    @property
+    def device(self) -> str:
+        """Canonical device name, e.g. ``'cpu:0'``."""
+        return self._device.name
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self._data.shape:
+            n *= d
+        return n
+
+    def __len__(self):
+        s = self._data.shape
+        if not s:
+            raise TypeError("len() of a 0-d tensor (scalar); use .numpy() or float()")
+        return s[0]
+
+    # --- host conversion -----------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The value as a NumPy array (a copy on the host; waits for the device)."""
+        dev = self._device
+        if dev.is_host:
+            return np.array(self._data, copy=True)
+        return np.asarray(dev.backend.to_host(self._data, dev))
+
+    def _host(self):
+        """Host array without a defensive copy (read-only use inside tapeflow)."""
+        dev = self._device
+        return np.asarray(self._data) if dev.is_host else np.asarray(dev.backend.to_host(self._data, dev))
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._host()
+        if dtype is not None:
+            a = a.astype(dtype, copy=False)
+        if copy:
+            return np.array(a, copy=True)
+        if a is self._data and isinstance(a, np.ndarray):
+            a = a.view()
+            a.flags.writeable = False   # NumPy cannot write through to an immutable Tensor
+        return a
+
+    def __dlpack__(self, *args, **kwargs):
+        data = self._data
+        if not hasattr(data, "__dlpack__"):
+            data = np.asarray(data)
+        return data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        data = self._data
+        if not hasattr(data, "__dlpack_device__"):
+            data = np.asarray(data)
+        return data.__dlpack_device__()
+
+    def _scalar(self, what):
+        if self.size != 1:
+            raise InvalidArgumentError(
+                f"{what} of a tensor needs exactly one element; this one has shape "
+                f"{tuple(self.shape)} ({self.size} elements). Reduce it first "
+                "(tf.reduce_any / tf.reduce_all / tf.reduce_sum) or index one element.",
+                op=what, device=self._device)
+        return self._host().reshape(()).item()
+
+    def __bool__(self):
+        return bool(self._scalar("bool()"))
+
+    def __int__(self):
+        return int(self._scalar("int()"))
+
+    def __float__(self):
+        return float(self._scalar("float()"))
+
+    def __index__(self):
+        if not self.dtype.is_integer:
+            raise TypeError(f"only integer tensors can be used as an index; got {self.dtype.name}")
+        return int(self._scalar("__index__"))
+
+    def __complex__(self):
+        return complex(self._scalar("complex()"))
+
+    def __format__(self, spec):
+        if spec and self.size == 1:
+            return format(self._scalar("format()"), spec)
+        if spec:
+            return format(self._host(), spec)
+        return str(self)
+
+    def __iter__(self):
+        n = len(self)
+        for i in range(n):
+            yield self[i]
+
+    def __hash__(self):
+        return id(self)
+
+    def __reduce__(self):
+        return (_rebuild, (self.numpy(), self._device.name))
+
+    # --- device movement -----------------------------------------------------
+    def to(self, device) -> Tensor:
+        """Copy to ``device`` (name or Device); returns self when already there."""
+        from .execute import copy_to_device
+        return copy_to_device(self, device)
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu:0")
+
+    def gpu(self, index: int = 0) -> Tensor:
+        return self.to(f"gpu:{index}")
+
+    # --- printing ------------------------------------------------------------
+    def _value_str(self):
+        a = self._host()
+        return np.array2string(np.asarray(a), separator=" ") if a.ndim else str(a.reshape(()).item()
+                                                                            if a.dtype.kind == "b"
+                                                                            else a.reshape(())[()])
+
+    def _suffix(self):
+        s = f"shape={tuple(self._data.shape)}, dtype={self.dtype.name}"
+        if not self._device.is_host:
+            s += f", device={self._device.name}"
+        return s
+
+    def __str__(self):
+        v = self._value_str()
+        if "\n" in v:
+            return f"tf.Tensor(\n{v}, {self._suffix()})"
+        return f"tf.Tensor({v}, {self._suffix()})"
+
+    def _repr_value(self):
+        a = self._host()
+        if a.ndim == 0:
+            return self._value_str()
+        return repr(np.asarray(a))
+
+    def __repr__(self):
+        return (f"<tf.Tensor: shape={tuple(self._data.shape)}, dtype={self.dtype.name}, "
+                f"device={self._device.name}, numpy={self._repr_value()}>")
+
+
+def _rebuild(value, device_name):
+    from .execute import constant
+    return constant(value, device=device_name)
+
+
+def _wrap(data, device) -> Tensor:
+    """Make a Tensor from a native array (no checks; hot path)."""
+    t = _new(Tensor)
+    t._data = data
+    t._device = device
+    return t
+
+
+class Variable:
+    """Mutable, named, trainable state (seed: ``tf.Variable(5., name='weight')``).
+
+    Reads (using the Variable as an op input, ``read_value()``, ``value()``) are
+    watched by active GradientTapes unless ``trainable=False`` or the tape was made
+    with ``watch_accessed_variables=False``. ``assign*`` validate the new value's
+    shape and dtype first and leave the Variable untouched on error.
+
+    >>> import tapeflow as tf
+    >>> v = tf.Variable(1.0)
+    >>> _ = v.assign_add(2.0)
+    >>> v
+    <tf.Variable 'Variable:0' shape=() dtype=float32, numpy=3.0>
+    """
+
+    __array_priority__ = 100
+    _uid = itertools.count()
+
+    def __init__(self, initial_value=None, trainable=True, name=None, dtype=None,
+                 shape=None, validate_shape=True, device=None, **kwargs):
+        from .execute import convert_to_tensor
+        from . import devices as _devs
+        if initial_value is None:
+            raise ValueError("Variable needs an initial_value")
+        if callable(initial_value):
+            initial_value = initial_value()
+        if device is not None:
+            with _devs.device(device):
+                value = convert_to_tensor(initial_value, dtype=dtype)
+                value = _place(value)
+        else:
+            value = convert_to_tensor(initial_value, dtype=dtype)
+            if _devs.current_device() is not None:
+                value = _place(value)
+        if isinstance(initial_value, Tensor) and dtype is not None and value.dtype != _dt.as_dtype(dtype):
+            from . import math as _m
+            value = _m.cast(value, dtype)
+        self._value = value
+        self.trainable = bool(trainable)
+        self._name = (name or "Variable")
+        self._id = next(Variable._uid)
+        self._shape_fixed = validate_shape and shape is None
+
+    # identity -----------------------------------------------------------------
+    @property
+    def name(self):
+        return self._name if ":" in self._name else self._name + ":0"
+
+    @property
+    def dtype(self):
+        return self._value.dtype
+
+    @property
+    def shape(self):
+        return self._value.shape
+
+    def get_shape(self):
+        return self._value.shape
+
+    @property
+    def ndim(self):
+        return self._value.ndim
+
+    @property
+    def device(self):
+        return self._value.device
+
+    @property
+    def _device(self):
+        return self._value._device
+
+    def __hash__(self):
+        return id(self)
+
+    # reading --------------------------------------------------------------------
+    def read_value(self) -> Tensor:
+        """The current value as a Tensor (watched by active tapes)."""
+        from .tape import _tapes_active, watch_variable_read
+        v = self._value
+        if _tapes_active[0] and self.trainable:
+            watch_variable_read(self, v)
+        return v
+
+    value = read_value
+
+    def numpy(self):
+        return self._value.numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        return self._value.__array__(dtype, copy)
+
+    def __bool__(self):
+        return bool(self._value)
+
+    def __int__(self):
+        return int(self._value)
+
+    def __float__(self):
+        return float(self._value)
+
+    def __index__(self):
+        return self._value.__index__()
+
+    def __len__(self):
+        return len(self._value)
+
+    def __iter__(self):
+        return iter(self.read_value())
+
+    def __format__(self, spec):
+        return format(self._value, spec)
+
+    def __repr__(self):
+        v = self._value._repr_value()
+        dev = "" if self._value._device.is_host else f", device={self._value._device.name}"
+        return (f"<tf.Variable '{self.name}' shape={tuple(self.shape)} dtype={self.dtype.name}"
+                f"{dev}, numpy={v}>")
+
+    __str__ = __repr__
+
+    # writing --------------------------------------------------------------------
+    def _checked(self, value, op):
+        from .execute import convert_to_tensor, copy_to_device
+        cur = self._value
+        if isinstance(value, Variable):
+            value = value._value
+        try:
+            t = convert_to_tensor(value, dtype=cur.dtype)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"Cannot {op} {value!r} to Variable '{self.name}' of dtype {cur.dtype.name}: {e}. "
+                "The variable was left unchanged.", op=op, device=cur._device) from None
+        if t.dtype != cur.dtype:
+            raise InvalidArgumentError(
+                f"Cannot {op} a {t.dtype.name} value to Variable '{self.name}' of dtype "
+                f"{cur.dtype.name}; cast it first (tf.cast). The variable was left unchanged.",
+                op=op, device=cur._device)
+        if self._shape_fixed and t.shape != cur.shape:
+            raise InvalidArgumentError(
+                f"Cannot {op} a value of shape {tuple(t.shape)} to Variable '{self.name}' of "
+                f"shape {tuple(cur.shape)}. The variable was left unchanged.",
+                op=op, device=cur._device)
+        if t._device is not cur._device:
+            t = copy_to_device(t, cur._device)
+        return t
+
+    def assign(self, value, use_locking=None, name=None, read_value=True):
+        """Replace the value (same dtype and shape). Returns the Variable."""
+        self._value = self._checked(value, "assign")
+        return self
+
+    def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+        from .tape import stop_all_recording
+        d = self._checked(delta, "assign_add")
+        with stop_all_recording():
+            from . import math as _m
+            self._value = _m.add(self._value, d)
+        return self
+
+    def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+        from .tape import stop_all_recording
+        d = self._checked(delta, "assign_sub")
+        with stop_all_recording():
+            from . import math as _m
+            self._value = _m.subtract(self._value, d)
+        return self
+
+    # Variables behave like their value in ops; operators are installed by
+    # tapeflow.math / tapeflow.array together with Tensor's.
+
+
+def _place(t: Tensor) -> Tensor:
+    from . import devices as _devs
+    from .execute import copy_to_device
+    dev = _devs.current_device()
+    if dev is not None and t._device is not dev:
+        return copy_to_device(t, dev)
+    return t

@@ -1,0 +1,71 @@
+"""Op test specifications for the conformance suite (PyTorch's OpInfo idea).
+
+Each area of ops has a module ``tapeflow.testing.specs.<area>`` defining
+``SPECS: list[OpSpec]``. The suite runs every spec on every available device:
+
+* forward: each :class:`Sample` for each dtype the op's kernel on that device
+  declares (or ``OpSpec.dtypes``), against ``ref`` (NumPy) on the host;
+* gradients: float64 samples through ``check_grads`` to ``grad_order``;
+* errors: each :class:`ErrorSample` raises its error type, whose message names
+  the op (``[Op:<name>]``) and the device.
+
+A sample's ``args`` are NumPy arrays (turned into tensors on the device under
+test; the harness also feeds non-contiguous copies), or anything else (passed
+unchanged: Python scalars, shapes, axes). ``kwargs`` go to both ``fn`` and
+``ref``, unless ``ref_kwargs`` is given for the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class Sample:
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    #: which positional args to differentiate (default: every float ndarray arg)
+    grad_argnums: tuple | None = None
+    ref_kwargs: dict | None = None
+    #: a short id for test names ("broadcast", "scalar", "empty", ...)
+    name: str = ""
+
+
+@dataclass
+class ErrorSample:
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    error: type = Exception
+    #: substring the message must contain (besides the op name and device)
+    match: str = ""
+    name: str = ""
+
+
+@dataclass
+class OpSpec:
+    #: public name, e.g. "add" or "nn.relu" (used in test ids)
+    name: str
+    #: the tapeflow function under test
+    fn: Callable
+    #: NumPy reference: ref(*numpy_args, **kwargs) -> ndarray or tuple of ndarrays
+    ref: Callable
+    #: samples(dtype: tapeflow DType, rng: numpy Generator) -> list[Sample]
+    samples: Callable
+    #: the OpDef name whose kernel dtypes decide which dtypes are tested
+    op: str = ""
+    #: dtypes to test instead of the kernel's declared ones (names)
+    dtypes: tuple | None = None
+    #: check gradients (float64) to this order; 0 = not differentiable
+    grad_order: int = 2
+    #: error-contract samples (run once per device)
+    errors: list = field(default_factory=list)
+    #: forward tolerances per dtype name {"float16": (rtol, atol)}
+    tol: dict = field(default_factory=dict)
+    #: gradient check tolerances (rtol, atol) in float64
+    grad_tol: tuple = (1e-4, 1e-5)
+    #: the op is random/non-deterministic: ref(out, *args) validates instead of comparing
+    check: Callable | None = None
+    #: extra free-form notes for skips
+    skip: dict = field(default_factory=dict)
+    extra: Any = None
