@@ -32,6 +32,8 @@ __all__ = ["execute", "convert_to_tensor", "constant", "copy_to_device"]
 
 _scopes = _devs._active_scopes
 _EMPTY: dict = {}
+_NOFAST: dict = {}
+_new = object.__new__
 SMALL_HOST_ELEMENTS = 16
 
 
@@ -201,11 +203,26 @@ def execute(op, inputs, attrs=_EMPTY):
     """Run ``op`` on ``inputs`` (a tuple) with complete ``attrs``; returns a Tensor
     or a tuple of Tensors."""
     if not _scopes[0] and inputs:
-        # Fast path: every input a Tensor on one device, one dtype.
         first = inputs[0]
         if type(first) is Tensor:
             dev = first._device
             dt = first._data.dtype
+            if len(inputs) == 1:
+                # Fast path of unary ops: one dict hit finds the kernel for this dtype.
+                fn = op.fast.get(dev.type, _NOFAST).get(dt)
+                if fn is not None and op.num_outputs == 1:
+                    try:
+                        out = fn(first._data, **attrs) if attrs else fn(first._data)
+                    except Exception as e:
+                        raise _translate(e, op, dev, inputs, attrs) from None
+                    t = _new(Tensor)
+                    t._data = out
+                    t._device = dev
+                    if _tapes_active[0] and op.differentiable:
+                        record(op, inputs, (t,), attrs)
+                    return t
+                return _run(op, inputs, dev, attrs)
+            # every input a Tensor on one device (and one dtype where the rule asks)
             for x in inputs:
                 if type(x) is not Tensor or x._device is not dev or (
                         x._data.dtype != dt and op.dtype_rule == "same"):
@@ -216,24 +233,61 @@ def execute(op, inputs, attrs=_EMPTY):
 
 
 def binary(op, a, b):
-    """``execute(op, (a, b))`` specialised for the operators (measured hot path)."""
+    """``execute(op, (a, b))`` specialised for two operands (measured hot path)."""
     if type(a) is Tensor and type(b) is Tensor and not _scopes[0]:
         dev = a._device
         x = a._data
+        dt = x.dtype
         y = b._data
-        if b._device is dev and x.dtype == y.dtype:
-            entry = op.kernels.get(dev.type)
-            if entry is not None and entry.np_dtypes is None and not entry.needs_device:
+        if b._device is dev and (y.dtype is dt or y.dtype == dt):
+            fn = op.fast.get(dev.type, _NOFAST).get(dt)
+            if fn is not None:
                 try:
-                    out = entry.fn(x, y)
+                    out = fn(x, y)
                 except Exception as e:
                     raise _translate(e, op, dev, (a, b), _EMPTY) from None
-                t = _wrap(out, dev)
+                t = _new(Tensor)
+                t._data = out
+                t._device = dev
                 if _tapes_active[0]:
                     record(op, (a, b), (t,), _EMPTY)
                 return t
             return _run(op, (a, b), dev, _EMPTY)
     return _run(op, *_prepare(op, (a, b)), _EMPTY)
+
+
+def make_binary_operator(op, reverse=False):
+    """A Tensor dunder method for ``op`` with the fast path inlined (one Python
+    frame between ``a + b`` and the kernel)."""
+    fast = op.fast
+
+    if reverse:
+        def method(self, other):
+            return binary(op, other, self)
+        return method
+
+    def method(self, other):
+        if type(other) is Tensor and not _scopes[0]:
+            dev = self._device
+            x = self._data
+            dt = x.dtype
+            y = other._data
+            if other._device is dev and (y.dtype is dt or y.dtype == dt):
+                fn = fast.get(dev.type, _NOFAST).get(dt)
+                if fn is not None:
+                    try:
+                        out = fn(x, y)
+                    except Exception as e:
+                        raise _translate(e, op, dev, (self, other), _EMPTY) from None
+                    t = _new(Tensor)
+                    t._data = out
+                    t._device = dev
+                    if _tapes_active[0]:
+                        record(op, (self, other), (t,), _EMPTY)
+                    return t
+        return binary(op, self, other)
+
+    return method
 
 
 def _prepare(op, inputs):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from . import dtypes as _dt
 from ._builtin import defop
-from .execute import binary, execute
+from .execute import binary, execute, make_binary_operator
 from .tensor import Tensor, Variable
 
 __all__ = ["add", "subtract", "multiply", "divide", "truediv", "negative", "cast"]
@@ -126,14 +126,10 @@ def cast(x, dtype, name=None):
 
 def _install_operators():
     def fwd(op):
-        def f(self, other):
-            return binary(op, self, other)
-        return f
+        return make_binary_operator(op)
 
     def rev(op):
-        def f(self, other):
-            return binary(op, other, self)
-        return f
+        return make_binary_operator(op, reverse=True)
 
     table = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV}
     for cls in (Tensor, Variable):

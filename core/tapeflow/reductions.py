@@ -1,39 +1,58 @@
-"""Reductions (``reduce_sum`` ...): signatures, gradients and public functions.
+"""Reductions (``reduce_sum``, ``reduce_mean``, ``argmax`` ...): signatures, gradients
+and public functions. They belong to the ``tf.math`` namespace (``math`` re-exports
+``__all__``) and are also top-level names.
 
 ``axis`` reaches kernels normalised: ``None`` (all axes) or a tuple of
-non-negative ints, sorted and unique; ``keepdims`` a bool.
+non-negative ints, sorted and unique; ``keepdims`` a bool. Every reduction also
+accepts the TF1 spellings ``keep_dims=`` and ``reduction_indices=``.
 
 >>> import tapeflow as tf
 >>> print(tf.reduce_sum([[1., 2.], [3., 4.]], axis=0))
 tf.Tensor([4. 6.], shape=(2,), dtype=float32)
+>>> print(tf.reduce_max([[1, 5], [7, 2]], axis=-1, keepdims=True))
+tf.Tensor(
+[[5]
+ [7]], shape=(2, 1), dtype=int32)
 """
 
 from __future__ import annotations
 
+from . import dtypes as _dt
 from ._builtin import defop
 from .errors import InvalidArgumentError
 from .execute import convert_to_tensor, execute
+from .tensor import Tensor
 
-__all__ = ["reduce_sum"]
+__all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
+           "reduce_logsumexp", "reduce_any", "reduce_all", "argmax", "argmin",
+           "count_nonzero", "reduce_euclidean_norm"]
 
 
 def _norm_axis(axis, ndim, opname):
     """``None``/int/list/tensor -> None or a sorted tuple of non-negative axes."""
     if axis is None:
         return None
+    if type(axis) is int:                       # the common case, without allocation
+        if -ndim <= axis < ndim:
+            return (axis % ndim,)
+        _bad_axis(axis, ndim, opname)
     if hasattr(axis, "numpy"):
         axis = axis.numpy().tolist()
-    if isinstance(axis, int):
+    if not isinstance(axis, (list, tuple)):
         axis = (axis,)
     out = []
     for a in axis:
         a = int(a)
-        if not -ndim <= a < max(ndim, 1):
-            raise InvalidArgumentError(
-                f"axis {a} is out of range for a tensor of rank {ndim} "
-                f"(valid: [{-ndim}, {ndim}))", op=opname)
-        out.append(a % ndim if ndim else 0)
+        if not -ndim <= a < ndim:
+            _bad_axis(a, ndim, opname)
+        out.append(a % ndim)
     return tuple(sorted(set(out)))
+
+
+def _bad_axis(a, ndim, opname):
+    valid = f"[{-ndim}, {ndim})" if ndim else "none: the input is a scalar"
+    raise InvalidArgumentError(
+        f"axis {a} is out of range for a tensor of rank {ndim} (valid: {valid})", op=opname)
 
 
 def _reduced_shape(shape, axis):
@@ -43,22 +62,267 @@ def _reduced_shape(shape, axis):
     return tuple(1 if i in axis else d for i, d in enumerate(shape))
 
 
-def _sum_grad(ctx, dy):
-    from . import array as _a
-    x = ctx.inputs[0]
-    axis = ctx.attrs["axis"]
-    shape = tuple(x.shape)
-    if not ctx.attrs["keepdims"]:
-        dy = _a.reshape(dy, _reduced_shape(shape, axis))
-    return _a.broadcast_to(dy, shape)
-
-
-_SUM = defop("Sum", inputs=("x",), attrs={"axis": None, "keepdims": False}, grad=_sum_grad)
-
-
-def reduce_sum(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None):
-    """Sum over ``axis`` (all axes when None)."""
-    x = convert_to_tensor(input_tensor)
+def _reduce(op, input_tensor, axis, keepdims, keep_dims, reduction_indices):
+    """Convert, normalise ``axis``/``keepdims`` and run a reduction op."""
+    x = input_tensor if type(input_tensor) is Tensor else convert_to_tensor(input_tensor)
+    if reduction_indices is not None and axis is None:
+        axis = reduction_indices
     if keep_dims is not None:
         keepdims = keep_dims
-    return execute(_SUM, (x,), {"axis": _norm_axis(axis, x.ndim, "Sum"), "keepdims": bool(keepdims)})
+    return execute(op, (x,), {"axis": _norm_axis(axis, len(x._data.shape), op.name),
+                              "keepdims": bool(keepdims)})
+
+
+def _keep(ctx, t):
+    """``t`` (shaped like the op's output) reshaped to the keepdims=True shape."""
+    if ctx.attrs["keepdims"]:
+        return t
+    from . import array as _a
+    return _a.reshape(t, _reduced_shape(tuple(ctx.inputs[0].shape), ctx.attrs["axis"]))
+
+
+def _count(shape, axis):
+    """Number of elements reduced into each output element."""
+    n = 1
+    for i, d in enumerate(shape):
+        if axis is None or i in axis:
+            n *= d
+    return n
+
+
+# --- gradients (tapeflow ops only, so they are differentiable again) ---------------
+
+def _sum_grad(ctx, dy):
+    from . import array as _a
+    return _a.broadcast_to(_keep(ctx, dy), tuple(ctx.inputs[0].shape))
+
+
+def _mean_grad(ctx, dy):
+    from . import array as _a
+    from . import math as _m
+    x = ctx.inputs[0]
+    if not x.dtype.is_floating:
+        return None
+    shape = tuple(x.shape)
+    n = _count(shape, ctx.attrs["axis"])
+    return _a.broadcast_to(_m.divide(_keep(ctx, dy), float(max(n, 1))), shape)
+
+
+def _minmax_grad(ctx, dy):
+    """dy shared equally among the elements equal to the result (TF semantics)."""
+    from . import math as _m
+    x = ctx.inputs[0]
+    if not x.dtype.is_floating:
+        return None
+    mask = _m.cast(_m.equal(x, _keep(ctx, ctx.outputs[0])), x.dtype)
+    count = reduce_sum(mask, axis=ctx.attrs["axis"], keepdims=True)
+    return _m.multiply(_m.divide(mask, count), _keep(ctx, dy))
+
+
+def _prod_grad(ctx, dy):
+    """Product of the other elements; exact also for inputs containing zeros."""
+    from . import math as _m
+    x = ctx.inputs[0]
+    if not x.dtype.is_floating:
+        return None
+    axis = ctx.attrs["axis"]
+    dt = x.dtype
+    zeros = _m.cast(_m.equal(x, 0), dt)                         # 1 where x == 0
+    x1 = _m.add(x, zeros)                                       # zeros replaced by ones
+    p1 = execute(_PROD, (x1,), {"axis": axis, "keepdims": True})  # product of nonzeros
+    nz = reduce_sum(zeros, axis=axis, keepdims=True)            # zeros per slice
+    no_zero = _m.cast(_m.equal(nz, 0), dt)
+    one_zero = _m.cast(_m.equal(nz, 1), dt)
+    g = _m.add(_m.multiply(no_zero, _m.divide(p1, x1)),
+               _m.multiply(_m.multiply(one_zero, zeros), p1))
+    return _m.multiply(g, _keep(ctx, dy))
+
+
+def _logsumexp_grad(ctx, dy):
+    from . import math as _m
+    x = ctx.inputs[0]
+    return _m.multiply(_m.exp(_m.subtract(x, _keep(ctx, ctx.outputs[0]))), _keep(ctx, dy))
+
+
+def _euclidean_norm_grad(ctx, dy):
+    """x / ||x||, and 0 where the norm is 0 (a subgradient, no NaN)."""
+    from . import math as _m
+    x = ctx.inputs[0]
+    y = _keep(ctx, ctx.outputs[0])
+    safe = _m.add(y, _m.cast(_m.equal(y, 0), x.dtype))
+    return _m.multiply(_m.divide(x, safe), _keep(ctx, dy))
+
+
+_R = {"axis": None, "keepdims": False}
+_SUM = defop("Sum", inputs=("x",), attrs=_R, grad=_sum_grad)
+_MEAN = defop("Mean", inputs=("x",), attrs=_R, grad=_mean_grad)
+_MAX = defop("Max", inputs=("x",), attrs=_R, grad=_minmax_grad)
+_MIN = defop("Min", inputs=("x",), attrs=_R, grad=_minmax_grad)
+_PROD = defop("Prod", inputs=("x",), attrs=_R, grad=_prod_grad)
+_LSE = defop("ReduceLogSumExp", inputs=("x",), attrs=_R, grad=_logsumexp_grad)
+_ENORM = defop("EuclideanNorm", inputs=("x",), attrs=_R, grad=_euclidean_norm_grad)
+_ANY = defop("Any", inputs=("x",), attrs=_R, differentiable=False)
+_ALL = defop("All", inputs=("x",), attrs=_R, differentiable=False)
+_ARG = {"axis": 0, "output_type": _dt.int64}
+_ARGMAX = defop("ArgMax", inputs=("x",), attrs=_ARG, differentiable=False)
+_ARGMIN = defop("ArgMin", inputs=("x",), attrs=_ARG, differentiable=False)
+
+
+# --- public functions ----------------------------------------------------------------
+
+def reduce_sum(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None,
+               reduction_indices=None):
+    """Sum over ``axis`` (all axes when None); the dtype is kept (integers wrap).
+
+    >>> import tapeflow as tf
+    >>> print(tf.reduce_sum([[1, 2], [3, 4]], axis=[0, 1]))
+    tf.Tensor(10, shape=(), dtype=int32)
+    """
+    return _reduce(_SUM, input_tensor, axis, keepdims, keep_dims, reduction_indices)
+
+
+def reduce_mean(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None,
+                reduction_indices=None):
+    """Mean over ``axis``. Integer inputs stay integers: the mean truncates toward
+    zero, as in TF. A mean over zero elements is NaN (0 for integers).
+
+    >>> import tapeflow as tf
+    >>> print(tf.reduce_mean([[1., 2.], [3., 4.]], axis=1))
+    tf.Tensor([1.5 3.5], shape=(2,), dtype=float32)
+    >>> print(tf.reduce_mean([1, 2]))
+    tf.Tensor(1, shape=(), dtype=int32)
+    """
+    return _reduce(_MEAN, input_tensor, axis, keepdims, keep_dims, reduction_indices)
+
+
+def reduce_max(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None,
+               reduction_indices=None):
+    """Maximum over ``axis``; the gradient is shared equally among tied maxima.
+    Reducing over an axis of size 0 raises InvalidArgumentError.
+
+    >>> import tapeflow as tf
+    >>> print(tf.reduce_max([[1., 5.], [7., 2.]], axis=0))
+    tf.Tensor([7. 5.], shape=(2,), dtype=float32)
+    """
+    return _reduce(_MAX, input_tensor, axis, keepdims, keep_dims, reduction_indices)
+
+
+def reduce_min(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None,
+               reduction_indices=None):
+    """Minimum over ``axis`` (see :func:`reduce_max`).
+
+    >>> import tapeflow as tf
+    >>> print(tf.reduce_min([[1., 5.], [7., 2.]], axis=1))
+    tf.Tensor([1. 2.], shape=(2,), dtype=float32)
+    """
+    return _reduce(_MIN, input_tensor, axis, keepdims, keep_dims, reduction_indices)
+
+
+def reduce_prod(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None,
+                reduction_indices=None):
+    """Product over ``axis`` (1 over zero elements); the gradient is exact also
+    where the input has zeros.
+
+    >>> import tapeflow as tf
+    >>> print(tf.reduce_prod([[1., 2.], [3., 4.]], axis=0))
+    tf.Tensor([3. 8.], shape=(2,), dtype=float32)
+    """
+    return _reduce(_PROD, input_tensor, axis, keepdims, keep_dims, reduction_indices)
+
+
+def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None,
+                     reduction_indices=None):
+    """``log(sum(exp(x)))`` over ``axis``, computed stably (shifted by the maximum).
+
+    >>> import tapeflow as tf
+    >>> print(tf.reduce_logsumexp([1000., 1000.]))
+    tf.Tensor(1000.6931, shape=(), dtype=float32)
+    """
+    return _reduce(_LSE, input_tensor, axis, keepdims, keep_dims, reduction_indices)
+
+
+def reduce_euclidean_norm(input_tensor, axis=None, keepdims=False, name=None):
+    """``sqrt(sum(x ** 2))`` over ``axis``; the gradient at 0 is 0.
+
+    >>> import tapeflow as tf
+    >>> print(tf.reduce_euclidean_norm([3., 4.]))
+    tf.Tensor(5.0, shape=(), dtype=float32)
+    """
+    return _reduce(_ENORM, input_tensor, axis, keepdims, None, None)
+
+
+def reduce_any(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None,
+               reduction_indices=None):
+    """Logical OR over ``axis`` (bool input).
+
+    >>> import tapeflow as tf
+    >>> print(tf.reduce_any([[True, False], [False, False]], axis=1))
+    tf.Tensor([ True False], shape=(2,), dtype=bool)
+    """
+    return _reduce(_ANY, input_tensor, axis, keepdims, keep_dims, reduction_indices)
+
+
+def reduce_all(input_tensor, axis=None, keepdims=False, name=None, keep_dims=None,
+               reduction_indices=None):
+    """Logical AND over ``axis`` (bool input).
+
+    >>> import tapeflow as tf
+    >>> print(tf.reduce_all([[True, False], [True, True]], axis=1))
+    tf.Tensor([False  True], shape=(2,), dtype=bool)
+    """
+    return _reduce(_ALL, input_tensor, axis, keepdims, keep_dims, reduction_indices)
+
+
+def _arg(op, input, axis, output_type):
+    x = input if type(input) is Tensor else convert_to_tensor(input)
+    ndim = len(x._data.shape)
+    if axis is None:
+        axis = 0
+    if hasattr(axis, "numpy"):
+        axis = axis.numpy()
+    if hasattr(axis, "__len__"):
+        raise InvalidArgumentError(f"{op.name} takes one axis (an int), got {axis!r}",
+                                   op=op.name)
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        _bad_axis(axis, ndim, op.name)
+    ot = _dt.as_dtype(output_type)
+    if ot is not _dt.int32 and ot is not _dt.int64:
+        raise InvalidArgumentError(f"output_type must be int32 or int64, got {ot.name}",
+                                   op=op.name)
+    return execute(op, (x,), {"axis": axis % ndim, "output_type": ot})
+
+
+def argmax(input, axis=None, output_type=_dt.int64, name=None, dimension=None):
+    """Index of the largest value along ``axis`` (default 0; the first one on ties).
+    Not differentiable.
+
+    >>> import tapeflow as tf
+    >>> print(tf.argmax([[1, 9], [7, 2]], axis=1))
+    tf.Tensor([1 0], shape=(2,), dtype=int64)
+    """
+    return _arg(_ARGMAX, input, dimension if axis is None else axis, output_type)
+
+
+def argmin(input, axis=None, output_type=_dt.int64, name=None, dimension=None):
+    """Index of the smallest value along ``axis`` (default 0). Not differentiable.
+
+    >>> import tapeflow as tf
+    >>> print(tf.argmin([3., 1., 2.]))
+    tf.Tensor(1, shape=(), dtype=int64)
+    """
+    return _arg(_ARGMIN, input, dimension if axis is None else axis, output_type)
+
+
+def count_nonzero(input, axis=None, keepdims=None, dtype=_dt.int64, name=None,
+                  reduction_indices=None, keep_dims=None):
+    """Number of nonzero (True, NaN counts) elements along ``axis``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.count_nonzero([[0, 1], [2, 3]], axis=0))
+    tf.Tensor([1 2], shape=(2,), dtype=int64)
+    """
+    from . import math as _m
+    nonzero = _m.cast(input, _dt.bool_)
+    return _reduce(_SUM, _m.cast(nonzero, dtype), axis, bool(keepdims), keep_dims,
+                   reduction_indices)

@@ -80,7 +80,7 @@ class OpDef:
 
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
                  "broadcast", "grad", "differentiable", "infer", "composite", "kernels",
-                 "variadic", "source", "doc", "__weakref__")
+                 "variadic", "source", "doc", "fast", "__weakref__")
 
     def __init__(self, name, inputs=("x",), attrs=None, num_outputs=1, dtype_rule="same",
                  dtype_from=0, broadcast=False, grad=None, differentiable=True, infer=None,
@@ -98,6 +98,9 @@ class OpDef:
         self.infer = infer
         self.composite = composite
         self.kernels: dict[str, KernelEntry] = {}
+        #: dispatch cache: device type -> {numpy dtype of input 0 -> kernel fn}, for
+        #: kernels that need no device argument (see add_kernel)
+        self.fast: dict[str, dict] = {}
         self.source = source
         self.doc = doc
 
@@ -202,7 +205,19 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
         raise PluginConflictError(
             f"Kernel for ({op.name}, {device_type}) is registered by both {prev.source!r} and "
             f"{source!r}. Pass override=True in the second registration to replace it.")
-    op.kernels[device_type] = KernelEntry(fn, device_type, dtypes, needs_device, source)
+    entry = KernelEntry(fn, device_type, dtypes, needs_device, source)
+    op.kernels[device_type] = entry
+    _refresh_fast(op, device_type)
+
+
+def _refresh_fast(op, device_type):
+    """Rebuild ``op.fast[device_type]``: the dtype -> fn table the hot path reads."""
+    entry = op.kernels.get(device_type)
+    if entry is None or entry.needs_device or op.dtype_from != 0 or op.variadic:
+        op.fast.pop(device_type, None)
+        return
+    dts = entry.dtypes if entry.dtypes is not None else _dt.ALL_DTYPES
+    op.fast[device_type] = {d.np: entry.fn for d in dts}
 
 
 def kernel_not_found(op: OpDef, device, dtype) -> NotFoundError:

@@ -49,8 +49,12 @@ def _inc(n):
 
 def record(op, inputs, outputs, attrs, grad_fn=None):
     """Record an op on every active tape of this thread that watches an input."""
+    try:
+        tapes = _local.tapes
+    except AttributeError:
+        return None
     ctx = None
-    for tape in _active():
+    for tape in tapes:
         w = tape._watched
         for t in inputs:
             if id(t) in w:
@@ -60,10 +64,8 @@ def record(op, inputs, outputs, attrs, grad_fn=None):
         if ctx is None:
             ctx = GradContext(op, inputs, outputs, attrs, grad_fn)
         tape._records.append(ctx)
-        prod = tape._producer
-        for i, o in enumerate(outputs):
+        for o in outputs:
             w[id(o)] = o
-            prod[id(o)] = (ctx, i)
     return ctx
 
 
@@ -144,7 +146,6 @@ class GradientTape:
         self._watch_vars = watch_accessed_variables
         self._watched: dict = {}
         self._records: list = []
-        self._producer: dict = {}
         self._variables: dict = {}     # id(var) -> var, in first-read order
         self._var_reads: dict = {}     # id(var) -> [value tensors read]
         self._used = False
@@ -191,7 +192,6 @@ class GradientTape:
         """Forget everything recorded so far (the tape keeps recording)."""
         self._watched.clear()
         self._records.clear()
-        self._producer.clear()
         self._variables.clear()
         self._var_reads.clear()
         self._used = False
@@ -259,7 +259,6 @@ class GradientTape:
 
     def _release(self):
         self._records = []
-        self._producer = {}
         self._watched = {}
         self._var_reads = {}
 

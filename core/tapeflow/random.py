@@ -1,0 +1,275 @@
+"""Random ops (``tf.random.normal``, ``tf.random_uniform`` ...) and seeding.
+
+Seeding follows TensorFlow: after ``tf.random.set_seed(s)`` a sequence of random
+ops is reproducible; an op-level ``seed=`` is reproducible too (the n-th call with
+the same seeds gives the same value in every run); with neither, values differ
+from run to run.
+
+The generator is counter-based, so every backend reproduces the same stream. The
+core derives a 64-bit ``key`` from (global seed, op seed) and a ``counter`` that
+advances by one per call with that key; kernels receive both as attrs. The
+stream of a call is ``numpy.random.Philox(key=key, counter=counter << 64)``
+(Philox4x64-10): its 64-bit outputs ``raw[i]``, read as little-endian 32-bit
+words ``w[2i] = raw[i] & 0xffffffff``, ``w[2i+1] = raw[i] >> 32``. Kernels turn
+them into values with these formulas (a backend reproduces them exactly, up to
+the rounding of its ``log``/``cos``/``ndtri``):
+
+* uniform float32: ``(w[i] >> 8) * 2**-24``; float16: ``(w[i] >> 21) * 2**-11``;
+  float64: ``(raw[i] >> 11) * 2**-53`` — all in ``[0, 1)``, then
+  ``minval + u * (maxval - minval)``.
+* uniform int32: ``minval + w[i] % (maxval - minval)``; int64: ``raw[i] % range``.
+* normal (Box-Muller on pairs): float32/16 pair k from ``w[2k], w[2k+1]``,
+  float64 pair k from ``raw[2k], raw[2k+1]``: ``u1 = (bits + 0.5) * 2**-b``,
+  ``u2 = bits * 2**-b`` (b = 24 or 53), ``r = sqrt(-2 log u1)``,
+  ``out[2k] = r cos(2 pi u2)``, ``out[2k+1] = r sin(2 pi u2)``; then
+  ``mean + stddev * out``.
+* truncated normal (|z| <= 2): inverse CDF, ``ndtri(Phi(-2) + (Phi(2) - Phi(-2)) * u)``
+  with ``u = ((raw[i] >> 11) + 0.5) * 2**-53`` (the same distribution as
+  resampling values beyond two standard deviations, without a data-dependent loop).
+* shuffle: the permutation that stably sorts ``raw[0:n]``.
+
+>>> import tapeflow as tf
+>>> tf.random.set_seed(1)
+>>> a = tf.random.normal([2, 2])
+>>> tf.random.set_seed(1)
+>>> bool((tf.random.normal([2, 2]).numpy() == a.numpy()).all())
+True
+>>> tf.random_uniform([5, 3]).shape
+TensorShape([5, 3])
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as _np
+
+from . import dtypes as _dt
+from ._builtin import defop
+from .errors import InvalidArgumentError
+from .execute import convert_to_tensor, execute
+
+__all__ = ["normal", "uniform", "truncated_normal", "shuffle", "set_seed", "get_seed",
+           "random_normal", "random_uniform", "set_random_seed", "random_shuffle"]
+
+#: names that also live at the top level (``tf.random_normal`` ...)
+TOP_LEVEL = ["random_normal", "random_uniform", "truncated_normal", "set_random_seed",
+             "random_shuffle"]
+
+_M64 = (1 << 64) - 1
+#: TF's DEFAULT_GRAPH_SEED: the global seed used when only an op seed is given
+DEFAULT_GLOBAL_SEED = 87654321
+
+
+def _mix64(x):
+    """splitmix64 finaliser: a well-spread 64-bit key from a 64-bit integer."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+class _State:
+    global_seed = None
+    op_seeds = itertools.count()       # op seeds handed out under a global seed
+    counters: dict = {}                # key -> calls so far
+    nondet_key = _mix64(int.from_bytes(os.urandom(8), "little"))
+    nondet_counter = itertools.count()
+
+
+_state = _State()
+
+
+def _reseed_after_fork():
+    _state.nondet_key = _mix64(int.from_bytes(os.urandom(8), "little"))
+    _state.nondet_counter = itertools.count()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reseed_after_fork)
+
+
+def set_seed(seed):
+    """Set the global random seed (``tf.random.set_seed``; TF1: ``tf.set_random_seed``).
+
+    Resets every op's stream: the random ops that follow draw the same values in
+    every run. ``None`` makes them nondeterministic again.
+    """
+    if seed is not None:
+        seed = int(seed)
+    _state.global_seed = seed
+    _state.op_seeds = itertools.count()
+    _state.counters = {}
+
+
+set_random_seed = set_seed
+
+
+def get_seed(op_seed):
+    """The ``(global seed, op seed)`` pair an op with ``op_seed`` uses (TF semantics);
+    ``(None, None)`` when neither is set."""
+    g = _state.global_seed
+    if g is not None:
+        if op_seed is None:
+            op_seed = next(_state.op_seeds)
+        return g, int(op_seed)
+    if op_seed is not None:
+        return DEFAULT_GLOBAL_SEED, int(op_seed)
+    return None, None
+
+
+def _key_counter(seed):
+    """(key, counter) attrs for one random op call."""
+    g = _state.global_seed
+    if g is None and seed is None:
+        return _state.nondet_key, next(_state.nondet_counter)
+    if g is None:
+        g = DEFAULT_GLOBAL_SEED
+    elif seed is None:
+        seed = next(_state.op_seeds)
+    key = _mix64(_mix64(int(g) & _M64) ^ (int(seed) & _M64))
+    counters = _state.counters
+    c = counters.get(key, 0)
+    counters[key] = c + 1
+    return key, c
+
+
+# --- ops ---------------------------------------------------------------------------
+
+_RANDOM_ATTRS = {"shape": (), "dtype": _dt.float32, "key": 0, "counter": 0}
+
+_NORMAL = defop("RandomStandardNormal", inputs=(),
+                attrs={**_RANDOM_ATTRS, "mean": 0.0, "stddev": 1.0},
+                dtype_from="dtype", differentiable=False)
+_UNIFORM = defop("RandomUniform", inputs=(),
+                 attrs={**_RANDOM_ATTRS, "minval": 0.0, "maxval": 1.0},
+                 dtype_from="dtype", differentiable=False)
+_UNIFORM_INT = defop("RandomUniformInt", inputs=(),
+                     attrs={**_RANDOM_ATTRS, "dtype": _dt.int32, "minval": 0, "maxval": 1},
+                     dtype_from="dtype", differentiable=False)
+_TRUNCATED = defop("TruncatedNormal", inputs=(),
+                   attrs={**_RANDOM_ATTRS, "mean": 0.0, "stddev": 1.0},
+                   dtype_from="dtype", differentiable=False)
+_SHUFFLE = defop("RandomShuffle", inputs=("value",), attrs={"key": 0, "counter": 0},
+                 dtype_rule="none", differentiable=False)
+
+
+def _shape(shape, opname):
+    if hasattr(shape, "numpy"):
+        shape = shape.numpy().tolist()
+    if isinstance(shape, int):
+        shape = (shape,)
+    try:
+        out = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"shape must be a list of non-negative ints, got {shape!r}",
+                                   op=opname) from None
+    if any(s < 0 for s in out):
+        raise InvalidArgumentError(f"shape must be non-negative, got {list(out)}", op=opname)
+    return out
+
+
+def _is_scalar(v):
+    """A Python/NumPy number (goes into attrs); tensors keep their gradient path."""
+    t = type(v)
+    return t is float or t is int or (isinstance(v, _np.generic) and v.dtype.kind in "fiu")
+
+
+def _float_dtype(dtype, opname):
+    dt = _dt.as_dtype(dtype)
+    if not dt.is_floating:
+        raise InvalidArgumentError(f"dtype must be a floating point type, got {dt.name}",
+                                   op=opname)
+    return dt
+
+
+def _affine(op, shape, dt, seed, a_name, a, b_name, b, a0, b0):
+    """Run ``op``; scalar parameters go in attrs, tensors are applied with ops."""
+    key, counter = _key_counter(seed)
+    if _is_scalar(a) and _is_scalar(b):
+        return execute(op, (), {"shape": shape, "dtype": dt, "key": key, "counter": counter,
+                                a_name: float(a), b_name: float(b)})
+    from . import math as _m
+    z = execute(op, (), {"shape": shape, "dtype": dt, "key": key, "counter": counter,
+                         a_name: a0, b_name: b0})
+    a = convert_to_tensor(a, dtype=dt) if not hasattr(a, "dtype") else _m.cast(a, dt)
+    b = convert_to_tensor(b, dtype=dt) if not hasattr(b, "dtype") else _m.cast(b, dt)
+    if a_name == "mean":            # mean + stddev * z
+        return _m.add(_m.multiply(z, b), a)
+    return _m.add(_m.multiply(z, _m.subtract(b, a)), a)   # minval + (maxval - minval) * u
+
+
+def normal(shape, mean=0.0, stddev=1.0, dtype=_dt.float32, seed=None, name=None):
+    """Samples from a normal distribution (``tf.random.normal``, TF1 ``tf.random_normal``).
+
+    >>> import tapeflow as tf
+    >>> x = tf.random.normal([1000], mean=5.0, stddev=0.5, seed=3)
+    >>> 4.9 < float(x.numpy().mean()) < 5.1
+    True
+    """
+    dt = _float_dtype(dtype, "RandomStandardNormal")
+    return _affine(_NORMAL, _shape(shape, "RandomStandardNormal"), dt, seed,
+                   "mean", mean, "stddev", stddev, 0.0, 1.0)
+
+
+random_normal = normal
+
+
+def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=_dt.float32, seed=None, name=None):
+    """Normal samples with values beyond two standard deviations redrawn
+    (``tf.random.truncated_normal``): every value lies in ``mean +- 2 stddev``."""
+    dt = _float_dtype(dtype, "TruncatedNormal")
+    return _affine(_TRUNCATED, _shape(shape, "TruncatedNormal"), dt, seed,
+                   "mean", mean, "stddev", stddev, 0.0, 1.0)
+
+
+def uniform(shape, minval=0, maxval=None, dtype=_dt.float32, seed=None, name=None):
+    """Uniform samples in ``[minval, maxval)`` (``tf.random.uniform``, TF1
+    ``tf.random_uniform``). Floats default to ``[0, 1)``; integer dtypes need
+    ``maxval``.
+
+    >>> import tapeflow as tf
+    >>> x = tf.random.uniform([100], minval=2, maxval=5, dtype=tf.int32, seed=1)
+    >>> int(x.numpy().min()) >= 2 and int(x.numpy().max()) < 5
+    True
+    """
+    dt = _dt.as_dtype(dtype)
+    shp = _shape(shape, "RandomUniform")
+    if dt.is_integer:
+        if dt not in (_dt.int32, _dt.int64):
+            raise InvalidArgumentError(
+                f"integer random_uniform supports int32 and int64, got {dt.name}",
+                op="RandomUniformInt")
+        if maxval is None:
+            raise InvalidArgumentError(
+                f"Must specify maxval for integer dtype {dt.name}", op="RandomUniformInt")
+        lo, hi = int(minval), int(maxval)
+        if lo >= hi:
+            raise InvalidArgumentError(
+                f"Need minval < maxval, got {lo} >= {hi}", op="RandomUniformInt")
+        key, counter = _key_counter(seed)
+        return execute(_UNIFORM_INT, (), {"shape": shp, "dtype": dt, "key": key,
+                                          "counter": counter, "minval": lo, "maxval": hi})
+    if not dt.is_floating:
+        raise InvalidArgumentError(f"Unsupported dtype {dt.name} for random_uniform",
+                                   op="RandomUniform")
+    if maxval is None:
+        maxval = 1.0
+    return _affine(_UNIFORM, shp, dt, seed, "minval", minval, "maxval", maxval, 0.0, 1.0)
+
+
+random_uniform = uniform
+
+
+def shuffle(value, seed=None, name=None):
+    """Randomly shuffle a tensor along its first dimension (``tf.random.shuffle``)."""
+    x = convert_to_tensor(value)
+    if x.ndim == 0:
+        raise InvalidArgumentError("shuffle needs a tensor of rank >= 1, got a scalar",
+                                   op="RandomShuffle")
+    key, counter = _key_counter(seed)
+    return execute(_SHUFFLE, (x,), {"key": key, "counter": counter})
+
+
+random_shuffle = shuffle

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# tapeflow's set-up and everyday commands. Needs only python3 (>= 3.10) with pip and
+# venv; no root, no system packages, no GPU. Everything goes into .venv/ at the root.
+#
+#   bash scripts/dev.sh demo [ARGS]    install the runtime, run examples/demo.py on the CPU
+#   bash scripts/dev.sh test [ARGS]    install runtime + test deps, run `python -m pytest ARGS`
+#   bash scripts/dev.sh install        install the runtime only
+#   bash scripts/dev.sh install-test   install the runtime and the test dependencies
+#   bash scripts/dev.sh bench [ARGS]   run benchmarks/compare.py (torch==2.13.0 if you want it)
+#
+# Idempotent: re-running reuses .venv/ and skips pip when nothing it installs from
+# has changed (a stamp in .venv/ records the inputs). TAPEFLOW_REINSTALL=1 forces pip.
+# PYTHON=/path/to/python3 picks the interpreter that creates .venv/.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/.venv"
+VPY="$VENV/bin/python"
+PY="${PYTHON:-python3}"
+
+# The two local distributions depend on each other, so they go in ONE pip command.
+RUNTIME_REQS=(-e "$ROOT/core" -e "$ROOT/backends/cpu_numpy")
+TEST_REQS=(-e "$ROOT/core[test]" -e "$ROOT/backends/cpu_numpy" "pytest-xdist>=3")
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'scripts/dev.sh: %s\n' "$*" >&2; exit 2; }
+
+ensure_venv() {
+    if [ -x "$VPY" ] && "$VPY" -c 'import sys, pip' >/dev/null 2>&1; then
+        return
+    fi
+    command -v "$PY" >/dev/null 2>&1 || die "'$PY' not found: install Python >= 3.10 (or set PYTHON=...)"
+    "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 10))' \
+        || die "$("$PY" -V 2>&1) is too old: tapeflow needs Python >= 3.10"
+    if [ -e "$VENV" ]; then
+        say "recreating the broken virtual environment in .venv/"
+        "$PY" -m venv --clear "$VENV" || die "'$PY -m venv' failed (on Debian/Ubuntu: install python3-venv)"
+    else
+        say "creating a virtual environment in .venv/ with $("$PY" -V 2>&1)"
+        "$PY" -m venv "$VENV" || die "'$PY -m venv' failed (on Debian/Ubuntu: install python3-venv)"
+    fi
+}
+
+# stamp_of MODE: a hash of everything the install of MODE depends on.
+stamp_of() {
+    "$VPY" - "$1" "$ROOT" "${RUNTIME_REQS[*]} | ${TEST_REQS[*]}" <<'EOF'
+import hashlib, pathlib, sys
+mode, root, reqs = sys.argv[1:4]
+h = hashlib.sha256(f"{mode}\n{sys.version}\n{reqs}\n".encode())
+for rel in ("core/pyproject.toml", "backends/cpu_numpy/pyproject.toml"):
+    h.update(pathlib.Path(root, rel).read_bytes())
+print(h.hexdigest())
+EOF
+}
+
+installed() {   # the distributions pip reports as installed (a cheap check, no import)
+    "$VPY" - "$@" <<'EOF'
+import sys
+from importlib import metadata
+try:
+    for name in sys.argv[1:]:
+        metadata.distribution(name)
+except metadata.PackageNotFoundError:
+    sys.exit(1)
+EOF
+}
+
+install() {   # install MODE: "runtime" or "test"
+    local mode="$1" stamp_file="$VENV/.tapeflow-install-$1" want have=""
+    ensure_venv
+    want="$(stamp_of "$mode")"
+    [ -f "$stamp_file" ] && have="$(cat "$stamp_file")"
+    local dists=(tapeflow tapeflow-cpu-numpy)
+    [ "$mode" = test ] && dists+=(pytest hypothesis pytest-xdist)
+    if [ "${TAPEFLOW_REINSTALL:-0}" != 1 ] && [ "$want" = "$have" ] && installed "${dists[@]}"; then
+        return
+    fi
+    local reqs=("${RUNTIME_REQS[@]}")
+    [ "$mode" = test ] && reqs=("${TEST_REQS[@]}")
+    local what="tapeflow (core + CPU backend)"
+    [ "$mode" = test ] && what="tapeflow (core + CPU backend) and the test tools"
+    say "installing $what into .venv/"
+    local t0=$SECONDS
+    "$VPY" -m pip install --no-input --progress-bar off -q "${reqs[@]}"
+    say "installed in $((SECONDS - t0)) s"
+    printf '%s\n' "$want" >"$stamp_file"
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    demo)
+        install runtime
+        exec "$VPY" "$ROOT/examples/demo.py" "$@"
+        ;;
+    test)
+        install test
+        exec "$VPY" -m pytest "$@"
+        ;;
+    install)
+        install runtime
+        ;;
+    install-test)
+        install test
+        ;;
+    bench)
+        install runtime
+        exec "$VPY" "$ROOT/benchmarks/compare.py" "$@"
+        ;;
+    *)
+        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+        exit 2
+        ;;
+esac
