@@ -1,69 +1,194 @@
-"""Shape, creation and indexing ops (``reshape``, ``zeros``, ``gather`` ...).
+"""Shape, creation and indexing ops (``reshape``, ``zeros``, ``gather``, ``x[i]`` ...).
+
+Public functions normalise their attributes (axes as non-negative ints, shapes as
+tuples of ints, dtypes as :class:`~tapeflow.dtypes.DType`) and call ``execute``;
+kernels live in the backends. Gradients are written with tapeflow ops, so they
+are differentiable again.
 
 >>> import tapeflow as tf
 >>> print(tf.reshape(tf.range(6), [2, 3]))
 tf.Tensor(
 [[0 1 2]
  [3 4 5]], shape=(2, 3), dtype=int32)
+>>> x = tf.constant([[1., 2., 3.], [4., 5., 6.]])
+>>> print(x[:, ::-1][0])
+tf.Tensor([3. 2. 1.], shape=(3,), dtype=float32)
 """
 
 from __future__ import annotations
 
+import builtins
+import operator
+
+import numpy as np
+
 from . import devices as _devs
 from . import dtypes as _dt
 from ._builtin import defop
-from .execute import convert_to_tensor, execute
+from .errors import InvalidArgumentError
+from .execute import constant, convert_to_tensor, execute
+from .tensor import Tensor, TensorShape, Variable
 
-__all__ = ["identity", "reshape", "broadcast_to", "fill", "zeros", "ones", "zeros_like", "ones_like", "stack"]
+__all__ = [
+    # creation
+    "fill", "zeros", "ones", "zeros_like", "ones_like", "range", "eye", "linspace", "one_hot",
+    # shapes
+    "reshape", "transpose", "expand_dims", "squeeze", "concat", "stack", "unstack", "split",
+    "tile", "broadcast_to", "pad", "slice", "strided_slice", "shape", "size", "rank",
+    # selection and indexing
+    "where", "boolean_mask", "gather", "gather_nd", "scatter_nd", "unsorted_segment_sum",
+    # values
+    "identity", "stop_gradient", "clip_by_value", "clip_by_norm", "clip_by_global_norm",
+]
 
-
-def _shape_tuple(shape):
-    if hasattr(shape, "numpy"):
-        shape = shape.numpy().tolist()
-    if isinstance(shape, int):
-        return (shape,)
-    return tuple(int(s) for s in shape)
-
-
-def _reshape_grad(ctx, dy):
-    return reshape(dy, tuple(ctx.inputs[0].shape))
-
-
-_RESHAPE = defop("Reshape", inputs=("x",), attrs={"shape": None}, dtype_rule="none",
-                 grad=_reshape_grad)
-
-
-def reshape(tensor, shape, name=None):
-    """Same values, new shape (one dimension may be -1)."""
-    return execute(_RESHAPE, (tensor,), {"shape": _shape_tuple(shape)})
+# This module defines `range` and `slice`: keep the builtins under other names.
+_range = builtins.range
+_slice = builtins.slice
+_index = operator.index
+_FULL = _slice(None)
+_scopes = _devs._active_scopes
 
 
-def _broadcast_to_grad(ctx, dy):
-    from .tape import _unbroadcast
-    return _unbroadcast(dy, tuple(ctx.inputs[0].shape))
+# --- helpers -------------------------------------------------------------------------
+
+def _here(x=None):
+    """The device an op on ``x`` runs on (for error messages raised before dispatch)."""
+    d = getattr(x, "_device", None)
+    return d if d is not None else (_devs.current_device() or _devs.default_device())
 
 
-_BROADCAST_TO = defop("BroadcastTo", inputs=("x",), attrs={"shape": None}, dtype_rule="none",
-                      grad=_broadcast_to_grad)
+def _tensor(x):
+    """``x`` as a Tensor (Variables are read, hence watched)."""
+    return x if type(x) is Tensor else convert_to_tensor(x)
 
 
-def broadcast_to(input, shape, name=None):
-    """Broadcast ``input`` to ``shape`` (NumPy rules)."""
-    return execute(_BROADCAST_TO, (input,), {"shape": _shape_tuple(shape)})
+def _ndim(x):
+    return x.ndim if isinstance(x, (Tensor, Variable)) else np.ndim(x)
 
+
+def _prod(xs):
+    n = 1
+    for s in xs:
+        n *= s
+    return n
+
+
+def _shape_tuple(shape, op="Reshape"):
+    """A shape given as int / list / tuple / TensorShape / 1-D int tensor or array -> tuple of ints."""
+    try:
+        if isinstance(shape, (tuple, list)):
+            return tuple(map(_index, shape))
+        if isinstance(shape, (Tensor, Variable)):
+            shape = shape.numpy()
+        if isinstance(shape, np.ndarray):
+            if shape.ndim > 1 or shape.dtype.kind not in "iu":
+                raise TypeError
+            return tuple(shape.reshape(-1).tolist())
+        return (_index(shape),)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"shape must be an integer or a list of integers, got {shape!r}", op=op,
+            device=_here()) from None
+
+
+def _norm_axis1(axis, nd, op, dev, extra=0):
+    """One axis in [-(nd+extra), nd+extra) -> a non-negative int."""
+    try:
+        a = _index(axis)
+    except TypeError:
+        raise InvalidArgumentError(f"axis must be an integer, got {axis!r}", op=op,
+                                   device=dev) from None
+    n = nd + extra
+    if not -n <= a < n:
+        raise InvalidArgumentError(
+            f"axis {a} is out of range for a tensor of rank {nd} (valid: [{-n}, {n}))",
+            op=op, device=dev)
+    return a + n if a < 0 else a
+
+
+def _scalar_value(v, what, op):
+    """A Python scalar from a Python/NumPy scalar or a one-element tensor."""
+    if isinstance(v, (Tensor, Variable)):
+        v = v.numpy()
+    if isinstance(v, np.ndarray):
+        if v.size != 1:
+            raise InvalidArgumentError(f"{what} must be a scalar, got shape {v.shape}", op=op,
+                                       device=_here())
+        v = v.reshape(()).item()
+    elif isinstance(v, np.generic):
+        v = v.item()
+    elif isinstance(v, (list, tuple)):
+        raise InvalidArgumentError(f"{what} must be a scalar, got {v!r}", op=op, device=_here())
+    return v
+
+
+def _value_dtype(v):
+    """The dtype a scalar value (Python, NumPy or tensor) would have as a tensor."""
+    if isinstance(v, (Tensor, Variable)):
+        return v.dtype
+    if isinstance(v, (np.ndarray, np.generic)):
+        return _dt.from_numpy(v.dtype)
+    t = type(v)
+    if t is builtins.bool:
+        return _dt.bool_
+    if t is int:
+        return _dt.int32 if -2**31 <= v < 2**31 else _dt.int64
+    if t is float:
+        return _dt.float32
+    return convert_to_tensor(v).dtype
+
+
+def _weak(v):
+    t = type(v)
+    if t is float or t is int or t is builtins.bool:
+        return v
+    return None
+
+
+def _match_dtypes(a, b):
+    """Bring two operands to one dtype (NumPy 2 promotion, Python scalars weak).
+
+    Tensors are cast; other values become host arrays of the target dtype, which
+    the dispatcher places with the tensors."""
+    ta = isinstance(a, (Tensor, Variable))
+    tb = isinstance(b, (Tensor, Variable))
+    if ta and tb and a.dtype is b.dtype:
+        return a, b
+    args = []
+    for v in (a, b):
+        w = None if isinstance(v, (Tensor, Variable)) else _weak(v)
+        args.append(_value_dtype(v) if w is None else w)
+    target = _dt.result_type(*args)
+    out = []
+    for v in (a, b):
+        if isinstance(v, (Tensor, Variable)):
+            if v.dtype is not target:
+                from . import math as _m
+                v = _m.cast(v, target)
+        else:
+            v = np.asarray(v, dtype=target.np)
+        out.append(v)
+    return out[0], out[1]
+
+
+# --- creation ------------------------------------------------------------------------
 
 _FILL = defop("Fill", inputs=(), attrs={"shape": None, "value": 0, "dtype": None},
               dtype_from="dtype", differentiable=False)
 
 
 def fill(dims, value, dtype=None, name=None):
-    """A tensor of shape ``dims`` filled with ``value``."""
+    """A tensor of shape ``dims`` filled with ``value`` (dtype from ``value``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.fill([2], 7))
+    tf.Tensor([7 7], shape=(2,), dtype=int32)
+    """
     if dtype is None:
-        dtype = convert_to_tensor(value).dtype if not hasattr(value, "dtype") else value.dtype
-    dt = _dt.as_dtype(dtype)
-    if hasattr(value, "numpy"):
-        value = value.numpy().item()
-    return execute(_FILL, (), {"shape": _shape_tuple(dims), "value": value, "dtype": dt})
+        dtype = _value_dtype(value)
+    value = _scalar_value(value, "fill value", "Fill")
+    return execute(_FILL, (), {"shape": _shape_tuple(dims, "Fill"), "value": value,
+                               "dtype": _dt.as_dtype(dtype)})
 
 
 def zeros(shape, dtype=_dt.float32, name=None):
@@ -73,57 +198,1164 @@ def zeros(shape, dtype=_dt.float32, name=None):
     >>> tf.zeros([1, 1, 784]).shape
     TensorShape([1, 1, 784])
     """
-    return execute(_FILL, (), {"shape": _shape_tuple(shape), "value": 0, "dtype": _dt.as_dtype(dtype)})
+    return execute(_FILL, (), {"shape": _shape_tuple(shape, "Fill"), "value": 0,
+                               "dtype": _dt.as_dtype(dtype)})
 
 
 def ones(shape, dtype=_dt.float32, name=None):
-    """Ones of ``shape`` (float32 by default)."""
-    return execute(_FILL, (), {"shape": _shape_tuple(shape), "value": 1, "dtype": _dt.as_dtype(dtype)})
+    """Ones of ``shape`` (float32 by default).
+
+    >>> import tapeflow as tf
+    >>> print(tf.ones([2], tf.int64))
+    tf.Tensor([1 1], shape=(2,), dtype=int64)
+    """
+    return execute(_FILL, (), {"shape": _shape_tuple(shape, "Fill"), "value": 1,
+                               "dtype": _dt.as_dtype(dtype)})
 
 
-def _like(x, value, dtype):
-    x = convert_to_tensor(x)
-    dt = x.dtype if dtype is None else _dt.as_dtype(dtype)
-    scope = _devs.current_device()
-    dev = scope if scope is not None else x._device
-    with _devs.device(dev):
-        return execute(_FILL, (), {"shape": tuple(x.shape), "value": value, "dtype": dt})
+_ZEROS_LIKE = defop("ZerosLike", inputs=("x",), attrs={"dtype": None}, dtype_rule="none",
+                    differentiable=False)
+_ONES_LIKE = defop("OnesLike", inputs=("x",), attrs={"dtype": None}, dtype_rule="none",
+                   differentiable=False)
+_LIKE_NONE = {"dtype": None}
+
+
+def _like(op, x, value, dtype):
+    if _scopes[0] and _devs.current_device() is not None:
+        # inside a device scope the result goes to the scope's device, not x's
+        x = _tensor(x)
+        dt = x.dtype if dtype is None else _dt.as_dtype(dtype)
+        return execute(_FILL, (), {"shape": tuple(x._data.shape), "value": value, "dtype": dt})
+    if dtype is None:
+        return execute(op, (x,), _LIKE_NONE)
+    dt = _dt.as_dtype(dtype)
+    return execute(op, (x,), {"dtype": None if dt is x.dtype else dt})
 
 
 def zeros_like(input, dtype=None, name=None):
-    """Zeros with the shape (and dtype, device) of ``input``."""
-    return _like(input, 0, dtype)
+    """Zeros with the shape (and dtype, device) of ``input``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.zeros_like([[1, 2]]))
+    tf.Tensor([[0 0]], shape=(1, 2), dtype=int32)
+    """
+    return _like(_ZEROS_LIKE, input, 0, dtype)
 
 
 def ones_like(input, dtype=None, name=None):
-    """Ones with the shape (and dtype, device) of ``input``."""
-    return _like(input, 1, dtype)
+    """Ones with the shape (and dtype, device) of ``input``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.ones_like([1., 2.]))
+    tf.Tensor([1. 1.], shape=(2,), dtype=float32)
+    """
+    return _like(_ONES_LIKE, input, 1, dtype)
+
+
+_RANGE = defop("Range", inputs=(), attrs={"start": 0, "limit": None, "delta": 1, "dtype": None},
+               dtype_from="dtype", differentiable=False)
+_RANGE_ORDER = (_dt.int32, _dt.int64, _dt.float32, _dt.float64)
+
+
+def range(start, limit=None, delta=1, dtype=None, name="range"):  # noqa: A001
+    """``[start, start + delta, ...)`` up to ``limit`` (exclusive), TF semantics:
+    integer arguments give int32, a float argument float32.
+
+    >>> import tapeflow as tf
+    >>> print(tf.range(5))
+    tf.Tensor([0 1 2 3 4], shape=(5,), dtype=int32)
+    >>> print(tf.range(1, 2, 0.25))
+    tf.Tensor([1.   1.25 1.5  1.75], shape=(4,), dtype=float32)
+    """
+    if limit is None:
+        start, limit = 0, start
+    args = (start, limit, delta)
+    if dtype is None:
+        inferred = [_value_dtype(a) for a in args]
+        dt = max(inferred, key=lambda d: _RANGE_ORDER.index(d) if d in _RANGE_ORDER else 0)
+    else:
+        dt = _dt.as_dtype(dtype)
+    start, limit, delta = (_scalar_value(a, "range argument", "Range") for a in args)
+    if delta == 0:
+        raise InvalidArgumentError(f"Requires delta != 0: {delta}", op="Range", device=_here())
+    if delta > 0 and start > limit:
+        raise InvalidArgumentError(
+            f"Requires start <= limit when delta > 0: {start}/{limit}", op="Range", device=_here())
+    if delta < 0 and start < limit:
+        raise InvalidArgumentError(
+            f"Requires start >= limit when delta < 0: {start}/{limit}", op="Range", device=_here())
+    return execute(_RANGE, (), {"start": start, "limit": limit, "delta": delta, "dtype": dt})
+
+
+_EYE = defop("Eye", inputs=(), attrs={"num_rows": None, "num_columns": None,
+                                      "batch_shape": (), "dtype": None},
+             dtype_from="dtype", differentiable=False)
+
+
+def eye(num_rows, num_columns=None, batch_shape=None, dtype=_dt.float32, name=None):
+    """Identity matrix (or a batch of them) of shape ``batch_shape + [rows, cols]``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.eye(2))
+    tf.Tensor(
+    [[1. 0.]
+     [0. 1.]], shape=(2, 2), dtype=float32)
+    """
+    r = _index(num_rows)
+    c = r if num_columns is None else _index(num_columns)
+    bs = () if batch_shape is None else _shape_tuple(batch_shape, "Eye")
+    if r < 0 or c < 0 or any(d < 0 for d in bs):
+        raise InvalidArgumentError(
+            f"eye: sizes must be non-negative, got num_rows={r}, num_columns={c}, "
+            f"batch_shape={list(bs)}", op="Eye", device=_here())
+    return execute(_EYE, (), {"num_rows": r, "num_columns": c, "batch_shape": bs,
+                              "dtype": _dt.as_dtype(dtype)})
+
+
+_LINSPACE = defop("LinSpace", inputs=(), attrs={"start": None, "stop": None, "num": None,
+                                                "dtype": None},
+                  dtype_from="dtype", differentiable=False)
+
+
+def linspace(start, stop, num, name=None, axis=0):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (both included).
+
+    >>> import tapeflow as tf
+    >>> print(tf.linspace(0., 1., 5))
+    tf.Tensor([0.   0.25 0.5  0.75 1.  ], shape=(5,), dtype=float32)
+    """
+    dt = _value_dtype(start)
+    if not dt.is_floating:
+        dt = _dt.float32
+    n = _index(_scalar_value(num, "num", "LinSpace"))
+    if n < 0:
+        raise InvalidArgumentError(f"Requires num >= 0: {n}", op="LinSpace", device=_here())
+    return execute(_LINSPACE, (), {"start": float(_scalar_value(start, "start", "LinSpace")),
+                                   "stop": float(_scalar_value(stop, "stop", "LinSpace")),
+                                   "num": n, "dtype": dt})
+
+
+lin_space = linspace
+
+_ONE_HOT = defop("OneHot", inputs=("indices",), attrs={"depth": None, "on_value": 1,
+                                                       "off_value": 0, "axis": -1, "dtype": None},
+                 dtype_rule="none", dtype_from="dtype", differentiable=False)
+
+
+def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None):
+    """One-hot vectors: ``on_value`` where ``indices == i``, else ``off_value``, along a
+    new axis of size ``depth`` (out-of-range and negative indices give all ``off_value``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.one_hot([0, 2], 3))
+    tf.Tensor(
+    [[1. 0. 0.]
+     [0. 0. 1.]], shape=(2, 3), dtype=float32)
+    """
+    if dtype is None:
+        dtype = (_value_dtype(on_value) if on_value is not None else
+                 _value_dtype(off_value) if off_value is not None else _dt.float32)
+    dt = _dt.as_dtype(dtype)
+    on = 1 if on_value is None else _scalar_value(on_value, "on_value", "OneHot")
+    off = 0 if off_value is None else _scalar_value(off_value, "off_value", "OneHot")
+    nd = _ndim(indices)
+    a = nd if axis is None or axis == -1 else _norm_axis1(axis, nd, "OneHot", _here(indices), 1)
+    d = _index(_scalar_value(depth, "depth", "OneHot"))
+    if d < 0:
+        raise InvalidArgumentError(f"depth must be non-negative, got {d}", op="OneHot",
+                                   device=_here(indices))
+    return execute(_ONE_HOT, (indices,), {"depth": d, "on_value": on, "off_value": off,
+                                          "axis": a, "dtype": dt})
+
+
+# --- reshaping -----------------------------------------------------------------------
+
+def _reshape_grad(ctx, dy):
+    return execute(_RESHAPE, (dy,), {"shape": ctx.inputs[0]._data.shape})
+
+
+def _reshape_infer(shapes, dtypes, attrs):
+    s = tuple(shapes[0])
+    new = tuple(attrs["shape"])
+    n = _prod(s)
+    if any(d < -1 for d in new) or new.count(-1) > 1:
+        raise InvalidArgumentError(
+            f"Cannot reshape a tensor of shape {s} to shape {new}: at most one dimension may "
+            "be -1 and the others must be non-negative")
+    known = _prod(d for d in new if d != -1)
+    if -1 in new:
+        if known == 0 or n % known:
+            raise InvalidArgumentError(
+                f"Input to reshape is a tensor of shape {s} with {n} values, but the requested "
+                f"shape {new} needs a multiple of {known} values")
+        new = tuple(n // known if d == -1 else d for d in new)
+    elif known != n:
+        raise InvalidArgumentError(
+            f"Input to reshape is a tensor of shape {s} with {n} values, but the requested "
+            f"shape {new} has {known}")
+    return [(new, dtypes[0])]
+
+
+_RESHAPE = defop("Reshape", inputs=("x",), attrs={"shape": None}, dtype_rule="none",
+                 grad=_reshape_grad, infer=_reshape_infer)
+
+
+def reshape(tensor, shape, name=None):
+    """Same values, new shape (one dimension may be -1).
+
+    >>> import tapeflow as tf
+    >>> tf.reshape([1, 2, 3, 4], [-1, 2]).shape
+    TensorShape([2, 2])
+    """
+    if type(shape) is tuple or type(shape) is list:
+        try:
+            return execute(_RESHAPE, (tensor,), {"shape": tuple(map(_index, shape))})
+        except TypeError:
+            pass
+    return execute(_RESHAPE, (tensor,), {"shape": _shape_tuple(shape, "Reshape")})
+
+
+def _broadcast_to_grad(ctx, dy):
+    from .tape import _unbroadcast
+    return _unbroadcast(dy, tuple(ctx.inputs[0].shape))
+
+
+def _broadcast_to_infer(shapes, dtypes, attrs):
+    s = tuple(shapes[0])
+    new = tuple(attrs["shape"])
+    ok = len(s) <= len(new) and all(a == b or a == 1 for a, b in zip(s[::-1], new[::-1]))
+    if not ok:
+        raise InvalidArgumentError(f"Unable to broadcast tensor of shape {s} to shape {new}")
+    return [(new, dtypes[0])]
+
+
+_BROADCAST_TO = defop("BroadcastTo", inputs=("x",), attrs={"shape": None}, dtype_rule="none",
+                      grad=_broadcast_to_grad, infer=_broadcast_to_infer)
+
+
+def broadcast_to(input, shape, name=None):
+    """Broadcast ``input`` to ``shape`` (NumPy rules).
+
+    >>> import tapeflow as tf
+    >>> print(tf.broadcast_to([1, 2], [2, 2]))
+    tf.Tensor(
+    [[1 2]
+     [1 2]], shape=(2, 2), dtype=int32)
+    """
+    return execute(_BROADCAST_TO, (input,), {"shape": _shape_tuple(shape, "BroadcastTo")})
+
+
+def _transpose_grad(ctx, dy):
+    perm = ctx.attrs["perm"]
+    inv = [0] * len(perm)
+    for i, p in enumerate(perm):
+        inv[p] = i
+    return execute(_TRANSPOSE, (dy,), {"perm": tuple(inv)})
+
+
+_TRANSPOSE = defop("Transpose", inputs=("x",), attrs={"perm": None}, dtype_rule="none",
+                   grad=_transpose_grad)
+
+
+def transpose(a, perm=None, conjugate=False, name="transpose"):
+    """Permute dimensions (``perm=None`` reverses them).
+
+    >>> import tapeflow as tf
+    >>> tf.transpose(tf.zeros([2, 3, 4]), [2, 0, 1]).shape
+    TensorShape([4, 2, 3])
+    """
+    nd = _ndim(a)
+    if perm is None:
+        p = tuple(_range(nd - 1, -1, -1))
+    else:
+        p = tuple(d + nd if d < 0 else d for d in _shape_tuple(perm, "Transpose"))
+        if sorted(p) != list(_range(nd)):
+            raise InvalidArgumentError(
+                f"transpose: perm {list(perm)} is not a permutation of the {nd} dimensions of "
+                "the input", op="Transpose", device=_here(a))
+    return execute(_TRANSPOSE, (a,), {"perm": p})
+
+
+def _as_input_shape(ctx, dy):
+    return execute(_RESHAPE, (dy,), {"shape": ctx.inputs[0]._data.shape})
+
+
+_EXPAND_DIMS = defop("ExpandDims", inputs=("x",), attrs={"axis": 0}, dtype_rule="none",
+                     grad=_as_input_shape)
+
+
+def expand_dims(input, axis, name=None):
+    """Insert a dimension of size 1 at ``axis`` (``-1`` appends).
+
+    >>> import tapeflow as tf
+    >>> tf.expand_dims([1, 2], -1).shape
+    TensorShape([2, 1])
+    """
+    a = _norm_axis1(axis, _ndim(input), "ExpandDims", _here(input), 1)
+    return execute(_EXPAND_DIMS, (input,), {"axis": a})
+
+
+_SQUEEZE = defop("Squeeze", inputs=("x",), attrs={"axis": None}, dtype_rule="none",
+                 grad=_as_input_shape)
+
+
+def squeeze(input, axis=None, name=None, squeeze_dims=None):
+    """Remove dimensions of size 1 (all of them, or those in ``axis``).
+
+    >>> import tapeflow as tf
+    >>> tf.squeeze(tf.zeros([1, 2, 1])).shape, tf.squeeze(tf.zeros([1, 2, 1]), [-1]).shape
+    (TensorShape([1, 2]), TensorShape([1, 2]))
+    """
+    if axis is None:
+        axis = squeeze_dims
+    if axis is None:
+        return execute(_SQUEEZE, (input,), {"axis": None})
+    x = _tensor(input)
+    s = x._data.shape
+    axes = (axis,) if not isinstance(axis, (list, tuple)) else axis
+    out = tuple(sorted({_norm_axis1(a, len(s), "Squeeze", x._device) for a in axes}))
+    for a in out:
+        if s[a] != 1:
+            raise InvalidArgumentError(
+                f"Can not squeeze dim[{a}], expected a dimension of 1, got {s[a]}",
+                op="Squeeze", device=x._device)
+    return execute(_SQUEEZE, (x,), {"axis": out})
+
+
+# --- joining and splitting -------------------------------------------------------------
+
+def _concat_grad(ctx, dy):
+    axis = ctx.attrs["axis"]
+    sizes = tuple(t._data.shape[axis] for t in ctx.inputs)
+    return execute(_SPLIT, (dy,), {"size_splits": sizes, "axis": axis})
+
+
+def _concat_infer(shapes, dtypes, attrs):
+    axis = attrs["axis"]
+    s0 = tuple(shapes[0])
+    for i, s in enumerate(shapes[1:], 1):
+        s = tuple(s)
+        if len(s) != len(s0):
+            raise InvalidArgumentError(
+                f"ConcatOp : Ranks of all input tensors should match: shape[0] = {list(s0)} vs. "
+                f"shape[{i}] = {list(s)}")
+        for d, (a, b) in enumerate(zip(s0, s)):
+            if d != axis and a != b:
+                raise InvalidArgumentError(
+                    f"ConcatOp : Dimension {d} in both shapes must be equal: shape[0] = "
+                    f"{list(s0)} vs. shape[{i}] = {list(s)}")
+    out = list(s0)
+    out[axis] = sum(s[axis] for s in shapes)
+    return [(tuple(out), dtypes[0])]
+
+
+_CONCAT = defop("ConcatV2", inputs=("*values",), attrs={"axis": 0}, grad=_concat_grad,
+                infer=_concat_infer)
+
+
+def concat(values, axis, name="concat"):
+    """Join tensors along an existing ``axis``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.concat([[[1, 2]], [[3, 4]]], 0))
+    tf.Tensor(
+    [[1 2]
+     [3 4]], shape=(2, 2), dtype=int32)
+    """
+    vals = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+    if not vals:
+        raise InvalidArgumentError("concat needs at least one tensor", op="ConcatV2",
+                                   device=_here())
+    nd = _ndim(vals[0])
+    a = _norm_axis1(axis, nd, "ConcatV2", _here(vals[0]))
+    if len(vals) == 1:
+        return identity(vals[0])
+    return execute(_CONCAT, vals, {"axis": a})
 
 
 def _stack_grad(ctx, dy):
-    axis = ctx.attrs["axis"]
-    idx = [slice(None)] * dy.ndim
-    out = []
-    for i in range(len(ctx.inputs)):
-        idx[axis] = i
-        out.append(dy[tuple(idx)])
-    return tuple(out)
+    return execute(_UNSTACK, (dy,), {"num": len(ctx.inputs), "axis": ctx.attrs["axis"]})
 
 
-_STACK = defop("Pack", inputs=("*values",), attrs={"axis": 0}, grad=_stack_grad)
+def _stack_infer(shapes, dtypes, attrs):
+    s0 = tuple(shapes[0])
+    for i, s in enumerate(shapes[1:], 1):
+        if tuple(s) != s0:
+            raise InvalidArgumentError(
+                f"Shapes of all inputs must match: values[0].shape = {list(s0)} != "
+                f"values[{i}].shape = {list(s)}")
+    out = list(s0)
+    out.insert(attrs["axis"], len(shapes))
+    return [(tuple(out), dtypes[0])]
 
 
-def stack(values, axis=0, name=None):
-    """Stack tensors of one shape along a new ``axis``."""
+_STACK = defop("Pack", inputs=("*values",), attrs={"axis": 0}, grad=_stack_grad,
+               infer=_stack_infer)
+
+
+def stack(values, axis=0, name="stack"):
+    """Stack tensors of one shape along a new ``axis``.
+
+    >>> import tapeflow as tf
+    >>> tf.stack([[1, 2], [3, 4], [5, 6]], axis=1).shape
+    TensorShape([2, 3])
+    """
     vals = tuple(values)
     if not vals:
-        from .errors import InvalidArgumentError
-        raise InvalidArgumentError("stack needs at least one tensor", op="Pack")
-    nd = len(convert_to_tensor(vals[0]).shape) if not hasattr(vals[0], "shape") else len(vals[0].shape)
-    if axis < 0:
-        axis += nd + 1
-    return execute(_STACK, vals, {"axis": axis})
+        raise InvalidArgumentError("stack needs at least one tensor", op="Pack", device=_here())
+    a = _norm_axis1(axis, _ndim(vals[0]), "Pack", _here(vals[0]), 1)
+    return execute(_STACK, vals, {"axis": a})
 
+
+def _unstack_grad(ctx, *dys):
+    return execute(_STACK, dys, {"axis": ctx.attrs["axis"]})
+
+
+_UNSTACK = defop("Unpack", inputs=("x",), attrs={"num": None, "axis": 0}, dtype_rule="none",
+                 num_outputs=lambda attrs, n: attrs["num"], grad=_unstack_grad)
+
+
+def unstack(value, num=None, axis=0, name="unstack"):
+    """Split ``value`` along ``axis`` into a list of tensors of one rank less.
+
+    >>> import tapeflow as tf
+    >>> a, b = tf.unstack([[1, 2], [3, 4]], axis=1)
+    >>> print(a)
+    tf.Tensor([1 3], shape=(2,), dtype=int32)
+    """
+    x = _tensor(value)
+    s = x._data.shape
+    a = _norm_axis1(axis, len(s), "Unpack", x._device)
+    n = s[a]
+    if num is not None and num != n:
+        raise InvalidArgumentError(
+            f"unstack: num={num} does not match dimension {a} of size {n}", op="Unpack",
+            device=x._device)
+    return list(execute(_UNSTACK, (x,), {"num": n, "axis": a}))
+
+
+def _split_grad(ctx, *dys):
+    return execute(_CONCAT, dys, {"axis": ctx.attrs["axis"]})
+
+
+_SPLIT = defop("SplitV", inputs=("x",), attrs={"size_splits": None, "axis": 0},
+               dtype_rule="none", num_outputs=lambda attrs, n: len(attrs["size_splits"]),
+               grad=_split_grad)
+
+
+def split(value, num_or_size_splits, axis=0, num=None, name="split"):
+    """Split into ``num_or_size_splits`` equal parts, or parts of the given sizes
+    (one size may be -1), along ``axis``.
+
+    >>> import tapeflow as tf
+    >>> [t.shape[1] for t in tf.split(tf.zeros([2, 10]), [2, -1, 3], axis=1)]
+    [2, 5, 3]
+    """
+    x = _tensor(value)
+    s = x._data.shape
+    dev = x._device
+    a = _norm_axis1(axis, len(s), "SplitV", dev)
+    n = s[a]
+    k = num_or_size_splits
+    if isinstance(k, (Tensor, Variable, np.ndarray)):
+        k = np.asarray(k)
+        k = k.item() if k.ndim == 0 else k.tolist()
+    if isinstance(k, (list, tuple)):
+        sizes = list(_shape_tuple(k, "SplitV"))
+        if sizes.count(-1) > 1 or any(z < -1 for z in sizes):
+            raise InvalidArgumentError(
+                f"split: sizes {sizes} may contain at most one -1 and no other negative value",
+                op="SplitV", device=dev)
+        if -1 in sizes:
+            rest = n - (sum(sizes) + 1)
+            if rest < 0:
+                raise InvalidArgumentError(
+                    f"split: sizes {sizes} add up to more than dimension {a} of size {n}",
+                    op="SplitV", device=dev)
+            sizes[sizes.index(-1)] = rest
+        if sum(sizes) != n:
+            raise InvalidArgumentError(
+                f"Determined shape must either match input shape along split_dim exactly if "
+                f"fully specified, or be less than the size of the input along split_dim if "
+                f"not fully specified.  Got: {sum(sizes)} vs. {n}", op="SplitV", device=dev)
+    else:
+        k = _index(k)
+        if k <= 0 or n % k:
+            raise InvalidArgumentError(
+                f"Number of ways to split should evenly divide the split dimension, but got "
+                f"split_dim {a} (size = {n}) and num_split {k}", op="SplitV", device=dev)
+        sizes = [n // k] * k
+    return list(execute(_SPLIT, (x,), {"size_splits": tuple(sizes), "axis": a}))
+
+
+def _tile_grad(ctx, dy):
+    from .reductions import reduce_sum
+    m = ctx.attrs["multiples"]
+    s = ctx.inputs[0]._data.shape
+    if all(k == 1 for k in m):
+        return dy
+    inter = []
+    for k, d in zip(m, s):
+        inter += [k, d]
+    g = execute(_RESHAPE, (dy,), {"shape": tuple(inter)})
+    return reduce_sum(g, axis=tuple(_range(0, 2 * len(s), 2)))
+
+
+_TILE = defop("Tile", inputs=("x",), attrs={"multiples": None}, dtype_rule="none",
+              grad=_tile_grad)
+
+
+def tile(input, multiples, name=None):
+    """Repeat ``input`` ``multiples[i]`` times along each dimension ``i``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.tile([[1, 2]], [2, 2]))
+    tf.Tensor(
+    [[1 2 1 2]
+     [1 2 1 2]], shape=(2, 4), dtype=int32)
+    """
+    m = _shape_tuple(multiples, "Tile")
+    for i, k in enumerate(m):
+        if k < 0:
+            raise InvalidArgumentError(f"Expected multiples[{i}] >= 0, but got {k}", op="Tile",
+                                       device=_here(input))
+    return execute(_TILE, (input,), {"multiples": m})
+
+
+# --- padding and slicing -----------------------------------------------------------------
+
+def _pad_grad(ctx, dy):
+    spec = tuple(_slice(b, b + n) for (b, _), n in zip(ctx.attrs["paddings"],
+                                                       ctx.inputs[0]._data.shape))
+    return execute(_STRIDED_SLICE, (dy,), {"spec": spec + (Ellipsis,)})
+
+
+_PAD = defop("PadV2", inputs=("x",), attrs={"paddings": None, "constant_values": 0},
+             dtype_rule="none", grad=_pad_grad)
+
+
+def _mirror_indices(n, before, after, mode):
+    """Indices into a dimension of size n that MirrorPad reads, in output order."""
+    o = 0 if mode == "SYMMETRIC" else 1
+    left = np.arange(before - 1 + o, o - 1, -1)
+    right = np.arange(n - 1 - o, n - 1 - o - after, -1)
+    return np.concatenate([left, np.arange(n), right]).astype(np.int32)
+
+
+def _mirror_pad_grad(ctx, dy):
+    x = ctx.inputs[0]
+    mode = ctx.attrs["mode"]
+    g = dy
+    for axis, ((b, a), n) in enumerate(zip(ctx.attrs["paddings"], x._data.shape)):
+        if b or a:
+            ids = constant(_mirror_indices(n, b, a, mode), device=g._device)
+            g = _segment_sum_along(g, ids, n, axis)
+    return g
+
+
+def _segment_sum_along(g, ids, n, axis):
+    """unsorted_segment_sum along ``axis`` (ids index that axis)."""
+    if axis == 0:
+        return unsorted_segment_sum(g, ids, n)
+    nd = g.ndim
+    perm = (axis,) + tuple(_range(axis)) + tuple(_range(axis + 1, nd))
+    s = unsorted_segment_sum(execute(_TRANSPOSE, (g,), {"perm": perm}), ids, n)
+    inv = tuple(_range(1, axis + 1)) + (0,) + tuple(_range(axis + 1, nd))
+    return execute(_TRANSPOSE, (s,), {"perm": inv})
+
+
+_MIRROR_PAD = defop("MirrorPad", inputs=("x",), attrs={"paddings": None, "mode": "REFLECT"},
+                    dtype_rule="none", grad=_mirror_pad_grad)
+
+
+def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
+    """Pad ``tensor``: ``paddings[i] = [before, after]`` for dimension ``i``;
+    ``mode`` is ``"CONSTANT"``, ``"REFLECT"`` or ``"SYMMETRIC"``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.pad([1, 2, 3], [[1, 2]]))
+    tf.Tensor([0 1 2 3 0 0], shape=(6,), dtype=int32)
+    >>> print(tf.pad([1, 2, 3], [[2, 2]], "REFLECT"))
+    tf.Tensor([3 2 1 2 3 2 1], shape=(7,), dtype=int32)
+    """
+    x = _tensor(tensor)
+    dev = x._device
+    s = x._data.shape
+    m = str(mode).upper()
+    if m not in ("CONSTANT", "REFLECT", "SYMMETRIC"):
+        raise InvalidArgumentError(
+            f"pad: mode must be 'CONSTANT', 'REFLECT' or 'SYMMETRIC', got {mode!r}",
+            op="MirrorPad" if m != "CONSTANT" else "PadV2", device=dev)
+    op = "PadV2" if m == "CONSTANT" else "MirrorPad"
+    p = np.asarray(paddings.numpy() if isinstance(paddings, (Tensor, Variable)) else paddings)
+    if p.size == 0 and len(s) == 0:
+        p = p.reshape(0, 2)
+    if p.shape != (len(s), 2) or (p.size and p.dtype.kind not in "iu"):
+        raise InvalidArgumentError(
+            f"The first dimension of paddings must be the rank of inputs: paddings must be an "
+            f"integer array of shape [{len(s)}, 2], got {p.tolist()}", op=op, device=dev)
+    pp = tuple((int(b), int(a)) for b, a in p.tolist())
+    for i, (b, a) in enumerate(pp):
+        if b < 0 or a < 0:
+            raise InvalidArgumentError(f"Paddings must be non-negative: {b} {a}", op=op,
+                                       device=dev)
+        if m == "REFLECT" and (b >= s[i] or a >= s[i]):
+            raise InvalidArgumentError(
+                f"paddings must be less than the dimension size: {b}, {a} not less than {s[i]}",
+                op=op, device=dev)
+        if m == "SYMMETRIC" and (b > s[i] or a > s[i]):
+            raise InvalidArgumentError(
+                f"paddings must be no greater than the dimension size: {b}, {a} greater than "
+                f"{s[i]}", op=op, device=dev)
+    if m == "CONSTANT":
+        cv = _scalar_value(constant_values, "constant_values", "PadV2")
+        return execute(_PAD, (x,), {"paddings": pp, "constant_values": cv})
+    return execute(_MIRROR_PAD, (x,), {"paddings": pp, "mode": m})
+
+
+def _slice_grad(ctx, dy):
+    pads = tuple((b, n - b - z) for b, z, n in zip(ctx.attrs["begin"], ctx.attrs["size"],
+                                                   ctx.inputs[0]._data.shape))
+    return execute(_PAD, (dy,), {"paddings": pads, "constant_values": 0})
+
+
+_SLICE = defop("Slice", inputs=("x",), attrs={"begin": None, "size": None}, dtype_rule="none",
+               grad=_slice_grad)
+
+
+def slice(input_, begin, size, name=None):  # noqa: A001
+    """The block starting at ``begin`` of shape ``size`` (``-1``: to the end).
+
+    >>> import tapeflow as tf
+    >>> print(tf.slice([[1, 2, 3], [4, 5, 6]], [0, 1], [2, -1]))
+    tf.Tensor(
+    [[2 3]
+     [5 6]], shape=(2, 2), dtype=int32)
+    """
+    x = _tensor(input_)
+    s = x._data.shape
+    b = _shape_tuple(begin, "Slice")
+    z = list(_shape_tuple(size, "Slice"))
+    if len(b) != len(s) or len(z) != len(s):
+        raise InvalidArgumentError(
+            f"Expected begin and size arguments to be 1-D tensors of size {len(s)}, but got "
+            f"shapes [{len(b)}] and [{len(z)}] instead.", op="Slice", device=x._device)
+    for i, n in enumerate(s):
+        if not 0 <= b[i] <= n:
+            raise InvalidArgumentError(f"Expected begin[{i}] in [0, {n}], but got {b[i]}",
+                                       op="Slice", device=x._device)
+        if z[i] == -1:
+            z[i] = n - b[i]
+        if not 0 <= z[i] <= n - b[i]:
+            raise InvalidArgumentError(
+                f"Expected size[{i}] in [0, {n - b[i]}], but got {z[i]}", op="Slice",
+                device=x._device)
+    return execute(_SLICE, (x,), {"begin": b, "size": tuple(z)})
+
+
+# StridedSlice's attr `spec` is a normalised NumPy basic index: a tuple of
+# non-negative ints, slices (start/stop/step already clipped to the dimension, or
+# slice(None) for a whole dimension) and None (new axes), always ending with
+# Ellipsis (so a fully indexed tensor stays a 0-d array). Kernels return x[spec].
+
+def _strided_slice_grad(ctx, dy):
+    return execute(_STRIDED_SLICE_GRAD, (dy,), {"shape": ctx.inputs[0]._data.shape,
+                                                "spec": ctx.attrs["spec"]})
+
+
+def _strided_slice_grad_grad(ctx, ddy):
+    return execute(_STRIDED_SLICE, (ddy,), {"spec": ctx.attrs["spec"]})
+
+
+_STRIDED_SLICE = defop("StridedSlice", inputs=("x",), attrs={"spec": None}, dtype_rule="none",
+                       grad=_strided_slice_grad)
+_STRIDED_SLICE_GRAD = defop("StridedSliceGrad", inputs=("dy",),
+                            attrs={"shape": None, "spec": None}, dtype_rule="none",
+                            grad=_strided_slice_grad_grad)
+
+
+def _bad_index(msg, x):
+    return InvalidArgumentError(msg, op="StridedSlice", device=x._device)
+
+
+def _index_spec(x, key):
+    """Normalise a ``__getitem__`` key for ``x``: (spec, advanced) where ``advanced``
+    is None or (output axis, integer index) for one gather after the basic slice."""
+    shape = x._data.shape
+    nd = len(shape)
+    consumed = 0
+    for k in key:
+        if k is not None and k is not Ellipsis:
+            consumed += 1
+    if consumed > nd:
+        raise _bad_index(f"Index out of range using input dim {nd}; input has only {nd} dims "
+                         f"(index {key!r})", x)
+    spec = []
+    adv = None
+    ell = False
+    d = 0   # input dimension
+    o = 0   # output dimension
+    for k in key:
+        tk = type(k)
+        if tk is int or (tk is not builtins.bool and isinstance(k, np.integer)):
+            n = shape[d]
+            i = int(k)
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise _bad_index(f"slice index {int(k)} of dimension {d} out of bounds.", x)
+            spec.append(i)
+            d += 1
+        elif tk is _slice:
+            n = shape[d]
+            try:
+                start, stop, step = k.indices(n)
+            except (TypeError, ValueError) as e:
+                raise _bad_index(f"invalid slice {k!r} for dimension {d}: {e}", x) from None
+            if step == 1 and start == 0 and stop >= n:
+                spec.append(_FULL)
+            else:
+                spec.append(_slice(start, None if stop < 0 else stop, step))
+            d += 1
+            o += 1
+        elif k is None:
+            spec.append(None)
+            o += 1
+        elif k is Ellipsis:
+            if ell:
+                raise _bad_index("an index can only have a single ellipsis ('...')", x)
+            ell = True
+            m = nd - consumed
+            spec.extend([_FULL] * m)
+            d += m
+            o += m
+        else:
+            if isinstance(k, Variable):
+                k = k._value
+            if isinstance(k, Tensor):
+                kd = k.dtype
+                if kd.is_integer and k.ndim == 0:
+                    return _index_spec(x, key[:len(spec) - (0 if not ell else 0)] and
+                                       tuple(int(k) if kk is k else kk for kk in key))
+                if not kd.is_integer:
+                    raise _bad_index(
+                        "Only integers, slices (`:`), ellipsis (`...`), tf.newaxis (`None`) "
+                        f"and integer or boolean tensors are valid indices, got a {kd.name} "
+                        "tensor", x)
+                idx = k
+            else:
+                a = np.asarray(k)
+                if a.dtype.kind == "b" or a.dtype.kind not in "iu" and a.size:
+                    raise _bad_index(
+                        "Only integers, slices (`:`), ellipsis (`...`), tf.newaxis (`None`) "
+                        f"and integer or boolean tensors are valid indices, got {k!r}", x)
+                if a.ndim == 0:
+                    return _index_spec(x, tuple(int(a) if kk is k else kk for kk in key))
+                n = shape[d]
+                a = a.astype(np.int64)
+                bad = (a < -n) | (a >= n)
+                if bad.any():
+                    v = int(a.reshape(-1)[np.argmax(bad.reshape(-1))])
+                    raise _bad_index(f"slice index {v} of dimension {d} out of bounds.", x)
+                a = np.where(a < 0, a + n, a)
+                idx = constant(a.astype(np.int32 if n < 2**31 else np.int64), device=x._device)
+            if adv is not None:
+                raise _bad_index(
+                    "only one integer-array index per subscript is supported; use "
+                    "tf.gather_nd for point-wise indexing with several index arrays", x)
+            adv = (o, idx)
+            spec.append(_FULL)
+            d += 1
+            o += 1
+    spec.append(Ellipsis)
+    return tuple(spec), adv
+
+
+def _is_mask(k):
+    if isinstance(k, (Tensor, Variable)):
+        return k.dtype.is_bool
+    if isinstance(k, np.ndarray):
+        return k.dtype.kind == "b"
+    if isinstance(k, list) and k:
+        a = np.asarray(k)
+        return a.dtype.kind == "b"
+    return False
+
+
+def _getitem_slow(x, key):
+    if type(key) is not tuple:
+        if _is_mask(key):
+            return boolean_mask(x, key)
+        key = (key,)
+    elif any(_is_mask(k) for k in key):
+        raise _bad_index("a boolean mask must be the only index; use tf.boolean_mask", x)
+    spec, adv = _index_spec(x, key)
+    if len(spec) > 1 or x._data.ndim == 0:
+        for e in spec:
+            if e is not _FULL and e is not Ellipsis:
+                y = execute(_STRIDED_SLICE, (x,), {"spec": spec})
+                break
+        else:
+            y = x
+    else:
+        y = x
+    if adv is not None:
+        y = gather(y, adv[1], axis=adv[0])
+    return y
+
+
+def _getitem(self, key):
+    """``x[key]``: ints, slices (any step), ``...``, ``None``/``tf.newaxis``, negative
+    indices, one integer list/array/tensor (gather semantics) and boolean masks.
+
+    >>> import tapeflow as tf
+    >>> x = tf.reshape(tf.range(12), [3, 4])
+    >>> print(x[1, ::2])
+    tf.Tensor([4 6], shape=(2,), dtype=int32)
+    >>> print(x[-1, [0, 3]])
+    tf.Tensor([ 8 11], shape=(2,), dtype=int32)
+    """
+    x = self if type(self) is Tensor else self.read_value()
+    if type(key) is int:
+        s = x._data.shape
+        if s:
+            n = s[0]
+            i = key + n if key < 0 else key
+            if 0 <= i < n:
+                return execute(_STRIDED_SLICE, (x,), {"spec": (i, Ellipsis)})
+    return _getitem_slow(x, key)
+
+
+def strided_slice(input_, begin, end, strides=None, begin_mask=0, end_mask=0, ellipsis_mask=0,
+                  new_axis_mask=0, shrink_axis_mask=0, var=None, name=None):
+    """TensorFlow's strided slice: ``input_[begin:end:strides]`` per dimension, with
+    bit masks (``begin_mask``: ignore begin[i], ``shrink_axis_mask``: index, ...).
+
+    >>> import tapeflow as tf
+    >>> print(tf.strided_slice([[1, 2, 3], [4, 5, 6]], [0, 2], [2, 0], [1, -1]))
+    tf.Tensor(
+    [[3 2]
+     [6 5]], shape=(2, 2), dtype=int32)
+    """
+    x = _tensor(input_)
+    b = _shape_tuple(begin, "StridedSlice")
+    e = _shape_tuple(end, "StridedSlice")
+    st = (1,) * len(b) if strides is None else _shape_tuple(strides, "StridedSlice")
+    if not len(b) == len(e) == len(st):
+        raise _bad_index("begin, end and strides must have the same length", x)
+    key = []
+    for i in _range(len(b)):
+        bit = 1 << i
+        if ellipsis_mask & bit:
+            key.append(Ellipsis)
+        elif new_axis_mask & bit:
+            key.append(None)
+        elif shrink_axis_mask & bit:
+            key.append(b[i])
+        else:
+            if st[i] == 0:
+                raise _bad_index(f"strides[{i}] must be non-zero", x)
+            key.append(_slice(None if begin_mask & bit else b[i], None if end_mask & bit else e[i],
+                              st[i]))
+    return _getitem_slow(x, tuple(key))
+
+
+# --- shape queries ------------------------------------------------------------------------
+
+_SHAPE = defop("Shape", inputs=("x",), attrs={"out_type": _dt.int32}, dtype_rule="none",
+               differentiable=False)
+_SIZE = defop("Size", inputs=("x",), attrs={"out_type": _dt.int32}, dtype_rule="none",
+              differentiable=False)
+_RANK = defop("Rank", inputs=("x",), dtype_rule="none", differentiable=False)
+_I32 = {"out_type": _dt.int32}
+
+
+def shape(input, out_type=_dt.int32, name=None):
+    """The shape of ``input`` as a 1-D int32 tensor (``out_type`` may be int64).
+
+    >>> import tapeflow as tf
+    >>> print(tf.shape(tf.zeros([2, 3])))
+    tf.Tensor([2 3], shape=(2,), dtype=int32)
+    """
+    return execute(_SHAPE, (input,), _I32 if out_type is _dt.int32 else
+                   {"out_type": _dt.as_dtype(out_type)})
+
+
+def size(input, out_type=_dt.int32, name=None):
+    """The number of elements of ``input`` as a scalar tensor.
+
+    >>> import tapeflow as tf
+    >>> int(tf.size(tf.zeros([2, 3])))
+    6
+    """
+    return execute(_SIZE, (input,), _I32 if out_type is _dt.int32 else
+                   {"out_type": _dt.as_dtype(out_type)})
+
+
+def rank(input, name=None):
+    """The number of dimensions of ``input`` as a scalar int32 tensor.
+
+    >>> import tapeflow as tf
+    >>> int(tf.rank(tf.zeros([2, 3])))
+    2
+    """
+    return execute(_RANK, (input,))
+
+
+# --- selection ------------------------------------------------------------------------------
+
+def _select_grad(ctx, dy):
+    c = ctx.inputs[0]
+    z = execute(_ZEROS_LIKE, (dy,), _LIKE_NONE)
+    return None, execute(_SELECT, (c, dy, z)), execute(_SELECT, (c, z, dy))
+
+
+_SELECT = defop("SelectV2", inputs=("condition", "x", "y"), dtype_rule="none", dtype_from=1,
+                broadcast=True, grad=_select_grad)
+_WHERE = defop("Where", inputs=("condition",), dtype_rule="none", differentiable=False)
+
+
+def where(condition, x=None, y=None, name=None):
+    """With ``x`` and ``y``: elements of ``x`` where ``condition`` is true, else of ``y``
+    (all three broadcast). Alone: the coordinates of the true (non-zero) elements of
+    ``condition``, an int64 tensor of shape ``[n, rank]``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.where([True, False, True], [1., 2., 3.], 0.))
+    tf.Tensor([1. 0. 3.], shape=(3,), dtype=float32)
+    >>> print(tf.where([[True, False], [False, True]]))
+    tf.Tensor(
+    [[0 0]
+     [1 1]], shape=(2, 2), dtype=int64)
+    """
+    if x is None and y is None:
+        return execute(_WHERE, (condition,))
+    if x is None or y is None:
+        raise ValueError("where: x and y must both be given or both be None")
+    c = _tensor(condition)
+    if not c.dtype.is_bool:
+        raise InvalidArgumentError(
+            f"where: condition must be a bool tensor when x and y are given, got "
+            f"{c.dtype.name}; compare first (e.g. tf.not_equal(c, 0))", op="SelectV2",
+            device=c._device)
+    if not (type(x) is Tensor and type(y) is Tensor and x._data.dtype == y._data.dtype):
+        x, y = _match_dtypes(x, y)
+    return execute(_SELECT, (c, x, y))
+
+
+where_v2 = where
+
+
+def boolean_mask(tensor, mask, axis=None, name="boolean_mask"):
+    """The elements (or slices) of ``tensor`` where ``mask`` is true; ``mask`` covers
+    dimensions ``axis .. axis + mask.ndim`` of ``tensor``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.boolean_mask([[1, 2], [3, 4], [5, 6]], [True, False, True]))
+    tf.Tensor(
+    [[1 2]
+     [5 6]], shape=(2, 2), dtype=int32)
+    """
+    x = _tensor(tensor)
+    m = mask if isinstance(mask, (Tensor, Variable)) else constant(mask, dtype=_dt.bool_,
+                                                                    device=x._device)
+    s = x._data.shape
+    ms = tuple(m.shape)
+    a = 0 if axis is None else _norm_axis1(axis, len(s), "Where", x._device)
+    k = len(ms)
+    if k == 0 or tuple(s[a:a + k]) != ms:
+        raise InvalidArgumentError(
+            f"boolean_mask: mask of shape {list(ms)} must match dimensions {a}..{a + k - 1} of "
+            f"the tensor of shape {list(s)}", op="Where", device=x._device)
+    if not m.dtype.is_bool:
+        raise InvalidArgumentError(f"boolean_mask: mask must be bool, got {m.dtype.name}",
+                                   op="Where", device=x._device)
+    if k > 1:
+        x = reshape(x, s[:a] + (_prod(ms),) + s[a + k:])
+        m = reshape(m, (-1,))
+    idx = reshape(execute(_WHERE, (m,)), (-1,))
+    return gather(x, idx, axis=a)
+
+
+# --- gather / scatter ---------------------------------------------------------------------
+
+def _gather_grad(ctx, dy):
+    params, indices = ctx.inputs
+    if not params.dtype.is_floating:
+        return None, None
+    axis = ctx.attrs["axis"]
+    b = ctx.attrs["batch_dims"]
+    ps = params._data.shape
+    n = ps[axis]
+    isz = _prod(indices._data.shape[b:])
+    inner = ps[axis + 1:]
+    rest = tuple(_range(3, 3 + len(inner)))
+    if b == 0:
+        ids = indices if indices.ndim == 1 else execute(_RESHAPE, (indices,), {"shape": (isz,)})
+        if axis == 0:
+            vals = execute(_RESHAPE, (dy,), {"shape": (isz,) + inner})
+            return unsorted_segment_sum(vals, ids, n), None
+        P = _prod(ps[:axis])
+        vals = execute(_RESHAPE, (dy,), {"shape": (P, isz) + inner})
+        vals = execute(_TRANSPOSE, (vals,), {"perm": (1, 0) + tuple(r - 1 for r in rest)})
+        s = unsorted_segment_sum(vals, ids, n)
+        s = execute(_TRANSPOSE, (s,), {"perm": (1, 0) + tuple(r - 1 for r in rest)})
+        return execute(_RESHAPE, (s,), {"shape": ps}), None
+    B = _prod(ps[:b])
+    P = _prod(ps[b:axis])
+    vals = execute(_RESHAPE, (dy,), {"shape": (B, P, isz) + inner})
+    vals = execute(_TRANSPOSE, (vals,), {"perm": (0, 2, 1) + rest})
+    vals = execute(_RESHAPE, (vals,), {"shape": (B * isz, P) + inner})
+    with _devs.device(indices._device):
+        offs = range(0, B * n, n, dtype=indices.dtype) if B else zeros((0,), indices.dtype)
+    from .math import add
+    ids = add(execute(_RESHAPE, (indices,), {"shape": (B, isz)}),
+              execute(_RESHAPE, (offs,), {"shape": (B, 1)}))
+    ids = execute(_RESHAPE, (ids,), {"shape": (B * isz,)})
+    s = unsorted_segment_sum(vals, ids, B * n)
+    s = execute(_RESHAPE, (s,), {"shape": (B, n, P) + inner})
+    s = execute(_TRANSPOSE, (s,), {"perm": (0, 2, 1) + rest})
+    return execute(_RESHAPE, (s,), {"shape": ps}), None
+
+
+_GATHER = defop("GatherV2", inputs=("params", "indices"), attrs={"axis": 0, "batch_dims": 0},
+                dtype_rule="none", grad=_gather_grad)
+_GATHER_ATTRS0 = {"axis": 0, "batch_dims": 0}
+
+
+def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name=None):
+    """Slices of ``params`` along ``axis`` at ``indices`` (an embedding lookup along 0).
+    Indices outside ``[0, params.shape[axis])`` raise InvalidArgumentError.
+
+    >>> import tapeflow as tf
+    >>> print(tf.gather([10., 20., 30.], [2, 0]))
+    tf.Tensor([30. 10.], shape=(2,), dtype=float32)
+    >>> print(tf.gather([[1, 2], [3, 4]], [1], axis=1))
+    tf.Tensor(
+    [[2]
+     [4]], shape=(2, 1), dtype=int32)
+    """
+    if not batch_dims and (axis is None or axis == 0) and type(params) is not list:
+        if type(params) is Tensor or type(params) is Variable:
+            if params.ndim:
+                return execute(_GATHER, (params, indices), _GATHER_ATTRS0)
+    nd = _ndim(params)
+    dev = _here(params)
+    b = _index(batch_dims)
+    if b < 0:
+        b += _ndim(indices)
+    a = b if axis is None else _norm_axis1(axis, nd, "GatherV2", dev)
+    if not 0 <= b <= a or b > _ndim(indices):
+        raise InvalidArgumentError(
+            f"batch_dims ({batch_dims}) must be non-negative, at most the rank of indices and "
+            f"at most axis ({a})", op="GatherV2", device=dev)
+    if nd == 0:
+        raise InvalidArgumentError("params must be at least 1 dimensional", op="GatherV2",
+                                   device=dev)
+    return execute(_GATHER, (params, indices), {"axis": a, "batch_dims": b})
+
+
+def _gather_nd_grad(ctx, dy):
+    params, indices = ctx.inputs
+    if not params.dtype.is_floating:
+        return None, None
+    return execute(_SCATTER_ND, (indices, dy), {"shape": params._data.shape}), None
+
+
+_GATHER_ND = defop("GatherNd", inputs=("params", "indices"), dtype_rule="none",
+                   grad=_gather_nd_grad)
+
+
+def gather_nd(params, indices, batch_dims=0, name=None):
+    """``params[indices[..., 0], indices[..., 1], ...]``: the innermost dimension of
+    ``indices`` indexes the leading dimensions of ``params``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.gather_nd([[1, 2], [3, 4]], [[0, 1], [1, 0]]))
+    tf.Tensor([2 3], shape=(2,), dtype=int32)
+    """
+    if not batch_dims:
+        return execute(_GATHER_ND, (params, indices))
+    p = _tensor(params)
+    ind = _tensor(indices)
+    b = _index(batch_dims)
+    ps, ins = p._data.shape, ind._data.shape
+    if b < 0 or b >= len(ins) or ps[:b] != ins[:b]:
+        raise InvalidArgumentError(
+            f"gather_nd: batch_dims={batch_dims} needs params.shape[:{b}] == "
+            f"indices.shape[:{b}], got {list(ps)} and {list(ins)}", op="GatherNd",
+            device=p._device)
+    B = _prod(ps[:b])
+    M = _prod(ins[b:-1])
+    K = ins[-1]
+    p2 = reshape(p, (B,) + ps[b:])
+    i2 = reshape(ind, (B, M, K))
+    with _devs.device(ind._device):
+        bidx = broadcast_to(reshape(range(B, dtype=ind.dtype), (B, 1, 1)), (B, M, 1))
+    out = gather_nd(p2, concat([bidx, i2], -1))
+    return reshape(out, ins[:-1] + ps[b + K:])
+
+
+def _scatter_nd_grad(ctx, dy):
+    indices, updates = ctx.inputs
+    if not updates.dtype.is_floating:
+        return None, None
+    return None, execute(_GATHER_ND, (dy, indices))
+
+
+_SCATTER_ND = defop("ScatterNd", inputs=("indices", "updates"), attrs={"shape": None},
+                    dtype_rule="none", dtype_from=1, grad=_scatter_nd_grad)
+
+
+def scatter_nd(indices, updates, shape, name=None):
+    """Zeros of ``shape`` with ``updates`` added at ``indices`` (duplicates sum up).
+
+    >>> import tapeflow as tf
+    >>> print(tf.scatter_nd([[1], [3], [1]], [1., 2., 3.], [5]))
+    tf.Tensor([0. 4. 0. 2. 0.], shape=(5,), dtype=float32)
+    """
+    s = _shape_tuple(shape, "ScatterNd")
+    if any(d < 0 for d in s):
+        raise InvalidArgumentError(f"scatter_nd: shape must be non-negative, got {list(s)}",
+                                   op="ScatterNd", device=_here(updates))
+    return execute(_SCATTER_ND, (indices, updates), {"shape": s})
+
+
+def _segment_sum_grad(ctx, dy):
+    data, ids = ctx.inputs
+    if not data.dtype.is_floating:
+        return None, None
+    n = ctx.attrs["num_segments"]
+    if n == 0:
+        return zeros_like(data), None
+    from . import math as _m
+    # gather, dropping negative ids (their data was dropped in the forward pass)
+    g = gather(dy, clip_by_value(ids, 0, n - 1))
+    keep = _m.cast(_m.add(clip_by_value(ids, -1, 0), 1), dy.dtype)
+    keep = execute(_RESHAPE, (keep,), {"shape": ids._data.shape + (1,) * (dy.ndim - 1)})
+    return _m.multiply(g, keep), None
+
+
+_SEGMENT_SUM = defop("UnsortedSegmentSum", inputs=("data", "segment_ids"),
+                     attrs={"num_segments": None}, dtype_rule="none", grad=_segment_sum_grad)
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
+    """``out[i] = sum(data[j] for j where segment_ids[j] == i)`` for ``i < num_segments``
+    (entries with a negative id are dropped).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.unsorted_segment_sum([1., 2., 3.], [1, 0, 1], 2))
+    tf.Tensor([2. 4.], shape=(2,), dtype=float32)
+    """
+    n = _index(_scalar_value(num_segments, "num_segments", "UnsortedSegmentSum"))
+    if n < 0:
+        raise InvalidArgumentError(f"num_segments must be non-negative, got {n}",
+                                   op="UnsortedSegmentSum", device=_here(data))
+    return execute(_SEGMENT_SUM, (data, segment_ids), {"num_segments": n})
+
+
+# --- values ----------------------------------------------------------------------------------
 
 def _identity_grad(ctx, dy):
     return dy
@@ -133,5 +1365,128 @@ _IDENTITY = defop("Identity", inputs=("x",), dtype_rule="none", grad=_identity_g
 
 
 def identity(input, name=None):
-    """The same value as a new tensor (recorded, so gradients flow through)."""
+    """The same value as a new tensor (recorded, so gradients flow through).
+
+    >>> import tapeflow as tf
+    >>> print(tf.identity([1, 2]))
+    tf.Tensor([1 2], shape=(2,), dtype=int32)
+    """
     return execute(_IDENTITY, (input,))
+
+
+_STOP_GRADIENT = defop("StopGradient", inputs=("x",), dtype_rule="none", differentiable=False)
+
+
+def stop_gradient(input, name=None):
+    """The same value, treated as a constant by gradient tapes.
+
+    >>> import tapeflow as tf
+    >>> x = tf.constant(3.)
+    >>> with tf.GradientTape() as t:
+    ...     t.watch(x)
+    ...     y = x * tf.stop_gradient(x)
+    >>> float(t.gradient(y, x))
+    3.0
+    """
+    return execute(_STOP_GRADIENT, (input,))
+
+
+def _clip_grad(ctx, dy):
+    t, lo, hi = ctx.inputs
+    if not t.dtype.is_floating:
+        return None, None, None
+    from . import math as _m
+    z = execute(_ZEROS_LIKE, (dy,), _LIKE_NONE)
+    below = _m.less(t, lo)
+    above = _m.greater(t, hi)
+    inside = execute(_SELECT, (below, z, execute(_SELECT, (above, z, dy))))
+    return inside, execute(_SELECT, (below, dy, z)), execute(_SELECT, (above, dy, z))
+
+
+_CLIP = defop("ClipByValue", inputs=("t", "clip_value_min", "clip_value_max"), broadcast=True,
+              grad=_clip_grad)
+
+
+def clip_by_value(t, clip_value_min, clip_value_max, name=None):
+    """``min(max(t, clip_value_min), clip_value_max)``; the gradient passes where
+    ``t`` is inside the range.
+
+    >>> import tapeflow as tf
+    >>> print(tf.clip_by_value([-2., 0.5, 3.], -1., 1.))
+    tf.Tensor([-1.   0.5  1. ], shape=(3,), dtype=float32)
+    """
+    return execute(_CLIP, (t, clip_value_min, clip_value_max))
+
+
+def clip_by_norm(t, clip_norm, axes=None, name=None):
+    """Rescale ``t`` so its L2 norm (over ``axes``, all by default) is at most
+    ``clip_norm``: ``t * clip_norm / max(norm(t), clip_norm)``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.clip_by_norm([3., 4.], 1.))
+    tf.Tensor([0.6 0.8], shape=(2,), dtype=float32)
+    """
+    from . import math as _m
+    from .reductions import reduce_sum
+    t = _tensor(t)
+    if isinstance(clip_norm, (Tensor, Variable)) and clip_norm.dtype is not t.dtype:
+        clip_norm = _m.cast(clip_norm, t.dtype)
+    l2sum = reduce_sum(_m.multiply(t, t), axis=axes, keepdims=True)
+    pred = _m.greater(l2sum, 0)
+    l2sum_safe = where(pred, l2sum, ones_like(l2sum))
+    l2norm = where(pred, _m.sqrt(l2sum_safe), l2sum)
+    return _m.divide(_m.multiply(t, clip_norm), _m.maximum(l2norm, clip_norm))
+
+
+def _global_norm(ts):
+    from . import math as _m
+    from .reductions import reduce_sum
+    dt = ts[0].dtype
+    total = None
+    for v in ts:
+        if v.dtype is not dt:
+            v = _m.cast(v, dt)
+        s = reduce_sum(_m.multiply(v, v))
+        total = s if total is None else _m.add(total, s)
+    return _m.sqrt(total)
+
+
+def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
+    """Scale every tensor of ``t_list`` by ``clip_norm / max(global_norm, clip_norm)``,
+    where ``global_norm = sqrt(sum(||t||^2))``; returns ``(list, global_norm)``.
+    ``None`` entries stay ``None``.
+
+    >>> import tapeflow as tf
+    >>> ts, n = tf.clip_by_global_norm([tf.constant([3.]), tf.constant([4.])], 1.)
+    >>> float(n), [round(float(t[0]), 3) for t in ts]
+    (5.0, [0.6, 0.8])
+    """
+    from . import math as _m
+    ts = [None if v is None else _tensor(v) for v in t_list]
+    present = [v for v in ts if v is not None]
+    if use_norm is None:
+        if not present:
+            raise InvalidArgumentError("clip_by_global_norm: t_list has no tensors",
+                                       op="ClipByGlobalNorm", device=_here())
+        use_norm = _global_norm(present)
+    else:
+        use_norm = _tensor(use_norm)
+    dt = use_norm.dtype
+    if isinstance(clip_norm, (Tensor, Variable)) and clip_norm.dtype is not dt:
+        clip_norm = _m.cast(clip_norm, dt)
+    scale = _m.multiply(clip_norm, _m.minimum(_m.divide(1.0, use_norm),
+                                              _m.divide(1.0, clip_norm)))
+    # inf or nan norms give nan (as in TF) instead of silently zeroing everything
+    scale = _m.add(scale, _m.subtract(use_norm, use_norm))
+    out = [None if v is None else
+           _m.multiply(v, scale if v.dtype is dt else _m.cast(scale, v.dtype)) for v in ts]
+    return out, use_norm
+
+
+# --- Tensor / Variable indexing ------------------------------------------------------------
+
+for _cls in (Tensor, Variable):
+    _cls.__getitem__ = _getitem
+del _cls
+
+TensorShape  # noqa: B018  (re-exported for _shape_tuple's callers)

@@ -16,6 +16,7 @@ or the policy is ``"silent"``/``"warn"``; else DeviceMismatchError.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import numpy as np
@@ -257,8 +258,11 @@ def binary(op, a, b):
 
 
 def make_binary_operator(op, reverse=False):
-    """A Tensor dunder method for ``op`` with the fast path inlined (one Python
-    frame between ``a + b`` and the kernel)."""
+    """A Tensor dunder method for ``op`` with the fast path inlined: the C version
+    from ``tapeflow._speedups`` when it was built (and ``TAPEFLOW_PURE_PYTHON`` is
+    unset), else one Python frame between ``a + b`` and the kernel."""
+    if _speedups is not None:
+        return _speedups.binop(op, op.fast, reverse)
     fast = op.fast
 
     if reverse:
@@ -451,3 +455,17 @@ def _translate(e, op, dev, tensors, attrs):
 from .registry import OpDef  # noqa: E402
 
 _COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad)
+
+
+def _load_speedups():
+    if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _speedups as sp
+    except ImportError:
+        return None
+    sp.init(Tensor, _scopes, _tapes_active, binary, record)
+    return sp
+
+
+_speedups = _load_speedups()

@@ -3,24 +3,103 @@
 Gradient rules are written with tapeflow ops, so they run on every device and
 are differentiable again (higher order for free). Broadcasting is undone by the
 core for ops declared ``broadcast=True``; rules return full-shape gradients.
+Rules return ``None`` for integer inputs (integers have no gradient).
+
+Operators on Tensor and Variable are installed here: ``+ - * / // % **``
+(both directions), unary ``-``, ``abs()``, the comparisons ``< <= > >= == !=``
+(elementwise, TF2 semantics) and ``& | ^ ~`` for bool tensors.
 
 >>> import tapeflow as tf
 >>> print(tf.add(tf.constant([[1, 2], [3, 4]]), 1))
 tf.Tensor(
 [[2 3]
  [4 5]], shape=(2, 2), dtype=int32)
+>>> x = tf.constant([1., 4.])
+>>> print(x ** 2 - 2 * x)
+tf.Tensor([-1.  8.], shape=(2,), dtype=float32)
+>>> print(x >= 2.)
+tf.Tensor([False  True], shape=(2,), dtype=bool)
 """
 
 from __future__ import annotations
 
+import math as _pymath
+
+import numpy as np
+
 from . import dtypes as _dt
 from ._builtin import defop
-from .execute import binary, execute, make_binary_operator
+from .errors import InvalidArgumentError, TapeflowError
+from .execute import binary, constant, convert_to_tensor, execute, make_binary_operator
 from .tensor import Tensor, Variable
 
-__all__ = ["add", "subtract", "multiply", "divide", "truediv", "negative", "cast"]
+__all__ = [
+    # arithmetic
+    "add", "subtract", "multiply", "divide", "truediv", "floordiv", "floor_divide", "floor_div",
+    "mod", "floormod", "pow", "maximum", "minimum", "squared_difference", "atan2", "add_n",
+    "negative", "cast",
+    # unary
+    "abs", "sign", "square", "sqrt", "rsqrt", "exp", "log", "log1p", "expm1", "sin", "cos",
+    "tan", "tanh", "sigmoid", "softplus", "reciprocal", "floor", "ceil", "round", "erf",
+    "is_nan", "is_finite", "is_inf",
+    # comparison and logic
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+    "logical_and", "logical_or", "logical_xor", "logical_not",
+]
 
 _E: dict = {}
+
+
+def _fl(t):
+    """True when ``t`` (an op input) is floating point, i.e. has a gradient."""
+    return t._data.dtype.kind == "f"
+
+
+# --- shape inference for broadcasting binary ops (used to explain bad input) ----------
+
+def _broadcast_shape(a, b):
+    """NumPy broadcast of two shapes, or None when they are incompatible."""
+    a = tuple(a)
+    b = tuple(b)
+    if len(a) < len(b):
+        a = (1,) * (len(b) - len(a)) + a
+    else:
+        b = (1,) * (len(a) - len(b)) + b
+    out = []
+    for da, db in zip(a, b):
+        if da == db or db == 1:
+            out.append(da)
+        elif da == 1:
+            out.append(db)
+        else:
+            return None
+    return tuple(out)
+
+
+def _bcast_infer(out_dtype):
+    """``infer`` for a broadcasting binary op; ``out_dtype``: None (the inputs'),
+    a DType, or ``"div"`` (integers divide to float64)."""
+    def infer(shapes, dtypes, attrs):
+        s = _broadcast_shape(shapes[0], shapes[1])
+        if s is None:
+            raise InvalidArgumentError(
+                f"Incompatible shapes: {list(shapes[0])} vs. {list(shapes[1])}")
+        d = dtypes[0]
+        if out_dtype == "div":
+            d = d if d.is_floating else _dt.float64
+        elif out_dtype is not None:
+            d = out_dtype
+        return [(s, d)]
+    return infer
+
+
+_SAME = _bcast_infer(None)
+_BOOL = _bcast_infer(_dt.bool_)
+
+
+def _bin(name, grad=None, infer=_SAME, differentiable=True):
+    return defop(name, inputs=("x", "y"), broadcast=True, grad=grad, infer=infer,
+                 differentiable=differentiable)
 
 
 # --- binary arithmetic -------------------------------------------------------------
@@ -40,16 +119,83 @@ def _mul_grad(ctx, dy):
 
 def _div_grad(ctx, dy):
     x, y = ctx.inputs
-    if not x.dtype.is_floating:
+    if not _fl(x):
         return None, None
     gx = divide(dy, y)
     return gx, negative(multiply(gx, divide(x, y)))
 
 
-_ADD = defop("Add", inputs=("x", "y"), broadcast=True, grad=_add_grad)
-_SUB = defop("Sub", inputs=("x", "y"), broadcast=True, grad=_sub_grad)
-_MUL = defop("Mul", inputs=("x", "y"), broadcast=True, grad=_mul_grad)
-_DIV = defop("RealDiv", inputs=("x", "y"), broadcast=True, grad=_div_grad)
+def _mod_grad(ctx, dy):
+    x, y = ctx.inputs
+    if not _fl(x):
+        return None, None
+    return dy, negative(multiply(dy, floordiv(x, y)))
+
+
+def _log_pos(x):
+    """``log(x)`` where ``x > 0``, else 0 -- differentiable, and never NaN/inf for
+    ``x <= 0`` (the log sees the smallest subnormal there)."""
+    tiny = x.dtype.np.type(np.finfo(x.dtype.np).smallest_subnormal)
+    mask = cast(greater(x, 0), x.dtype)
+    return multiply(log(maximum(x, tiny)), mask)
+
+
+def _pow_grad(ctx, dy):
+    x, y = ctx.inputs
+    if not _fl(x):
+        return None, None
+    z = ctx.outputs[0]
+    gx = multiply(dy, multiply(y, pow(x, subtract(y, 1))))
+    gy = multiply(dy, multiply(z, _log_pos(x)))
+    return gx, gy
+
+
+def _maximum_grad(ctx, dy):
+    x, y = ctx.inputs
+    if not _fl(x):
+        return None, None
+    m = cast(greater_equal(x, y), dy.dtype)      # ties go to x, as in TF
+    return multiply(dy, m), multiply(dy, subtract(1, m))
+
+
+def _minimum_grad(ctx, dy):
+    x, y = ctx.inputs
+    if not _fl(x):
+        return None, None
+    m = cast(less_equal(x, y), dy.dtype)
+    return multiply(dy, m), multiply(dy, subtract(1, m))
+
+
+def _sqdiff_grad(ctx, dy):
+    x, y = ctx.inputs
+    if not _fl(x):
+        return None, None
+    g = multiply(multiply(dy, subtract(x, y)), 2)
+    return g, negative(g)
+
+
+def _atan2_grad(ctx, dy):
+    y, x = ctx.inputs
+    d = divide(dy, add(square(x), square(y)))
+    return multiply(x, d), negative(multiply(y, d))
+
+
+def _addn_grad(ctx, dy):
+    return (dy,) * len(ctx.inputs)
+
+
+_ADD = _bin("Add", _add_grad)
+_SUB = _bin("Sub", _sub_grad)
+_MUL = _bin("Mul", _mul_grad)
+_DIV = _bin("RealDiv", _div_grad, infer=_bcast_infer("div"))
+_FLOORDIV = _bin("FloorDiv", differentiable=False)
+_MOD = _bin("FloorMod", _mod_grad)
+_POW = _bin("Pow", _pow_grad)
+_MAXIMUM = _bin("Maximum", _maximum_grad)
+_MINIMUM = _bin("Minimum", _minimum_grad)
+_SQDIFF = _bin("SquaredDifference", _sqdiff_grad)
+_ATAN2 = defop("Atan2", inputs=("y", "x"), broadcast=True, grad=_atan2_grad, infer=_SAME)
+_ADDN = defop("AddN", inputs=("*inputs",), grad=_addn_grad)
 
 
 def add(x, y, name=None):
@@ -63,7 +209,12 @@ def add(x, y, name=None):
 
 
 def subtract(x, y, name=None):
-    """``x - y`` with broadcasting."""
+    """``x - y`` with broadcasting.
+
+    >>> import tapeflow as tf
+    >>> print(tf.subtract([5, 6], 1))
+    tf.Tensor([4 5], shape=(2,), dtype=int32)
+    """
     return binary(_SUB, x, y)
 
 
@@ -78,23 +229,573 @@ def multiply(x, y, name=None):
 
 
 def divide(x, y, name=None):
-    """True division ``x / y`` (integers divide to float64, as NumPy and TF do)."""
+    """True division ``x / y`` (integers divide to float64, as NumPy and TF do).
+
+    >>> import tapeflow as tf
+    >>> print(tf.divide(tf.constant([3, 4]), 2))
+    tf.Tensor([1.5 2. ], shape=(2,), dtype=float64)
+    """
     return binary(_DIV, x, y)
 
 
 truediv = divide
 
 
+def floordiv(x, y, name=None):
+    """``x // y``: division rounded toward negative infinity (op ``FloorDiv``).
+    Not differentiable. Integer division by zero raises InvalidArgumentError.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.floordiv([7, -7], 2))
+    tf.Tensor([ 3 -4], shape=(2,), dtype=int32)
+    """
+    return binary(_FLOORDIV, x, y)
+
+
+floor_divide = floor_div = floordiv
+
+
+def mod(x, y, name=None):
+    """``x % y`` with Python semantics: the result has the sign of ``y``
+    (op ``FloorMod``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.mod([7, -7], 3))
+    tf.Tensor([1 2], shape=(2,), dtype=int32)
+    """
+    return binary(_MOD, x, y)
+
+
+floormod = mod
+
+
+def pow(x, y, name=None):  # noqa: A001  (tf.pow)
+    """``x ** y`` elementwise. Integers to negative integer powers raise
+    InvalidArgumentError.
+
+    >>> import tapeflow as tf
+    >>> print(tf.pow(tf.constant([2., 3.]), 2))
+    tf.Tensor([4. 9.], shape=(2,), dtype=float32)
+    """
+    return binary(_POW, x, y)
+
+
+def maximum(x, y, name=None):
+    """Elementwise maximum (the gradient goes to ``x`` where ``x >= y``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.maximum([1., 5.], 3.))
+    tf.Tensor([3. 5.], shape=(2,), dtype=float32)
+    """
+    return binary(_MAXIMUM, x, y)
+
+
+def minimum(x, y, name=None):
+    """Elementwise minimum (the gradient goes to ``x`` where ``x <= y``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.minimum([1., 5.], 3.))
+    tf.Tensor([1. 3.], shape=(2,), dtype=float32)
+    """
+    return binary(_MINIMUM, x, y)
+
+
+def squared_difference(x, y, name=None):
+    """``(x - y) ** 2`` elementwise.
+
+    >>> import tapeflow as tf
+    >>> print(tf.squared_difference([1., 5.], 3.))
+    tf.Tensor([4. 4.], shape=(2,), dtype=float32)
+    """
+    return binary(_SQDIFF, x, y)
+
+
+def atan2(y, x, name=None):
+    """The angle of the point ``(x, y)``: ``arctan(y / x)`` in the right quadrant.
+
+    >>> import tapeflow as tf
+    >>> print(tf.atan2(1., -1.))
+    tf.Tensor(2.3561945, shape=(), dtype=float32)
+    """
+    return binary(_ATAN2, y, x)
+
+
+def add_n(inputs, name=None):
+    """The sum of a list of tensors of one shape (op ``AddN``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.add_n([[1., 2.], [3., 4.], [5., 6.]]))
+    tf.Tensor([ 9. 12.], shape=(2,), dtype=float32)
+    """
+    vals = tuple(inputs)
+    if not vals:
+        raise InvalidArgumentError("add_n needs at least one input tensor", op="AddN")
+    if len(vals) == 1 and isinstance(vals[0], (list, tuple)):
+        vals = (convert_to_tensor(vals[0]),)
+    return execute(_ADDN, vals)
+
+
+# --- unary -----------------------------------------------------------------------
+
 def _neg_grad(ctx, dy):
     return negative(dy)
 
 
-_NEG = defop("Neg", inputs=("x",), grad=_neg_grad)
+def _abs_grad(ctx, dy):
+    x = ctx.inputs[0]
+    return multiply(dy, sign(x)) if _fl(x) else None
+
+
+def _square_grad(ctx, dy):
+    x = ctx.inputs[0]
+    return multiply(multiply(dy, x), 2) if _fl(x) else None
+
+
+def _sqrt_grad(ctx, dy):
+    return divide(multiply(dy, 0.5), ctx.outputs[0])
+
+
+def _rsqrt_grad(ctx, dy):
+    z = ctx.outputs[0]
+    return multiply(multiply(dy, -0.5), multiply(square(z), z))
+
+
+def _exp_grad(ctx, dy):
+    return multiply(dy, ctx.outputs[0])
+
+
+def _log_grad(ctx, dy):
+    return divide(dy, ctx.inputs[0])
+
+
+def _log1p_grad(ctx, dy):
+    return divide(dy, add(ctx.inputs[0], 1))
+
+
+def _expm1_grad(ctx, dy):
+    return multiply(dy, exp(ctx.inputs[0]))
+
+
+def _sin_grad(ctx, dy):
+    return multiply(dy, cos(ctx.inputs[0]))
+
+
+def _cos_grad(ctx, dy):
+    return negative(multiply(dy, sin(ctx.inputs[0])))
+
+
+def _tan_grad(ctx, dy):
+    return multiply(dy, add(square(ctx.outputs[0]), 1))
+
+
+def _tanh_grad(ctx, dy):
+    return multiply(dy, subtract(1, square(ctx.outputs[0])))
+
+
+def _sigmoid_grad(ctx, dy):
+    z = ctx.outputs[0]
+    return multiply(dy, multiply(z, subtract(1, z)))
+
+
+def _softplus_grad(ctx, dy):
+    return multiply(dy, sigmoid(ctx.inputs[0]))
+
+
+def _reciprocal_grad(ctx, dy):
+    return negative(multiply(dy, square(ctx.outputs[0])))
+
+
+_TWO_OVER_SQRT_PI = 2.0 / _pymath.sqrt(_pymath.pi)
+
+
+def _erf_grad(ctx, dy):
+    x = ctx.inputs[0]
+    return multiply(dy, multiply(exp(negative(square(x))), _TWO_OVER_SQRT_PI))
+
+
+def _un(name, grad=None, differentiable=True):
+    return defop(name, inputs=("x",), grad=grad, differentiable=differentiable)
+
+
+_NEG = _un("Neg", _neg_grad)
+_ABS = _un("Abs", _abs_grad)
+_SIGN = _un("Sign", differentiable=False)
+_SQUARE = _un("Square", _square_grad)
+_SQRT = _un("Sqrt", _sqrt_grad)
+_RSQRT = _un("Rsqrt", _rsqrt_grad)
+_EXP = _un("Exp", _exp_grad)
+_LOG = _un("Log", _log_grad)
+_LOG1P = _un("Log1p", _log1p_grad)
+_EXPM1 = _un("Expm1", _expm1_grad)
+_SIN = _un("Sin", _sin_grad)
+_COS = _un("Cos", _cos_grad)
+_TAN = _un("Tan", _tan_grad)
+_TANH = _un("Tanh", _tanh_grad)
+_SIGMOID = _un("Sigmoid", _sigmoid_grad)
+_SOFTPLUS = _un("Softplus", _softplus_grad)
+_RECIPROCAL = _un("Reciprocal", _reciprocal_grad)
+_FLOOR = _un("Floor", differentiable=False)
+_CEIL = _un("Ceil", differentiable=False)
+_ROUND = _un("Round", differentiable=False)
+_ERF = _un("Erf", _erf_grad)
+_IS_NAN = _un("IsNan", differentiable=False)
+_IS_FINITE = _un("IsFinite", differentiable=False)
+_IS_INF = _un("IsInf", differentiable=False)
 
 
 def negative(x, name=None):
-    """``-x``."""
+    """``-x``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.negative([1, -2]))
+    tf.Tensor([-1  2], shape=(2,), dtype=int32)
+    """
     return execute(_NEG, (x,))
+
+
+def abs(x, name=None):  # noqa: A001  (tf.abs)
+    """``|x|`` (the gradient is ``sign(x)``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.abs([-1.5, 2.]))
+    tf.Tensor([1.5 2. ], shape=(2,), dtype=float32)
+    """
+    return execute(_ABS, (x,))
+
+
+def sign(x, name=None):
+    """-1, 0 or 1 by the sign of ``x`` (not differentiable).
+
+    >>> import tapeflow as tf
+    >>> print(tf.sign([-3., 0., 2.]))
+    tf.Tensor([-1.  0.  1.], shape=(3,), dtype=float32)
+    """
+    return execute(_SIGN, (x,))
+
+
+def square(x, name=None):
+    """``x * x``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.square([2, 3]))
+    tf.Tensor([4 9], shape=(2,), dtype=int32)
+    """
+    return execute(_SQUARE, (x,))
+
+
+def sqrt(x, name=None):
+    """Square root (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.sqrt([4., 9.]))
+    tf.Tensor([2. 3.], shape=(2,), dtype=float32)
+    """
+    return execute(_SQRT, (x,))
+
+
+def rsqrt(x, name=None):
+    """``1 / sqrt(x)`` (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.rsqrt([4., 16.]))
+    tf.Tensor([0.5  0.25], shape=(2,), dtype=float32)
+    """
+    return execute(_RSQRT, (x,))
+
+
+def exp(x, name=None):
+    """``e ** x`` (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.exp(0.))
+    tf.Tensor(1.0, shape=(), dtype=float32)
+    """
+    return execute(_EXP, (x,))
+
+
+def log(x, name=None):
+    """Natural logarithm (floats); ``tf.log`` in TF1 spelling.
+
+    >>> import tapeflow as tf
+    >>> print(tf.log(1.))
+    tf.Tensor(0.0, shape=(), dtype=float32)
+    """
+    return execute(_LOG, (x,))
+
+
+def log1p(x, name=None):
+    """``log(1 + x)``, accurate for small ``x``.
+
+    >>> import tapeflow as tf
+    >>> float(tf.math.log1p(1e-10)) > 0
+    True
+    """
+    return execute(_LOG1P, (x,))
+
+
+def expm1(x, name=None):
+    """``exp(x) - 1``, accurate for small ``x``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.expm1(0.))
+    tf.Tensor(0.0, shape=(), dtype=float32)
+    """
+    return execute(_EXPM1, (x,))
+
+
+def sin(x, name=None):
+    """Sine (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.sin(0.))
+    tf.Tensor(0.0, shape=(), dtype=float32)
+    """
+    return execute(_SIN, (x,))
+
+
+def cos(x, name=None):
+    """Cosine (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.cos(0.))
+    tf.Tensor(1.0, shape=(), dtype=float32)
+    """
+    return execute(_COS, (x,))
+
+
+def tan(x, name=None):
+    """Tangent (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.tan(0.))
+    tf.Tensor(0.0, shape=(), dtype=float32)
+    """
+    return execute(_TAN, (x,))
+
+
+def tanh(x, name=None):
+    """Hyperbolic tangent (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.tanh([0., 100.]))
+    tf.Tensor([0. 1.], shape=(2,), dtype=float32)
+    """
+    return execute(_TANH, (x,))
+
+
+def sigmoid(x, name=None):
+    """``1 / (1 + exp(-x))``, stable for large ``|x|``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.sigmoid([0., -1000., 1000.]))
+    tf.Tensor([0.5 0.  1. ], shape=(3,), dtype=float32)
+    """
+    return execute(_SIGMOID, (x,))
+
+
+def softplus(x, name=None):
+    """``log(1 + exp(x))``, stable for large ``|x|``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.softplus([0., 1000., -1000.]))
+    tf.Tensor([6.931472e-01 1.000000e+03 0.000000e+00], shape=(3,), dtype=float32)
+    """
+    return execute(_SOFTPLUS, (x,))
+
+
+def reciprocal(x, name=None):
+    """``1 / x`` (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.reciprocal([2., 4.]))
+    tf.Tensor([0.5  0.25], shape=(2,), dtype=float32)
+    """
+    return execute(_RECIPROCAL, (x,))
+
+
+def floor(x, name=None):
+    """Round toward negative infinity (floats; not differentiable).
+
+    >>> import tapeflow as tf
+    >>> print(tf.floor([-1.5, 1.5]))
+    tf.Tensor([-2.  1.], shape=(2,), dtype=float32)
+    """
+    return execute(_FLOOR, (x,))
+
+
+def ceil(x, name=None):
+    """Round toward positive infinity (floats; not differentiable).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.ceil([-1.5, 1.5]))
+    tf.Tensor([-1.  2.], shape=(2,), dtype=float32)
+    """
+    return execute(_CEIL, (x,))
+
+
+def round(x, name=None):  # noqa: A001  (tf.round)
+    """Round half to even ("banker's rounding", as TF and NumPy); integers are
+    returned unchanged. Not differentiable.
+
+    >>> import tapeflow as tf
+    >>> print(tf.round([0.5, 1.5, 2.5, -0.5]))
+    tf.Tensor([ 0.  2.  2. -0.], shape=(4,), dtype=float32)
+    """
+    return execute(_ROUND, (x,))
+
+
+def erf(x, name=None):
+    """The Gauss error function (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.erf(0.))
+    tf.Tensor(0.0, shape=(), dtype=float32)
+    """
+    return execute(_ERF, (x,))
+
+
+def is_nan(x, name=None):
+    """Where ``x`` is NaN (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.is_nan([1., float("nan")]))
+    tf.Tensor([False  True], shape=(2,), dtype=bool)
+    """
+    return execute(_IS_NAN, (x,))
+
+
+def is_finite(x, name=None):
+    """Where ``x`` is neither infinite nor NaN (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.is_finite([1., float("inf")]))
+    tf.Tensor([ True False], shape=(2,), dtype=bool)
+    """
+    return execute(_IS_FINITE, (x,))
+
+
+def is_inf(x, name=None):
+    """Where ``x`` is +inf or -inf (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.is_inf([1., float("-inf")]))
+    tf.Tensor([False  True], shape=(2,), dtype=bool)
+    """
+    return execute(_IS_INF, (x,))
+
+
+# --- comparison and logic (not differentiable; bool results) ---------------------------
+
+_EQUAL = _bin("Equal", infer=_BOOL, differentiable=False)
+_NOT_EQUAL = _bin("NotEqual", infer=_BOOL, differentiable=False)
+_LESS = _bin("Less", infer=_BOOL, differentiable=False)
+_LESS_EQUAL = _bin("LessEqual", infer=_BOOL, differentiable=False)
+_GREATER = _bin("Greater", infer=_BOOL, differentiable=False)
+_GREATER_EQUAL = _bin("GreaterEqual", infer=_BOOL, differentiable=False)
+_LOGICAL_AND = _bin("LogicalAnd", infer=_BOOL, differentiable=False)
+_LOGICAL_OR = _bin("LogicalOr", infer=_BOOL, differentiable=False)
+_LOGICAL_XOR = _bin("LogicalXor", infer=_BOOL, differentiable=False)
+_LOGICAL_NOT = _un("LogicalNot", differentiable=False)
+
+
+def equal(x, y, name=None):
+    """Elementwise ``x == y`` (bool tensor; any dtype).
+
+    >>> import tapeflow as tf
+    >>> print(tf.equal([1, 2, 3], 2))
+    tf.Tensor([False  True False], shape=(3,), dtype=bool)
+    """
+    return binary(_EQUAL, x, y)
+
+
+def not_equal(x, y, name=None):
+    """Elementwise ``x != y`` (bool tensor; any dtype).
+
+    >>> import tapeflow as tf
+    >>> print(tf.not_equal([1, 2, 3], 2))
+    tf.Tensor([ True False  True], shape=(3,), dtype=bool)
+    """
+    return binary(_NOT_EQUAL, x, y)
+
+
+def less(x, y, name=None):
+    """Elementwise ``x < y``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.less([1, 2, 3], 2))
+    tf.Tensor([ True False False], shape=(3,), dtype=bool)
+    """
+    return binary(_LESS, x, y)
+
+
+def less_equal(x, y, name=None):
+    """Elementwise ``x <= y``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.less_equal([1, 2, 3], 2))
+    tf.Tensor([ True  True False], shape=(3,), dtype=bool)
+    """
+    return binary(_LESS_EQUAL, x, y)
+
+
+def greater(x, y, name=None):
+    """Elementwise ``x > y``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.greater([1, 2, 3], 2))
+    tf.Tensor([False False  True], shape=(3,), dtype=bool)
+    """
+    return binary(_GREATER, x, y)
+
+
+def greater_equal(x, y, name=None):
+    """Elementwise ``x >= y``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.greater_equal([1, 2, 3], 2))
+    tf.Tensor([False  True  True], shape=(3,), dtype=bool)
+    """
+    return binary(_GREATER_EQUAL, x, y)
+
+
+def logical_and(x, y, name=None):
+    """Elementwise AND of bool tensors.
+
+    >>> import tapeflow as tf
+    >>> print(tf.logical_and([True, True], [True, False]))
+    tf.Tensor([ True False], shape=(2,), dtype=bool)
+    """
+    return binary(_LOGICAL_AND, x, y)
+
+
+def logical_or(x, y, name=None):
+    """Elementwise OR of bool tensors.
+
+    >>> import tapeflow as tf
+    >>> print(tf.logical_or([False, True], [False, False]))
+    tf.Tensor([False  True], shape=(2,), dtype=bool)
+    """
+    return binary(_LOGICAL_OR, x, y)
+
+
+def logical_xor(x, y, name=None):
+    """Elementwise XOR of bool tensors.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.logical_xor([True, True], [True, False]))
+    tf.Tensor([False  True], shape=(2,), dtype=bool)
+    """
+    return binary(_LOGICAL_XOR, x, y)
+
+
+def logical_not(x, name=None):
+    """Elementwise NOT of a bool tensor.
+
+    >>> import tapeflow as tf
+    >>> print(tf.logical_not([True, False]))
+    tf.Tensor([False  True], shape=(2,), dtype=bool)
+    """
+    return execute(_LOGICAL_NOT, (x,))
 
 
 # --- cast --------------------------------------------------------------------------
@@ -124,6 +825,21 @@ def cast(x, dtype, name=None):
 
 # --- operators -----------------------------------------------------------------------
 
+def _compare_fallback(op, self, other, err):
+    """``==``/``!=`` after the op failed: an operand that is not convertible to a
+    tensor (None, a string, an object) gives NotImplemented, so Python falls back
+    to identity; shapes that do not broadcast compare unequal (TF2); anything else
+    (a device mismatch...) is re-raised."""
+    try:
+        o = convert_to_tensor(other)
+    except (TapeflowError, TypeError, ValueError):
+        return NotImplemented
+    s = self.shape if isinstance(self, (Tensor, Variable)) else convert_to_tensor(self).shape
+    if _broadcast_shape(s, o.shape) is None:
+        return constant(op is _NOT_EQUAL)
+    raise err
+
+
 def _install_operators():
     def fwd(op):
         return make_binary_operator(op)
@@ -131,13 +847,33 @@ def _install_operators():
     def rev(op):
         return make_binary_operator(op, reverse=True)
 
-    table = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV}
+    def comparison(op):
+        def method(self, other):
+            try:
+                return binary(op, self, other)
+            except (TapeflowError, TypeError, ValueError) as e:
+                return _compare_fallback(op, self, other, e)
+        return method
+
+    table = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV, "floordiv": _FLOORDIV,
+             "mod": _MOD, "pow": _POW, "and": _LOGICAL_AND, "or": _LOGICAL_OR,
+             "xor": _LOGICAL_XOR}
+    # a < b is b > a: Python tries the reflected comparison itself
+    compare = {"lt": _LESS, "le": _LESS_EQUAL, "gt": _GREATER, "ge": _GREATER_EQUAL}
     for cls in (Tensor, Variable):
         for name, op in table.items():
             setattr(cls, f"__{name}__", fwd(op))
             setattr(cls, f"__r{name}__", rev(op))
-        cls.__neg__ = lambda self: negative(self)
+        for name, op in compare.items():
+            setattr(cls, f"__{name}__", fwd(op))
+        cls.__eq__ = comparison(_EQUAL)
+        cls.__ne__ = comparison(_NOT_EQUAL)
+        # Tensors stay hashable by identity (tape and dict keys), as in TF2's .ref()
+        cls.__hash__ = cls.__dict__.get("__hash__") or object.__hash__
+        cls.__neg__ = negative
         cls.__pos__ = lambda self: self
+        cls.__abs__ = abs
+        cls.__invert__ = logical_not
 
 
 _install_operators()

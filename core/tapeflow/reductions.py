@@ -28,14 +28,14 @@ __all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod
            "count_nonzero", "reduce_euclidean_norm"]
 
 
-def _norm_axis(axis, ndim, opname):
+def _norm_axis(axis, ndim, opname, device=None):
     """``None``/int/list/tensor -> None or a sorted tuple of non-negative axes."""
     if axis is None:
         return None
     if type(axis) is int:                       # the common case, without allocation
         if -ndim <= axis < ndim:
             return (axis % ndim,)
-        _bad_axis(axis, ndim, opname)
+        _bad_axis(axis, ndim, opname, device)
     if hasattr(axis, "numpy"):
         axis = axis.numpy().tolist()
     if not isinstance(axis, (list, tuple)):
@@ -44,15 +44,16 @@ def _norm_axis(axis, ndim, opname):
     for a in axis:
         a = int(a)
         if not -ndim <= a < ndim:
-            _bad_axis(a, ndim, opname)
+            _bad_axis(a, ndim, opname, device)
         out.append(a % ndim)
     return tuple(sorted(set(out)))
 
 
-def _bad_axis(a, ndim, opname):
+def _bad_axis(a, ndim, opname, device=None):
     valid = f"[{-ndim}, {ndim})" if ndim else "none: the input is a scalar"
     raise InvalidArgumentError(
-        f"axis {a} is out of range for a tensor of rank {ndim} (valid: {valid})", op=opname)
+        f"axis {a} is out of range for a tensor of rank {ndim} (valid: {valid})", op=opname,
+        device=device)
 
 
 def _reduced_shape(shape, axis):
@@ -69,8 +70,8 @@ def _reduce(op, input_tensor, axis, keepdims, keep_dims, reduction_indices):
         axis = reduction_indices
     if keep_dims is not None:
         keepdims = keep_dims
-    return execute(op, (x,), {"axis": _norm_axis(axis, len(x._data.shape), op.name),
-                              "keepdims": bool(keepdims)})
+    axis = _norm_axis(axis, len(x._data.shape), op.name, x._device)
+    return execute(op, (x,), {"axis": axis, "keepdims": bool(keepdims)})
 
 
 def _keep(ctx, t):
@@ -236,7 +237,7 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None, keep_di
 
     >>> import tapeflow as tf
     >>> print(tf.reduce_logsumexp([1000., 1000.]))
-    tf.Tensor(1000.6931, shape=(), dtype=float32)
+    tf.Tensor(1000.6932, shape=(), dtype=float32)
     """
     return _reduce(_LSE, input_tensor, axis, keepdims, keep_dims, reduction_indices)
 
@@ -282,14 +283,14 @@ def _arg(op, input, axis, output_type):
         axis = axis.numpy()
     if hasattr(axis, "__len__"):
         raise InvalidArgumentError(f"{op.name} takes one axis (an int), got {axis!r}",
-                                   op=op.name)
+                                   op=op.name, device=x._device)
     axis = int(axis)
     if not -ndim <= axis < ndim:
-        _bad_axis(axis, ndim, op.name)
+        _bad_axis(axis, ndim, op.name, x._device)
     ot = _dt.as_dtype(output_type)
     if ot is not _dt.int32 and ot is not _dt.int64:
         raise InvalidArgumentError(f"output_type must be int32 or int64, got {ot.name}",
-                                   op=op.name)
+                                   op=op.name, device=x._device)
     return execute(op, (x,), {"axis": axis % ndim, "output_type": ot})
 
 

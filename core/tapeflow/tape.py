@@ -263,20 +263,17 @@ class GradientTape:
         self._var_reads = {}
 
     def _backprop(self, targets, sources, seeds, unconnected):
-        from . import array as _array
-        from . import math as _math
-        from .execute import convert_to_tensor
+        _array, _math, convert_to_tensor, _run = _lazy()
         grads: dict = {}
         add = _math.add
         for i, t in enumerate(targets):
-            if isinstance(t, Variable):
-                t = t._value
-            if not isinstance(t, Tensor):
-                t = convert_to_tensor(t)
+            if type(t) is not Tensor:
+                t = t._value if isinstance(t, Variable) else convert_to_tensor(t)
             if seeds is not None and seeds[i] is not None:
                 s = convert_to_tensor(seeds[i], dtype=t.dtype)
             else:
-                s = _array.ones_like(t)
+                s = _run(_array._FILL, (), t._device,
+                         {"shape": t._data.shape, "value": 1, "dtype": t.dtype})
             k = id(t)
             grads[k] = add(grads[k], s) if k in grads else s
         if len(grads) == 0:
@@ -284,19 +281,16 @@ class GradientTape:
         watched = self._watched
         for ctx in reversed(self._records):
             outs = ctx.outputs
-            dys = None
-            for j, o in enumerate(outs):
-                g = grads.get(id(o))
-                if g is not None:
-                    if dys is None:
-                        dys = [None] * len(outs)
-                    dys[j] = g
-            if dys is None:
-                continue
-            if len(outs) > 1:
-                for j, o in enumerate(outs):
-                    if dys[j] is None:
-                        dys[j] = _array.zeros_like(o)
+            if len(outs) == 1:
+                g = grads.get(id(outs[0]))
+                if g is None:
+                    continue
+                dys = (g,)
+            else:
+                dys = [grads.get(id(o)) for o in outs]
+                if all(g is None for g in dys):
+                    continue
+                dys = [_array.zeros_like(o) if g is None else g for o, g in zip(outs, dys)]
             op = ctx.op
             fn = ctx.grad_fn or op.grad
             if fn is None:
@@ -429,6 +423,18 @@ class GradientTape:
         sshape = tuple(source.shape)
         out = _array.stack(cols, axis=1)
         return _array.reshape(out, (b,) + rest + sshape[1:])
+
+
+_LAZY = []
+
+
+def _lazy():
+    """Op modules import this one, so they are bound on first use."""
+    if not _LAZY:
+        from . import array, math
+        from .execute import _run, convert_to_tensor
+        _LAZY.extend((array, math, convert_to_tensor, _run))
+    return _LAZY
 
 
 def _const_like(np_value, like):

@@ -1,19 +1,150 @@
-"""Elementwise kernels, written once against an array module ``xp``."""
+"""Elementwise kernels, written once against an array module ``xp``.
+
+Most kernels are the ufunc itself (no Python frame between dispatch and the
+loop). Wrappers exist only where a ufunc is missing (``Rsqrt``, ``Softplus``),
+where SciPy lacks a float16 loop (``Sigmoid``, ``Erf``), or for checks TF makes
+and NumPy does not (integer division by zero, negative integer powers).
+"""
 
 from __future__ import annotations
 
+from tapeflow.errors import InvalidArgumentError
+
 FLOATS = ("float16", "float32", "float64")
+INTS = ("int8", "int16", "int32", "int64", "uint8")
+NUMERIC = FLOATS + INTS
+BOOL = ("bool",)
+
+
+def _special(xp):
+    if xp.__name__ == "numpy":
+        import scipy.special as sp
+    else:   # CuPy
+        import cupyx.scipy.special as sp
+    return sp
 
 
 def build(xp):
+    sp = _special(xp)
+    expit = sp.expit
+    erf_ = sp.erf
+    f16 = xp.float16
+    f32 = xp.float32
+
     def cast(x, dtype):
         return x.astype(dtype.np)
 
+    def rsqrt(x):
+        return xp.reciprocal(xp.sqrt(x))
+
+    def softplus(x):
+        # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), computed stably by logaddexp
+        return xp.logaddexp(x.dtype.type(0), x)
+
+    def sigmoid(x):
+        if x.dtype == f16:      # SciPy has no float16 loop
+            return expit(x.astype(f32)).astype(f16)
+        return expit(x)
+
+    def erf(x):
+        if x.dtype == f16:
+            return erf_(x.astype(f32)).astype(f16)
+        return erf_(x)
+
+    def round_(x):
+        # half to even, like TF; integers are already round
+        return x if x.dtype.kind in "iu" else xp.rint(x)
+
+    def _check_int_divisor(x, y):
+        if x.dtype.kind in "iu" and not y.all():
+            raise InvalidArgumentError("Integer division by zero")
+
+    def floordiv(x, y):
+        _check_int_divisor(x, y)
+        return xp.floor_divide(x, y)
+
+    def floormod(x, y):
+        _check_int_divisor(x, y)
+        return xp.remainder(x, y)
+
+    def power(x, y):
+        if y.dtype.kind == "i" and (y < 0).any():
+            raise InvalidArgumentError("Integers to negative integer powers are not allowed")
+        return xp.power(x, y)
+
+    def squared_difference(x, y):
+        d = xp.subtract(x, y)
+        return d * d
+
+    def add_n(*xs):
+        out = xs[0]
+        shape = out.shape
+        for i, x in enumerate(xs[1:], 1):
+            if x.shape != shape:
+                raise InvalidArgumentError(
+                    f"AddN needs inputs of one shape: inputs[0] has shape {list(shape)} but "
+                    f"inputs[{i}] has shape {list(x.shape)}")
+            out = xp.add(out, x)
+        return out
+
+    def num(fn):
+        return {"fn": fn, "dtypes": NUMERIC}
+
+    def flt(fn):
+        return {"fn": fn, "dtypes": FLOATS}
+
+    def bln(fn):
+        return {"fn": fn, "dtypes": BOOL}
+
     return {
-        "Add": xp.add,
-        "Sub": xp.subtract,
-        "Mul": xp.multiply,
-        "RealDiv": xp.true_divide,
-        "Neg": xp.negative,
+        # arithmetic
+        "Add": num(xp.add),
+        "Sub": num(xp.subtract),
+        "Mul": num(xp.multiply),
+        "RealDiv": num(xp.true_divide),
+        "FloorDiv": num(floordiv),
+        "FloorMod": num(floormod),
+        "Pow": num(power),
+        "Maximum": num(xp.maximum),
+        "Minimum": num(xp.minimum),
+        "SquaredDifference": num(squared_difference),
+        "Atan2": flt(xp.arctan2),
+        "AddN": num(add_n),
+        "Neg": num(xp.negative),
         "Cast": cast,
+        # unary
+        "Abs": num(xp.absolute),
+        "Sign": num(xp.sign),
+        "Square": num(xp.square),
+        "Sqrt": flt(xp.sqrt),
+        "Rsqrt": flt(rsqrt),
+        "Exp": flt(xp.exp),
+        "Log": flt(xp.log),
+        "Log1p": flt(xp.log1p),
+        "Expm1": flt(xp.expm1),
+        "Sin": flt(xp.sin),
+        "Cos": flt(xp.cos),
+        "Tan": flt(xp.tan),
+        "Tanh": flt(xp.tanh),
+        "Sigmoid": flt(sigmoid),
+        "Softplus": flt(softplus),
+        "Reciprocal": flt(xp.reciprocal),
+        "Floor": flt(xp.floor),
+        "Ceil": flt(xp.ceil),
+        "Round": num(round_),
+        "Erf": flt(erf),
+        "IsNan": flt(xp.isnan),
+        "IsFinite": flt(xp.isfinite),
+        "IsInf": flt(xp.isinf),
+        # comparison and logic
+        "Equal": xp.equal,                      # every dtype, bool included
+        "NotEqual": xp.not_equal,
+        "Less": num(xp.less),
+        "LessEqual": num(xp.less_equal),
+        "Greater": num(xp.greater),
+        "GreaterEqual": num(xp.greater_equal),
+        "LogicalAnd": bln(xp.logical_and),
+        "LogicalOr": bln(xp.logical_or),
+        "LogicalXor": bln(xp.logical_xor),
+        "LogicalNot": bln(xp.logical_not),
     }

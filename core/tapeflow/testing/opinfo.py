@@ -69,3 +69,5 @@ class OpSpec:
     #: extra free-form notes for skips
     skip: dict = field(default_factory=dict)
     extra: Any = None
+    #: compare the result dtype with the reference's (False: values and shape only)
+    check_dtype: bool = True

@@ -1,1 +1,193 @@
-"""pytest plugin (filled below)."""
+"""tapeflow's pytest plugin (auto-loaded through the ``pytest11`` entry point ``tapeflow``).
+
+What it gives any test suite, ours or a plugin author's:
+
+* ``--tapeflow-device DEVICE`` (repeatable, or comma-separated; also the
+  environment variable ``TAPEFLOW_TEST_DEVICES``): the devices under test. The
+  default, ``all``, is every available device plus the well-known devices that
+  are absent here (``cuda:0``, ``opencl:0``), which become skips naming the reason
+  (backend library missing, no driver, plugin failed to load).
+* the ``tf_device`` fixture: a device name (``"cpu:0"``), parametrised over the
+  devices under test; test ids end in the device (``test_add[cpu:0]``).
+* a report header listing the devices under test, the unavailable ones with their
+  reasons, plugins that failed to load, and the number of known gaps.
+* the ``tapeflow_conformance`` marker, carried by every conformance test
+  (``-m tapeflow_conformance`` selects the suite).
+
+Known gaps (``tapeflow.plugins.known_gaps()``, from the ``tapeflow_known_gaps``
+hook) turn matching conformance tests into ``xfail(strict=True)``: a gap that
+gets fixed shows up as a failure until the declaration is removed.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+#: device types any tapeflow installation may know of, and the distribution that
+#: provides each; absent ones are reported (and skipped) with the reason
+KNOWN_DEVICE_TYPES = {"cuda": "tapeflow-cuda-cupy", "opencl": "tapeflow-opencl"}
+
+_STASH_KEY = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("tapeflow", "tapeflow devices and conformance suite")
+    group.addoption(
+        "--tapeflow-device", action="append", default=None, metavar="DEVICE",
+        help="device to run tapeflow device tests on (repeatable or comma-separated, e.g. "
+             "cpu:0,opencl:0; 'all' = every available device plus skips for the known "
+             "unavailable ones). Default: $TAPEFLOW_TEST_DEVICES or 'all'.")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "tapeflow_conformance: a test of tapeflow's op conformance suite "
+                   "(tapeflow.testing.conformance)")
+
+
+# --- which devices ----------------------------------------------------------------------
+
+def unavailable_devices() -> dict:
+    """``{device name: reason}`` for devices this installation knows of but cannot use:
+    devices of backends that report themselves unavailable, and the well-known
+    device types (:data:`KNOWN_DEVICE_TYPES`) no loaded backend provides."""
+    import tapeflow.plugins
+    from tapeflow.devices import _table
+    have = {d.type for d in _table.by_name.values()}
+    out = {}
+    for be in _table.backends:
+        reason = _table.unavailable.get(be.name)
+        if reason and be.device_type not in have:
+            out.setdefault(f"{be.device_type}:0", f"backend {be.name!r} is unavailable: {reason}")
+    report = tapeflow.plugins.plugin_report()
+    for typ, dist in KNOWN_DEVICE_TYPES.items():
+        name = f"{typ}:0"
+        if typ in have or name in out:
+            continue
+        bad = [p for p in report if p.distribution == dist and p.status != "loaded"]
+        if bad:
+            p = bad[0]
+            out[name] = f"plugin {p.name!r} ({p.distribution} {p.version}) {p.status}: {p.reason}"
+        else:
+            out[name] = (f"no installed backend provides device type '{typ}' "
+                         f"(pip install {dist})")
+    return out
+
+
+def resolve_devices(names=None) -> list:
+    """``[(device name, None)]`` for usable devices and ``[(name, reason)]`` for the
+    others, for the given names (``None``/``"all"``: see the module doc)."""
+    import tapeflow as tf
+    from tapeflow.errors import TapeflowError
+    if not names:
+        names = ["all"]
+    out, seen = [], set()
+    absent = unavailable_devices()
+
+    def add(name, reason):
+        if name not in seen:
+            seen.add(name)
+            out.append((name, reason))
+
+    for raw in names:
+        for spec in (s.strip() for s in str(raw).split(",")):
+            if not spec:
+                continue
+            if spec.lower() == "all":
+                for d in tf.list_devices():
+                    add(d.name, None)
+                for name, reason in absent.items():
+                    add(name, reason)
+                continue
+            try:
+                add(tf.devices.get_device(spec).name, None)
+            except TapeflowError as e:
+                try:
+                    name = tf.devices.canonical_name(spec)
+                except TapeflowError:
+                    raise pytest.UsageError(f"--tapeflow-device: {e}") from None
+                reason = absent.get(name)
+                if reason is None and name.startswith("gpu:"):
+                    reason = f"no GPU device {name} (tapeflow.num_gpus() == {tf.num_gpus()})"
+                add(name, reason or f"device {name} is not available: {e}")
+    return out
+
+
+def devices_under_test(config=None) -> list:
+    """The devices chosen for this session, as :func:`resolve_devices` returns them
+    (computed once per session)."""
+    if config is None:
+        return resolve_devices(_env_devices())
+    cached = config.stash.get(_STASH_KEY, None)
+    if cached is None:
+        try:
+            opt = config.getoption("tapeflow_device")
+        except ValueError:
+            opt = None
+        cached = resolve_devices(opt or _env_devices())
+        config.stash[_STASH_KEY] = cached
+    return cached
+
+
+def _env_devices():
+    env = os.environ.get("TAPEFLOW_TEST_DEVICES", "").strip()
+    return [env] if env else None
+
+
+# --- hooks ---------------------------------------------------------------------------------
+
+def pytest_report_header(config):
+    import tapeflow as tf
+    import tapeflow.plugins
+    devs = devices_under_test(config)
+    ok = [n for n, r in devs if r is None]
+    lines = []
+    descr = []
+    for n in ok:
+        try:
+            d = tf.devices.get_device(n)
+            descr.append(f"{n} ({d.description})" if d.description else n)
+        except Exception:
+            descr.append(n)
+    lines.append(f"tapeflow {tf.__version__}: testing on " + (", ".join(descr) or "no device"))
+    for n, r in devs:
+        if r is not None:
+            lines.append(f"tapeflow: {n} unavailable, its tests are skipped: {r}")
+    failed = [p for p in tapeflow.plugins.plugin_report() if p.status == "failed"]
+    for p in failed:
+        lines.append(f"tapeflow: plugin {p.name!r} ({p.distribution} {p.version}) failed: "
+                     f"{p.reason}")
+    try:
+        gaps = tapeflow.plugins.known_gaps()
+    except Exception as e:  # a broken hook must not hide the header
+        lines.append(f"tapeflow: known gaps unavailable: {type(e).__name__}: {e}")
+    else:
+        if gaps:
+            lines.append(f"tapeflow: {len(gaps)} known gap pattern(s) -> strict xfail")
+    return lines
+
+
+def pytest_generate_tests(metafunc):
+    if "tf_device" not in metafunc.fixturenames:
+        return
+    for m in metafunc.definition.iter_markers("parametrize"):
+        names = m.args[0] if m.args else m.kwargs.get("argnames", "")
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if "tf_device" in names:
+            return      # the test chose its devices itself
+    params = []
+    for name, reason in devices_under_test(metafunc.config):
+        marks = () if reason is None else (pytest.mark.skip(reason=f"{name}: {reason}"),)
+        params.append(pytest.param(name, marks=marks, id=name))
+    metafunc.parametrize("tf_device", params)
+
+
+@pytest.fixture
+def tf_device(request):
+    """A device name (``"cpu:0"``) from the devices under test (``--tapeflow-device``);
+    tests using it run once per device and are skipped, with the reason, on devices
+    that are unavailable here."""
+    return request.param  # pragma: no cover  (parametrized directly by the plugin)

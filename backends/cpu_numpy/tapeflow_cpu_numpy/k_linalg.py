@@ -1,0 +1,65 @@
+"""Linear-algebra kernels, written once against an array module ``xp``.
+
+MatMul is on the hot path of training: the no-transpose case is one ``xp.matmul``;
+transposes are ``swapaxes`` views (BLAS reads them without a copy).
+"""
+
+from __future__ import annotations
+
+from tapeflow.errors import InvalidArgumentError
+
+FLOATS = ("float16", "float32", "float64")
+NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8")
+LAPACK = ("float32", "float64")          # what xp.linalg supports
+
+
+def build(xp):
+    matmul_ = xp.matmul
+    swap = xp.swapaxes
+    LinAlgError = xp.linalg.LinAlgError
+
+    def matmul(a, b, transpose_a, transpose_b):
+        if transpose_a:
+            a = swap(a, -1, -2)
+        if transpose_b:
+            b = swap(b, -1, -2)
+        if a.ndim < 2 or b.ndim < 2:          # xp.matmul would take vectors; TF does not
+            raise ValueError("matmul needs inputs of rank >= 2")
+        return matmul_(a, b)
+
+    def einsum(*operands, equation):
+        big = len(operands) > 2 or (len(operands) == 2 and
+                                    operands[0].size + operands[1].size > 4096)
+        return xp.einsum(equation, *operands, optimize=big)   # BLAS when it pays off
+
+    def inv(x, adjoint):
+        if adjoint:
+            x = swap(x, -1, -2)
+        try:
+            return xp.linalg.inv(x)
+        except LinAlgError:
+            raise InvalidArgumentError("Input is not invertible.") from None
+
+    def solve(a, b, adjoint):
+        if adjoint:
+            a = swap(a, -1, -2)
+        try:
+            return xp.linalg.solve(a, b)
+        except LinAlgError:
+            raise InvalidArgumentError("Input matrix is not invertible.") from None
+
+    def det(x):
+        return xp.linalg.det(x)
+
+    def slogdet(x):
+        sign, logabs = xp.linalg.slogdet(x)
+        return xp.asarray(sign, dtype=x.dtype), xp.asarray(logabs, dtype=x.dtype)
+
+    return {
+        "MatMul": {"fn": matmul, "dtypes": FLOATS + ("int32", "int64")},
+        "Einsum": {"fn": einsum, "dtypes": NUMERIC},
+        "MatrixInverse": {"fn": inv, "dtypes": LAPACK},
+        "MatrixSolve": {"fn": solve, "dtypes": LAPACK},
+        "MatrixDeterminant": {"fn": det, "dtypes": LAPACK},
+        "LogMatrixDeterminant": {"fn": slogdet, "dtypes": LAPACK},
+    }

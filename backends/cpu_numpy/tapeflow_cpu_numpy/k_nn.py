@@ -1,0 +1,331 @@
+"""Neural-network kernels, written once against an array module ``xp``.
+
+Convolution is im2col: a strided *view* of the padded input with shape
+``(N, Ho, Wo, kh, kw, C)`` (``as_strided``, the mechanism behind
+``sliding_window_view``, with strides and dilations folded in), one reshape copy and
+one GEMM against the HWIO filter reshaped to ``(kh*kw*C, O)`` (free: it is
+contiguous). The input gradient is the GEMM's transpose followed by ``kh*kw``
+strided adds (col2im). Pooling loops over the ``kh*kw`` window offsets with
+whole-array ufuncs. NCHW is handled by transposed views.
+
+Attributes arrive normalised by ``tapeflow.nn``: ``strides``/``dilations``/``ksize``
+as ``(h, w)``, ``padding`` ``"SAME"``/``"VALID"``/``((t, b), (l, r))``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tapeflow.errors import InvalidArgumentError
+
+FLOATS = ("float16", "float32", "float64")
+
+
+def _geom(size, k, s, d, padding, i):
+    """(output size, pad before, pad after) of one spatial dimension."""
+    eff = (k - 1) * d + 1
+    if padding == "SAME":
+        out = -(-size // s)
+        total = max((out - 1) * s + eff - size, 0)
+        return out, total // 2, total - total // 2
+    if padding == "VALID":
+        return max((size - eff) // s + 1, 0), 0, 0
+    pb, pa = padding[i]
+    return max((size + pb + pa - eff) // s + 1, 0), pb, pa
+
+
+def build(xp):
+    as_strided = xp.lib.stride_tricks.as_strided
+
+    def nhwc(x, fmt):
+        return x if fmt == "NHWC" else x.transpose(0, 2, 3, 1)
+
+    def back(y, fmt):
+        return y if fmt == "NHWC" else y.transpose(0, 3, 1, 2)
+
+    def shape_nhwc(shape, fmt):
+        n, a, b, c = shape
+        return (n, a, b, c) if fmt == "NHWC" else (n, b, c, a)
+
+    def pad(x, pt, pb, pl, pr, value=0):
+        if pt == pb == pl == pr == 0:
+            return x
+        return xp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=value)
+
+    def compute_dtype(dt):
+        # float16 GEMMs have no BLAS path in NumPy: compute them in float32
+        return np.float32 if dt == np.float16 else dt
+
+    # --- activations --------------------------------------------------------------
+    def relu(x):
+        return xp.maximum(x, 0)
+
+    def relu_grad(dy, x):
+        return dy * (x > 0)
+
+    def relu6(x):
+        return xp.minimum(xp.maximum(x, 0), 6)
+
+    def relu6_grad(dy, x):
+        return dy * ((x > 0) & (x < 6))
+
+    def leaky_relu(x, alpha):
+        return xp.where(x > 0, x, x * alpha)
+
+    def leaky_relu_grad(dy, x, alpha):
+        return xp.where(x > 0, dy, dy * alpha)
+
+    def elu(x):
+        return xp.where(x > 0, x, xp.expm1(xp.minimum(x, 0)))
+
+    def elu_grad(dy, y):
+        return xp.where(y < 0, dy * (y + 1), dy)
+
+    # --- softmax family -------------------------------------------------------------
+    def _log_softmax(x, axis):
+        s = x - x.max(axis=axis, keepdims=True)
+        return s - xp.log(xp.exp(s).sum(axis=axis, keepdims=True))
+
+    def softmax(x, axis):
+        dt = x.dtype
+        if dt == np.float16:
+            x = x.astype(np.float32)
+        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        e /= e.sum(axis=axis, keepdims=True)
+        return e.astype(dt, copy=False)
+
+    def log_softmax(x, axis):
+        dt = x.dtype
+        if dt == np.float16:
+            x = x.astype(np.float32)
+        return _log_softmax(x, axis).astype(dt, copy=False)
+
+    def softmax_xent(logits, labels, axis):
+        dt = logits.dtype
+        if dt == np.float16:
+            logits, labels = logits.astype(np.float32), labels.astype(np.float32)
+        ls = _log_softmax(logits, axis)
+        return (-(labels * ls).sum(axis=axis)).astype(dt, copy=False)
+
+    def sparse_xent(logits, labels):
+        nc = logits.shape[-1]
+        if labels.size:
+            lo, hi = int(labels.min()), int(labels.max())
+            if lo < 0 or hi >= nc:
+                bad = lo if lo < 0 else hi
+                vals = labels.ravel()
+                shown = " ".join(str(int(v)) for v in vals[:32]) + (" ..." if vals.size > 32
+                                                                     else "")
+                raise InvalidArgumentError(
+                    f"Received a label value of {bad} which is outside the valid range of "
+                    f"[0, {nc}).  Label values: {shown}")
+        dt = logits.dtype
+        if dt == np.float16:
+            logits = logits.astype(np.float32)
+        ls = _log_softmax(logits, -1)
+        picked = xp.take_along_axis(ls, labels[..., None].astype(np.intp), axis=-1)[..., 0]
+        return (-picked).astype(dt, copy=False)
+
+    def sigmoid_xent(x, z):
+        return xp.maximum(x, 0) - x * z + xp.log1p(xp.exp(-xp.abs(x)))
+
+    # --- bias_add, l2_loss ------------------------------------------------------------
+    def bias_add(x, b, data_format):
+        if data_format == "NCHW" and x.ndim >= 3:
+            return x + b.reshape((-1,) + (1,) * (x.ndim - 2))
+        return x + b
+
+    def l2_loss(x):
+        dt = x.dtype
+        y = x.astype(np.float32) if dt == np.float16 else x
+        return xp.asarray(xp.vdot(y.ravel(), y.ravel()) / 2).astype(dt)
+
+    # --- convolution -------------------------------------------------------------------
+    def _cols(x, kh, kw, strides, padding, dilations):
+        """im2col of an NHWC input: ((N*Ho*Wo, kh*kw*C) matrix, Ho, Wo, pads)."""
+        n, h, w, c = x.shape
+        sh, sw = strides
+        dh, dw = dilations
+        ho, pt, pb = _geom(h, kh, sh, dh, padding, 0)
+        wo, pl, pr = _geom(w, kw, sw, dw, padding, 1)
+        xpd = pad(x, pt, pb, pl, pr)
+        s0, s1, s2, s3 = xpd.strides
+        win = as_strided(xpd, (n, ho, wo, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3),
+                         writeable=False) if xp is np else as_strided(
+                             xpd, (n, ho, wo, kh, kw, c),
+                             (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3))
+        return win.reshape(n * ho * wo, kh * kw * c), ho, wo
+
+    def conv2d(x, w, strides, padding, data_format, dilations):
+        dt = x.dtype
+        cdt = compute_dtype(dt)
+        x = nhwc(x, data_format).astype(cdt, copy=False)
+        kh, kw, c, o = w.shape
+        n = x.shape[0]
+        cols, ho, wo = _cols(x, kh, kw, strides, padding, dilations)
+        out = cols @ w.astype(cdt, copy=False).reshape(kh * kw * c, o)
+        return back(out.reshape(n, ho, wo, o).astype(dt, copy=False), data_format)
+
+    def _col2im(dcols, n, h, w, c, kh, kw, ho, wo, strides, padding, dilations, dt):
+        sh, sw = strides
+        dh, dw = dilations
+        _, pt, pb = _geom(h, kh, sh, dh, padding, 0)
+        _, pl, pr = _geom(w, kw, sw, dw, padding, 1)
+        dcols = dcols.reshape(n, ho, wo, kh, kw, c)
+        dxp = xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=dcols.dtype)
+        for i in range(kh):
+            hi = i * dh
+            for j in range(kw):
+                wj = j * dw
+                dxp[:, hi:hi + sh * (ho - 1) + 1:sh, wj:wj + sw * (wo - 1) + 1:sw, :] += \
+                    dcols[:, :, :, i, j, :]
+        return dxp[:, pt:pt + h, pl:pl + w, :].astype(dt, copy=False)
+
+    def conv2d_backprop_input(w, dy, input_sizes, strides, padding, data_format, dilations):
+        dt = dy.dtype
+        cdt = compute_dtype(dt)
+        n, h, wd, c = shape_nhwc(input_sizes, data_format)
+        dy = nhwc(dy, data_format).astype(cdt, copy=False)
+        kh, kw, _, o = w.shape
+        _, ho, wo, _ = dy.shape
+        dcols = dy.reshape(n * ho * wo, o) @ w.astype(cdt, copy=False).reshape(kh * kw * c, o).T
+        dx = _col2im(dcols, n, h, wd, c, kh, kw, ho, wo, strides, padding, dilations, dt)
+        return back(dx, data_format)
+
+    def conv2d_backprop_filter(x, dy, filter_sizes, strides, padding, data_format, dilations):
+        dt = x.dtype
+        cdt = compute_dtype(dt)
+        x = nhwc(x, data_format).astype(cdt, copy=False)
+        dy = nhwc(dy, data_format).astype(cdt, copy=False)
+        kh, kw, c, o = filter_sizes
+        cols, ho, wo = _cols(x, kh, kw, strides, padding, dilations)
+        dw = cols.T @ dy.reshape(-1, o)
+        return dw.reshape(kh, kw, c, o).astype(dt, copy=False)
+
+    # --- pooling ------------------------------------------------------------------------
+    def _offsets(ho, wo, ksize, strides):
+        kh, kw = ksize
+        sh, sw = strides
+        return [(slice(None), slice(i, i + sh * (ho - 1) + 1, sh),
+                 slice(j, j + sw * (wo - 1) + 1, sw), slice(None))
+                for i in range(kh) for j in range(kw)]
+
+    def _pool_geom(shape, ksize, strides, padding):
+        n, h, w, c = shape
+        ho, pt, pb = _geom(h, ksize[0], strides[0], 1, padding, 0)
+        wo, pl, pr = _geom(w, ksize[1], strides[1], 1, padding, 1)
+        return ho, wo, (pt, pb, pl, pr)
+
+    def _lowest(dt):
+        return -np.inf if dt.kind == "f" else np.iinfo(dt).min
+
+    def max_pool(x, ksize, strides, padding, data_format):
+        x = nhwc(x, data_format)
+        ho, wo, pads = _pool_geom(x.shape, ksize, strides, padding)
+        xpd = pad(x, *pads, value=_lowest(x.dtype))
+        sls = _offsets(ho, wo, ksize, strides)
+        out = xpd[sls[0]].copy()
+        for sl in sls[1:]:
+            xp.maximum(out, xpd[sl], out=out)
+        return back(out, data_format)
+
+    def _argmax_masks(x, y, ksize, strides, padding):
+        """Yield (slice, mask): mask marks windows whose first maximum is at that offset."""
+        ho, wo, pads = _pool_geom(x.shape, ksize, strides, padding)
+        xpd = pad(x, *pads, value=_lowest(x.dtype))
+        sls = _offsets(ho, wo, ksize, strides)
+        todo = None
+        for k, sl in enumerate(sls):
+            m = xpd[sl] == y
+            if todo is None:
+                todo = ~m
+            else:
+                m &= todo
+                if k + 1 < len(sls):
+                    todo &= ~m
+            yield sl, m
+        return
+
+    def max_pool_grad(x, y, dy, ksize, strides, padding, data_format):
+        x, y, dy = nhwc(x, data_format), nhwc(y, data_format), nhwc(dy, data_format)
+        n, h, w, c = x.shape
+        _, _, (pt, pb, pl, pr) = _pool_geom(x.shape, ksize, strides, padding)
+        dxp = xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=dy.dtype)
+        zero = dy.dtype.type(0)
+        for sl, m in _argmax_masks(x, y, ksize, strides, padding):
+            dxp[sl] += xp.where(m, dy, zero)
+        return back(dxp[:, pt:pt + h, pl:pl + w, :], data_format)
+
+    def max_pool_grad_grad(x, y, g, ksize, strides, padding, data_format):
+        x, y, g = nhwc(x, data_format), nhwc(y, data_format), nhwc(g, data_format)
+        _, _, pads = _pool_geom(x.shape, ksize, strides, padding)
+        gp = pad(g, *pads)
+        out = xp.zeros(y.shape, dtype=g.dtype)
+        zero = g.dtype.type(0)
+        for sl, m in _argmax_masks(x, y, ksize, strides, padding):
+            out += xp.where(m, gp[sl], zero)
+        return back(out, data_format)
+
+    def _pool_count(h, w, ho, wo, pads, ksize, strides, padding, dt):
+        if padding == "VALID":
+            return dt.type(ksize[0] * ksize[1])
+        pt, pb, pl, pr = pads
+        ones = xp.pad(xp.ones((h, w), dtype=dt), ((pt, pb), (pl, pr)))[None, :, :, None]
+        cnt = None
+        for sl in _offsets(ho, wo, ksize, strides):
+            cnt = ones[sl].copy() if cnt is None else cnt + ones[sl]
+        return cnt
+
+    def avg_pool(x, ksize, strides, padding, data_format):
+        dt = x.dtype
+        x = nhwc(x, data_format)
+        cdt = np.dtype(compute_dtype(dt))
+        n, h, w, c = x.shape
+        ho, wo, pads = _pool_geom(x.shape, ksize, strides, padding)
+        xpd = pad(x, *pads).astype(cdt, copy=False)
+        sls = _offsets(ho, wo, ksize, strides)
+        out = xpd[sls[0]].copy()
+        for sl in sls[1:]:
+            out += xpd[sl]
+        out /= _pool_count(h, w, ho, wo, pads, ksize, strides, padding, cdt)
+        return back(out.astype(dt, copy=False), data_format)
+
+    def avg_pool_grad(dy, orig_input_shape, ksize, strides, padding, data_format):
+        dt = dy.dtype
+        cdt = np.dtype(compute_dtype(dt))
+        n, h, w, c = shape_nhwc(orig_input_shape, data_format)
+        dy = nhwc(dy, data_format)
+        ho, wo, pads = _pool_geom((n, h, w, c), ksize, strides, padding)
+        pt, pb, pl, pr = pads
+        g = dy.astype(cdt) / _pool_count(h, w, ho, wo, pads, ksize, strides, padding, cdt)
+        dxp = xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=cdt)
+        for sl in _offsets(ho, wo, ksize, strides):
+            dxp[sl] += g
+        return back(dxp[:, pt:pt + h, pl:pl + w, :].astype(dt, copy=False), data_format)
+
+    f = FLOATS
+    return {
+        "Relu": {"fn": relu, "dtypes": f + ("int32", "int64")},
+        "ReluGrad": {"fn": relu_grad, "dtypes": f},
+        "Relu6": {"fn": relu6, "dtypes": f},
+        "Relu6Grad": {"fn": relu6_grad, "dtypes": f},
+        "LeakyRelu": {"fn": leaky_relu, "dtypes": f},
+        "LeakyReluGrad": {"fn": leaky_relu_grad, "dtypes": f},
+        "Elu": {"fn": elu, "dtypes": f},
+        "EluGrad": {"fn": elu_grad, "dtypes": f},
+        "Softmax": {"fn": softmax, "dtypes": f},
+        "LogSoftmax": {"fn": log_softmax, "dtypes": f},
+        "SoftmaxCrossEntropyWithLogits": {"fn": softmax_xent, "dtypes": f},
+        "SparseSoftmaxCrossEntropyWithLogits": {"fn": sparse_xent, "dtypes": f},
+        "SigmoidCrossEntropyWithLogits": {"fn": sigmoid_xent, "dtypes": f},
+        "BiasAdd": {"fn": bias_add, "dtypes": f + ("int32", "int64")},
+        "L2Loss": {"fn": l2_loss, "dtypes": f},
+        "Conv2D": {"fn": conv2d, "dtypes": f},
+        "Conv2DBackpropInput": {"fn": conv2d_backprop_input, "dtypes": f},
+        "Conv2DBackpropFilter": {"fn": conv2d_backprop_filter, "dtypes": f},
+        "MaxPool": {"fn": max_pool, "dtypes": f + ("int32", "int64")},
+        "MaxPoolGrad": {"fn": max_pool_grad, "dtypes": f},
+        "MaxPoolGradGrad": {"fn": max_pool_grad_grad, "dtypes": f},
+        "AvgPool": {"fn": avg_pool, "dtypes": f},
+        "AvgPoolGrad": {"fn": avg_pool_grad, "dtypes": f},
+    }

@@ -1,0 +1,159 @@
+"""Random kernels: counter-based Philox streams (see ``tapeflow.random`` for the formulas).
+
+Each call draws raw 64-bit words from
+``numpy.random.Generator(numpy.random.Philox(key=key, counter=counter << 64))`` and
+maps them to values with explicit, documented formulas, so another backend that
+implements Philox4x64-10 reproduces the same values from the same ``(key, counter)``.
+Bits are generated on the host; the transforms are written against ``xp``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+FLOATS = ("float16", "float32", "float64")
+
+_U64 = np.uint64
+_LOW_BITS = np.uint64(0xFFFFFFFF)
+# Phi(-2) and Phi(2) - Phi(-2) for the truncated normal's inverse CDF
+_PHI_M2 = 0.5 * math.erfc(2.0 / math.sqrt(2.0))
+_PHI_SPAN = 1.0 - 2.0 * _PHI_M2
+
+
+def _special(xp):
+    if xp is np:
+        import scipy.special as sp
+    else:   # CuPy
+        import cupyx.scipy.special as sp
+    return sp
+
+
+class _Local(threading.local):
+    """One Philox per thread, re-keyed per call (constructing one costs ~15 us)."""
+
+    def __init__(self):
+        self.bg = np.random.Philox(key=0)
+        self.gen = np.random.Generator(self.bg)
+        self.state = self.bg.state
+
+
+_local = _Local()
+
+
+def _raw64(n, key, counter):
+    """``n`` raw 64-bit words of the stream of ``(key, counter)`` (host NumPy array):
+    ``Generator(Philox(key=key, counter=counter << 64))`` outputs."""
+    loc = _local
+    st = loc.state
+    st["state"]["counter"] = np.array([0, counter, 0, 0], dtype=np.uint64)
+    st["state"]["key"] = np.array([key, 0], dtype=np.uint64)
+    st["buffer_pos"] = 4
+    st["has_uint32"] = 0
+    loc.bg.state = st
+    if n < 4096:
+        return loc.bg.random_raw(n)          # cheaper call for small draws
+    return loc.gen.integers(0, 2**64, size=n, dtype=np.uint64)   # same words, faster
+
+
+def build(xp):
+    def to_xp(a):
+        return a if xp is np else xp.asarray(a)
+
+    def _size(shape):
+        n = 1
+        for d in shape:
+            n *= d
+        return n
+
+    def unit_uniform(n, npdt, key, counter):
+        """n values in [0, 1) of dtype ``npdt`` (float16/32/64)."""
+        if npdt == np.float64:
+            raw = to_xp(_raw64(n, key, counter))
+            return (raw >> _U64(11)).astype(np.float64) * (2.0 ** -53)
+        words = to_xp(_raw64((n + 1) // 2, key, counter)).view(np.uint32)[:n]
+        if npdt == np.float16:
+            return ((words >> np.uint32(21)).astype(np.float32) * np.float32(2.0 ** -11)
+                    ).astype(np.float16)
+        return (words >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
+
+    def random_uniform(shape, dtype, key, counter, minval, maxval, device=None):
+        npdt = dtype.np
+        n = _size(shape)
+        u = unit_uniform(n, npdt, key, counter)
+        if minval != 0.0 or maxval != 1.0:
+            t = npdt.type
+            u = u * t(maxval - minval) + t(minval)
+            if npdt != np.float64:
+                # rounding may reach maxval in low precision: keep the interval half-open
+                u = xp.minimum(u, xp.nextafter(t(maxval), t(minval)))
+        return u.astype(npdt, copy=False).reshape(shape)
+
+    def random_uniform_int(shape, dtype, key, counter, minval, maxval, device=None):
+        n = _size(shape)
+        rng = maxval - minval
+        if dtype.np == np.int32:
+            words = to_xp(_raw64((n + 1) // 2, key, counter)).view(np.uint32)[:n]
+            vals = (words % np.uint32(rng)).astype(np.int64) + minval
+        else:
+            raw = to_xp(_raw64(n, key, counter))
+            vals = (raw % _U64(rng)).astype(np.int64) + minval
+        return vals.astype(dtype.np, copy=False).reshape(shape)
+
+    def standard_normal(n, npdt, key, counter):
+        pairs = (n + 1) // 2
+        if npdt == np.float64:
+            raw = to_xp(_raw64(2 * pairs, key, counter))
+            bits = (raw >> _U64(11)).astype(np.float64)
+            u1 = (bits[0::2] + 0.5) * (2.0 ** -53)
+            u2 = bits[1::2] * (2.0 ** -53)
+            t = np.float64
+        else:
+            words = to_xp(_raw64(pairs, key, counter)).view(np.uint32)
+            bits = (words >> np.uint32(8)).astype(np.float32)
+            u1 = (bits[0::2] + np.float32(0.5)) * np.float32(2.0 ** -24)
+            u2 = bits[1::2] * np.float32(2.0 ** -24)
+            t = np.float32
+        r = xp.sqrt(t(-2.0) * xp.log(u1))
+        theta = t(2.0 * math.pi) * u2
+        out = xp.empty(2 * pairs, dtype=t)
+        out[0::2] = r * xp.cos(theta)
+        out[1::2] = r * xp.sin(theta)
+        return out[:n]
+
+    def random_normal(shape, dtype, key, counter, mean, stddev, device=None):
+        npdt = dtype.np
+        z = standard_normal(_size(shape), npdt, key, counter)
+        if mean != 0.0 or stddev != 1.0:
+            t = z.dtype.type
+            z = z * t(stddev) + t(mean)
+        return z.astype(npdt, copy=False).reshape(shape)
+
+    def truncated_normal(shape, dtype, key, counter, mean, stddev, device=None):
+        n = _size(shape)
+        raw = to_xp(_raw64(n, key, counter))
+        u = ((raw >> _U64(11)).astype(np.float64) + 0.5) * (2.0 ** -53)
+        z = _special(xp).ndtri(u * _PHI_SPAN + _PHI_M2)
+        z = xp.clip(z, -2.0, 2.0)
+        if mean != 0.0 or stddev != 1.0:
+            z = z * stddev + mean
+        return z.astype(dtype.np).reshape(shape)
+
+    def random_shuffle(x, key, counter, device=None):
+        n = x.shape[0]
+        if n <= 1:
+            return x
+        raw = to_xp(_raw64(n, key, counter))
+        perm = xp.argsort(raw, kind="stable")
+        return x[perm]
+
+    return {
+        "RandomStandardNormal": {"fn": random_normal, "dtypes": FLOATS, "needs_device": True},
+        "RandomUniform": {"fn": random_uniform, "dtypes": FLOATS, "needs_device": True},
+        "RandomUniformInt": {"fn": random_uniform_int, "dtypes": ("int32", "int64"),
+                             "needs_device": True},
+        "TruncatedNormal": {"fn": truncated_normal, "dtypes": FLOATS, "needs_device": True},
+        "RandomShuffle": {"fn": random_shuffle, "dtypes": None, "needs_device": True},
+    }

@@ -1,0 +1,680 @@
+#!/usr/bin/env python
+"""tapeflow against raw NumPy and PyTorch eager on the CPU, in one process, interleaved.
+
+Every case has one implementation per framework, written the way a good engineer
+would write it in that framework. Each round times every implementation once, in a
+rotating order, so slow drifts of the machine (frequency, other load) hit all of them
+alike; the headline ratio of a case is the median over rounds of the per-round ratio
+(paired samples), and the table also shows each implementation's median and best
+per-call time. Before timing, each case checks that the implementations compute the
+same thing (a benchmark of a wrong answer is worthless).
+
+    python benchmarks/compare.py             # full run (about a minute on 2 cores)
+    python benchmarks/compare.py --quick     # a few seconds, noisier
+    python benchmarks/compare.py --json out.json --cases add,grad,mlp64
+
+PyTorch columns appear when ``import torch`` works (``pip install torch==2.13.0``);
+otherwise they are skipped and the output says so. Targets (from the performance
+issue) are checked and shown in the last column; ``--check`` makes a missed target
+(or an error) the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FRAMEWORKS = ("tapeflow", "numpy", "torch")
+SHORT = {"tapeflow": "tf", "numpy": "np", "torch": "torch"}
+
+
+# --- framework loading ------------------------------------------------------------------
+
+def _load_torch(disabled):
+    if disabled:
+        return None, "disabled with --no-torch"
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install
+        return None, f"`import torch` failed ({type(e).__name__}: {e}); " \
+                     "install it with: .venv/bin/pip install torch==2.13.0"
+    return torch, None
+
+
+# --- the cases ----------------------------------------------------------------------------
+
+@dataclass
+class Impl:
+    run: callable            # run(n): do the measured thing n times
+    per_run: int = 1         # units (calls, iterations) that one `run(1)` counts
+
+
+@dataclass
+class Case:
+    key: str
+    title: str
+    unit: str                                    # "call", "iteration", "step"
+    target: tuple | None                         # ("ratio", 1.5) vs NumPy, ("abs", 25e-6) s
+    impls: dict = field(default_factory=dict)    # framework -> Impl
+    errors: dict = field(default_factory=dict)   # framework -> message
+    notes: list = field(default_factory=list)
+    heavy: bool = False                          # long per-call time: fewer rounds
+
+
+def _guard(case, fw, build):
+    """Run ``build()`` (setup + correctness check) and store the Impl, or the error."""
+    try:
+        case.impls[fw] = build()
+    except Exception as e:
+        case.errors[fw] = f"{type(e).__name__}: {e}".splitlines()[0][:160]
+
+
+def case_add(tf, torch, taped):
+    key = "add_tape" if taped else "add"
+    title = "a + b, float32 (1,)" + (", GradientTape watching a" if taped else ", no tape")
+    case = Case(key, title, "call", ("ratio", 2.5 if taped else 1.5))
+    an = np.ones(1, np.float32)
+    bn = np.full(1, 2.0, np.float32)
+
+    def build_tf():
+        a, b = tf.constant(an), tf.constant(bn)
+        if taped:
+            with tf.GradientTape() as tape:
+                tape.watch(a)
+                c = a + b
+            assert float(tape.gradient(c, a)[0]) == 1.0
+
+            def run(n):
+                with tf.GradientTape() as tape:
+                    tape.watch(a)
+                    for _ in range(n):
+                        a + b
+        else:
+            c = a + b
+
+            def run(n):
+                for _ in range(n):
+                    a + b
+        np.testing.assert_array_equal(np.asarray(c), an + bn)
+        return Impl(run)
+
+    def build_np():
+        a, b = an.copy(), bn.copy()
+
+        def run(n):
+            for _ in range(n):
+                a + b
+        return Impl(run)
+
+    def build_torch():
+        a, b = torch.from_numpy(an.copy()), torch.from_numpy(bn.copy())
+        if taped:
+            a.requires_grad_(True)
+        np.testing.assert_array_equal((a + b).detach().numpy(), an + bn)
+
+        def run(n):
+            for _ in range(n):
+                a + b
+        return Impl(run)
+
+    _guard(case, "tapeflow", build_tf)
+    _guard(case, "numpy", build_np)
+    if torch is not None:
+        _guard(case, "torch", build_torch)
+    if taped:
+        case.notes.append("add_tape: the NumPy column is the same untaped `a + b`; torch's `a` "
+                          "has requires_grad=True")
+    return case
+
+
+def case_grad(tf, torch):
+    case = Case("grad", "gradient of reduce_sum(x * x), x float32 (10,)", "call",
+                ("abs", 25e-6))
+    xn = np.linspace(-1.0, 2.0, 10, dtype=np.float32)
+    expect = 2 * xn
+
+    def build_tf():
+        x = tf.constant(xn)
+
+        def once():
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = tf.reduce_sum(x * x)
+            return tape.gradient(y, x)
+        np.testing.assert_allclose(once().numpy(), expect, rtol=1e-6)
+
+        def run(n):
+            for _ in range(n):
+                with tf.GradientTape() as tape:
+                    tape.watch(x)
+                    y = tf.reduce_sum(x * x)
+                tape.gradient(y, x)
+        return Impl(run)
+
+    def build_np():
+        x = xn.copy()
+
+        def run(n):  # forward value and the hand-written gradient
+            for _ in range(n):
+                (x * x).sum()
+                2 * x
+        return Impl(run)
+
+    def build_torch():
+        x = torch.from_numpy(xn.copy()).requires_grad_(True)
+        y = (x * x).sum()
+        y.backward()
+        np.testing.assert_allclose(x.grad.numpy(), expect, rtol=1e-6)
+        x.grad = None
+
+        def run(n):
+            for _ in range(n):
+                y = (x * x).sum()
+                y.backward()
+                x.grad = None
+        return Impl(run)
+
+    _guard(case, "tapeflow", build_tf)
+    _guard(case, "numpy", build_np)
+    if torch is not None:
+        _guard(case, "torch", build_torch)
+    case.notes.append("grad: NumPy computes sum(x*x) and the hand-written gradient 2*x; "
+                      "torch runs autograd's backward()")
+    return case
+
+
+COLLATZ_START = 27
+
+
+def _collatz_steps(n):
+    steps = 0
+    while n != 1:
+        n = n // 2 if n % 2 == 0 else 3 * n + 1
+        steps += 1
+    return steps
+
+
+def case_collatz(tf, torch):
+    case = Case("collatz", f"Collatz loop from {COLLATZ_START} (seed 000), scalar tensors",
+                "iteration", ("ratio", 2.0))
+    steps = _collatz_steps(COLLATZ_START)
+
+    # The seed's loop, written once per framework with that framework's names.
+    def build_tf():
+        def collatz():
+            a = tf.constant(COLLATZ_START)
+            k = 0
+            while not tf.equal(a, 1):
+                if tf.equal(a % 2, 0):
+                    a = a / 2
+                else:
+                    a = 3 * a + 1
+                k += 1
+            return a, k
+        a, k = collatz()
+        assert k == steps and float(a) == 1.0
+
+        def run(n):
+            for _ in range(n):
+                a = tf.constant(COLLATZ_START)
+                while not tf.equal(a, 1):
+                    if tf.equal(a % 2, 0):
+                        a = a / 2
+                    else:
+                        a = 3 * a + 1
+        return Impl(run, per_run=steps)
+
+    def build_np():
+        def run(n):
+            for _ in range(n):
+                a = np.array(COLLATZ_START, dtype=np.int32)
+                while not np.equal(a, 1):
+                    if np.equal(a % 2, 0):
+                        a = a / 2
+                    else:
+                        a = 3 * a + 1
+        return Impl(run, per_run=steps)
+
+    def build_torch():
+        def run(n):
+            for _ in range(n):
+                a = torch.tensor(COLLATZ_START, dtype=torch.int32)
+                while not torch.eq(a, 1):
+                    if torch.eq(a % 2, 0):
+                        a = a / 2
+                    else:
+                        a = 3 * a + 1
+        return Impl(run, per_run=steps)
+
+    _guard(case, "tapeflow", build_tf)
+    _guard(case, "numpy", build_np)
+    if torch is not None:
+        _guard(case, "torch", build_torch)
+    case.notes.append(f"collatz: {steps} iterations per run; NumPy starts from a 0-d int32 "
+                      "array (its ops then return NumPy scalars, as NumPy code does)")
+    return case
+
+
+MLP_SIZES = (784, 256, 256, 10)
+LR = 0.01
+
+
+def _mlp_init(batch, seed=0):
+    rng = np.random.default_rng(seed)
+    params = []
+    for fan_in, fan_out in zip(MLP_SIZES[:-1], MLP_SIZES[1:]):
+        w = (rng.standard_normal((fan_in, fan_out)) * math.sqrt(2.0 / fan_in)).astype(np.float32)
+        params += [w, np.zeros(fan_out, np.float32)]
+    x = rng.standard_normal((batch, MLP_SIZES[0])).astype(np.float32)
+    y = rng.integers(0, MLP_SIZES[-1], batch).astype(np.int64)
+    return params, x, y
+
+
+def _np_mlp_step(params, x, y, rows, lr=LR):
+    """One SGD step of the 784-256-256-10 ReLU MLP with mean softmax cross-entropy,
+    forward and backward by hand (in place where it saves a temporary). Returns the loss."""
+    W1, b1, W2, b2, W3, b3 = params
+    batch = x.shape[0]
+    h1 = x @ W1
+    h1 += b1
+    np.maximum(h1, 0, out=h1)
+    h2 = h1 @ W2
+    h2 += b2
+    np.maximum(h2, 0, out=h2)
+    z = h2 @ W3
+    z += b3
+    # softmax cross-entropy, numerically stable
+    z -= z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    s = p.sum(axis=1, keepdims=True)
+    loss = float(np.log(s).sum() - z[rows, y].sum()) / batch
+    p /= s
+    p[rows, y] -= 1.0
+    p *= 1.0 / batch                               # dL/dlogits
+    gW3 = h2.T @ p
+    gb3 = p.sum(axis=0)
+    d2 = p @ W3.T
+    d2 *= h2 > 0                                   # ReLU'
+    gW2 = h1.T @ d2
+    gb2 = d2.sum(axis=0)
+    d1 = d2 @ W2.T
+    d1 *= h1 > 0
+    gW1 = x.T @ d1
+    gb1 = d1.sum(axis=0)
+    for prm, g in ((W1, gW1), (b1, gb1), (W2, gW2), (b2, gb2), (W3, gW3), (b3, gb3)):
+        g *= lr
+        prm -= g
+    return loss
+
+
+def _tf_xent(tf, labels, labels_onehot, logits):
+    nn = tf.nn
+    if hasattr(nn, "sparse_softmax_cross_entropy_with_logits"):
+        return nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    return nn.softmax_cross_entropy_with_logits(labels=labels_onehot, logits=logits)
+
+
+def case_mlp(tf, torch, batch):
+    target = 1.15 if batch == 64 else 1.05
+    case = Case(f"mlp{batch}", f"MLP 784-256-256-10 SGD step, batch {batch}, float32", "step",
+                ("ratio", target), heavy=True)
+    params0, xn, yn = _mlp_init(batch)
+    rows = np.arange(batch)
+
+    # The reference: one NumPy step from the initial weights.
+    ref_params = [p.copy() for p in params0]
+    ref_loss = _np_mlp_step(ref_params, xn, yn, rows)
+
+    def check(fw, loss, params):
+        assert abs(loss - ref_loss) <= 1e-4 * max(1.0, abs(ref_loss)), \
+            f"{fw} loss {loss} != NumPy's {ref_loss}"
+        for i, (p, r) in enumerate(zip(params, ref_params)):
+            np.testing.assert_allclose(p, r, rtol=1e-3, atol=1e-5,
+                                       err_msg=f"{fw}: parameter {i} after one step")
+
+    def build_tf():
+        nn = getattr(tf, "nn", None)
+        if nn is None:
+            raise AttributeError("module 'tapeflow' has no attribute 'nn'")
+        variant = ("sparse_softmax_cross_entropy_with_logits"
+                   if hasattr(nn, "sparse_softmax_cross_entropy_with_logits")
+                   else "softmax_cross_entropy_with_logits (one-hot labels)")
+        params = [tf.Variable(p.copy()) for p in params0]
+        W1, b1, W2, b2, W3, b3 = params
+        x = tf.constant(xn)
+        labels = tf.constant(yn)
+        onehot = tf.constant(np.eye(MLP_SIZES[-1], dtype=np.float32)[yn])
+
+        def step():
+            with tf.GradientTape() as tape:
+                h1 = tf.nn.relu(tf.matmul(x, W1) + b1)
+                h2 = tf.nn.relu(tf.matmul(h1, W2) + b2)
+                logits = tf.matmul(h2, W3) + b3
+                loss = tf.reduce_mean(_tf_xent(tf, labels, onehot, logits))
+            grads = tape.gradient(loss, params)
+            for p, g in zip(params, grads):
+                p.assign_sub(LR * g)
+            return loss
+
+        loss = float(step())
+        check("tapeflow", loss, [p.numpy() for p in params])
+        if batch == 64:
+            case.notes.append(f"mlp: tapeflow's loss is tf.reduce_mean(tf.nn.{variant})")
+
+        def run(n):
+            for _ in range(n):
+                step()
+        return Impl(run)
+
+    def build_np():
+        params = [p.copy() for p in params0]
+        loss = _np_mlp_step(params, xn, yn, rows)
+        check("numpy", loss, params)
+
+        def run(n):
+            for _ in range(n):
+                _np_mlp_step(params, xn, yn, rows)
+        return Impl(run)
+
+    def build_torch():
+        F = torch.nn.functional
+        params = [torch.from_numpy(p.copy()).requires_grad_(True) for p in params0]
+        W1, b1, W2, b2, W3, b3 = params
+        x = torch.from_numpy(xn)
+        y = torch.from_numpy(yn)
+
+        def step():
+            h1 = F.relu(x @ W1 + b1)
+            h2 = F.relu(h1 @ W2 + b2)
+            loss = F.cross_entropy(h2 @ W3 + b3, y)
+            loss.backward()
+            with torch.no_grad():
+                for p in params:
+                    p -= LR * p.grad
+                    p.grad = None
+            return loss
+
+        loss = float(step())
+        check("torch", loss, [p.detach().numpy() for p in params])
+
+        def run(n):
+            for _ in range(n):
+                step()
+        return Impl(run)
+
+    _guard(case, "tapeflow", build_tf)
+    _guard(case, "numpy", build_np)
+    if torch is not None:
+        _guard(case, "torch", build_torch)
+    return case
+
+
+ALL_CASES = ("add", "add_tape", "grad", "collatz", "mlp64", "mlp1024")
+
+
+def build_cases(tf, torch, keys):
+    makers = {
+        "add": lambda: case_add(tf, torch, taped=False),
+        "add_tape": lambda: case_add(tf, torch, taped=True),
+        "grad": lambda: case_grad(tf, torch),
+        "collatz": lambda: case_collatz(tf, torch),
+        "mlp64": lambda: case_mlp(tf, torch, 64),
+        "mlp1024": lambda: case_mlp(tf, torch, 1024),
+    }
+    return [makers[k]() for k in keys]
+
+
+# --- timing -------------------------------------------------------------------------------
+
+def _time(impl, n):
+    t0 = time.perf_counter()
+    impl.run(n)
+    return (time.perf_counter() - t0) / (n * impl.per_run)
+
+
+def _calibrate(impl, sample_s):
+    """The repeat count n that makes one sample last about ``sample_s`` seconds."""
+    impl.run(1)                      # warm-up: first-call costs are not what we measure
+    n = 1
+    while True:
+        t = time.perf_counter()
+        impl.run(n)
+        dt = time.perf_counter() - t
+        if dt >= sample_s / 4 or n >= 1 << 24:
+            return max(1, round(n * sample_s / max(dt, 1e-9)))
+        n *= 8 if dt < sample_s / 50 else 2
+
+
+def measure(case, rounds, sample_s):
+    fws = [fw for fw in FRAMEWORKS if fw in case.impls]
+    samples = {fw: [] for fw in fws}
+    counts = {}
+    for fw in list(fws):
+        try:
+            counts[fw] = _calibrate(case.impls[fw], sample_s)
+        except Exception as e:
+            case.errors[fw] = f"{type(e).__name__}: {e}".splitlines()[0][:160]
+            fws.remove(fw)
+            del samples[fw]
+    for r in range(rounds):
+        order = fws[r % len(fws):] + fws[:r % len(fws)] if fws else []
+        for fw in order:
+            gc.collect()
+            try:
+                samples[fw].append(_time(case.impls[fw], counts[fw]))
+            except Exception as e:
+                case.errors[fw] = f"{type(e).__name__}: {e}".splitlines()[0][:160]
+                fws.remove(fw)
+                samples.pop(fw)
+                break
+    return samples, counts
+
+
+def summarize(case, samples, counts, rounds):
+    res = {"key": case.key, "title": case.title, "unit": case.unit,
+           "target": None if case.target is None else {"kind": case.target[0],
+                                                      "value": case.target[1]},
+           "errors": dict(case.errors), "notes": list(case.notes), "impls": {}, "ratios": {},
+           "status": None}
+    for fw, s in samples.items():
+        res["impls"][fw] = {"median_s": statistics.median(s), "min_s": min(s),
+                            "rounds": len(s), "repeat": counts[fw], "samples_s": s}
+    # Paired per-round ratios (same round, adjacent in time).
+    for a, b in (("tapeflow", "numpy"), ("torch", "numpy"), ("tapeflow", "torch")):
+        if a in samples and b in samples:
+            k = min(len(samples[a]), len(samples[b]))
+            pr = [samples[a][i] / samples[b][i] for i in range(k)]
+            res["ratios"][f"{a}/{b}"] = {"median": statistics.median(pr),
+                                         "of_mins": min(samples[a]) / min(samples[b])}
+    status = "n/a"
+    if "tapeflow" in case.errors:
+        status = "ERROR"
+    elif case.target is not None:
+        kind, value = case.target
+        if kind == "ratio" and "tapeflow/numpy" in res["ratios"]:
+            got = res["ratios"]["tapeflow/numpy"]["median"]
+            status = "ok" if got <= value else "MISSED"
+        elif kind == "abs" and "tapeflow" in res["impls"]:
+            got = res["impls"]["tapeflow"]["median_s"]
+            status = "ok" if got <= value else "MISSED"
+    res["status"] = status
+    return res
+
+
+# --- reporting ----------------------------------------------------------------------------
+
+def fmt_time(t):
+    if t is None:
+        return "-"
+    if t < 1e-6:
+        return f"{t * 1e9:.0f} ns"
+    if t < 1e-3:
+        return f"{t * 1e6:.2f} µs"
+    return f"{t * 1e3:.2f} ms"
+
+
+def fmt_target(target):
+    if target is None:
+        return "-"
+    kind, value = target
+    return f"tf/np <= {value:g}x" if kind == "ratio" else f"tf <= {fmt_time(value)}"
+
+
+def machine_info(torch, torch_reason):
+    import tapeflow as tf
+    info = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "numpy": np.__version__,
+        "tapeflow": getattr(tf, "__version__", "?"),
+        "tapeflow_devices": [d.name for d in tf.list_devices()] if hasattr(tf, "list_devices")
+        else None,
+        "torch": None if torch is None else torch.__version__,
+        "torch_threads": None if torch is None else torch.get_num_threads(),
+        "torch_skipped_because": torch_reason,
+        "env": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE",
+                                           "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS",
+                                           "MKL_NUM_THREADS", "TAPEFLOW_DEFAULT_DEVICE")
+                if k in os.environ},
+    }
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        info["numpy_blas"] = f"{blas.get('name')} {blas.get('version', '')}".strip()
+    except Exception:
+        info["numpy_blas"] = None
+    try:
+        from threadpoolctl import threadpool_info
+        info["threadpools"] = [
+            {k: p.get(k) for k in ("internal_api", "version", "num_threads", "architecture",
+                                   "threading_layer", "filepath")}
+            for p in threadpool_info()]
+    except ImportError:
+        info["threadpools"] = None
+    return info
+
+
+def print_machine(info):
+    print("machine:", info["platform"], "|", info["processor"], "|",
+          f"{info['usable_cpus'] or info['cpu_count']} usable CPU(s) of {info['cpu_count']}")
+    print(f"python {info['python']} | numpy {info['numpy']} (BLAS: {info['numpy_blas']}) | "
+          f"tapeflow {info['tapeflow']} on {', '.join(info['tapeflow_devices'] or ['?'])}")
+    if info["torch"]:
+        print(f"torch {info['torch']} ({info['torch_threads']} threads)")
+    else:
+        print(f"torch: skipped - {info['torch_skipped_because']}")
+    if info["threadpools"]:
+        for p in info["threadpools"]:
+            print(f"threadpool: {p['internal_api']} {p['version']} "
+                  f"threads={p['num_threads']} arch={p['architecture']}")
+    else:
+        print("threadpool: threadpoolctl not installed (optional: pip install threadpoolctl)")
+    for k, v in info["env"].items():
+        print(f"env: {k}={v}")
+
+
+def print_table(results, have_torch):
+    cols = ["case", "unit", "tapeflow", "numpy"] + (["torch"] if have_torch else []) + \
+        ["tf/np"] + (["torch/np", "tf/torch"] if have_torch else []) + ["target", ""]
+    rows = []
+    for r in results:
+        t = {fw: r["impls"].get(fw, {}).get("median_s") for fw in FRAMEWORKS}
+        row = [r["key"], r["unit"]]
+        for fw in ("tapeflow", "numpy") + (("torch",) if have_torch else ()):
+            row.append("ERROR" if fw in r["errors"] else fmt_time(t[fw]))
+        pairs = ["tapeflow/numpy"] + (["torch/numpy", "tapeflow/torch"] if have_torch else [])
+        for p in pairs:
+            v = r["ratios"].get(p)
+            row.append(f"{v['median']:.2f}x" if v else "-")
+        kind_value = None if r["target"] is None else (r["target"]["kind"], r["target"]["value"])
+        row += [fmt_target(kind_value), r["status"]]
+        rows.append(row)
+    widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
+    line = "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths)))
+    print(line)
+    print("-" * len(line))
+    for row in rows:
+        print("  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w)
+                        for i, (c, w) in enumerate(zip(row, widths))))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="few short rounds (a smoke run)")
+    ap.add_argument("--json", metavar="PATH", help="write all results (and samples) to PATH")
+    ap.add_argument("--cases", default=",".join(ALL_CASES),
+                    help=f"comma-separated subset of: {', '.join(ALL_CASES)}")
+    ap.add_argument("--rounds", type=int, help="rounds per case (default 31; quick: 7)")
+    ap.add_argument("--no-torch", action="store_true", help="leave PyTorch out")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 if a target is missed or tapeflow errors")
+    args = ap.parse_args(argv)
+
+    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in ALL_CASES]
+    if unknown:
+        ap.error(f"unknown case(s) {unknown}; choose from {', '.join(ALL_CASES)}")
+
+    import tapeflow as tf
+    torch, torch_reason = _load_torch(args.no_torch)
+    info = machine_info(torch, torch_reason)
+    print_machine(info)
+
+    rounds = args.rounds or (7 if args.quick else 31)
+    sample_s = 0.004 if args.quick else 0.02
+    print(f"\n{rounds} interleaved rounds per case (heavy cases: {max(3, rounds // 2)}), "
+          f"~{sample_s * 1e3:.0f} ms per sample; times are medians per unit, ratios are "
+          "medians of per-round ratios\n")
+
+    results = []
+    for case in build_cases(tf, torch, keys):
+        r = max(3, rounds // 2) if case.heavy else rounds
+        print(f"  {case.key}: {case.title} ...", end="", flush=True)
+        t0 = time.perf_counter()
+        samples, counts = measure(case, r, sample_s * (2.5 if case.heavy else 1))
+        results.append(summarize(case, samples, counts, r))
+        print(f" {time.perf_counter() - t0:.1f} s")
+    print()
+    print_table(results, torch is not None)
+
+    notes = [n for r in results for n in r["notes"]]
+    errors = [(r["key"], fw, msg) for r in results for fw, msg in r["errors"].items()]
+    print()
+    for r in results:
+        for fw in ("tapeflow", "numpy", "torch"):
+            if fw in r["impls"]:
+                i = r["impls"][fw]
+                r.setdefault("_best", []).append(f"{SHORT[fw]} {fmt_time(i['min_s'])}")
+        if "_best" in r:
+            print(f"best per {r['unit']:9s} {r['key']:9s} " + ", ".join(r.pop("_best")))
+    for note in notes:
+        print("note:", note)
+    for key, fw, msg in errors:
+        print(f"error: {key} / {fw}: {msg}")
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"machine": info, "rounds": rounds, "sample_s": sample_s,
+                       "results": results}, f, indent=1)
+        print(f"\nresults written to {args.json}")
+
+    if args.check and any(r["status"] in ("MISSED", "ERROR") for r in results):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

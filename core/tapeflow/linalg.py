@@ -1,0 +1,555 @@
+"""Linear algebra (``tf.linalg``): matmul, einsum, tensordot, norm, inv, solve, det.
+
+``matmul``, ``tensordot``, ``einsum`` and ``norm`` are also top-level names
+(``TOP_LEVEL``), and ``a @ b`` on Tensors and Variables is ``matmul(a, b)``.
+Gradients are written with these same ops (matmul with transpose flags,
+einsum with rearranged subscripts), so they are differentiable again.
+
+>>> import tapeflow as tf
+>>> print(tf.matmul([[1, 2], [3, 4]], [[4, 5], [6, 7]]))
+tf.Tensor(
+[[16 19]
+ [36 43]], shape=(2, 2), dtype=int32)
+>>> print(tf.linalg.inv([[2., 0.], [0., 4.]]))
+tf.Tensor(
+[[0.5  0.  ]
+ [0.   0.25]], shape=(2, 2), dtype=float32)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ._builtin import defop
+from .errors import InvalidArgumentError, UnimplementedError
+from .execute import constant, convert_to_tensor, execute
+from .tensor import Tensor, Variable
+
+#: names that are also ``tf.<name>``
+TOP_LEVEL = ["matmul", "tensordot", "einsum", "norm"]
+__all__ = TOP_LEVEL + ["inv", "solve", "det", "slogdet", "logdet", "trace",
+                       "matrix_transpose", "adjoint"]
+
+
+def _fmt(shape):
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _tensor(x):
+    return x if type(x) is Tensor else convert_to_tensor(x)
+
+
+# --- matmul ---------------------------------------------------------------------------
+
+# One shared, read-only attrs dict per flag combination: no allocation per call.
+_NN = {"transpose_a": False, "transpose_b": False}
+_NT = {"transpose_a": False, "transpose_b": True}
+_TN = {"transpose_a": True, "transpose_b": False}
+_TT = {"transpose_a": True, "transpose_b": True}
+_FLAGS = {(False, False): _NN, (False, True): _NT, (True, False): _TN, (True, True): _TT}
+
+
+def _matmul_grad(ctx, dy):
+    """TF's rule: every case is one matmul with transpose flags (no explicit transposes);
+    broadcast batch dimensions are summed back by the core (``broadcast=True``)."""
+    if not dy.dtype.is_floating:
+        return None, None
+    a, b = ctx.inputs
+    ta = ctx.attrs["transpose_a"]
+    tb = ctx.attrs["transpose_b"]
+    if not ta:
+        if not tb:
+            return execute(_MATMUL, (dy, b), _NT), execute(_MATMUL, (a, dy), _TN)
+        return execute(_MATMUL, (dy, b), _NN), execute(_MATMUL, (dy, a), _TN)
+    if not tb:
+        return execute(_MATMUL, (b, dy), _NT), execute(_MATMUL, (a, dy), _NN)
+    return execute(_MATMUL, (b, dy), _TT), execute(_MATMUL, (dy, a), _TT)
+
+
+def _matmul_infer(shapes, dtypes, attrs):
+    sa, sb = tuple(shapes[0]), tuple(shapes[1])
+    if len(sa) < 2 or len(sb) < 2:
+        raise InvalidArgumentError(
+            f"Matrix size-incompatible: matmul needs inputs of rank >= 2, got "
+            f"In[0]: {_fmt(sa)}, In[1]: {_fmt(sb)}")
+    m, k = sa[-2:] if not attrs["transpose_a"] else sa[:-3:-1]
+    k2, n = sb[-2:] if not attrs["transpose_b"] else sb[:-3:-1]
+    if k != k2:
+        flags = "".join(f", {f}=True" for f in ("transpose_a", "transpose_b") if attrs[f])
+        raise InvalidArgumentError(
+            f"Matrix size-incompatible: In[0]: {_fmt(sa)}, In[1]: {_fmt(sb)}{flags}")
+    try:
+        batch = np.broadcast_shapes(sa[:-2], sb[:-2])
+    except ValueError:
+        raise InvalidArgumentError(
+            f"Matrix size-incompatible: batch dimensions {_fmt(sa[:-2])} and {_fmt(sb[:-2])} "
+            f"do not broadcast; In[0]: {_fmt(sa)}, In[1]: {_fmt(sb)}") from None
+    return [(tuple(batch) + (m, n), dtypes[0])]
+
+
+_MATMUL = defop("MatMul", inputs=("a", "b"), attrs=_NN, broadcast=True, grad=_matmul_grad,
+                infer=_matmul_infer)
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False,
+           a_is_sparse=False, b_is_sparse=False, name=None):
+    """Matrix product of the last two dimensions, with NumPy-broadcast batch dimensions.
+
+    Both inputs need rank >= 2. ``transpose_*``/``adjoint_*`` transpose the last two
+    dimensions of an input first (the same for real dtypes) without copying it.
+
+    >>> import tapeflow as tf
+    >>> print(tf.matmul([[2.]], [[2.]]))
+    tf.Tensor([[4.]], shape=(1, 1), dtype=float32)
+    >>> tf.matmul(tf.ones([5, 2, 3]), tf.ones([4, 3]), transpose_b=True).shape
+    TensorShape([5, 2, 4])
+    """
+    if transpose_a or transpose_b or adjoint_a or adjoint_b:
+        return execute(_MATMUL, (a, b), _FLAGS[bool(transpose_a or adjoint_a),
+                                                bool(transpose_b or adjoint_b)])
+    return execute(_MATMUL, (a, b), _NN)
+
+
+def _install_operators():
+    def __matmul__(self, other):
+        return execute(_MATMUL, (self, other), _NN)
+
+    def __rmatmul__(self, other):
+        return execute(_MATMUL, (other, self), _NN)
+
+    for cls in (Tensor, Variable):
+        cls.__matmul__ = __matmul__
+        cls.__rmatmul__ = __rmatmul__
+
+
+_install_operators()
+
+
+# --- einsum / tensordot ---------------------------------------------------------------
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _einsum_bad(equation, why):
+    return InvalidArgumentError(f"einsum equation {equation!r}: {why}", op="Einsum")
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_einsum(equation, ndims):
+    """``equation`` for operands of ranks ``ndims`` -> explicit ``"ab,bc->ac"`` form:
+    no spaces, an output, ellipses replaced by letters (right-aligned, as NumPy)."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    subs = lhs.split(",")
+    if len(subs) != len(ndims):
+        raise _einsum_bad(equation, f"{len(subs)} operand subscript(s) for {len(ndims)} "
+                                    "operand(s)")
+    used = set(c for c in eq if c in _LETTERS)
+    bad = set(eq) - set(_LETTERS) - set(",->.")
+    if bad or "." in eq.replace("...", ""):
+        raise _einsum_bad(equation, f"invalid character(s) {sorted(bad) or ['.']}; use "
+                                    "letters, ',', '->' and '...'")
+    free = [c for c in _LETTERS if c not in used]
+    n_ell = 0
+    for s, nd in zip(subs, ndims):
+        n_lab = len(s.replace("...", ""))
+        if "..." in s:
+            n_ell = max(n_ell, nd - n_lab)
+            if nd < n_lab:
+                raise _einsum_bad(equation, f"subscripts {s!r} have more labels than the "
+                                            f"operand's rank {nd}")
+        elif n_lab != nd:
+            raise _einsum_bad(equation, f"subscripts {s!r} name {n_lab} dimension(s) but the "
+                                        f"operand has rank {nd}")
+    if n_ell > len(free):
+        raise _einsum_bad(equation, "too many dimensions under '...'")
+    ell = "".join(free[:n_ell])
+    full = [s.replace("...", ell[n_ell - (nd - len(s.replace("...", ""))):] if n_ell else "")
+            for s, nd in zip(subs, ndims)]
+    if arrow:
+        if out.count("...") > 1 or any(s.count("...") > 1 for s in subs):
+            raise _einsum_bad(equation, "'...' may appear once per operand")
+        out = out.replace("...", ell)
+        if len(set(out)) != len(out):
+            raise _einsum_bad(equation, "an output label appears more than once")
+        missing = set(out) - set("".join(full))
+        if missing:
+            raise _einsum_bad(equation, f"output label(s) {sorted(missing)} appear in no input")
+    else:
+        joined = "".join(s.replace("...", "") for s in subs)
+        out = ell + "".join(sorted(c for c in set(joined) if joined.count(c) == 1))
+    return ",".join(full) + "->" + out
+
+
+def _einsum_sizes(equation, shapes):
+    """label -> size (sizes of 1 broadcast); raises on a mismatch."""
+    lhs, _, _ = equation.partition("->")
+    sizes = {}
+    for k, (s, shape) in enumerate(zip(lhs.split(","), shapes)):
+        for c, d in zip(s, shape):
+            prev = sizes.get(c)
+            if prev is None or prev == 1:
+                sizes[c] = d
+            elif d != prev and d != 1:
+                raise InvalidArgumentError(
+                    f"einsum {equation!r}: label {c!r} has size {prev} in one operand and {d} "
+                    f"in operand {k}; shapes: " + ", ".join(_fmt(s) for s in shapes))
+    return sizes
+
+
+def _einsum_infer(shapes, dtypes, attrs):
+    eq = attrs["equation"]
+    sizes = _einsum_sizes(eq, [tuple(s) for s in shapes])
+    return [(tuple(sizes[c] for c in eq.partition("->")[2]), dtypes[0])]
+
+
+def _einsum_grad(ctx, dy):
+    """d/d operand k = einsum(dy and the other operands -> operand k's subscripts).
+
+    Labels only operand k has (summed within it) come from a ones vector, and a label
+    repeated in operand k (a diagonal) gets a fresh label tied to it by an identity
+    matrix, so one einsum gives the full-shape gradient.
+    """
+    if not dy.dtype.is_floating:
+        return (None,) * len(ctx.inputs)
+    eq = ctx.attrs["equation"]
+    lhs, _, out = eq.partition("->")
+    subs = lhs.split(",")
+    inputs = ctx.inputs
+    unused = [c for c in _LETTERS if c not in eq]
+    npdt = dy.dtype.np
+    dev = dy._device
+    grads = []
+    for k, (s, x) in enumerate(zip(subs, inputs)):
+        ops = [dy] + [t for j, t in enumerate(inputs) if j != k]
+        osubs = [out] + [t for j, t in enumerate(subs) if j != k]
+        have = set("".join(osubs))
+        shape = tuple(x.shape)
+        target = []
+        fresh = iter(unused)
+        for c, d in zip(s, shape):
+            if c not in have:                       # summed inside operand k only
+                ops.append(constant(np.ones(d, npdt), device=dev))
+                osubs.append(c)
+                have.add(c)
+                target.append(c)
+            elif c in target:                       # diagonal: c repeated in operand k
+                c2 = next(fresh)
+                ops.append(constant(np.eye(d, dtype=npdt), device=dev))
+                osubs.append(c + c2)
+                target.append(c2)
+            else:
+                target.append(c)
+        grads.append(execute(_EINSUM, tuple(ops),
+                             {"equation": ",".join(osubs) + "->" + "".join(target)}))
+    return tuple(grads)
+
+
+_EINSUM = defop("Einsum", inputs=("*inputs",), attrs={"equation": ""}, broadcast=True,
+                grad=_einsum_grad, infer=_einsum_infer)
+
+
+def einsum(equation, *inputs, **kwargs):
+    """Einstein summation (NumPy/TF subscripts, ``...`` and implicit outputs allowed).
+
+    >>> import tapeflow as tf
+    >>> print(tf.einsum("ij,jk->ik", [[1., 2.]], [[3.], [4.]]))
+    tf.Tensor([[11.]], shape=(1, 1), dtype=float32)
+    >>> print(tf.einsum("ii", [[1, 2], [3, 4]]))
+    tf.Tensor(5, shape=(), dtype=int32)
+    """
+    if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)) and inputs[0] and \
+            isinstance(inputs[0][0], (Tensor, Variable, np.ndarray)):
+        inputs = tuple(inputs[0])
+    ts = tuple(_tensor(x) for x in inputs)
+    if not ts:
+        raise InvalidArgumentError("einsum needs at least one operand", op="Einsum")
+    try:
+        eq = _parse_einsum(equation, tuple(len(t._data.shape) for t in ts))
+    except InvalidArgumentError as e:
+        raise e.with_context("Einsum", ts[0]._device) from None
+    return execute(_EINSUM, ts, {"equation": eq})
+
+
+def tensordot(a, b, axes, name=None):
+    """Sum of products over ``axes``: an int N (last N of ``a`` with first N of ``b``)
+    or a pair of axis lists. The result has ``a``'s free axes, then ``b``'s.
+
+    >>> import tapeflow as tf
+    >>> tf.tensordot(tf.ones([2, 3, 4]), tf.ones([4, 3, 5]), [[1, 2], [1, 0]]).shape
+    TensorShape([2, 5])
+    >>> print(tf.tensordot([1., 2.], [3., 4.], 1))
+    tf.Tensor(11.0, shape=(), dtype=float32)
+    """
+    a, b = _tensor(a), _tensor(b)
+    sa, sb = tuple(a._data.shape), tuple(b._data.shape)
+    if hasattr(axes, "numpy"):
+        axes = axes.numpy().tolist()
+    if isinstance(axes, (int, np.integer)):
+        n = int(axes)
+        if not 0 <= n <= min(len(sa), len(sb)):
+            raise InvalidArgumentError(
+                f"tensordot: axes={n} must be in [0, {min(len(sa), len(sb))}] for shapes "
+                f"{_fmt(sa)} and {_fmt(sb)}", op="Einsum", device=a._device)
+        ax_a, ax_b = list(range(len(sa) - n, len(sa))), list(range(n))
+    else:
+        try:
+            ax_a, ax_b = axes
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(
+                f"tensordot: axes must be an int or a pair of axis lists, got {axes!r}",
+                op="Einsum", device=a._device) from None
+        ax_a = [ax_a] if isinstance(ax_a, (int, np.integer)) else list(ax_a)
+        ax_b = [ax_b] if isinstance(ax_b, (int, np.integer)) else list(ax_b)
+        if len(ax_a) != len(ax_b):
+            raise InvalidArgumentError(
+                f"tensordot: {len(ax_a)} axes of a but {len(ax_b)} axes of b ({axes!r})",
+                op="Einsum", device=a._device)
+        for ax, shape in ((ax_a, sa), (ax_b, sb)):
+            for i, v in enumerate(ax):
+                if not -len(shape) <= v < len(shape):
+                    raise InvalidArgumentError(
+                        f"tensordot: axis {v} is out of range for shape {_fmt(shape)}",
+                        op="Einsum", device=a._device)
+                ax[i] = v % len(shape)
+    if len(sa) + len(sb) - len(ax_a) > len(_LETTERS):
+        raise InvalidArgumentError("tensordot: too many dimensions", op="Einsum",
+                                   device=a._device)
+    for i, j in zip(ax_a, ax_b):
+        if sa[i] != sb[j]:
+            raise InvalidArgumentError(
+                f"tensordot: size-incompatible: axis {i} of a {_fmt(sa)} has size {sa[i]}, "
+                f"axis {j} of b {_fmt(sb)} has size {sb[j]}", op="Einsum", device=a._device)
+    la = list(_LETTERS[:len(sa)])
+    lb = list(_LETTERS[len(sa):len(sa) + len(sb)])
+    for i, j in zip(ax_a, ax_b):
+        lb[j] = la[i]
+    out = [c for i, c in enumerate(la) if i not in ax_a] + \
+        [c for j, c in enumerate(lb) if j not in ax_b]
+    eq = "".join(la) + "," + "".join(lb) + "->" + "".join(out)
+    return execute(_EINSUM, (a, b), {"equation": eq})
+
+
+def trace(x, name=None):
+    """Sum of the diagonal of the last two dimensions.
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.trace([[1., 2.], [3., 4.]]))
+    tf.Tensor(5.0, shape=(), dtype=float32)
+    """
+    return einsum("...ii->...", x)
+
+
+def matrix_transpose(a, name="matrix_transpose", conjugate=False):
+    """Swap the last two dimensions (a view where the backend allows).
+
+    >>> import tapeflow as tf
+    >>> tf.linalg.matrix_transpose(tf.ones([2, 3, 4])).shape
+    TensorShape([2, 4, 3])
+    """
+    return einsum("...ij->...ji", a)
+
+
+def adjoint(matrix, name=None):
+    """Conjugate transpose of the last two dimensions (the transpose: dtypes are real)."""
+    return einsum("...ij->...ji", matrix)
+
+
+# --- norm -----------------------------------------------------------------------------
+
+def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None, keep_dims=None):
+    """Vector norm (``axis`` None or an int) or matrix norm (``axis`` a pair).
+
+    ``ord``: ``'euclidean'`` (default; over all elements when ``axis`` is None),
+    ``'fro'``, ``1``, ``2``, ``np.inf`` or any ``p > 0`` for vectors; ``'euclidean'``,
+    ``'fro'``, ``1`` and ``np.inf`` for matrices. The Euclidean norm's gradient at 0
+    is 0 (not NaN).
+
+    >>> import tapeflow as tf
+    >>> print(tf.norm([3., 4.]))
+    tf.Tensor(5.0, shape=(), dtype=float32)
+    >>> print(tf.norm([[1., -2.], [3., 4.]], ord=1, axis=[0, 1]))
+    tf.Tensor(6.0, shape=(), dtype=float32)
+    """
+    from . import math as _m
+    from . import reductions as _r
+    x = _tensor(tensor)
+    keepdims = bool(keep_dims if keep_dims is not None else keepdims)
+    nd = len(x._data.shape)
+    if hasattr(axis, "numpy"):
+        axis = axis.numpy().tolist()
+    if isinstance(axis, (list, tuple)) and len(axis) == 1:
+        axis = axis[0]
+    if isinstance(axis, (list, tuple)):
+        if len(axis) != 2:
+            raise InvalidArgumentError(
+                f"norm: axis must be None, an int or a pair of ints, got {axis!r}",
+                op="EuclideanNorm", device=x._device)
+        r, c = (_r._norm_axis(int(a), nd, "EuclideanNorm", x._device)[0] for a in axis)
+        if r == c:
+            raise InvalidArgumentError(f"norm: the two axes {axis!r} must differ",
+                                       op="EuclideanNorm", device=x._device)
+        if ord in ("euclidean", "fro"):
+            return _r.reduce_euclidean_norm(x, axis=(r, c), keepdims=keepdims)
+        if ord == 1 or ord == np.inf:
+            inner, outer = (r, c) if ord == 1 else (c, r)   # 1: max column sum
+            s = _r.reduce_sum(_m.abs(x), axis=inner, keepdims=True)
+            out = _r.reduce_max(s, axis=outer, keepdims=True)
+            if keepdims:
+                return out
+            from . import array as _a
+            shape = tuple(x.shape)
+            return _a.reshape(out, tuple(d for i, d in enumerate(shape) if i not in (r, c)))
+        if ord == 2:
+            raise UnimplementedError("norm: the matrix 2-norm (largest singular value) is not "
+                                     "implemented; use ord='fro', 1 or np.inf",
+                                     op="EuclideanNorm", device=x._device)
+        raise InvalidArgumentError(
+            f"norm: ord={ord!r} is not a supported matrix norm; use 'euclidean', 'fro', 1 "
+            "or np.inf", op="EuclideanNorm", device=x._device)
+    if axis is not None and not isinstance(axis, (int, np.integer)):
+        raise InvalidArgumentError(f"norm: axis must be None, an int or a pair of ints, "
+                                   f"got {axis!r}", op="EuclideanNorm", device=x._device)
+    if ord in ("euclidean", "fro", 2):
+        return _r.reduce_euclidean_norm(x, axis=axis, keepdims=keepdims)
+    if ord == 1:
+        return _r.reduce_sum(_m.abs(x), axis=axis, keepdims=keepdims)
+    if ord == np.inf:
+        return _r.reduce_max(_m.abs(x), axis=axis, keepdims=keepdims)
+    if isinstance(ord, (int, float)) and not isinstance(ord, bool) and ord > 0:
+        s = _r.reduce_sum(_m.pow(_m.abs(x), float(ord)), axis=axis, keepdims=keepdims)
+        return _m.pow(s, 1.0 / ord)
+    raise InvalidArgumentError(
+        f"norm: ord={ord!r} is not supported; use 'euclidean', 1, 2, np.inf or a number > 0",
+        op="EuclideanNorm", device=x._device)
+
+
+# --- inverse, solve, determinants -----------------------------------------------------
+
+def _square(x, opname, what="Input"):
+    s = tuple(x._data.shape)
+    if len(s) < 2 or s[-1] != s[-2]:
+        raise InvalidArgumentError(
+            f"{what} must be a square matrix (or a batch of them), got shape {_fmt(s)}",
+            op=opname, device=x._device)
+
+
+def _inv_grad(ctx, dy):
+    from . import math as _m
+    y = ctx.outputs[0]
+    if not ctx.attrs["adjoint"]:      # d(A^-1) = -A^-T dy A^-T
+        g = execute(_MATMUL, (execute(_MATMUL, (y, dy), _TN), y), _NT)
+    else:                             # y = (A^T)^-1: the transpose of the rule above
+        g = execute(_MATMUL, (execute(_MATMUL, (y, dy), _NT), y), _NN)
+    return _m.negative(g)
+
+
+_INV = defop("MatrixInverse", inputs=("input",), attrs={"adjoint": False}, grad=_inv_grad)
+
+
+def inv(input, adjoint=False, name=None):
+    """Inverse of a square matrix (or a batch of them). A singular input raises
+    InvalidArgumentError ("Input is not invertible.").
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.inv([[1., 1.], [0., 1.]]))
+    tf.Tensor(
+    [[ 1. -1.]
+     [ 0.  1.]], shape=(2, 2), dtype=float32)
+    """
+    x = _tensor(input)
+    _square(x, "MatrixInverse")
+    return execute(_INV, (x,), {"adjoint": bool(adjoint)})
+
+
+def _solve_grad(ctx, dy):
+    a, _ = ctx.inputs
+    x = ctx.outputs[0]
+    adj = ctx.attrs["adjoint"]
+    gb = execute(_SOLVE, (a, dy), {"adjoint": not adj})
+    from . import math as _m
+    ga = execute(_MATMUL, (gb, x), _NT) if not adj else execute(_MATMUL, (x, gb), _NT)
+    return _m.negative(ga), gb
+
+
+_SOLVE = defop("MatrixSolve", inputs=("matrix", "rhs"), attrs={"adjoint": False},
+               broadcast=True, grad=_solve_grad)
+
+
+def solve(matrix, rhs, adjoint=False, name=None):
+    """``X`` with ``matrix @ X = rhs`` (``matrix^T @ X = rhs`` when ``adjoint``);
+    ``rhs`` is ``[..., M, K]``. A singular matrix raises InvalidArgumentError.
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.solve([[2., 0.], [0., 4.]], [[2.], [2.]]))
+    tf.Tensor(
+    [[1. ]
+     [0.5]], shape=(2, 1), dtype=float32)
+    """
+    a, b = _tensor(matrix), _tensor(rhs)
+    _square(a, "MatrixSolve", "matrix")
+    sa, sb = tuple(a._data.shape), tuple(b._data.shape)
+    if len(sb) < 2 or sb[-2] != sa[-1]:
+        raise InvalidArgumentError(
+            f"rhs must have shape [..., {sa[-1]}, K] to match matrix {_fmt(sa)}, got "
+            f"{_fmt(sb)}", op="MatrixSolve", device=a._device)
+    return execute(_SOLVE, (a, b), {"adjoint": bool(adjoint)})
+
+
+def _det_scale(x, g):
+    """``g`` (one value per matrix) times ``inv(x)^T``."""
+    from . import array as _a
+    from . import math as _m
+    g = _a.reshape(g, tuple(g.shape) + (1, 1))
+    return _m.multiply(g, execute(_INV, (x,), {"adjoint": True}))
+
+
+def _det_grad(ctx, dy):
+    from . import math as _m
+    return _det_scale(ctx.inputs[0], _m.multiply(dy, ctx.outputs[0]))
+
+
+def _slogdet_grad(ctx, dsign, dlog):
+    return _det_scale(ctx.inputs[0], dlog)
+
+
+_DET = defop("MatrixDeterminant", inputs=("input",), grad=_det_grad)
+_SLOGDET = defop("LogMatrixDeterminant", inputs=("input",), num_outputs=2,
+                 grad=_slogdet_grad)
+
+
+def det(input, name=None):
+    """Determinant of a square matrix (or a batch of them).
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.det([[1., 2.], [3., 4.]]))
+    tf.Tensor(-2.0, shape=(), dtype=float32)
+    """
+    x = _tensor(input)
+    _square(x, "MatrixDeterminant")
+    return execute(_DET, (x,))
+
+
+def slogdet(input, name=None):
+    """``(sign, log|det|)`` of a square matrix (or a batch), stable for large ones.
+
+    >>> import tapeflow as tf
+    >>> sign, logabs = tf.linalg.slogdet([[-2., 0.], [0., 1.]])
+    >>> float(sign), round(float(logabs), 4)
+    (-1.0, 0.6931)
+    """
+    x = _tensor(input)
+    _square(x, "LogMatrixDeterminant")
+    return execute(_SLOGDET, (x,))
+
+
+def logdet(matrix, name=None):
+    """``log(det(matrix))`` of a Hermitian positive definite matrix (or a batch).
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.logdet([[2., 0.], [0., 2.]]))
+    tf.Tensor(1.3862944, shape=(), dtype=float32)
+    """
+    return slogdet(matrix)[1]

@@ -1,0 +1,846 @@
+"""Neural-network ops (``tf.nn.*``): activations, softmax and losses, convolution,
+pooling, dropout and normalisation.
+
+Gradients are written with tapeflow ops, so they are differentiable again. Where
+TensorFlow has a dedicated backward op (``ReluGrad``, ``Conv2DBackpropInput``,
+``MaxPoolGrad`` ...) so do we: the backward pass costs one kernel call, and the
+backward op's own gradient is again a forward or backward op (the gradient of
+``Conv2DBackpropInput`` w.r.t. its ``out_backprop`` is ``conv2d``).
+
+Attribute conventions (what kernels receive): ``strides``, ``dilations`` and
+``ksize`` are 2-tuples ``(h, w)`` of positive ints; ``padding`` is ``"SAME"``,
+``"VALID"`` or explicit ``((top, bottom), (left, right))``; ``data_format`` is
+``"NHWC"`` or ``"NCHW"``; ``axis`` a non-negative int.
+
+>>> import tapeflow as tf
+>>> print(tf.nn.relu([-1., 2.]))
+tf.Tensor([0. 2.], shape=(2,), dtype=float32)
+>>> print(tf.nn.softmax([0., 0.]))
+tf.Tensor([0.5 0.5], shape=(2,), dtype=float32)
+"""
+
+from __future__ import annotations
+
+from ._builtin import defop
+from .errors import InvalidArgumentError
+from .execute import convert_to_tensor, execute
+from .tensor import Tensor
+
+__all__ = [
+    "relu", "relu6", "leaky_relu", "elu", "softmax", "log_softmax", "bias_add", "l2_loss",
+    "moments", "batch_normalization", "softmax_cross_entropy_with_logits",
+    "softmax_cross_entropy_with_logits_v2", "sparse_softmax_cross_entropy_with_logits",
+    "sigmoid_cross_entropy_with_logits", "conv2d", "conv2d_backprop_input",
+    "conv2d_backprop_filter", "conv2d_transpose", "max_pool2d", "max_pool", "avg_pool2d",
+    "avg_pool", "dropout", "sigmoid", "tanh", "softplus",
+]
+
+#: nothing from tf.nn is also a top-level name
+TOP_LEVEL: list = []
+
+
+def _t(x):
+    return x if type(x) is Tensor else convert_to_tensor(x)
+
+
+def _shape(x):
+    return list(x._data.shape)
+
+
+# --- activations ---------------------------------------------------------------------
+
+def _relu_grad(ctx, dy):
+    x = ctx.inputs[0]
+    if not x.dtype.is_floating:
+        return None
+    return execute(_RELU_GRAD, (dy, x))
+
+
+def _relu_grad_grad(ctx, ddx):
+    # ReluGrad(dy, x) = dy * (x > 0): linear in dy, piecewise constant in x
+    return execute(_RELU_GRAD, (ddx, ctx.inputs[1])), None
+
+
+_RELU = defop("Relu", inputs=("features",), grad=_relu_grad)
+_RELU_GRAD = defop("ReluGrad", inputs=("gradients", "features"), grad=_relu_grad_grad)
+
+
+def relu(features, name=None):
+    """``max(features, 0)``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.nn.relu([-2., 0., 3.]))
+    tf.Tensor([0. 0. 3.], shape=(3,), dtype=float32)
+    """
+    return execute(_RELU, (features,))
+
+
+def _relu6_grad(ctx, dy):
+    x = ctx.inputs[0]
+    if not x.dtype.is_floating:
+        return None
+    return execute(_RELU6_GRAD, (dy, x))
+
+
+def _relu6_grad_grad(ctx, ddx):
+    return execute(_RELU6_GRAD, (ddx, ctx.inputs[1])), None
+
+
+_RELU6 = defop("Relu6", inputs=("features",), grad=_relu6_grad)
+_RELU6_GRAD = defop("Relu6Grad", inputs=("gradients", "features"), grad=_relu6_grad_grad)
+
+
+def relu6(features, name=None):
+    """``min(max(features, 0), 6)``."""
+    return execute(_RELU6, (features,))
+
+
+def _leaky_grad(ctx, dy):
+    return execute(_LEAKY_GRAD, (dy, ctx.inputs[0]), ctx.attrs)
+
+
+def _leaky_grad_grad(ctx, ddx):
+    return execute(_LEAKY_GRAD, (ddx, ctx.inputs[1]), ctx.attrs), None
+
+
+_LEAKY = defop("LeakyRelu", inputs=("features",), attrs={"alpha": 0.2}, grad=_leaky_grad)
+_LEAKY_GRAD = defop("LeakyReluGrad", inputs=("gradients", "features"), attrs={"alpha": 0.2},
+                    grad=_leaky_grad_grad)
+
+
+def leaky_relu(features, alpha=0.2, name=None):
+    """``features`` where positive, ``alpha * features`` elsewhere."""
+    return execute(_LEAKY, (features,), {"alpha": float(alpha)})
+
+
+def _elu_grad(ctx, dy):
+    return execute(_ELU_GRAD, (dy, ctx.outputs[0]))
+
+
+def _elu_grad_grad(ctx, ddx):
+    from . import math as _m
+    dy, y = ctx.inputs
+    # d/dy [dy * (y + 1)] = dy where y < 0, else 0;  ReluGrad(v, -y) = v * (y < 0)
+    return (execute(_ELU_GRAD, (ddx, y)),
+            execute(_RELU_GRAD, (_m.multiply(ddx, dy), _m.negative(y))))
+
+
+_ELU = defop("Elu", inputs=("features",), grad=_elu_grad)
+_ELU_GRAD = defop("EluGrad", inputs=("gradients", "outputs"), grad=_elu_grad_grad)
+
+
+def elu(features, name=None):
+    """``features`` where positive, ``exp(features) - 1`` elsewhere."""
+    return execute(_ELU, (features,))
+
+
+def sigmoid(x, name=None):
+    """``1 / (1 + exp(-x))`` (the same op as ``tf.sigmoid``)."""
+    from . import math as _m
+    return _m.sigmoid(x)
+
+
+def tanh(x, name=None):
+    """Hyperbolic tangent (the same op as ``tf.tanh``)."""
+    from . import math as _m
+    return _m.tanh(x)
+
+
+def softplus(features, name=None):
+    """``log(1 + exp(features))`` (the same op as ``tf.math.softplus``)."""
+    from . import math as _m
+    return _m.softplus(features)
+
+
+# --- softmax ---------------------------------------------------------------------------
+
+def _axis(axis, ndim, opname):
+    a = int(axis)
+    if not -ndim <= a < ndim:
+        raise InvalidArgumentError(
+            f"axis {a} is out of range for a tensor of rank {ndim} (valid: [{-ndim}, {ndim}))",
+            op=opname)
+    return a % ndim
+
+
+def _softmax_grad(ctx, dy):
+    from . import math as _m
+    y = ctx.outputs[0]
+    s = _m.reduce_sum(_m.multiply(dy, y), axis=ctx.attrs["axis"], keepdims=True)
+    return _m.multiply(_m.subtract(dy, s), y)
+
+
+def _log_softmax_grad(ctx, dy):
+    from . import math as _m
+    sm = execute(_SOFTMAX, ctx.inputs, ctx.attrs)
+    s = _m.reduce_sum(dy, axis=ctx.attrs["axis"], keepdims=True)
+    return _m.subtract(dy, _m.multiply(sm, s))
+
+
+_SOFTMAX = defop("Softmax", inputs=("logits",), attrs={"axis": -1}, grad=_softmax_grad)
+_LOG_SOFTMAX = defop("LogSoftmax", inputs=("logits",), attrs={"axis": -1},
+                     grad=_log_softmax_grad)
+
+
+def _softmax_attrs(logits, axis, dim, opname):
+    if dim is not None:
+        axis = dim
+    x = _t(logits)
+    nd = x.ndim
+    if nd == 0:
+        raise InvalidArgumentError("logits must have rank >= 1, got a scalar", op=opname)
+    if axis is None or axis == -1:
+        return x, {"axis": nd - 1}
+    return x, {"axis": _axis(axis, nd, opname)}
+
+
+def softmax(logits, axis=None, name=None, dim=None):
+    """``exp(logits) / reduce_sum(exp(logits), axis)`` (last axis by default).
+
+    >>> import tapeflow as tf
+    >>> print(tf.nn.softmax([[1., 1.], [0., 0.]]))
+    tf.Tensor(
+    [[0.5 0.5]
+     [0.5 0.5]], shape=(2, 2), dtype=float32)
+    """
+    x, attrs = _softmax_attrs(logits, axis, dim, "Softmax")
+    return execute(_SOFTMAX, (x,), attrs)
+
+
+def log_softmax(logits, axis=None, name=None, dim=None):
+    """``logits - log(reduce_sum(exp(logits), axis))``, computed stably."""
+    x, attrs = _softmax_attrs(logits, axis, dim, "LogSoftmax")
+    return execute(_LOG_SOFTMAX, (x,), attrs)
+
+
+# --- bias_add, l2_loss, moments, batch_normalization ---------------------------------
+
+def _bias_add_grad(ctx, dy):
+    from . import math as _m
+    nd = dy.ndim
+    c = 1 if ctx.attrs["data_format"] == "NCHW" and nd >= 3 else nd - 1
+    axes = tuple(i for i in range(nd) if i != c)
+    return dy, _m.reduce_sum(dy, axis=axes) if axes else dy
+
+
+_BIAS_ADD = defop("BiasAdd", inputs=("value", "bias"), attrs={"data_format": "NHWC"},
+                  grad=_bias_add_grad)
+
+
+def bias_add(value, bias, data_format=None, name=None):
+    """Add a 1-D ``bias`` along the channel dimension (last for NHWC, 1 for NCHW).
+
+    >>> import tapeflow as tf
+    >>> print(tf.nn.bias_add([[1., 2.]], [10., 20.]))
+    tf.Tensor([[11. 22.]], shape=(1, 2), dtype=float32)
+    """
+    x = _t(value)
+    b = _t(bias)
+    fmt = "NHWC" if data_format is None else data_format
+    if fmt in ("N...C", "NWC", "NDHWC"):
+        fmt = "NHWC"
+    elif fmt in ("NC...", "NCW", "NCDHW"):
+        fmt = "NCHW"
+    if fmt not in ("NHWC", "NCHW"):
+        raise InvalidArgumentError(f"data_format must be 'NHWC' or 'NCHW', got {data_format!r}",
+                                   op="BiasAdd")
+    nd = x.ndim
+    if nd < 2:
+        raise InvalidArgumentError(f"Input tensor must be at least 2D: {_shape(x)}", op="BiasAdd")
+    c = 1 if fmt == "NCHW" and nd >= 3 else nd - 1
+    if b.ndim != 1 or b._data.shape[0] != x._data.shape[c]:
+        raise InvalidArgumentError(
+            "Must provide as many biases as the channel dimension of the input tensor: "
+            f"bias shape {_shape(b)} vs. value shape {_shape(x)} ({fmt})", op="BiasAdd")
+    return execute(_BIAS_ADD, (x, b), {"data_format": fmt})
+
+
+def _l2_loss_grad(ctx, dy):
+    from . import math as _m
+    return _m.multiply(ctx.inputs[0], dy)
+
+
+_L2_LOSS = defop("L2Loss", inputs=("t",), grad=_l2_loss_grad)
+
+
+def l2_loss(t, name=None):
+    """``sum(t ** 2) / 2``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.nn.l2_loss([1., 2.]))
+    tf.Tensor(2.5, shape=(), dtype=float32)
+    """
+    return execute(_L2_LOSS, (t,))
+
+
+def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
+    """Mean and variance of ``x`` over ``axes`` (``tf.nn.moments``); float16 inputs are
+    computed in float32. Both results are differentiable (to any order).
+
+    >>> import tapeflow as tf
+    >>> m, v = tf.nn.moments(tf.constant([1., 2., 3., 4.]), axes=[0])
+    >>> float(m), float(v)
+    (2.5, 1.25)
+    """
+    from . import math as _m
+    from . import array as _a
+    from .reductions import _norm_axis
+    if keep_dims is not None:
+        keepdims = keep_dims
+    x = _t(x)
+    y = _m.cast(x, "float32") if x.dtype.name == "float16" else x
+    ax = _norm_axis(axes, y.ndim, "Moments")
+    shape = _shape(y)
+    n = 1
+    for i in (range(len(shape)) if ax is None else ax):
+        n *= shape[i]
+    inv = 1.0 / n if n else float("nan")
+    mean_k = _m.multiply(_m.reduce_sum(y, axis=ax, keepdims=True), inv)
+    d = _m.subtract(y, mean_k)
+    var = _m.multiply(_m.reduce_sum(_m.multiply(d, d), axis=ax, keepdims=bool(keepdims)), inv)
+    mean = mean_k if keepdims else _a.reshape(mean_k, _shape(var))
+    if y is not x:
+        mean, var = _m.cast(mean, x.dtype), _m.cast(var, x.dtype)
+    return mean, var
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
+    """``(x - mean) * scale / sqrt(variance + variance_epsilon) + offset``
+    (``offset``/``scale`` may be None)."""
+    from . import math as _m
+    inv = _m.rsqrt(_m.add(variance, variance_epsilon))
+    if scale is not None:
+        inv = _m.multiply(inv, scale)
+    shift = _m.negative(_m.multiply(mean, inv))
+    if offset is not None:
+        shift = _m.add(offset, shift)
+    return _m.add(_m.multiply(x, inv), shift)
+
+
+# --- cross entropies -------------------------------------------------------------------
+
+def _expand_last(dy, axis, logits):
+    """Reshape the per-example gradient ``dy`` to broadcast against ``logits``."""
+    from . import array as _a
+    shape = _shape(dy)
+    shape.insert(axis, 1)
+    return _a.reshape(dy, shape)
+
+
+def _softmax_xent_grad(ctx, dy):
+    from . import math as _m
+    logits, labels = ctx.inputs
+    axis = ctx.attrs["axis"]
+    dye = _expand_last(dy, axis, logits)
+    sm = execute(_SOFTMAX, (logits,), ctx.attrs)
+    g_logits = _m.multiply(_m.subtract(sm, labels), dye)
+    g_labels = _m.multiply(_m.negative(execute(_LOG_SOFTMAX, (logits,), ctx.attrs)), dye)
+    return g_logits, g_labels
+
+
+_SOFTMAX_XENT = defop("SoftmaxCrossEntropyWithLogits", inputs=("features", "labels"),
+                      attrs={"axis": -1}, broadcast=True, grad=_softmax_xent_grad)
+
+
+def _like_logits(labels, logits):
+    if isinstance(labels, Tensor) or hasattr(labels, "read_value"):
+        lab = _t(labels)
+        if lab.dtype is not logits.dtype:
+            from . import math as _m
+            lab = _m.cast(lab, logits.dtype)
+        return lab
+    return convert_to_tensor(labels, dtype=logits.dtype)
+
+
+def softmax_cross_entropy_with_logits(labels=None, logits=None, axis=-1, name=None, dim=None):
+    """Cross entropy between ``labels`` (a distribution) and ``softmax(logits)``
+    along ``axis``, computed stably in one op. Differentiable w.r.t. both.
+
+    >>> import tapeflow as tf
+    >>> loss = tf.nn.softmax_cross_entropy_with_logits(labels=[[0., 1.]], logits=[[0., 0.]])
+    >>> round(float(loss[0]), 4)
+    0.6931
+    """
+    if labels is None or logits is None:
+        raise InvalidArgumentError("Both labels= and logits= are required",
+                                   op="SoftmaxCrossEntropyWithLogits")
+    if dim is not None:
+        axis = dim
+    x = _t(logits)
+    if not x.dtype.is_floating:
+        raise InvalidArgumentError(f"logits must be floating point, got {x.dtype.name}",
+                                   op="SoftmaxCrossEntropyWithLogits")
+    lab = _like_logits(labels, x)
+    xs, ls = _shape(x), _shape(lab)
+    if xs != ls:
+        import numpy as _np
+        try:
+            bs = list(_np.broadcast_shapes(tuple(xs), tuple(ls)))
+        except ValueError:
+            bs = None
+        if bs is None or len(bs) != len(xs):
+            raise InvalidArgumentError(
+                f"logits and labels must be broadcastable: logits_size={xs} labels_size={ls}",
+                op="SoftmaxCrossEntropyWithLogits")
+    if x.ndim == 0:
+        raise InvalidArgumentError("logits must have rank >= 1, got a scalar",
+                                   op="SoftmaxCrossEntropyWithLogits")
+    return execute(_SOFTMAX_XENT, (x, lab),
+                   {"axis": _axis(axis, x.ndim, "SoftmaxCrossEntropyWithLogits")})
+
+
+softmax_cross_entropy_with_logits_v2 = softmax_cross_entropy_with_logits
+
+
+def _sparse_xent_grad(ctx, dy):
+    from . import array as _a
+    from . import math as _m
+    logits, labels = ctx.inputs
+    axis = logits.ndim - 1
+    dye = _expand_last(dy, axis, logits)
+    sm = execute(_SOFTMAX, (logits,), {"axis": axis})
+    onehot = _a.one_hot(labels, logits._data.shape[-1], dtype=logits.dtype)
+    return _m.multiply(_m.subtract(sm, onehot), dye), None
+
+
+_SPARSE_XENT = defop("SparseSoftmaxCrossEntropyWithLogits", inputs=("features", "labels"),
+                     dtype_rule="none", grad=_sparse_xent_grad)
+
+
+def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None):
+    """Cross entropy of ``softmax(logits)`` with integer class ``labels``
+    (``labels.shape == logits.shape[:-1]``, values in ``[0, num_classes)``).
+
+    >>> import tapeflow as tf
+    >>> loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=[1], logits=[[0., 0.]])
+    >>> round(float(loss[0]), 4)
+    0.6931
+    """
+    op = "SparseSoftmaxCrossEntropyWithLogits"
+    if labels is None or logits is None:
+        raise InvalidArgumentError("Both labels= and logits= are required", op=op)
+    x = _t(logits)
+    lab = _t(labels)
+    if not x.dtype.is_floating:
+        raise InvalidArgumentError(f"logits must be floating point, got {x.dtype.name}", op=op)
+    if lab.dtype.name not in ("int32", "int64"):
+        raise InvalidArgumentError(
+            f"labels must be int32 or int64 class indices, got {lab.dtype.name}; for "
+            "one-hot/probability labels use softmax_cross_entropy_with_logits", op=op)
+    xs, ls = _shape(x), _shape(lab)
+    if len(ls) != len(xs) - 1:
+        raise InvalidArgumentError(
+            f"Rank mismatch: Rank of labels (received {len(ls)}) should equal rank of logits "
+            f"minus 1 (received {len(xs)}); logits shape {xs}, labels shape {ls}", op=op)
+    if ls != xs[:-1]:
+        raise InvalidArgumentError(
+            f"logits and labels must have the same first dimensions, got logits shape {xs} "
+            f"and labels shape {ls}", op=op)
+    return execute(_SPARSE_XENT, (x, lab))
+
+
+def _sigmoid_xent_grad(ctx, dy):
+    from . import math as _m
+    x, z = ctx.inputs
+    return (_m.multiply(_m.subtract(_m.sigmoid(x), z), dy),
+            _m.multiply(_m.negative(x), dy))
+
+
+_SIGMOID_XENT = defop("SigmoidCrossEntropyWithLogits", inputs=("logits", "labels"),
+                      grad=_sigmoid_xent_grad)
+
+
+def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None, _sentinel=None):
+    """Element-wise logistic loss ``max(x, 0) - x * z + log1p(exp(-|x|))`` with
+    ``x = logits`` and ``z = labels`` (stable for any ``x``).
+
+    >>> import tapeflow as tf
+    >>> loss = tf.nn.sigmoid_cross_entropy_with_logits(labels=[1.], logits=[0.])
+    >>> round(float(loss[0]), 4)
+    0.6931
+    """
+    op = "SigmoidCrossEntropyWithLogits"
+    if labels is None or logits is None:
+        raise InvalidArgumentError("Both labels= and logits= are required", op=op)
+    x = _t(logits)
+    if not x.dtype.is_floating:
+        raise InvalidArgumentError(f"logits must be floating point, got {x.dtype.name}", op=op)
+    z = _like_logits(labels, x)
+    if _shape(z) != _shape(x):
+        raise InvalidArgumentError(
+            f"logits and labels must have the same shape ({_shape(x)} vs {_shape(z)})", op=op)
+    return execute(_SIGMOID_XENT, (x, z))
+
+
+# --- convolution -------------------------------------------------------------------------
+
+def _data_format(data_format, opname):
+    if data_format is None:
+        return "NHWC"
+    if data_format not in ("NHWC", "NCHW"):
+        raise InvalidArgumentError(
+            f"data_format must be 'NHWC' or 'NCHW', got {data_format!r}", op=opname)
+    return data_format
+
+
+def _hw(v, what, fmt, opname, default=1):
+    """int, [h, w] or a 4-list in ``fmt`` order -> (h, w) of positive ints."""
+    if v is None:
+        v = default
+    if hasattr(v, "numpy"):
+        v = v.numpy().tolist()
+    if isinstance(v, int):
+        out = (v, v)
+    else:
+        v = [int(a) for a in v]
+        if len(v) == 1:
+            out = (v[0], v[0])
+        elif len(v) == 2:
+            out = (v[0], v[1])
+        elif len(v) == 4:
+            n, c = (v[0], v[3]) if fmt == "NHWC" else (v[0], v[1])
+            if n != 1 or c != 1:
+                raise InvalidArgumentError(
+                    f"{what} in the batch and depth dimensions must be 1, got {v} ({fmt})",
+                    op=opname)
+            out = (v[1], v[2]) if fmt == "NHWC" else (v[2], v[3])
+        else:
+            raise InvalidArgumentError(
+                f"{what} must be an int or a list of 1, 2 or 4 ints, got {v}", op=opname)
+    if out[0] < 1 or out[1] < 1:
+        raise InvalidArgumentError(f"{what} must be positive, got {list(out)}", op=opname)
+    return out
+
+
+def _padding(padding, fmt, opname):
+    if isinstance(padding, str):
+        p = padding.upper()
+        if p in ("SAME", "VALID"):
+            return p
+        raise InvalidArgumentError(
+            f"padding must be 'SAME', 'VALID' or explicit [[top, bottom], [left, right]] "
+            f"pads, got {padding!r}", op=opname)
+    if padding is None:
+        raise InvalidArgumentError("padding is required ('SAME' or 'VALID')", op=opname)
+    try:
+        pads = [tuple(int(a) for a in p) for p in padding]
+    except (TypeError, ValueError):
+        raise InvalidArgumentError(f"bad explicit padding {padding!r}", op=opname) from None
+    if len(pads) == 4:
+        outer = (pads[0], pads[3]) if fmt == "NHWC" else (pads[0], pads[1])
+        if any(a != 0 for p in outer for a in p):
+            raise InvalidArgumentError(
+                f"explicit padding of the batch and depth dimensions must be 0, got {padding}",
+                op=opname)
+        pads = pads[1:3] if fmt == "NHWC" else pads[2:4]
+    if len(pads) != 2 or any(len(p) != 2 or min(p) < 0 for p in pads):
+        raise InvalidArgumentError(
+            f"explicit padding must be [[top, bottom], [left, right]] of non-negative ints "
+            f"(or 4 pairs in data_format order), got {padding}", op=opname)
+    return (pads[0], pads[1])
+
+
+def _out_size(size, k, s, d, padding, i):
+    eff = (k - 1) * d + 1
+    if padding == "SAME":
+        return -(-size // s)
+    if padding == "VALID":
+        return (size - eff) // s + 1 if size >= eff else 0
+    pb, pa = padding[i]
+    return (size + pb + pa - eff) // s + 1 if size + pb + pa >= eff else 0
+
+
+def _spatial(shape, fmt):
+    return (shape[1], shape[2]) if fmt == "NHWC" else (shape[2], shape[3])
+
+
+def _check_out(opname, in_shape, fmt, kh, kw, strides, dil, padding, what, other_shape):
+    h, w = _spatial(in_shape, fmt)
+    oh = _out_size(h, kh, strides[0], dil[0], padding, 0)
+    ow = _out_size(w, kw, strides[1], dil[1], padding, 1)
+    if oh <= 0 or ow <= 0:
+        raise InvalidArgumentError(
+            f"Computed output size would be {'negative' if min(oh, ow) < 0 else 'zero'}: "
+            f"input shape {in_shape} ({fmt}), {what} {other_shape}, strides {list(strides)}, "
+            f"dilations {list(dil)}, padding {padding}", op=opname)
+    return oh, ow
+
+
+def _conv_attrs(opname, x_shape, w_shape, strides, padding, data_format, dilations):
+    fmt = _data_format(data_format, opname)
+    if len(x_shape) != 4 or len(w_shape) != 4:
+        raise InvalidArgumentError(
+            f"input must be 4-D ({fmt}) and filter 4-D [height, width, in_channels, "
+            f"out_channels]; got input shape {x_shape} and filter shape {w_shape}", op=opname)
+    attrs = {"strides": _hw(strides, "strides", fmt, opname),
+             "padding": _padding(padding, fmt, opname),
+             "data_format": fmt,
+             "dilations": _hw(dilations, "dilations", fmt, opname)}
+    c = x_shape[3] if fmt == "NHWC" else x_shape[1]
+    if c != w_shape[2]:
+        raise InvalidArgumentError(
+            f"input depth {c} does not match the filter's in_channels {w_shape[2]}: input shape "
+            f"{x_shape} ({fmt}), filter shape {w_shape} (HWIO)", op=opname)
+    return attrs
+
+
+def _conv_grad(ctx, dy):
+    x, w = ctx.inputs
+    a = ctx.attrs
+    dx = execute(_CONV_BP_INPUT, (w, dy), {"input_sizes": tuple(_shape(x)), **a})
+    dw = execute(_CONV_BP_FILTER, (x, dy), {"filter_sizes": tuple(_shape(w)), **a})
+    return dx, dw
+
+
+def _conv_attrs_of(ctx, drop):
+    return {k: v for k, v in ctx.attrs.items() if k != drop}
+
+
+def _conv_bp_input_grad(ctx, ddx):
+    # dx = B(w, dy) with <B(w, dy), u> = <dy, conv(u, w)>
+    w, dy = ctx.inputs
+    a = _conv_attrs_of(ctx, "input_sizes")
+    g_w = execute(_CONV_BP_FILTER, (ddx, dy), {"filter_sizes": tuple(_shape(w)), **a})
+    g_dy = execute(_CONV2D, (ddx, w), a)
+    return g_w, g_dy
+
+
+def _conv_bp_filter_grad(ctx, ddw):
+    # dw = F(x, dy) with <F(x, dy), v> = <dy, conv(x, v)>
+    x, dy = ctx.inputs
+    a = _conv_attrs_of(ctx, "filter_sizes")
+    g_x = execute(_CONV_BP_INPUT, (ddw, dy), {"input_sizes": tuple(_shape(x)), **a})
+    g_dy = execute(_CONV2D, (x, ddw), a)
+    return g_x, g_dy
+
+
+_CONV_ATTRS = {"strides": (1, 1), "padding": "VALID", "data_format": "NHWC",
+               "dilations": (1, 1)}
+_CONV2D = defop("Conv2D", inputs=("input", "filter"), attrs=_CONV_ATTRS, grad=_conv_grad)
+_CONV_BP_INPUT = defop("Conv2DBackpropInput", inputs=("filter", "out_backprop"),
+                       attrs={"input_sizes": (), **_CONV_ATTRS}, grad=_conv_bp_input_grad)
+_CONV_BP_FILTER = defop("Conv2DBackpropFilter", inputs=("input", "out_backprop"),
+                        attrs={"filter_sizes": (), **_CONV_ATTRS}, grad=_conv_bp_filter_grad)
+
+
+def conv2d(input, filters=None, strides=None, padding=None, data_format="NHWC", dilations=None,
+           name=None, filter=None, use_cudnn_on_gpu=True):
+    """2-D convolution (cross-correlation, as in TF) of a 4-D ``input`` (NHWC or NCHW)
+    with ``filters`` of shape ``[height, width, in_channels, out_channels]``.
+
+    ``strides``/``dilations``: an int, ``[h, w]`` or a 4-list in ``data_format``
+    order; ``padding``: ``"SAME"``, ``"VALID"`` or explicit pads.
+
+    >>> import tapeflow as tf
+    >>> x = tf.ones([1, 3, 3, 1])
+    >>> print(tf.nn.conv2d(x, tf.ones([2, 2, 1, 1]), strides=1, padding="VALID")[0, :, :, 0])
+    tf.Tensor(
+    [[4. 4.]
+     [4. 4.]], shape=(2, 2), dtype=float32)
+    """
+    if filters is None:
+        filters = filter
+    x = _t(input)
+    w = _t(filters)
+    xs, ws = _shape(x), _shape(w)
+    attrs = _conv_attrs("Conv2D", xs, ws, strides, padding, data_format, dilations)
+    _check_out("Conv2D", xs, attrs["data_format"], ws[0], ws[1], attrs["strides"],
+               attrs["dilations"], attrs["padding"], "filter shape", ws)
+    return execute(_CONV2D, (x, w), attrs)
+
+
+def _bp_dy_check(opname, in_shape, w_shape, dy_shape, attrs):
+    fmt = attrs["data_format"]
+    oh, ow = _check_out(opname, in_shape, fmt, w_shape[0], w_shape[1], attrs["strides"],
+                        attrs["dilations"], attrs["padding"], "filter shape", w_shape)
+    n = in_shape[0]
+    want = [n, oh, ow, w_shape[3]] if fmt == "NHWC" else [n, w_shape[3], oh, ow]
+    if list(dy_shape) != want:
+        raise InvalidArgumentError(
+            f"out_backprop shape {list(dy_shape)} does not match the convolution's output "
+            f"shape {want} (input {list(in_shape)}, filter {list(w_shape)}, {fmt})", op=opname)
+
+
+def conv2d_backprop_input(input_sizes, filters=None, out_backprop=None, strides=None,
+                          padding=None, data_format="NHWC", dilations=None, name=None,
+                          filter=None, use_cudnn_on_gpu=True):
+    """Gradient of :func:`conv2d` w.r.t. its input (``tf.nn.conv2d_backprop_input``)."""
+    if filters is None:
+        filters = filter
+    w = _t(filters)
+    dy = _t(out_backprop)
+    if hasattr(input_sizes, "numpy"):
+        input_sizes = input_sizes.numpy().tolist()
+    xs = [int(s) for s in input_sizes]
+    ws = _shape(w)
+    attrs = _conv_attrs("Conv2DBackpropInput", xs, ws, strides, padding, data_format, dilations)
+    _bp_dy_check("Conv2DBackpropInput", xs, ws, _shape(dy), attrs)
+    return execute(_CONV_BP_INPUT, (w, dy), {"input_sizes": tuple(xs), **attrs})
+
+
+def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides=None, padding=None,
+                           data_format="NHWC", dilations=None, name=None,
+                           use_cudnn_on_gpu=True):
+    """Gradient of :func:`conv2d` w.r.t. its filter (``tf.nn.conv2d_backprop_filter``)."""
+    x = _t(input)
+    dy = _t(out_backprop)
+    if hasattr(filter_sizes, "numpy"):
+        filter_sizes = filter_sizes.numpy().tolist()
+    ws = [int(s) for s in filter_sizes]
+    xs = _shape(x)
+    attrs = _conv_attrs("Conv2DBackpropFilter", xs, ws, strides, padding, data_format,
+                        dilations)
+    _bp_dy_check("Conv2DBackpropFilter", xs, ws, _shape(dy), attrs)
+    return execute(_CONV_BP_FILTER, (x, dy), {"filter_sizes": tuple(ws), **attrs})
+
+
+def conv2d_transpose(input, filters=None, output_shape=None, strides=None, padding="SAME",
+                     data_format="NHWC", dilations=None, name=None, filter=None):
+    """Transposed convolution (the gradient of :func:`conv2d` w.r.t. its input);
+    ``filters`` is ``[height, width, output_channels, in_channels]``."""
+    if filters is None:
+        filters = filter
+    return conv2d_backprop_input(output_shape, filters, input, strides=strides, padding=padding,
+                                 data_format=data_format, dilations=dilations)
+
+
+# --- pooling ------------------------------------------------------------------------------
+
+def _pool_attrs(opname, x, ksize, strides, padding, data_format):
+    fmt = _data_format(data_format, opname)
+    xs = _shape(x)
+    if len(xs) != 4:
+        raise InvalidArgumentError(f"input must be 4-D ({fmt}), got shape {xs}", op=opname)
+    k = _hw(ksize, "ksize", fmt, opname)
+    attrs = {"ksize": k, "strides": _hw(strides, "strides", fmt, opname, default=k),
+             "padding": _padding(padding, fmt, opname), "data_format": fmt}
+    if not isinstance(attrs["padding"], str):
+        (t, b), (l, r) = attrs["padding"]
+        if max(t, b) >= k[0] or max(l, r) >= k[1]:
+            raise InvalidArgumentError(
+                f"explicit pooling pads must be smaller than ksize {list(k)}, got "
+                f"{attrs['padding']}", op=opname)
+    _check_out(opname, xs, fmt, k[0], k[1], attrs["strides"], (1, 1), attrs["padding"],
+               "ksize", list(k))
+    return attrs
+
+
+def _max_pool_grad(ctx, dy):
+    return execute(_MAX_POOL_GRAD, (ctx.inputs[0], ctx.outputs[0], dy), ctx.attrs)
+
+
+def _max_pool_grad_grad(ctx, ddx):
+    # MaxPoolGrad routes dy to each window's (first) argmax: linear in dy, piecewise
+    # constant in x and y. Its adjoint gathers ddx at those positions.
+    x, y, _ = ctx.inputs
+    return None, None, execute(_MAX_POOL_GRAD_GRAD, (x, y, ddx), ctx.attrs)
+
+
+def _max_pool_grad_grad_grad(ctx, dd):
+    x, y, _ = ctx.inputs
+    return None, None, execute(_MAX_POOL_GRAD, (x, y, dd), ctx.attrs)
+
+
+_POOL_ATTRS = {"ksize": (1, 1), "strides": (1, 1), "padding": "VALID", "data_format": "NHWC"}
+_MAX_POOL = defop("MaxPool", inputs=("input",), attrs=_POOL_ATTRS, grad=_max_pool_grad)
+_MAX_POOL_GRAD = defop("MaxPoolGrad", inputs=("orig_input", "orig_output", "grad"),
+                       attrs=_POOL_ATTRS, grad=_max_pool_grad_grad)
+_MAX_POOL_GRAD_GRAD = defop("MaxPoolGradGrad", inputs=("orig_input", "orig_output", "grad"),
+                            attrs=_POOL_ATTRS, grad=_max_pool_grad_grad_grad)
+
+
+def max_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None):
+    """Max over ``ksize`` windows of a 4-D ``input`` (NHWC or NCHW); padded positions
+    never win (``tf.nn.max_pool2d``).
+
+    >>> import tapeflow as tf
+    >>> x = tf.reshape(tf.constant([1., 2., 3., 4.]), [1, 2, 2, 1])
+    >>> print(tf.reshape(tf.nn.max_pool2d(x, 2, 2, "VALID"), [-1]))
+    tf.Tensor([4.], shape=(1,), dtype=float32)
+    """
+    x = _t(input)
+    return execute(_MAX_POOL, (x,), _pool_attrs("MaxPool", x, ksize, strides, padding,
+                                                 data_format))
+
+
+def max_pool(value=None, ksize=None, strides=None, padding=None, data_format="NHWC", name=None,
+             input=None):
+    """TF1/TF2 ``tf.nn.max_pool`` (4-D only): see :func:`max_pool2d`."""
+    return max_pool2d(value if value is not None else input, ksize, strides, padding,
+                      data_format)
+
+
+def _avg_pool_grad(ctx, dy):
+    return execute(_AVG_POOL_GRAD, (dy,),
+                   {"orig_input_shape": tuple(_shape(ctx.inputs[0])), **ctx.attrs})
+
+
+def _avg_pool_grad_grad(ctx, ddx):
+    a = {k: v for k, v in ctx.attrs.items() if k != "orig_input_shape"}
+    return execute(_AVG_POOL, (ddx,), a)
+
+
+_AVG_POOL = defop("AvgPool", inputs=("value",), attrs=_POOL_ATTRS, grad=_avg_pool_grad)
+_AVG_POOL_GRAD = defop("AvgPoolGrad", inputs=("grad",),
+                       attrs={"orig_input_shape": (), **_POOL_ATTRS}, grad=_avg_pool_grad_grad)
+
+
+def avg_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None):
+    """Mean over ``ksize`` windows of a 4-D ``input``; with SAME padding each window
+    averages only its in-bounds values (as TF does)."""
+    x = _t(input)
+    return execute(_AVG_POOL, (x,), _pool_attrs("AvgPool", x, ksize, strides, padding,
+                                                 data_format))
+
+
+def avg_pool(value=None, ksize=None, strides=None, padding=None, data_format="NHWC", name=None,
+             input=None):
+    """TF1/TF2 ``tf.nn.avg_pool`` (4-D only): see :func:`avg_pool2d`."""
+    return avg_pool2d(value if value is not None else input, ksize, strides, padding,
+                      data_format)
+
+
+# --- dropout ----------------------------------------------------------------------------
+
+def dropout(x, rate=None, noise_shape=None, seed=None, name=None, keep_prob=None):
+    """Zero each element with probability ``rate`` and scale the rest by
+    ``1 / (1 - rate)`` (TF2 ``rate=``; TF1 ``keep_prob=``). ``noise_shape`` (broadcast
+    against ``x``) shares one decision along dimensions of size 1. The gradient is
+    the same scaled mask.
+
+    >>> import tapeflow as tf
+    >>> y = tf.nn.dropout(tf.ones([1000]), rate=0.5, seed=1)
+    >>> sorted(set(y.numpy().tolist()))
+    [0.0, 2.0]
+    """
+    from . import math as _m
+    from . import random as _r
+    if keep_prob is not None:
+        if rate is not None:
+            raise InvalidArgumentError("Cannot specify both keep_prob and rate", op="Dropout")
+        rate = 1.0 - float(keep_prob)
+    if rate is None:
+        raise InvalidArgumentError("dropout needs rate= (or TF1 keep_prob=)", op="Dropout")
+    rate = float(rate)
+    if not 0.0 <= rate < 1.0:
+        raise InvalidArgumentError(
+            f"rate must be a scalar tensor or a float in the range [0, 1), got {rate}",
+            op="Dropout")
+    x = _t(x)
+    if not x.dtype.is_floating:
+        raise InvalidArgumentError(
+            f"x has to be a floating point tensor since it's going to be scaled; got a "
+            f"{x.dtype.name} tensor instead", op="Dropout")
+    if rate == 0.0:
+        return x
+    xs = _shape(x)
+    if noise_shape is None:
+        shape = xs
+    else:
+        if hasattr(noise_shape, "numpy"):
+            noise_shape = noise_shape.numpy().tolist()
+        shape = [xs[i] if d is None else int(d) for i, d in enumerate(noise_shape)] \
+            if len(noise_shape) == len(xs) else [int(d) for d in noise_shape]
+    u = _r.uniform(shape, dtype=x.dtype, seed=seed)
+    keep = _m.cast(_m.greater_equal(u, rate), x.dtype)
+    return _m.multiply(x, _m.multiply(keep, 1.0 / (1.0 - rate)))

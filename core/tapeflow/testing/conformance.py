@@ -1,0 +1,640 @@
+"""The conformance suite: every :class:`~tapeflow.testing.opinfo.OpSpec` on every device.
+
+Four kinds of checks, each a plain function raising ``AssertionError`` (usable
+without pytest), and each also a *case* the pytest suite turns into one test item:
+
+``forward`` (spec x dtype x device)
+    every sample of that dtype, on the device, against ``spec.ref`` on the host
+    (NumPy); result dtype, shape, device and values (tolerances per dtype,
+    :data:`DEFAULT_TOL`, overridden by ``spec.tol``). Random ops are validated by
+    ``spec.check(out, *args, **kwargs)`` instead.
+``noncontiguous`` (spec x dtype x device)
+    the same, with every array argument of rank >= 2 given as a non-contiguous
+    view (transposed and strided), for samples that have one.
+``gradients`` (spec x device)
+    every float64 sample through :func:`~tapeflow.testing.check_grads` to
+    ``spec.grad_order``, w.r.t. ``sample.grad_argnums`` (default: float arrays).
+``errors`` (spec x device)
+    every :class:`ErrorSample` raises ``error`` with a message containing
+    ``[Op:``, the device name and ``match``.
+
+Which dtypes: the dtypes the op's kernel on that device type declares
+(``spec.op``), or ``spec.dtypes`` (intersected with the kernel's when both
+exist); a kernel declaring "any dtype" means every tapeflow dtype the samples
+provide (``samples(dtype, rng)`` returning ``[]`` means "not for this dtype").
+
+Run it for one spec without pytest::
+
+    from tapeflow.testing import conformance
+    conformance.check_spec(spec, devices=["cpu:0"])   # AssertionError on failure
+
+or as a pytest suite in a third-party package (the file tapeflow uses itself)::
+
+    from tapeflow.testing import conformance
+    SPECS = conformance.collect_specs() + MY_SPECS
+    def pytest_generate_tests(metafunc):
+        conformance.parametrize(metafunc, SPECS)
+    def test_forward(conformance_case): conformance_case.run()
+    def test_forward_noncontiguous(conformance_case): conformance_case.run()
+    def test_gradients(conformance_case): conformance_case.run()
+    def test_errors(conformance_case): conformance_case.run()
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import zlib
+
+import numpy as np
+
+from .gradcheck import check_grads
+from .opinfo import ErrorSample, OpSpec, Sample
+
+__all__ = ["DEFAULT_TOL", "Case", "SkipCase", "tolerance", "dtypes_under_test", "samples_for",
+           "noncontiguous_tensor", "check_sample", "check_forward", "check_gradients",
+           "check_errors", "check_spec", "cases", "collect_specs", "parametrize",
+           "gap_matches", "KINDS"]
+
+#: (rtol, atol) per result dtype when the spec gives none; integers and bools compare exactly
+DEFAULT_TOL = {
+    "float16": (1e-2, 1e-2),
+    "float32": (1e-5, 1e-5),
+    "float64": (1e-7, 1e-7),
+}
+
+#: pytest test-function name -> kind of case
+KINDS = {
+    "test_forward": "forward",
+    "test_forward_noncontiguous": "noncontiguous",
+    "test_gradients": "gradients",
+    "test_errors": "errors",
+}
+
+
+class SkipCase(Exception):
+    """Raised by a check that cannot run here; the pytest layer turns it into a skip."""
+
+
+def _tf():
+    import tapeflow
+    return tapeflow
+
+
+# --- dtypes, samples, tolerances -----------------------------------------------------
+
+def _op_kernel(spec, device_type):
+    """(OpDef or None, KernelEntry or None); SkipCase when spec.op is not registered."""
+    if not spec.op:
+        return None, None
+    from ..registry import OPS
+    op = OPS.get(spec.op)
+    if op is None:
+        raise SkipCase(f"op {spec.op!r} is not registered (is the plugin that defines it "
+                       "loaded? see python -m tapeflow info)")
+    return op, op.kernels.get(device_type)
+
+
+def dtypes_under_test(spec, device_type):
+    """``(dtypes, explicit, excluded)`` for ``spec`` on ``device_type``.
+
+    ``explicit``: the dtypes were declared (by the kernel or the spec), so a dtype
+    without samples is a gap worth showing; ``excluded``: ``{dtype name: reason}``
+    for spec dtypes the kernel does not declare.
+    """
+    tf = _tf()
+    op, entry = _op_kernel(spec, device_type)
+    kdt = entry.dtypes if entry is not None else None
+    excluded = {}
+    if spec.dtypes is not None:
+        sd = [tf.as_dtype(d) for d in spec.dtypes]
+        if kdt is not None:
+            for d in sd:
+                if d not in kdt:
+                    excluded[d.name] = (f"the {spec.op} kernel on '{device_type}' does not declare "
+                                        f"{d.name}")
+            sd = [d for d in sd if d in kdt]
+        return sd, True, excluded
+    if kdt is not None:
+        return list(kdt), True, excluded
+    return list(tf.dtypes.ALL_DTYPES), False, excluded
+
+
+def _seed(*parts):
+    return zlib.crc32("/".join(str(p) for p in parts).encode())
+
+
+def samples_for(spec, dtype):
+    """``spec.samples(dtype, rng)`` with a deterministic rng per (spec, dtype)."""
+    tf = _tf()
+    dtype = tf.as_dtype(dtype)
+    rng = np.random.default_rng(_seed(spec.name, dtype.name))
+    return list(spec.samples(dtype, rng) or [])
+
+
+def tolerance(spec, case_dtype, out_dtype):
+    """(rtol, atol) for a result of ``out_dtype`` in a case of ``case_dtype``, or
+    ``None`` for an exact comparison.
+
+    Float results use the tolerance of the case dtype when that is a float dtype
+    (float16 inputs compare loosely even if the op returns float32), else of the
+    result dtype; ``spec.tol`` overrides :data:`DEFAULT_TOL`. Integer and bool
+    results compare exactly unless ``spec.tol`` names their dtype.
+    """
+    od = np.dtype(out_dtype)
+    odn = "bool" if od.kind == "b" else od.name
+    if od.kind == "f":
+        cd = getattr(case_dtype, "name", case_dtype)
+        key = cd if cd in DEFAULT_TOL else odn
+        return spec.tol.get(key) or DEFAULT_TOL.get(key, (1e-5, 1e-5))
+    return spec.tol.get(odn)
+
+
+def _grad_argnums(sample):
+    if sample.grad_argnums is not None:
+        return tuple(sample.grad_argnums)
+    return tuple(i for i, a in enumerate(sample.args)
+                 if isinstance(a, (np.ndarray, np.generic)) and np.asarray(a).dtype.kind == "f")
+
+
+def _nc_candidate(a):
+    return isinstance(a, np.ndarray) and a.ndim >= 2 and a.size > 0
+
+
+def _has_nc(sample):
+    return any(_nc_candidate(a) for a in sample.args)
+
+
+# --- tensors on the device under test ---------------------------------------------------
+
+def noncontiguous_tensor(x, device):
+    """A tensor equal to ``x`` (rank >= 2) whose data is a non-contiguous view:
+    transposed (memory order differs from index order) and strided (every other
+    element of a buffer twice as long).
+
+    On the host the view is wrapped directly; on other devices it is built with
+    tapeflow ops (strided slicing and ``tf.transpose``), and checked.
+    """
+    tf = _tf()
+    dev = tf.devices.get_device(device)
+    x = np.asarray(x)
+    xs = np.swapaxes(x, -1, -2)
+    big = np.zeros(xs.shape[:-1] + (2 * xs.shape[-1],), dtype=x.dtype)
+    big[..., ::2] = xs
+    if dev.is_host:
+        from ..tensor import _wrap
+        return _wrap(np.swapaxes(big[..., ::2], -1, -2), dev)
+    transpose = getattr(tf, "transpose", None)
+    if transpose is None or not hasattr(tf.Tensor, "__getitem__"):
+        raise SkipCase(f"cannot build non-contiguous tensors on {dev}: needs tf.transpose and "
+                       "Tensor slicing")
+    perm = list(range(x.ndim))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    with tf.device(dev):
+        t = transpose(tf.constant(big, device=dev)[..., ::2], perm)
+    got = t.numpy()
+    if got.shape != x.shape or not np.array_equal(got, x, equal_nan=x.dtype.kind == "f"):
+        raise AssertionError(f"building a non-contiguous tensor on {dev} with slicing and "
+                             f"tf.transpose gave wrong values (shape {got.shape}, expected "
+                             f"{x.shape}); see the slicing/transpose conformance tests")
+    return t
+
+
+def _to_device(args, dev, noncontiguous):
+    tf = _tf()
+    out = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            if noncontiguous and _nc_candidate(a):
+                out.append(noncontiguous_tensor(a, dev))
+            else:
+                out.append(tf.constant(a, device=dev))
+        else:
+            out.append(a)
+    return out
+
+
+# --- comparing -----------------------------------------------------------------------
+
+def _describe_args(args, kwargs=None):
+    parts = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            parts.append(f"{'bool' if a.dtype == np.bool_ else a.dtype.name}{list(a.shape)}")
+        else:
+            r = repr(a)
+            parts.append(r if len(r) <= 40 else r[:37] + "...")
+    s = "(" + ", ".join(parts) + ")"
+    if kwargs:
+        s += " " + ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    return s
+
+
+def _fmt(a):
+    s = np.array2string(np.asarray(a), precision=6, threshold=40, edgeitems=3, max_line_width=100)
+    s = s.replace("\n", "\n              ")
+    return s if len(s) <= 800 else s[:800] + " ..."
+
+
+def _as_list(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
+def _compare_one(actual, expected, spec, case_dtype, dev, what):
+    tf = _tf()
+    if isinstance(actual, tf.Variable):
+        actual = actual.read_value()
+    if not isinstance(actual, tf.Tensor):
+        raise AssertionError(f"{what}: returned a {type(actual).__name__}, expected a tf.Tensor")
+    if actual.device != dev.name:
+        raise AssertionError(f"{what}: the result is on {actual.device}, expected {dev.name}")
+    exp = np.asarray(expected)
+    got = actual.numpy()
+    if got.shape != exp.shape:
+        raise AssertionError(f"{what}: result shape {got.shape} != reference shape {exp.shape}")
+    if spec.check_dtype and got.dtype != exp.dtype:
+        raise AssertionError(f"{what}: result dtype {tf.dtypes.from_numpy(got.dtype).name} != "
+                             f"reference dtype {exp.dtype.name} (set check_dtype=False in the "
+                             "spec only if the reference cannot produce the right dtype)")
+    tol = tolerance(spec, case_dtype, got.dtype)
+    if tol is None:
+        if exp.dtype.kind in "fc":
+            ok = np.array_equal(got.astype(exp.dtype), exp, equal_nan=True)
+        else:
+            ok = np.array_equal(got, exp)
+        if ok:
+            return
+        bad = got != exp if got.shape else np.array(got != exp)
+        idx = np.argwhere(bad)
+        first = tuple(int(i) for i in idx[0]) if idx.size else ()
+        raise AssertionError(
+            f"{what}: result differs from the NumPy reference (exact comparison)\n"
+            f"  mismatched elements: {int(np.sum(bad))} / {bad.size}, first at index {first}\n"
+            f"  actual:   {_fmt(got)}\n  expected: {_fmt(exp)}")
+    rtol, atol = tol
+    g64 = got.astype(np.float64)
+    e64 = exp.astype(np.float64)
+    close = np.isclose(g64, e64, rtol=rtol, atol=atol, equal_nan=True)
+    if close.all():
+        return
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(g64 - e64)
+        diff = np.where(close, 0.0, np.where(np.isnan(diff), np.inf, diff))
+        rel = diff / np.maximum(np.abs(e64), np.finfo(np.float64).tiny)
+    ia = np.unravel_index(np.argmax(diff), diff.shape) if diff.ndim else ()
+    ir = np.unravel_index(np.argmax(rel), rel.shape) if rel.ndim else ()
+    raise AssertionError(
+        f"{what}: result differs from the NumPy reference\n"
+        f"  mismatched elements: {int(np.sum(~close))} / {close.size}; "
+        f"max abs err {float(diff[ia]):.4g} at index {tuple(int(i) for i in ia)}, "
+        f"max rel err {float(rel[ir]):.4g} at index {tuple(int(i) for i in ir)} "
+        f"(rtol={rtol:g}, atol={atol:g})\n"
+        f"  actual:   {_fmt(got)}\n  expected: {_fmt(exp)}")
+
+
+def check_sample(spec, sample, device, dtype=None, noncontiguous=False, index=None):
+    """Run one sample forward on ``device`` and compare with ``spec.ref`` (or
+    validate with ``spec.check``). Raises AssertionError on a mismatch."""
+    tf = _tf()
+    dev = tf.devices.get_device(device)
+    variant = " (non-contiguous inputs)" if noncontiguous else ""
+    label = f"sample {index}" if index is not None else "sample"
+    if sample.name:
+        label += f" {sample.name!r}"
+    dname = getattr(dtype, "name", dtype)
+    what = (f"{spec.name}{f' [{dname}]' if dname else ''} on {dev.name}, {label}{variant} "
+            f"{_describe_args(sample.args, sample.kwargs)}")
+    with tf.device(dev):
+        targs = _to_device(sample.args, dev, noncontiguous)
+        try:
+            out = spec.fn(*targs, **sample.kwargs)
+        except Exception as e:
+            e.add_note(f"conformance: raised by {what}")
+            raise
+    np_args = [a.copy() if isinstance(a, np.ndarray) else a for a in sample.args]
+    if spec.check is not None:
+        outs = _as_list(out)
+        for k, o in enumerate(outs):
+            if not isinstance(o, (tf.Tensor, tf.Variable)):
+                raise AssertionError(f"{what}: output {k} is a {type(o).__name__}, expected "
+                                     "a tf.Tensor")
+            if o.device != dev.name:
+                raise AssertionError(f"{what}: output {k} is on {o.device}, expected {dev.name}")
+        host = tuple(o.numpy() for o in outs) if isinstance(out, (list, tuple)) else out.numpy()
+        try:
+            ok = spec.check(host, *np_args, **sample.kwargs)
+        except AssertionError as e:
+            raise AssertionError(f"{what}: spec.check failed: {e}") from None
+        if ok is False:
+            raise AssertionError(f"{what}: spec.check returned False for {_fmt(host)}")
+        return
+    ref_kwargs = sample.kwargs if sample.ref_kwargs is None else sample.ref_kwargs
+    expected = spec.ref(*np_args, **ref_kwargs)
+    outs, exps = _as_list(out), _as_list(expected)
+    multi = isinstance(expected, (list, tuple))
+    if multi != isinstance(out, (list, tuple)) or len(outs) != len(exps):
+        raise AssertionError(f"{what}: returned {len(outs)} output(s) "
+                             f"({type(out).__name__}); the reference returned {len(exps)} "
+                             f"({type(expected).__name__})")
+    for k, (o, e) in enumerate(zip(outs, exps)):
+        _compare_one(o, e, spec, dtype if dtype is not None else np.asarray(e).dtype, dev,
+                     what + (f" output {k}" if multi else ""))
+
+
+def check_forward(spec, device, dtype, noncontiguous=False):
+    """Every sample of ``dtype`` forward on ``device`` (see :func:`check_sample`).
+    Raises SkipCase when there is nothing to run."""
+    tf = _tf()
+    dtype = tf.as_dtype(dtype)
+    samples = samples_for(spec, dtype)
+    if not samples:
+        raise SkipCase(f"spec {spec.name} has no samples for dtype {dtype.name}")
+    ran = 0
+    for i, s in enumerate(samples):
+        if noncontiguous and not _has_nc(s):
+            continue
+        check_sample(spec, s, device, dtype, noncontiguous, index=i)
+        ran += 1
+    if not ran:
+        raise SkipCase(f"spec {spec.name} has no {dtype.name} sample with an array argument of "
+                       "rank >= 2 (nothing to make non-contiguous)")
+    return ran
+
+
+def check_gradients(spec, device, order=None):
+    """``check_grads`` (float64) on every float64 sample, to ``spec.grad_order``."""
+    tf = _tf()
+    dev = tf.devices.get_device(device)
+    order = spec.grad_order if order is None else order
+    if order <= 0:
+        raise SkipCase(f"{spec.name} is not differentiable (grad_order=0)")
+    dts, _, excluded = dtypes_under_test(spec, dev.type)
+    if tf.float64 not in dts:
+        raise SkipCase(excluded.get("float64") or
+                       f"float64 is not among the dtypes tested for {spec.name} on {dev.type} "
+                       "(gradients are checked in float64)")
+    rtol, atol = spec.grad_tol
+    ran = 0
+    for i, s in enumerate(samples_for(spec, tf.float64)):
+        argnums = _grad_argnums(s)
+        if not argnums:
+            continue
+        f = functools.partial(spec.fn, **s.kwargs) if s.kwargs else spec.fn
+        f = _named(f, spec.name)
+        try:
+            check_grads(f, s.args, order=order, rtol=rtol, atol=atol, device=dev,
+                        argnums=argnums, seed=_seed(spec.name, i))
+        except AssertionError as e:
+            raise AssertionError(f"{spec.name} on {dev.name}, sample {i}"
+                                 f"{f' {s.name!r}' if s.name else ''} "
+                                 f"{_describe_args(s.args, s.kwargs)}:\n{e}") from None
+        ran += 1
+    if not ran:
+        raise SkipCase(f"spec {spec.name} has no float64 sample with a float argument to "
+                       "differentiate")
+    return ran
+
+
+def _named(f, name):
+    def g(*a):
+        return f(*a)
+    g.__name__ = name
+    return g
+
+
+def check_errors(spec, device):
+    """Every :class:`ErrorSample`: the right error type, naming op, device and ``match``."""
+    tf = _tf()
+    dev = tf.devices.get_device(device)
+    if not spec.errors:
+        raise SkipCase(f"spec {spec.name} has no error samples")
+    for i, err in enumerate(spec.errors):
+        what = (f"{spec.name} on {dev.name}, error sample {i}"
+                f"{f' {err.name!r}' if err.name else ''} {_describe_args(err.args, err.kwargs)}")
+        try:
+            with tf.device(dev):
+                targs = _to_device(err.args, dev, False)
+                spec.fn(*targs, **err.kwargs)
+        except err.error as e:
+            msg = str(e)
+            missing = [m for m in ("[Op:", dev.name, err.match) if m and m not in msg]
+            if missing:
+                raise AssertionError(
+                    f"{what}: raised {type(e).__name__} as expected, but the message lacks "
+                    f"{missing}:\n  {msg}") from None
+        except Exception as e:
+            raise AssertionError(f"{what}: expected {err.error.__name__}, got "
+                                 f"{type(e).__name__}: {e}") from e
+        else:
+            raise AssertionError(f"{what}: expected {err.error.__name__} "
+                                 f"(matching {err.match!r}); nothing was raised")
+    return len(spec.errors)
+
+
+# --- cases ------------------------------------------------------------------------------
+
+class Case:
+    """One test item: ``kind`` of check for ``spec`` on ``device`` (and ``dtype``)."""
+
+    __slots__ = ("kind", "spec", "device", "dtype", "skip")
+
+    def __init__(self, kind, spec, device, dtype=None, skip=None):
+        self.kind = kind
+        self.spec = spec
+        self.device = device
+        self.dtype = dtype
+        self.skip = skip
+
+    @property
+    def id(self):
+        parts = [] if self.spec is None else [self.spec.name]
+        if self.dtype is not None:
+            parts.append(getattr(self.dtype, "name", str(self.dtype)))
+        parts.append(self.device)
+        return "-".join(parts)
+
+    def __repr__(self):
+        return f"<Case {self.kind}[{self.id}]{' skip' if self.skip else ''}>"
+
+    def check(self):
+        """Run the check (AssertionError on failure, SkipCase when not applicable)."""
+        if self.skip:
+            raise SkipCase(self.skip)
+        if self.kind == "forward":
+            return check_forward(self.spec, self.device, self.dtype)
+        if self.kind == "noncontiguous":
+            return check_forward(self.spec, self.device, self.dtype, noncontiguous=True)
+        if self.kind == "gradients":
+            return check_gradients(self.spec, self.device)
+        if self.kind == "errors":
+            return check_errors(self.spec, self.device)
+        raise ValueError(f"unknown case kind {self.kind!r}")
+
+    def run(self):
+        """pytest entry: :meth:`check`, with SkipCase turned into ``pytest.skip``."""
+        import pytest
+        try:
+            return self.check()
+        except SkipCase as e:
+            pytest.skip(str(e))
+
+
+def _spec_skip(spec, kind, dtype_name, device_type, case_id):
+    for key, reason in (spec.skip or {}).items():
+        if key in (kind, dtype_name, device_type) or _glob(key).fullmatch(case_id):
+            return f"skipped by spec {spec.name}: {reason}"
+    return None
+
+
+def cases(specs, devices, kind):
+    """The cases of ``kind`` for ``specs`` on ``devices``.
+
+    ``devices``: names of available devices, or ``(name, skip_reason)`` pairs
+    (an unavailable device gets one skipped case per kind).
+    """
+    tf = _tf()
+    out = []
+    for d in devices:
+        name, reason = (d, None) if isinstance(d, str) else d
+        if reason is not None:
+            out.append(Case(kind, None, name, skip=reason))
+            continue
+        dev = tf.devices.get_device(name)
+        for spec in specs:
+            out.extend(_spec_cases(spec, dev, kind))
+    return out
+
+
+def _spec_cases(spec, dev, kind):
+    tf = _tf()
+    try:
+        dts, explicit, excluded = dtypes_under_test(spec, dev.type)
+    except SkipCase as e:
+        return [Case(kind, spec, dev.name, skip=str(e))]
+    res = []
+    if kind in ("forward", "noncontiguous"):
+        for name, why in excluded.items():
+            if kind == "forward":
+                res.append(Case(kind, spec, dev.name, tf.as_dtype(name), skip=why))
+        for dt in dts:
+            try:
+                smp = samples_for(spec, dt)
+            except Exception:  # a broken spec fails its own test, not the collection
+                res.append(Case(kind, spec, dev.name, dt))
+                continue
+            if not smp:
+                if explicit and kind == "forward":
+                    res.append(Case(kind, spec, dev.name, dt,
+                                    skip=f"spec {spec.name} has no samples for {dt.name}, which "
+                                         f"the {spec.op or 'spec'} kernel on '{dev.type}' "
+                                         "declares"))
+                continue
+            if kind == "noncontiguous" and not any(_has_nc(s) for s in smp):
+                continue
+            res.append(Case(kind, spec, dev.name, dt))
+    elif kind == "gradients":
+        if spec.grad_order > 0:
+            res.append(Case(kind, spec, dev.name))
+    elif kind == "errors":
+        if spec.errors:
+            res.append(Case(kind, spec, dev.name))
+    else:
+        raise ValueError(f"unknown case kind {kind!r}")
+    for c in res:
+        if c.skip is None:
+            c.skip = _spec_skip(spec, kind, getattr(c.dtype, "name", None), dev.type, c.id)
+    return res
+
+
+def check_spec(spec, devices=None, kinds=("forward", "noncontiguous", "gradients", "errors")):
+    """Run every case of ``spec`` on ``devices`` (default: every available device);
+    collect all failures into one AssertionError. Returns ``{"passed": [...],
+    "skipped": [(case id, reason)]}`` otherwise."""
+    tf = _tf()
+    devices = [d.name for d in tf.list_devices()] if devices is None else list(devices)
+    passed, skipped, failed = [], [], []
+    for kind in kinds:
+        for c in cases([spec], devices, kind):
+            label = f"{kind}[{c.id}]"
+            try:
+                c.check()
+            except SkipCase as e:
+                skipped.append((label, str(e)))
+            except AssertionError as e:
+                failed.append(f"{label}: {e}")
+            except Exception as e:
+                failed.append(f"{label}: raised {type(e).__name__}: {e}")
+            else:
+                passed.append(label)
+    if failed:
+        raise AssertionError(f"{len(failed)} conformance check(s) of {spec.name} failed:\n\n"
+                             + "\n\n".join(failed))
+    return {"passed": passed, "skipped": skipped}
+
+
+# --- pytest glue --------------------------------------------------------------------------
+
+def collect_specs(extra=()):
+    """``tapeflow.testing.specs.all_specs()`` plus ``extra`` specs whose names are
+    not already among them."""
+    from .specs import all_specs
+    specs = list(all_specs())
+    names = {s.name for s in specs}
+    return specs + [s for s in extra if s.name not in names]
+
+
+@functools.lru_cache(maxsize=512)
+def _glob(pattern):
+    """Glob with ``*`` and ``?`` only: brackets are literal, as in test ids."""
+    rx = re.escape(pattern).replace(r"\*", ".*").replace(r"\?", ".")
+    return re.compile(rx)
+
+
+def gap_matches(pattern, test_name):
+    """Does a known-gap ``pattern`` match ``test_name`` (``test_forward[add-float16-cpu:0]``)?
+    The pattern may also be given without the function name (``add-float16-*``)."""
+    if _glob(pattern).fullmatch(test_name):
+        return True
+    if "[" in test_name and test_name.endswith("]"):
+        return bool(_glob(pattern).fullmatch(test_name[test_name.index("[") + 1:-1]))
+    return False
+
+
+def parametrize(metafunc, specs, devices=None, known_gaps=None):
+    """``pytest_generate_tests`` helper: parametrize ``conformance_case`` for the
+    test functions named in :data:`KINDS`, over ``specs`` and the devices under test
+    (``--tapeflow-device``, see :mod:`tapeflow.testing.pytest_plugin`). Known gaps
+    become ``xfail(strict=True)``."""
+    if "conformance_case" not in metafunc.fixturenames:
+        return
+    import pytest
+    kind = KINDS.get(metafunc.function.__name__)
+    if kind is None:
+        raise ValueError(f"{metafunc.function.__name__}: conformance test functions must be "
+                         f"named one of {sorted(KINDS)}")
+    if devices is None:
+        from .pytest_plugin import devices_under_test
+        devices = devices_under_test(metafunc.config)
+    if known_gaps is None:
+        import tapeflow.plugins
+        known_gaps = tapeflow.plugins.known_gaps()
+    params = []
+    fname = metafunc.function.__name__
+    for c in cases(specs, devices, kind):
+        marks = [pytest.mark.tapeflow_conformance]
+        if c.skip:
+            marks.append(pytest.mark.skip(reason=c.skip))
+        else:
+            test_name = f"{fname}[{c.id}]"
+            for pat, reason in known_gaps.items():
+                if gap_matches(pat, test_name):
+                    marks.append(pytest.mark.xfail(strict=True, reason=f"known gap: {reason}"))
+                    break
+        params.append(pytest.param(c, marks=marks, id=c.id))
+    metafunc.parametrize("conformance_case", params)
+
+
+# re-exported for spec authors who import everything from here
+Sample = Sample
+ErrorSample = ErrorSample
+OpSpec = OpSpec

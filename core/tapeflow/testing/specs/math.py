@@ -1,0 +1,370 @@
+"""Conformance specs of the elementwise math ops (``tapeflow.math``).
+
+Each op gets samples for a 0-d scalar, a typical shape, broadcasting
+((3, 1) with (1, 4); (2, 3) with a Python scalar and with a 0-d array), a
+size-0 shape and edge values of the dtype (inf, nan, -0., integer limits).
+Domain-restricted ops (log, sqrt, ...) draw from their domain. Samples whose
+points are not smooth (edge values, ties of maximum, integer exponents of
+negative bases) set ``grad_argnums`` so that finite differences stay honest.
+"""
+
+from __future__ import annotations
+
+import functools
+import math as _pymath
+import operator
+
+import numpy as np
+
+import tapeflow as tf
+from tapeflow.errors import InvalidArgumentError, NotFoundError
+from tapeflow.testing.opinfo import ErrorSample, OpSpec, Sample
+
+# --- value generators -------------------------------------------------------------
+
+
+def _np(dtype):
+    return np.dtype(getattr(dtype, "np", dtype))
+
+
+def _vals(rng, shape, dtype, lo=-3.0, hi=3.0, nonzero=False):
+    """Random values of ``dtype`` in ``[lo, hi]`` (clipped to the dtype's range)."""
+    d = _np(dtype)
+    if d.kind == "b":
+        return rng.random(shape) < 0.5
+    if d.kind == "f":
+        a = rng.uniform(lo, hi, shape)
+        if nonzero:
+            a = np.where(np.abs(a) < 0.25, np.where(a >= 0, 0.5, -0.5), a)
+        return a.astype(d)
+    info = np.iinfo(d)
+    lo_i = int(max(np.ceil(lo), info.min))
+    hi_i = int(min(np.floor(hi), info.max))
+    a = rng.integers(lo_i, hi_i + 1, shape)
+    if nonzero:
+        a = np.where(a == 0, 1 if hi_i >= 1 else -1, a)
+    return a.astype(d)
+
+
+def _edge(dtype):
+    """Edge values of ``dtype`` (1-D)."""
+    d = _np(dtype)
+    if d.kind == "b":
+        return np.array([True, False, True, False], d)
+    if d.kind == "f":
+        fi = np.finfo(d)
+        return np.array([0.0, -0.0, 1.0, -1.0, 0.5, -2.5, np.inf, -np.inf, np.nan,
+                         fi.max, -fi.max, fi.tiny], d)
+    info = np.iinfo(d)
+    vals = [0, 1, 2, info.max, info.min, info.max - 1]
+    if info.min < 0:
+        vals += [-1, -2]
+    return np.array(vals, d)
+
+
+def _pyscalar(dtype, value=2):
+    """A Python scalar for ``dtype``: bool -> True, int -> ``int(value)``, float ->
+    ``value`` when it is a float, else ``value + 0.5``."""
+    d = _np(dtype)
+    if d.kind == "b":
+        return True
+    if d.kind == "f":
+        return value if isinstance(value, float) else value + 0.5
+    return int(value)
+
+
+# --- sample builders ------------------------------------------------------------------
+
+
+def _unary_samples(lo=-3.0, hi=3.0, edge=True, smooth=True):
+    """Samples for a unary op whose domain is ``[lo, hi]``."""
+    def samples(dtype, rng):
+        out = [
+            Sample((_vals(rng, (), dtype, lo, hi),), name="scalar"),
+            Sample((_vals(rng, (3, 4), dtype, lo, hi),), name="typical"),
+            Sample((_vals(rng, (2, 1, 3), dtype, lo, hi),), name="rank3"),
+            Sample((_vals(rng, (0, 3), dtype, lo, hi),), name="empty"),
+        ]
+        if edge:
+            out.append(Sample((_edge(dtype),), grad_argnums=(), name="edge"))
+        if not smooth:
+            for s in out:
+                s.grad_argnums = ()
+        return out
+    return samples
+
+
+def _binary_samples(x_range=(-3.0, 3.0), y_range=(-3.0, 3.0), y_nonzero=False, scalar=2,
+                    edge=True, fix=None, scalar_lhs=None):
+    """Samples for a broadcasting binary op. ``fix(x, y, dtype)`` may adjust the
+    drawn values (to keep them away from kinks); it returns ``(x, y)``."""
+    def draw(rng, xs, ys, dtype):
+        x = _vals(rng, xs, dtype, *x_range)
+        y = _vals(rng, ys, dtype, *y_range, nonzero=y_nonzero)
+        if fix is not None:
+            x, y = fix(x, y, dtype)
+        return x, y
+
+    def samples(dtype, rng):
+        out = [
+            Sample(draw(rng, (), (), dtype), name="scalar"),
+            Sample(draw(rng, (2, 3), (2, 3), dtype), name="typical"),
+            Sample(draw(rng, (3, 1), (1, 4), dtype), name="broadcast"),
+            Sample(draw(rng, (2, 3), (), dtype), name="broadcast_0d"),
+            Sample(draw(rng, (0, 3), (1, 3), dtype), name="empty"),
+        ]
+        x, _ = draw(rng, (2, 3), (2, 3), dtype)
+        out.append(Sample((x, _pyscalar(dtype, scalar)), name="python_scalar"))
+        _, y = draw(rng, (2, 3), (2, 3), dtype)
+        lhs = scalar if scalar_lhs is None else scalar_lhs
+        out.append(Sample((_pyscalar(dtype, lhs), y), name="python_scalar_lhs"))
+        if edge:
+            e = _edge(dtype)
+            ey = np.roll(e, 3)
+            if y_nonzero and e.dtype.kind in "iu":
+                ey[ey == 0] = 1        # integer division by zero is an error (tested apart)
+            out.append(Sample((e, ey), grad_argnums=(), name="edge"))
+        return out
+    return samples
+
+
+def _away_from_ties(x, y, dtype):
+    """Keep ``|x - y| >= 0.3`` elementwise, for any broadcast (maximum/minimum are
+    not smooth at ties): x near integers + 0.5, y near integers."""
+    if _np(dtype).kind != "f":
+        return x, y
+    d = _np(dtype)
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    x = np.round(x) + 0.5 + 0.2 * (x - np.round(x))
+    y = np.round(y) + 0.2 * (y - np.round(y))
+    return x.astype(d), y.astype(d)
+
+
+def _mod_points(x, y, dtype):
+    """Keep ``x / y`` away from integers for any broadcast (floor jumps there):
+    ``x`` = integer + 0.5 +- 0.05 and ``y`` in {+-1, +-2, +-4}."""
+    if _np(dtype).kind != "f":
+        return x, y
+    d = _np(dtype)
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    x = np.round(x) + 0.5 + 0.1 * (x - np.round(x))
+    y = np.where(y < 0, -1.0, 1.0) * 2.0 ** (np.floor(np.abs(y)) % 3)
+    return x.astype(d), y.astype(d)
+
+
+def _pow_samples(dtype, rng):
+    d = _np(dtype)
+    if d.kind == "f":
+        out = _binary_samples((0.5, 2.0), (-2.0, 2.0), scalar=2, edge=False)(dtype, rng)
+        # a negative base with integer exponents: differentiable in x only
+        base = -_vals(rng, (2, 3), dtype, 0.5, 2.0)
+        expo = rng.integers(-2, 4, (2, 3)).astype(d)
+        out.append(Sample((base, expo), grad_argnums=(0,), name="negative_base"))
+        e = _edge(dtype)
+        out.append(Sample((e, np.roll(e, 3)), grad_argnums=(), name="edge"))
+        out.append(Sample((np.array([0.0, 0.0, 2.0], d), np.array([0.0, 2.0, 0.0], d)),
+                          grad_argnums=(), name="zeros"))
+        return out
+    out = _binary_samples((0, 4), (0, 3), scalar=2, edge=False)(dtype, rng)
+    return out
+
+
+def _compare_samples(dtype, rng):
+    out = _binary_samples((-3, 3), (-3, 3), scalar=1)(dtype, rng)
+    x = _vals(rng, (4, 5), dtype)
+    y = np.where(rng.random((4, 5)) < 0.5, x, _vals(rng, (4, 5), dtype))
+    out.append(Sample((x, y.astype(x.dtype)), name="ties"))
+    return out
+
+
+def _logical_samples(dtype, rng):
+    return _binary_samples(scalar=True)(dtype, rng)
+
+
+def _addn_samples(dtype, rng):
+    v = functools.partial(_vals, rng, dtype=dtype)
+    return [
+        Sample((v(()),), name="one"),
+        Sample((v(()), v(()), v(())), name="scalar"),
+        Sample((v((2, 3)), v((2, 3)), v((2, 3)), v((2, 3))), name="typical"),
+        Sample((v((0, 3)), v((0, 3))), name="empty"),
+    ]
+
+
+# --- references --------------------------------------------------------------------------
+
+
+def _f64(fn):
+    """A reference computed in float64 and returned in the input's dtype."""
+    def ref(x):
+        x = np.asarray(x)
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(x.astype(np.float64))).astype(x.dtype)
+    return ref
+
+
+def _sigmoid64(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+_erf64 = np.vectorize(_pymath.erf, otypes=[np.float64])
+
+
+def _round_ref(x):
+    x = np.asarray(x)
+    return x if x.dtype.kind in "iu" else np.rint(x)
+
+
+def _addn_ref(*xs):
+    return functools.reduce(np.add, xs)
+
+
+# --- error contracts ------------------------------------------------------------------------
+
+_F32 = np.float32
+_MISMATCH = (np.ones((2, 3), _F32), np.ones((4,), _F32))
+
+
+def _incompatible(fn_name):
+    return ErrorSample(_MISMATCH, error=InvalidArgumentError, match="Incompatible shapes",
+                       name=f"{fn_name}_broadcast_mismatch")
+
+
+def _no_kernel(dtype, registered, name):
+    return ErrorSample((np.ones((2,), dtype),), error=NotFoundError,
+                       match=f"dtype in [{registered}]", name=name)
+
+
+_FLOAT_LIST = "float16, float32, float64"
+_NUMERIC_LIST = "float16, float32, float64, int8, int16, int32, int64, uint8"
+
+# --- specs ------------------------------------------------------------------------------------
+
+_TOL_SPECIAL = {"float16": (4e-3, 4e-3), "float32": (1e-5, 1e-6), "float64": (1e-12, 1e-14)}
+
+
+def _unary(name, fn, ref, op, lo=-3.0, hi=3.0, grad=2, edge=True, tol=None, errors=()):
+    return OpSpec(name=name, fn=fn, ref=ref, op=op,
+                  samples=_unary_samples(lo, hi, edge=edge, smooth=grad > 0),
+                  grad_order=grad, tol=tol or {}, errors=list(errors))
+
+
+def _binary(name, fn, ref, op, samples, grad=2, errors=(), tol=None):
+    return OpSpec(name=name, fn=fn, ref=ref, op=op, samples=samples, grad_order=grad,
+                  errors=[_incompatible(name), *errors], tol=tol or {})
+
+
+SPECS: list[OpSpec] = [
+    # --- binary arithmetic
+    _binary("add", tf.add, np.add, "Add", _binary_samples(),
+            errors=[ErrorSample((np.ones(2, np.bool_), np.ones(2, np.bool_)), error=NotFoundError,
+                                match=f"dtype in [{_NUMERIC_LIST}]", name="bool")]),
+    _binary("subtract", tf.subtract, np.subtract, "Sub", _binary_samples()),
+    _binary("multiply", tf.multiply, np.multiply, "Mul", _binary_samples()),
+    _binary("divide", tf.divide, np.true_divide, "RealDiv",
+            _binary_samples(y_range=(-3.0, 3.0), y_nonzero=True)),
+    _binary("floordiv", tf.math.floordiv, np.floor_divide, "FloorDiv",
+            _binary_samples(y_nonzero=True), grad=0,
+            errors=[ErrorSample((np.array([1, 2], np.int32), np.array([1, 0], np.int32)),
+                                error=InvalidArgumentError, match="Integer division by zero",
+                                name="int_div_by_zero")]),
+    _binary("mod", tf.math.mod, np.remainder, "FloorMod",
+            _binary_samples(y_nonzero=True, fix=_mod_points, scalar=2.0, scalar_lhs=2.5),
+            errors=[ErrorSample((np.array([1, 2], np.int64), np.array([0, 1], np.int64)),
+                                error=InvalidArgumentError, match="Integer division by zero",
+                                name="int_mod_by_zero")]),
+    _binary("pow", tf.pow, np.power, "Pow", _pow_samples,
+            errors=[ErrorSample((np.array([2, 3], np.int32), np.array([1, -1], np.int32)),
+                                error=InvalidArgumentError,
+                                match="Integers to negative integer powers are not allowed",
+                                name="int_negative_power")]),
+    _binary("maximum", tf.maximum, np.maximum, "Maximum",
+            _binary_samples(fix=_away_from_ties)),
+    _binary("minimum", tf.minimum, np.minimum, "Minimum",
+            _binary_samples(fix=_away_from_ties)),
+    _binary("squared_difference", tf.squared_difference,
+            lambda x, y: np.square(np.subtract(x, y)), "SquaredDifference", _binary_samples()),
+    _binary("atan2", tf.atan2, np.arctan2, "Atan2",
+            _binary_samples((0.5, 3.0), (-3.0, 3.0), y_nonzero=True),
+            errors=[_no_kernel(np.int32, _FLOAT_LIST, "int")]),
+    OpSpec(name="add_n", fn=lambda *xs: tf.add_n(list(xs)), ref=_addn_ref, op="AddN",
+           samples=_addn_samples,
+           errors=[ErrorSample((np.ones((2, 3), _F32), np.ones((3, 2), _F32)),
+                               error=InvalidArgumentError, match="AddN needs inputs of one shape",
+                               name="shape_mismatch")]),
+    # --- unary
+    _unary("negative", tf.negative, np.negative, "Neg",
+           errors=[_no_kernel(np.bool_, _NUMERIC_LIST, "bool")]),
+    # abs and sign: keep |x| >= 0.25 so finite differences do not straddle the kink
+    OpSpec(name="abs", fn=tf.abs, ref=np.absolute, op="Abs",
+           samples=lambda d, rng: [
+               Sample((_vals(rng, s, d, nonzero=True),), name=n)
+               for s, n in (((), "scalar"), ((3, 4), "typical"), ((0, 2), "empty"))
+           ] + [Sample((_edge(d),), grad_argnums=(), name="edge")]),
+    _unary("sign", tf.sign, np.sign, "Sign", grad=0),
+    _unary("square", tf.square, np.square, "Square"),
+    _unary("sqrt", tf.sqrt, np.sqrt, "Sqrt", 0.5, 4.0,
+           errors=[_no_kernel(np.int32, _FLOAT_LIST, "int")]),
+    _unary("rsqrt", tf.math.rsqrt, _f64(lambda x: 1 / np.sqrt(x)), "Rsqrt", 0.5, 4.0,
+           tol=_TOL_SPECIAL),
+    _unary("exp", tf.exp, np.exp, "Exp"),
+    _unary("log", tf.math.log, np.log, "Log", 0.5, 4.0),
+    _unary("log1p", tf.math.log1p, np.log1p, "Log1p", -0.5, 3.0),
+    _unary("expm1", tf.math.expm1, np.expm1, "Expm1"),
+    _unary("sin", tf.sin, np.sin, "Sin"),
+    _unary("cos", tf.cos, np.cos, "Cos"),
+    _unary("tan", tf.tan, np.tan, "Tan", -1.2, 1.2),
+    _unary("tanh", tf.tanh, np.tanh, "Tanh"),
+    _unary("sigmoid", tf.sigmoid, _f64(_sigmoid64), "Sigmoid", tol=_TOL_SPECIAL),
+    _unary("softplus", tf.math.softplus, _f64(lambda x: np.logaddexp(0.0, x)), "Softplus",
+           tol=_TOL_SPECIAL),
+    _unary("reciprocal", tf.math.reciprocal, np.reciprocal, "Reciprocal", 0.5, 3.0),
+    _unary("floor", tf.floor, np.floor, "Floor", grad=0),
+    _unary("ceil", tf.math.ceil, np.ceil, "Ceil", grad=0),
+    _unary("round", tf.round, _round_ref, "Round", grad=0),
+    _unary("erf", tf.math.erf, _f64(_erf64), "Erf", tol=_TOL_SPECIAL),
+    _unary("is_nan", tf.math.is_nan, np.isnan, "IsNan", grad=0),
+    _unary("is_finite", tf.math.is_finite, np.isfinite, "IsFinite", grad=0),
+    _unary("is_inf", tf.math.is_inf, np.isinf, "IsInf", grad=0),
+    # --- comparison and logic
+    _binary("equal", tf.equal, np.equal, "Equal", _compare_samples, grad=0),
+    _binary("not_equal", tf.not_equal, np.not_equal, "NotEqual", _compare_samples, grad=0),
+    _binary("less", tf.less, np.less, "Less", _compare_samples, grad=0),
+    _binary("less_equal", tf.less_equal, np.less_equal, "LessEqual", _compare_samples, grad=0),
+    _binary("greater", tf.greater, np.greater, "Greater", _compare_samples, grad=0),
+    _binary("greater_equal", tf.greater_equal, np.greater_equal, "GreaterEqual",
+            _compare_samples, grad=0),
+    _binary("logical_and", tf.logical_and, np.logical_and, "LogicalAnd", _logical_samples,
+            grad=0, errors=[ErrorSample(_MISMATCH[:1] * 2, error=NotFoundError,
+                                        match="dtype in [bool]", name="float")]),
+    _binary("logical_or", tf.logical_or, np.logical_or, "LogicalOr", _logical_samples, grad=0),
+    _binary("logical_xor", tf.math.logical_xor, np.logical_xor, "LogicalXor", _logical_samples,
+            grad=0),
+    _unary("logical_not", tf.logical_not, np.logical_not, "LogicalNot", grad=0,
+           errors=[_no_kernel(np.float32, "bool", "float")]),
+    # --- operators (Tensor dunder methods; the harness passes Tensors as x)
+    _binary("operator.add", operator.add, operator.add, "Add", _binary_samples()),
+    _binary("operator.truediv", operator.truediv, np.true_divide, "RealDiv",
+            _binary_samples(y_nonzero=True)),
+    _binary("operator.floordiv", operator.floordiv, np.floor_divide, "FloorDiv",
+            _binary_samples(y_nonzero=True), grad=0),
+    _binary("operator.mod", operator.mod, np.remainder, "FloorMod",
+            _binary_samples(y_nonzero=True, fix=_mod_points, scalar=2.0, scalar_lhs=2.5)),
+    _binary("operator.pow", operator.pow, np.power, "Pow", _pow_samples),
+    _binary("operator.lt", operator.lt, np.less, "Less", _compare_samples, grad=0),
+    _binary("operator.ge", operator.ge, np.greater_equal, "GreaterEqual", _compare_samples,
+            grad=0),
+    _binary("operator.eq", operator.eq, np.equal, "Equal", _compare_samples, grad=0),
+    _binary("operator.ne", operator.ne, np.not_equal, "NotEqual", _compare_samples, grad=0),
+    _binary("operator.and", operator.and_, np.logical_and, "LogicalAnd", _logical_samples,
+            grad=0),
+    _binary("operator.xor", operator.xor, np.logical_xor, "LogicalXor", _logical_samples,
+            grad=0),
+    _unary("operator.neg", operator.neg, np.negative, "Neg"),
+    OpSpec(name="operator.abs", fn=operator.abs, ref=np.absolute, op="Abs",
+           samples=lambda d, rng: [Sample((_vals(rng, (3, 4), d, nonzero=True),), name="typical")]),
+    _unary("operator.invert", operator.invert, np.logical_not, "LogicalNot", grad=0),
+]
