@@ -92,7 +92,7 @@ def case_add(tf, torch, taped):
             with tf.GradientTape() as tape:
                 tape.watch(a)
                 c = a + b
-            assert float(tape.gradient(c, a)[0]) == 1.0
+            np.testing.assert_array_equal(np.asarray(tape.gradient(c, a)), [1.0])
 
             def run(n):
                 with tf.GradientTape() as tape:
@@ -402,7 +402,7 @@ def case_mlp(tf, torch, batch):
                 for p in params:
                     p -= LR * p.grad
                     p.grad = None
-            return loss
+            return loss.detach()
 
         loss = float(step())
         check("torch", loss, [p.detach().numpy() for p in params])
@@ -602,12 +602,14 @@ def print_table(results, have_torch):
         row += [fmt_target(kind_value), r["status"]]
         rows.append(row)
     widths = [max(len(str(x)) for x in col) for col in zip(cols, *rows)]
-    line = "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths)))
-    print(line)
-    print("-" * len(line))
+    def line(cells):
+        return "  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    print(line(cols))
+    print("-" * len(line(cols)))
     for row in rows:
-        print("  ".join(str(c).ljust(w) if i < 2 else str(c).rjust(w)
-                        for i, (c, w) in enumerate(zip(row, widths))))
+        print(line(row))
 
 
 def main(argv=None):

@@ -52,6 +52,24 @@ counter_is_zero(PyObject *lst)
     return n == 0;
 }
 
+/* op.differentiable, read when a tape is active (a plugin may change it) */
+static int
+op_differentiable(PyObject *op)
+{
+    PyObject *d = PyObject_GetAttrString(op, "differentiable");
+    if (d == NULL) {
+        PyErr_Clear();
+        return 1;
+    }
+    int r = PyObject_IsTrue(d);
+    Py_DECREF(d);
+    if (r < 0) {
+        PyErr_Clear();
+        return 1;
+    }
+    return r;
+}
+
 static PyObject *
 fast_binary(BinOp *f, PyObject *a, PyObject *b)
 {
@@ -83,7 +101,7 @@ fast_binary(BinOp *f, PyObject *a, PyObject *b)
         SLOT(t, off_data) = out;
         Py_INCREF(dev);
         SLOT(t, off_device) = dev;
-        if (!counter_is_zero(tapes_list)) {
+        if (!counter_is_zero(tapes_list) && op_differentiable(f->op)) {
             PyObject *ins = PyTuple_Pack(2, a, b);
             PyObject *outs = PyTuple_Pack(1, t);
             PyObject *r = (ins && outs) ? PyObject_CallFunctionObjArgs(

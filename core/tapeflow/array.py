@@ -26,8 +26,8 @@ from . import devices as _devs
 from . import dtypes as _dt
 from ._builtin import defop
 from .errors import InvalidArgumentError
-from .execute import constant, convert_to_tensor, execute
-from .tensor import Tensor, TensorShape, Variable
+from .execute import _run, constant, convert_to_tensor, execute
+from .tensor import Tensor, Variable
 
 __all__ = [
     # creation
@@ -57,6 +57,11 @@ def _here(x=None):
     return d if d is not None else (_devs.current_device() or _devs.default_device())
 
 
+def _create(op, attrs):
+    """Run a creation op (no tensor input) on the scope's or the default device."""
+    return _run(op, (), (_scopes[0] and _devs.current_device()) or _devs.default_device(), attrs)
+
+
 def _tensor(x):
     """``x`` as a Tensor (Variables are read, hence watched)."""
     return x if type(x) is Tensor else convert_to_tensor(x)
@@ -74,7 +79,7 @@ def _prod(xs):
 
 
 def _shape_tuple(shape, op="Reshape"):
-    """A shape given as int / list / tuple / TensorShape / 1-D int tensor or array -> tuple of ints."""
+    """int / list / tuple / TensorShape / 1-D int tensor or array -> a tuple of ints."""
     try:
         if isinstance(shape, (tuple, list)):
             return tuple(map(_index, shape))
@@ -91,18 +96,21 @@ def _shape_tuple(shape, op="Reshape"):
             device=_here()) from None
 
 
-def _norm_axis1(axis, nd, op, dev, extra=0):
-    """One axis in [-(nd+extra), nd+extra) -> a non-negative int."""
+def _norm_axis1(axis, nd, op, x=None, extra=0):
+    """One axis in [-(nd+extra), nd+extra) -> a non-negative int (``x``: the input,
+    for the device named in errors)."""
+    n = nd + extra
+    if type(axis) is int and 0 <= axis < n:
+        return axis
     try:
         a = _index(axis)
     except TypeError:
         raise InvalidArgumentError(f"axis must be an integer, got {axis!r}", op=op,
-                                   device=dev) from None
-    n = nd + extra
+                                   device=_here(x)) from None
     if not -n <= a < n:
         raise InvalidArgumentError(
             f"axis {a} is out of range for a tensor of rank {nd} (valid: [{-n}, {n}))",
-            op=op, device=dev)
+            op=op, device=_here(x))
     return a + n if a < 0 else a
 
 
@@ -187,8 +195,8 @@ def fill(dims, value, dtype=None, name=None):
     if dtype is None:
         dtype = _value_dtype(value)
     value = _scalar_value(value, "fill value", "Fill")
-    return execute(_FILL, (), {"shape": _shape_tuple(dims, "Fill"), "value": value,
-                               "dtype": _dt.as_dtype(dtype)})
+    return _create(_FILL, {"shape": _shape_tuple(dims, "Fill"), "value": value,
+                           "dtype": _dt.as_dtype(dtype)})
 
 
 def zeros(shape, dtype=_dt.float32, name=None):
@@ -198,8 +206,8 @@ def zeros(shape, dtype=_dt.float32, name=None):
     >>> tf.zeros([1, 1, 784]).shape
     TensorShape([1, 1, 784])
     """
-    return execute(_FILL, (), {"shape": _shape_tuple(shape, "Fill"), "value": 0,
-                               "dtype": _dt.as_dtype(dtype)})
+    return _create(_FILL, {"shape": _shape_tuple(shape, "Fill"), "value": 0,
+                           "dtype": _dt.as_dtype(dtype)})
 
 
 def ones(shape, dtype=_dt.float32, name=None):
@@ -209,8 +217,8 @@ def ones(shape, dtype=_dt.float32, name=None):
     >>> print(tf.ones([2], tf.int64))
     tf.Tensor([1 1], shape=(2,), dtype=int64)
     """
-    return execute(_FILL, (), {"shape": _shape_tuple(shape, "Fill"), "value": 1,
-                               "dtype": _dt.as_dtype(dtype)})
+    return _create(_FILL, {"shape": _shape_tuple(shape, "Fill"), "value": 1,
+                           "dtype": _dt.as_dtype(dtype)})
 
 
 _ZEROS_LIKE = defop("ZerosLike", inputs=("x",), attrs={"dtype": None}, dtype_rule="none",
@@ -225,11 +233,11 @@ def _like(op, x, value, dtype):
         # inside a device scope the result goes to the scope's device, not x's
         x = _tensor(x)
         dt = x.dtype if dtype is None else _dt.as_dtype(dtype)
-        return execute(_FILL, (), {"shape": tuple(x._data.shape), "value": value, "dtype": dt})
+        return _create(_FILL, {"shape": tuple(x._data.shape), "value": value, "dtype": dt})
     if dtype is None:
         return execute(op, (x,), _LIKE_NONE)
     dt = _dt.as_dtype(dtype)
-    return execute(op, (x,), {"dtype": None if dt is x.dtype else dt})
+    return execute(op, (x,), {"dtype": None if dt is getattr(x, "dtype", None) else dt})
 
 
 def zeros_like(input, dtype=None, name=None):
@@ -284,7 +292,7 @@ def range(start, limit=None, delta=1, dtype=None, name="range"):  # noqa: A001
     if delta < 0 and start < limit:
         raise InvalidArgumentError(
             f"Requires start >= limit when delta < 0: {start}/{limit}", op="Range", device=_here())
-    return execute(_RANGE, (), {"start": start, "limit": limit, "delta": delta, "dtype": dt})
+    return _create(_RANGE, {"start": start, "limit": limit, "delta": delta, "dtype": dt})
 
 
 _EYE = defop("Eye", inputs=(), attrs={"num_rows": None, "num_columns": None,
@@ -308,8 +316,8 @@ def eye(num_rows, num_columns=None, batch_shape=None, dtype=_dt.float32, name=No
         raise InvalidArgumentError(
             f"eye: sizes must be non-negative, got num_rows={r}, num_columns={c}, "
             f"batch_shape={list(bs)}", op="Eye", device=_here())
-    return execute(_EYE, (), {"num_rows": r, "num_columns": c, "batch_shape": bs,
-                              "dtype": _dt.as_dtype(dtype)})
+    return _create(_EYE, {"num_rows": r, "num_columns": c, "batch_shape": bs,
+                          "dtype": _dt.as_dtype(dtype)})
 
 
 _LINSPACE = defop("LinSpace", inputs=(), attrs={"start": None, "stop": None, "num": None,
@@ -330,9 +338,9 @@ def linspace(start, stop, num, name=None, axis=0):
     n = _index(_scalar_value(num, "num", "LinSpace"))
     if n < 0:
         raise InvalidArgumentError(f"Requires num >= 0: {n}", op="LinSpace", device=_here())
-    return execute(_LINSPACE, (), {"start": float(_scalar_value(start, "start", "LinSpace")),
-                                   "stop": float(_scalar_value(stop, "stop", "LinSpace")),
-                                   "num": n, "dtype": dt})
+    return _create(_LINSPACE, {"start": float(_scalar_value(start, "start", "LinSpace")),
+                               "stop": float(_scalar_value(stop, "stop", "LinSpace")),
+                               "num": n, "dtype": dt})
 
 
 lin_space = linspace
@@ -359,7 +367,7 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
     on = 1 if on_value is None else _scalar_value(on_value, "on_value", "OneHot")
     off = 0 if off_value is None else _scalar_value(off_value, "off_value", "OneHot")
     nd = _ndim(indices)
-    a = nd if axis is None or axis == -1 else _norm_axis1(axis, nd, "OneHot", _here(indices), 1)
+    a = nd if axis is None or axis == -1 else _norm_axis1(axis, nd, "OneHot", indices, 1)
     d = _index(_scalar_value(depth, "depth", "OneHot"))
     if d < 0:
         raise InvalidArgumentError(f"depth must be non-negative, got {d}", op="OneHot",
@@ -491,7 +499,7 @@ def expand_dims(input, axis, name=None):
     >>> tf.expand_dims([1, 2], -1).shape
     TensorShape([2, 1])
     """
-    a = _norm_axis1(axis, _ndim(input), "ExpandDims", _here(input), 1)
+    a = _norm_axis1(axis, _ndim(input), "ExpandDims", input, 1)
     return execute(_EXPAND_DIMS, (input,), {"axis": a})
 
 
@@ -504,7 +512,7 @@ def squeeze(input, axis=None, name=None, squeeze_dims=None):
 
     >>> import tapeflow as tf
     >>> tf.squeeze(tf.zeros([1, 2, 1])).shape, tf.squeeze(tf.zeros([1, 2, 1]), [-1]).shape
-    (TensorShape([1, 2]), TensorShape([1, 2]))
+    (TensorShape([2]), TensorShape([1, 2]))
     """
     if axis is None:
         axis = squeeze_dims
@@ -513,7 +521,7 @@ def squeeze(input, axis=None, name=None, squeeze_dims=None):
     x = _tensor(input)
     s = x._data.shape
     axes = (axis,) if not isinstance(axis, (list, tuple)) else axis
-    out = tuple(sorted({_norm_axis1(a, len(s), "Squeeze", x._device) for a in axes}))
+    out = tuple(sorted({_norm_axis1(a, len(s), "Squeeze", x) for a in axes}))
     for a in out:
         if s[a] != 1:
             raise InvalidArgumentError(
@@ -567,7 +575,7 @@ def concat(values, axis, name="concat"):
         raise InvalidArgumentError("concat needs at least one tensor", op="ConcatV2",
                                    device=_here())
     nd = _ndim(vals[0])
-    a = _norm_axis1(axis, nd, "ConcatV2", _here(vals[0]))
+    a = _norm_axis1(axis, nd, "ConcatV2", vals[0])
     if len(vals) == 1:
         return identity(vals[0])
     return execute(_CONCAT, vals, {"axis": a})
@@ -603,7 +611,7 @@ def stack(values, axis=0, name="stack"):
     vals = tuple(values)
     if not vals:
         raise InvalidArgumentError("stack needs at least one tensor", op="Pack", device=_here())
-    a = _norm_axis1(axis, _ndim(vals[0]), "Pack", _here(vals[0]), 1)
+    a = _norm_axis1(axis, _ndim(vals[0]), "Pack", vals[0], 1)
     return execute(_STACK, vals, {"axis": a})
 
 
@@ -625,7 +633,7 @@ def unstack(value, num=None, axis=0, name="unstack"):
     """
     x = _tensor(value)
     s = x._data.shape
-    a = _norm_axis1(axis, len(s), "Unpack", x._device)
+    a = _norm_axis1(axis, len(s), "Unpack", x)
     n = s[a]
     if num is not None and num != n:
         raise InvalidArgumentError(
@@ -654,7 +662,7 @@ def split(value, num_or_size_splits, axis=0, num=None, name="split"):
     x = _tensor(value)
     s = x._data.shape
     dev = x._device
-    a = _norm_axis1(axis, len(s), "SplitV", dev)
+    a = _norm_axis1(axis, len(s), "SplitV", x)
     n = s[a]
     k = num_or_size_splits
     if isinstance(k, (Tensor, Variable, np.ndarray)):
@@ -799,7 +807,7 @@ def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
         if b < 0 or a < 0:
             raise InvalidArgumentError(f"Paddings must be non-negative: {b} {a}", op=op,
                                        device=dev)
-        if m == "REFLECT" and (b >= s[i] or a >= s[i]):
+        if m == "REFLECT" and (b or a) and (b >= s[i] or a >= s[i]):
             raise InvalidArgumentError(
                 f"paddings must be less than the dimension size: {b}, {a} not less than {s[i]}",
                 op=op, device=dev)
@@ -880,7 +888,9 @@ def _bad_index(msg, x):
 
 def _index_spec(x, key):
     """Normalise a ``__getitem__`` key for ``x``: (spec, advanced) where ``advanced``
-    is None or (output axis, integer index) for one gather after the basic slice."""
+    is None or (output axis, integer index, to_front) for one gather after the basic
+    slice; ``to_front``: NumPy puts the gathered dimensions first because an int
+    index and the array index are separated by a slice."""
     shape = x._data.shape
     nd = len(shape)
     consumed = 0
@@ -895,6 +905,7 @@ def _index_spec(x, key):
     ell = False
     d = 0   # input dimension
     o = 0   # output dimension
+    kinds = []   # per entry: "i" int, "a" array, "s" slice, "n" new axis
     for k in key:
         tk = type(k)
         if tk is int or (tk is not builtins.bool and isinstance(k, np.integer)):
@@ -905,6 +916,7 @@ def _index_spec(x, key):
             if not 0 <= i < n:
                 raise _bad_index(f"slice index {int(k)} of dimension {d} out of bounds.", x)
             spec.append(i)
+            kinds.append("i")
             d += 1
         elif tk is _slice:
             n = shape[d]
@@ -916,10 +928,12 @@ def _index_spec(x, key):
                 spec.append(_FULL)
             else:
                 spec.append(_slice(start, None if stop < 0 else stop, step))
+            kinds.append("s")
             d += 1
             o += 1
         elif k is None:
             spec.append(None)
+            kinds.append("n")
             o += 1
         elif k is Ellipsis:
             if ell:
@@ -927,6 +941,7 @@ def _index_spec(x, key):
             ell = True
             m = nd - consumed
             spec.extend([_FULL] * m)
+            kinds.extend("s" * m)
             d += m
             o += m
         else:
@@ -934,9 +949,6 @@ def _index_spec(x, key):
                 k = k._value
             if isinstance(k, Tensor):
                 kd = k.dtype
-                if kd.is_integer and k.ndim == 0:
-                    return _index_spec(x, key[:len(spec) - (0 if not ell else 0)] and
-                                       tuple(int(k) if kk is k else kk for kk in key))
                 if not kd.is_integer:
                     raise _bad_index(
                         "Only integers, slices (`:`), ellipsis (`...`), tf.newaxis (`None`) "
@@ -949,8 +961,6 @@ def _index_spec(x, key):
                     raise _bad_index(
                         "Only integers, slices (`:`), ellipsis (`...`), tf.newaxis (`None`) "
                         f"and integer or boolean tensors are valid indices, got {k!r}", x)
-                if a.ndim == 0:
-                    return _index_spec(x, tuple(int(a) if kk is k else kk for kk in key))
                 n = shape[d]
                 a = a.astype(np.int64)
                 bad = (a < -n) | (a >= n)
@@ -965,9 +975,14 @@ def _index_spec(x, key):
                     "tf.gather_nd for point-wise indexing with several index arrays", x)
             adv = (o, idx)
             spec.append(_FULL)
+            kinds.append("a")
             d += 1
             o += 1
     spec.append(Ellipsis)
+    if adv is not None:
+        pos = [j for j, c in enumerate(kinds) if c in "ia"]
+        front = any(c not in "ia" for c in kinds[pos[0]:pos[-1] + 1])
+        adv = (adv[0], adv[1], front and adv[0] > 0)
     return tuple(spec), adv
 
 
@@ -982,6 +997,20 @@ def _is_mask(k):
     return False
 
 
+def _scalar_index(k):
+    """0-d integer tensors and arrays index like Python ints."""
+    if type(k) is int or type(k) is _slice or k is None or k is Ellipsis:
+        return k
+    if isinstance(k, Variable):
+        k = k._value
+    if isinstance(k, Tensor):
+        if k.ndim == 0 and k.dtype.is_integer:
+            return int(k)
+    elif isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu":
+        return int(k)
+    return k
+
+
 def _getitem_slow(x, key):
     if type(key) is not tuple:
         if _is_mask(key):
@@ -989,18 +1018,20 @@ def _getitem_slow(x, key):
         key = (key,)
     elif any(_is_mask(k) for k in key):
         raise _bad_index("a boolean mask must be the only index; use tf.boolean_mask", x)
-    spec, adv = _index_spec(x, key)
-    if len(spec) > 1 or x._data.ndim == 0:
-        for e in spec:
-            if e is not _FULL and e is not Ellipsis:
-                y = execute(_STRIDED_SLICE, (x,), {"spec": spec})
-                break
-        else:
-            y = x
+    spec, adv = _index_spec(x, tuple(map(_scalar_index, key)))
+    for e in spec:
+        if e is not _FULL and e is not Ellipsis:
+            y = execute(_STRIDED_SLICE, (x,), {"spec": spec})
+            break
     else:
-        y = x
+        y = x   # x[...], x[:], x[()]: the same immutable value
     if adv is not None:
-        y = gather(y, adv[1], axis=adv[0])
+        o, idx, front = adv
+        y = gather(y, idx, axis=o)
+        if front:   # NumPy's rule for separated advanced indices
+            k = idx.ndim
+            perm = (tuple(_range(o, o + k)) + tuple(_range(o)) + tuple(_range(o + k, y.ndim)))
+            y = execute(_TRANSPOSE, (y,), {"perm": perm})
     return y
 
 
@@ -1016,13 +1047,38 @@ def _getitem(self, key):
     tf.Tensor([ 8 11], shape=(2,), dtype=int32)
     """
     x = self if type(self) is Tensor else self.read_value()
-    if type(key) is int:
+    tk = type(key)
+    if tk is int:
         s = x._data.shape
         if s:
             n = s[0]
             i = key + n if key < 0 else key
             if 0 <= i < n:
                 return execute(_STRIDED_SLICE, (x,), {"spec": (i, Ellipsis)})
+    elif tk is tuple:
+        # x[i, j]: all Python ints in range
+        s = x._data.shape
+        if len(key) <= len(s):
+            spec = []
+            for k, n in zip(key, s):
+                if type(k) is not int:
+                    break
+                i = k + n if k < 0 else k
+                if not 0 <= i < n:
+                    break
+                spec.append(i)
+            else:
+                spec.append(Ellipsis)
+                return execute(_STRIDED_SLICE, (x,), {"spec": tuple(spec)})
+    elif tk is _slice:
+        # x[a:b:c] on the first dimension
+        s = x._data.shape
+        if s and key.step is None or key.step == 1:
+            n = s[0]
+            start, stop, _ = key.indices(n)
+            if start == 0 and stop >= n:
+                return x
+            return execute(_STRIDED_SLICE, (x,), {"spec": (_slice(start, stop, 1), Ellipsis)})
     return _getitem_slow(x, key)
 
 
@@ -1161,7 +1217,7 @@ def boolean_mask(tensor, mask, axis=None, name="boolean_mask"):
                                                                     device=x._device)
     s = x._data.shape
     ms = tuple(m.shape)
-    a = 0 if axis is None else _norm_axis1(axis, len(s), "Where", x._device)
+    a = 0 if axis is None else _norm_axis1(axis, len(s), "Where", x)
     k = len(ms)
     if k == 0 or tuple(s[a:a + k]) != ms:
         raise InvalidArgumentError(
@@ -1235,23 +1291,21 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     [[2]
      [4]], shape=(2, 1), dtype=int32)
     """
-    if not batch_dims and (axis is None or axis == 0) and type(params) is not list:
-        if type(params) is Tensor or type(params) is Variable:
-            if params.ndim:
-                return execute(_GATHER, (params, indices), _GATHER_ATTRS0)
+    if not batch_dims and (axis is None or axis == 0) and (
+            type(params) is Tensor or type(params) is Variable) and params.ndim:
+        return execute(_GATHER, (params, indices), _GATHER_ATTRS0)
     nd = _ndim(params)
-    dev = _here(params)
     b = _index(batch_dims)
     if b < 0:
         b += _ndim(indices)
-    a = b if axis is None else _norm_axis1(axis, nd, "GatherV2", dev)
+    a = b if axis is None else _norm_axis1(axis, nd, "GatherV2", params)
     if not 0 <= b <= a or b > _ndim(indices):
         raise InvalidArgumentError(
             f"batch_dims ({batch_dims}) must be non-negative, at most the rank of indices and "
-            f"at most axis ({a})", op="GatherV2", device=dev)
+            f"at most axis ({a})", op="GatherV2", device=_here(params))
     if nd == 0:
         raise InvalidArgumentError("params must be at least 1 dimensional", op="GatherV2",
-                                   device=dev)
+                                   device=_here(params))
     return execute(_GATHER, (params, indices), {"axis": a, "batch_dims": b})
 
 
@@ -1345,7 +1399,7 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
     (entries with a negative id are dropped).
 
     >>> import tapeflow as tf
-    >>> print(tf.math.unsorted_segment_sum([1., 2., 3.], [1, 0, 1], 2))
+    >>> print(tf.unsorted_segment_sum([1., 2., 3.], [1, 0, 1], 2))
     tf.Tensor([2. 4.], shape=(2,), dtype=float32)
     """
     n = _index(_scalar_value(num_segments, "num_segments", "UnsortedSegmentSum"))
@@ -1472,7 +1526,9 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     else:
         use_norm = _tensor(use_norm)
     dt = use_norm.dtype
-    if isinstance(clip_norm, (Tensor, Variable)) and clip_norm.dtype is not dt:
+    if not isinstance(clip_norm, (Tensor, Variable)):
+        clip_norm = constant(clip_norm, dtype=dt, device=use_norm._device)
+    elif clip_norm.dtype is not dt:
         clip_norm = _m.cast(clip_norm, dt)
     scale = _m.multiply(clip_norm, _m.minimum(_m.divide(1.0, use_norm),
                                               _m.divide(1.0, clip_norm)))
@@ -1488,5 +1544,3 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
 for _cls in (Tensor, Variable):
     _cls.__getitem__ = _getitem
 del _cls
-
-TensorShape  # noqa: B018  (re-exported for _shape_tuple's callers)

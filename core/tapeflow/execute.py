@@ -223,6 +223,24 @@ def execute(op, inputs, attrs=_EMPTY):
                         record(op, inputs, (t,), attrs)
                     return t
                 return _run(op, inputs, dev, attrs)
+            if len(inputs) == 2:
+                # Fast path of two-input ops of one dtype (matmul, gradients' helpers).
+                second = inputs[1]
+                if (type(second) is Tensor and second._device is dev
+                        and second._data.dtype == dt and op.num_outputs == 1):
+                    fn = op.fast.get(dev.type, _NOFAST).get(dt)
+                    if fn is not None:
+                        try:
+                            out = (fn(first._data, second._data, **attrs) if attrs
+                                   else fn(first._data, second._data))
+                        except Exception as e:
+                            raise _translate(e, op, dev, inputs, attrs) from None
+                        t = _new(Tensor)
+                        t._data = out
+                        t._device = dev
+                        if _tapes_active[0] and op.differentiable:
+                            record(op, inputs, (t,), attrs)
+                        return t
             # every input a Tensor on one device (and one dtype where the rule asks)
             for x in inputs:
                 if type(x) is not Tensor or x._device is not dev or (
@@ -235,26 +253,47 @@ def execute(op, inputs, attrs=_EMPTY):
 
 def binary(op, a, b):
     """``execute(op, (a, b))`` specialised for two operands (measured hot path)."""
-    if type(a) is Tensor and type(b) is Tensor and not _scopes[0]:
-        dev = a._device
-        x = a._data
-        dt = x.dtype
-        y = b._data
-        if b._device is dev and (y.dtype is dt or y.dtype == dt):
-            fn = op.fast.get(dev.type, _NOFAST).get(dt)
-            if fn is not None:
-                try:
-                    out = fn(x, y)
-                except Exception as e:
-                    raise _translate(e, op, dev, (a, b), _EMPTY) from None
-                t = _new(Tensor)
-                t._data = out
-                t._device = dev
-                if _tapes_active[0]:
-                    record(op, (a, b), (t,), _EMPTY)
-                return t
-            return _run(op, (a, b), dev, _EMPTY)
+    ta = type(a)
+    tb = type(b)
+    if not _scopes[0]:
+        if ta is Tensor and tb is Tensor:
+            dev = a._device
+            x = a._data
+            dt = x.dtype
+            y = b._data
+            if b._device is dev and (y.dtype is dt or y.dtype == dt):
+                fn = op.fast.get(dev.type, _NOFAST).get(dt)
+                if fn is not None:
+                    try:
+                        out = fn(x, y)
+                    except Exception as e:
+                        raise _translate(e, op, dev, (a, b), _EMPTY) from None
+                    t = _new(Tensor)
+                    t._data = out
+                    t._device = dev
+                    if _tapes_active[0] and op.differentiable:
+                        record(op, (a, b), (t,), _EMPTY)
+                    return t
+                return _run(op, (a, b), dev, _EMPTY)
+        # Tensor op Python scalar (the seeds' `x * 2.0`): when NumPy 2's weak-scalar
+        # rule keeps the tensor's dtype, make the scalar directly.
+        elif ta is Tensor and (tb is float or tb is int):
+            k = a._data.dtype.kind
+            if k == "f" or (tb is int and k in "iu" and -128 <= b <= 127):
+                return binary(op, a, _scalar_like(b, a))
+        elif tb is Tensor and (ta is float or ta is int):
+            k = b._data.dtype.kind
+            if k == "f" or (ta is int and k in "iu" and -128 <= a <= 127 and
+                            (a >= 0 or k == "i")):
+                return binary(op, _scalar_like(a, b), b)
     return _run(op, *_prepare(op, (a, b)), _EMPTY)
+
+
+def _scalar_like(value, like):
+    """A 0-d tensor of ``like``'s dtype and device holding a Python scalar."""
+    dev = like._device
+    a = np.array(value, dtype=like._data.dtype)
+    return _wrap(a if dev.is_host else dev.backend.from_host(a, dev), dev)
 
 
 def make_binary_operator(op, reverse=False):
@@ -271,7 +310,7 @@ def make_binary_operator(op, reverse=False):
         return method
 
     def method(self, other):
-        if type(other) is Tensor and not _scopes[0]:
+        if type(self) is Tensor and type(other) is Tensor and not _scopes[0]:
             dev = self._device
             x = self._data
             dt = x.dtype
@@ -286,7 +325,7 @@ def make_binary_operator(op, reverse=False):
                     t = _new(Tensor)
                     t._data = out
                     t._device = dev
-                    if _tapes_active[0]:
+                    if _tapes_active[0] and op.differentiable:
                         record(op, (self, other), (t,), _EMPTY)
                     return t
         return binary(op, self, other)
@@ -433,9 +472,12 @@ def _translate(e, op, dev, tensors, attrs):
     if isinstance(e, TapeflowError):
         return e
     if isinstance(e, MemoryError):
-        nbytes = ""
+        # backends' OOM errors (numpy's, cupy's OutOfMemoryError) subclass MemoryError
+        # and name the requested size; keep their text
+        detail = str(e) or "allocation failed"
         return ResourceExhaustedError(
-            f"Out of memory while running the kernel{nbytes}; {describe_inputs(tensors, attrs)}",
+            f"Out of memory: {detail}; {describe_inputs(tensors, attrs)}. Free "
+            "tensors you no longer need (del them) or use smaller batches.",
             op=op.name, device=dev)
     err = InvalidArgumentError(
         f"{type(e).__name__}: {e}; {describe_inputs(tensors, attrs)}", op=op.name, device=dev)

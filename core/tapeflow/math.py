@@ -97,8 +97,14 @@ _SAME = _bcast_infer(None)
 _BOOL = _bcast_infer(_dt.bool_)
 
 
+def _no_grad(ctx, *dys):
+    # Non-differentiable ops are never recorded; should one be recorded anyway, it
+    # stops gradients (None per input) instead of raising.
+    return (None,) * len(ctx.inputs)
+
+
 def _bin(name, grad=None, infer=_SAME, differentiable=True):
-    return defop(name, inputs=("x", "y"), broadcast=True, grad=grad, infer=infer,
+    return defop(name, inputs=("x", "y"), broadcast=True, grad=grad or _no_grad, infer=infer,
                  differentiable=differentiable)
 
 
@@ -414,7 +420,7 @@ def _erf_grad(ctx, dy):
 
 
 def _un(name, grad=None, differentiable=True):
-    return defop(name, inputs=("x",), grad=grad, differentiable=differentiable)
+    return defop(name, inputs=("x",), grad=grad or _no_grad, differentiable=differentiable)
 
 
 _NEG = _un("Neg", _neg_grad)
@@ -841,16 +847,31 @@ def _compare_fallback(op, self, other, err):
 
 
 def _install_operators():
-    def fwd(op):
-        return make_binary_operator(op)
+    # Tensor gets the dispatcher's operator methods (fast path inlined, in C when
+    # built). A Variable always takes the general path (it is read, and watched,
+    # there), so its methods are plain calls of ``binary``.
+    def fwd(op, cls):
+        if cls is Tensor:
+            return make_binary_operator(op)
 
-    def rev(op):
-        return make_binary_operator(op, reverse=True)
+        def method(self, other):
+            return binary(op, self, other)
+        return method
 
-    def comparison(op):
+    def rev(op, cls):
+        if cls is Tensor:
+            return make_binary_operator(op, reverse=True)
+
+        def method(self, other):
+            return binary(op, other, self)
+        return method
+
+    def comparison(op, cls):
+        fast = fwd(op, cls)
+
         def method(self, other):
             try:
-                return binary(op, self, other)
+                return fast(self, other)
             except (TapeflowError, TypeError, ValueError) as e:
                 return _compare_fallback(op, self, other, e)
         return method
@@ -862,12 +883,12 @@ def _install_operators():
     compare = {"lt": _LESS, "le": _LESS_EQUAL, "gt": _GREATER, "ge": _GREATER_EQUAL}
     for cls in (Tensor, Variable):
         for name, op in table.items():
-            setattr(cls, f"__{name}__", fwd(op))
-            setattr(cls, f"__r{name}__", rev(op))
+            setattr(cls, f"__{name}__", fwd(op, cls))
+            setattr(cls, f"__r{name}__", rev(op, cls))
         for name, op in compare.items():
-            setattr(cls, f"__{name}__", fwd(op))
-        cls.__eq__ = comparison(_EQUAL)
-        cls.__ne__ = comparison(_NOT_EQUAL)
+            setattr(cls, f"__{name}__", fwd(op, cls))
+        cls.__eq__ = comparison(_EQUAL, cls)
+        cls.__ne__ = comparison(_NOT_EQUAL, cls)
         # Tensors stay hashable by identity (tape and dict keys), as in TF2's .ref()
         cls.__hash__ = cls.__dict__.get("__hash__") or object.__hash__
         cls.__neg__ = negative

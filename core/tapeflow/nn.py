@@ -21,6 +21,9 @@ tf.Tensor([0.5 0.5], shape=(2,), dtype=float32)
 
 from __future__ import annotations
 
+import functools
+
+from . import devices as _devs
 from ._builtin import defop
 from .errors import InvalidArgumentError
 from .execute import convert_to_tensor, execute
@@ -41,6 +44,27 @@ TOP_LEVEL: list = []
 
 def _t(x):
     return x if type(x) is Tensor else convert_to_tensor(x)
+
+
+def _on_device(fn):
+    """Errors a public function raises before dispatch name the device the op would
+    have run on (the scope's, else the first tensor argument's, else the default)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except InvalidArgumentError as e:
+            if e.device is None:
+                dev = _devs.current_device()
+                if dev is None:
+                    for a in (*args, *kwargs.values()):
+                        d = getattr(a, "_device", None)
+                        if d is not None:
+                            dev = d
+                            break
+                e.with_context(e.op, dev or _devs.default_device())
+            raise
+    return wrapper
 
 
 def _shape(x):
@@ -194,6 +218,7 @@ def _softmax_attrs(logits, axis, dim, opname):
     return x, {"axis": _axis(axis, nd, opname)}
 
 
+@_on_device
 def softmax(logits, axis=None, name=None, dim=None):
     """``exp(logits) / reduce_sum(exp(logits), axis)`` (last axis by default).
 
@@ -207,6 +232,7 @@ def softmax(logits, axis=None, name=None, dim=None):
     return execute(_SOFTMAX, (x,), attrs)
 
 
+@_on_device
 def log_softmax(logits, axis=None, name=None, dim=None):
     """``logits - log(reduce_sum(exp(logits), axis))``, computed stably."""
     x, attrs = _softmax_attrs(logits, axis, dim, "LogSoftmax")
@@ -227,6 +253,7 @@ _BIAS_ADD = defop("BiasAdd", inputs=("value", "bias"), attrs={"data_format": "NH
                   grad=_bias_add_grad)
 
 
+@_on_device
 def bias_add(value, bias, data_format=None, name=None):
     """Add a 1-D ``bias`` along the channel dimension (last for NHWC, 1 for NCHW).
 
@@ -273,6 +300,7 @@ def l2_loss(t, name=None):
     return execute(_L2_LOSS, (t,))
 
 
+@_on_device
 def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
     """Mean and variance of ``x`` over ``axes`` (``tf.nn.moments``); float16 inputs are
     computed in float32. Both results are differentiable (to any order).
@@ -352,6 +380,7 @@ def _like_logits(labels, logits):
     return convert_to_tensor(labels, dtype=logits.dtype)
 
 
+@_on_device
 def softmax_cross_entropy_with_logits(labels=None, logits=None, axis=-1, name=None, dim=None):
     """Cross entropy between ``labels`` (a distribution) and ``softmax(logits)``
     along ``axis``, computed stably in one op. Differentiable w.r.t. both.
@@ -407,6 +436,7 @@ _SPARSE_XENT = defop("SparseSoftmaxCrossEntropyWithLogits", inputs=("features", 
                      dtype_rule="none", grad=_sparse_xent_grad)
 
 
+@_on_device
 def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None):
     """Cross entropy of ``softmax(logits)`` with integer class ``labels``
     (``labels.shape == logits.shape[:-1]``, values in ``[0, num_classes)``).
@@ -450,6 +480,7 @@ _SIGMOID_XENT = defop("SigmoidCrossEntropyWithLogits", inputs=("logits", "labels
                       grad=_sigmoid_xent_grad)
 
 
+@_on_device
 def sigmoid_cross_entropy_with_logits(labels=None, logits=None, name=None, _sentinel=None):
     """Element-wise logistic loss ``max(x, 0) - x * z + log1p(exp(-|x|))`` with
     ``x = logits`` and ``z = labels`` (stable for any ``x``).
@@ -623,6 +654,7 @@ _CONV_BP_FILTER = defop("Conv2DBackpropFilter", inputs=("input", "out_backprop")
                         attrs={"filter_sizes": (), **_CONV_ATTRS}, grad=_conv_bp_filter_grad)
 
 
+@_on_device
 def conv2d(input, filters=None, strides=None, padding=None, data_format="NHWC", dilations=None,
            name=None, filter=None, use_cudnn_on_gpu=True):
     """2-D convolution (cross-correlation, as in TF) of a 4-D ``input`` (NHWC or NCHW)
@@ -661,6 +693,7 @@ def _bp_dy_check(opname, in_shape, w_shape, dy_shape, attrs):
             f"shape {want} (input {list(in_shape)}, filter {list(w_shape)}, {fmt})", op=opname)
 
 
+@_on_device
 def conv2d_backprop_input(input_sizes, filters=None, out_backprop=None, strides=None,
                           padding=None, data_format="NHWC", dilations=None, name=None,
                           filter=None, use_cudnn_on_gpu=True):
@@ -678,6 +711,7 @@ def conv2d_backprop_input(input_sizes, filters=None, out_backprop=None, strides=
     return execute(_CONV_BP_INPUT, (w, dy), {"input_sizes": tuple(xs), **attrs})
 
 
+@_on_device
 def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides=None, padding=None,
                            data_format="NHWC", dilations=None, name=None,
                            use_cudnn_on_gpu=True):
@@ -749,6 +783,7 @@ _MAX_POOL_GRAD_GRAD = defop("MaxPoolGradGrad", inputs=("orig_input", "orig_outpu
                             attrs=_POOL_ATTRS, grad=_max_pool_grad_grad_grad)
 
 
+@_on_device
 def max_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None):
     """Max over ``ksize`` windows of a 4-D ``input`` (NHWC or NCHW); padded positions
     never win (``tf.nn.max_pool2d``).
@@ -785,6 +820,7 @@ _AVG_POOL_GRAD = defop("AvgPoolGrad", inputs=("grad",),
                        attrs={"orig_input_shape": (), **_POOL_ATTRS}, grad=_avg_pool_grad_grad)
 
 
+@_on_device
 def avg_pool2d(input, ksize, strides, padding, data_format="NHWC", name=None):
     """Mean over ``ksize`` windows of a 4-D ``input``; with SAME padding each window
     averages only its in-bounds values (as TF does)."""
@@ -802,6 +838,7 @@ def avg_pool(value=None, ksize=None, strides=None, padding=None, data_format="NH
 
 # --- dropout ----------------------------------------------------------------------------
 
+@_on_device
 def dropout(x, rate=None, noise_shape=None, seed=None, name=None, keep_prob=None):
     """Zero each element with probability ``rate`` and scale the rest by
     ``1 / (1 - rate)`` (TF2 ``rate=``; TF1 ``keep_prob=``). ``noise_shape`` (broadcast

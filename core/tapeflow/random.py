@@ -40,11 +40,13 @@ TensorShape([5, 3])
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 
 import numpy as _np
 
+from . import devices as _devs
 from . import dtypes as _dt
 from ._builtin import defop
 from .errors import InvalidArgumentError
@@ -135,6 +137,20 @@ def _key_counter(seed):
     return key, c
 
 
+def _on_device(fn):
+    """Errors raised before dispatch name the device the op would have run on."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except InvalidArgumentError as e:
+            if e.device is None:
+                d = getattr(args[0], "_device", None) if args else None
+                e.with_context(e.op, _devs.current_device() or d or _devs.default_device())
+            raise
+    return wrapper
+
+
 # --- ops ---------------------------------------------------------------------------
 
 _RANDOM_ATTRS = {"shape": (), "dtype": _dt.float32, "key": 0, "counter": 0}
@@ -200,6 +216,7 @@ def _affine(op, shape, dt, seed, a_name, a, b_name, b, a0, b0):
     return _m.add(_m.multiply(z, _m.subtract(b, a)), a)   # minval + (maxval - minval) * u
 
 
+@_on_device
 def normal(shape, mean=0.0, stddev=1.0, dtype=_dt.float32, seed=None, name=None):
     """Samples from a normal distribution (``tf.random.normal``, TF1 ``tf.random_normal``).
 
@@ -216,6 +233,7 @@ def normal(shape, mean=0.0, stddev=1.0, dtype=_dt.float32, seed=None, name=None)
 random_normal = normal
 
 
+@_on_device
 def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=_dt.float32, seed=None, name=None):
     """Normal samples with values beyond two standard deviations redrawn
     (``tf.random.truncated_normal``): every value lies in ``mean +- 2 stddev``."""
@@ -224,6 +242,7 @@ def truncated_normal(shape, mean=0.0, stddev=1.0, dtype=_dt.float32, seed=None, 
                    "mean", mean, "stddev", stddev, 0.0, 1.0)
 
 
+@_on_device
 def uniform(shape, minval=0, maxval=None, dtype=_dt.float32, seed=None, name=None):
     """Uniform samples in ``[minval, maxval)`` (``tf.random.uniform``, TF1
     ``tf.random_uniform``). Floats default to ``[0, 1)``; integer dtypes need
@@ -262,6 +281,7 @@ def uniform(shape, minval=0, maxval=None, dtype=_dt.float32, seed=None, name=Non
 random_uniform = uniform
 
 
+@_on_device
 def shuffle(value, seed=None, name=None):
     """Randomly shuffle a tensor along its first dimension (``tf.random.shuffle``)."""
     x = convert_to_tensor(value)

@@ -25,7 +25,7 @@ from .tensor import Tensor
 
 __all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
            "reduce_logsumexp", "reduce_any", "reduce_all", "argmax", "argmin",
-           "count_nonzero", "reduce_euclidean_norm"]
+           "count_nonzero", "reduce_euclidean_norm", "reduce_variance", "reduce_std"]
 
 
 def _norm_axis(axis, ndim, opname, device=None):
@@ -272,6 +272,33 @@ def reduce_all(input_tensor, axis=None, keepdims=False, name=None, keep_dims=Non
     tf.Tensor([False  True], shape=(2,), dtype=bool)
     """
     return _reduce(_ALL, input_tensor, axis, keepdims, keep_dims, reduction_indices)
+
+
+def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
+    """Population variance over ``axis`` (mean of squared deviations), floats only.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.reduce_variance([[1., 2.], [3., 4.]], axis=0))
+    tf.Tensor([1. 1.], shape=(2,), dtype=float32)
+    """
+    from . import math as _m
+    x = input_tensor if type(input_tensor) is Tensor else convert_to_tensor(input_tensor)
+    if not x.dtype.is_floating:
+        raise InvalidArgumentError(f"reduce_variance needs a float input, got {x.dtype.name}",
+                                   op="Mean", device=x._device)
+    dev = _m.subtract(x, reduce_mean(x, axis=axis, keepdims=True))
+    return reduce_mean(_m.multiply(dev, dev), axis=axis, keepdims=keepdims)
+
+
+def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
+    """Population standard deviation over ``axis`` (``sqrt(reduce_variance)``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.reduce_std([1., 3.]))
+    tf.Tensor(1.0, shape=(), dtype=float32)
+    """
+    from . import math as _m
+    return _m.sqrt(reduce_variance(input_tensor, axis=axis, keepdims=keepdims))
 
 
 def _arg(op, input, axis, output_type):

@@ -203,11 +203,13 @@ class Tensor:
         return complex(self._scalar("complex()"))
 
     def __format__(self, spec):
+        # As TensorFlow 2: "{}".format(t) formats the value (seed: "hello, [[4.]]").
         if spec and self.size == 1:
             return format(self._scalar("format()"), spec)
-        if spec:
-            return format(self._host(), spec)
-        return str(self)
+        a = self._host()
+        if a.ndim == 0:
+            return format(a.reshape(())[()], spec)
+        return format(a, spec)
 
     def __iter__(self):
         n = len(self)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeflow.errors import InvalidArgumentError
-
 FLOATS = ("float16", "float32", "float64")
 
 
@@ -69,17 +67,27 @@ def build(xp):
     def relu6_grad(dy, x):
         return dy * ((x > 0) & (x < 6))
 
+    # Branch-free forms: NumPy's `where` is ~15x slower than arithmetic on float32.
     def leaky_relu(x, alpha):
+        if 0.0 <= alpha <= 1.0:
+            return xp.maximum(x, x * alpha)
+        if alpha > 1.0:
+            return xp.minimum(x, x * alpha)
         return xp.where(x > 0, x, x * alpha)
 
     def leaky_relu_grad(dy, x, alpha):
-        return xp.where(x > 0, dy, dy * alpha)
+        s = (x > 0).astype(dy.dtype)
+        s *= 1.0 - alpha
+        s += alpha
+        s *= dy
+        return s
 
     def elu(x):
-        return xp.where(x > 0, x, xp.expm1(xp.minimum(x, 0)))
+        return xp.maximum(x, 0) + xp.expm1(xp.minimum(x, 0))
 
     def elu_grad(dy, y):
-        return xp.where(y < 0, dy * (y + 1), dy)
+        # dy * (y + 1) where y < 0, dy elsewhere (y >= -1 always)
+        return dy * (xp.minimum(y, 0) + 1)
 
     # --- softmax family -------------------------------------------------------------
     def _log_softmax(x, axis):
@@ -112,6 +120,7 @@ def build(xp):
         if labels.size:
             lo, hi = int(labels.min()), int(labels.max())
             if lo < 0 or hi >= nc:
+                from tapeflow.errors import InvalidArgumentError
                 bad = lo if lo < 0 else hi
                 vals = labels.ravel()
                 shown = " ".join(str(int(v)) for v in vals[:32]) + (" ..." if vals.size > 32
@@ -150,10 +159,9 @@ def build(xp):
         wo, pl, pr = _geom(w, kw, sw, dw, padding, 1)
         xpd = pad(x, pt, pb, pl, pr)
         s0, s1, s2, s3 = xpd.strides
-        win = as_strided(xpd, (n, ho, wo, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3),
-                         writeable=False) if xp is np else as_strided(
-                             xpd, (n, ho, wo, kh, kw, c),
-                             (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3))
+        # read-only use: the view is copied by the reshape below
+        win = as_strided(xpd, (n, ho, wo, kh, kw, c),
+                         (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3))
         return win.reshape(n * ho * wo, kh * kw * c), ho, wo
 
     def conv2d(x, w, strides, padding, data_format, dilations):
@@ -230,30 +238,35 @@ def build(xp):
         return back(out, data_format)
 
     def _argmax_masks(x, y, ksize, strides, padding):
-        """Yield (slice, mask): mask marks windows whose first maximum is at that offset."""
+        """Yield (slice, mask) per window offset: the mask marks the windows whose
+        first maximum (row-major scan order, as TF routes ties) is at that offset."""
         ho, wo, pads = _pool_geom(x.shape, ksize, strides, padding)
         xpd = pad(x, *pads, value=_lowest(x.dtype))
         sls = _offsets(ho, wo, ksize, strides)
+        last = len(sls) - 1
         todo = None
         for k, sl in enumerate(sls):
             m = xpd[sl] == y
             if todo is None:
-                todo = ~m
+                if k < last:
+                    todo = ~m
             else:
                 m &= todo
-                if k + 1 < len(sls):
-                    todo &= ~m
+                if k < last:
+                    xp.logical_xor(todo, m, out=todo)     # todo & ~m, as m is in todo
             yield sl, m
-        return
 
     def max_pool_grad(x, y, dy, ksize, strides, padding, data_format):
         x, y, dy = nhwc(x, data_format), nhwc(y, data_format), nhwc(dy, data_format)
         n, h, w, c = x.shape
         _, _, (pt, pb, pl, pr) = _pool_geom(x.shape, ksize, strides, padding)
         dxp = xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=dy.dtype)
-        zero = dy.dtype.type(0)
+        disjoint = strides[0] >= ksize[0] and strides[1] >= ksize[1]
         for sl, m in _argmax_masks(x, y, ksize, strides, padding):
-            dxp[sl] += xp.where(m, dy, zero)
+            if disjoint:          # each input position is in one window: write, no add
+                xp.multiply(dy, m, out=dxp[sl])
+            else:
+                dxp[sl] += dy * m
         return back(dxp[:, pt:pt + h, pl:pl + w, :], data_format)
 
     def max_pool_grad_grad(x, y, g, ksize, strides, padding, data_format):
@@ -261,9 +274,8 @@ def build(xp):
         _, _, pads = _pool_geom(x.shape, ksize, strides, padding)
         gp = pad(g, *pads)
         out = xp.zeros(y.shape, dtype=g.dtype)
-        zero = g.dtype.type(0)
         for sl, m in _argmax_masks(x, y, ksize, strides, padding):
-            out += xp.where(m, gp[sl], zero)
+            out += gp[sl] * m
         return back(out, data_format)
 
     def _pool_count(h, w, ho, wo, pads, ksize, strides, padding, dt):

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from tapeflow.errors import InvalidArgumentError
 
 FLOATS = ("float16", "float32", "float64")
@@ -27,6 +29,9 @@ def _empty(what, x, axis):
 
 
 def build(xp):
+    # NumPy warns on 0/0 and log(0); array modules without errstate (CuPy) do not
+    errstate = getattr(xp, "errstate", None) or (lambda **kw: contextlib.nullcontext())
+
     def sum_(x, axis, keepdims):
         return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
@@ -39,7 +44,7 @@ def build(xp):
         s = xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
         n = _count(x.shape, axis)
         if x.dtype.kind == "f":                     # empty: 0 / 0 -> nan, quietly
-            with xp.errstate(invalid="ignore"):
+            with errstate(invalid="ignore"):
                 return xp.true_divide(s, n, dtype=x.dtype)
         if n == 0:
             return s
@@ -65,11 +70,11 @@ def build(xp):
 
     def logsumexp(x, axis, keepdims):
         if x.size == 0:                             # log(0) = -inf over empty axes
-            with xp.errstate(divide="ignore"):
+            with errstate(divide="ignore"):
                 return xp.log(xp.sum(xp.exp(x), axis=axis, keepdims=keepdims))
         m = xp.max(x, axis=axis, keepdims=True)
         m = xp.where(xp.isfinite(m), m, xp.zeros_like(m))     # all -inf/inf slices
-        with xp.errstate(divide="ignore"):
+        with errstate(divide="ignore"):
             out = xp.log(xp.sum(xp.exp(x - m), axis=axis, keepdims=True))
         out += m
         return out if keepdims else xp.squeeze(out, axis=axis)

@@ -7,7 +7,10 @@ without pytest), and each also a *case* the pytest suite turns into one test ite
     every sample of that dtype, on the device, against ``spec.ref`` on the host
     (NumPy); result dtype, shape, device and values (tolerances per dtype,
     :data:`DEFAULT_TOL`, overridden by ``spec.tol``). Random ops are validated by
-    ``spec.check(out, *args, **kwargs)`` instead.
+    ``spec.check(out, *args, **kwargs)`` instead: ``out`` is the host copy (NumPy
+    arrays, a tuple for several outputs), and ``check`` runs inside
+    ``tf.device(<device under test>)``; it raises AssertionError or returns False
+    to fail.
 ``noncontiguous`` (spec x dtype x device)
     the same, with every array argument of rank >= 2 given as a non-contiguous
     view (transposed and strided), for samples that have one.
@@ -51,10 +54,10 @@ import numpy as np
 from .gradcheck import check_grads
 from .opinfo import ErrorSample, OpSpec, Sample
 
-__all__ = ["DEFAULT_TOL", "Case", "SkipCase", "tolerance", "dtypes_under_test", "samples_for",
-           "noncontiguous_tensor", "check_sample", "check_forward", "check_gradients",
-           "check_errors", "check_spec", "cases", "collect_specs", "parametrize",
-           "gap_matches", "KINDS"]
+__all__ = ["KNOWN_DEVICE_TYPES", "unavailable_devices", "DEFAULT_TOL", "Case", "SkipCase",
+           "tolerance", "dtypes_under_test", "samples_for", "noncontiguous_tensor",
+           "check_sample", "check_forward", "check_gradients", "check_errors", "check_spec",
+           "cases", "collect_specs", "parametrize", "gap_matches", "KINDS", "opcheck"]
 
 #: (rtol, atol) per result dtype when the spec gives none; integers and bools compare exactly
 DEFAULT_TOL = {
@@ -72,6 +75,11 @@ KINDS = {
 }
 
 
+#: device types any tapeflow installation may know of, and the distribution that
+#: provides each; when absent they are reported (and their tests skipped) with the reason
+KNOWN_DEVICE_TYPES = {"cuda": "tapeflow-cuda-cupy", "opencl": "tapeflow-opencl"}
+
+
 class SkipCase(Exception):
     """Raised by a check that cannot run here; the pytest layer turns it into a skip."""
 
@@ -79,6 +87,33 @@ class SkipCase(Exception):
 def _tf():
     import tapeflow
     return tapeflow
+
+
+def unavailable_devices() -> dict:
+    """``{device name: reason}`` for devices this installation knows of but cannot use:
+    devices of backends that report themselves unavailable, and the well-known
+    device types (:data:`KNOWN_DEVICE_TYPES`) no loaded backend provides."""
+    import tapeflow.plugins
+    from ..devices import _table
+    have = {d.type for d in _table.by_name.values()}
+    out = {}
+    for be in _table.backends:
+        reason = _table.unavailable.get(be.name)
+        if reason and be.device_type not in have:
+            out.setdefault(f"{be.device_type}:0", f"backend {be.name!r} is unavailable: {reason}")
+    report = tapeflow.plugins.plugin_report()
+    for typ, dist in KNOWN_DEVICE_TYPES.items():
+        name = f"{typ}:0"
+        if typ in have or name in out:
+            continue
+        bad = [p for p in report if p.distribution == dist and p.status != "loaded"]
+        if bad:
+            p = bad[0]
+            out[name] = f"plugin {p.name!r} ({p.distribution} {p.version}) {p.status}: {p.reason}"
+        else:
+            out[name] = (f"no installed backend provides device type '{typ}' "
+                         f"(pip install {dist})")
+    return out
 
 
 # --- dtypes, samples, tolerances -----------------------------------------------------
@@ -167,13 +202,14 @@ def _has_nc(sample):
 
 # --- tensors on the device under test ---------------------------------------------------
 
-def noncontiguous_tensor(x, device):
+def noncontiguous_tensor(x, device, via_ops=None):
     """A tensor equal to ``x`` (rank >= 2) whose data is a non-contiguous view:
     transposed (memory order differs from index order) and strided (every other
     element of a buffer twice as long).
 
-    On the host the view is wrapped directly; on other devices it is built with
-    tapeflow ops (strided slicing and ``tf.transpose``), and checked.
+    On the host the view is wrapped directly; on other devices (or with
+    ``via_ops=True``) it is built with tapeflow ops (strided slicing and
+    ``tf.transpose``), and its values are checked.
     """
     tf = _tf()
     dev = tf.devices.get_device(device)
@@ -181,7 +217,9 @@ def noncontiguous_tensor(x, device):
     xs = np.swapaxes(x, -1, -2)
     big = np.zeros(xs.shape[:-1] + (2 * xs.shape[-1],), dtype=x.dtype)
     big[..., ::2] = xs
-    if dev.is_host:
+    if via_ops is None:
+        via_ops = not dev.is_host
+    if not via_ops:
         from ..tensor import _wrap
         return _wrap(np.swapaxes(big[..., ::2], -1, -2), dev)
     transpose = getattr(tf, "transpose", None)
@@ -304,7 +342,8 @@ def check_sample(spec, sample, device, dtype=None, noncontiguous=False, index=No
     dname = getattr(dtype, "name", dtype)
     what = (f"{spec.name}{f' [{dname}]' if dname else ''} on {dev.name}, {label}{variant} "
             f"{_describe_args(sample.args, sample.kwargs)}")
-    with tf.device(dev):
+    # Edge samples (inf, nan, 0) make NumPy warn by design, in kernels and references.
+    with tf.device(dev), np.errstate(all="ignore"):
         targs = _to_device(sample.args, dev, noncontiguous)
         try:
             out = spec.fn(*targs, **sample.kwargs)
@@ -322,14 +361,16 @@ def check_sample(spec, sample, device, dtype=None, noncontiguous=False, index=No
                 raise AssertionError(f"{what}: output {k} is on {o.device}, expected {dev.name}")
         host = tuple(o.numpy() for o in outs) if isinstance(out, (list, tuple)) else out.numpy()
         try:
-            ok = spec.check(host, *np_args, **sample.kwargs)
+            with tf.device(dev), np.errstate(all="ignore"):   # its own draws: same device
+                ok = spec.check(host, *np_args, **sample.kwargs)
         except AssertionError as e:
             raise AssertionError(f"{what}: spec.check failed: {e}") from None
         if ok is False:
             raise AssertionError(f"{what}: spec.check returned False for {_fmt(host)}")
         return
     ref_kwargs = sample.kwargs if sample.ref_kwargs is None else sample.ref_kwargs
-    expected = spec.ref(*np_args, **ref_kwargs)
+    with np.errstate(all="ignore"):
+        expected = spec.ref(*np_args, **ref_kwargs)
     outs, exps = _as_list(out), _as_list(expected)
     multi = isinstance(expected, (list, tuple))
     if multi != isinstance(out, (list, tuple)) or len(outs) != len(exps):
@@ -497,7 +538,7 @@ def cases(specs, devices, kind):
     for d in devices:
         name, reason = (d, None) if isinstance(d, str) else d
         if reason is not None:
-            out.append(Case(kind, None, name, skip=reason))
+            out.append(Case(kind, None, name, skip=f"{name} unavailable: {reason}"))
             continue
         dev = tf.devices.get_device(name)
         for spec in specs:
@@ -576,11 +617,16 @@ def check_spec(spec, devices=None, kinds=("forward", "noncontiguous", "gradients
 
 def collect_specs(extra=()):
     """``tapeflow.testing.specs.all_specs()`` plus ``extra`` specs whose names are
-    not already among them."""
+    not already among them. Spec names are test ids: duplicates are an error."""
     from .specs import all_specs
     specs = list(all_specs())
-    names = {s.name for s in specs}
-    return specs + [s for s in extra if s.name not in names]
+    seen = {}
+    for s in specs:
+        if s.name in seen:
+            raise ValueError(f"two conformance specs are named {s.name!r} (ops {seen[s.name]!r} "
+                             f"and {s.op!r}); spec names must be unique, they are test ids")
+        seen[s.name] = s.op
+    return specs + [s for s in extra if s.name not in seen]
 
 
 @functools.lru_cache(maxsize=512)
@@ -638,3 +684,78 @@ def parametrize(metafunc, specs, devices=None, known_gaps=None):
 Sample = Sample
 ErrorSample = ErrorSample
 OpSpec = OpSpec
+
+
+# --- opcheck: one call for plugin authors --------------------------------------------------
+
+def _fixed_samples(samples):
+    """A list of Samples (or argument tuples) -> ``samples(dtype, rng)``: float array
+    arguments are cast to each float dtype; samples without float arrays run for
+    the dtype of their first array."""
+    fixed = [s if isinstance(s, Sample) else Sample(tuple(s) if isinstance(s, (list, tuple))
+                                                   else (s,)) for s in samples]
+
+    def gen(dtype, rng):
+        out = []
+        for s in fixed:
+            arrays = [a for a in s.args if isinstance(a, np.ndarray)]
+            has_float = any(a.dtype.kind == "f" for a in arrays)
+            if dtype.is_floating and has_float:
+                args = tuple(a.astype(dtype.np) if isinstance(a, np.ndarray) and a.dtype.kind == "f"
+                             else a for a in s.args)
+                out.append(Sample(args, dict(s.kwargs), s.grad_argnums, s.ref_kwargs, s.name))
+            elif not has_float and arrays and arrays[0].dtype == dtype.np:
+                out.append(s)
+        return out
+
+    return gen
+
+
+def opcheck(spec_or_fn, samples=None, *, ref=None, check=None, errors=(), op=None, name=None,
+            dtypes=None, grad_order=2, tol=None, grad_tol=(1e-4, 1e-5), devices=None,
+            check_dtype=True, kinds=("forward", "noncontiguous", "gradients", "errors")):
+    """Check an op in one call, on every available device: forward against a NumPy
+    reference for every dtype, non-contiguous inputs, gradients to ``grad_order``
+    (float64, finite differences) and the error contract.
+
+    Args:
+        spec_or_fn: an :class:`OpSpec` (the other arguments are then ignored), an
+            :class:`~tapeflow.plugins.OpDef` (called with its attrs as keywords), or
+            a function built on tapeflow ops.
+        samples: ``samples(dtype, rng) -> [Sample]``, or a list of Samples (or of
+            argument tuples), whose float arrays are cast to each float dtype.
+        ref: NumPy reference ``ref(*numpy_args, **kwargs)``; or ``check(out, *args,
+            **kwargs)`` validating the (host) output of a random op.
+        errors: :class:`ErrorSample` s, each must raise with ``[Op:``, the device
+            name and ``match`` in the message.
+        op: the op name whose kernel dtypes decide which dtypes are tested
+            (default: the OpDef's name, else every dtype the samples provide).
+        devices: device names (default: every available device).
+
+    Returns ``{"passed": [...], "skipped": [(check, reason)]}``; raises AssertionError
+    listing every failed check.
+
+    >>> import numpy as np, tapeflow as tf
+    >>> from tapeflow.testing import opcheck, Sample
+    >>> report = opcheck(tf.multiply, [Sample((np.ones((2, 3)), np.arange(3.0)))], ref=np.multiply)
+    >>> "gradients[multiply-cpu:0]" in report["passed"]
+    True
+    """
+    from ..registry import OpDef
+    if isinstance(spec_or_fn, OpSpec):
+        spec = spec_or_fn
+    else:
+        fn = spec_or_fn
+        if isinstance(fn, OpDef):
+            op = op or fn.name
+        if samples is None:
+            raise TypeError("opcheck needs samples (a list of Samples or samples(dtype, rng))")
+        gen = samples if callable(samples) else _fixed_samples(samples)
+        if ref is None and check is None:
+            kinds = tuple(k for k in kinds if k not in ("forward", "noncontiguous"))
+        if name is None:
+            name = fn.name if isinstance(fn, OpDef) else getattr(fn, "__name__", "op")
+        spec = OpSpec(name=name, fn=fn, ref=ref, samples=gen, op=op or "", dtypes=dtypes,
+                      grad_order=grad_order, errors=list(errors), tol=dict(tol or {}),
+                      grad_tol=tuple(grad_tol), check=check, check_dtype=check_dtype)
+    return check_spec(spec, devices=devices, kinds=kinds)

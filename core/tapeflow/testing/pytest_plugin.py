@@ -25,9 +25,7 @@ import os
 
 import pytest
 
-#: device types any tapeflow installation may know of, and the distribution that
-#: provides each; absent ones are reported (and skipped) with the reason
-KNOWN_DEVICE_TYPES = {"cuda": "tapeflow-cuda-cupy", "opencl": "tapeflow-opencl"}
+from .conformance import KNOWN_DEVICE_TYPES, unavailable_devices  # noqa: F401  (re-exported)
 
 _STASH_KEY = pytest.StashKey[list]()
 
@@ -48,33 +46,6 @@ def pytest_configure(config):
 
 
 # --- which devices ----------------------------------------------------------------------
-
-def unavailable_devices() -> dict:
-    """``{device name: reason}`` for devices this installation knows of but cannot use:
-    devices of backends that report themselves unavailable, and the well-known
-    device types (:data:`KNOWN_DEVICE_TYPES`) no loaded backend provides."""
-    import tapeflow.plugins
-    from tapeflow.devices import _table
-    have = {d.type for d in _table.by_name.values()}
-    out = {}
-    for be in _table.backends:
-        reason = _table.unavailable.get(be.name)
-        if reason and be.device_type not in have:
-            out.setdefault(f"{be.device_type}:0", f"backend {be.name!r} is unavailable: {reason}")
-    report = tapeflow.plugins.plugin_report()
-    for typ, dist in KNOWN_DEVICE_TYPES.items():
-        name = f"{typ}:0"
-        if typ in have or name in out:
-            continue
-        bad = [p for p in report if p.distribution == dist and p.status != "loaded"]
-        if bad:
-            p = bad[0]
-            out[name] = f"plugin {p.name!r} ({p.distribution} {p.version}) {p.status}: {p.reason}"
-        else:
-            out[name] = (f"no installed backend provides device type '{typ}' "
-                         f"(pip install {dist})")
-    return out
-
 
 def resolve_devices(names=None) -> list:
     """``[(device name, None)]`` for usable devices and ``[(name, reason)]`` for the
@@ -180,7 +151,8 @@ def pytest_generate_tests(metafunc):
             return      # the test chose its devices itself
     params = []
     for name, reason in devices_under_test(metafunc.config):
-        marks = () if reason is None else (pytest.mark.skip(reason=f"{name}: {reason}"),)
+        marks = () if reason is None else (pytest.mark.skip(reason=f"{name} unavailable: "
+                                                                   f"{reason}"),)
         params.append(pytest.param(name, marks=marks, id=name))
     metafunc.parametrize("tf_device", params)
 

@@ -31,19 +31,19 @@ def _vals(rng, shape, dtype, lo=-3.0, hi=3.0, nonzero=False):
     """Random values of ``dtype`` in ``[lo, hi]`` (clipped to the dtype's range)."""
     d = _np(dtype)
     if d.kind == "b":
-        return rng.random(shape) < 0.5
+        return np.asarray(rng.random(shape) < 0.5)
     if d.kind == "f":
         a = rng.uniform(lo, hi, shape)
         if nonzero:
             a = np.where(np.abs(a) < 0.25, np.where(a >= 0, 0.5, -0.5), a)
-        return a.astype(d)
+        return np.asarray(a.astype(d))
     info = np.iinfo(d)
     lo_i = int(max(np.ceil(lo), info.min))
     hi_i = int(min(np.floor(hi), info.max))
     a = rng.integers(lo_i, hi_i + 1, shape)
     if nonzero:
         a = np.where(a == 0, 1 if hi_i >= 1 else -1, a)
-    return a.astype(d)
+    return np.asarray(a.astype(d))
 
 
 def _edge(dtype):
@@ -103,7 +103,7 @@ def _binary_samples(x_range=(-3.0, 3.0), y_range=(-3.0, 3.0), y_nonzero=False, s
         y = _vals(rng, ys, dtype, *y_range, nonzero=y_nonzero)
         if fix is not None:
             x, y = fix(x, y, dtype)
-        return x, y
+        return np.asarray(x), np.asarray(y)
 
     def samples(dtype, rng):
         out = [
@@ -228,9 +228,10 @@ _F32 = np.float32
 _MISMATCH = (np.ones((2, 3), _F32), np.ones((4,), _F32))
 
 
-def _incompatible(fn_name):
-    return ErrorSample(_MISMATCH, error=InvalidArgumentError, match="Incompatible shapes",
-                       name=f"{fn_name}_broadcast_mismatch")
+def _incompatible(fn_name, dtype=_F32):
+    return ErrorSample((np.ones((2, 3), dtype), np.ones((4,), dtype)),
+                       error=InvalidArgumentError, match="Incompatible shapes: [2, 3] vs. [4]",
+                       name="broadcast_mismatch")
 
 
 def _no_kernel(dtype, registered, name):
@@ -252,9 +253,12 @@ def _unary(name, fn, ref, op, lo=-3.0, hi=3.0, grad=2, edge=True, tol=None, erro
                   grad_order=grad, tol=tol or {}, errors=list(errors))
 
 
-def _binary(name, fn, ref, op, samples, grad=2, errors=(), tol=None):
+def _binary(name, fn, ref, op, samples, grad=2, errors=(), tol=None, mismatch=_F32):
+    """``mismatch``: the dtype of the broadcast-mismatch error sample (None: no such
+    sample, e.g. ``==``, where TF2 answers False for shapes that do not broadcast)."""
+    errs = [] if mismatch is None else [_incompatible(name, mismatch)]
     return OpSpec(name=name, fn=fn, ref=ref, op=op, samples=samples, grad_order=grad,
-                  errors=[_incompatible(name), *errors], tol=tol or {})
+                  errors=[*errs, *errors], tol=tol or {})
 
 
 SPECS: list[OpSpec] = [
@@ -289,7 +293,9 @@ SPECS: list[OpSpec] = [
             lambda x, y: np.square(np.subtract(x, y)), "SquaredDifference", _binary_samples()),
     _binary("atan2", tf.atan2, np.arctan2, "Atan2",
             _binary_samples((0.5, 3.0), (-3.0, 3.0), y_nonzero=True),
-            errors=[_no_kernel(np.int32, _FLOAT_LIST, "int")]),
+            errors=[ErrorSample((np.ones(2, np.int32), np.ones(2, np.int32)),
+                                error=NotFoundError, match=f"dtype in [{_FLOAT_LIST}]",
+                                name="int")]),
     OpSpec(name="add_n", fn=lambda *xs: tf.add_n(list(xs)), ref=_addn_ref, op="AddN",
            samples=_addn_samples,
            errors=[ErrorSample((np.ones((2, 3), _F32), np.ones((3, 2), _F32)),
@@ -338,11 +344,12 @@ SPECS: list[OpSpec] = [
     _binary("greater_equal", tf.greater_equal, np.greater_equal, "GreaterEqual",
             _compare_samples, grad=0),
     _binary("logical_and", tf.logical_and, np.logical_and, "LogicalAnd", _logical_samples,
-            grad=0, errors=[ErrorSample(_MISMATCH[:1] * 2, error=NotFoundError,
+            mismatch=np.bool_, grad=0, errors=[ErrorSample(_MISMATCH[:1] * 2, error=NotFoundError,
                                         match="dtype in [bool]", name="float")]),
-    _binary("logical_or", tf.logical_or, np.logical_or, "LogicalOr", _logical_samples, grad=0),
+    _binary("logical_or", tf.logical_or, np.logical_or, "LogicalOr", _logical_samples,
+            mismatch=np.bool_, grad=0),
     _binary("logical_xor", tf.math.logical_xor, np.logical_xor, "LogicalXor", _logical_samples,
-            grad=0),
+            mismatch=np.bool_, grad=0),
     _unary("logical_not", tf.logical_not, np.logical_not, "LogicalNot", grad=0,
            errors=[_no_kernel(np.float32, "bool", "float")]),
     # --- operators (Tensor dunder methods; the harness passes Tensors as x)
@@ -357,12 +364,13 @@ SPECS: list[OpSpec] = [
     _binary("operator.lt", operator.lt, np.less, "Less", _compare_samples, grad=0),
     _binary("operator.ge", operator.ge, np.greater_equal, "GreaterEqual", _compare_samples,
             grad=0),
-    _binary("operator.eq", operator.eq, np.equal, "Equal", _compare_samples, grad=0),
-    _binary("operator.ne", operator.ne, np.not_equal, "NotEqual", _compare_samples, grad=0),
+    _binary("operator.eq", operator.eq, np.equal, "Equal", _compare_samples, grad=0, mismatch=None),
+    _binary("operator.ne", operator.ne, np.not_equal, "NotEqual", _compare_samples, grad=0,
+            mismatch=None),
     _binary("operator.and", operator.and_, np.logical_and, "LogicalAnd", _logical_samples,
-            grad=0),
+            mismatch=np.bool_, grad=0),
     _binary("operator.xor", operator.xor, np.logical_xor, "LogicalXor", _logical_samples,
-            grad=0),
+            mismatch=np.bool_, grad=0),
     _unary("operator.neg", operator.neg, np.negative, "Neg"),
     OpSpec(name="operator.abs", fn=operator.abs, ref=np.absolute, op="Abs",
            samples=lambda d, rng: [Sample((_vals(rng, (3, 4), d, nonzero=True),), name="typical")]),

@@ -50,6 +50,8 @@ _CASES = [
     ((2, 3, 4), {"axis": []}, "3d_noaxis"),
     ((0, 3), {"axis": 1}, "empty_other_axis"),
 ]
+#: the cases above that reduce one element into each result
+_SINGLE = ("scalar", "scalar_noaxis", "3d_noaxis")
 #: reductions over an axis of size 0 (sum -> 0, prod -> 1, mean -> nan)
 _EMPTY_CASES = [
     ((0,), {}, "empty"),
@@ -58,11 +60,14 @@ _EMPTY_CASES = [
 ]
 
 
-def _samples(kind="any", empty=True, empty_grad=True):
+def _samples(kind="any", empty=True, empty_grad=True, single_grad=True):
     """``empty``: add reductions over size-0 axes; ``empty_grad``: finite differences
-    work there (False when the result is NaN or -inf)."""
+    work there (False when the result is NaN or -inf); ``single_grad``: the same for
+    reductions of one element (False for the standard deviation, not differentiable
+    at 0)."""
     def samples(dtype, rng):
-        out = [Sample((_values(rng, shape, dtype, kind),), dict(kw), name=name)
+        out = [Sample((_values(rng, shape, dtype, kind),), dict(kw), name=name,
+                      grad_argnums=None if single_grad or name not in _SINGLE else ())
                for shape, kw, name in _CASES]
         if empty:
             out += [Sample((_values(rng, shape, dtype, kind),), dict(kw), name=name,
@@ -120,6 +125,14 @@ def _ref_logsumexp(x, axis=None, keepdims=False):
 def _ref_enorm(x, axis=None, keepdims=False):
     x64 = x.astype(np.float64)
     return np.sqrt(np.sum(x64 * x64, axis=_ax(axis), keepdims=keepdims)).astype(x.dtype)
+
+
+def _ref_variance(x, axis=None, keepdims=False):
+    return np.var(x.astype(np.float64), axis=_ax(axis), keepdims=keepdims).astype(x.dtype)
+
+
+def _ref_std(x, axis=None, keepdims=False):
+    return np.std(x.astype(np.float64), axis=_ax(axis), keepdims=keepdims).astype(x.dtype)
 
 
 def _ref_any(x, axis=None, keepdims=False):
@@ -197,6 +210,12 @@ SPECS = [
            op="ReduceLogSumExp", errors=_axis_errors(), tol=_F16),
     OpSpec("math.reduce_euclidean_norm", tf.math.reduce_euclidean_norm, _ref_enorm,
            _samples("away0"), op="EuclideanNorm", errors=_axis_errors(), tol=_F16),
+    OpSpec("math.reduce_variance", tf.math.reduce_variance, _ref_variance,
+           _samples(empty=False), op="Mean", dtypes=("float16", "float32", "float64"),
+           errors=_axis_errors(), tol=_F16),
+    OpSpec("math.reduce_std", tf.math.reduce_std, _ref_std,
+           _samples(empty=False, single_grad=False), op="Mean",
+           dtypes=("float16", "float32", "float64"), errors=_axis_errors(), tol=_F16),
     OpSpec("reduce_any", tf.reduce_any, _ref_any, _samples(), op="Any", grad_order=0,
            errors=_axis_errors(np.bool_)),
     OpSpec("reduce_all", tf.reduce_all, _ref_all, _samples(), op="All", grad_order=0,
@@ -206,6 +225,6 @@ SPECS = [
     OpSpec("argmin", tf.argmin, _ref_arg(np.argmin), _arg_samples, op="ArgMin", grad_order=0,
            errors=_arg_errors()),
     OpSpec("math.count_nonzero", tf.math.count_nonzero, _ref_count_nonzero, _samples(),
-           op="Sum", dtypes=tuple(d.name for d in tf.dtypes.ALL_DTYPES), grad_order=0,
+           op="Cast", dtypes=tuple(d.name for d in tf.dtypes.ALL_DTYPES), grad_order=0,
            errors=_axis_errors()),
 ]

@@ -1,0 +1,1 @@
+"""asv benchmarks for tapeflow, parameterised over devices (see ../asv.conf.json)."""

@@ -1,0 +1,127 @@
+"""Philox4x64-10 on the GPU, bit for bit NumPy's ``numpy.random.Philox``.
+
+tapeflow's random ops (``tapeflow.random``) draw the stream of ``(key, counter)``:
+the 64-bit outputs of ``Philox(key=[key, 0], counter=[0, counter, 0, 0])``. NumPy
+increments the 256-bit counter *before* each block, so block ``j`` (outputs
+``4j .. 4j+3``) is ``philox4x64_10(ctr=[j + 1, counter, 0, 0], key=[key, 0])``.
+Each GPU thread computes one block; nothing is copied from the host.
+
+:func:`raw64` is what the shared random kernels (``tapeflow_cpu_numpy.k_random``)
+call ``_raw64``; the CUDA backend runs their transforms on these words, so a seed
+gives the same numbers on ``cuda:0`` as on ``cpu:0`` (uniforms and integers exactly,
+normals up to the last-bit rounding of CUDA's ``log``/``cos``/``sin``).
+
+``TAPEFLOW_CUDA_PHILOX=host`` generates the words with NumPy on the host instead and
+copies them (8 bytes a word over PCIe, plus NumPy's ~1 ns a word): the same numbers,
+slower; a fallback if the kernel cannot be compiled.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+_SOURCE = r"""
+extern "C" __global__ void tapeflow_philox4x64_10(
+        unsigned long long* __restrict__ out, const long long n,
+        const unsigned long long key0, const unsigned long long ctr1) {
+    const long long nblocks = (n + 3) / 4;
+    for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nblocks;
+         j += (long long)gridDim.x * blockDim.x) {
+        unsigned long long c0 = (unsigned long long)j + 1ULL, c1 = ctr1, c2 = 0ULL, c3 = 0ULL;
+        unsigned long long k0 = key0, k1 = 0ULL;
+        #pragma unroll
+        for (int r = 0; r < 10; ++r) {
+            if (r > 0) {
+                k0 += 0x9E3779B97F4A7C15ULL;
+                k1 += 0xBB67AE8584CAA73BULL;
+            }
+            const unsigned long long m0 = 0xD2E7470EE14C6C93ULL, m1 = 0xCA5A826395121157ULL;
+            const unsigned long long hi0 = __umul64hi(m0, c0), lo0 = m0 * c0;
+            const unsigned long long hi1 = __umul64hi(m1, c2), lo1 = m1 * c2;
+            c0 = hi1 ^ c1 ^ k0;
+            c1 = lo1;
+            c2 = hi0 ^ c3 ^ k1;
+            c3 = lo0;
+        }
+        const long long base = 4 * j;
+        if (base + 3 < n) {
+            out[base] = c0; out[base + 1] = c1; out[base + 2] = c2; out[base + 3] = c3;
+        } else {
+            out[base] = c0;
+            if (base + 1 < n) out[base + 1] = c1;
+            if (base + 2 < n) out[base + 2] = c2;
+        }
+    }
+}
+"""
+
+_THREADS = 256
+_M64 = (1 << 64) - 1
+
+
+def make_raw64(cp, host_raw64):
+    """``raw64(n, key, counter) -> cupy uint64 array`` on the current device.
+
+    ``host_raw64`` is the CPU backend's NumPy generator, used when
+    ``TAPEFLOW_CUDA_PHILOX=host`` is set or the kernel fails to compile.
+    """
+    mode = os.environ.get("TAPEFLOW_CUDA_PHILOX", "device").lower()
+
+    def on_host(n, key, counter):
+        return cp.asarray(host_raw64(n, key, counter))
+
+    if mode == "host" and host_raw64 is not None:
+        return on_host
+
+    kernel = cp.RawKernel(_SOURCE, "tapeflow_philox4x64_10")
+    state = {"failed": None}
+    sm_count = {}
+
+    def raw64(n, key, counter):
+        n = int(n)
+        out = cp.empty(n, dtype=np.uint64)
+        if n == 0:
+            return out
+        if state["failed"] is not None:
+            return on_host(n, key, counter)
+        nblocks = (n + 3) // 4
+        dev = cp.cuda.runtime.getDevice()
+        cap = sm_count.get(dev)
+        if cap is None:
+            cap = sm_count[dev] = 32 * cp.cuda.Device(dev).attributes["MultiProcessorCount"]
+        grid = min((nblocks + _THREADS - 1) // _THREADS, cap)
+        try:
+            kernel((grid,), (_THREADS,),
+                   (out, np.int64(n), np.uint64(int(key) & _M64), np.uint64(int(counter) & _M64)))
+        except Exception as e:   # NVRTC missing or broken: stay correct, on the host
+            if host_raw64 is None:
+                raise
+            state["failed"] = e
+            return on_host(n, key, counter)
+        return out
+
+    raw64.kernel = kernel
+    raw64.state = state
+    return raw64
+
+
+def reference_raw64(n, key, counter):
+    """Pure-Python Philox4x64-10 (the specification the kernel implements); slow,
+    for tests."""
+    out = []
+    j = 0
+    while len(out) < n:
+        c0, c1, c2, c3 = j + 1, int(counter) & _M64, 0, 0
+        k0, k1 = int(key) & _M64, 0
+        for r in range(10):
+            if r:
+                k0 = (k0 + 0x9E3779B97F4A7C15) & _M64
+                k1 = (k1 + 0xBB67AE8584CAA73B) & _M64
+            p0 = 0xD2E7470EE14C6C93 * c0
+            p1 = 0xCA5A826395121157 * c2
+            c0, c1, c2, c3 = (p1 >> 64) ^ c1 ^ k0, p1 & _M64, (p0 >> 64) ^ c3 ^ k1, p0 & _M64
+        out += [c0, c1, c2, c3]
+        j += 1
+    return np.array(out[:n], dtype=np.uint64)

@@ -1,0 +1,219 @@
+"""``python -m tapeflow info``: what this installation of tapeflow is made of.
+
+Versions; plugins loaded, failed or skipped (with distribution, version and
+reason); backends and their devices, available or not and why, each device
+smoke-tested; and the op x device-type kernel coverage. ``--json`` prints the
+same as one JSON object, for scripts and bug reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import importlib.metadata as md
+import json
+import os
+import platform
+import sys
+
+USAGE = """\
+usage: python -m tapeflow <command> [options]
+
+commands:
+  info [--json] [--ops GLOB]   versions, plugins (loaded / failed / skipped and why),
+                               backends and devices (available or not and why),
+                               and the op x device-type kernel coverage table
+"""
+
+_ABBREV = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16",
+           "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "bool"}
+_ENV = ("TAPEFLOW_DISABLE_PLUGIN_AUTOLOAD", "TAPEFLOW_PLUGINS", "TAPEFLOW_STRICT_PLUGINS",
+        "TAPEFLOW_DEFAULT_DEVICE", "TAPEFLOW_TEST_DEVICES")
+
+
+def _dist_version(name):
+    try:
+        return md.version(name)
+    except md.PackageNotFoundError:
+        return None
+
+
+def _smoke(dev):
+    """One small op on ``dev`` and back: ``"ok"`` or the reason it failed."""
+    import numpy as np
+
+    import tapeflow as tf
+    try:
+        x = tf.constant(np.array([1.0, 2.0], np.float32), device=dev)
+        y = (x + x).numpy()
+        if not np.array_equal(y, [2.0, 4.0]):
+            return f"FAIL: [1, 2] + [1, 2] gave {y.tolist()}"
+        return "ok"
+    except Exception as e:  # diagnostics must report, not crash
+        return f"FAIL: {type(e).__name__}: {e}"
+
+
+def collect(ops_glob=None, smoke=True) -> dict:
+    """Everything ``info`` shows, as plain data (what ``--json`` prints)."""
+    import numpy as np
+    import pluggy
+
+    import tapeflow as tf
+    from tapeflow import registry
+    from tapeflow.devices import _table
+    from tapeflow.testing.conformance import unavailable_devices
+
+    versions = {"tapeflow": tf.__version__, "python": platform.python_version(),
+                "numpy": np.__version__, "pluggy": pluggy.__version__}
+    for dist in ("scipy", "cupy", "pyopencl"):
+        v = _dist_version(dist)
+        if v is not None:
+            versions[dist] = v
+
+    plugins = [{"name": p.name, "distribution": p.distribution, "version": p.version,
+                "status": p.status, "reason": p.reason, "ops": list(p.ops),
+                "kernels": len(p.kernels), "backends": list(p.backends)}
+               for p in tf.plugins.plugin_report()]
+
+    try:
+        default = tf.devices.default_device().name
+    except Exception:
+        default = None
+    backends = []
+    for be in _table.backends:
+        devs = [d for d in _table.by_name.values() if d.backend is be]
+        backends.append({
+            "name": be.name, "device_type": be.device_type,
+            "available": be.name not in _table.unavailable,
+            "reason": _table.unavailable.get(be.name, ""),
+            "devices": [{"name": d.name, "description": d.description, "is_gpu": d.is_gpu,
+                         "gpu_alias": None if d.gpu_index is None else f"gpu:{d.gpu_index}",
+                         "default": d.name == default,
+                         **({"smoke_test": _smoke(d)} if smoke else {})}
+                        for d in sorted(devs, key=lambda d: d.index)],
+        })
+
+    dtypes_seen = []
+    for be in _table.backends:
+        if be.device_type not in dtypes_seen:
+            dtypes_seen.append(be.device_type)
+    ops = {}
+    for name in sorted(registry.OPS, key=str.lower):
+        if ops_glob and not fnmatch.fnmatchcase(name, ops_glob):
+            continue
+        op = registry.OPS[name]
+        kernels = {}
+        for dt, entry in op.kernels.items():
+            if dt not in dtypes_seen:
+                dtypes_seen.append(dt)
+            kernels[dt] = {"dtypes": None if entry.dtypes is None else [d.name for d in
+                                                                          entry.dtypes],
+                           "source": entry.source}
+        ops[name] = {"source": op.source, "differentiable": bool(op.differentiable),
+                     "composite": op.composite is not None, "kernels": kernels}
+
+    return {
+        "versions": versions,
+        "executable": sys.executable,
+        "environment": {k: os.environ[k] for k in _ENV if k in os.environ},
+        "plugins": plugins,
+        "backends": backends,
+        "default_device": default,
+        "unavailable_devices": unavailable_devices(),
+        "coverage": {"device_types": dtypes_seen, "ops": ops},
+    }
+
+
+def _cell(info, dt):
+    k = info["kernels"].get(dt)
+    if k is None:
+        return "composite" if info["composite"] else "-"
+    if k["dtypes"] is None:
+        return "any"
+    return ",".join(_ABBREV.get(d, d) for d in k["dtypes"])
+
+
+def _table_lines(header, rows):
+    widths = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    out = [fmt.format(*header).rstrip(), fmt.format(*["-" * w for w in widths]).rstrip()]
+    out += [fmt.format(*[str(c) for c in r]).rstrip() for r in rows]
+    return out
+
+
+def render(data) -> str:
+    """The human-readable report."""
+    v = data["versions"]
+    lines = [f"tapeflow {v['tapeflow']}  (python {v['python']}, numpy {v['numpy']}, "
+             f"pluggy {v['pluggy']}"
+             + "".join(f", {k} {v[k]}" for k in ("scipy", "cupy", "pyopencl") if k in v) + ")",
+             f"python: {data['executable']}"]
+    for k, val in data["environment"].items():
+        lines.append(f"env: {k}={val}")
+
+    lines += ["", "Plugins (entry-point group 'tapeflow'):"]
+    rows = [[p["status"], p["name"], p["distribution"], p["version"], len(p["ops"]),
+             p["kernels"], ",".join(p["backends"]) or "-", p["reason"] or ""]
+            for p in data["plugins"]]
+    lines += ["  " + s for s in _table_lines(
+        ["status", "name", "distribution", "version", "ops", "kernels", "backends", "reason"],
+        rows)]
+
+    lines += ["", "Backends and devices:"]
+    for be in data["backends"]:
+        state = "available" if be["available"] else f"UNAVAILABLE: {be['reason']}"
+        lines.append(f"  {be['name']} (device type '{be['device_type']}'): {state}")
+        for d in be["devices"]:
+            tags = [t for t in ("default" if d["default"] else "", d["gpu_alias"] or "") if t]
+            smoke = f"  smoke test: {d['smoke_test']}" if "smoke_test" in d else ""
+            lines.append(f"    {d['name']:<10} {d['description']}"
+                         + (f" [{', '.join(tags)}]" if tags else "") + smoke)
+    for name, reason in data["unavailable_devices"].items():
+        lines.append(f"  {name}: unavailable: {reason}")
+    lines.append(f"  default device: {data['default_device']}")
+
+    cov = data["coverage"]
+    types = cov["device_types"]
+    ops = cov["ops"]
+    lines += ["", f"Kernel coverage ({len(ops)} ops x device types; cells: dtypes with a kernel, "
+                  "'any' = every dtype, 'composite' = runs through other ops, '-' = none):"]
+    rows = [[name] + [_cell(info, dt) for dt in types] for name, info in ops.items()]
+    lines += ["  " + s for s in _table_lines(["op"] + types, rows)]
+    for dt in types:
+        have = sum(1 for info in ops.values() if dt in info["kernels"])
+        comp = sum(1 for info in ops.values() if dt not in info["kernels"] and info["composite"])
+        missing = [n for n, info in ops.items() if dt not in info["kernels"]
+                   and not info["composite"]]
+        lines.append(f"  {dt}: {have} kernels, {comp} composite, {len(missing)} missing"
+                     + (f" ({', '.join(missing[:12])}{', ...' if len(missing) > 12 else ''})"
+                        if missing else ""))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE, end="")
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m tapeflow",
+                                     usage="python -m tapeflow <command> [options]")
+    sub = parser.add_subparsers(dest="command")
+    p_info = sub.add_parser("info", help="describe this installation")
+    p_info.add_argument("--json", action="store_true", help="print one JSON object")
+    p_info.add_argument("--ops", metavar="GLOB", help="only ops whose name matches GLOB")
+    p_info.add_argument("--no-smoke", action="store_true",
+                        help="do not run the one-op smoke test on each device")
+    args = parser.parse_args(argv)
+    if args.command == "info":
+        data = collect(args.ops, smoke=not args.no_smoke)
+        if args.json:
+            print(json.dumps(data, indent=2, sort_keys=False))
+        else:
+            print(render(data))
+        return 0
+    print(USAGE, end="", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""Conformance specs of ``tapeflow.linalg`` (matmul, einsum, norm, inv ...) against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tapeflow as tf
+from tapeflow.errors import InvalidArgumentError, UnimplementedError
+from tapeflow.testing.opinfo import ErrorSample, OpSpec, Sample
+
+_TOL = {"float16": (2e-2, 2e-2), "float32": (1e-4, 1e-5)}
+
+
+def _values(rng, shape, dtype):
+    if dtype.is_floating:
+        return rng.uniform(-1, 1, shape).astype(dtype.np)
+    lo = 0 if dtype.is_unsigned else -3
+    return rng.integers(lo, 4, shape).astype(dtype.np)
+
+
+def _well_conditioned(rng, shape, dtype):
+    """Random square matrices (a batch of them) far from singular."""
+    n = shape[-1]
+    return (rng.uniform(-1, 1, shape) + 3 * np.eye(n)).astype(dtype.np)
+
+
+def _exact(fn):
+    """A float64 NumPy reference cast to the input dtype (exact for integers)."""
+    def ref(*args, **kwargs):
+        dt = next(a.dtype for a in args if isinstance(a, np.ndarray))
+        arrs = [a.astype(np.float64) if isinstance(a, np.ndarray) and a.dtype.kind == "f" else a
+                for a in args]
+        out = fn(*arrs, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(np.asarray(o).astype(dt) for o in out)
+        return np.asarray(out).astype(dt)
+    return ref
+
+
+# --- matmul ---------------------------------------------------------------------------
+
+def _ref_matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False):
+    if transpose_a or adjoint_a:
+        a = np.swapaxes(a, -1, -2)
+    if transpose_b or adjoint_b:
+        b = np.swapaxes(b, -1, -2)
+    return np.matmul(a, b)
+
+
+def _matmul_samples(dtype, rng):
+    v = lambda *s: _values(rng, s, dtype)   # noqa: E731
+    return [
+        Sample((v(1, 1), v(1, 1)), name="1x1"),
+        Sample((v(2, 3), v(3, 4)), name="2d"),
+        Sample((v(3, 2), v(3, 4)), {"transpose_a": True}, name="transpose_a"),
+        Sample((v(2, 3), v(4, 3)), {"transpose_b": True}, name="transpose_b"),
+        Sample((v(3, 2), v(4, 3)), {"transpose_a": True, "transpose_b": True}, name="both_t"),
+        Sample((v(3, 2), v(4, 3)), {"adjoint_a": True, "adjoint_b": True}, name="adjoint"),
+        Sample((v(5, 2, 3), v(5, 3, 4)), name="batched"),
+        Sample((v(5, 3, 2), v(5, 4, 3)), {"transpose_a": True, "transpose_b": True},
+               name="batched_both_t"),
+        Sample((v(5, 2, 3), v(3, 4)), name="broadcast_b"),
+        Sample((v(2, 3), v(5, 3, 4)), name="broadcast_a"),
+        Sample((v(2, 1, 2, 3), v(3, 3, 4)), name="broadcast_both"),
+        Sample((v(2, 1, 3, 2), v(3, 4, 3)), {"transpose_a": True, "transpose_b": True},
+               name="broadcast_both_t"),
+        Sample((v(0, 3), v(3, 4)), name="empty_rows"),
+        Sample((v(2, 0), v(0, 3)), name="empty_inner"),
+    ]
+
+
+_MATMUL_ERRORS = [
+    ErrorSample((np.ones((2, 3), np.float32), np.ones((4, 5), np.float32)), {},
+                InvalidArgumentError, "incompatible: In[0]: [2,3], In[1]: [4,5]", "inner_dim"),
+    ErrorSample((np.ones((2, 3), np.float32), np.ones((2, 3), np.float32)),
+                {"transpose_b": True, "transpose_a": True}, InvalidArgumentError,
+                "incompatible", "inner_dim_transposed"),
+    ErrorSample((np.ones((3,), np.float32), np.ones((3, 2), np.float32)), {},
+                InvalidArgumentError, "rank >= 2", "vector"),
+    ErrorSample((np.ones((2, 2, 3), np.float32), np.ones((3, 3, 4), np.float32)), {},
+                InvalidArgumentError, "batch dimensions", "batch"),
+]
+
+
+# --- einsum / tensordot / trace / matrix_transpose --------------------------------------
+
+_EINSUM_CASES = [
+    ("ij,jk->ik", [(2, 3), (3, 4)], "matmul"),
+    ("ij,jk", [(2, 3), (3, 4)], "implicit_output"),
+    ("ba", [(2, 3)], "implicit_transpose"),
+    ("ij->ji", [(2, 3)], "transpose"),
+    ("ii->i", [(3, 3)], "diagonal"),
+    ("ii", [(3, 3)], "trace"),
+    ("ij->", [(2, 3)], "sum_all"),
+    ("ij,j->j", [(2, 3), (3,)], "summed_in_one_operand"),
+    ("i,i->", [(4,), (4,)], "dot"),
+    ("i,j->ij", [(2,), (3,)], "outer"),
+    ("bij,bjk->bik", [(2, 2, 3), (2, 3, 4)], "batch_matmul"),
+    ("...ij,...jk->...ik", [(2, 1, 2, 3), (3, 3, 4)], "ellipsis_broadcast"),
+    ("ij,ij->ij", [(1, 3), (2, 3)], "size1_broadcast"),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)], "three_operands"),
+    (" i j , j k -> i k ", [(2, 3), (3, 4)], "spaces"),
+    ("ij,jk->ik", [(0, 3), (3, 2)], "empty"),
+]
+
+
+def _einsum_samples(dtype, rng):
+    return [Sample((eq,) + tuple(_values(rng, s, dtype) for s in shapes), name=name)
+            for eq, shapes, name in _EINSUM_CASES]
+
+
+def _ref_einsum(eq, *ops):
+    return np.einsum(eq, *ops)
+
+
+_EINSUM_ERRORS = [
+    ErrorSample(("ij,jk->ik", np.ones((2, 3), np.float32), np.ones((4, 5), np.float32)), {},
+                InvalidArgumentError, "has size 3 in one operand and 4", "size_mismatch"),
+    ErrorSample(("ij,jk->ik", np.ones((2, 3), np.float32)), {}, InvalidArgumentError,
+                "2 operand subscript(s) for 1 operand(s)", "operand_count"),
+    ErrorSample(("ijk->i", np.ones((2, 3), np.float32)), {}, InvalidArgumentError,
+                "rank 2", "rank"),
+    ErrorSample(("ij->iz", np.ones((2, 3), np.float32)), {}, InvalidArgumentError,
+                "appear in no input", "output_label"),
+]
+
+
+def _tensordot_samples(dtype, rng):
+    v = lambda *s: _values(rng, s, dtype)   # noqa: E731
+    return [
+        Sample((v(2, 3), v(3, 4), 1), name="axes1"),
+        Sample((v(2, 3, 4), v(3, 4, 5), 2), name="axes2"),
+        Sample((v(2, 3), v(4,), 0), name="outer"),
+        Sample((v(2, 3, 4), v(4, 3, 5), [[1, 2], [1, 0]]), name="axis_lists"),
+        Sample((v(2, 3), v(3, 4), [1, 0]), name="axis_ints"),
+        Sample((v(2, 3, 4), v(4, 5), [[-1], [-2]]), name="negative_axes"),
+        Sample((v(3,), v(3,), 1), name="dot"),
+    ]
+
+
+def _ref_tensordot(a, b, axes):
+    return np.tensordot(a, b, axes)
+
+
+_TENSORDOT_ERRORS = [
+    ErrorSample((np.ones((2, 3), np.float32), np.ones((4, 5), np.float32), 1), {},
+                InvalidArgumentError, "size-incompatible", "size"),
+    ErrorSample((np.ones((2, 3), np.float32), np.ones((3, 5), np.float32), 3), {},
+                InvalidArgumentError, "axes=3", "too_many_axes"),
+]
+
+
+def _square_samples(dtype, rng):
+    v = lambda *s: _values(rng, s, dtype)   # noqa: E731
+    return [Sample((v(3, 3),), name="matrix"), Sample((v(2, 4, 4),), name="batch"),
+            Sample((v(1, 1),), name="1x1"), Sample((v(2, 0, 0),), name="empty")]
+
+
+def _transpose_samples(dtype, rng):
+    v = lambda *s: _values(rng, s, dtype)   # noqa: E731
+    return [Sample((v(2, 3),), name="matrix"), Sample((v(2, 3, 4),), name="batch"),
+            Sample((v(0, 3),), name="empty")]
+
+
+# --- norm -----------------------------------------------------------------------------
+
+def _ref_norm(x, ord="euclidean", axis=None, keepdims=False):
+    if isinstance(axis, (list, tuple)) and len(axis) == 2:
+        o = {"euclidean": "fro"}.get(ord, ord)
+        return np.linalg.norm(x, ord=o, axis=tuple(axis), keepdims=keepdims)
+    if axis is None:
+        out = np.linalg.norm(x.reshape(-1), ord=None if ord in ("euclidean", "fro") else ord)
+        return np.reshape(out, (1,) * x.ndim) if keepdims else out
+    return np.linalg.norm(x, ord=None if ord in ("euclidean", "fro") else ord, axis=axis,
+                          keepdims=keepdims)
+
+
+def _norm_samples(dtype, rng):
+    v = lambda *s: (_values(rng, s, dtype) + 0.1).astype(dtype.np)  # noqa: E731  (no zeros)
+    return [
+        Sample((v(4),), name="vector"),
+        Sample((v(3, 4),), name="all_elements"),
+        Sample((v(3, 4),), {"keepdims": True}, name="all_keepdims"),
+        Sample((v(3, 4),), {"axis": 0}, name="axis0"),
+        Sample((v(3, 4),), {"axis": -1, "keepdims": True}, name="axis_neg_keepdims"),
+        Sample((v(5),), {"ord": 1}, name="ord1"),
+        Sample((v(5),), {"ord": 2}, name="ord2"),
+        Sample((v(5),), {"ord": np.inf}, name="ord_inf"),
+        Sample((v(2, 5),), {"ord": 3, "axis": 1}, name="ord3"),
+        Sample((v(3, 4),), {"ord": "fro", "axis": [0, 1]}, name="fro"),
+        Sample((v(3, 4),), {"ord": "euclidean", "axis": [1, 0]}, name="matrix_euclidean"),
+        Sample((v(2, 3, 4),), {"ord": 1, "axis": [-2, -1]}, name="matrix_ord1"),
+        Sample((v(2, 3, 4),), {"ord": np.inf, "axis": (1, 2), "keepdims": True},
+               name="matrix_inf_keepdims"),
+        Sample((v(3, 2, 4),), {"ord": 1, "axis": [2, 0]}, name="matrix_ord1_swapped"),
+    ]
+
+
+_NORM_ERRORS = [
+    ErrorSample((np.ones((2, 3), np.float32),), {"ord": "nuc"}, InvalidArgumentError,
+                "not supported", "bad_ord"),
+    ErrorSample((np.ones((2, 3, 4), np.float32),), {"axis": [0, 1, 2]}, InvalidArgumentError,
+                "pair of ints", "three_axes"),
+    ErrorSample((np.ones((2, 3), np.float32),), {"axis": 2}, InvalidArgumentError,
+                "out of range", "axis"),
+    ErrorSample((np.ones((2, 3), np.float32),), {"ord": 2, "axis": [0, 1]}, UnimplementedError,
+                "not implemented", "matrix_2_norm"),
+]
+
+
+# --- inverse, solve, determinants -------------------------------------------------------
+
+def _inv_samples(dtype, rng):
+    w = lambda *s: _well_conditioned(rng, s, dtype)   # noqa: E731
+    return [Sample((w(3, 3),), name="matrix"), Sample((w(2, 4, 4),), name="batch"),
+            Sample((w(1, 1),), name="1x1"), Sample((w(3, 3),), {"adjoint": True}, name="adjoint"),
+            Sample((np.zeros((0, 0), dtype.np),), name="empty")]
+
+
+def _ref_inv(x, adjoint=False):
+    return np.linalg.inv(np.swapaxes(x, -1, -2) if adjoint else x)
+
+
+_SINGULAR = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
+
+_INV_ERRORS = [
+    ErrorSample((_SINGULAR,), {}, InvalidArgumentError, "not invertible", "singular"),
+    ErrorSample((np.zeros((2, 3, 3), np.float32),), {}, InvalidArgumentError, "not invertible",
+                "singular_batch"),
+    ErrorSample((np.ones((2, 3), np.float32),), {}, InvalidArgumentError, "square", "not_square"),
+]
+
+
+def _solve_samples(dtype, rng):
+    w = lambda *s: _well_conditioned(rng, s, dtype)   # noqa: E731
+    v = lambda *s: _values(rng, s, dtype)   # noqa: E731
+    return [
+        Sample((w(3, 3), v(3, 2)), name="matrix"),
+        Sample((w(3, 3), v(3, 1)), {"adjoint": True}, name="adjoint"),
+        Sample((w(2, 3, 3), v(2, 3, 4)), name="batch"),
+        Sample((w(2, 3, 3), v(3, 4)), name="broadcast_rhs"),
+        Sample((w(1, 1), v(1, 1)), name="1x1"),
+    ]
+
+
+def _ref_solve(a, b, adjoint=False):
+    return np.linalg.solve(np.swapaxes(a, -1, -2) if adjoint else a, b)
+
+
+_SOLVE_ERRORS = [
+    ErrorSample((_SINGULAR, np.ones((2, 1), np.float32)), {}, InvalidArgumentError,
+                "not invertible", "singular"),
+    ErrorSample((np.eye(2, dtype=np.float32), np.ones((3, 1), np.float32)), {},
+                InvalidArgumentError, "rhs must have shape [..., 2, K]", "rhs_shape"),
+    ErrorSample((np.ones((2, 3), np.float32), np.ones((2, 1), np.float32)), {},
+                InvalidArgumentError, "square", "not_square"),
+]
+
+
+def _det_samples(dtype, rng):
+    w = lambda *s: _well_conditioned(rng, s, dtype)   # noqa: E731
+    return [Sample((w(3, 3),), name="matrix"), Sample((w(2, 4, 4),), name="batch"),
+            Sample((w(1, 1),), name="1x1"), Sample((-w(2, 2),), name="negative")]
+
+
+def _spd_samples(dtype, rng):
+    out = []
+    for shape, name in (((3, 3), "matrix"), ((2, 4, 4), "batch")):
+        m = rng.uniform(-1, 1, shape)
+        spd = m @ np.swapaxes(m, -1, -2) + shape[-1] * np.eye(shape[-1])
+        out.append(Sample((spd.astype(dtype.np),), name=name))
+    return out
+
+
+def _ref_logdet(x):
+    return np.linalg.slogdet(x)[1]
+
+
+_LINALG_TOL = {"float32": (2e-4, 2e-5)}
+
+SPECS = [
+    OpSpec("matmul", tf.matmul, _exact(_ref_matmul), _matmul_samples, op="MatMul",
+           errors=_MATMUL_ERRORS, tol=_TOL),
+    OpSpec("linalg.matmul", tf.linalg.matmul, _exact(_ref_matmul), _matmul_samples, op="MatMul",
+           dtypes=("float32", "float64"), tol=_TOL),
+    OpSpec("einsum", tf.einsum, _exact(_ref_einsum), _einsum_samples, op="Einsum",
+           errors=_EINSUM_ERRORS, tol=_TOL),
+    OpSpec("tensordot", tf.tensordot, _exact(_ref_tensordot), _tensordot_samples, op="Einsum",
+           errors=_TENSORDOT_ERRORS, tol=_TOL),
+    OpSpec("linalg.trace", tf.linalg.trace, _exact(lambda x: np.trace(x, axis1=-2, axis2=-1)),
+           _square_samples, op="Einsum", tol=_TOL),
+    OpSpec("linalg.matrix_transpose", tf.linalg.matrix_transpose,
+           lambda x: np.swapaxes(x, -1, -2), _transpose_samples, op="Einsum"),
+    OpSpec("norm", tf.norm, _exact(_ref_norm), _norm_samples, op="EuclideanNorm",
+           errors=_NORM_ERRORS, tol=_TOL),
+    OpSpec("linalg.inv", tf.linalg.inv, _exact(_ref_inv), _inv_samples, op="MatrixInverse",
+           errors=_INV_ERRORS, tol=_LINALG_TOL),
+    OpSpec("linalg.solve", tf.linalg.solve, _exact(_ref_solve), _solve_samples,
+           op="MatrixSolve", errors=_SOLVE_ERRORS, tol=_LINALG_TOL),
+    OpSpec("linalg.det", tf.linalg.det, _exact(np.linalg.det), _det_samples,
+           op="MatrixDeterminant", tol=_LINALG_TOL),
+    OpSpec("linalg.slogdet", tf.linalg.slogdet, _exact(lambda x: tuple(np.linalg.slogdet(x))),
+           _det_samples, op="LogMatrixDeterminant", tol=_LINALG_TOL),
+    OpSpec("linalg.logdet", tf.linalg.logdet, _exact(_ref_logdet), _spd_samples,
+           op="LogMatrixDeterminant", tol=_LINALG_TOL),
+]

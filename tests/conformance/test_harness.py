@@ -1,0 +1,364 @@
+"""The harness must be able to fail: each check is run on an op with a planted bug
+and must raise, and on the same op without the bug must pass.
+
+The ops live in an in-process plugin (``tapeflow.plugins.register``), namespaced
+``testing::``, registered for this module only and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tapeflow as tf
+from tapeflow.errors import InvalidArgumentError
+from tapeflow.plugins import OpDef, hookimpl
+from tapeflow.testing import check_grads, conformance, opcheck
+from tapeflow.testing.opinfo import ErrorSample, OpSpec, Sample
+
+# --- the planted bugs ---------------------------------------------------------------------
+
+
+def _square_grad(ctx, dy):                 # right: d(x^2) = 2x dy
+    return dy * ctx.inputs[0] * 2.0
+
+
+def _square_grad_wrong(ctx, dy):           # wrong factor
+    return dy * ctx.inputs[0] * 3.0
+
+
+def _square_grad_frozen(ctx, dy):          # right values, but the input is frozen into a
+    x = tf.constant(ctx.inputs[0].numpy())  # constant: order 1 passes, order 2 must fail
+    return dy * x * 2.0
+
+
+GOOD = OpDef("testing::good_square", inputs=("x",), grad=_square_grad)
+BAD_GRAD = OpDef("testing::bad", inputs=("x",), grad=_square_grad_wrong)
+BAD_GRAD2 = OpDef("testing::bad_second_order", inputs=("x",), grad=_square_grad_frozen)
+BAD_KERNEL = OpDef("testing::bad_kernel", inputs=("x",), grad=_square_grad)
+BAD_STRIDES = OpDef("testing::bad_strides", inputs=("x",), grad=_square_grad)
+BAD_DTYPE = OpDef("testing::bad_dtype", inputs=("x",), grad=_square_grad)
+BAD_SHAPE = OpDef("testing::bad_shape", inputs=("x",), grad=_square_grad)
+OPS = (GOOD, BAD_GRAD, BAD_GRAD2, BAD_KERNEL, BAD_STRIDES, BAD_DTYPE, BAD_SHAPE)
+
+
+def _k_square(x):
+    return x * x
+
+
+def _k_square_wrong(x):
+    out = x * x
+    if out.size:
+        out.reshape(-1)[-1] += 1           # one wrong element
+    return out
+
+
+def _k_square_memory_order(x):
+    # Reads the elements in memory order: right only when that is index order.
+    flat = np.ravel(x, order="K")
+    return (flat * flat).reshape(x.shape)
+
+
+def _k_square_float64(x):
+    return (x * x).astype(np.float64)
+
+
+def _k_square_keepdims(x):
+    return (x * x)[None]
+
+
+class _HarnessPlugin:
+    @hookimpl
+    def tapeflow_register_ops(self, registry):
+        for op in OPS:
+            registry.add_op(op)
+
+    @hookimpl
+    def tapeflow_register_kernels(self, registry):
+        for op, fn in ((GOOD, _k_square), (BAD_GRAD, _k_square), (BAD_GRAD2, _k_square),
+                       (BAD_KERNEL, _k_square_wrong), (BAD_STRIDES, _k_square_memory_order),
+                       (BAD_DTYPE, _k_square_float64), (BAD_SHAPE, _k_square_keepdims)):
+            registry.add_kernel(op, "cpu", fn, dtypes=("float16", "float32", "float64"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def harness_plugin():
+    from tapeflow.plugins import manager as pm
+    from tapeflow.registry import OPS as REGISTRY
+    obj = _HarnessPlugin()
+    info = tf.plugins.register(obj, name="testing-harness")
+    assert info.status == "loaded", info.reason
+    yield obj
+    for op in OPS:
+        REGISTRY.pop(op.name, None)
+    pm._manager.pm.unregister(obj)
+    pm._manager.plugins.pop("testing-harness", None)
+
+
+def _samples(dtype, rng):
+    if not dtype.is_floating:
+        return []
+    return [
+        Sample((rng.uniform(-2, 2, (3, 4)).astype(dtype.np),), name="matrix"),
+        Sample((rng.uniform(-2, 2, (2, 3, 2)).astype(dtype.np),), name="rank3"),
+        Sample((np.asarray(1.5, dtype.np),), name="scalar"),
+    ]
+
+
+def _spec(op, **kw):
+    return OpSpec(name=op.name, fn=op, ref=np.square, samples=_samples, op=op.name, **kw)
+
+
+X = np.array([[0.5, -1.0, 2.0], [1.5, 0.25, -0.75]])
+
+
+# --- check_grads ---------------------------------------------------------------------------
+
+def test_check_grads_passes_on_a_correct_gradient():
+    check_grads(GOOD, (X,), order=2)
+
+
+def test_check_grads_catches_a_wrong_gradient():
+    with pytest.raises(AssertionError) as ei:
+        check_grads(BAD_GRAD, (X,), order=1)
+    msg = str(ei.value)
+    assert "order-1 gradient of testing::bad w.r.t. argument 0" in msg
+    assert "finite differences" in msg and "max abs err" in msg
+    # the full comparison shows both gradients: 3x dy vs 2x dy, elementwise ratio 1.5
+    assert "gradient from the tape" in msg
+
+
+def test_check_grads_catches_a_wrong_second_order_gradient():
+    check_grads(BAD_GRAD2, (X,), order=1)              # the first order is right
+    with pytest.raises(AssertionError, match="order-2 gradient of testing::bad_second_order"):
+        check_grads(BAD_GRAD2, (X,), order=2)
+
+
+def test_check_grads_handles_several_outputs_and_arguments():
+    def f(x, y):
+        return [tf.multiply(x, y), tf.reduce_sum(x * x, axis=0)]
+
+    check_grads(f, (X, np.array([1.0, -2.0, 0.5])), order=2)
+
+    def f_bad(x, y):
+        return [tf.multiply(x, y), BAD_GRAD(tf.reduce_sum(x, axis=0))]
+
+    with pytest.raises(AssertionError, match="argument 0"):
+        check_grads(f_bad, (X, np.array([1.0, -2.0, 0.5])), order=1)
+
+
+def test_check_grads_converts_to_float64_and_ignores_non_float_arguments():
+    seen = []
+
+    def f(x, axis):
+        seen.append(x.dtype)
+        return tf.reduce_sum(x * x, axis=axis)
+
+    check_grads(f, (X.astype(np.float32), 1), order=1)
+    assert seen and all(d == tf.float64 for d in seen)
+
+
+# --- forward, non-contiguous, dtype, shape --------------------------------------------------
+
+def test_forward_passes_on_a_correct_kernel():
+    spec = _spec(GOOD)
+    for dt in (tf.float16, tf.float32, tf.float64):
+        assert conformance.check_forward(spec, "cpu:0", dt) == 3
+        assert conformance.check_forward(spec, "cpu:0", dt, noncontiguous=True) == 2
+    assert conformance.check_gradients(spec, "cpu:0") == 3
+
+
+def test_forward_catches_a_wrong_kernel():
+    with pytest.raises(AssertionError, match="differs from the NumPy reference") as ei:
+        conformance.check_forward(_spec(BAD_KERNEL), "cpu:0", tf.float32)
+    msg = str(ei.value)
+    assert "testing::bad_kernel [float32] on cpu:0, sample 0 'matrix'" in msg
+    assert "mismatched elements: 1 / 12" in msg
+
+
+def test_noncontiguous_inputs_catch_a_kernel_that_assumes_contiguity():
+    spec = _spec(BAD_STRIDES)
+    conformance.check_forward(spec, "cpu:0", tf.float32)            # contiguous: right
+    with pytest.raises(AssertionError, match=r"non-contiguous inputs"):
+        conformance.check_forward(spec, "cpu:0", tf.float32, noncontiguous=True)
+
+
+def test_noncontiguous_tensor_is_a_noncontiguous_view():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = conformance.noncontiguous_tensor(x, "cpu:0")
+    np.testing.assert_array_equal(t.numpy(), x)
+    data = t._data
+    assert not data.flags.c_contiguous and not data.flags.f_contiguous
+    # the path other devices take: strided slicing and tf.transpose
+    t = conformance.noncontiguous_tensor(x, "cpu:0", via_ops=True)
+    np.testing.assert_array_equal(t.numpy(), x)
+    assert t.shape == x.shape and t.dtype == tf.float32 and t.device == "cpu:0"
+
+
+def test_forward_catches_a_wrong_result_dtype_and_shape():
+    with pytest.raises(AssertionError, match="result dtype float64 != reference dtype float32"):
+        conformance.check_forward(_spec(BAD_DTYPE), "cpu:0", tf.float32)
+    with pytest.raises(AssertionError, match=r"result shape \(1, 3, 4\) != reference shape"):
+        conformance.check_forward(_spec(BAD_SHAPE), "cpu:0", tf.float32)
+
+
+def test_gradient_case_catches_a_wrong_gradient():
+    with pytest.raises(AssertionError, match="testing::bad on cpu:0, sample 0 'matrix'"):
+        conformance.check_gradients(_spec(BAD_GRAD), "cpu:0")
+
+
+def test_random_ops_are_validated_by_check():
+    spec = OpSpec(name="uniform", fn=lambda shape: tf.random.uniform(shape), ref=None,
+                  samples=lambda dt, rng: [Sample(((100,),))] if dt == tf.float32 else [],
+                  check=lambda out, shape: out.shape == shape and bool(np.all(out < 1.0)))
+    conformance.check_forward(spec, "cpu:0", tf.float32)
+    spec.check = lambda out, shape: bool(np.all(out < 0.5))
+    with pytest.raises(AssertionError, match="spec.check returned False"):
+        conformance.check_forward(spec, "cpu:0", tf.float32)
+
+
+# --- the error contract ------------------------------------------------------------------------
+
+def _checked_square(x):
+    if np.any(np.asarray(x) < 0):
+        raise InvalidArgumentError("x must be non-negative")         # no op, no device
+    return GOOD(x)
+
+
+def _checked_square_op(x):
+    if np.any(np.asarray(x) < 0):
+        raise InvalidArgumentError("x must be non-negative", op="testing::good_square",
+                                   device=tf.devices.get_device("cpu:0"))
+    return GOOD(x)
+
+
+NEG = np.array([-1.0, 2.0], np.float32)
+
+
+def test_errors_pass_when_the_contract_holds():
+    spec = _spec(GOOD, errors=[ErrorSample((NEG,), error=InvalidArgumentError,
+                                           match="non-negative")])
+    spec.fn = _checked_square_op
+    assert conformance.check_errors(spec, "cpu:0") == 1
+
+
+def test_errors_catch_a_message_without_op_and_device():
+    spec = _spec(GOOD, errors=[ErrorSample((NEG,), error=InvalidArgumentError,
+                                           match="non-negative")])
+    spec.fn = _checked_square
+    with pytest.raises(AssertionError, match=r"lacks \['\[Op:', 'cpu:0'\]"):
+        conformance.check_errors(spec, "cpu:0")
+
+
+def test_errors_catch_a_missing_error_and_a_wrong_type_or_message():
+    spec = _spec(GOOD, errors=[ErrorSample((NEG,), error=InvalidArgumentError, match="x")])
+    with pytest.raises(AssertionError, match="nothing was raised"):
+        conformance.check_errors(spec, "cpu:0")
+    spec.fn = _checked_square_op
+    spec.errors = [ErrorSample((NEG,), error=TypeError)]
+    with pytest.raises(AssertionError, match="expected TypeError, got InvalidArgumentError"):
+        conformance.check_errors(spec, "cpu:0")
+    spec.errors = [ErrorSample((NEG,), error=InvalidArgumentError, match="must be positive")]
+    with pytest.raises(AssertionError, match="lacks \\['must be positive'\\]"):
+        conformance.check_errors(spec, "cpu:0")
+
+
+# --- opcheck and check_spec ---------------------------------------------------------------
+
+def test_opcheck_passes_a_correct_op_on_every_device():
+    report = opcheck(GOOD, _samples, ref=np.square, errors=[])
+    for d in tf.list_devices():
+        assert f"forward[testing::good_square-float32-{d.name}]" in report["passed"]
+        assert f"gradients[testing::good_square-{d.name}]" in report["passed"]
+
+
+def test_opcheck_lists_every_failure():
+    with pytest.raises(AssertionError) as ei:
+        opcheck(BAD_GRAD, [Sample((X,))], ref=lambda x: np.square(x) + 1)
+    msg = str(ei.value)
+    assert "forward[testing::bad-float32-cpu:0]" in msg
+    assert "gradients[testing::bad-cpu:0]" in msg
+
+
+def test_cases_skip_undeclared_and_unavailable():
+    spec = _spec(GOOD)
+    spec.samples = lambda dt, rng: _samples(dt, rng) if dt != tf.float16 else []
+    cs = conformance.cases([spec], ["cpu:0", ("cuda:0", "no CUDA here")], "forward")
+    by_id = {c.id: c for c in cs}
+    assert by_id["testing::good_square-float32-cpu:0"].skip is None
+    assert "no samples for float16" in by_id["testing::good_square-float16-cpu:0"].skip
+    assert "int32" not in " ".join(by_id)          # the kernel does not declare it
+    assert by_id["cuda:0"].skip == "cuda:0 unavailable: no CUDA here"
+
+
+# --- known gaps and the pytest plugin ------------------------------------------------------------
+
+def test_gap_patterns_are_globs_with_literal_brackets():
+    name = "test_forward[matmul-float16-opencl:0]"
+    assert conformance.gap_matches("test_forward[matmul-float16-opencl:*]", name)
+    assert conformance.gap_matches("matmul-float16-*", name)
+    assert conformance.gap_matches("test_*[matmul-*]", name)
+    assert not conformance.gap_matches("test_forward[matmul-float32-*]", name)
+    assert not conformance.gap_matches("test_forward[m]", "test_forward[m-float32-cpu:0]")
+
+
+_CONFTEST = '''
+import tapeflow as tf
+from tapeflow.plugins import hookimpl
+
+class Gaps:
+    @hookimpl
+    def tapeflow_known_gaps(self):
+        return {"test_forward[sq-float32-*]": "planted gap (fails)",
+                "test_forward[sq-float64-*]": "planted gap (passes: a fixed gap)"}
+
+tf.plugins.register(Gaps(), name="planted-gaps")
+'''
+
+_SUITE = '''
+import numpy as np
+import tapeflow as tf
+from tapeflow.testing import conformance
+from tapeflow.testing.opinfo import OpSpec, Sample
+
+def _ref(x):
+    return np.square(x) + (x.dtype == np.float32)   # wrong for float32 only
+
+SPECS = [OpSpec(name="sq", fn=tf.square, ref=_ref, op="Square",
+                dtypes=("float32", "float64"),
+                samples=lambda dt, rng: [Sample((np.ones((2, 2), dt.np),))])]
+
+def pytest_generate_tests(metafunc):
+    conformance.parametrize(metafunc, SPECS)
+
+def test_forward(conformance_case):
+    conformance_case.run()
+
+def test_on_device(tf_device):
+    assert tf.constant([1.0], device=tf_device).device == tf_device
+'''
+
+
+def _run_pytest(tmp_path, *args):
+    (tmp_path / "conftest.py").write_text(textwrap.dedent(_CONFTEST))
+    (tmp_path / "test_suite.py").write_text(textwrap.dedent(_SUITE))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsxX",
+                        *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_pytest_plugin_devices_skips_and_known_gaps(tmp_path):
+    rc, out = _run_pytest(tmp_path, "--tapeflow-device", "cpu:0",
+                          "--tapeflow-device", "cuda:0,opencl:0")
+    assert "tapeflow " in out and "testing on cpu:0" in out          # the report header
+    assert "cuda:0 unavailable" in out and "opencl:0 unavailable" in out
+    # float32: a known gap that fails -> xfailed; float64: a "fixed" gap -> strict XPASS fails
+    assert "XFAIL" in out and "planted gap (fails)" in out
+    assert "test_forward[sq-float64-cpu:0]" in out and "XPASS(strict)" in out
+    assert "1 failed" in out and "1 xfailed" in out and "1 passed" in out, out
+    assert "4 skipped" in out, out          # cuda:0 and opencl:0, for both test functions
+    assert rc == 1
