@@ -455,7 +455,7 @@ def _calibrate(impl, sample_s):
         n *= 8 if dt < sample_s / 50 else 2
 
 
-def measure(case, rounds, sample_s):
+def measure(case, rounds, sample_s, settle_s=0.0):
     fws = [fw for fw in FRAMEWORKS if fw in case.impls]
     samples = {fw: [] for fw in fws}
     counts = {}
@@ -470,6 +470,10 @@ def measure(case, rounds, sample_s):
         order = fws[r % len(fws):] + fws[:r % len(fws)] if fws else []
         for fw in order:
             gc.collect()
+            if settle_s:
+                # Let the previous framework's thread pools (OpenBLAS workers spin for a
+                # while after a call, OpenMP too) go idle before timing the next one.
+                time.sleep(settle_s)
             try:
                 samples[fw].append(_time(case.impls[fw], counts[fw]))
             except Exception as e:
@@ -646,7 +650,8 @@ def main(argv=None):
         r = max(3, rounds // 2) if case.heavy else rounds
         print(f"  {case.key}: {case.title} ...", end="", flush=True)
         t0 = time.perf_counter()
-        samples, counts = measure(case, r, sample_s * (2.5 if case.heavy else 1))
+        samples, counts = measure(case, r, sample_s * (2.5 if case.heavy else 1),
+                                  settle_s=0.1 if case.heavy else 0.0)
         results.append(summarize(case, samples, counts, r))
         print(f" {time.perf_counter() - t0:.1f} s")
     print()

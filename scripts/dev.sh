@@ -42,14 +42,21 @@ ensure_venv() {
     fi
 }
 
-# stamp_of MODE: a hash of everything the install of MODE depends on.
+# stamp_of MODE: a hash of everything an editable install of MODE depends on: the
+# packaging files (metadata, dependencies, entry points) and the C sources of optional
+# extensions (compiled at install time). Python sources are not in it: an editable
+# install picks up their changes without pip.
 stamp_of() {
     "$VPY" - "$1" "$ROOT" "${RUNTIME_REQS[*]} | ${TEST_REQS[*]}" <<'EOF'
 import hashlib, pathlib, sys
 mode, root, reqs = sys.argv[1:4]
 h = hashlib.sha256(f"{mode}\n{sys.version}\n{reqs}\n".encode())
-for rel in ("core/pyproject.toml", "backends/cpu_numpy/pyproject.toml"):
-    h.update(pathlib.Path(root, rel).read_bytes())
+for dist in ("core", "backends/cpu_numpy"):
+    base = pathlib.Path(root, dist)
+    files = [base / n for n in ("pyproject.toml", "setup.py", "setup.cfg")]
+    files += [p for ext in ("*.c", "*.h", "*.pyx") for p in base.rglob(ext)]
+    for f in sorted(f for f in files if f.is_file()):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
 print(h.hexdigest())
 EOF
 }
@@ -82,8 +89,12 @@ install() {   # install MODE: "runtime" or "test"
     [ "$mode" = test ] && what="tapeflow (core + CPU backend) and the test tools"
     say "installing $what into .venv/"
     local t0=$SECONDS
-    "$VPY" -m pip install --no-input --progress-bar off -q "${reqs[@]}"
-    say "installed in $((SECONDS - t0)) s"
+    local log="$VENV/pip-install.log"
+    if ! "$VPY" -m pip install --no-input --progress-bar off "${reqs[@]}" >"$log" 2>&1; then
+        tail -n 40 "$log" >&2
+        die "pip install failed (full log: $log)"
+    fi
+    say "installed in $((SECONDS - t0)) s (pip's log: .venv/pip-install.log)"
     printf '%s\n' "$want" >"$stamp_file"
 }
 

@@ -167,12 +167,19 @@ def _match_dtypes(a, b):
         w = None if isinstance(v, (Tensor, Variable)) else _weak(v)
         args.append(_value_dtype(v) if w is None else w)
     target = _dt.result_type(*args)
-    out = []
+    dev = None
     for v in (a, b):
+        if isinstance(v, (Tensor, Variable)):
+            dev = (_scopes[0] and _devs.current_device()) or v._device
+    out = []
+    for v, w in zip((a, b), args):
         if isinstance(v, (Tensor, Variable)):
             if v.dtype is not target:
                 from . import math as _m
                 v = _m.cast(v, target)
+        elif dev is not None and type(w) is not _dt.DType:
+            # a Python scalar: filled on the device (no synchronous host-to-device copy)
+            v = _run(_FILL, (), dev, {"shape": (), "value": v, "dtype": target})
         else:
             v = np.asarray(v, dtype=target.np)
         out.append(v)
@@ -987,6 +994,9 @@ def _index_spec(x, key):
 
 
 def _is_mask(k):
+    tk = type(k)
+    if tk is int or tk is _slice or k is None or k is Ellipsis:
+        return False
     if isinstance(k, (Tensor, Variable)):
         return k.dtype.is_bool
     if isinstance(k, np.ndarray):
@@ -1073,7 +1083,7 @@ def _getitem(self, key):
     elif tk is _slice:
         # x[a:b:c] on the first dimension
         s = x._data.shape
-        if s and key.step is None or key.step == 1:
+        if s and (key.step is None or key.step == 1):
             n = s[0]
             start, stop, _ = key.indices(n)
             if start == 0 and stop >= n:

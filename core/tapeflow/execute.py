@@ -84,7 +84,9 @@ def _short(v):
 def _to_device(host_array, dev):
     if dev.is_host:
         return host_array
-    return dev.backend.from_host(np.ascontiguousarray(host_array), dev)
+    if not host_array.flags.c_contiguous:   # (ascontiguousarray would make 0-d arrays 1-d)
+        host_array = np.ascontiguousarray(host_array)
+    return dev.backend.from_host(host_array, dev)
 
 
 def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:

@@ -904,3 +904,8 @@ from .reductions import *  # noqa: E402,F401,F403
 from . import reductions as _reductions  # noqa: E402
 
 __all__ += _reductions.__all__
+
+# TensorFlow also exposes these under tf.math.
+from .array import unsorted_segment_sum  # noqa: E402,F401
+
+__all__ += ["unsorted_segment_sum"]

@@ -71,6 +71,14 @@ def _shape(x):
     return list(x._data.shape)
 
 
+def _need(ctx, i):
+    """Whether the tape needs the gradient of input ``i`` (``ctx.needs``, when the
+    core provides it: a bool per input). Lets rules skip real work, e.g. the input
+    gradient of a first conv layer or the gradient of constant labels."""
+    needs = getattr(ctx, "needs", None)
+    return needs is None or needs[i]
+
+
 # --- activations ---------------------------------------------------------------------
 
 def _relu_grad(ctx, dy):
@@ -360,9 +368,12 @@ def _softmax_xent_grad(ctx, dy):
     logits, labels = ctx.inputs
     axis = ctx.attrs["axis"]
     dye = _expand_last(dy, axis, logits)
-    sm = execute(_SOFTMAX, (logits,), ctx.attrs)
-    g_logits = _m.multiply(_m.subtract(sm, labels), dye)
-    g_labels = _m.multiply(_m.negative(execute(_LOG_SOFTMAX, (logits,), ctx.attrs)), dye)
+    g_logits = g_labels = None
+    if _need(ctx, 0):
+        sm = execute(_SOFTMAX, (logits,), ctx.attrs)
+        g_logits = _m.multiply(_m.subtract(sm, labels), dye)
+    if _need(ctx, 1):
+        g_labels = _m.multiply(_m.negative(execute(_LOG_SOFTMAX, (logits,), ctx.attrs)), dye)
     return g_logits, g_labels
 
 
@@ -472,8 +483,8 @@ def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None
 def _sigmoid_xent_grad(ctx, dy):
     from . import math as _m
     x, z = ctx.inputs
-    return (_m.multiply(_m.subtract(_m.sigmoid(x), z), dy),
-            _m.multiply(_m.negative(x), dy))
+    return (_m.multiply(_m.subtract(_m.sigmoid(x), z), dy) if _need(ctx, 0) else None,
+            _m.multiply(_m.negative(x), dy) if _need(ctx, 1) else None)
 
 
 _SIGMOID_XENT = defop("SigmoidCrossEntropyWithLogits", inputs=("logits", "labels"),
@@ -598,15 +609,25 @@ def _check_out(opname, in_shape, fmt, kh, kw, strides, dil, padding, what, other
 
 
 def _conv_attrs(opname, x_shape, w_shape, strides, padding, data_format, dilations):
-    fmt = _data_format(data_format, opname)
+    try:
+        fmt = _data_format(data_format, opname)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(
+            f"{e.message}; input shape {list(x_shape)}, filter shape {list(w_shape)}",
+            op=opname) from None
     if len(x_shape) != 4 or len(w_shape) != 4:
         raise InvalidArgumentError(
             f"input must be 4-D ({fmt}) and filter 4-D [height, width, in_channels, "
             f"out_channels]; got input shape {x_shape} and filter shape {w_shape}", op=opname)
-    attrs = {"strides": _hw(strides, "strides", fmt, opname),
-             "padding": _padding(padding, fmt, opname),
-             "data_format": fmt,
-             "dilations": _hw(dilations, "dilations", fmt, opname)}
+    try:
+        attrs = {"strides": _hw(strides, "strides", fmt, opname),
+                 "padding": _padding(padding, fmt, opname),
+                 "data_format": fmt,
+                 "dilations": _hw(dilations, "dilations", fmt, opname)}
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(
+            f"{e.message}; input shape {list(x_shape)}, filter shape {list(w_shape)}",
+            op=opname) from None
     c = x_shape[3] if fmt == "NHWC" else x_shape[1]
     if c != w_shape[2]:
         raise InvalidArgumentError(
@@ -618,8 +639,10 @@ def _conv_attrs(opname, x_shape, w_shape, strides, padding, data_format, dilatio
 def _conv_grad(ctx, dy):
     x, w = ctx.inputs
     a = ctx.attrs
-    dx = execute(_CONV_BP_INPUT, (w, dy), {"input_sizes": tuple(_shape(x)), **a})
-    dw = execute(_CONV_BP_FILTER, (x, dy), {"filter_sizes": tuple(_shape(w)), **a})
+    dx = execute(_CONV_BP_INPUT, (w, dy), {"input_sizes": tuple(_shape(x)), **a}) \
+        if _need(ctx, 0) else None
+    dw = execute(_CONV_BP_FILTER, (x, dy), {"filter_sizes": tuple(_shape(w)), **a}) \
+        if _need(ctx, 1) else None
     return dx, dw
 
 
@@ -631,8 +654,9 @@ def _conv_bp_input_grad(ctx, ddx):
     # dx = B(w, dy) with <B(w, dy), u> = <dy, conv(u, w)>
     w, dy = ctx.inputs
     a = _conv_attrs_of(ctx, "input_sizes")
-    g_w = execute(_CONV_BP_FILTER, (ddx, dy), {"filter_sizes": tuple(_shape(w)), **a})
-    g_dy = execute(_CONV2D, (ddx, w), a)
+    g_w = execute(_CONV_BP_FILTER, (ddx, dy), {"filter_sizes": tuple(_shape(w)), **a}) \
+        if _need(ctx, 0) else None
+    g_dy = execute(_CONV2D, (ddx, w), a) if _need(ctx, 1) else None
     return g_w, g_dy
 
 
@@ -640,8 +664,9 @@ def _conv_bp_filter_grad(ctx, ddw):
     # dw = F(x, dy) with <F(x, dy), v> = <dy, conv(x, v)>
     x, dy = ctx.inputs
     a = _conv_attrs_of(ctx, "filter_sizes")
-    g_x = execute(_CONV_BP_INPUT, (ddw, dy), {"input_sizes": tuple(_shape(x)), **a})
-    g_dy = execute(_CONV2D, (x, ddw), a)
+    g_x = execute(_CONV_BP_INPUT, (ddw, dy), {"input_sizes": tuple(_shape(x)), **a}) \
+        if _need(ctx, 0) else None
+    g_dy = execute(_CONV2D, (x, ddw), a) if _need(ctx, 1) else None
     return g_x, g_dy
 
 
@@ -741,13 +766,16 @@ def conv2d_transpose(input, filters=None, output_shape=None, strides=None, paddi
 # --- pooling ------------------------------------------------------------------------------
 
 def _pool_attrs(opname, x, ksize, strides, padding, data_format):
-    fmt = _data_format(data_format, opname)
     xs = _shape(x)
+    try:
+        fmt = _data_format(data_format, opname)
+        k = _hw(ksize, "ksize", fmt, opname)
+        attrs = {"ksize": k, "strides": _hw(strides, "strides", fmt, opname, default=k),
+                 "padding": _padding(padding, fmt, opname), "data_format": fmt}
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"{e.message}; input shape {xs}", op=opname) from None
     if len(xs) != 4:
         raise InvalidArgumentError(f"input must be 4-D ({fmt}), got shape {xs}", op=opname)
-    k = _hw(ksize, "ksize", fmt, opname)
-    attrs = {"ksize": k, "strides": _hw(strides, "strides", fmt, opname, default=k),
-             "padding": _padding(padding, fmt, opname), "data_format": fmt}
     if not isinstance(attrs["padding"], str):
         (t, b), (l, r) = attrs["padding"]
         if max(t, b) >= k[0] or max(l, r) >= k[1]:

@@ -8,9 +8,11 @@ from run to run.
 The generator is counter-based, so every backend reproduces the same stream. The
 core derives a 64-bit ``key`` from (global seed, op seed) and a ``counter`` that
 advances by one per call with that key; kernels receive both as attrs. The
-stream of a call is ``numpy.random.Philox(key=key, counter=counter << 64)``
-(Philox4x64-10): its 64-bit outputs ``raw[i]``, read as little-endian 32-bit
-words ``w[2i] = raw[i] & 0xffffffff``, ``w[2i+1] = raw[i] >> 32``. Kernels turn
+stream of a call is what ``numpy.random.Philox(key=key, counter=counter << 64)``
+outputs: Philox4x64-10 (Random123) with key ``(key, 0)``, where 64-bit output
+``raw[4*b + j]`` is word ``j`` of the block for counter ``(b + 1, counter, 0, 0)``;
+read as little-endian 32-bit words ``w[2i] = raw[i] & 0xffffffff``,
+``w[2i+1] = raw[i] >> 32``. (Note: Philox4x64, not cuRAND's Philox4_32_10.) Kernels turn
 them into values with these formulas (a backend reproduces them exactly, up to
 the rounding of its ``log``/``cos``/``ndtri``):
 
@@ -18,9 +20,9 @@ the rounding of its ``log``/``cos``/``ndtri``):
   float64: ``(raw[i] >> 11) * 2**-53`` — all in ``[0, 1)``, then
   ``minval + u * (maxval - minval)``.
 * uniform int32: ``minval + w[i] % (maxval - minval)``; int64: ``raw[i] % range``.
-* normal (Box-Muller on pairs): float32/16 pair k from ``w[2k], w[2k+1]``,
-  float64 pair k from ``raw[2k], raw[2k+1]``: ``u1 = (bits + 0.5) * 2**-b``,
-  ``u2 = bits * 2**-b`` (b = 24 or 53), ``r = sqrt(-2 log u1)``,
+* normal (Box-Muller on pairs): float32/16 pair k from ``w[2k] >> 8, w[2k+1] >> 8``
+  (b = 24 bits), float64 pair k from ``raw[2k] >> 11, raw[2k+1] >> 11`` (b = 53):
+  ``u1 = (bits1 + 0.5) * 2**-b``, ``u2 = bits2 * 2**-b``, ``r = sqrt(-2 log u1)``,
   ``out[2k] = r cos(2 pi u2)``, ``out[2k+1] = r sin(2 pi u2)``; then
   ``mean + stddev * out``.
 * truncated normal (|z| <= 2): inverse CDF, ``ndtri(Phi(-2) + (Phi(2) - Phi(-2)) * u)``

@@ -155,12 +155,14 @@ class OpDef:
 
 
 class GradContext:
-    """What a gradient rule sees: ``op``, ``inputs``, ``outputs``, ``attrs``.
+    """What a gradient rule sees: ``op``, ``inputs``, ``outputs``, ``attrs``, and
+    ``needs`` (one bool per input: does the tape want that input's gradient?), so a
+    rule may skip work nobody uses (a first conv layer's input gradient).
 
     The tape's records are GradContexts, so no object is allocated at backprop.
     """
 
-    __slots__ = ("op", "inputs", "outputs", "attrs", "grad_fn")
+    __slots__ = ("op", "inputs", "outputs", "attrs", "grad_fn", "needs")
 
     def __init__(self, op, inputs, outputs, attrs, grad_fn=None):
         self.op = op
@@ -168,6 +170,7 @@ class GradContext:
         self.outputs = outputs
         self.attrs = attrs
         self.grad_fn = grad_fn
+        self.needs = None
 
     @property
     def output(self):

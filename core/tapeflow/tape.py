@@ -30,6 +30,7 @@ __all__ = ["GradientTape", "stop_recording", "record", "watch_variable_read",
            "stop_all_recording"]
 
 _local = threading.local()
+_new = object.__new__
 #: number of recording tapes over all threads; the dispatcher's only tape check
 _tapes_active = [0]
 _count_lock = threading.Lock()
@@ -62,7 +63,13 @@ def record(op, inputs, outputs, attrs, grad_fn=None):
         else:
             continue
         if ctx is None:
-            ctx = GradContext(op, inputs, outputs, attrs, grad_fn)
+            ctx = _new(GradContext)          # no __init__ frame on the hot path
+            ctx.op = op
+            ctx.inputs = inputs
+            ctx.outputs = outputs
+            ctx.attrs = attrs
+            ctx.grad_fn = grad_fn
+            ctx.needs = None
         tape._records.append(ctx)
         for o in outputs:
             w[id(o)] = o
@@ -298,6 +305,7 @@ class GradientTape:
                     f"No gradient is defined for op {op.name}. Define one (OpDef.def_grad / "
                     "tapeflow.custom_gradient), declare the op non-differentiable, or wrap its "
                     "use in tf.stop_gradient.", op=op.name, device=outs[0]._device)
+            ctx.needs = tuple([id(i) in watched for i in ctx.inputs])
             in_grads = fn(ctx, *dys)
             inputs = ctx.inputs
             if type(in_grads) is not tuple:

@@ -129,7 +129,7 @@ def test_check_grads_catches_a_wrong_gradient():
     assert "order-1 gradient of testing::bad w.r.t. argument 0" in msg
     assert "finite differences" in msg and "max abs err" in msg
     # the full comparison shows both gradients: 3x dy vs 2x dy, elementwise ratio 1.5
-    assert "gradient from the tape" in msg
+    assert "d<u, f>/dx from the tape" in msg
 
 
 def test_check_grads_catches_a_wrong_second_order_gradient():
@@ -362,3 +362,21 @@ def test_pytest_plugin_devices_skips_and_known_gaps(tmp_path):
     assert "1 failed" in out and "1 xfailed" in out and "1 passed" in out, out
     assert "4 skipped" in out, out          # cuda:0 and opencl:0, for both test functions
     assert rc == 1
+
+
+def test_a_missing_kernel_is_a_failure_not_a_silent_skip():
+    op = OpDef("testing::no_kernel", inputs=("x",), grad=_square_grad)
+    spec = OpSpec(name="no_kernel", fn=op, ref=np.square, samples=_samples, op=op.name)
+    tf.registry.add_op(op)
+    try:
+        cs = conformance.cases([spec], ["cpu:0"], "forward")
+        assert [c.id for c in cs] == ["no_kernel-cpu:0"]
+        with pytest.raises(AssertionError, match="no kernel for op testing::no_kernel on device "
+                                                 "type 'cpu'"):
+            cs[0].check()
+        assert conformance.cases([spec], ["cpu:0"], "noncontiguous") == []
+        (g,) = conformance.cases([spec], ["cpu:0"], "gradients")
+        with pytest.raises(tf.errors.NotFoundError):
+            g.check()
+    finally:
+        tf.registry.OPS.pop(op.name, None)

@@ -4,9 +4,10 @@ Convolution is im2col: a strided *view* of the padded input with shape
 ``(N, Ho, Wo, kh, kw, C)`` (``as_strided``, the mechanism behind
 ``sliding_window_view``, with strides and dilations folded in), one reshape copy and
 one GEMM against the HWIO filter reshaped to ``(kh*kw*C, O)`` (free: it is
-contiguous). The input gradient is the GEMM's transpose followed by ``kh*kw``
-strided adds (col2im). Pooling loops over the ``kh*kw`` window offsets with
-whole-array ufuncs. NCHW is handled by transposed views.
+contiguous); the filter gradient is the transposed GEMM on the same columns. The
+input gradient (col2im) is ``kh*kw`` small GEMMs added into strided views.
+Pooling loops over the ``kh*kw`` window offsets with whole-array ufuncs. NCHW is
+handled by transposed views.
 
 Attributes arrive normalised by ``tapeflow.nn``: ``strides``/``dilations``/``ksize``
 as ``(h, w)``, ``padding`` ``"SAME"``/``"VALID"``/``((t, b), (l, r))``.
@@ -174,30 +175,30 @@ def build(xp):
         out = cols @ w.astype(cdt, copy=False).reshape(kh * kw * c, o)
         return back(out.reshape(n, ho, wo, o).astype(dt, copy=False), data_format)
 
-    def _col2im(dcols, n, h, w, c, kh, kw, ho, wo, strides, padding, dilations, dt):
+    def conv2d_backprop_input(w, dy, input_sizes, strides, padding, data_format, dilations):
+        # col2im one window offset at a time: kh*kw small GEMMs (M, O) @ (O, C), each
+        # added into a strided view of the padded gradient. This beats one big GEMM
+        # into (M, kh*kw*C) columns: that intermediate is kh*kw times the input size.
+        dt = dy.dtype
+        cdt = compute_dtype(dt)
+        n, h, wd, c = shape_nhwc(input_sizes, data_format)
+        dy = nhwc(dy, data_format).astype(cdt, copy=False)
+        w = w.astype(cdt, copy=False)
+        kh, kw, _, o = w.shape
+        _, ho, wo, _ = dy.shape
         sh, sw = strides
         dh, dw = dilations
         _, pt, pb = _geom(h, kh, sh, dh, padding, 0)
-        _, pl, pr = _geom(w, kw, sw, dw, padding, 1)
-        dcols = dcols.reshape(n, ho, wo, kh, kw, c)
-        dxp = xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=dcols.dtype)
+        _, pl, pr = _geom(wd, kw, sw, dw, padding, 1)
+        dy2 = dy.reshape(n * ho * wo, o)
+        dxp = xp.zeros((n, h + pt + pb, wd + pl + pr, c), dtype=cdt)
         for i in range(kh):
             hi = i * dh
             for j in range(kw):
                 wj = j * dw
                 dxp[:, hi:hi + sh * (ho - 1) + 1:sh, wj:wj + sw * (wo - 1) + 1:sw, :] += \
-                    dcols[:, :, :, i, j, :]
-        return dxp[:, pt:pt + h, pl:pl + w, :].astype(dt, copy=False)
-
-    def conv2d_backprop_input(w, dy, input_sizes, strides, padding, data_format, dilations):
-        dt = dy.dtype
-        cdt = compute_dtype(dt)
-        n, h, wd, c = shape_nhwc(input_sizes, data_format)
-        dy = nhwc(dy, data_format).astype(cdt, copy=False)
-        kh, kw, _, o = w.shape
-        _, ho, wo, _ = dy.shape
-        dcols = dy.reshape(n * ho * wo, o) @ w.astype(cdt, copy=False).reshape(kh * kw * c, o).T
-        dx = _col2im(dcols, n, h, wd, c, kh, kw, ho, wo, strides, padding, dilations, dt)
+                    (dy2 @ w[i, j].T).reshape(n, ho, wo, c)
+        dx = dxp[:, pt:pt + h, pl:pl + wd, :].astype(dt, copy=False)
         return back(dx, data_format)
 
     def conv2d_backprop_filter(x, dy, filter_sizes, strides, padding, data_format, dilations):

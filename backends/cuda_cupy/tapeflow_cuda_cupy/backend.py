@@ -153,3 +153,7 @@ def _oom(e, device, what):
     return ResourceExhaustedError(
         f"Out of memory on {device} {what}: {e}. Free tensors you no longer need (del them) "
         "or use smaller batches.", device=device)
+
+
+#: the one instance the plugin registers
+BACKEND = CupyBackend()

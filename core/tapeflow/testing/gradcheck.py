@@ -32,7 +32,7 @@ import numpy as np
 __all__ = ["check_grads", "assert_allclose"]
 
 #: elementwise finite differences (for the failure message) up to this many elements
-_ELEMENTWISE_MAX = 4096
+_ELEMENTWISE_MAX = 1024
 _DEFAULT_EPS = 1e-6
 
 
@@ -163,8 +163,8 @@ def _compare_arrays(ana, num):
     ir = np.unravel_index(np.nanargmax(np.where(np.isnan(rel), np.inf, rel)), rel.shape)
     return (f"  elementwise: max abs err {diff[ia]:.3g} at index {tuple(int(j) for j in ia)}, "
             f"max rel err {rel[ir]:.3g} at index {tuple(int(j) for j in ir)}\n"
-            f"  gradient from the tape:  {_fmt(ana)}\n"
-            f"  finite differences:      {_fmt(num)}\n")
+            f"  d<u, f>/dx from the tape:       {_fmt(ana)}\n"
+            f"  d<u, f>/dx, finite differences: {_fmt(num)}\n")
 
 
 def _check_level(f, args, argnums, labels, order, level, eps, rtol, atol, rng, dev, fname):
@@ -178,6 +178,9 @@ def _check_level(f, args, argnums, labels, order, level, eps, rtol, atol, rng, d
         e.add_note(f"check_grads: raised while computing the order-{level} gradient of "
                    f"{fname} with GradientTape")
         raise
+    if not outs:
+        raise AssertionError(f"check_grads: {where} has no float output: there is no gradient "
+                             "to check (is the op differentiable?)")
     u_host = [_to_host64(c) for c in cot]
     for j, i in enumerate(argnums):
         x = args[i]

@@ -66,7 +66,9 @@ class OpSpec:
     grad_tol: tuple = (1e-4, 1e-5)
     #: the op is random/non-deterministic: ref(out, *args) validates instead of comparing
     check: Callable | None = None
-    #: extra free-form notes for skips
+    #: extra free-form notes for skips: {key: reason}; the runner skips the cases whose
+    #: kind ("forward", "noncontiguous", "gradients", "errors"), dtype name, device type
+    #: or id glob ("*-float16-opencl:*") equals/matches a key
     skip: dict = field(default_factory=dict)
     extra: Any = None
     #: compare the result dtype with the reference's (False: values and shape only)

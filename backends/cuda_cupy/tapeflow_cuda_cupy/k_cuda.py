@@ -1,0 +1,411 @@
+"""CUDA-specific kernels: where CuPy and NumPy differ, or where one launch beats several.
+
+``build(cp, xp, shared)`` returns ``{op name: fn}`` overriding the shared kernels
+(``shared`` is the CPU backend's kernel table built against CuPy, ``xp`` the CuPy
+compatibility namespace). The declared dtypes stay those of the CPU kernel.
+
+* **Row kernels** (one block per row, one launch): ``Softmax``, ``LogSoftmax``,
+  ``SoftmaxCrossEntropyWithLogits``, ``SparseSoftmaxCrossEntropyWithLogits`` along the
+  last axis; float16 is computed in float32 as on the CPU. Other axes and empty
+  inputs take the shared kernel.
+* **Fused elementwise** (``cupy.ElementwiseKernel``): activation gradients, ``Elu``,
+  ``LeakyRelu``, ``Sigmoid``, ``Rsqrt``, ``SquaredDifference``,
+  ``SigmoidCrossEntropyWithLogits`` — one launch where the shared source makes two to
+  five; ``L2Loss`` is one ``ReductionKernel``.
+* **Checks that read data**: ``GatherV2`` and the sparse cross-entropy count
+  out-of-range indices in one reduction (one device sync); when there are any, the
+  shared kernel runs and raises the CPU's exact message.
+* **cuSOLVER**: ``MatrixInverse`` / ``MatrixSolve`` run under
+  ``cupyx.errstate(linalg="raise")`` so a singular matrix raises like NumPy's LAPACK.
+* **Atomics**: CUDA has no atomic add for int8/int16/uint8: ``ScatterNd`` and
+  ``UnsortedSegmentSum`` accumulate those in int32 and cast back (the same wrap-around
+  as NumPy's ``add.at``).
+* **Random** (:func:`build_random`): the shared transforms of
+  ``tapeflow_cpu_numpy.k_random`` fed by the on-device Philox of :mod:`.philox`.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+
+#: ops this module overrides (statically known, so coverage needs no CuPy)
+OVERRIDES = (
+    "Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
+    "SparseSoftmaxCrossEntropyWithLogits", "ReluGrad", "Relu6Grad", "LeakyRelu",
+    "LeakyReluGrad", "Elu", "EluGrad", "Sigmoid", "Rsqrt", "SquaredDifference",
+    "SigmoidCrossEntropyWithLogits", "L2Loss", "GatherV2", "MatrixInverse", "MatrixSolve",
+    "ScatterNd", "UnsortedSegmentSum",
+)
+
+_F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+_SMALL_INTS = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.uint8))
+
+# --- row kernels ----------------------------------------------------------------------
+
+_ROWS_TEMPLATE = r"""
+#define T {T}
+#define L {L}
+#define EXP {EXP}
+#define LOG {LOG}
+#define FMAX {FMAX}
+#define NEG_INF ({NEG_INF})
+
+__device__ __forceinline__ T warp_max(T v) {{
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = FMAX(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}}
+
+__device__ __forceinline__ T warp_sum(T v) {{
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}}
+
+// every thread of the block gets the result; blockDim.x is a multiple of 32
+__device__ __forceinline__ T block_max(T v, T* sh) {{
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    if (wid == 0) {{
+        v = lane < nw ? sh[lane] : NEG_INF;
+        v = warp_max(v);
+        if (lane == 0) sh[0] = v;
+    }}
+    __syncthreads();
+    v = sh[0];
+    __syncthreads();
+    return v;
+}}
+
+__device__ __forceinline__ T block_sum(T v, T* sh) {{
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) sh[wid] = v;
+    __syncthreads();
+    if (wid == 0) {{
+        v = lane < nw ? sh[lane] : (T)0;
+        v = warp_sum(v);
+        if (lane == 0) sh[0] = v;
+    }}
+    __syncthreads();
+    v = sh[0];
+    __syncthreads();
+    return v;
+}}
+
+// max and sum(exp(x - max)) of one row
+__device__ __forceinline__ void row_stats(const T* xr, const int n, T* sh, T& m, T& s) {{
+    T mv = NEG_INF;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) mv = FMAX(mv, xr[i]);
+    m = block_max(mv, sh);
+    T sv = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sv += EXP(xr[i] - m);
+    s = block_sum(sv, sh);
+}}
+
+extern "C" __global__ void tapeflow_softmax_rows(
+        const T* __restrict__ x, T* __restrict__ y, const long long rows, const int n,
+        const int log_mode) {{
+    __shared__ T sh[32];
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {{
+        const T* xr = x + r * (long long)n;
+        T* yr = y + r * (long long)n;
+        T m, s;
+        row_stats(xr, n, sh, m, s);
+        if (log_mode) {{
+            const T ls = LOG(s);
+            for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] - m) - ls;
+        }} else {{
+            for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = EXP(xr[i] - m) / s;
+        }}
+    }}
+}}
+
+extern "C" __global__ void tapeflow_xent_rows(
+        const T* __restrict__ x, const T* __restrict__ lab, T* __restrict__ loss,
+        const long long rows, const int n) {{
+    __shared__ T sh[32];
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {{
+        const T* xr = x + r * (long long)n;
+        const T* lr = lab + r * (long long)n;
+        T m, s;
+        row_stats(xr, n, sh, m, s);
+        const T ls = LOG(s);
+        T acc = 0;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) acc += lr[i] * ((xr[i] - m) - ls);
+        acc = block_sum(acc, sh);
+        if (threadIdx.x == 0) loss[r] = -acc;
+    }}
+}}
+
+extern "C" __global__ void tapeflow_sparse_xent_rows(
+        const T* __restrict__ x, const L* __restrict__ labels, T* __restrict__ loss,
+        const long long rows, const int n) {{
+    __shared__ T sh[32];
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {{
+        const T* xr = x + r * (long long)n;
+        T m, s;
+        row_stats(xr, n, sh, m, s);
+        if (threadIdx.x == 0) loss[r] = -((xr[labels[r]] - m) - LOG(s));
+    }}
+}}
+"""
+
+_ROW_TYPES = {
+    _F32: dict(T="float", EXP="expf", LOG="logf", FMAX="fmaxf",
+               NEG_INF="__int_as_float(0xff800000)"),
+    _F64: dict(T="double", EXP="exp", LOG="log", FMAX="fmax",
+               NEG_INF="__longlong_as_double(0xfff0000000000000LL)"),
+}
+_LABEL_TYPES = {np.dtype(np.int32): "int", np.dtype(np.int64): "long long"}
+
+
+def _threads_for(n):
+    if n <= 64:
+        return 32
+    if n <= 256:
+        return 64
+    if n <= 2048:
+        return 128
+    if n <= 16384:
+        return 256
+    return 512
+
+
+_MAX_GRID = 1 << 20
+
+_ELEMENTWISE_PREAMBLE = r"""
+template<typename T> struct tapeflow_acc { typedef T type; };
+template<> struct tapeflow_acc<float16> { typedef float type; };
+"""
+
+
+def build(cp, xp, shared):
+    """The CUDA-specific kernels (see the module doc)."""
+    import cupyx
+
+    modules = {}
+
+    def rows_module(dt, label_dt=np.dtype(np.int64)):
+        key = (dt, label_dt)
+        mod = modules.get(key)
+        if mod is None:
+            src = _ROWS_TEMPLATE.format(L=_LABEL_TYPES[label_dt], **_ROW_TYPES[dt])
+            mod = modules[key] = cp.RawModule(code=src)
+        return mod
+
+    def launch(kernel, rows, n, args):
+        threads = _threads_for(n)
+        grid = int(min(rows, _MAX_GRID))
+        kernel((grid,), (threads,), args)
+
+    def as_rows(x):
+        """Contiguous compute copy of x (float16 -> float32): (array, original dtype)."""
+        dt = x.dtype
+        if dt == _F16:
+            return x.astype(_F32), dt
+        return cp.ascontiguousarray(x), dt
+
+    # --- softmax family ---------------------------------------------------------------
+    sh_softmax = shared["Softmax"]
+    sh_log_softmax = shared["LogSoftmax"]
+
+    def _softmax(x, axis, log_mode, fallback):
+        if x.ndim == 0 or axis != x.ndim - 1 or x.size == 0 or x.dtype not in (_F16, _F32, _F64):
+            return fallback(x, axis=axis)
+        xc, dt = as_rows(x)
+        y = cp.empty(xc.shape, dtype=xc.dtype)
+        n = xc.shape[-1]
+        rows = xc.size // n
+        k = rows_module(xc.dtype).get_function("tapeflow_softmax_rows")
+        launch(k, rows, n, (xc, y, np.int64(rows), np.int32(n), np.int32(log_mode)))
+        return y.astype(dt) if dt != xc.dtype else y
+
+    def softmax(x, axis):
+        return _softmax(x, axis, 0, sh_softmax)
+
+    def log_softmax(x, axis):
+        return _softmax(x, axis, 1, sh_log_softmax)
+
+    sh_xent = shared["SoftmaxCrossEntropyWithLogits"]
+
+    def softmax_xent(logits, labels, axis):
+        if (logits.ndim == 0 or axis != logits.ndim - 1 or logits.size == 0
+                or labels.shape != logits.shape or labels.dtype != logits.dtype
+                or logits.dtype not in (_F16, _F32, _F64)):
+            return sh_xent(logits, labels, axis=axis)
+        xc, dt = as_rows(logits)
+        lc = labels.astype(xc.dtype) if labels.dtype != xc.dtype else cp.ascontiguousarray(labels)
+        n = xc.shape[-1]
+        rows = xc.size // n
+        loss = cp.empty(xc.shape[:-1], dtype=xc.dtype)
+        k = rows_module(xc.dtype).get_function("tapeflow_xent_rows")
+        launch(k, rows, n, (xc, lc, loss, np.int64(rows), np.int32(n)))
+        return loss.astype(dt) if dt != xc.dtype else loss
+
+    count_out_of_range = cp.ReductionKernel(
+        "T i, int64 n", "int64 c", "(i < 0 || i >= n) ? 1 : 0", "a + b", "c = a", "0",
+        "tapeflow_count_out_of_range")
+
+    def any_out_of_range(indices, n):
+        return indices.size != 0 and int(count_out_of_range(indices, np.int64(n))) != 0
+
+    sh_sparse = shared["SparseSoftmaxCrossEntropyWithLogits"]
+
+    def sparse_xent(logits, labels):
+        if (logits.ndim == 0 or logits.size == 0 or labels.dtype not in _LABEL_TYPES
+                or logits.dtype not in (_F16, _F32, _F64)
+                or labels.shape != logits.shape[:-1]
+                or any_out_of_range(labels, logits.shape[-1])):
+            return sh_sparse(logits, labels)      # raises the CPU's message for bad labels
+        xc, dt = as_rows(logits)
+        lc = cp.ascontiguousarray(labels)
+        n = xc.shape[-1]
+        rows = xc.size // n
+        loss = cp.empty(xc.shape[:-1], dtype=xc.dtype)
+        k = rows_module(xc.dtype, labels.dtype).get_function("tapeflow_sparse_xent_rows")
+        launch(k, rows, n, (xc, lc, loss, np.int64(rows), np.int32(n)))
+        return loss.astype(dt) if dt != xc.dtype else loss
+
+    # --- gather -----------------------------------------------------------------------
+    sh_gather = shared["GatherV2"]
+
+    def gather(params, indices, axis, batch_dims):
+        if batch_dims or indices.dtype.kind not in "iu" or params.ndim == 0 or \
+                any_out_of_range(indices, params.shape[axis]):
+            return sh_gather(params, indices, axis=axis, batch_dims=batch_dims)
+        return cp.take(params, indices, axis=axis)
+
+    # --- fused elementwise ------------------------------------------------------------
+    def ew(in_params, out_params, body, name):
+        return cp.ElementwiseKernel(in_params, out_params, body, "tapeflow_" + name,
+                                    preamble=_ELEMENTWISE_PREAMBLE)
+
+    relu_grad_k = ew("T dy, T x", "T dx", "dx = dy * (x > (T)0 ? (T)1 : (T)0)", "relu_grad")
+    relu6_grad_k = ew("T dy, T x", "T dx",
+                      "dx = dy * ((x > (T)0 && x < (T)6) ? (T)1 : (T)0)", "relu6_grad")
+    leaky_k = ew("T x, float64 alpha", "T y", "y = x > (T)0 ? x : (T)(x * (T)alpha)",
+                 "leaky_relu")
+    leaky_grad_k = ew("T dy, T x, float64 alpha", "T dx",
+                      "dx = x > (T)0 ? dy : (T)(dy * (T)alpha)", "leaky_relu_grad")
+    elu_k = ew("T x", "T y",
+               "typedef tapeflow_acc<T>::type A; y = x > (T)0 ? x : (T)expm1((A)x)", "elu")
+    elu_grad_k = ew("T dy, T y", "T dx", "dx = y < (T)0 ? (T)(dy * (T)(y + (T)1)) : dy",
+                    "elu_grad")
+    sigmoid_k = ew("T x", "T y",
+                   "typedef tapeflow_acc<T>::type A; A v = (A)x; "
+                   "if (v >= (A)0) { y = (T)((A)1 / ((A)1 + exp(-v))); } "
+                   "else { A e = exp(v); y = (T)(e / ((A)1 + e)); }", "sigmoid")
+    rsqrt_k = ew("T x", "T y", "typedef tapeflow_acc<T>::type A; y = (T)((A)1 / sqrt((A)x))",
+                 "rsqrt")
+    sqdiff_k = ew("T x, T y", "T z", "T d = x - y; z = d * d", "squared_difference")
+    sigmoid_xent_k = ew(
+        "T x, T z", "T out",
+        "typedef tapeflow_acc<T>::type A; A xv = (A)x, zv = (A)z; "
+        "out = (T)((xv > (A)0 ? xv : (A)0) - xv * zv + log1p(exp(-fabs(xv))))",
+        "sigmoid_xent")
+    l2_k = cp.ReductionKernel("T x", "T y", "x * x", "a + b", "y = a / (T)2", "0",
+                              "tapeflow_l2_loss")
+
+    def relu_grad(dy, x):
+        return relu_grad_k(dy, x)
+
+    def relu6_grad(dy, x):
+        return relu6_grad_k(dy, x)
+
+    def leaky_relu(x, alpha):
+        return leaky_k(x, float(alpha))
+
+    def leaky_relu_grad(dy, x, alpha):
+        return leaky_grad_k(dy, x, float(alpha))
+
+    def elu(x):
+        return elu_k(x)
+
+    def elu_grad(dy, y):
+        return elu_grad_k(dy, y)
+
+    def sigmoid(x):
+        return sigmoid_k(x)
+
+    def rsqrt(x):
+        return rsqrt_k(x)
+
+    def squared_difference(x, y):
+        return sqdiff_k(x, y)
+
+    def sigmoid_xent(x, z):
+        return sigmoid_xent_k(x, z)
+
+    def l2_loss(x):
+        if x.dtype == _F16:
+            return l2_k(x.astype(_F32)).astype(_F16)
+        return l2_k(x)
+
+    # --- linear algebra: raise on singular matrices, as LAPACK does on the CPU ---------
+    def checked(fn):
+        def k(*arrays, **attrs):
+            with cupyx.errstate(linalg="raise"):
+                return fn(*arrays, **attrs)
+        k.__name__ = getattr(fn, "__name__", "linalg")
+        return k
+
+    # --- scatter-adds: widen dtypes CUDA has no atomics for ----------------------------
+    def widened(fn, index):
+        def k(*arrays, **attrs):
+            a = arrays[index]
+            if a.dtype in _SMALL_INTS:
+                arrays = list(arrays)
+                arrays[index] = a.astype(np.int32)
+                return fn(*arrays, **attrs).astype(a.dtype)
+            return fn(*arrays, **attrs)
+        k.__name__ = getattr(fn, "__name__", "scatter")
+        return k
+
+    out = {
+        "Softmax": softmax,
+        "LogSoftmax": log_softmax,
+        "SoftmaxCrossEntropyWithLogits": softmax_xent,
+        "SparseSoftmaxCrossEntropyWithLogits": sparse_xent,
+        "GatherV2": gather,
+        "ReluGrad": relu_grad,
+        "Relu6Grad": relu6_grad,
+        "LeakyRelu": leaky_relu,
+        "LeakyReluGrad": leaky_relu_grad,
+        "Elu": elu,
+        "EluGrad": elu_grad,
+        "Sigmoid": sigmoid,
+        "Rsqrt": rsqrt,
+        "SquaredDifference": squared_difference,
+        "SigmoidCrossEntropyWithLogits": sigmoid_xent,
+        "L2Loss": l2_loss,
+    }
+    for name in ("MatrixInverse", "MatrixSolve"):
+        if name in shared:
+            out[name] = checked(shared[name])
+    if "ScatterNd" in shared:
+        out["ScatterNd"] = widened(shared["ScatterNd"], 1)
+    if "UnsortedSegmentSum" in shared:
+        out["UnsortedSegmentSum"] = widened(shared["UnsortedSegmentSum"], 0)
+    # an override only replaces an op the shared table has (same declaration)
+    return {k: v for k, v in out.items() if k in shared}
+
+
+def build_random(cp, xp, k_random_module, raw64):
+    """The shared random kernels, with ``_raw64`` (NumPy's Philox on the host) replaced
+    by ``raw64`` (the GPU Philox). The transforms stay the CPU backend's source: the
+    module's ``build`` is re-created with that one global swapped, so every function it
+    defines draws its bits on the device. Falls back to ``build(xp)`` (host bits) when
+    the module has no ``_raw64``."""
+    build_fn = k_random_module.build
+    if "_raw64" not in vars(k_random_module) or raw64 is None:
+        return build_fn(xp)
+    g = dict(vars(k_random_module))
+    g["_raw64"] = raw64
+    rebuilt = types.FunctionType(build_fn.__code__, g, build_fn.__name__, build_fn.__defaults__,
+                                 build_fn.__closure__)
+    return rebuilt(xp)

@@ -1,0 +1,227 @@
+"""The CUDA kernel table, declared without CuPy and built on first use.
+
+Declaration (:func:`declared`): every op the CPU kernel modules define, with the CPU
+kernel's dtypes and ``needs_device`` flag, plus :data:`k_cuda.OVERRIDES` (a subset).
+It needs no CuPy, so ``python -m tapeflow info`` shows the ``cuda`` coverage
+everywhere.
+
+Registration: each op gets a :class:`LazyKernel`. Its first call (only possible on a
+machine where a CUDA device exists) builds the whole table once (:func:`table`):
+
+1. every CPU kernel module's ``build(xp)`` with ``xp`` the CuPy compatibility
+   namespace (one source for both backends where NumPy and CuPy agree);
+2. ``k_random`` re-built around the GPU Philox (:mod:`.philox`);
+3. the CUDA-specific kernels of :mod:`.k_cuda` on top.
+
+then rebinds the op's registered kernel (``op.kernels['cuda'].fn`` and the dispatch
+table ``op.fast['cuda']``) to the real function, so later calls cost nothing extra.
+With more than one GPU each kernel is wrapped to run under its inputs' device
+(``cupy.cuda.Device``); with one, it is not wrapped at all.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+
+import numpy as np
+
+from tapeflow.errors import UnimplementedError
+
+from . import _cupy, k_cuda, philox
+
+DEVICE_TYPE = "cuda"
+
+
+def _cpu_plugin():
+    from tapeflow_cpu_numpy import plugin
+    return plugin
+
+
+def _kernel_modules():
+    return tuple(getattr(_cpu_plugin(), "KERNEL_MODULES", ()))
+
+
+def _module_tables(xp, builder):
+    """``[(module name, {op: spec} or exception)]`` for the CPU kernel modules."""
+    out = []
+    for modname in _kernel_modules():
+        try:
+            mod = importlib.import_module(f"tapeflow_cpu_numpy.{modname}")
+        except ModuleNotFoundError as e:
+            if e.name != f"tapeflow_cpu_numpy.{modname}":
+                out.append((modname, e))
+            continue
+        try:
+            out.append((modname, builder(modname, mod, xp)))
+        except Exception as e:  # one module's failure must not hide the others
+            out.append((modname, e))
+    return out
+
+
+def _spec(s):
+    return s if isinstance(s, dict) else {"fn": s}
+
+
+def declared() -> dict:
+    """``{op name: (dtypes, needs_device)}`` of every CUDA kernel (no CuPy needed)."""
+    decl = {}
+    for _mod, tbl in _module_tables(np, lambda name, mod, xp: mod.build(xp)):
+        if isinstance(tbl, Exception):
+            continue      # the CPU plugin reports its own failure
+        for op, s in tbl.items():
+            s = _spec(s)
+            decl[op] = (s.get("dtypes"), bool(s.get("needs_device", False)))
+    return decl
+
+
+# --- the built table ---------------------------------------------------------------------
+
+class _Built:
+    def __init__(self):
+        self.fns: dict = {}            # op -> callable (final)
+        self.origin: dict = {}         # op -> "shared:k_math" | "cuda"
+        self.errors: dict = {}         # op or module -> "what failed"
+        self.raw64 = None
+
+
+_lock = threading.RLock()
+_built: _Built | None = None
+
+
+def table() -> _Built:
+    """Build (once) and return the CUDA kernel table. Needs CuPy."""
+    global _built
+    if _built is not None:
+        return _built
+    with _lock:
+        if _built is None:
+            _built = _build()
+    return _built
+
+
+def _build() -> _Built:
+    cp = _cupy.cupy()
+    xp = _cupy.compat_namespace(cp)
+    b = _Built()
+    try:
+        from tapeflow_cpu_numpy import k_random as _kr
+        host = getattr(_kr, "_raw64", None)
+    except ImportError:
+        host = None
+    try:
+        b.raw64 = philox.make_raw64(cp, host)
+    except Exception as e:
+        b.errors["philox"] = f"{type(e).__name__}: {e}"
+
+    def builder(modname, mod, xp_):
+        if modname == "k_random":
+            return k_cuda.build_random(cp, xp_, mod, b.raw64)
+        return mod.build(xp_)
+
+    shared = {}
+    for modname, tbl in _module_tables(xp, builder):
+        if isinstance(tbl, Exception):
+            b.errors[modname] = f"tapeflow_cpu_numpy.{modname}.build(cupy) failed: " \
+                                f"{type(tbl).__name__}: {tbl}"
+            continue
+        for op, s in tbl.items():
+            shared[op] = _spec(s)["fn"]
+            b.origin[op] = f"shared:{modname}"
+    fns = dict(shared)
+    try:
+        overrides = k_cuda.build(cp, xp, shared)
+    except Exception as e:
+        b.errors["k_cuda"] = f"k_cuda.build failed: {type(e).__name__}: {e}"
+        overrides = {}
+    for op, fn in overrides.items():
+        fns[op] = fn
+        b.origin[op] = "cuda"
+    from .backend import BACKEND
+    if BACKEND.multi_device:
+        decl = declared()
+        fns = {op: _on_device(fn, decl.get(op, (None, False))[1]) for op, fn in fns.items()}
+    b.fns = fns
+    return b
+
+
+def _on_device(fn, needs_device):
+    """Run ``fn`` under the CUDA device of its inputs (``device=`` for creation ops)."""
+    if needs_device:
+        def k(*arrays, device, **attrs):
+            with device.handle:
+                return fn(*arrays, device=device, **attrs)
+    else:
+        def k(*arrays, **attrs):
+            dev = getattr(arrays[0], "device", None) if arrays else None
+            if dev is None:
+                return fn(*arrays, **attrs)
+            with dev:
+                return fn(*arrays, **attrs)
+    k.__name__ = getattr(fn, "__name__", "kernel")
+    k.__wrapped__ = fn
+    return k
+
+
+def resolve(op_name):
+    """The real CuPy kernel of ``op_name``; UnimplementedError saying why when none."""
+    b = table()
+    fn = b.fns.get(op_name)
+    if fn is not None:
+        return fn
+    why = "; ".join(sorted(set(b.errors.values()))) or "no CUDA kernel was built for it"
+    raise UnimplementedError(f"the CUDA kernel of {op_name} is unavailable: {why}")
+
+
+class LazyKernel:
+    """The registered kernel of one op on ``cuda`` until its first call, which resolves
+    the real CuPy kernel and rebinds the registry entry to it (see the module doc)."""
+
+    __slots__ = ("op_name", "real", "__weakref__")
+
+    def __init__(self, op_name):
+        self.op_name = op_name
+        self.real = None
+
+    def __call__(self, *args, **kwargs):
+        real = self.real
+        if real is None:
+            real = self._resolve()
+        return real(*args, **kwargs)
+
+    def _resolve(self):
+        real = resolve(self.op_name)
+        self.real = real
+        self._rebind(real)
+        return real
+
+    def _rebind(self, real):
+        try:
+            from tapeflow.plugins import get_op
+            op = get_op(self.op_name)
+            entry = op.kernels.get(DEVICE_TYPE)
+            if entry is not None and entry.fn is self:
+                entry.fn = real
+            fast = getattr(op, "fast", {}).get(DEVICE_TYPE)
+            if fast:
+                for k, v in list(fast.items()):
+                    if v is self:
+                        fast[k] = real
+        except Exception:   # the lazy object keeps forwarding: slower, still correct
+            pass
+
+    def __repr__(self):
+        state = "unresolved" if self.real is None else f"-> {self.real!r}"
+        return f"<tapeflow_cuda_cupy lazy kernel {self.op_name} {state}>"
+
+
+def coverage() -> dict:
+    """``{op: origin}`` — where each CUDA kernel comes from (``"shared:k_math"``: the CPU
+    backend's xp-generic source; ``"cuda"``: :mod:`.k_cuda`). Without CuPy, from the
+    declarations only."""
+    decl = declared()
+    if _cupy.probe()[0] is None:
+        return {op: ("cuda" if op in k_cuda.OVERRIDES else "shared") for op in decl}
+    b = table()
+    return {op: b.origin.get(op, "missing: " + "; ".join(sorted(set(b.errors.values()))))
+            for op in decl}

@@ -1,0 +1,453 @@
+#!/usr/bin/env python
+"""tapeflow on cuda:0 against raw CuPy and PyTorch CUDA, in one process, interleaved.
+
+Cases (each implementation written the way a good engineer would in that framework):
+
+* ``matmul``  4096x4096 @ 4096x4096 float32
+* ``conv``    conv2d, batch 64, 56x56x64 -> 64 channels, 3x3, SAME, float32
+  (tapeflow: NHWC im2col + GEMM; raw CuPy: the same im2col + GEMM by hand;
+  PyTorch: cuDNN, NCHW)
+* ``add``     per-op overhead: ``a + b`` on 1,000 float32 elements, 1,000 calls
+* ``mlp64`` / ``mlp1024``  an MLP 784-256-256-10 SGD step (forward, softmax
+  cross-entropy, backward, update): tapeflow with GradientTape, PyTorch autograd,
+  raw CuPy with the backward pass written by hand
+
+Every timed run ends with a device synchronisation (``cudaDeviceSynchronize``) before
+the clock stops. Each round times every implementation once, in a rotating order, so
+drifts (clocks, other load) hit all of them alike; the ratio shown is the median over
+rounds of the per-round ratio ``other / tapeflow`` (> 1: tapeflow is faster). Before
+timing, each case checks that its implementations compute the same thing.
+
+TF32 is disabled in PyTorch (``allow_tf32 = False`` for cuBLAS and cuDNN) so all three
+compute in full float32, as CuPy does.
+
+    python benchmarks/gpu_compare.py            # about a minute
+    python benchmarks/gpu_compare.py --quick    # a few seconds, noisier
+    python benchmarks/gpu_compare.py --cases matmul,add --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+
+def _load():
+    try:
+        import cupy as cp
+    except Exception as e:
+        sys.exit(f"gpu_compare: CuPy is not importable ({type(e).__name__}: {e}); "
+                 "pip install -e 'backends/cuda_cupy[cuda13]'")
+    import tapeflow as tf
+    if not any(d.type == "cuda" for d in tf.list_devices()):
+        from tapeflow.devices import _table
+        sys.exit("gpu_compare: tapeflow has no cuda device: "
+                 f"{_table.unavailable.get('cupy', 'tapeflow-cuda-cupy not loaded')}")
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch.cuda.is_available() is False")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cudnn.benchmark = True
+        why = None
+    except Exception as e:
+        torch, why = None, f"{type(e).__name__}: {e}"
+    return tf, cp, torch, why
+
+
+#: where tapeflow runs (tests of this script may point it elsewhere)
+DEVICE = "gpu:0"
+
+
+class Case:
+    def __init__(self, key, title, unit, per_run):
+        self.key, self.title, self.unit, self.per_run = key, title, unit, per_run
+        self.impls = {}       # framework -> run(n)
+        self.errors = {}
+        self.times = {}       # framework -> [seconds per unit]
+        self.ratios = {}      # framework -> [other / tapeflow per round]
+
+
+def _guard(case, fw, build):
+    try:
+        case.impls[fw] = build()
+    except Exception as e:
+        case.errors[fw] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+
+
+# --- cases ------------------------------------------------------------------------------
+
+def case_matmul(tf, cp, torch):
+    n = 4096
+    c = Case("matmul", f"matmul {n}x{n} float32", "call", 5)
+    rng = np.random.default_rng(0)
+    an = rng.standard_normal((n, n), dtype=np.float32)
+    bn = rng.standard_normal((n, n), dtype=np.float32)
+    ref = cp.asnumpy(cp.asarray(an) @ cp.asarray(bn))
+
+    def build_tf():
+        with tf.device(DEVICE):
+            a, b = tf.constant(an), tf.constant(bn)
+        np.testing.assert_allclose(tf.matmul(a, b).numpy(), ref, rtol=1e-3, atol=1e-2)
+
+        def run(k):
+            for _ in range(k):
+                tf.matmul(a, b)
+        return run
+
+    def build_cp():
+        a, b = cp.asarray(an), cp.asarray(bn)
+
+        def run(k):
+            for _ in range(k):
+                a @ b
+        return run
+
+    def build_torch():
+        a, b = torch.from_numpy(an).cuda(), torch.from_numpy(bn).cuda()
+        np.testing.assert_allclose((a @ b).cpu().numpy(), ref, rtol=1e-3, atol=1e-2)
+
+        def run(k):
+            for _ in range(k):
+                a @ b
+        return run
+
+    _guard(c, "tapeflow", build_tf)
+    _guard(c, "cupy", build_cp)
+    if torch is not None:
+        _guard(c, "torch", build_torch)
+    return c
+
+
+def _im2col_conv(cp, x, w):
+    """The raw-CuPy reference: NHWC, 3x3, stride 1, SAME, by im2col + one GEMM."""
+    n, h, wd, ci = x.shape
+    kh, kw, _, co = w.shape
+    xp = cp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    s0, s1, s2, s3 = xp.strides
+    win = cp.lib.stride_tricks.as_strided(xp, (n, h, wd, kh, kw, ci), (s0, s1, s2, s1, s2, s3))
+    cols = win.reshape(n * h * wd, kh * kw * ci)
+    return (cols @ w.reshape(kh * kw * ci, co)).reshape(n, h, wd, co)
+
+
+def case_conv(tf, cp, torch):
+    c = Case("conv", "conv2d 64x56x56x64 -> 64, 3x3 SAME, float32", "call", 5)
+    rng = np.random.default_rng(1)
+    xn = rng.standard_normal((64, 56, 56, 64), dtype=np.float32)
+    wn = (rng.standard_normal((3, 3, 64, 64)) * 0.05).astype(np.float32)
+    ref = cp.asnumpy(_im2col_conv(cp, cp.asarray(xn), cp.asarray(wn)))
+
+    def build_tf():
+        with tf.device(DEVICE):
+            x, w = tf.constant(xn), tf.constant(wn)
+        y = tf.nn.conv2d(x, w, strides=1, padding="SAME")
+        np.testing.assert_allclose(y.numpy(), ref, rtol=1e-3, atol=1e-3)
+
+        def run(k):
+            for _ in range(k):
+                tf.nn.conv2d(x, w, strides=1, padding="SAME")
+        return run
+
+    def build_cp():
+        x, w = cp.asarray(xn), cp.asarray(wn)
+
+        def run(k):
+            for _ in range(k):
+                _im2col_conv(cp, x, w)
+        return run
+
+    def build_torch():
+        f = torch.nn.functional
+        x = torch.from_numpy(xn).cuda().permute(0, 3, 1, 2).contiguous()
+        w = torch.from_numpy(wn).cuda().permute(3, 2, 0, 1).contiguous()
+        y = f.conv2d(x, w, padding=1)
+        np.testing.assert_allclose(y.permute(0, 2, 3, 1).cpu().numpy(), ref, rtol=1e-3,
+                                   atol=1e-3)
+
+        def run(k):
+            for _ in range(k):
+                f.conv2d(x, w, padding=1)
+        return run
+
+    _guard(c, "tapeflow", build_tf)
+    _guard(c, "cupy", build_cp)
+    if torch is not None:
+        _guard(c, "torch", build_torch)
+    return c
+
+
+def case_add(tf, cp, torch):
+    calls = 1000
+    c = Case("add", f"per-op overhead: a + b, float32 (1000,), {calls} calls", "call", calls)
+    an = np.arange(1000, dtype=np.float32)
+    bn = np.ones(1000, dtype=np.float32)
+
+    def build_tf():
+        with tf.device(DEVICE):
+            a, b = tf.constant(an), tf.constant(bn)
+        np.testing.assert_array_equal((a + b).numpy(), an + bn)
+
+        def run(k):
+            for _ in range(k):
+                a + b
+        return run
+
+    def build_cp():
+        a, b = cp.asarray(an), cp.asarray(bn)
+
+        def run(k):
+            for _ in range(k):
+                a + b
+        return run
+
+    def build_torch():
+        a, b = torch.from_numpy(an).cuda(), torch.from_numpy(bn).cuda()
+
+        def run(k):
+            for _ in range(k):
+                a + b
+        return run
+
+    _guard(c, "tapeflow", build_tf)
+    _guard(c, "cupy", build_cp)
+    if torch is not None:
+        _guard(c, "torch", build_torch)
+    return c
+
+
+def _mlp_data(batch):
+    rng = np.random.default_rng(2)
+    sizes = [784, 256, 256, 10]
+    ws = [(rng.standard_normal((i, o)) * np.sqrt(2.0 / i)).astype(np.float32)
+          for i, o in zip(sizes[:-1], sizes[1:])]
+    bs = [np.zeros(o, np.float32) for o in sizes[1:]]
+    x = rng.standard_normal((batch, 784)).astype(np.float32)
+    y = rng.integers(0, 10, batch).astype(np.int64)
+    return ws, bs, x, y
+
+
+def case_mlp(tf, cp, torch, batch):
+    c = Case(f"mlp{batch}", f"MLP 784-256-256-10 SGD step, batch {batch}", "step", 20)
+    lr = 0.01
+    ws, bs, xn, yn = _mlp_data(batch)
+    losses = {}
+
+    def build_tf():
+        with tf.device(DEVICE):
+            W = [tf.Variable(w) for w in ws]
+            B = [tf.Variable(b) for b in bs]
+            x, y = tf.constant(xn), tf.constant(yn)
+        params = W + B
+
+        def step():
+            with tf.GradientTape() as tape:
+                h = tf.nn.relu(tf.matmul(x, W[0]) + B[0])
+                h = tf.nn.relu(tf.matmul(h, W[1]) + B[1])
+                logits = tf.matmul(h, W[2]) + B[2]
+                loss = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            grads = tape.gradient(loss, params)
+            for p, g in zip(params, grads):
+                p.assign_sub(lr * g)
+            return loss
+        losses["tapeflow"] = [float(step()) for _ in range(3)]
+
+        def run(k):
+            for _ in range(k):
+                step()
+        return run
+
+    def build_cp():
+        W = [cp.asarray(w) for w in ws]
+        B = [cp.asarray(b) for b in bs]
+        x, y = cp.asarray(xn), cp.asarray(yn)
+        rows = cp.arange(batch)
+
+        def step():   # forward, hand-written backward, SGD
+            z1 = x @ W[0] + B[0]
+            h1 = cp.maximum(z1, 0)
+            z2 = h1 @ W[1] + B[1]
+            h2 = cp.maximum(z2, 0)
+            logits = h2 @ W[2] + B[2]
+            m = logits.max(axis=1, keepdims=True)
+            e = cp.exp(logits - m)
+            s = e.sum(axis=1, keepdims=True)
+            loss = (cp.log(s)[:, 0] + m[:, 0] - logits[rows, y]).mean()
+            d = e / s
+            d[rows, y] -= 1
+            d /= batch
+            g2 = h2.T @ d
+            gb2 = d.sum(0)
+            dh2 = (d @ W[2].T) * (z2 > 0)
+            g1 = h1.T @ dh2
+            gb1 = dh2.sum(0)
+            dh1 = (dh2 @ W[1].T) * (z1 > 0)
+            g0 = x.T @ dh1
+            gb0 = dh1.sum(0)
+            for p, g in zip(W + B, (g0, g1, g2, gb0, gb1, gb2)):
+                p -= lr * g
+            return loss
+        losses["cupy"] = [float(step()) for _ in range(3)]
+
+        def run(k):
+            for _ in range(k):
+                step()
+        return run
+
+    def build_torch():
+        lin = [torch.nn.Linear(w.shape[0], w.shape[1]).cuda() for w in ws]
+        with torch.no_grad():
+            for layer, w, b in zip(lin, ws, bs):
+                layer.weight.copy_(torch.from_numpy(w.T.copy()))
+                layer.bias.copy_(torch.from_numpy(b))
+        model = torch.nn.Sequential(lin[0], torch.nn.ReLU(), lin[1], torch.nn.ReLU(), lin[2])
+        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        x, y = torch.from_numpy(xn).cuda(), torch.from_numpy(yn).cuda()
+        f = torch.nn.functional
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = f.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+        losses["torch"] = [float(step()) for _ in range(3)]
+
+        def run(k):
+            for _ in range(k):
+                step()
+        return run
+
+    _guard(c, "tapeflow", build_tf)
+    _guard(c, "cupy", build_cp)
+    if torch is not None:
+        _guard(c, "torch", build_torch)
+    ref = losses.get("tapeflow")
+    for fw, ls in losses.items():   # same start, same data: the same three losses
+        if ref is not None and fw != "tapeflow" and not np.allclose(ls, ref, rtol=1e-3):
+            c.errors[fw] = f"losses differ from tapeflow's: {ls} vs {ref}"
+            c.impls.pop(fw, None)
+    return c
+
+
+CASES = {
+    "matmul": case_matmul,
+    "conv": case_conv,
+    "add": case_add,
+    "mlp64": lambda tf, cp, torch: case_mlp(tf, cp, torch, 64),
+    "mlp1024": lambda tf, cp, torch: case_mlp(tf, cp, torch, 1024),
+}
+
+
+# --- timing ------------------------------------------------------------------------------
+
+def measure(case, sync, rounds, min_time):
+    fws = list(case.impls)
+    for fw in fws:                      # warm-up: compile kernels, fill caches
+        case.impls[fw](case.per_run)
+        sync()
+    k = 1                               # calibrate the inner repeat so a run takes min_time
+    t = 0.0
+    while True:
+        t0 = time.perf_counter()
+        case.impls["tapeflow" if "tapeflow" in fws else fws[0]](case.per_run * k)
+        sync()
+        t = time.perf_counter() - t0
+        if t >= min_time or k >= 1 << 12:
+            break
+        k *= 2
+    n = case.per_run * k
+    case.times = {fw: [] for fw in fws}
+    for r in range(rounds):
+        order = fws[r % len(fws):] + fws[:r % len(fws)]
+        this = {}
+        for fw in order:
+            sync()
+            t0 = time.perf_counter()
+            case.impls[fw](n)
+            sync()
+            this[fw] = (time.perf_counter() - t0) / n
+            case.times[fw].append(this[fw])
+        if "tapeflow" in this:
+            for fw, v in this.items():
+                if fw != "tapeflow":
+                    case.ratios.setdefault(fw, []).append(v / this["tapeflow"])
+
+
+def _fmt(s):
+    if s >= 1e-3:
+        return f"{s * 1e3:8.3f} ms"
+    return f"{s * 1e6:8.2f} us"
+
+
+def report(cases, torch_why, out=sys.stdout):
+    w = out.write
+    w(f"{'case':<10} {'framework':<9} {'median':>11} {'best':>11} {'other/tapeflow':>15}\n")
+    w("-" * 62 + "\n")
+    for c in cases:
+        for fw in ("tapeflow", "cupy", "torch"):
+            if fw in c.times:
+                ts = c.times[fw]
+                ratio = ""
+                if fw in c.ratios:
+                    ratio = f"{statistics.median(c.ratios[fw]):14.2f}x"
+                w(f"{c.key:<10} {fw:<9} {_fmt(statistics.median(ts)):>11} {_fmt(min(ts)):>11} "
+                  f"{ratio:>15}\n")
+            elif fw in c.errors:
+                w(f"{c.key:<10} {fw:<9} ERROR: {c.errors[fw]}\n")
+        w("\n")
+    if torch_why:
+        w(f"PyTorch CUDA columns skipped: {torch_why}\n")
+    for c in cases:
+        if c.key == "add" and "tapeflow" in c.times and "cupy" in c.times:
+            d = statistics.median(c.times["tapeflow"]) - statistics.median(c.times["cupy"])
+            w(f"tapeflow dispatch overhead over raw CuPy: {d * 1e6:.2f} us per op\n")
+    w("ratio = other framework's time / tapeflow's time, median over interleaved rounds "
+      "(> 1: tapeflow faster)\n")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " +
+                    ", ".join(CASES))
+    ap.add_argument("--json", help="write the raw timings here")
+    args = ap.parse_args(argv)
+    tf, cp, torch, torch_why = _load()
+    dev = tf.devices.get_device(DEVICE)
+    print(f"tapeflow {tf.__version__} on {dev.name} ({dev.description}); CuPy {cp.__version__}"
+          + (f"; PyTorch {torch.__version__}" if torch is not None else ""))
+
+    def sync():
+        cp.cuda.runtime.deviceSynchronize()
+
+    rounds, min_time = (5, 0.02) if args.quick else (15, 0.1)
+    cases = []
+    for key in args.cases.split(","):
+        key = key.strip()
+        if key not in CASES:
+            sys.exit(f"unknown case {key!r}; choose from {', '.join(CASES)}")
+        c = CASES[key](tf, cp, torch)
+        if c.impls:
+            measure(c, sync, rounds, min_time)
+        cases.append(c)
+        cp.get_default_memory_pool().free_all_blocks()
+        if torch is not None:
+            torch.cuda.empty_cache()
+    report(cases, torch_why)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({c.key: {"times": c.times, "ratios": c.ratios, "errors": c.errors}
+                       for c in cases}, f, indent=1)
+    failed = [f"{c.key}/{fw}" for c in cases for fw in c.errors]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,479 @@
+"""The CUDA backend (``tapeflow-cuda-cupy``): plugin, devices, copies, memory, kernels.
+
+Two groups:
+
+* tests that need only the plugin installed (run everywhere, GPU or not): it loads,
+  reports ``cuda`` unavailable *with the reason* when CuPy or a driver/GPU is missing,
+  registers a (lazy) ``cuda`` kernel for every op the CPU backend covers, and its Philox
+  specification matches NumPy's;
+* tests that need a CUDA device: skipped, with the backend's reason printed in the
+  summary (``-ra``), where there is none.
+
+The op-by-op comparison with NumPy for every dtype is the conformance suite
+(``tests/conformance``), which runs on ``cuda:0`` automatically when it exists.
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tapeflow as tf
+from tapeflow.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError
+
+
+def _status():
+    """(plugin module or None, None when a CUDA device is usable else the reason)."""
+    try:
+        from tapeflow_cuda_cupy import plugin
+    except ImportError as e:
+        return None, (f"tapeflow-cuda-cupy is not installed ({e}); "
+                      "pip install -e 'backends/cuda_cupy[cuda13]'")
+    info = {p.name: p for p in tf.plugins.plugin_report()}.get("cuda_cupy")
+    if info is None:
+        return None, ("the entry point 'cuda_cupy' was not loaded (TAPEFLOW_PLUGINS or "
+                      "TAPEFLOW_DISABLE_PLUGIN_AUTOLOAD excludes it)")
+    if info.status != "loaded":
+        return None, f"plugin 'cuda_cupy' {info.status}: {info.reason}"
+    reason = plugin.unavailable_reason()
+    if reason:
+        return plugin, f"cuda:0 unavailable: {reason}"
+    if not any(d.type == "cuda" for d in tf.list_devices()):
+        return plugin, "cuda:0 unavailable: the backend listed no devices"
+    return plugin, None
+
+
+PLUGIN, REASON = _status()
+
+needs_plugin = pytest.mark.skipif(PLUGIN is None, reason=str(REASON))
+needs_gpu = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+needs_two_gpus = pytest.mark.skipif(
+    REASON is not None or tf.num_gpus() < 2,
+    reason=str(REASON) if REASON else f"needs two GPUs (tapeflow.num_gpus() == {tf.num_gpus()})")
+
+
+@pytest.fixture
+def cp():
+    import cupy
+    return cupy
+
+
+@pytest.fixture
+def seed_restore():
+    yield
+    tf.random.set_seed(None)
+
+
+# --- the plugin, with or without a GPU ---------------------------------------------------
+
+@needs_plugin
+def test_plugin_loads_and_reports_its_state():
+    from tapeflow.devices import _table
+    from tapeflow_cuda_cupy.backend import BACKEND
+    assert BACKEND in _table.backends
+    assert (BACKEND.name, BACKEND.device_type, BACKEND.gpu_priority) == ("cupy", "cuda", 0)
+    reason = PLUGIN.unavailable_reason()
+    if reason is None:
+        assert tf.num_gpus() >= 1 and "cuda:0" in tf.config.list_devices()
+        return
+    # unavailable: said once, with the reason, and asking for the device says it again
+    assert _table.unavailable.get("cupy") == reason
+    assert isinstance(reason, str) and len(reason) > 10
+    assert "cuda:0" not in tf.config.list_devices()
+    with pytest.raises(NotFoundError) as e:
+        tf.device("cuda:0")
+    assert reason in str(e.value)
+    print(f"cuda unavailable here: {reason}")
+
+
+@needs_plugin
+def test_every_cpu_op_has_a_cuda_kernel_with_the_same_declaration():
+    from tapeflow.registry import OPS
+    missing, differ = [], []
+    for name, op in OPS.items():
+        cpu = op.kernels.get("cpu")
+        if cpu is None:
+            continue
+        cuda = op.kernels.get("cuda")
+        if cuda is None:
+            missing.append(name)
+        elif (cuda.dtypes, cuda.needs_device) != (cpu.dtypes, cpu.needs_device):
+            differ.append(name)
+    assert not missing, f"ops with a cpu kernel but no cuda kernel: {missing}"
+    assert not differ, f"cuda kernels declaring other dtypes than the cpu's: {differ}"
+
+
+def test_kernel_registration_is_lazy():
+    """Importing tapeflow registers the cuda kernels without building any (no CuPy
+    kernel is made, whether or not CuPy is installed)."""
+    if PLUGIN is None:
+        pytest.skip(str(REASON))
+    code = (
+        "import tapeflow as tf\n"
+        "from tapeflow.registry import OPS\n"
+        "from tapeflow_cuda_cupy import kernels\n"
+        "assert kernels._built is None, 'kernel table built at import'\n"
+        "fns = [op.kernels['cuda'].fn for op in OPS.values() if 'cuda' in op.kernels]\n"
+        "assert fns and all(isinstance(f, kernels.LazyKernel) and f.real is None for f in fns)\n"
+        "print(len(fns))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout.split()[-1]) >= 100
+
+
+@needs_plugin
+def test_unavailable_reasons(monkeypatch):
+    """CuPy missing -> the install command; CUDA failing -> the CUDA runtime's text."""
+    import types
+
+    from tapeflow_cuda_cupy import _cupy
+    monkeypatch.setattr(_cupy, "_probe", None)
+    monkeypatch.setitem(sys.modules, "cupy", None)          # `import cupy` fails
+    assert _cupy.probe()[2] == ("CuPy is not installed "
+                                "(pip install -e 'backends/cuda_cupy[cuda13]')")
+
+    class CUDARuntimeError(RuntimeError):
+        pass
+
+    def no_driver():
+        raise CUDARuntimeError("cudaErrorInsufficientDriver: CUDA driver version is "
+                               "insufficient for CUDA runtime version")
+
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDeviceCount=no_driver))
+    monkeypatch.setattr(_cupy, "_probe", None)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    reason = _cupy.probe()[2]
+    assert "cudaErrorInsufficientDriver" in reason and reason.startswith("CUDA is not usable")
+    monkeypatch.setattr(_cupy, "_probe", None)
+    monkeypatch.setenv("TAPEFLOW_CUDA_DISABLE", "1")
+    assert "TAPEFLOW_CUDA_DISABLE" in _cupy.probe()[2]
+    monkeypatch.setattr(_cupy, "_probe", None)   # the real probe again, for later tests
+
+
+@needs_plugin
+def test_philox_specification_matches_numpy():
+    """The algorithm the GPU kernel implements is NumPy's Philox stream of (key, counter)."""
+    from tapeflow_cuda_cupy.philox import reference_raw64
+    for key, counter, n in [(0, 0, 7), (123456789123, 5, 13), (2**64 - 1, 2**64 - 1, 9)]:
+        bg = np.random.Philox(key=key, counter=counter << 64)
+        np.testing.assert_array_equal(reference_raw64(n, key, counter), bg.random_raw(n))
+
+
+# --- with a GPU ------------------------------------------------------------------------
+
+@needs_gpu
+def test_devices_and_gpu_alias():
+    assert tf.num_gpus() >= 1
+    d = tf.devices.get_device("cuda:0")
+    assert d.is_gpu and d.type == "cuda" and d.gpu_index == 0
+    for spelling in ("gpu:0", "/gpu:0", "GPU:0", "/device:GPU:0",
+                     "/job:localhost/replica:0/task:0/device:GPU:0", "cuda"):
+        assert tf.devices.get_device(spelling) is d, spelling
+    assert d.description and "GiB" in d.description
+    assert tf.test.is_gpu_available() and tf.test.is_built_with_cuda()
+    print(f"cuda:0 = {d.description}")
+
+
+@needs_gpu
+def test_seed_with_device_gpu_matmul(cp):
+    """Seed 002: `with tf.device("/gpu:0")` places ops on the GPU, host inputs copied."""
+    x = np.random.default_rng(0).standard_normal((100, 100)).astype(np.float32)
+    with tf.device("/gpu:0"):
+        a = tf.random_normal([100, 100])
+        y = tf.matmul(a, a)
+        z = tf.matmul(x, x)                      # host data copied into the scope
+    assert y.device == "cuda:0" and z.device == "cuda:0" and a.device == "cuda:0"
+    assert isinstance(y._data, cp.ndarray)
+    an = a.numpy()
+    np.testing.assert_allclose(y.numpy(), an @ an, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(z.numpy(), x @ x, rtol=1e-4, atol=1e-4)
+    # outside the scope an op runs where its inputs are
+    w = tf.matmul(y, y)
+    assert w.device == "cuda:0"
+
+
+@needs_gpu
+def test_copies_both_ways():
+    x = tf.constant(np.arange(12, dtype=np.float32).reshape(3, 4), device="cpu:0")
+    g = x.gpu()
+    assert g.device == "cuda:0"
+    np.testing.assert_array_equal(g.numpy(), x.numpy())
+    back = g.cpu()
+    assert back.device == "cpu:0" and isinstance(back._data, np.ndarray)
+    np.testing.assert_array_equal(back.numpy(), x.numpy())
+    assert x.to("gpu:0").device == "cuda:0" and g.to("cuda:0") is g
+    # every dtype survives the round trip, non-contiguous views and scalars too
+    for dt in ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+               "bool"):
+        a = (np.arange(24).reshape(4, 6) % 3).astype(dt)
+        t = tf.constant(a[:, ::2].T, device="cpu:0")
+        np.testing.assert_array_equal(t.gpu().cpu().numpy(), a[:, ::2].T)
+        s = tf.constant(a[1, 1], device="cpu:0")
+        assert s.gpu().numpy() == a[1, 1]
+    # gradients flow back across the copy
+    v = tf.constant([1.0, 2.0, 3.0], device="cpu:0")
+    with tf.GradientTape() as tape:
+        tape.watch(v)
+        y = tf.reduce_sum(v.gpu() * v.gpu())
+    (dv,) = tape.gradient(y, [v])
+    assert dv.device == "cpu:0"
+    np.testing.assert_allclose(dv.numpy(), [2.0, 4.0, 6.0])
+
+
+@needs_gpu
+def test_printing_bool_and_numpy_synchronise():
+    with tf.device("gpu:0"):
+        x = tf.constant([[1.0, 2.0]])
+        big = tf.matmul(tf.ones([2048, 2048]), tf.ones([2048, 2048]))   # queued work
+        s = tf.reduce_sum(big)
+    assert str(x) == "tf.Tensor([[1. 2.]], shape=(1, 2), dtype=float32, device=cuda:0)"
+    assert "device=cuda:0" in repr(x)
+    assert float(s) == 2048.0 ** 3
+    assert bool(tf.constant(True, device="gpu:0")) and not bool(tf.constant(0, device="gpu:0"))
+    assert int(tf.constant(7, device="gpu:0")) == 7
+
+
+@needs_gpu
+def test_memory_is_freed_when_tensors_die():
+    mib = 2**20
+    gc.collect()
+    before = tf.config.memory_info("gpu:0")
+    assert {"current", "total", "free"} <= set(before)
+    assert before["total"] > 0
+    with tf.device("gpu:0"):
+        x = tf.zeros([64, 1024, 1024])           # 256 MiB
+        y = x + 1.0                              # 256 MiB more
+    during = tf.config.memory_info("gpu:0")
+    assert during["current"] - before["current"] >= 512 * mib - mib
+    del x, y
+    gc.collect()
+    after = tf.config.memory_info("gpu:0")
+    assert after["current"] - before["current"] < mib, (before, during, after)
+    # the seed's `v = None  # v no longer takes up GPU memory`
+    with tf.device("gpu:0"):
+        v = tf.Variable(tf.random_normal([1000, 1000]))
+    assert tf.config.memory_info("gpu:0")["current"] - after["current"] >= 4_000_000
+    v = None  # noqa: F841
+    gc.collect()
+    assert tf.config.memory_info("gpu:0")["current"] - after["current"] < mib
+
+
+@needs_gpu
+def test_out_of_memory_is_resource_exhausted():
+    n = 2**38                                     # 1 TiB of float32
+    with pytest.raises(ResourceExhaustedError) as e:
+        with tf.device("gpu:0"):
+            tf.zeros([n])
+    msg = str(e.value)
+    assert "cuda:0" in msg and ("1,099,511,627,776" in msg or "1099511627776" in msg), msg
+    assert isinstance(e.value, MemoryError)
+    # from the host side too (a copy that cannot fit), and the device still works after
+    with tf.device("gpu:0"):
+        ok = tf.reduce_sum(tf.ones([1000]))
+    assert float(ok) == 1000.0
+    print(msg)
+
+
+@needs_gpu
+def test_random_numbers_match_the_cpu(seed_restore):
+    def draw(device):
+        out = []
+        with tf.device(device):
+            tf.random.set_seed(1234)
+            out.append(tf.random.uniform([1001]))
+            out.append(tf.random.uniform([37], dtype=tf.float16))
+            out.append(tf.random.uniform([5000], dtype=tf.float64, minval=-3.0, maxval=2.0))
+            out.append(tf.random.uniform([999], minval=-5, maxval=17, dtype=tf.int32))
+            out.append(tf.random.uniform([4097], minval=0, maxval=2**40, dtype=tf.int64))
+            out.append(tf.random.normal([1001]))
+            out.append(tf.random.normal([3, 333], dtype=tf.float64, mean=2.0, stddev=3.0))
+            out.append(tf.random.truncated_normal([2000]))
+            out.append(tf.random.shuffle(tf.range(100)))
+            out.append(tf.random_uniform([5, 3], seed=7))
+        return out
+
+    cpu, gpu = draw("cpu:0"), draw("gpu:0")
+    for i, (c, g) in enumerate(zip(cpu, gpu)):
+        assert g.device == "cuda:0" and c.dtype == g.dtype and c.shape == g.shape, i
+        cn, gn = c.numpy(), g.numpy()
+        if i in (5, 6, 7):   # log/cos/sin/ndtri may round differently in the last bit
+            tol = 1e-12 if cn.dtype == np.float64 else 2e-6
+            np.testing.assert_allclose(gn, cn, rtol=tol, atol=tol, err_msg=str(i))
+        else:
+            np.testing.assert_array_equal(gn, cn, err_msg=str(i))
+
+
+@needs_gpu
+def test_gpu_philox_is_numpys_bit_for_bit(cp):
+    from tapeflow_cuda_cupy import kernels
+    raw64 = kernels.table().raw64
+    assert raw64.state["failed"] is None
+    for key, counter, n in [(0, 0, 1), (1, 2, 5), (2**64 - 1, 7, 4097), (99, 2**63, 100003)]:
+        bg = np.random.Philox(key=key, counter=counter << 64)
+        np.testing.assert_array_equal(cp.asnumpy(raw64(n, key, counter)), bg.random_raw(n))
+    assert raw64.state["failed"] is None, raw64.state["failed"]
+
+
+@needs_gpu
+def test_out_of_range_errors_read_like_the_cpu():
+    params = np.arange(512, dtype=np.float32).reshape(128, 4)
+    cases = [
+        lambda: tf.gather(params_t, [1, 3081, 2]),
+        lambda: tf.gather(params_t, [[0, -1]]),
+        lambda: tf.gather(params_t, [0, 9], axis=1),
+        lambda: tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.constant([0, 4, 1]), logits=tf.zeros([3, 4])),
+        lambda: tf.gather_nd(params_t, [[0, 1], [200, 0]]),
+    ]
+    for i, case in enumerate(cases):
+        msgs = []
+        for dev in ("cpu:0", "gpu:0"):
+            with tf.device(dev):
+                params_t = tf.constant(params)   # read by the lambdas above
+                with pytest.raises(InvalidArgumentError) as e:
+                    case()
+            msgs.append(str(e.value))
+        cpu_msg, gpu_msg = msgs
+        assert "cuda:0" in gpu_msg, gpu_msg
+        assert gpu_msg.replace("cuda:0", "cpu:0") == cpu_msg, (i, cpu_msg, gpu_msg)
+    # the exact text of the design doc
+    with tf.device("gpu:0"):
+        with pytest.raises(InvalidArgumentError,
+                           match=r"indices\[0\] = 3081 is not in \[0, 128\) "
+                                 r"\[Op:GatherV2\] on cuda:0"):
+            tf.gather(tf.constant(params), [3081])
+
+
+@needs_gpu
+def test_kernels_resolve_to_the_real_cupy_function():
+    from tapeflow.registry import OPS
+    from tapeflow_cuda_cupy.kernels import LazyKernel
+    with tf.device("gpu:0"):
+        a = tf.constant([1.0, 2.0])
+        b = a + a
+        c = tf.exp(b)
+    np.testing.assert_allclose(c.numpy(), np.exp([2.0, 4.0]), rtol=1e-6)
+    for name in ("Add", "Exp"):
+        entry = OPS[name].kernels["cuda"]
+        assert not isinstance(entry.fn, LazyKernel), name
+        assert all(not isinstance(f, LazyKernel) for f in OPS[name].fast["cuda"].values())
+
+
+def _rand(shape, dtype, rng, lo=-4.0, hi=4.0):
+    return rng.uniform(lo, hi, shape).astype(dtype)
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("n", [1, 10, 33, 1025, 70000])
+def test_fused_row_kernels_match_the_cpu(dtype, n):
+    rng = np.random.default_rng(n)
+    rows = 3 if n > 1000 else 17
+    x = _rand((rows, n), dtype, rng)
+    lab = rng.random((rows, n)).astype(dtype)
+    lab /= lab.sum(-1, keepdims=True)
+    idx = rng.integers(0, n, rows).astype(np.int32)
+    tol = {"float16": 2e-2, "float32": 2e-5, "float64": 1e-10}[dtype]
+
+    def both(fn):
+        with tf.device("cpu:0"):
+            c = fn(tf.constant(x), tf.constant(lab), tf.constant(idx)).numpy()
+        with tf.device("gpu:0"):
+            g = fn(tf.constant(x), tf.constant(lab), tf.constant(idx))
+        assert g.device == "cuda:0" and g.dtype.name == dtype
+        np.testing.assert_allclose(g.numpy().astype(np.float64), c.astype(np.float64),
+                                   rtol=tol, atol=tol)
+
+    both(lambda x, lab, idx: tf.nn.softmax(x))
+    both(lambda x, lab, idx: tf.nn.log_softmax(x))
+    both(lambda x, lab, idx: tf.nn.softmax_cross_entropy_with_logits(labels=lab, logits=x))
+    both(lambda x, lab, idx: tf.nn.sparse_softmax_cross_entropy_with_logits(labels=idx,
+                                                                            logits=x))
+    both(lambda x, lab, idx: tf.nn.softmax(tf.reshape(x, [1, rows, n]), axis=1))  # shared path
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_fused_elementwise_kernels_match_the_cpu(dtype):
+    rng = np.random.default_rng(1)
+    x = _rand((7, 9), dtype, rng)
+    y = _rand((7, 9), dtype, rng)
+    z = rng.random((7, 9)).astype(dtype)
+    tol = {"float16": 2e-2, "float32": 1e-5, "float64": 1e-12}[dtype]
+    fns = {
+        "sigmoid": lambda a, b, c: tf.sigmoid(a * 10.0),
+        "elu": lambda a, b, c: tf.nn.elu(a),
+        "leaky": lambda a, b, c: tf.nn.leaky_relu(a, alpha=0.3),
+        "rsqrt": lambda a, b, c: tf.math.rsqrt(c + 0.5),
+        "sqdiff": lambda a, b, c: tf.math.squared_difference(a, b),
+        "sigmoid_xent": lambda a, b, c: tf.nn.sigmoid_cross_entropy_with_logits(labels=c,
+                                                                                 logits=a),
+        "l2": lambda a, b, c: tf.nn.l2_loss(a),
+    }
+    for name, fn in fns.items():
+        with tf.device("cpu:0"):
+            want = fn(tf.constant(x), tf.constant(y), tf.constant(z)).numpy()
+        with tf.device("gpu:0"):
+            got = fn(tf.constant(x), tf.constant(y), tf.constant(z))
+        assert got.dtype.name == dtype and got.device == "cuda:0", name
+        np.testing.assert_allclose(got.numpy().astype(np.float64), want.astype(np.float64),
+                                   rtol=tol, atol=tol, err_msg=name)
+    # the gradients of the activations (ReluGrad, Relu6Grad, LeakyReluGrad, EluGrad)
+    for act in (tf.nn.relu, tf.nn.relu6, tf.nn.leaky_relu, tf.nn.elu):
+        grads = []
+        for dev in ("cpu:0", "gpu:0"):
+            with tf.device(dev):
+                t = tf.constant(x * 2)
+                with tf.GradientTape() as tape:
+                    tape.watch(t)
+                    out = tf.reduce_sum(act(t) * tf.constant(y))
+                grads.append(tape.gradient(out, t).numpy().astype(np.float64))
+        np.testing.assert_allclose(grads[1], grads[0], rtol=tol, atol=tol, err_msg=str(act))
+
+
+@needs_gpu
+def test_training_step_matches_the_cpu():
+    rng = np.random.default_rng(0)
+    xs = rng.standard_normal((64, 784)).astype(np.float32)
+    ys = rng.integers(0, 10, 64).astype(np.int64)
+    w1 = (rng.standard_normal((784, 256)) * 0.05).astype(np.float32)
+    w2 = (rng.standard_normal((256, 10)) * 0.05).astype(np.float32)
+    results = []
+    for dev in ("cpu:0", "gpu:0"):
+        with tf.device(dev):
+            a, b = tf.Variable(w1), tf.Variable(w2)
+            x, y = tf.constant(xs), tf.constant(ys)
+            with tf.GradientTape() as tape:
+                h = tf.nn.relu(tf.matmul(x, a))
+                loss = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
+                                                                   logits=tf.matmul(h, b)))
+            ga, gb = tape.gradient(loss, [a, b])
+        assert ga.device == dev.replace("gpu", "cuda")
+        results.append((float(loss), ga.numpy(), gb.numpy()))
+    (lc, gac, gbc), (lg, gag, gbg) = results
+    assert abs(lc - lg) < 1e-4
+    np.testing.assert_allclose(gag, gac, rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(gbg, gbc, rtol=1e-3, atol=1e-5)
+
+
+@needs_two_gpus
+def test_two_gpus():
+    x = tf.constant(np.arange(6, dtype=np.float32).reshape(2, 3), device="cpu:0")
+    g0, g1 = x.gpu(0), x.gpu(1)
+    assert (g0.device, g1.device) == ("cuda:0", "cuda:1")
+    y = tf.matmul(g1, tf.transpose(g1))
+    assert y.device == "cuda:1" and y._data.device.id == 1
+    np.testing.assert_allclose(y.numpy(), x.numpy() @ x.numpy().T)
+    z = g1.to("cuda:0")
+    assert z._data.device.id == 0
+    np.testing.assert_array_equal(z.numpy(), x.numpy())
+    with tf.device("gpu:1"):
+        r = tf.random.uniform([10])
+    assert r._data.device.id == 1
