@@ -24,11 +24,12 @@ from .tape import GradientTape
 from .autodiff import (custom_gradient, gradients_function, implicit_gradients,
                        implicit_value_and_gradients, val_and_grad_function,
                        value_and_gradients_function)
-from . import math, array, reductions
+from . import math, array, reductions, linalg, nn, random
 from .math import *  # noqa: F401,F403
 from .array import *  # noqa: F401,F403
-from . import _optional_modules  # noqa: F401  (linalg, nn, random when present)
-from ._optional_modules import *  # noqa: F401,F403
+from .linalg import einsum, matmul, norm, tensordot  # noqa: F401
+from .random import (random_normal, random_shuffle, random_uniform,  # noqa: F401
+                     set_random_seed, truncated_normal)
 from . import config, plugins
 
 bool = bool_  # noqa: A001  (tf.bool)
