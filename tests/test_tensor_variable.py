@@ -96,6 +96,6 @@ def test_variable_in_ops_and_reads():
 def test_assign_add_is_not_recorded():
     v = tf.Variable(1.0)
     with tf.GradientTape() as t:
-        y = v * 2.0
+        _ = v * 2.0
         v.assign_add(1.0)
     assert len(t._records) == 1

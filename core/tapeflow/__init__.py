@@ -45,7 +45,7 @@ def executing_eagerly() -> bool:
     return True
 
 
-def enable_eager_execution(config=None, device_policy=None, execution_mode=None):
+def enable_eager_execution(config=None, device_policy=None, execution_mode=None):  # noqa: F811
     """A harmless no-op: eager execution is always on (seeds call it first)."""
 
 

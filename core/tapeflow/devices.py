@@ -106,8 +106,8 @@ class Device:
                 return False
         return NotImplemented
 
-    def __hash__(self):
-        return hash(self.name)
+    # identity hash, C-level: devices key the dispatch caches on the hot path
+    __hash__ = object.__hash__
 
 
 @functools.lru_cache(maxsize=256)

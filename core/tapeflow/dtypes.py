@@ -57,11 +57,15 @@ class DType:
 
     @property
     def min(self):
-        return np.finfo(self.np).min if self.is_floating else np.iinfo(self.np).min if self.is_integer else False
+        if self.is_bool:
+            return False
+        return (np.finfo if self.is_floating else np.iinfo)(self.np).min
 
     @property
     def max(self):
-        return np.finfo(self.np).max if self.is_floating else np.iinfo(self.np).max if self.is_integer else True
+        if self.is_bool:
+            return True
+        return (np.finfo if self.is_floating else np.iinfo)(self.np).max
 
     def __repr__(self):
         return f"tf.{self.name}"

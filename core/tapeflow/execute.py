@@ -277,25 +277,55 @@ def binary(op, a, b):
                         record(op, (a, b), (t,), _EMPTY)
                     return t
                 return _run(op, (a, b), dev, _EMPTY)
-        # Tensor op Python scalar (the seeds' `x * 2.0`): when NumPy 2's weak-scalar
-        # rule keeps the tensor's dtype, make the scalar directly.
+        # Tensor op Python scalar (the seeds' `x * 2.0`, Collatz's `a % 2`): when NumPy
+        # 2's weak-scalar rule keeps the tensor's dtype, use a cached 0-d tensor.
         elif ta is Tensor and (tb is float or tb is int):
-            k = a._data.dtype.kind
+            x = a._data
+            k = x.dtype.kind
             if k == "f" or (tb is int and k in "iu" and -128 <= b <= 127):
-                return binary(op, a, _scalar_like(b, a))
+                return _scalar_binary(op, a, _scalar_like(b, a), a)
         elif tb is Tensor and (ta is float or ta is int):
             k = b._data.dtype.kind
             if k == "f" or (ta is int and k in "iu" and -128 <= a <= 127 and
                             (a >= 0 or k == "i")):
-                return binary(op, _scalar_like(a, b), b)
+                return _scalar_binary(op, _scalar_like(a, b), b, b)
     return _run(op, *_prepare(op, (a, b)), _EMPTY)
 
 
-def _scalar_like(value, like):
-    """A 0-d tensor of ``like``'s dtype and device holding a Python scalar."""
+def _scalar_binary(op, a, b, like):
     dev = like._device
-    a = np.array(value, dtype=like._data.dtype)
-    return _wrap(a if dev.is_host else dev.backend.from_host(a, dev), dev)
+    fn = op.fast.get(dev.type, _NOFAST).get(like._data.dtype)
+    if fn is None:
+        return _run(op, (a, b), dev, _EMPTY)
+    try:
+        out = fn(a._data, b._data)
+    except Exception as e:
+        raise _translate(e, op, dev, (a, b), _EMPTY) from None
+    t = _new(Tensor)
+    t._data = out
+    t._device = dev
+    if _tapes_active[0] and op.differentiable:
+        record(op, (a, b), (t,), _EMPTY)
+    return t
+
+
+_SCALARS: dict = {}
+
+
+def _scalar_like(value, like):
+    """A 0-d tensor of ``like``'s dtype and device holding a Python scalar (cached:
+    tensors are immutable, and loops reuse the same few constants)."""
+    dev = like._device
+    dt = like._data.dtype
+    key = (value, type(value), dt, dev)
+    t = _SCALARS.get(key)
+    if t is None:
+        a = np.array(value, dtype=dt)
+        t = _wrap(a if dev.is_host else dev.backend.from_host(a, dev), dev)
+        if len(_SCALARS) > 512:
+            _SCALARS.clear()
+        _SCALARS[key] = t
+    return t
 
 
 def make_binary_operator(op, reverse=False):

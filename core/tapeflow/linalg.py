@@ -53,19 +53,30 @@ _FLAGS = {(False, False): _NN, (False, True): _NT, (True, False): _TN, (True, Tr
 
 def _matmul_grad(ctx, dy):
     """TF's rule: every case is one matmul with transpose flags (no explicit transposes);
-    broadcast batch dimensions are summed back by the core (``broadcast=True``)."""
+    broadcast batch dimensions are summed back by the core (``broadcast=True``). An
+    input the tape does not need (``ctx.needs``: a first layer's data) costs nothing."""
     if not dy.dtype.is_floating:
         return None, None
     a, b = ctx.inputs
     ta = ctx.attrs["transpose_a"]
     tb = ctx.attrs["transpose_b"]
+    needs = ctx.needs
+    need_a = needs is None or needs[0]
+    need_b = needs is None or needs[1]
     if not ta:
         if not tb:
-            return execute(_MATMUL, (dy, b), _NT), execute(_MATMUL, (a, dy), _TN)
-        return execute(_MATMUL, (dy, b), _NN), execute(_MATMUL, (dy, a), _TN)
-    if not tb:
-        return execute(_MATMUL, (b, dy), _NT), execute(_MATMUL, (a, dy), _NN)
-    return execute(_MATMUL, (b, dy), _TT), execute(_MATMUL, (dy, a), _TT)
+            ga = execute(_MATMUL, (dy, b), _NT) if need_a else None
+            gb = execute(_MATMUL, (a, dy), _TN) if need_b else None
+        else:
+            ga = execute(_MATMUL, (dy, b), _NN) if need_a else None
+            gb = execute(_MATMUL, (dy, a), _TN) if need_b else None
+    elif not tb:
+        ga = execute(_MATMUL, (b, dy), _NT) if need_a else None
+        gb = execute(_MATMUL, (a, dy), _NN) if need_b else None
+    else:
+        ga = execute(_MATMUL, (b, dy), _TT) if need_a else None
+        gb = execute(_MATMUL, (dy, a), _TT) if need_b else None
+    return ga, gb
 
 
 def _matmul_infer(shapes, dtypes, attrs):

@@ -151,7 +151,9 @@ class Tensor:
     def _host(self):
         """Host array without a defensive copy (read-only use inside tapeflow)."""
         dev = self._device
-        return np.asarray(self._data) if dev.is_host else np.asarray(dev.backend.to_host(self._data, dev))
+        if dev.is_host:
+            return np.asarray(self._data)
+        return np.asarray(dev.backend.to_host(self._data, dev))
 
     def __array__(self, dtype=None, copy=None):
         a = self._host()
@@ -186,12 +188,21 @@ class Tensor:
         return self._host().reshape(()).item()
 
     def __bool__(self):
+        d = self._data
+        if d.size == 1 and self._device.is_host:   # Python control flow: keep it cheap
+            return bool(d)
         return bool(self._scalar("bool()"))
 
     def __int__(self):
+        d = self._data
+        if d.size == 1 and self._device.is_host:
+            return int(d.reshape(()) if d.ndim else d)
         return int(self._scalar("int()"))
 
     def __float__(self):
+        d = self._data
+        if d.size == 1 and self._device.is_host:
+            return float(d.reshape(()) if d.ndim else d)
         return float(self._scalar("float()"))
 
     def __index__(self):
@@ -237,15 +248,14 @@ class Tensor:
     # --- printing ------------------------------------------------------------
     def _value_str(self):
         a = self._host()
-        return np.array2string(np.asarray(a), separator=" ") if a.ndim else str(a.reshape(()).item()
-                                                                            if a.dtype.kind == "b"
-                                                                            else a.reshape(())[()])
+        if a.ndim:
+            return np.array2string(np.asarray(a), separator=" ")
+        return str(a.reshape(())[()])
 
     def _suffix(self):
-        s = f"shape={tuple(self._data.shape)}, dtype={self.dtype.name}"
-        if not self._device.is_host:
-            s += f", device={self._device.name}"
-        return s
+        # No device here: the seeds' printed output must not change when the default
+        # device is a GPU. repr() names the device.
+        return f"shape={tuple(self._data.shape)}, dtype={self.dtype.name}"
 
     def __str__(self):
         v = self._value_str()
@@ -311,7 +321,8 @@ class Variable:
             value = convert_to_tensor(initial_value, dtype=dtype)
             if _devs.current_device() is not None:
                 value = _place(value)
-        if isinstance(initial_value, Tensor) and dtype is not None and value.dtype != _dt.as_dtype(dtype):
+        if (isinstance(initial_value, Tensor) and dtype is not None
+                and value.dtype != _dt.as_dtype(dtype)):
             from . import math as _m
             value = _m.cast(value, dtype)
         self._value = value

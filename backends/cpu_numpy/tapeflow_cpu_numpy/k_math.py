@@ -56,7 +56,8 @@ def build(xp):
         return x if x.dtype.kind in "iu" else xp.rint(x)
 
     def _check_int_divisor(x, y):
-        if x.dtype.kind in "iu" and not y.all():
+        # (a 0-d divisor, Collatz's `a % 2`, is checked without a reduction)
+        if x.dtype.kind in "iu" and (not y if y.ndim == 0 else not y.all()):
             raise InvalidArgumentError("Integer division by zero")
 
     def floordiv(x, y):

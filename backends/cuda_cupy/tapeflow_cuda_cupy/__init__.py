@@ -5,4 +5,8 @@ Registered through the entry point ``tapeflow = cuda_cupy`` (module
 ``README.md`` for how kernels are shared with the CPU backend.
 """
 
+# tapeflow first: importing it loads this package's plugin module, so a submodule
+# imported directly (``import tapeflow_cuda_cupy.kernels``) never sees a half-made one
+import tapeflow  # noqa: F401
+
 __version__ = "0.1.0"

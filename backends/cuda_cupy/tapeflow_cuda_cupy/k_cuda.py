@@ -178,10 +178,40 @@ def _threads_for(n):
 
 _MAX_GRID = 1 << 20
 
-_ELEMENTWISE_PREAMBLE = r"""
+#: typedefs come first in CuPy's generated source (``typedef float T;``), then this
+ELEMENTWISE_PREAMBLE = r"""
 template<typename T> struct tapeflow_acc { typedef T type; };
 template<> struct tapeflow_acc<float16> { typedef float type; };
 """
+
+#: name -> (in_params, out_params, operation) of the fused ``cupy.ElementwiseKernel`` s;
+#: ``A`` is the compute type (float for float16, else T)
+ELEMENTWISE = {
+    "relu_grad": ("T dy, T x", "T dx", "dx = dy * (x > (T)0 ? (T)1 : (T)0)"),
+    "relu6_grad": ("T dy, T x", "T dx", "dx = dy * ((x > (T)0 && x < (T)6) ? (T)1 : (T)0)"),
+    "leaky_relu": ("T x, float64 alpha", "T y", "y = x > (T)0 ? x : (T)(x * (T)alpha)"),
+    "leaky_relu_grad": ("T dy, T x, float64 alpha", "T dx",
+                        "dx = x > (T)0 ? dy : (T)(dy * (T)alpha)"),
+    "elu": ("T x", "T y",
+            "typedef tapeflow_acc<T>::type A; y = x > (T)0 ? x : (T)expm1((A)x)"),
+    "elu_grad": ("T dy, T y", "T dx", "dx = y < (T)0 ? (T)(dy * (T)(y + (T)1)) : dy"),
+    "sigmoid": ("T x", "T y",
+                "typedef tapeflow_acc<T>::type A; A v = (A)x; "
+                "if (v >= (A)0) { y = (T)((A)1 / ((A)1 + exp(-v))); } "
+                "else { A e = exp(v); y = (T)(e / ((A)1 + e)); }"),
+    "rsqrt": ("T x", "T y", "typedef tapeflow_acc<T>::type A; y = (T)((A)1 / sqrt((A)x))"),
+    "squared_difference": ("T x, T y", "T z", "T d = x - y; z = d * d"),
+    "sigmoid_xent": ("T x, T z", "T out",
+                     "typedef tapeflow_acc<T>::type A; A xv = (A)x, zv = (A)z; "
+                     "out = (T)((xv > (A)0 ? xv : (A)0) - xv * zv + log1p(exp(-fabs(xv))))"),
+}
+
+#: name -> (in_params, out_params, map, reduce, post_map, identity) of ``cupy.ReductionKernel`` s
+REDUCTIONS = {
+    "count_out_of_range": ("T i, int64 n", "int64 c", "(i < 0 || i >= n) ? 1 : 0", "a + b",
+                           "c = a", "0"),
+    "l2_loss": ("T x", "T y", "x * x", "a + b", "y = a / (T)2", "0"),
+}
 
 
 def build(cp, xp, shared):
@@ -247,9 +277,8 @@ def build(cp, xp, shared):
         launch(k, rows, n, (xc, lc, loss, np.int64(rows), np.int32(n)))
         return loss.astype(dt) if dt != xc.dtype else loss
 
-    count_out_of_range = cp.ReductionKernel(
-        "T i, int64 n", "int64 c", "(i < 0 || i >= n) ? 1 : 0", "a + b", "c = a", "0",
-        "tapeflow_count_out_of_range")
+    count_out_of_range = cp.ReductionKernel(*REDUCTIONS["count_out_of_range"],
+                                            "tapeflow_count_out_of_range")
 
     def any_out_of_range(indices, n):
         return indices.size != 0 and int(count_out_of_range(indices, np.int64(n))) != 0
@@ -281,35 +310,16 @@ def build(cp, xp, shared):
         return cp.take(params, indices, axis=axis)
 
     # --- fused elementwise ------------------------------------------------------------
-    def ew(in_params, out_params, body, name):
-        return cp.ElementwiseKernel(in_params, out_params, body, "tapeflow_" + name,
-                                    preamble=_ELEMENTWISE_PREAMBLE)
-
-    relu_grad_k = ew("T dy, T x", "T dx", "dx = dy * (x > (T)0 ? (T)1 : (T)0)", "relu_grad")
-    relu6_grad_k = ew("T dy, T x", "T dx",
-                      "dx = dy * ((x > (T)0 && x < (T)6) ? (T)1 : (T)0)", "relu6_grad")
-    leaky_k = ew("T x, float64 alpha", "T y", "y = x > (T)0 ? x : (T)(x * (T)alpha)",
-                 "leaky_relu")
-    leaky_grad_k = ew("T dy, T x, float64 alpha", "T dx",
-                      "dx = x > (T)0 ? dy : (T)(dy * (T)alpha)", "leaky_relu_grad")
-    elu_k = ew("T x", "T y",
-               "typedef tapeflow_acc<T>::type A; y = x > (T)0 ? x : (T)expm1((A)x)", "elu")
-    elu_grad_k = ew("T dy, T y", "T dx", "dx = y < (T)0 ? (T)(dy * (T)(y + (T)1)) : dy",
-                    "elu_grad")
-    sigmoid_k = ew("T x", "T y",
-                   "typedef tapeflow_acc<T>::type A; A v = (A)x; "
-                   "if (v >= (A)0) { y = (T)((A)1 / ((A)1 + exp(-v))); } "
-                   "else { A e = exp(v); y = (T)(e / ((A)1 + e)); }", "sigmoid")
-    rsqrt_k = ew("T x", "T y", "typedef tapeflow_acc<T>::type A; y = (T)((A)1 / sqrt((A)x))",
-                 "rsqrt")
-    sqdiff_k = ew("T x, T y", "T z", "T d = x - y; z = d * d", "squared_difference")
-    sigmoid_xent_k = ew(
-        "T x, T z", "T out",
-        "typedef tapeflow_acc<T>::type A; A xv = (A)x, zv = (A)z; "
-        "out = (T)((xv > (A)0 ? xv : (A)0) - xv * zv + log1p(exp(-fabs(xv))))",
-        "sigmoid_xent")
-    l2_k = cp.ReductionKernel("T x", "T y", "x * x", "a + b", "y = a / (T)2", "0",
-                              "tapeflow_l2_loss")
+    ek = {name: cp.ElementwiseKernel(i, o, body, "tapeflow_" + name,
+                                     preamble=ELEMENTWISE_PREAMBLE)
+          for name, (i, o, body) in ELEMENTWISE.items()}
+    rk = {name: cp.ReductionKernel(i, o, m, r, post, ident, "tapeflow_" + name)
+          for name, (i, o, m, r, post, ident) in REDUCTIONS.items()}
+    relu_grad_k, relu6_grad_k = ek["relu_grad"], ek["relu6_grad"]
+    leaky_k, leaky_grad_k = ek["leaky_relu"], ek["leaky_relu_grad"]
+    elu_k, elu_grad_k, sigmoid_k = ek["elu"], ek["elu_grad"], ek["sigmoid"]
+    rsqrt_k, sqdiff_k, sigmoid_xent_k = ek["rsqrt"], ek["squared_difference"], ek["sigmoid_xent"]
+    l2_k = rk["l2_loss"]
 
     def relu_grad(dy, x):
         return relu_grad_k(dy, x)

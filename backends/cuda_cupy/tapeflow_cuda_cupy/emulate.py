@@ -1,0 +1,214 @@
+"""Run this backend's raw CUDA kernels on the CPU, one OS thread per CUDA thread.
+
+The row kernels (softmax, log-softmax, both cross-entropies) and the Philox kernel are
+plain CUDA C; their logic (block reductions through warp shuffles and shared memory,
+grid-stride loops, the Philox rounds) is what could be wrong without a compile error.
+This module compiles the *same source text* with the host C++ compiler, with the CUDA
+built-ins defined on top of ``std::thread`` and ``std::barrier``: ``__syncthreads()`` is
+a block barrier, ``__shfl_xor_sync`` exchanges through per-warp slots between two
+warp barriers, ``__shared__`` memory is static (blocks run one after another), and
+``__umul64hi`` is a 128-bit multiply. Tests then compare the results with NumPy, on
+machines without a GPU. It checks logic and arithmetic, not timing or the compiler.
+
+Needs a C++20 compiler (``c++``/``g++``, or ``CXX``); :func:`available` says why not.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+from . import k_cuda, philox
+
+_PRELUDE = r"""
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+struct tf_dim3 { unsigned x = 1, y = 1, z = 1; };
+static thread_local tf_dim3 threadIdx, blockIdx;
+static tf_dim3 blockDim, gridDim;
+static std::barrier<>* tf_block_barrier;
+static std::vector<std::unique_ptr<std::barrier<>>> tf_warp_barriers;
+static unsigned long long tf_slots[1024];
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __shared__ static
+
+static inline void __syncthreads() { tf_block_barrier->arrive_and_wait(); }
+
+template <typename V> static V __shfl_xor_sync(unsigned, V v, int o) {
+    static_assert(sizeof(V) <= sizeof(unsigned long long), "shuffle of a wide type");
+    const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+    std::memcpy(&tf_slots[threadIdx.x], &v, sizeof(V));
+    tf_warp_barriers[warp]->arrive_and_wait();
+    V r;
+    std::memcpy(&r, &tf_slots[warp * 32 + (lane ^ (unsigned)o)], sizeof(V));
+    tf_warp_barriers[warp]->arrive_and_wait();
+    return r;
+}
+
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline double __longlong_as_double(long long i) {
+    double d; std::memcpy(&d, &i, 8); return d;
+}
+static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+    return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
+using std::exp; using std::log; using std::fmax;
+
+template <class F> static void tf_launch(unsigned grid, unsigned block, F f) {
+    gridDim.x = grid;
+    blockDim.x = block;
+    for (unsigned b = 0; b < grid; ++b) {
+        std::barrier<> bar(block);
+        tf_block_barrier = &bar;
+        tf_warp_barriers.clear();
+        for (unsigned w = 0; w < (block + 31) / 32; ++w)
+            tf_warp_barriers.emplace_back(new std::barrier<>(32));
+        std::vector<std::thread> ts;
+        for (unsigned t = 0; t < block; ++t)
+            ts.emplace_back([&, t, b] { threadIdx.x = t; blockIdx.x = b; f(); });
+        for (auto& t : ts) t.join();
+    }
+}
+"""
+
+_ROWS_API = r"""
+extern "C" void emu_softmax(const T* x, T* y, long long rows, int n, int log_mode,
+                            unsigned grid, unsigned block) {
+    tf_launch(grid, block, [&] { tapeflow_softmax_rows(x, y, rows, n, log_mode); });
+}
+extern "C" void emu_xent(const T* x, const T* lab, T* loss, long long rows, int n,
+                         unsigned grid, unsigned block) {
+    tf_launch(grid, block, [&] { tapeflow_xent_rows(x, lab, loss, rows, n); });
+}
+extern "C" void emu_sparse_xent(const T* x, const L* labels, T* loss, long long rows, int n,
+                                unsigned grid, unsigned block) {
+    tf_launch(grid, block, [&] { tapeflow_sparse_xent_rows(x, labels, loss, rows, n); });
+}
+"""
+
+_PHILOX_API = r"""
+extern "C" void emu_philox(unsigned long long* out, long long n, unsigned long long key,
+                           unsigned long long ctr, unsigned grid, unsigned block) {
+    tf_launch(grid, block, [&] { tapeflow_philox4x64_10(out, n, key, ctr); });
+}
+"""
+
+
+def _compiler():
+    for c in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if c and shutil.which(c):
+            return shutil.which(c)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def available():
+    """None when kernels can be emulated here, else the reason."""
+    cxx = _compiler()
+    if cxx is None:
+        return "no C++ compiler (c++, g++, clang++ or $CXX)"
+    try:
+        _build("philox", _PRELUDE + philox._SOURCE + _PHILOX_API)
+    except Exception as e:
+        return f"{cxx} cannot build the emulation (C++20 <barrier> needed): {e}"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _build(tag, source):
+    cxx = _compiler()
+    h = hashlib.sha256(source.encode()).hexdigest()[:16]
+    d = os.path.join(tempfile.gettempdir(), "tapeflow_cuda_emulate")
+    os.makedirs(d, exist_ok=True)
+    so = os.path.join(d, f"{tag}-{h}.so")
+    if not os.path.exists(so):
+        src = os.path.join(d, f"{tag}-{h}.cpp")
+        with open(src, "w") as f:
+            f.write(source)
+        tmp = so + f".{os.getpid()}.tmp"
+        r = subprocess.run([cxx, "-std=c++20", "-O1", "-shared", "-fPIC", "-pthread", src,
+                            "-o", tmp], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-2000:])
+        os.replace(tmp, so)
+    return ctypes.CDLL(so)
+
+
+def _rows_lib(dtype, label_dtype=np.int64):
+    dt, lt = np.dtype(dtype), np.dtype(label_dtype)
+    src = k_cuda._ROWS_TEMPLATE.format(L=k_cuda._LABEL_TYPES[lt], **k_cuda._ROW_TYPES[dt])
+    return _build(f"rows-{dt.name}-{lt.name}", _PRELUDE + src + _ROWS_API)
+
+
+def _ptr(a):
+    return a.ctypes.data_as(ctypes.c_void_p)
+
+
+def _geometry(rows, n, grid):
+    threads = k_cuda._threads_for(n)
+    return (int(min(rows, k_cuda._MAX_GRID)) if grid is None else grid), threads
+
+
+def softmax_rows(x, log_mode=False, grid=None):
+    """``tapeflow_softmax_rows`` over the last axis of ``x`` (float32/float64)."""
+    x = np.ascontiguousarray(x)
+    n = x.shape[-1]
+    rows = x.size // n
+    y = np.empty_like(x)
+    g, t = _geometry(rows, n, grid)
+    _rows_lib(x.dtype).emu_softmax(_ptr(x), _ptr(y), ctypes.c_longlong(rows), ctypes.c_int(n),
+                                   ctypes.c_int(int(log_mode)), ctypes.c_uint(g),
+                                   ctypes.c_uint(t))
+    return y
+
+
+def xent_rows(x, labels, grid=None):
+    x, labels = np.ascontiguousarray(x), np.ascontiguousarray(labels, dtype=x.dtype)
+    n = x.shape[-1]
+    rows = x.size // n
+    loss = np.empty(x.shape[:-1], x.dtype)
+    g, t = _geometry(rows, n, grid)
+    _rows_lib(x.dtype).emu_xent(_ptr(x), _ptr(labels), _ptr(loss), ctypes.c_longlong(rows),
+                                ctypes.c_int(n), ctypes.c_uint(g), ctypes.c_uint(t))
+    return loss
+
+
+def sparse_xent_rows(x, labels, grid=None):
+    x, labels = np.ascontiguousarray(x), np.ascontiguousarray(labels)
+    n = x.shape[-1]
+    rows = x.size // n
+    loss = np.empty(x.shape[:-1], x.dtype)
+    g, t = _geometry(rows, n, grid)
+    _rows_lib(x.dtype, labels.dtype).emu_sparse_xent(
+        _ptr(x), _ptr(labels), _ptr(loss), ctypes.c_longlong(rows), ctypes.c_int(n),
+        ctypes.c_uint(g), ctypes.c_uint(t))
+    return loss
+
+
+def philox_raw64(n, key, counter, grid=None, threads=philox._THREADS):
+    """``tapeflow_philox4x64_10``: ``n`` words of the stream of ``(key, counter)``."""
+    out = np.zeros(n, np.uint64)
+    nblocks = (n + 3) // 4
+    g = grid if grid is not None else max(1, (nblocks + threads - 1) // threads)
+    lib = _build("philox", _PRELUDE + philox._SOURCE + _PHILOX_API)
+    lib.emu_philox(_ptr(out), ctypes.c_longlong(n), ctypes.c_ulonglong(int(key) & (2**64 - 1)),
+                   ctypes.c_ulonglong(int(counter) & (2**64 - 1)), ctypes.c_uint(g),
+                   ctypes.c_uint(threads))
+    return out
