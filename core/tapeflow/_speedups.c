@@ -24,9 +24,92 @@ static Py_ssize_t off_data = -1, off_device = -1;
 static PyObject *scopes_list = NULL;      /* devices._active_scopes: [count] */
 static PyObject *tapes_list = NULL;       /* tape._tapes_active: [count] */
 static PyObject *slow_binary = NULL;      /* execute.binary(op, a, b) */
-static PyObject *record_fn = NULL;        /* tape.record(op, inputs, outputs, attrs) */
+static PyObject *local_obj = NULL;        /* tape._local (threading.local) */
 static PyObject *empty_dict = NULL;
-static PyObject *str_dtype = NULL, *str_type = NULL;
+static PyObject *str_dtype = NULL, *str_type = NULL, *str_recorders = NULL;
+
+/*
+ * record(op, inputs, outputs, attrs, grad_fn): tape._record_py in C. For every
+ * (watched, records) pair in this thread's `_local.recorders` whose watched dict
+ * holds id() of an input, append the record tuple and watch the outputs.
+ * Returns the record tuple, or None when no tape watched an input.
+ */
+static PyObject *
+record_impl(PyObject *op, PyObject *inputs, PyObject *outputs, PyObject *attrs,
+            PyObject *grad_fn)
+{
+    PyObject *recs = PyObject_GetAttr(local_obj, str_recorders);
+    if (recs == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *ins = PySequence_Fast(inputs, "record: inputs must be a sequence");
+    PyObject *outs = ins ? PySequence_Fast(outputs, "record: outputs must be a sequence") : NULL;
+    PyObject *rec = NULL;
+    if (outs == NULL || !PyList_Check(recs))
+        goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recs); i++) {
+        PyObject *pair = PyList_GET_ITEM(recs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)
+            continue;
+        Py_INCREF(pair);
+        PyObject *w = PyTuple_GET_ITEM(pair, 0), *lst = PyTuple_GET_ITEM(pair, 1);
+        int found = 0;
+        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(ins) && !found; j++) {
+            PyObject *key = PyLong_FromVoidPtr(PySequence_Fast_GET_ITEM(ins, j));
+            if (key == NULL) { Py_DECREF(pair); goto fail; }
+            found = PyDict_Contains(w, key);
+            Py_DECREF(key);
+            if (found < 0) { Py_DECREF(pair); goto fail; }
+        }
+        if (found) {
+            if (rec == NULL) {
+                rec = PyTuple_Pack(5, op, ins, outs, attrs, grad_fn);
+                if (rec == NULL) { Py_DECREF(pair); goto fail; }
+            }
+            if (PyList_Append(lst, rec) < 0) { Py_DECREF(pair); goto fail; }
+            for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(outs); j++) {
+                PyObject *o = PySequence_Fast_GET_ITEM(outs, j);
+                PyObject *key = PyLong_FromVoidPtr(o);
+                if (key == NULL || PyDict_SetItem(w, key, o) < 0) {
+                    Py_XDECREF(key);
+                    Py_DECREF(pair);
+                    goto fail;
+                }
+                Py_DECREF(key);
+            }
+        }
+        Py_DECREF(pair);
+    }
+    Py_DECREF(recs);
+    Py_DECREF(ins);
+    Py_DECREF(outs);
+    if (rec == NULL)
+        Py_RETURN_NONE;
+    return rec;
+fail:
+    Py_XDECREF(rec);
+    Py_DECREF(recs);
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    return NULL;
+}
+
+static PyObject *
+sp_record(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 4 || nargs > 5) {
+        PyErr_SetString(PyExc_TypeError, "record(op, inputs, outputs, attrs, grad_fn=None)");
+        return NULL;
+    }
+    if (local_obj == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tapeflow._speedups.init() was not called");
+        return NULL;
+    }
+    return record_impl(args[0], args[1], args[2], args[3], nargs == 5 ? args[4] : Py_None);
+}
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
@@ -104,8 +187,8 @@ fast_binary(BinOp *f, PyObject *a, PyObject *b)
         if (!counter_is_zero(tapes_list) && op_differentiable(f->op)) {
             PyObject *ins = PyTuple_Pack(2, a, b);
             PyObject *outs = PyTuple_Pack(1, t);
-            PyObject *r = (ins && outs) ? PyObject_CallFunctionObjArgs(
-                record_fn, f->op, ins, outs, empty_dict, NULL) : NULL;
+            PyObject *r = (ins && outs) ? record_impl(f->op, ins, outs, empty_dict, Py_None)
+                                        : NULL;
             Py_XDECREF(ins);
             Py_XDECREF(outs);
             if (r == NULL) { Py_DECREF(t); goto done; }   /* error stays set */
@@ -190,13 +273,13 @@ slot_offset(PyTypeObject *type, const char *name)
     return ((PyMemberDescrObject *)d)->d_member->offset;
 }
 
-/* init(Tensor, scopes_list, tapes_list, binary, record) */
+/* init(Tensor, scopes_list, tapes_list, binary, local) */
 static PyObject *
 sp_init(PyObject *mod, PyObject *args)
 {
-    PyObject *tensor, *scopes, *tapes, *binary, *record;
+    PyObject *tensor, *scopes, *tapes, *binary, *local;
     if (!PyArg_ParseTuple(args, "O!O!O!OO", &PyType_Type, &tensor, &PyList_Type, &scopes,
-                          &PyList_Type, &tapes, &binary, &record))
+                          &PyList_Type, &tapes, &binary, &local))
         return NULL;
     Py_ssize_t od = slot_offset((PyTypeObject *)tensor, "_data");
     Py_ssize_t ov = slot_offset((PyTypeObject *)tensor, "_device");
@@ -212,7 +295,7 @@ sp_init(PyObject *mod, PyObject *args)
     Py_XSETREF(scopes_list, Py_NewRef(scopes));
     Py_XSETREF(tapes_list, Py_NewRef(tapes));
     Py_XSETREF(slow_binary, Py_NewRef(binary));
-    Py_XSETREF(record_fn, Py_NewRef(record));
+    Py_XSETREF(local_obj, Py_NewRef(local));
     Py_RETURN_NONE;
 }
 
@@ -242,6 +325,8 @@ sp_binop(PyObject *mod, PyObject *args)
 static PyMethodDef sp_methods[] = {
     {"init", sp_init, METH_VARARGS, "Bind the Tensor class, counters and Python fallbacks."},
     {"binop", sp_binop, METH_VARARGS, "Make a C binary operator for an OpDef."},
+    {"record", (PyCFunction)(void (*)(void))sp_record, METH_FASTCALL,
+     "record(op, inputs, outputs, attrs, grad_fn=None): tape.record in C."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -261,7 +346,8 @@ PyInit__speedups(void)
     empty_dict = PyDict_New();
     str_dtype = PyUnicode_InternFromString("dtype");
     str_type = PyUnicode_InternFromString("type");
-    if (empty_dict == NULL || str_dtype == NULL || str_type == NULL)
+    str_recorders = PyUnicode_InternFromString("recorders");
+    if (empty_dict == NULL || str_dtype == NULL || str_type == NULL || str_recorders == NULL)
         return NULL;
     Py_INCREF(&BinOpType);
     if (PyModule_AddObject(m, "BinOp", (PyObject *)&BinOpType) < 0)

@@ -532,13 +532,17 @@ _COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad)
 
 
 def _load_speedups():
+    """Bind the optional C fast paths: Tensor operators and ``tape.record``."""
+    global record
     if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
         from . import _speedups as sp
     except ImportError:
         return None
-    sp.init(Tensor, _scopes, _tapes_active, binary, record)
+    from . import tape as _tape
+    sp.init(Tensor, _scopes, _tapes_active, binary, _tape._local)
+    record = _tape.record = sp.record
     return sp
 
 

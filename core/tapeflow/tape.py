@@ -43,37 +43,45 @@ def _active():
     return tapes
 
 
+def _sync():
+    """Rebuild this thread's recorders, ``[(watched dict, records list), ...]``: what
+    ``record`` reads. Called whenever a tape starts, pauses or resumes (rare)."""
+    _local.recorders = [(t._watched, t._records) for t in _active()]
+
+
 def _inc(n):
     with _count_lock:
         _tapes_active[0] += n
+    _sync()
 
 
-def record(op, inputs, outputs, attrs, grad_fn=None):
-    """Record an op on every active tape of this thread that watches an input."""
+def _record_py(op, inputs, outputs, attrs, grad_fn=None):
+    """Record an op on every active tape of this thread that watches an input.
+
+    A record is the tuple ``(op, inputs, outputs, attrs, grad_fn)``; backprop makes a
+    GradContext only for records on the path to the target. (``tapeflow._speedups``
+    has the same function in C.)
+    """
     try:
-        tapes = _local.tapes
+        recorders = _local.recorders
     except AttributeError:
         return None
-    ctx = None
-    for tape in tapes:
-        w = tape._watched
+    rec = None
+    for w, records in recorders:
         for t in inputs:
             if id(t) in w:
                 break
         else:
             continue
-        if ctx is None:
-            ctx = _new(GradContext)          # no __init__ frame on the hot path
-            ctx.op = op
-            ctx.inputs = inputs
-            ctx.outputs = outputs
-            ctx.attrs = attrs
-            ctx.grad_fn = grad_fn
-            ctx.needs = None
-        tape._records.append(ctx)
+        if rec is None:
+            rec = (op, inputs, outputs, attrs, grad_fn)
+        records.append(rec)
         for o in outputs:
             w[id(o)] = o
-    return ctx
+    return rec
+
+
+record = _record_py
 
 
 def watch_variable_read(var, value):
@@ -97,7 +105,7 @@ def stop_all_recording():
         yield
     finally:
         tapes.extend(saved)
-        _inc(len(saved))
+        _inc(len(saved))   # (re-syncs the recorders)
 
 
 stop_recording = stop_all_recording
@@ -268,6 +276,8 @@ class GradientTape:
         self._records = []
         self._watched = {}
         self._var_reads = {}
+        if self._recording:
+            _sync()
 
     def _backprop(self, targets, sources, seeds, unconnected):
         _array, _math, convert_to_tensor, _run = _lazy()
@@ -286,8 +296,8 @@ class GradientTape:
         if len(grads) == 0:
             return [None] * len(sources)
         watched = self._watched
-        for ctx in reversed(self._records):
-            outs = ctx.outputs
+        for rec in reversed(self._records):
+            outs = rec[2]
             if len(outs) == 1:
                 g = grads.get(id(outs[0]))
                 if g is None:
@@ -298,16 +308,22 @@ class GradientTape:
                 if all(g is None for g in dys):
                     continue
                 dys = [_array.zeros_like(o) if g is None else g for o, g in zip(outs, dys)]
-            op = ctx.op
-            fn = ctx.grad_fn or op.grad
+            op = rec[0]
+            fn = rec[4] or op.grad
             if fn is None:
                 raise NotDifferentiableError(
                     f"No gradient is defined for op {op.name}. Define one (OpDef.def_grad / "
                     "tapeflow.custom_gradient), declare the op non-differentiable, or wrap its "
                     "use in tf.stop_gradient.", op=op.name, device=outs[0]._device)
-            ctx.needs = tuple([id(i) in watched for i in ctx.inputs])
+            inputs = rec[1]
+            ctx = _new(GradContext)
+            ctx.op = op
+            ctx.inputs = inputs
+            ctx.outputs = outs
+            ctx.attrs = rec[3]
+            ctx.grad_fn = rec[4]
+            ctx.needs = tuple([id(i) in watched for i in inputs])
             in_grads = fn(ctx, *dys)
-            inputs = ctx.inputs
             if type(in_grads) is not tuple:
                 in_grads = tuple(in_grads) if isinstance(in_grads, list) else (in_grads,)
             if len(in_grads) != len(inputs):

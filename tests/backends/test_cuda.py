@@ -232,7 +232,7 @@ def test_printing_bool_and_numpy_synchronise():
         x = tf.constant([[1.0, 2.0]])
         big = tf.matmul(tf.ones([2048, 2048]), tf.ones([2048, 2048]))   # queued work
         s = tf.reduce_sum(big)
-    assert str(x) == "tf.Tensor([[1. 2.]], shape=(1, 2), dtype=float32, device=cuda:0)"
+    assert str(x) == "tf.Tensor([[1. 2.]], shape=(1, 2), dtype=float32)"   # as on the CPU
     assert "device=cuda:0" in repr(x)
     assert float(s) == 2048.0 ** 3
     assert bool(tf.constant(True, device="gpu:0")) and not bool(tf.constant(0, device="gpu:0"))
@@ -240,7 +240,9 @@ def test_printing_bool_and_numpy_synchronise():
 
 
 @needs_gpu
-def test_memory_is_freed_when_tensors_die():
+def test_memory_is_freed_when_tensors_die(cp):
+    if getattr(cp, "FAKE", False):
+        pytest.skip("the NumPy stand-in for CuPy (tests/backends/fake_cupy) has no memory pool")
     mib = 2**20
     gc.collect()
     before = tf.config.memory_info("gpu:0")

@@ -1,0 +1,297 @@
+"""A NumPy-backed stand-in for CuPy: enough of its API to run tapeflow's CUDA backend
+(``tapeflow_cuda_cupy``) on a machine without a GPU, as one fake device ``cuda:0``.
+
+What it checks: the backend's Python layer (device listing, copies, lazy kernel
+registration and rebinding, the kernel table built from the shared ``xp`` sources with
+the CuPy compatibility namespace, the CUDA-specific wrappers, error messages). The raw
+CUDA kernels (row kernels, Philox) run through ``tapeflow_cuda_cupy.emulate`` (the same
+CUDA source compiled for the host); the fused ElementwiseKernels are replaced by NumPy
+equivalents of their bodies. It checks nothing about CuPy's own numerics or kernels.
+
+Put this directory first on ``sys.path`` (``PYTHONPATH``) to use it.
+"""
+
+import contextlib as _contextlib
+
+import numpy as _np
+from numpy import *  # noqa: F401,F403
+from numpy import lib, linalg  # noqa: F401
+
+__version__ = "0.0-fake"
+FAKE = True
+
+_pool_used = [0]
+
+
+class ndarray(_np.ndarray):
+    """A device array: a NumPy array that must be fetched with ``get()``; like CuPy's,
+    reductions and element access give 0-d arrays, not scalars."""
+
+    def get(self, stream=None):
+        return _np.array(self.view(_np.ndarray), copy=True)
+
+    @property
+    def device(self):
+        return cuda.Device(0)
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        return super().__array_wrap__(arr, context, False)
+
+    def __getitem__(self, key):
+        return _out(super().__getitem__(key))
+
+
+def _out(r):
+    if isinstance(r, ndarray):
+        return r
+    if isinstance(r, _np.ndarray):
+        return r.view(ndarray)
+    if isinstance(r, _np.generic):
+        return _np.asarray(r).view(ndarray)
+    if isinstance(r, tuple):
+        return tuple(_out(x) for x in r)
+    if isinstance(r, list):
+        return [_out(x) for x in r]
+    return r
+
+
+def _wrap(fn):
+    def f(*args, **kwargs):
+        return _out(fn(*args, **kwargs))
+    f.__name__ = getattr(fn, "__name__", "f")
+    f.__wrapped__ = fn
+    return f
+
+
+for _name in dir(_np):
+    _obj = getattr(_np, _name)
+    if (not _name.startswith("_") and callable(_obj) and not isinstance(_obj, (type, _np.ufunc))
+            and _name not in ("asarray", "ndarray", "errstate", "asnumpy")):
+        globals()[_name] = _wrap(_obj)
+del _name, _obj
+
+
+def asarray(a, dtype=None, order=None):
+    return _np.array(a, dtype=dtype, order=order, copy=True).view(ndarray)
+
+
+def asnumpy(a, stream=None):
+    return _np.array(a, copy=True)
+
+
+class _Pool:
+    def used_bytes(self):
+        return 0
+
+    def total_bytes(self):
+        return 0
+
+    def get_limit(self):
+        return 0
+
+    def free_all_blocks(self, stream=None):
+        pass
+
+
+_POOL = _Pool()
+
+
+def get_default_memory_pool():
+    return _POOL
+
+
+def get_default_pinned_memory_pool():
+    return _POOL
+
+
+class _Device:
+    def __init__(self, i=0):
+        self.id = i
+        self.attributes = {"MultiProcessorCount": 4}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def synchronize(self):
+        pass
+
+    def use(self):
+        pass
+
+
+class _OutOfMemoryError(MemoryError):
+    def __init__(self, size, total, limit=0):
+        super().__init__(f"Out of memory allocating {size:,} bytes (allocated so far: "
+                         f"{total:,} bytes).")
+
+
+class _Runtime:
+    @staticmethod
+    def getDeviceCount():
+        return 1
+
+    @staticmethod
+    def getDevice():
+        return 0
+
+    @staticmethod
+    def getDeviceProperties(i):
+        return {"name": b"Fake CUDA device (NumPy)", "totalGlobalMem": 16 * 2**30,
+                "major": 9, "minor": 0}
+
+    @staticmethod
+    def memGetInfo():
+        return 15 * 2**30, 16 * 2**30
+
+    @staticmethod
+    def deviceSynchronize():
+        pass
+
+
+class cuda:  # noqa: N801  (a namespace, as cupy.cuda)
+    runtime = _Runtime
+    Device = _Device
+
+    class memory:  # noqa: N801
+        OutOfMemoryError = _OutOfMemoryError
+
+
+_LIMIT = 8 * 2**30
+
+
+def _check_size(shape, dtype):
+    n = 1
+    for d in (shape if isinstance(shape, tuple) else (shape,)):
+        n *= int(d)
+    nbytes = n * _np.dtype(dtype).itemsize
+    if nbytes > _LIMIT:
+        raise _OutOfMemoryError(nbytes, 0)
+
+
+def full(shape, fill_value, dtype=None, order="C"):
+    _check_size(shape, dtype if dtype is not None else _np.asarray(fill_value).dtype)
+    return _out(_np.full(shape, fill_value, dtype=dtype, order=order))
+
+
+def empty(shape, dtype=float, order="C"):
+    _check_size(shape, dtype)
+    return _out(_np.empty(shape, dtype=dtype, order=order))
+
+
+def zeros(shape, dtype=float, order="C"):
+    _check_size(shape, dtype)
+    return _out(_np.zeros(shape, dtype=dtype, order=order))
+
+
+def argsort(a, axis=-1, kind=None):
+    return _out(_np.argsort(a, axis=axis, kind="stable"))
+
+
+# --- user kernels -----------------------------------------------------------------------
+
+def _ew_impls():
+    def acc(x):
+        return x.astype(_np.float32) if x.dtype == _np.float16 else x
+
+    def sigmoid(x):
+        v = acc(x)
+        with _np.errstate(over="ignore"):
+            e = _np.exp(-_np.abs(v))
+        return _np.where(v >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype)
+
+    return {
+        "relu_grad": lambda dy, x: (dy * (x > 0)).astype(dy.dtype),
+        "relu6_grad": lambda dy, x: (dy * ((x > 0) & (x < 6))).astype(dy.dtype),
+        "leaky_relu": lambda x, a: _np.where(x > 0, x, x * x.dtype.type(a)),
+        "leaky_relu_grad": lambda dy, x, a: _np.where(x > 0, dy, dy * dy.dtype.type(a)),
+        "elu": lambda x: _np.where(x > 0, x, _np.expm1(acc(_np.minimum(x, 0))).astype(x.dtype)),
+        "elu_grad": lambda dy, y: _np.where(y < 0, dy * (y + 1), dy),
+        "sigmoid": sigmoid,
+        "rsqrt": lambda x: (1 / _np.sqrt(acc(x))).astype(x.dtype),
+        "squared_difference": lambda x, y: _np.subtract(x, y) * _np.subtract(x, y),
+        "sigmoid_xent": lambda x, z: (_np.maximum(acc(x), 0) - acc(x) * acc(z)
+                                      + _np.log1p(_np.exp(-_np.abs(acc(x))))).astype(x.dtype),
+    }
+
+
+class ElementwiseKernel:
+    def __init__(self, in_params, out_params, operation, name, preamble="", **kw):
+        self.name = name
+        self.fn = _ew_impls()[name.removeprefix("tapeflow_")]
+
+    def __call__(self, *args):
+        return _out(_np.asarray(self.fn(*args)))
+
+
+class ReductionKernel:
+    def __init__(self, in_params, out_params, map_expr, reduce_expr, post_map_expr,
+                 identity, name, **kw):
+        self.name = name.removeprefix("tapeflow_")
+
+    def __call__(self, *args):
+        if self.name == "count_out_of_range":
+            i, n = args
+            return _out(_np.asarray(_np.count_nonzero((i < 0) | (i >= n)), dtype=_np.int64))
+        if self.name == "l2_loss":
+            (x,) = args
+            return _out(_np.asarray((x * x).sum() / 2, dtype=x.dtype))
+        raise NotImplementedError(self.name)
+
+
+class _EmulatedFunction:
+    def __init__(self, call):
+        self.call = call
+
+    def __call__(self, grid, block, args):
+        self.call(grid[0], block[0], args)
+
+
+def _emulate():
+    from tapeflow_cuda_cupy import emulate
+    return emulate
+
+
+class RawModule:
+    """The row kernels, through the host emulation of their CUDA source."""
+
+    def __init__(self, code, **kw):
+        self.code = code
+
+    def get_function(self, name):
+        em = _emulate()
+        if name == "tapeflow_softmax_rows":
+            def call(g, t, a):
+                x, y, rows, n, log_mode = a
+                y[...] = em.softmax_rows(x.reshape(-1, int(n)), bool(log_mode),
+                                         grid=g).reshape(y.shape)
+        elif name == "tapeflow_xent_rows":
+            def call(g, t, a):
+                x, lab, loss, rows, n = a
+                loss[...] = em.xent_rows(x.reshape(-1, int(n)), lab.reshape(-1, int(n)),
+                                         grid=g).reshape(loss.shape)
+        elif name == "tapeflow_sparse_xent_rows":
+            def call(g, t, a):
+                x, labels, loss, rows, n = a
+                loss[...] = em.sparse_xent_rows(x.reshape(-1, int(n)), labels.reshape(-1),
+                                                grid=g).reshape(loss.shape)
+        else:
+            raise KeyError(name)
+        return _EmulatedFunction(call)
+
+
+class RawKernel:
+    def __init__(self, code, name, **kw):
+        assert name == "tapeflow_philox4x64_10", name
+
+    def __call__(self, grid, block, args):
+        out, n, key, ctr = args
+        out[...] = _emulate().philox_raw64(int(n), int(key), int(ctr), grid=grid[0],
+                                           threads=block[0])
+
+
+@_contextlib.contextmanager
+def _noop(**kw):
+    yield

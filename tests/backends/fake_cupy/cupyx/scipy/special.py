@@ -1,0 +1,1 @@
+from scipy.special import *  # noqa: F401,F403
