@@ -214,6 +214,9 @@ class GradientTape:
     # --- watching ------------------------------------------------------------
     def watch(self, tensor):
         """Watch tensors or Variables (nested lists/tuples/dicts accepted)."""
+        if type(tensor) is Tensor:
+            self._watched[id(tensor)] = tensor
+            return
         for t in _nest_flatten(tensor, []):
             if isinstance(t, Variable):
                 self._watch_var(t, t._value)
@@ -258,8 +261,9 @@ class GradientTape:
                 "gradients (or jacobians); it freed its records after the first call. "
                 "Create the tape with tf.GradientTape(persistent=True) to call gradient() "
                 "several times.")
-        targets = _nest_flatten(target, [])
-        flat_sources = _nest_flatten(sources, [])
+        targets = [target] if type(target) is Tensor else _nest_flatten(target, [])
+        single = type(sources) is Tensor or isinstance(sources, Variable)
+        flat_sources = [sources] if single else _nest_flatten(sources, [])
         seeds = None if output_gradients is None else _nest_flatten(output_gradients, [])
         keep_recording = self._persistent and self._recording
         if not keep_recording:
@@ -270,7 +274,7 @@ class GradientTape:
             if not self._persistent:
                 self._used = True
                 self._release()
-        return _nest_pack(sources, iter(result))
+        return result[0] if single else _nest_pack(sources, iter(result))
 
     def _release(self):
         self._records = []

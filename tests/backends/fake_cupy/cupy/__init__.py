@@ -12,6 +12,7 @@ Put this directory first on ``sys.path`` (``PYTHONPATH``) to use it.
 """
 
 import contextlib as _contextlib
+import os as _os
 
 import numpy as _np
 from numpy import *  # noqa: F401,F403
@@ -21,6 +22,8 @@ __version__ = "0.0-fake"
 FAKE = True
 
 _pool_used = [0]
+_current = [0]                  # the current device (``with cupy.cuda.Device(i):``)
+_N_DEVICES = int(_os.environ.get("FAKE_CUPY_DEVICES", "1"))
 
 
 class ndarray(_np.ndarray):
@@ -30,9 +33,16 @@ class ndarray(_np.ndarray):
     def get(self, stream=None):
         return _np.array(self.view(_np.ndarray), copy=True)
 
+    def __array_finalize__(self, obj):
+        self._dev = _current[-1]
+
     @property
     def device(self):
-        return cuda.Device(0)
+        return cuda.Device(getattr(self, "_dev", 0))
+
+    @property
+    def data(self):
+        return _Ptr(self)
 
     def __array_wrap__(self, arr, context=None, return_scalar=False):
         return super().__array_wrap__(arr, context, False)
@@ -69,6 +79,15 @@ for _name in dir(_np):
             and _name not in ("asarray", "ndarray", "errstate", "asnumpy")):
         globals()[_name] = _wrap(_obj)
 del _name, _obj
+
+
+class _Ptr:
+    def __init__(self, arr):
+        self.arr = arr
+
+    def copy_from_device(self, src, nbytes):
+        dst = self.arr.view(_np.ndarray).reshape(-1).view(_np.uint8)
+        dst[:nbytes] = src.arr.view(_np.ndarray).reshape(-1).view(_np.uint8)[:nbytes]
 
 
 def asarray(a, dtype=None, order=None):
@@ -110,9 +129,11 @@ class _Device:
         self.attributes = {"MultiProcessorCount": 4}
 
     def __enter__(self):
+        _current.append(self.id)
         return self
 
     def __exit__(self, *exc):
+        _current.pop()
         return False
 
     def synchronize(self):
@@ -131,11 +152,11 @@ class _OutOfMemoryError(MemoryError):
 class _Runtime:
     @staticmethod
     def getDeviceCount():
-        return 1
+        return _N_DEVICES
 
     @staticmethod
     def getDevice():
-        return 0
+        return _current[-1]
 
     @staticmethod
     def getDeviceProperties(i):
