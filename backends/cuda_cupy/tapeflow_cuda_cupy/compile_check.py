@@ -120,7 +120,7 @@ def elementwise_source(name, dtype):
             refs.append(f"const T &{n} = _raw_{n}[_i];")
         else:
             args.append(f"const {_ctype(typ, 'T')} {n}")
-    for typ, n in _params(outs):
+    for _typ, n in _params(outs):
         args.append(f"T* _raw_{n}")
         refs.append(f"T &{n} = _raw_{n}[_i];")
     return (f"{_CUPY_HEADER}{_decl(dtype)}typedef {_CTYPE[dtype]} T;\n"
