@@ -11,7 +11,8 @@ import pytest
 
 
 def _run(*args, env=None):
-    e = dict(os.environ)
+    # a clean TAPEFLOW_* environment (the root conftest sets TAPEFLOW_DEFAULT_DEVICE)
+    e = {k: v for k, v in os.environ.items() if not k.startswith("TAPEFLOW_")}
     e.update(env or {})
     r = subprocess.run([sys.executable, "-m", "tapeflow", *args], capture_output=True, text=True,
                        timeout=120, env=e)

@@ -401,10 +401,10 @@ class Variable:
         return format(self._value, spec)
 
     def __repr__(self):
+        # exactly the seeds' form on every device (the tensor's repr names the device)
         v = self._value._repr_value()
-        dev = "" if self._value._device.is_host else f", device={self._value._device.name}"
         return (f"<tf.Variable '{self.name}' shape={tuple(self.shape)} dtype={self.dtype.name}"
-                f"{dev}, numpy={v}>")
+                f", numpy={v}>")
 
     __str__ = __repr__
 

@@ -375,7 +375,7 @@ def test_out_of_memory_is_resource_exhausted():
     msg = str(e.value)
     assert "cuda:0" in msg and ("1,099,511,627,776" in msg or "1099511627776" in msg), msg
     assert isinstance(e.value, MemoryError)
-    # from the host side too (a copy that cannot fit), and the device still works after
+    # the failed allocation leaves the device usable
     with tf.device("gpu:0"):
         ok = tf.reduce_sum(tf.ones([1000]))
     assert float(ok) == 1000.0

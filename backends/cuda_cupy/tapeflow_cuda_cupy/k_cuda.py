@@ -237,7 +237,7 @@ def build(cp, xp, shared):
         """Contiguous compute copy of x (float16 -> float32): (array, original dtype)."""
         dt = x.dtype
         if dt == _F16:
-            return x.astype(_F32), dt
+            return x.astype(_F32, order="C"), dt      # astype keeps strides by default
         return cp.ascontiguousarray(x), dt
 
     # --- softmax family ---------------------------------------------------------------
@@ -269,7 +269,8 @@ def build(cp, xp, shared):
                 or logits.dtype not in (_F16, _F32, _F64)):
             return sh_xent(logits, labels, axis=axis)
         xc, dt = as_rows(logits)
-        lc = labels.astype(xc.dtype) if labels.dtype != xc.dtype else cp.ascontiguousarray(labels)
+        lc = (labels.astype(xc.dtype, order="C") if labels.dtype != xc.dtype
+              else cp.ascontiguousarray(labels))
         n = xc.shape[-1]
         rows = xc.size // n
         loss = cp.empty(xc.shape[:-1], dtype=xc.dtype)

@@ -20,7 +20,8 @@ def _host(out):
 def _device_of(out):
     """The device of ``out`` when it is a tensor; the harness hands ``check`` host
     arrays, and then the reproducibility draws run on the default device."""
-    return getattr(out, "device", None)
+    # (NumPy 2 arrays have .device == "cpu" too: only a Tensor's device counts)
+    return out.device if isinstance(out, tf.Tensor) else None
 
 
 def _reproducible(fn, args, kwargs, device):

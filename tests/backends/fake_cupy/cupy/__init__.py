@@ -267,6 +267,9 @@ class _EmulatedFunction:
         self.call = call
 
     def __call__(self, grid, block, args):
+        for a in args:   # a raw kernel indexes memory row-major: strided input is a bug
+            if isinstance(a, _np.ndarray) and not a.flags.c_contiguous:
+                raise ValueError("raw kernel launched with a non-C-contiguous array")
         self.call(grid[0], block[0], args)
 
 
