@@ -58,9 +58,48 @@ from .plugins import manager as _pm  # noqa: E402  (the module)
 _pm.register_builtin(_b, "tapeflow-builtin-ops")
 _pm.ensure_loaded()
 
-# The seeds' `tfe.*` / `tf.contrib.eager.*` names.
-Iterator = None  # replaced by tapeflow.data once the training stack lands
-contrib = _types.SimpleNamespace(eager=None)
+# The training stack lives in subpackages loaded on first use (import stays fast):
+# tf.layers, tf.keras, tf.train, tf.losses, tf.metrics, tf.summary, tf.data, tf.datasets.
+_LAZY_MODULES = ("layers", "keras", "train", "losses", "metrics", "summary", "data",
+                 "datasets", "models", "function")
+# The seeds' `tfe.*` names that live in those subpackages: name -> (module, attribute)
+_LAZY_NAMES = {
+    "Network": ("models", "Network"),
+    "Iterator": ("data", "Iterator"),
+    "Saver": ("train", "Saver"),
+    "restore_variables_on_create": ("train", "restore_variables_on_create"),
+    "Checkpoint": ("train", "Checkpoint"),
+}
+
+
+def __getattr__(name):
+    import importlib
+    if name in _LAZY_MODULES:
+        mod = importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = mod
+        return mod
+    if name in _LAZY_NAMES:
+        modname, attr = _LAZY_NAMES[name]
+        value = getattr(importlib.import_module(f"{__name__}.{modname}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tapeflow' has no attribute {name!r}")
+
+
+class _Contrib:
+    """``tf.contrib.eager`` (this package) and ``tf.contrib.summary`` as in the seeds."""
+
+    @property
+    def eager(self):
+        import sys
+        return sys.modules[__name__]
+
+    @property
+    def summary(self):
+        return __getattr__("summary")
+
+
+contrib = _Contrib()
 
 
 class _TestNS:
@@ -70,20 +109,8 @@ class _TestNS:
 
     @staticmethod
     def is_built_with_cuda():
-        return any(d.type == "cuda" for d in _list_all())
-
-
-def _list_all():
-    from .devices import _table
-    return list(_table.by_name.values())
+        from .devices import _table
+        return any(d.type == "cuda" for d in _table.by_name.values())
 
 
 test = _TestNS()
-
-
-def _finish():
-    import sys
-    contrib.eager = sys.modules[__name__]
-
-
-_finish()

@@ -21,6 +21,7 @@ tf.Tensor(
 from __future__ import annotations
 
 import itertools
+import sys
 
 import numpy as np
 
@@ -90,6 +91,10 @@ class TensorShape(tuple):
 Dimension = int
 
 _new = object.__new__
+# sys.getrefcount of a Variable's value Tensor / its array inside Variable._update when
+# only the Variable holds them (self._value or cur._data, the local, the call's argument)
+_DONATE_T = 3
+_DONATE_A = 3
 
 
 class Tensor:
@@ -440,19 +445,31 @@ class Variable:
         return self
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True):
-        from .tape import stop_all_recording
-        d = self._checked(delta, "assign_add")
-        with stop_all_recording():
-            from . import math as _m
-            self._value = _m.add(self._value, d)
-        return self
+        """Add ``delta`` (same dtype; same shape unless the Variable's shape is free)."""
+        return self._update(delta, "assign_add", np.add)
 
     def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+        """Subtract ``delta`` (same dtype; same shape unless the Variable's shape is free)."""
+        return self._update(delta, "assign_sub", np.subtract)
+
+    def _update(self, delta, op, ufunc):
         from .tape import stop_all_recording
-        d = self._checked(delta, "assign_sub")
+        d = self._checked(delta, op)
+        cur = self._value
+        arr = cur._data
+        # Buffer donation (docs/decisions.md section 10): when no one but this Variable
+        # can see the host buffer -- no tape, no user reference to the value, no view
+        # of it -- update it in place instead of allocating a new one. Otherwise (the
+        # common case inside a GradientTape) fall back to the immutable update.
+        if (type(arr) is np.ndarray and arr.base is None and arr.flags.writeable
+                and d._data.shape == arr.shape and cur._device.is_host
+                and sys.getrefcount(cur) <= _DONATE_T and sys.getrefcount(arr) <= _DONATE_A):
+            ufunc(arr, d._data, out=arr)
+            self._value = _wrap(arr, cur._device)
+            return self
         with stop_all_recording():
             from . import math as _m
-            self._value = _m.subtract(self._value, d)
+            self._value = (_m.add if op == "assign_add" else _m.subtract)(cur, d)
         return self
 
     # Variables behave like their value in ops; operators are installed by
