@@ -27,6 +27,7 @@ static PyObject *slow_binary = NULL;      /* execute.binary(op, a, b) */
 static PyObject *local_obj = NULL;        /* tape._local (threading.local) */
 static PyObject *empty_dict = NULL;
 static PyObject *str_dtype = NULL, *str_type = NULL, *str_recorders = NULL;
+static PyObject *str_differentiable = NULL;
 
 /*
  * record(op, inputs, outputs, attrs, grad_fn): tape._record_py in C. For every
@@ -139,7 +140,7 @@ counter_is_zero(PyObject *lst)
 static int
 op_differentiable(PyObject *op)
 {
-    PyObject *d = PyObject_GetAttrString(op, "differentiable");
+    PyObject *d = PyObject_GetAttr(op, str_differentiable);
     if (d == NULL) {
         PyErr_Clear();
         return 1;
@@ -347,7 +348,9 @@ PyInit__speedups(void)
     str_dtype = PyUnicode_InternFromString("dtype");
     str_type = PyUnicode_InternFromString("type");
     str_recorders = PyUnicode_InternFromString("recorders");
-    if (empty_dict == NULL || str_dtype == NULL || str_type == NULL || str_recorders == NULL)
+    str_differentiable = PyUnicode_InternFromString("differentiable");
+    if (empty_dict == NULL || str_dtype == NULL || str_type == NULL || str_recorders == NULL
+        || str_differentiable == NULL)
         return NULL;
     Py_INCREF(&BinOpType);
     if (PyModule_AddObject(m, "BinOp", (PyObject *)&BinOpType) < 0)
