@@ -343,6 +343,172 @@ def make_binary_operator(op, reverse=False):
     return method
 
 
+def _prepare(op, inputs):
+    """The general path: convert, promote, place. Returns (tensors, device)."""
+    if op.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+        inputs = tuple(inputs[0])
+    scope = _devs.current_device()
+    vals = []
+    strong = []
+    weak = []
+    tensor_dev = None
+    for x in inputs:
+        if isinstance(x, Variable):
+            x = x.read_value()   # watched by active tapes
+        if isinstance(x, Tensor):
+            strong.append(x.dtype)
+            d = x._device
+            if tensor_dev is None or (tensor_dev.is_host and not d.is_host):
+                tensor_dev = d
+        elif op.dtype_rule == "same":
+            w = _weak(x)
+            if w is None:
+                if isinstance(x, (np.ndarray, np.generic)):
+                    strong.append(_dt.from_numpy(x.dtype))
+                else:
+                    strong.append(constant(x, device="cpu:0").dtype)
+            else:
+                weak.append(w)
+        vals.append(x)
+    dev = scope or tensor_dev or _devs.current_device() or _devs.default_device()
+    target = None
+    if op.dtype_rule == "same" and (strong or weak):
+        if strong and all(s is strong[0] for s in strong) and not weak:
+            target = strong[0]
+        else:
+            try:
+                target = _dt.result_type(*strong, *weak)
+            except (TypeError, OverflowError) as e:
+                raise InvalidArgumentError(
+                    f"Cannot promote input dtypes {[s.name for s in strong]} with Python "
+                    f"values {weak}: {e}", op=op.name, device=dev) from None
+    out = []
+    for x in vals:
+        if isinstance(x, Tensor):
+            if target is not None and x._data.dtype != target.np:
+                from . import math as _m
+                x = _m.cast(x, target)
+            if x._device is not dev:
+                x = _move(op, x, dev, scope is not None, inputs)
+        else:
+            try:
+                a = _np_from_python(x, target)
+            except InvalidArgumentError as e:
+                raise e.with_context(op.name, dev) from None
+            if target is not None and a.dtype != target.np:
+                a = a.astype(target.np)
+            x = _wrap(_to_device(a, dev), dev)
+        out.append(x)
+    return tuple(out), dev
+
+
+def _move(op, x, dev, in_scope, inputs):
+    small = x._device.is_host and x.size <= SMALL_HOST_ELEMENTS
+    mode = policy.mode
+    if small or (in_scope and x._device.is_host) or mode != "explicit":
+        if not small:
+            policy.silent_copies += 1
+            if mode == "warn":
+                warnings.warn(f"{op.name}: copying an input of shape {tuple(x.shape)} from "
+                              f"{x._device} to {dev}", stacklevel=4)
+        return copy_to_device(x, dev)
+    desc = ", ".join(f"{getattr(v, 'device', 'host')}:{tuple(getattr(v, 'shape', ()))}"
+                     for v in inputs)
+    raise DeviceMismatchError(
+        f"Inputs of {op.name} are on different devices (device:shape = {desc}). "
+        f"Move them with .to('{dev}') / .cpu() / .gpu(), run the op inside "
+        f"`with tf.device('{dev}')`, or allow copies with "
+        "tf.config.set_device_policy('silent').", op=op.name, device=dev)
+
+
+def _run(op, tensors, dev, attrs):
+    entry = op.kernels.get(dev.type)
+    if entry is None:
+        if op.composite is not None:
+            return op.composite(*tensors, **attrs)
+        raise kernel_not_found(op, dev, _key_dtype(op, tensors, attrs))
+    if entry.np_dtypes is not None:
+        kd = _key_dtype(op, tensors, attrs)
+        if kd not in entry.np_dtypes:
+            if op.composite is not None:
+                return op.composite(*tensors, **attrs)
+            raise kernel_not_found(op, dev, kd)
+    arrays = [t._data for t in tensors]
+    try:
+        if entry.needs_device:
+            out = entry.fn(*arrays, device=dev, **attrs)
+        elif attrs:
+            out = entry.fn(*arrays, **attrs)
+        else:
+            out = entry.fn(*arrays)
+    except Exception as e:
+        raise _translate(e, op, dev, tensors, attrs) from None
+    if op.num_outputs == 1:
+        res = _wrap(out, dev)
+        if _tapes_active[0] and op.differentiable and tensors:
+            record(op, tensors, (res,), attrs)
+        return res
+    outs = tuple(_wrap(o, dev) for o in out)
+    if _tapes_active[0] and op.differentiable and tensors:
+        record(op, tensors, outs, attrs)
+    return outs
+
+
+def _key_dtype(op, tensors, attrs):
+    k = op.dtype_from
+    if type(k) is int:
+        if k < len(tensors):
+            return tensors[k]._data.dtype
+        return np.dtype(np.float32)
+    d = attrs.get(k)
+    return np.dtype(np.float32) if d is None else _dt.as_dtype(d).np
+
+
+def describe_inputs(tensors, attrs=None):
+    parts = []
+    for t in tensors:
+        parts.append(f"{t.dtype.name}{list(t._data.shape)}")
+    s = "inputs: (" + ", ".join(parts) + ")"
+    if attrs:
+        s += ", attrs: {" + ", ".join(f"{k}={_short(v)}" for k, v in attrs.items()
+                                      if k != "device") + "}"
+    return s
+
+
+def _translate(e, op, dev, tensors, attrs):
+    """Turn whatever a kernel raised into a tapeflow error naming op and device."""
+    if isinstance(e, OpError):
+        return e.with_context(op.name, dev)
+    if isinstance(e, TapeflowError):
+        return e
+    if isinstance(e, MemoryError):
+        # backends' OOM errors (numpy's, cupy's OutOfMemoryError) subclass MemoryError
+        # and name the requested size; keep their text
+        detail = str(e) or "allocation failed"
+        return ResourceExhaustedError(
+            f"Out of memory: {detail}; {describe_inputs(tensors, attrs)}. Free "
+            "tensors you no longer need (del them) or use smaller batches.",
+            op=op.name, device=dev)
+    err = InvalidArgumentError(
+        f"{type(e).__name__}: {e}; {describe_inputs(tensors, attrs)}", op=op.name, device=dev)
+    if op.infer is not None:
+        try:
+            op.infer([t.shape for t in tensors], [t.dtype for t in tensors], attrs)
+        except InvalidArgumentError as ie:
+            err = InvalidArgumentError(f"{ie.message}; {describe_inputs(tensors, attrs)}",
+                                       op=op.name, device=dev)
+        except Exception:
+            pass
+    err.__cause__ = e
+    return err
+
+
+# The device-copy op: recorded so gradients flow back across devices.
+from .registry import OpDef  # noqa: E402
+
+_COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad)
+
+
 def _load_speedups():
     """Bind the optional C fast paths: Tensor operators and ``tape.record``."""
     global record
