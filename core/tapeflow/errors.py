@@ -18,7 +18,7 @@ from __future__ import annotations
 __all__ = [
     "TapeflowError", "OpError", "InvalidArgumentError", "NotFoundError", "UnimplementedError",
     "DeviceMismatchError", "ResourceExhaustedError", "FailedPreconditionError",
-    "NotDifferentiableError", "PluginError", "PluginConflictError",
+    "NotDifferentiableError", "DataLossError", "PluginError", "PluginConflictError",
 ]
 
 
@@ -86,6 +86,10 @@ class FailedPreconditionError(OpError, RuntimeError):
 
 class NotDifferentiableError(OpError, LookupError):
     """A gradient was requested through an op that has no gradient rule."""
+
+
+class DataLossError(OpError):
+    """Unrecoverable data loss or corruption (a truncated or corrupt checkpoint file)."""
 
 
 class PluginError(TapeflowError, RuntimeError):

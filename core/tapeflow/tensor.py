@@ -91,6 +91,8 @@ class TensorShape(tuple):
 Dimension = int
 
 _new = object.__new__
+#: callables run with every new Variable (tapeflow.train's restore_variables_on_create)
+_creation_hooks: list = []
 # sys.getrefcount of a Variable's value Tensor / its array inside Variable._update when
 # only the Variable holds them (self._value or cur._data, the local, the call's argument)
 _DONATE_T = 3
@@ -335,6 +337,9 @@ class Variable:
         self._name = (name or "Variable")
         self._id = next(Variable._uid)
         self._shape_fixed = validate_shape and shape is None
+        if _creation_hooks:
+            for hook in tuple(_creation_hooks):
+                hook(self)
 
     # identity -----------------------------------------------------------------
     @property
@@ -453,7 +458,6 @@ class Variable:
         return self._update(delta, "assign_sub", np.subtract)
 
     def _update(self, delta, op, ufunc):
-        from .tape import stop_all_recording
         d = self._checked(delta, op)
         cur = self._value
         arr = cur._data
@@ -467,6 +471,7 @@ class Variable:
             ufunc(arr, d._data, out=arr)
             self._value = _wrap(arr, cur._device)
             return self
+        from .tape import stop_all_recording
         with stop_all_recording():
             from . import math as _m
             self._value = (_m.add if op == "assign_add" else _m.subtract)(cur, d)
