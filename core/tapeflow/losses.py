@@ -77,10 +77,21 @@ def _t(x):
     return convert_to_tensor(x)
 
 
+def _follow(labels, like):
+    """Host labels follow the predictions to their device, as layers move host inputs
+    to their variables' device (a dataset yields host tensors; the model may be on a GPU)."""
+    if labels._device is not like._device and labels._device.is_host:
+        from .execute import copy_to_device
+        labels = copy_to_device(labels, like._device)
+    return labels
+
+
 def _float(x, like=None):
-    """``x`` as a floating tensor: ``like``'s dtype when given, else float32 for ints."""
+    """``x`` as a floating tensor: ``like``'s dtype (and device) when given, else float32
+    for ints."""
     t = _t(x)
     if like is not None:
+        t = _follow(t, like)
         return _m.cast(t, like.dtype) if t.dtype != like.dtype else t
     return t if t.dtype.is_floating else _m.cast(t, "float32")
 
@@ -156,7 +167,7 @@ def sparse_softmax_cross_entropy(labels, logits, weights=1.0, scope=None,
     """Cross entropy of ``softmax(logits)`` with integer class ``labels``, reduced
     (default: the mean over the examples)."""
     logits = _t(logits)
-    labels = _squeeze_labels(_t(labels), logits)
+    labels = _squeeze_labels(_follow(_t(labels), logits), logits)
     losses = _nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
     return compute_weighted_loss(losses, weights, reduction=reduction)
 

@@ -1,0 +1,221 @@
+"""Real data sets read from files a package installed: never downloaded at run time.
+
+* :func:`load_digits` / ``digits.load_data()``: scikit-learn's bundled 8x8
+  handwritten digits (1,797 images), split into a fixed train and test set.
+* ``fashion_mnist.load_data()``: Fashion-MNIST (70,000 28x28 images) from its IDX
+  files, as Debian's ``dataset-fashion-mnist`` package installs them
+  (``/usr/share/datasets/fashion-mnist``) or in ``$TAPEFLOW_DATA_DIR``.
+* ``mnist.load_data()``: MNIST from its IDX files in ``$TAPEFLOW_DATA_DIR`` (or a
+  ``mnist.npz`` Keras already downloaded); no package ships it, so without the files
+  it says how to get them and points to the two data sets above.
+
+Each ``load_data()`` returns ``((x_train, y_train), (x_test, y_test))`` NumPy arrays
+as Keras does: images uint8 in [0, 255] of shape (n, height, width), labels uint8.
+
+>>> import tapeflow as tf
+>>> (x_train, y_train), (x_test, y_test) = tf.datasets.digits.load_data()
+>>> x_train.shape, x_train.dtype, y_test.shape, int(x_train.max())
+((1437, 8, 8), dtype('uint8'), (360,), 255)
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import os
+import types
+
+import numpy as np
+
+__all__ = ["load_digits", "digits", "fashion_mnist", "mnist", "DatasetNotFoundError",
+           "read_idx", "DATA_DIR_ENV"]
+
+DATA_DIR_ENV = "TAPEFLOW_DATA_DIR"
+DEBIAN_DATA_ROOT = "/usr/share/datasets"
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A data set's files are not on this machine (the message says how to get them)."""
+
+
+# --- IDX files --------------------------------------------------------------------------
+
+_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4",
+              0x0E: ">f8"}
+
+
+def read_idx(path) -> np.ndarray:
+    """The array in an IDX file (``.gz`` compressed or not), as in (Fashion-)MNIST."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
+        raise ValueError(f"{path}: not an IDX file (bad magic number {data[:4]!r})")
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+    dtype = np.dtype(_IDX_TYPES[data[2]])
+    offset = 4 + 4 * ndim
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(data) - offset < count * dtype.itemsize:
+        raise ValueError(f"{path}: truncated IDX file ({len(data) - offset} bytes of data, "
+                         f"{count * dtype.itemsize} expected for shape {shape})")
+    a = np.frombuffer(data, dtype, count, offset).reshape(shape)
+    return a.astype(dtype.newbyteorder("="), copy=True)
+
+
+_IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def _find_idx(directory):
+    """The four IDX paths in ``directory`` (each plain or .gz), or None."""
+    if not directory or not os.path.isdir(directory):
+        return None
+    paths = []
+    for name in _IDX_NAMES:
+        for candidate in (name + ".gz", name, name.replace("-idx", ".idx")):
+            p = os.path.join(directory, candidate)
+            if os.path.isfile(p):
+                paths.append(p)
+                break
+        else:
+            return None
+    return paths
+
+
+def _candidate_dirs(subdir, path):
+    dirs = []
+    if path is not None:
+        dirs.append(os.fspath(path))
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        dirs += [os.path.join(env, subdir), env]
+    dirs.append(os.path.join(DEBIAN_DATA_ROOT, subdir))
+    return dirs
+
+
+def _load_idx_set(subdir, path):
+    dirs = _candidate_dirs(subdir, path)
+    for d in dirs:
+        paths = _find_idx(d)
+        if paths is not None:
+            x_train, y_train, x_test, y_test = (read_idx(p) for p in paths)
+            return (x_train, y_train), (x_test, y_test)
+    return dirs
+
+
+def _files_hint(subdir):
+    return (f"the four IDX files ({', '.join(n + '.gz' for n in _IDX_NAMES)}; plain or "
+            f"gzipped) in a directory, then set {DATA_DIR_ENV}=that directory (or its parent, "
+            f"with them in {DATA_DIR_ENV}/{subdir}/)")
+
+
+# --- Fashion-MNIST ----------------------------------------------------------------------
+
+def _fashion_mnist_load_data(path=None):
+    """Fashion-MNIST: ((x_train (60000, 28, 28) uint8, y_train (60000,) uint8),
+    (x_test (10000, 28, 28), y_test (10000,))); labels 0-9 are
+    :data:`FASHION_MNIST_CLASSES`. Looks in ``path``, ``$TAPEFLOW_DATA_DIR/fashion-mnist``,
+    ``$TAPEFLOW_DATA_DIR`` and ``/usr/share/datasets/fashion-mnist`` (Debian's
+    ``dataset-fashion-mnist``); never downloads."""
+    found = _load_idx_set("fashion-mnist", path)
+    if isinstance(found, tuple):
+        return found
+    raise DatasetNotFoundError(
+        "Fashion-MNIST is not on this machine (looked in: " + ", ".join(found) + "). "
+        "tapeflow never downloads data. To get it, either\n"
+        "  * install Debian/Ubuntu's package: sudo apt-get install dataset-fashion-mnist\n"
+        f"    (it puts the files in {DEBIAN_DATA_ROOT}/fashion-mnist), or\n"
+        "  * put " + _files_hint("fashion-mnist") + ".\n"
+        "scikit-learn's digits need nothing: tf.datasets.load_digits().")
+
+
+FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
+                         "Shirt", "Sneaker", "Bag", "Ankle boot")
+
+
+# --- MNIST ------------------------------------------------------------------------------
+
+def _keras_mnist_npz():
+    return os.path.join(os.path.expanduser("~"), ".keras", "datasets", "mnist.npz")
+
+
+def _mnist_load_data(path=None):
+    """MNIST in Keras' layout, from the IDX files in ``path``,
+    ``$TAPEFLOW_DATA_DIR/mnist`` or ``$TAPEFLOW_DATA_DIR``, or an ``mnist.npz`` (``path``
+    itself, or the one Keras keeps in ``~/.keras/datasets``). Never downloads: without
+    the files the error says how to get them, or to use Fashion-MNIST or the digits."""
+    npz_candidates = [os.fspath(path)] if path is not None and str(path).endswith(".npz") \
+        else [_keras_mnist_npz()]
+    for npz in npz_candidates:
+        if os.path.isfile(npz):
+            with np.load(npz) as f:
+                return (f["x_train"], f["y_train"]), (f["x_test"], f["y_test"])
+    found = _load_idx_set("mnist", None if path is not None and str(path).endswith(".npz")
+                          else path)
+    if isinstance(found, tuple):
+        return found
+    raise DatasetNotFoundError(
+        "MNIST is not on this machine (looked in: " + ", ".join(found + npz_candidates)
+        + "). tapeflow never downloads data and no package ships MNIST; either put "
+        + _files_hint("mnist") + ", or use a data set a package installs:\n"
+        "  * tf.datasets.fashion_mnist.load_data()  (same shapes and dtypes; "
+        "sudo apt-get install dataset-fashion-mnist)\n"
+        "  * tf.datasets.digits.load_data()  (8x8 digits shipped with scikit-learn)")
+
+
+# --- scikit-learn's digits --------------------------------------------------------------
+
+def _digits_csv():
+    """Path of scikit-learn's digits.csv.gz, found without importing scikit-learn."""
+    spec = importlib.util.find_spec("sklearn")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for root in spec.submodule_search_locations:
+        p = os.path.join(root, "datasets", "data", "digits.csv.gz")
+        if os.path.isfile(p):
+            return p
+    return None
+
+
+def _digits_arrays():
+    """(images (1797, 8, 8) with values 0..16, labels (1797,))."""
+    path = _digits_csv()
+    if path is not None:
+        data = np.loadtxt(path, delimiter=",")
+        return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(np.int64)
+    try:
+        from sklearn.datasets import load_digits as sk_load_digits
+    except ImportError:
+        raise DatasetNotFoundError(
+            "the digits data set comes with scikit-learn, which is not installed: "
+            "pip install scikit-learn") from None
+    d = sk_load_digits()
+    return d.images, d.target
+
+
+def load_digits(test_size=360, seed=0):
+    """scikit-learn's 8x8 handwritten digits as ((x_train, y_train), (x_test, y_test)):
+    images uint8 in [0, 255] of shape (n, 8, 8) (the original 0..16 levels scaled),
+    labels uint8 0-9. The split is fixed: a permutation drawn with ``seed`` puts
+    ``test_size`` images (default 360, about 20%) in the test set and 1437 in the
+    training set."""
+    images, labels = _digits_arrays()
+    images = np.round(images * (255.0 / 16.0)).astype(np.uint8)
+    labels = labels.astype(np.uint8)
+    order = np.random.default_rng(seed).permutation(len(images))
+    test, train = order[:test_size], order[test_size:]
+    return (images[train], labels[train]), (images[test], labels[test])
+
+
+def _namespace(name, load_data, **extra):
+    ns = types.SimpleNamespace(load_data=load_data, **extra)
+    ns.__name__ = f"{__name__}.{name}"
+    return ns
+
+
+digits = _namespace("digits", lambda: load_digits())
+digits.load_data.__doc__ = load_digits.__doc__
+fashion_mnist = _namespace("fashion_mnist", _fashion_mnist_load_data,
+                           CLASSES=FASHION_MNIST_CLASSES)
+mnist = _namespace("mnist", _mnist_load_data)

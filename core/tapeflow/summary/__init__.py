@@ -1,0 +1,50 @@
+"""TensorBoard summaries (``tf.summary``, also reachable as ``tf.contrib.summary``).
+
+Writes real TensorBoard event files (TFRecord-framed ``Event`` protobufs, encoded
+here without TensorFlow or protobuf) that TensorBoard reads::
+
+    writer = tf.contrib.summary.create_file_writer("./tb/")
+    writer.set_as_default()
+    for _ in range(10):
+        global_step.assign_add(1)
+        with tf.contrib.summary.record_summaries_every_n_global_steps(100):
+            tf.contrib.summary.scalar("global_step", global_step)
+
+As in ``tf.contrib.summary`` (seed 002), summary ops record only while a writer is
+the default (``writer.as_default()`` / ``writer.set_as_default()``) AND a recording
+policy is on: ``always_record_summaries()``,
+``record_summaries_every_n_global_steps(n)`` (records when global_step % n == 0) or
+``record_if(condition)``. The step is ``step=`` when given, else the step of the
+``as_default(step=...)`` block or of :func:`set_step`, else the global step
+(``tf.train.get_or_create_global_step()``).
+
+>>> import glob, os, tempfile
+>>> import tapeflow as tf
+>>> logdir = tempfile.mkdtemp()
+>>> writer = tf.summary.create_file_writer(logdir)
+>>> with writer.as_default(), tf.summary.always_record_summaries():
+...     for step in range(3):
+...         _ = tf.summary.scalar("loss", 1.0 / (step + 1), step=step)
+>>> [os.path.basename(p).split(".")[:3] for p in glob.glob(logdir + "/*")]
+[['events', 'out', 'tfevents']]
+"""
+
+from __future__ import annotations
+
+import types as _types
+
+from ._records import read_records
+from .ops import flush, histogram, image, scalar
+from .writer import (SummaryWriter, always_record_summaries, create_file_writer,
+                     create_noop_writer, create_summary_file_writer, get_default_writer,
+                     get_step, never_record_summaries, record_if,
+                     record_summaries_every_n_global_steps, set_step, should_record_summaries)
+
+#: ``tf.summary.experimental.set_step`` / ``get_step`` (TF 2 names)
+experimental = _types.SimpleNamespace(set_step=set_step, get_step=get_step)
+
+__all__ = ["SummaryWriter", "create_file_writer", "create_summary_file_writer",
+           "create_noop_writer", "always_record_summaries", "never_record_summaries",
+           "record_summaries_every_n_global_steps", "record_if", "should_record_summaries",
+           "scalar", "histogram", "image", "flush", "set_step", "get_step",
+           "get_default_writer", "read_records", "experimental"]
