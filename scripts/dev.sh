@@ -21,10 +21,11 @@ PY="${PYTHON:-python3}"
 
 # The two local distributions depend on each other, so they go in ONE pip command.
 # The test environment also installs the CUDA backend's plugin (without CuPy): it loads,
-# reports cuda unavailable with the reason, and its CPU-side tests run.
+# reports cuda unavailable with the reason, and its CPU-side tests run; and the example
+# op plugin plugins/gelu, whose tests the root's pytest configuration collects.
 RUNTIME_REQS=(-e "$ROOT/core" -e "$ROOT/backends/cpu_numpy")
 TEST_REQS=(-e "$ROOT/core[test]" -e "$ROOT/backends/cpu_numpy" -e "$ROOT/backends/cuda_cupy"
-           "pytest-xdist>=3")
+           -e "$ROOT/plugins/gelu" "pytest-xdist>=3")
 
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'scripts/dev.sh: %s\n' "$*" >&2; exit 2; }
@@ -54,7 +55,7 @@ stamp_of() {
 import hashlib, pathlib, sys
 mode, root, reqs = sys.argv[1:4]
 h = hashlib.sha256(f"{mode}\n{sys.version}\n{reqs}\n".encode())
-for dist in ("core", "backends/cpu_numpy", "backends/cuda_cupy"):
+for dist in ("core", "backends/cpu_numpy", "backends/cuda_cupy", "plugins/gelu"):
     base = pathlib.Path(root, dist)
     files = [base / n for n in ("pyproject.toml", "setup.py", "setup.cfg")]
     files += [p for ext in ("*.c", "*.h", "*.pyx") for p in base.rglob(ext)]
@@ -82,7 +83,7 @@ install() {   # install MODE: "runtime" or "test"
     want="$(stamp_of "$mode")"
     [ -f "$stamp_file" ] && have="$(cat "$stamp_file")"
     local dists=(tapeflow tapeflow-cpu-numpy)
-    [ "$mode" = test ] && dists+=(tapeflow-cuda-cupy pytest hypothesis pytest-xdist)
+    [ "$mode" = test ] && dists+=(tapeflow-cuda-cupy tapeflow-gelu pytest hypothesis pytest-xdist)
     if [ "${TAPEFLOW_REINSTALL:-0}" != 1 ] && [ "$want" = "$have" ] && installed "${dists[@]}"; then
         return
     fi

@@ -30,7 +30,7 @@ from .array import *  # noqa: F401,F403
 from .linalg import einsum, matmul, norm, tensordot  # noqa: F401
 from .random import (random_normal, random_shuffle, random_uniform,  # noqa: F401
                      set_random_seed, truncated_normal)
-from . import config, plugins
+from . import config, plugins, ops
 
 bool = bool_  # noqa: A001  (tf.bool)
 newaxis = None

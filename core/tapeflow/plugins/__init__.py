@@ -1,11 +1,16 @@
 """The public plugin API: everything an op or backend plugin needs.
 
->>> from tapeflow.plugins import OpDef, Backend, hookimpl, register
->>> sorted(n for n in ("OpDef", "Backend", "hookimpl", "register", "Registry"))
-['Backend', 'OpDef', 'Registry', 'hookimpl', 'register']
+>>> from tapeflow.plugins import Library, OpDef, Backend, hookimpl, register
+>>> import tapeflow.plugins
+>>> sorted(n for n in ("Library", "OpDef", "Backend", "hookimpl", "register", "Registry")
+...        if n in tapeflow.plugins.__all__)
+['Backend', 'Library', 'OpDef', 'Registry', 'hookimpl', 'register']
 
-A plugin is a module (or object) implementing some of the hooks in
-:mod:`tapeflow.plugins.hookspecs`, found through the entry-point group
+Two equivalent forms. A module declares its ops with a :class:`Library`
+(``@lib.op``, ``@lib.kernel``, ``@lib.gradient``, ``lib.non_differentiable``,
+``@lib.infer``), which implements the hooks itself; or a module (or object)
+implements some of the hooks in :mod:`tapeflow.plugins.hookspecs` and calls the
+:class:`Registry` it is handed. Either is found through the entry-point group
 ``tapeflow``; ``register(obj)`` adds one in-process. See ``docs/plugins.md``.
 """
 
@@ -13,11 +18,12 @@ from ..devices import Backend, Device
 from ..errors import PluginConflictError, PluginError
 from ..registry import REQUIRED, GradContext, KernelEntry, OpDef, get_op
 from .hookspecs import API_VERSION, hookimpl, hookspec
+from .library import Library
 from .manager import (ENTRY_POINT_GROUP, PluginInfo, Registry, ensure_loaded, known_gaps,
                       plugin_report, register)
 from .manager import _manager as plugin_manager
 
 __all__ = ["API_VERSION", "Backend", "Device", "ENTRY_POINT_GROUP", "GradContext", "KernelEntry",
-           "OpDef", "PluginConflictError", "PluginError", "PluginInfo", "REQUIRED", "Registry",
-           "ensure_loaded", "get_op", "hookimpl", "hookspec", "known_gaps", "plugin_manager",
-           "plugin_report", "register"]
+           "Library", "OpDef", "PluginConflictError", "PluginError", "PluginInfo", "REQUIRED",
+           "Registry", "ensure_loaded", "get_op", "hookimpl", "hookspec", "known_gaps",
+           "plugin_manager", "plugin_report", "register"]

@@ -80,21 +80,25 @@ class Registry:
         self._grads.append((op, fn, override))
 
     def declare_non_differentiable(self, op):
+        """Declare ``op`` non-differentiable: never recorded, no gradient flows."""
         self._grads.append((op, None, True))
 
     def _commit(self, info: PluginInfo | None):
         added_ops = []
+        undo = []        # (opdef, device type or None for the gradient, previous value)
         try:
             for op, override in self._ops:
                 _reg.add_op(op, source=self.source, override=override)
                 added_ops.append(op)
             for op, dt, fn, dtypes, nd, override in self._kernels:
                 opdef = _reg.get_op(op) if isinstance(op, str) else op
+                undo.append((opdef, dt, opdef.kernels.get(dt)))
                 _reg.add_kernel(opdef, dt, fn, dtypes, nd, source=self.source, override=override)
                 if info is not None:
                     info.kernels.append((opdef.name, dt))
             for op, fn, override in self._grads:
                 opdef = _reg.get_op(op) if isinstance(op, str) else op
+                undo.append((opdef, None, (opdef.grad, opdef.differentiable)))
                 if fn is None:
                     opdef.differentiable = False
                     opdef.grad = None
@@ -105,9 +109,21 @@ class Registry:
                 else:
                     opdef.grad = fn
         except Exception:
-            for op in added_ops:       # roll back: nothing half-registered
+            # roll back: nothing half-registered, existing ops exactly as they were
+            for opdef, dt, prev in reversed(undo):
+                if dt is None:
+                    opdef.grad, opdef.differentiable = prev
+                else:
+                    if prev is None:
+                        opdef.kernels.pop(dt, None)
+                    else:
+                        opdef.kernels[dt] = prev
+                    _reg._refresh_fast(opdef, dt)
+            for op in added_ops:
                 if _reg.OPS.get(op.name) is op:
                     del _reg.OPS[op.name]
+            if info is not None:
+                info.kernels.clear()
             raise
         if info is not None:
             info.ops += [op.name for op in added_ops]

@@ -765,6 +765,8 @@ def opcheck(spec_or_fn, samples=None, *, ref=None, check=None, errors=(), op=Non
         fn = spec_or_fn
         if isinstance(fn, OpDef):
             op = op or fn.name
+        elif isinstance(getattr(fn, "op", None), OpDef):      # a Library op function
+            op = op or fn.op.name
         if samples is None:
             raise TypeError("opcheck needs samples (a list of Samples or samples(dtype, rng))")
         gen = samples if callable(samples) else _fixed_samples(samples)

@@ -1,0 +1,234 @@
+"""The decorator form of the plugin API: a :class:`Library` collects one project's ops,
+kernels and gradients in a module, and implements the hooks that register them.
+
+>>> import numpy as np, tapeflow as tf
+>>> from tapeflow.plugins import Library, register
+>>> lib = Library("libdoc")
+>>> @lib.op()
+... def cube(x, name=None):
+...     '''x ** 3, elementwise.'''
+>>> @lib.kernel(cube, "cpu", dtypes=("float32", "float64"))
+... def _cube_cpu(x):
+...     return x * x * x
+>>> @lib.gradient(cube)
+... def _cube_grad(ctx, dy):
+...     x = ctx.inputs[0]
+...     return dy * 3.0 * x * x
+>>> info = register(lib)                 # an installed plugin names `lib` in its entry point
+>>> print(cube(tf.constant([2.0])))
+tf.Tensor([8.], shape=(1,), dtype=float32)
+>>> print(tf.ops.libdoc.cube(tf.constant([3.0])))
+tf.Tensor([27.], shape=(1,), dtype=float32)
+>>> print(tf.gradients_function(cube)(tf.constant(2.0))[0])
+tf.Tensor(12.0, shape=(), dtype=float32)
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import linecache
+
+from .. import ops as _namespaces          # tapeflow.ops.<namespace>.<name>
+from ..registry import REQUIRED, OpDef, get_op
+from .hookspecs import API_VERSION, hookimpl
+
+__all__ = ["Library"]
+
+
+class Library:
+    """One project's ops, kernels and gradients, declared with decorators.
+
+    Args:
+        namespace: the project's name: its ops are named ``"<namespace>::<name>"``
+            and appear as ``tapeflow.ops.<namespace>.<name>``.
+
+    Register it in-process with ``tapeflow.plugins.register(lib)``, or name it in
+    an entry point (``[project.entry-points.tapeflow] myproj = "myproj.ops:lib"``).
+    Whatever is declared after it is registered takes effect at once.
+    """
+
+    TAPEFLOW_PLUGIN_API = API_VERSION
+
+    def __init__(self, namespace: str):
+        if not namespace.isidentifier() or namespace.startswith("_"):
+            raise ValueError(f"Library namespace must be a Python identifier not starting "
+                             f"with '_', got {namespace!r}")
+        self.namespace = namespace
+        self.__name__ = namespace            # register(lib) names the plugin after it
+        self.ops: list[OpDef] = []
+        self._actions: list = []             # (Registry method, args, kwargs), replayed by hooks
+        self._source = None                  # the registering plugin's name, once registered
+
+    def __repr__(self):
+        return f"<tapeflow.plugins.Library {self.namespace!r}: {len(self.ops)} op(s)>"
+
+    def op(self, name=None, *, inputs=None, attrs=None, override=False, **opdef_kwargs):
+        """Decorator: declare an op from a signature function; returns the op's function.
+
+        Parameters without a default are the inputs (``*values``: one variadic
+        input), parameters with a default (or keyword-only) are attributes, and
+        ``name=None`` is accepted and ignored, as in every tapeflow function;
+        ``inputs=`` / ``attrs=`` (``{name: default}``, ``REQUIRED`` for none) say it
+        explicitly instead. ``name`` defaults to the function's name, prefixed with
+        the namespace. Other keywords go to :class:`~tapeflow.plugins.OpDef`
+        (``grad``, ``infer``, ``composite``, ``differentiable``, ``broadcast``,
+        ``num_outputs``, ``dtype_rule``, ``dtype_from``); ``override=True`` replaces
+        another plugin's op of the same name. The returned function carries the
+        OpDef as ``.op``.
+        """
+        if callable(name):                   # bare @lib.op
+            return self.op()(name)
+
+        def deco(fn):
+            if not _empty_body(fn):
+                raise TypeError(f"the body of op signature {fn.__qualname__}() never runs: "
+                                "leave it empty (a docstring) and register kernels with "
+                                "@lib.kernel, or pass composite=")
+            full = self._qualify(name or fn.__name__)
+            ins, ats, kwonly = _signature(fn)
+            if inputs is not None:
+                ins = tuple(inputs)
+            if attrs is not None:
+                ats, kwonly = dict(attrs), set()
+            kwonly |= {k for k, v in ats.items() if v is REQUIRED}
+            op = OpDef(full, inputs=ins, attrs=ats, doc=fn.__doc__, **opdef_kwargs)
+            handle = _make_function(op, kwonly, fn)
+            _namespaces._HANDLES.setdefault(full, []).append(handle)
+            self.ops.append(op)
+            self._add("add_op", op, override=override)
+            return handle
+        return deco
+
+    def kernel(self, op, device_types, *, dtypes=None, needs_device=False, override=False):
+        """Decorator: ``fn(*native_inputs, **attrs)`` is ``op``'s kernel on
+        ``device_types`` (one or several), for ``dtypes`` (names; ``None``: all)."""
+        def deco(fn):
+            for dt in [device_types] if isinstance(device_types, str) else device_types:
+                self._add("add_kernel", _ref(op), dt, fn, dtypes=dtypes,
+                          needs_device=needs_device, override=override)
+            return fn
+        return deco
+
+    def gradient(self, op, *, override=False):
+        """Decorator: ``fn(ctx, *output_grads)`` is ``op``'s gradient, written with
+        tapeflow ops; ``override=True`` to replace an existing one (a built-in's)."""
+        def deco(fn):
+            self._add("set_gradient", _ref(op), fn, override=override)
+            return fn
+        return deco
+
+    def non_differentiable(self, op):
+        """Declare ``op`` non-differentiable: never recorded, no gradient flows."""
+        self._add("declare_non_differentiable", _ref(op))
+
+    def infer(self, op):
+        """Decorator: ``fn(shapes, dtypes, attrs) -> [(shape, dtype), ...]``, the shape
+        and dtype inference of ``op`` (explains bad input in errors)."""
+        def deco(fn):
+            op_ = _ref(op)
+            (get_op(op_) if isinstance(op_, str) else op_).infer = fn
+            return fn
+        return deco
+
+    # --- the hooks: an entry point (or register()) names the Library itself ----------
+    @hookimpl
+    def tapeflow_register_ops(self, registry):
+        self._replay(registry, lambda m: m == "add_op")
+
+    @hookimpl
+    def tapeflow_register_kernels(self, registry):
+        self._replay(registry, lambda m: m != "add_op")
+        self._source = registry.source
+
+    def _replay(self, registry, which):
+        for method, args, kwargs in self._actions:
+            if which(method):
+                getattr(registry, method)(*args, **kwargs)
+
+    def _add(self, method, *args, **kwargs):
+        self._actions.append((method, args, kwargs))
+        from .manager import Registry, _manager
+        if self._source is not None and _manager.pm.is_registered(self):
+            reg = Registry(self._source)     # registered already: commit this one now
+            getattr(reg, method)(*args, **kwargs)
+            reg._commit(_manager.plugins.get(_manager.pm.get_name(self)))
+
+    def _qualify(self, name):
+        ns, sep, short = name.rpartition("::")
+        if sep and ns != self.namespace:
+            raise ValueError(f"op {name!r} is outside this Library's namespace "
+                             f"{self.namespace!r}; name it {self.namespace}::{short}")
+        return f"{self.namespace}::{short}"
+
+
+def _ref(op):
+    """What a Registry method takes: the OpDef of a handle, an OpDef, or an op name."""
+    return getattr(op, "op", op)
+
+
+def _empty_body(fn):
+    ins = [(i.opname, i.argval) for i in dis.get_instructions(fn)
+           if i.opname not in ("RESUME", "NOP", "CACHE")]
+    return ins in ([("LOAD_CONST", None), ("RETURN_VALUE", None)], [("RETURN_CONST", None)])
+
+
+def _signature(fn):
+    """``(inputs, attrs, keyword-only attr names)`` read from ``fn``'s parameters."""
+    ins, ats, kwonly = [], {}, set()
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            raise TypeError(f"{fn.__qualname__}: an op signature cannot take **{p.name}")
+        if p.name == "name" and p.default is None:
+            continue
+        if p.kind is p.VAR_POSITIONAL:
+            ins.append("*" + p.name)
+        elif p.default is p.empty and p.kind is not p.KEYWORD_ONLY:
+            ins.append(p.name)
+        else:
+            ats[p.name] = REQUIRED if p.default is p.empty else p.default
+            if p.kind is p.KEYWORD_ONLY:
+                kwonly.add(p.name)
+    return tuple(ins), ats, kwonly
+
+
+def _make_function(op, kwonly, fn):
+    """The op's public function, generated: ``fn``'s name and signature (inputs, then
+    attributes with their defaults, then ``name=None``) and a body of one call,
+    ``execute(op, (x,), {attrs})`` (``binary(op, x, y)`` for two inputs and no
+    attributes), which is what a built-in's public function is: no wrapper frame.
+    It closes over the OpDef and the dispatcher, and lives in ``fn``'s module."""
+    from ..execute import binary, execute
+    names = [i.lstrip("*") for i in op.inputs]
+    if op.variadic and len(names) > 1:
+        raise TypeError(f"op {op.name}: a variadic input must be the op's only input")
+    for n in names + list(op.attrs):
+        if not n.isidentifier() or n.startswith("_"):
+            raise ValueError(f"op {op.name}: input/attribute name {n!r} is not a plain identifier")
+    kw = [k for k in op.attrs if k in kwonly]
+    params = list(op.inputs) + [f"{k}=_tf_a_{k}" for k in op.attrs if k not in kwonly]
+    params += (["*"] if kw and not op.variadic else []) + [
+        k if op.attrs[k] is REQUIRED else f"{k}=_tf_a_{k}" for k in kw]
+    params += [] if "name" in names or "name" in op.attrs else ["name=None"]
+    if len(names) == 2 and not op.attrs and not op.variadic and op.num_outputs == 1:
+        call = f"_tf_binary(_tf_op, {names[0]}, {names[1]})"
+    else:
+        args = names[0] if op.variadic else "(" + "".join(n + ", " for n in names) + ")"
+        attrs = ", {" + ", ".join(f"{k!r}: {k}" for k in op.attrs) + "}" if op.attrs else ""
+        call = f"_tf_execute(_tf_op, {args}{attrs})"
+    defaults = {f"_tf_a_{k}": v for k, v in op.attrs.items() if v is not REQUIRED}
+    src = (f"def _factory(_tf_op, _tf_execute, _tf_binary, {', '.join(defaults)}):\n"
+           f"    def {fn.__name__}({', '.join(params)}):\n        return {call}\n"
+           f"    return {fn.__name__}\n")
+    filename = f"<tapeflow op {op.name}>"          # tracebacks show the generated line
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    ns: dict = {}
+    exec(compile(src, filename, "exec"), ns)
+    inner = ns["_factory"](op, execute, binary, **defaults)
+    # rebuilt in the plugin module's globals, so doctest and inspect see it as the module's
+    f = type(inner)(inner.__code__, fn.__globals__, fn.__name__, inner.__defaults__,
+                    inner.__closure__)
+    f.__kwdefaults__ = inner.__kwdefaults__
+    f.__qualname__, f.__module__, f.__doc__ = fn.__qualname__, fn.__module__, fn.__doc__
+    f.op = op
+    return f
