@@ -2,7 +2,7 @@
 # tapeflow's set-up and everyday commands. Needs only python3 (>= 3.10) with pip and
 # venv; no root, no system packages, no GPU. Everything goes into .venv/ at the root.
 #
-#   bash scripts/dev.sh demo [ARGS]    install the runtime, run examples/demo.py on the CPU
+#   bash scripts/dev.sh demo [ARGS]    install the runtime, run examples/demo.py, then examples/train_cnn.py ARGS
 #   bash scripts/dev.sh test [ARGS]    install runtime + test deps, run `python -m pytest ARGS`
 #   bash scripts/dev.sh install        install the runtime only
 #   bash scripts/dev.sh install-test   install the runtime and the test dependencies
@@ -107,7 +107,8 @@ cmd="${1:-}"
 case "$cmd" in
     demo)
         install runtime
-        exec "$VPY" "$ROOT/examples/demo.py" "$@"
+        "$VPY" "$ROOT/examples/demo.py"
+        exec "$VPY" "$ROOT/examples/train_cnn.py" "$@"
         ;;
     test)
         install test

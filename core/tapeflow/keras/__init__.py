@@ -1,0 +1,39 @@
+"""``tf.keras``: the Keras names the seeds use, over tapeflow's own pieces.
+
+``Model``, ``Sequential`` (:mod:`tapeflow.models`), ``layers`` (:mod:`tapeflow.layers`),
+``optimizers`` (Keras names ``SGD``, ``Adam``, ``RMSprop`` over the optimizers of
+:mod:`tapeflow.train`), ``losses``, ``metrics``, ``activations``, ``initializers``,
+``regularizers``, ``backend`` and ``datasets`` (:mod:`tapeflow.datasets`, e.g.
+``tf.keras.datasets.mnist.load_data()``). Submodules that need other parts of the
+training stack load them on first use.
+
+>>> import tapeflow as tf
+>>> model = tf.keras.Sequential([tf.keras.layers.Dense(10, input_shape=(784,)),
+...                              tf.keras.layers.Dense(10)])
+>>> len(model.trainable_variables)
+4
+"""
+
+import importlib as _importlib
+
+from .. import layers
+from ..layers import activations, initializers, regularizers
+from ..models import History, Model, Network, Sequential
+from . import backend, losses, optimizers
+
+models = _importlib.import_module("tapeflow.models")
+
+__all__ = ["Model", "Sequential", "Network", "History", "layers", "models", "optimizers",
+           "losses", "metrics", "datasets", "activations", "initializers", "regularizers",
+           "backend"]
+
+_LAZY = {"metrics": "tapeflow.keras.metrics", "datasets": "tapeflow.keras.datasets",
+         "callbacks": "tapeflow.keras.callbacks"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        mod = _importlib.import_module(_LAZY[name])
+        globals()[name] = mod
+        return mod
+    raise AttributeError(f"module 'tapeflow.keras' has no attribute {name!r}")

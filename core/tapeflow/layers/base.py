@@ -1,0 +1,546 @@
+"""``Layer``: the base of every layer and model (``tf.layers.Layer``, ``tf.keras.layers.Layer``).
+
+A layer creates its Variables in ``build(input_shape)``, called once, on the first
+call, with the shape of the first input; ``call(inputs[, training])`` is the
+computation. ``__call__`` converts the input, builds, and calls ``call`` -- passing
+``training`` only when ``call`` takes it -- with nothing else on the hot path.
+
+Attributes are tracked: assigning a Layer, a Variable, or a list/tuple/dict of them
+to ``self.<name>`` makes it part of the layer, so ``variables``,
+``trainable_variables`` and ``_trackable_children()`` (what ``tf.train.Checkpoint``
+walks) see it. ``variables`` are ordered by creation.
+
+>>> import tapeflow as tf
+>>> class MySimpleLayer(tf.keras.layers.Layer):
+...     def __init__(self, output_units):
+...         super(MySimpleLayer, self).__init__()
+...         self.output_units = output_units
+...     def build(self, input_shape):
+...         self.kernel = self.add_variable("kernel", [input_shape[-1], self.output_units])
+...     def call(self, input):
+...         return tf.matmul(input, self.kernel)
+>>> layer = MySimpleLayer(3)
+>>> layer(tf.ones([2, 5])).shape
+TensorShape([2, 3])
+>>> [v.shape.as_list() for v in layer.variables]
+[[5, 3]]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import re
+import sys
+import threading
+
+import numpy as np
+
+from .. import dtypes as _dt
+from ..execute import convert_to_tensor, copy_to_device
+from ..tensor import Tensor, Variable
+
+__all__ = ["Layer", "variable_creator_scope", "reset_uids", "unique_layer_name"]
+
+# --- bookkeeping shared by all layers --------------------------------------------------
+
+#: bumped whenever any layer's set of tracked objects (or a ``trainable`` flag) changes;
+#: layers cache their variable lists against it
+_VERSION = [0]
+
+
+def _bump():
+    _VERSION[0] += 1
+
+
+_NAME_UIDS: dict = {}
+
+
+def unique_layer_name(base: str) -> str:
+    """``base``, then ``base_1``, ``base_2`` ... (Keras's ``dense``, ``dense_1``)."""
+    n = _NAME_UIDS.get(base, 0)
+    _NAME_UIDS[base] = n + 1
+    return base if n == 0 else f"{base}_{n}"
+
+
+def reset_uids() -> None:
+    """Restart automatic layer names (``tf.keras.backend.clear_session()``)."""
+    _NAME_UIDS.clear()
+
+
+def _snake(name: str) -> str:
+    s = re.sub(r"(.)([A-Z][a-z0-9]+)", r"\1_\2", name)
+    s = re.sub(r"([a-z])([A-Z])", r"\1_\2", s).lower()
+    return "private" + s if s.startswith("_") else s
+
+
+class _Ctx(threading.local):
+    training = None     # the innermost explicit `training=` of an enclosing layer call
+
+
+_ctx = _Ctx()
+
+# --- variable creation (hook for restore-on-create) -----------------------------------
+
+_creators: list = []
+
+
+@contextlib.contextmanager
+def variable_creator_scope(creator):
+    """Route Variables created by layers through ``creator(next_creator, **kwargs)``.
+
+    ``kwargs`` are ``initial_value`` (a callable returning the initial Tensor),
+    ``name`` (``"dense/kernel"``), ``trainable``, ``dtype`` and ``shape``;
+    ``next_creator(**kwargs)`` makes the Variable. The innermost scope runs first.
+    This is how a checkpoint can give new layer variables their saved values.
+    """
+    _creators.append(creator)
+    try:
+        yield
+    finally:
+        _creators.remove(creator)
+
+
+def _base_creator(initial_value=None, name=None, trainable=True, dtype=None, **_):
+    return Variable(initial_value, name=name, trainable=trainable, dtype=dtype)
+
+
+def _chain(creator, next_creator):
+    return lambda **kw: creator(next_creator, **kw)
+
+
+def _make_variable(**kwargs):
+    fn = _base_creator
+    for c in _creators:                 # outermost first; the innermost ends up called first
+        fn = _chain(c, fn)
+    return fn(**kwargs)
+
+
+# --- tracked containers -------------------------------------------------------------------
+
+def _is_tracked_leaf(v):
+    return isinstance(v, (Layer, Variable))
+
+
+def _has_trackables(seq):
+    return any(_is_tracked_leaf(v) or isinstance(v, (list, tuple, dict)) and _has_trackables(
+        v.values() if isinstance(v, dict) else v) for v in seq)
+
+
+class _TrackedList(list):
+    """A list attribute of a Layer: mutating it updates the layer's variables."""
+
+
+class _TrackedDict(dict):
+    """A dict attribute of a Layer: mutating it updates the layer's variables."""
+
+
+def _bumping(base, name):
+    fn = getattr(base, name)
+
+    def method(self, *args, **kwargs):
+        r = fn(self, *args, **kwargs)
+        _bump()
+        return r
+    method.__name__ = name
+    return method
+
+
+for _n in ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+           "__setitem__", "__delitem__", "__iadd__"):
+    setattr(_TrackedList, _n, _bumping(list, _n))
+for _n in ("__setitem__", "__delitem__", "pop", "popitem", "clear", "update", "setdefault"):
+    setattr(_TrackedDict, _n, _bumping(dict, _n))
+del _n
+
+
+def _wrap_container(value):
+    t = type(value)
+    if t is list:
+        if not value or _has_trackables(value):
+            return _TrackedList(value)
+        return None
+    if t is dict:
+        if not value or _has_trackables(value.values()):
+            return _TrackedDict(value)
+        return None
+    if t is tuple and _has_trackables(value):
+        return value
+    if t in (_TrackedList, _TrackedDict):
+        return value
+    return None
+
+
+def _items(key, value):
+    """(path, Layer-or-Variable) pairs of an attribute value (containers flattened)."""
+    if isinstance(value, (Layer, Variable)):
+        yield key, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _items(f"{key}/{k}", v)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            yield from _items(f"{key}/{i}", v)
+
+
+_TAKES_TRAINING: dict = {}
+
+
+def _takes_training(cls):
+    """0: ``call`` takes no ``training``; 1: it takes one with a default (or ``**kwargs``);
+    2: it requires one."""
+    r = _TAKES_TRAINING.get(cls)
+    if r is None:
+        try:
+            params = inspect.signature(cls.call).parameters
+        except (TypeError, ValueError):
+            r = 0
+        else:
+            t = params.get("training")
+            if t is not None:
+                # 2: `training` has no default, so call() always gets one (False if none)
+                r = 2 if t.default is inspect.Parameter.empty else 1
+            else:
+                r = int(any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()))
+        _TAKES_TRAINING[cls] = r
+    return r
+
+
+_KNOWN_KWARGS = {"autocast", "dynamic", "_scope", "_reuse"}
+
+
+def _annotate(exc, layer):
+    """Name the layer (and each enclosing one) in an error's traceback notes."""
+    add = getattr(exc, "add_note", None)        # Python 3.11+
+    if add is not None:
+        add(f"(while calling layer {layer.name!r} of type {type(layer).__name__})")
+
+
+# --- Layer ----------------------------------------------------------------------------------
+
+class Layer:
+    """Base class of layers and models.
+
+    Subclasses implement ``build(input_shape)`` (optional: create Variables with
+    ``add_weight``/``add_variable`` once the input's shape is known) and
+    ``call(inputs[, training])``. Constructor keywords: ``trainable``, ``name``
+    (default: the class name in snake case, made unique: ``dense``, ``dense_1``),
+    ``dtype`` (of the variables; default float32), and ``input_shape`` /
+    ``batch_input_shape`` / ``input_dim`` (used by ``Sequential`` to build at once).
+    """
+
+    #: leaf layers never call other layers, so they skip the training-context push
+    _leaf = False
+
+    def __init__(self, trainable=True, name=None, dtype=None, input_shape=None,
+                 batch_input_shape=None, input_dim=None, activity_regularizer=None, **kwargs):
+        unknown = set(kwargs) - _KNOWN_KWARGS
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: keyword argument(s) not understood: "
+                            + ", ".join(sorted(unknown)))
+        if activity_regularizer is not None:
+            raise NotImplementedError("activity_regularizer is not supported")
+        d = self.__dict__
+        d["_tracked"] = {}
+        d["_own_weights"] = []          # [(short name, Variable)] made by add_weight
+        d["_regularizers"] = []         # [(fn, Variable)]
+        d["_cache"] = None
+        d["_input_device"] = None       # where host inputs are copied (the weights' device)
+        d["_in_call_build"] = False
+        d["built"] = False
+        d["trainable"] = bool(trainable)
+        d["_name"] = name if name else unique_layer_name(_snake(type(self).__name__))
+        d["_dtype"] = _dt.as_dtype(dtype) if dtype is not None else _dt.float32
+        if batch_input_shape is None and input_shape is not None:
+            batch_input_shape = (None,) + tuple(input_shape)
+        if batch_input_shape is None and input_dim is not None:
+            batch_input_shape = (None, int(input_dim))
+        d["_batch_input_shape"] = (None if batch_input_shape is None
+                                   else tuple(batch_input_shape))
+        d["_expects_training"] = _takes_training(type(self))
+        _bump()
+
+    # --- attribute tracking ---------------------------------------------------------------
+    def __setattr__(self, name, value):
+        d = self.__dict__
+        tracked = d.get("_tracked")
+        if tracked is None:
+            if _is_tracked_leaf(value):
+                raise RuntimeError(
+                    f"{type(self).__name__}: call super().__init__() before assigning layers "
+                    "or Variables to attributes")
+            object.__setattr__(self, name, value)
+            return
+        if _is_tracked_leaf(value):
+            tracked[name] = value
+            _bump()
+        else:
+            wrapped = _wrap_container(value)
+            if wrapped is not None:
+                value = wrapped
+                tracked[name] = value
+                _bump()
+            elif name in tracked:
+                del tracked[name]
+                _bump()
+            elif name == "trainable":
+                value = bool(value)
+                _bump()
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name):
+        tracked = self.__dict__.get("_tracked")
+        if tracked is not None and name in tracked:
+            del tracked[name]
+            _bump()
+        object.__delattr__(self, name)
+
+    def _child_items(self):
+        """(key, Layer-or-Variable) pairs of tracked attributes; public names first."""
+        tracked = self._tracked
+        for key in sorted(tracked, key=lambda k: k.startswith("_")):
+            yield from _items(key, tracked[key])
+
+    def _iter_children(self):
+        yield from self._own_weights
+        yield from self._child_items()
+
+    def _trackable_children(self) -> dict:
+        """``{name: Variable or Layer}``: this layer's weights (by their short names,
+        ``kernel``) and tracked attributes (lists as ``name/0``, ``name/1``), each object
+        once. What ``tf.train.Checkpoint`` walks to name variables by path."""
+        out = {}
+        seen = set()
+        for key, obj in self._iter_children():
+            if id(obj) not in seen:
+                seen.add(id(obj))
+                out[key] = obj
+        return out
+
+    def _collect(self, out, seen, trainable):
+        trainable = trainable and self.trainable
+        for _, obj in self._iter_children():
+            i = id(obj)
+            if i in seen:
+                continue
+            seen.add(i)
+            if isinstance(obj, Variable):
+                out.append((obj, trainable))
+            else:
+                obj._collect(out, seen, trainable)
+
+    def _var_pairs(self):
+        c = self.__dict__["_cache"]
+        if c is not None and c[0] == _VERSION[0]:
+            return c[1]
+        out = []
+        self._collect(out, {id(self)}, True)
+        out.sort(key=lambda p: getattr(p[0], "_id", 0))     # creation order (stable)
+        self.__dict__["_cache"] = (_VERSION[0], out)
+        return out
+
+    # --- properties -----------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @property
+    def variables(self) -> list:
+        """Every Variable of this layer and its sublayers, in creation order."""
+        return [v for v, _ in self._var_pairs()]
+
+    weights = variables
+
+    @property
+    def trainable_variables(self) -> list:
+        """The Variables an optimizer should update: trainable Variables of trainable
+        layers (BatchNormalization's moving statistics are not among them)."""
+        return [v for v, t in self._var_pairs() if t and v.trainable]
+
+    trainable_weights = trainable_variables
+
+    @property
+    def non_trainable_variables(self) -> list:
+        return [v for v, t in self._var_pairs() if not (t and v.trainable)]
+
+    non_trainable_weights = non_trainable_variables
+
+    @property
+    def submodules(self) -> list:
+        out, seen = [], {id(self)}
+
+        def walk(layer):
+            for _, obj in layer._iter_children():
+                if isinstance(obj, Layer) and id(obj) not in seen:
+                    seen.add(id(obj))
+                    out.append(obj)
+                    walk(obj)
+        walk(self)
+        return out
+
+    @property
+    def losses(self) -> list:
+        """Regularization losses of this layer and its sublayers (computed now)."""
+        out = [fn(v) for fn, v in self._regularizers]
+        for layer in self.submodules:
+            out.extend(fn(v) for fn, v in layer._regularizers)
+        return out
+
+    def count_params(self) -> int:
+        return int(sum(int(np.prod(v.shape)) for v in self.variables))
+
+    def get_weights(self) -> list:
+        return [v.numpy() for v in self.variables]
+
+    def set_weights(self, weights) -> None:
+        vs = self.variables
+        weights = list(weights)
+        if len(weights) != len(vs):
+            raise ValueError(f"{self.name}: set_weights got {len(weights)} arrays for "
+                             f"{len(vs)} variables")
+        for v, w in zip(vs, weights):
+            v.assign(w)
+
+    # --- weights --------------------------------------------------------------------------
+    def add_weight(self, name=None, shape=None, dtype=None, initializer=None, regularizer=None,
+                   trainable=None, constraint=None, partitioner=None, use_resource=None,
+                   synchronization=None, aggregation=None, **kwargs):
+        """Create a Variable ``<layer name>/<name>:0`` of ``shape`` on the current device
+        (the ``tf.device`` scope's, else the default device), initialised by
+        ``initializer`` (a name such as ``"glorot_uniform"``/``"zeros"``, a callable
+        ``(shape, dtype) -> Tensor``, or a value; default glorot_uniform for floats,
+        zeros otherwise)."""
+        from . import initializers, regularizers
+        if constraint is not None:
+            raise NotImplementedError("weight constraints are not supported")
+        if partitioner is not None:
+            raise NotImplementedError("partitioned variables are not supported")
+        name = name or f"weight_{len(self._own_weights)}"
+        dt = _dt.as_dtype(dtype) if dtype is not None else self._dtype
+        shp = () if shape is None else tuple(shape)
+        if any(s is None for s in shp):
+            raise ValueError(f"{self.name}: the shape of weight {name!r} must be fully "
+                             f"defined, got {shp}")
+        shp = tuple(int(s) for s in shp)
+        if initializer is None:
+            initializer = "glorot_uniform" if dt.is_floating else "zeros"
+        init = initializers.get(initializer)
+        var = _make_variable(initial_value=lambda: init(shp, dtype=dt),
+                             name=f"{self.name}/{name}",
+                             trainable=True if trainable is None else bool(trainable),
+                             dtype=dt, shape=shp)
+        self._own_weights.append((name, var))
+        reg = regularizers.get(regularizer)
+        if reg is not None:
+            self._regularizers.append((reg, var))
+        _bump()
+        return var
+
+    add_variable = add_weight
+
+    # --- calling ---------------------------------------------------------------------------
+    def build(self, input_shape):
+        """Create the layer's Variables; called once with the first input's shape."""
+        self.__dict__["built"] = True
+
+    def call(self, inputs, *args, **kwargs):
+        return inputs
+
+    def _convert_input(self, x):
+        if isinstance(x, Tensor):
+            return x
+        if isinstance(x, Variable):
+            return x.read_value()
+        if isinstance(x, (list, tuple)) and any(isinstance(e, (Tensor, Variable, list, tuple))
+                                                for e in x):
+            if any(isinstance(e, (Tensor, Variable)) for e in x):
+                return type(x)(self._convert_input(e) for e in x)
+        if isinstance(x, dict):
+            return {k: self._convert_input(v) for k, v in x.items()}
+        if x is None:
+            return None
+        t = convert_to_tensor(x)
+        if t.dtype.is_floating and t.dtype is not self._dtype:
+            from ..math import cast
+            t = cast(t, self._dtype)
+        return t
+
+    def _own_device(self):
+        for _, v in self._own_weights:
+            return v._device
+        for v in self._tracked.values():
+            if isinstance(v, Variable):
+                return v._device
+        return None
+
+    def _build_on_call(self, inputs):
+        if isinstance(inputs, Tensor):
+            shape = inputs.shape
+        elif isinstance(inputs, (list, tuple)):
+            shape = [getattr(x, "shape", None) for x in inputs]
+        else:
+            shape = getattr(inputs, "shape", None)
+        d = self.__dict__
+        d["_in_call_build"] = True
+        try:
+            self.build(shape)
+        finally:
+            d["_in_call_build"] = False
+        d["built"] = True
+        d["_input_device"] = self._own_device()
+        _bump()
+        # A checkpoint restored before this layer had variables left their values pending
+        # on it (tf.train.Checkpoint's deferred restoration): assign them now, before use.
+        ckpt = sys.modules.get("tapeflow.train.checkpoint")
+        if ckpt is not None:
+            ckpt.restore_deferred(self)
+
+    def __call__(self, *args, **kwargs):
+        try:
+            if args:
+                inputs = args[0]
+                args = args[1:]
+            else:
+                inputs = kwargs.pop("inputs")
+            if type(inputs) is not Tensor:
+                inputs = self._convert_input(inputs)
+            if not self.built:
+                self._build_on_call(inputs)
+            dev = self._input_device
+            if dev is not None and type(inputs) is Tensor:
+                d = inputs._device
+                if d is not dev and d.is_host:      # like a tf.device scope: host data follows
+                    inputs = copy_to_device(inputs, dev)
+            training = kwargs.pop("training", None)
+            if training is None:
+                training = _ctx.training
+                if training is None or not self._expects_training:
+                    if self._expects_training == 2:
+                        return self.call(inputs, *args, training=False, **kwargs)
+                    return self.call(inputs, *args, **kwargs)
+                return self.call(inputs, *args, training=training, **kwargs)
+            if self._leaf:
+                if self._expects_training:
+                    return self.call(inputs, *args, training=training, **kwargs)
+                return self.call(inputs, *args, **kwargs)
+            ctx = _ctx
+            prev = ctx.training
+            ctx.training = training
+            try:
+                if self._expects_training:
+                    return self.call(inputs, *args, training=training, **kwargs)
+                return self.call(inputs, *args, **kwargs)
+            finally:
+                ctx.training = prev
+        except Exception as e:
+            _annotate(e, self)
+            raise
+
+    apply = __call__
+
+    def __repr__(self):
+        return f"<{type(self).__module__}.{type(self).__name__} name={self.name!r}>"

@@ -1,0 +1,668 @@
+"""Models: ``Model`` (subclass it), ``Network`` (the seeds' ``tfe.Network``) and
+``Sequential``; Keras's ``compile`` / ``fit`` / ``evaluate`` / ``predict`` loop.
+
+A Model is a Layer that holds layers: every Layer or Variable assigned to an
+attribute is tracked (nesting works to any depth), so ``model.variables`` and
+``model.trainable_variables`` list them in creation order. The main training path
+is a custom loop with ``tf.GradientTape``; ``fit`` is that loop with batching, a
+progress bar (tqdm when it is installed, else a one-line printer) and a History.
+
+>>> import tapeflow as tf
+>>> model = tf.keras.Sequential([
+...     tf.keras.layers.Dense(10, input_shape=(784,)),   # must declare input shape
+...     tf.keras.layers.Dense(10)
+... ])
+>>> [v.shape.as_list() for v in model.variables]
+[[784, 10], [10], [10, 10], [10]]
+>>> model(tf.zeros([3, 784])).shape
+TensorShape([3, 10])
+"""
+
+from __future__ import annotations
+
+import math as _pymath
+import sys
+import time
+
+import numpy as np
+
+from . import array as _a
+from . import devices as _devs
+from . import math as _m
+from . import random as _random
+from . import reductions as _r
+from .execute import convert_to_tensor
+from .layers.base import Layer, _bump
+from .tape import GradientTape
+from .tensor import Tensor, Variable
+
+__all__ = ["Model", "Network", "Sequential", "History"]
+
+
+# --- Model -------------------------------------------------------------------------------
+
+class Model(Layer):
+    """A layer made of layers (``tf.keras.Model``). Subclass it: create layers (and
+    Variables) in ``__init__``, compute in ``call(inputs[, training])``.
+
+    ``compile(optimizer, loss, metrics)`` then ``fit``/``evaluate``/``predict`` give
+    Keras's loop; a custom loop with ``tf.GradientTape`` works on any Model.
+    """
+
+    def __init__(self, *args, **kwargs):
+        if args or "inputs" in kwargs or "outputs" in kwargs:
+            raise NotImplementedError(
+                "Model(inputs, outputs) (the functional API) is not supported: subclass "
+                "tf.keras.Model and write call(), or use tf.keras.Sequential")
+        super().__init__(**kwargs)
+        d = self.__dict__
+        d["_compiled"] = None
+        d["stop_training"] = False
+        d["history"] = None
+
+    def call(self, inputs, training=None):
+        raise NotImplementedError(f"{type(self).__name__} must implement call(inputs)")
+
+    def build(self, input_shape=None):
+        """Create the variables. Called with a shape by the user (``model.build((None,
+        784))``), it runs the model once on zeros of that shape (None -> 1)."""
+        if self._in_call_build or input_shape is None:
+            self.__dict__["built"] = True
+            return
+        shape = [1 if d is None else int(d) for d in input_shape]
+        self(_a.zeros(shape, dtype=self.dtype))
+
+    @property
+    def layers(self) -> list:
+        """The layers directly inside this model, in the order they were tracked."""
+        out, seen = [], set()
+        for _, obj in self._child_items():
+            if isinstance(obj, Layer) and id(obj) not in seen:
+                seen.add(id(obj))
+                out.append(obj)
+        return out
+
+    def get_layer(self, name=None, index=None):
+        layers = self.layers
+        if index is not None:
+            return layers[index]
+        for layer in layers:
+            if layer.name == name:
+                return layer
+        raise ValueError(f"No such layer: {name!r}; layers: {[l.name for l in layers]}")
+
+    def summary(self, print_fn=None):
+        """Print each layer's name, type and parameter count (as Keras does, without
+        output shapes)."""
+        p = print_fn or print
+        rows = [(l.name, type(l).__name__, l.count_params() if l.built else "unbuilt")
+                for l in self.layers]
+        w1 = max([len("Layer (type)")] + [len(f"{n} ({t})") for n, t, _ in rows]) + 2
+        p(f'Model: "{self.name}"')
+        p("_" * (w1 + 12))
+        p(f"{'Layer (type)':<{w1}}{'Param #':>12}")
+        p("=" * (w1 + 12))
+        for n, t, c in rows:
+            p(f"{n + ' (' + t + ')':<{w1}}{c!s:>12}")
+        p("=" * (w1 + 12))
+        total = self.count_params()
+        trainable = int(sum(int(np.prod(v.shape)) for v in self.trainable_variables))
+        p(f"Total params: {total:,}")
+        p(f"Trainable params: {trainable:,}")
+        p(f"Non-trainable params: {total - trainable:,}")
+
+    # --- Keras's training loop -----------------------------------------------------------
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
+                weighted_metrics=None, run_eagerly=None, **kwargs):
+        """Set the optimizer (an instance or ``"sgd"``/``"adam"``/``"rmsprop"``), the loss
+        (a callable ``loss(y_true, y_pred)`` or a name such as
+        ``"sparse_categorical_crossentropy"``, ``"categorical_crossentropy"``, ``"mse"``)
+        and metrics (``"accuracy"``, names, callables, or metric objects with
+        ``update_state``/``result``/``reset_states``) for ``fit``/``evaluate``."""
+        from .keras import losses as _losses
+        from .keras import optimizers as _opts
+        if loss is None:
+            raise ValueError("compile() needs a loss")
+        if loss_weights is not None or weighted_metrics:
+            raise NotImplementedError("loss_weights and weighted_metrics are not supported")
+        loss_fn = _losses.get(loss)
+        loss_name = loss if isinstance(loss, str) else getattr(
+            loss, "name", getattr(loss, "__name__", type(loss).__name__))
+        mets = []
+        for m in metrics or []:
+            mets.append(_Metric.make(m, loss_name, loss_fn))
+        self.__dict__["_compiled"] = {"optimizer": _opts.get(optimizer), "loss": loss_fn,
+                                      "metrics": mets}
+
+    @property
+    def optimizer(self):
+        c = self._compiled
+        return None if c is None else c["optimizer"]
+
+    @optimizer.setter
+    def optimizer(self, value):
+        from .keras import optimizers as _opts
+        self._need_compiled("setting model.optimizer")["optimizer"] = _opts.get(value)
+
+    @property
+    def metrics_names(self) -> list:
+        c = self._compiled
+        return ["loss"] + ([m.name for m in c["metrics"]] if c else [])
+
+    def _need_compiled(self, what):
+        if self._compiled is None:
+            raise RuntimeError(f"{what}: call model.compile(optimizer, loss, metrics) first")
+        return self._compiled
+
+    def _loss(self, loss_fn, y, pred):
+        value = loss_fn(y, pred)
+        if value.ndim:
+            value = _r.reduce_mean(value)
+        reg = self.losses
+        if reg:
+            value = value + _m.add_n(reg) if len(reg) > 1 else value + reg[0]
+        return value
+
+    def train_on_batch(self, x, y):
+        """One optimizer step on one batch; returns the loss (a scalar Tensor)."""
+        return self._train_step(self._need_compiled("train_on_batch"), _tensor(x, self),
+                                _tensor(y, None))[0]
+
+    def _train_step(self, c, x, y):
+        with GradientTape() as tape:
+            pred = self(x, training=True)
+            y = _follow(y, pred)
+            loss = self._loss(c["loss"], y, pred)
+        tvars = self.trainable_variables
+        grads = tape.gradient(loss, tvars)
+        c["optimizer"].apply_gradients(zip(grads, tvars))
+        return loss, y, pred
+
+    def test_on_batch(self, x, y):
+        c = self._need_compiled("test_on_batch")
+        pred = self(_tensor(x, self), training=False)
+        return self._loss(c["loss"], _follow(_tensor(y, None), pred), pred)
+
+    def predict_on_batch(self, x):
+        return self(_tensor(x, self), training=False)
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose=1, callbacks=None,
+            validation_split=0.0, validation_data=None, shuffle=True, initial_epoch=0,
+            steps_per_epoch=None, validation_steps=None, validation_batch_size=None,
+            validation_freq=1, **kwargs):
+        """Train for ``epochs`` over ``x``/``y`` (arrays or Tensors, cut into batches of
+        ``batch_size``, default 32, reshuffled every epoch when ``shuffle``) or over an
+        iterable of ``(x, y)`` batches such as a ``tf.data.Dataset``. Shows a progress
+        bar when ``verbose=1`` (one line per epoch with ``verbose=2``). Returns a
+        History whose ``.history`` maps ``"loss"``, each metric and their ``"val_"``
+        forms to per-epoch values."""
+        c = self._need_compiled("fit")
+        if kwargs:
+            raise TypeError("fit(): unsupported arguments " + ", ".join(sorted(kwargs)))
+        if validation_split and validation_data is None:
+            if not _is_array(x) or not _is_array(y):
+                raise ValueError("validation_split needs x and y arrays or Tensors")
+            x, y = _tensor(x, self), _tensor(y, None)
+            n = int(x.shape[0])
+            cut = n - int(_pymath.floor(n * float(validation_split)))
+            validation_data = (x[cut:], y[cut:])
+            x, y = x[:cut], y[:cut]
+        data = _Data(x, y, batch_size, shuffle, self, steps_per_epoch)
+        callbacks = list(callbacks or [])
+        history = History()
+        history.model = self
+        history.params = {"epochs": epochs, "steps": data.steps, "verbose": verbose}
+        self.__dict__["history"] = history
+        self.__dict__["stop_training"] = False
+        for cb in callbacks:
+            _set_model(cb, self)
+        _hook(callbacks, "on_train_begin", {})
+        mets = c["metrics"]
+        for epoch in range(initial_epoch, epochs):
+            _hook(callbacks, "on_epoch_begin", epoch, {})
+            for m in mets:
+                m.reset()
+            agg = _Mean()
+            bar = _progress(verbose, data.steps, f"Epoch {epoch + 1}/{epochs}")
+            for xb, yb in data.epoch():
+                loss, yb, pred = self._train_step(c, xb, yb)
+                n = _batch_len(pred)
+                agg.add(loss, n)
+                for m in mets:
+                    m.update(yb, pred)
+                bar.step(lambda agg=agg: _logs(agg, mets))
+            logs = _logs(agg, mets)
+            if validation_data is not None and (epoch + 1) % validation_freq == 0:
+                vx, vy = _split_val(validation_data)
+                val = self.evaluate(vx, vy, steps=validation_steps, verbose=0,
+                                    batch_size=(validation_batch_size or batch_size)
+                                    if _is_array(vx) else None, return_dict=True)
+                logs.update({"val_" + k: v for k, v in val.items()})
+            bar.close(logs)
+            history._append(epoch, logs)
+            _hook(callbacks, "on_epoch_end", epoch, logs)
+            if self.stop_training:
+                break
+        _hook(callbacks, "on_train_end", {})
+        return history
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose=1, steps=None,
+                 return_dict=False, callbacks=None, **kwargs):
+        """Loss and metrics over the data (in inference mode): a float when there are
+        no metrics, else ``[loss, metric, ...]`` (a dict with ``return_dict=True``)."""
+        c = self._need_compiled("evaluate")
+        if kwargs:
+            raise TypeError("evaluate(): unsupported arguments " + ", ".join(sorted(kwargs)))
+        data = _Data(x, y, batch_size, False, self, steps)
+        mets = c["metrics"]
+        for m in mets:
+            m.reset()
+        agg = _Mean()
+        bar = _progress(verbose, data.steps, "Evaluate")
+        for xb, yb in data.epoch():
+            pred = self(xb, training=False)
+            yb = _follow(yb, pred)
+            agg.add(self._loss(c["loss"], yb, pred), _batch_len(pred))
+            for m in mets:
+                m.update(yb, pred)
+            bar.step(lambda: _logs(agg, mets))
+        logs = _logs(agg, mets)
+        bar.close(logs)
+        if return_dict:
+            return logs
+        if not mets:
+            return logs["loss"]
+        return [logs[k] for k in ["loss"] + [m.name for m in mets]]
+
+    def predict(self, x, batch_size=None, verbose=0, steps=None, callbacks=None, **kwargs):
+        """The model's outputs for ``x`` (in inference mode, batch by batch), concatenated
+        into one Tensor."""
+        if kwargs:
+            raise TypeError("predict(): unsupported arguments " + ", ".join(sorted(kwargs)))
+        data = _Data(x, None, batch_size, False, self, steps, need_y=False)
+        bar = _progress(verbose, data.steps, "Predict")
+        outs = []
+        for xb, _ in data.epoch():
+            outs.append(self(xb, training=False))
+            bar.step(dict)
+        bar.close({})
+        if not outs:
+            raise ValueError("predict(): no data")
+        return outs[0] if len(outs) == 1 else _a.concat(outs, axis=0)
+
+
+class Network(Model):
+    """The seeds' ``tfe.Network``: a Model whose layers are registered with
+    ``track_layer`` (attribute assignment tracks them too)."""
+
+    def __init__(self, name=None, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self._tracked_layers = []
+
+    def track_layer(self, layer):
+        """Register ``layer`` (its variables become this network's) and return it."""
+        if not isinstance(layer, Layer):
+            raise TypeError(f"track_layer() needs a Layer, got {type(layer).__name__}")
+        if not any(layer is l for l in self._tracked_layers):
+            self._tracked_layers.append(layer)
+        return layer
+
+
+class Sequential(Model):
+    """A linear stack of layers: ``call`` feeds each layer's output to the next.
+
+    When the first layer declares ``input_shape`` (or ``input_dim``), the model is
+    built at once (its variables exist before the first call), as in Keras.
+    """
+
+    def __init__(self, layers=None, name=None, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.__dict__["_layer_list"] = []
+        self.__dict__["_build_shape"] = None
+        for layer in layers or []:
+            self.add(layer)
+
+    def _child_items(self):
+        for i, layer in enumerate(self._layer_list):
+            yield f"layer-{i}", layer
+        yield from super()._child_items()
+
+    @property
+    def layers(self) -> list:
+        return list(self._layer_list)
+
+    def add(self, layer):
+        if not isinstance(layer, Layer):
+            raise TypeError(f"Sequential.add() needs a Layer, got {type(layer).__name__}")
+        self._layer_list.append(layer)
+        _bump()
+        if len(self._layer_list) == 1 and layer._batch_input_shape is not None:
+            self.__dict__["_build_shape"] = layer._batch_input_shape
+        if self._build_shape is not None:
+            shape = [1 if d is None else int(d) for d in self._build_shape]
+            self(_a.zeros(shape, dtype=self._layer_list[0].dtype))
+
+    def pop(self):
+        if not self._layer_list:
+            raise TypeError("There are no layers in the model.")
+        layer = self._layer_list.pop()
+        _bump()
+        return layer
+
+    def call(self, inputs, training=None):
+        x = inputs
+        if training is None:
+            for layer in self._layer_list:
+                x = layer(x)
+        else:
+            for layer in self._layer_list:
+                x = layer(x, training=training)
+        return x
+
+
+# --- History and progress -----------------------------------------------------------------
+
+class History:
+    """What ``fit`` returns: ``history`` (``{"loss": [...], "accuracy": [...],
+    "val_loss": [...]}``), ``epoch`` (epoch indices), ``params`` and ``model``."""
+
+    def __init__(self):
+        self.history: dict = {}
+        self.epoch: list = []
+        self.params: dict = {}
+        self.model = None
+
+    def _append(self, epoch, logs):
+        self.epoch.append(epoch)
+        for k, v in logs.items():
+            self.history.setdefault(k, []).append(v)
+
+    def __repr__(self):
+        return f"<History epochs={len(self.epoch)} keys={list(self.history)}>"
+
+
+def _fmt_logs(logs):
+    return " - ".join(f"{k}: {v:.4f}" for k, v in logs.items())
+
+
+class _Silent:
+    def step(self, logs_fn):
+        pass
+
+    def close(self, logs):
+        pass
+
+
+class _Printer:
+    """One line per epoch; redrawn in place (at most 10 times a second) on a terminal."""
+
+    def __init__(self, total, desc, verbose, file):
+        self.total, self.desc, self.verbose, self.file = total, desc, verbose, file
+        self.n = 0
+        self.t0 = self.last = time.perf_counter()
+        self.live = verbose == 1 and hasattr(file, "isatty") and file.isatty()
+
+    def _line(self, logs):
+        if self.total:
+            done = int(30 * self.n / self.total)
+            bar = f"{self.n}/{self.total} [" + "=" * done + (">" if done < 30 else "") + \
+                "." * max(0, 29 - done) + "]"
+        else:
+            bar = f"{self.n} steps"
+        s = f"{self.desc} {bar} - {time.perf_counter() - self.t0:.1f}s"
+        return s + (" - " + _fmt_logs(logs) if logs else "")
+
+    def step(self, logs_fn):
+        self.n += 1
+        if self.live:
+            now = time.perf_counter()
+            if now - self.last >= 0.1:
+                self.last = now
+                self.file.write("\r" + self._line(logs_fn()))
+                self.file.flush()
+
+    def close(self, logs):
+        self.file.write(("\r" if self.live else "") + self._line(logs) + "\n")
+        self.file.flush()
+
+
+class _Tqdm:
+    def __init__(self, tqdm, total, desc, file):
+        self.bar = tqdm(total=total, desc=desc, unit="step", file=file, leave=True,
+                        dynamic_ncols=True)
+        self.last = time.perf_counter()
+
+    def step(self, logs_fn):
+        self.bar.update(1)
+        now = time.perf_counter()
+        if now - self.last >= 0.2:          # reading the loss waits for the device
+            self.last = now
+            self.bar.set_postfix({k: f"{v:.4f}" for k, v in logs_fn().items()}, refresh=False)
+
+    def close(self, logs):
+        self.bar.set_postfix({k: f"{v:.4f}" for k, v in logs.items()}, refresh=False)
+        self.bar.close()
+
+
+def _progress(verbose, total, desc):
+    if not verbose:
+        return _Silent()
+    file = sys.stdout
+    if verbose == 1:
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            pass
+        else:
+            return _Tqdm(tqdm, total, desc, file)
+    return _Printer(total, desc, verbose, file)
+
+
+def _hook(callbacks, name, *args):
+    for cb in callbacks:
+        fn = getattr(cb, name, None)
+        if fn is not None:
+            fn(*args)
+
+
+def _set_model(cb, model):
+    fn = getattr(cb, "set_model", None)
+    if fn is not None:
+        fn(model)
+    else:
+        try:
+            cb.model = model
+        except AttributeError:
+            pass
+
+
+# --- data ---------------------------------------------------------------------------------
+
+def _is_array(v):
+    return isinstance(v, (Tensor, Variable, np.ndarray, np.generic, list, tuple, int, float))
+
+
+def _tensor(v, model):
+    """An array/Tensor argument as a Tensor; floating inputs in the model's dtype."""
+    if isinstance(v, Variable):
+        v = v.read_value()
+    if not isinstance(v, Tensor):
+        v = convert_to_tensor(v)
+        if model is not None and v.dtype.is_floating and v.dtype is not model.dtype:
+            v = _m.cast(v, model.dtype)
+    return v
+
+
+def _follow(y, pred):
+    """Labels on the predictions' device (host labels follow a model on an accelerator)."""
+    if isinstance(y, Tensor) and y._device is not pred._device:
+        return y.to(pred._device)
+    return y
+
+
+def _batch_len(t):
+    s = t.shape
+    return int(s[0]) if len(s) else 1
+
+
+def _split_val(v):
+    if isinstance(v, tuple):
+        if len(v) == 2:
+            return v
+        if len(v) == 3:
+            return v[0], v[1]
+        raise ValueError("validation_data must be (x, y) or a dataset of (x, y) batches")
+    return v, None
+
+
+class _Data:
+    """Batches of (x, y) Tensors from arrays/Tensors or from an iterable of batches."""
+
+    def __init__(self, x, y, batch_size, shuffle, model, steps, need_y=True):
+        self.steps_limit = steps
+        self.model = model
+        if x is None:
+            raise ValueError("no data: pass x (and y) or a dataset")
+        if _is_array(x):
+            if need_y and y is None:
+                raise ValueError("y is required with array inputs")
+            self.x = _tensor(x, model)
+            self.y = None if y is None else _tensor(y, None)
+            self.n = _batch_len(self.x)
+            if self.y is not None and _batch_len(self.y) != self.n:
+                raise ValueError(f"x and y have different numbers of samples: {self.n} and "
+                                 f"{_batch_len(self.y)}")
+            self.bs = int(batch_size or 32)
+            self.shuffle = bool(shuffle)
+            self.dataset = None
+            n_batches = -(-self.n // self.bs)
+            self.steps = n_batches if steps is None else min(int(steps), n_batches)
+        else:
+            if y is not None:
+                raise ValueError("y must be None when x is a dataset (it yields (x, y))")
+            if batch_size is not None:
+                raise ValueError("batch_size must be None when x is a dataset (batch the "
+                                 "dataset instead)")
+            self.dataset = x
+            self._it = None
+            try:
+                n = len(x)
+            except TypeError:
+                n = None
+            self.steps = int(steps) if steps is not None else n
+
+    def epoch(self):
+        if self.dataset is not None:
+            yield from self._dataset_epoch()
+            return
+        x, y, n, bs = self.x, self.y, self.n, self.bs
+        if self.shuffle and n > 1:
+            with _devs.device(x.device):
+                perm = _random.shuffle(_a.range(n))
+            for i in range(self.steps):
+                idx = perm[i * bs:(i + 1) * bs]
+                yield _a.gather(x, idx), (None if y is None else _a.gather(y, _follow(idx, y)))
+        else:
+            for i in range(self.steps):
+                s = slice(i * bs, (i + 1) * bs)
+                yield x[s], (None if y is None else y[s])
+
+    def _dataset_epoch(self):
+        limit = self.steps_limit
+        if limit is None:
+            it = iter(self.dataset)
+        else:                               # keep one iterator across epochs (Keras)
+            if self._it is None:
+                self._it = iter(self.dataset)
+            it = self._it
+        count = 0
+        while limit is None or count < limit:
+            try:
+                item = next(it)
+            except StopIteration:
+                if limit is not None and count == 0 and it is self._it:
+                    self._it = it = iter(self.dataset)
+                    continue
+                if limit is not None:
+                    self._it = None
+                break
+            count += 1
+            if isinstance(item, dict):
+                raise ValueError("dataset elements must be (x, y) tuples, got a dict")
+            if isinstance(item, (tuple, list)):
+                xb = item[0]
+                yb = item[1] if len(item) > 1 else None
+            else:
+                xb, yb = item, None
+            yield _tensor(xb, self.model), (None if yb is None else _tensor(yb, None))
+
+
+# --- metrics and loss aggregation ------------------------------------------------------------
+
+class _Mean:
+    """A running mean kept as a Tensor (no device sync until it is read)."""
+
+    def __init__(self):
+        self.total = None
+        self.count = 0
+
+    def add(self, value, n):
+        if value.ndim == 0:
+            v = value * float(n)
+        else:
+            v = _r.reduce_sum(value)
+            n = int(np.prod(value.shape))
+        self.total = v if self.total is None else self.total + v
+        self.count += n
+
+    def result(self):
+        if self.total is None or not self.count:
+            return 0.0
+        return float(self.total) / self.count
+
+
+def _logs(agg, mets):
+    logs = {"loss": agg.result()}
+    for m in mets:
+        logs[m.name] = m.result()
+    return logs
+
+
+class _Metric:
+    """A compiled metric: a function ``fn(y_true, y_pred)`` averaged over batches, or a
+    stateful object with ``update_state``/``result``/``reset_states``."""
+
+    def __init__(self, name, fn=None, obj=None):
+        self.name, self.fn, self.obj = name, fn, obj
+        self.mean = _Mean()
+
+    @classmethod
+    def make(cls, m, loss_name, loss_fn):
+        from .keras import metrics as _km
+        if isinstance(m, str):
+            if m in ("accuracy", "acc"):
+                return cls(m, _km._accuracy_for(loss_name, loss_fn))
+            return cls(m, _km.get(m))
+        if hasattr(m, "update_state") and hasattr(m, "result"):
+            return cls(getattr(m, "name", type(m).__name__), obj=m)
+        if callable(m):
+            return cls(getattr(m, "__name__", type(m).__name__), m)
+        raise TypeError(f"metric must be a name, a function or a metric object, got {m!r}")
+
+    def reset(self):
+        if self.obj is not None:
+            reset = getattr(self.obj, "reset_states", None) or self.obj.reset_state
+            reset()
+        else:
+            self.mean = _Mean()
+
+    def update(self, y, pred):
+        if self.obj is not None:
+            self.obj.update_state(y, pred)
+        else:
+            self.mean.add(self.fn(y, pred), _batch_len(pred))
+
+    def result(self):
+        if self.obj is not None:
+            return float(self.obj.result())
+        return self.mean.result()
