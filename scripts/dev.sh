@@ -24,7 +24,9 @@ PY="${PYTHON:-python3}"
 # reports cuda unavailable with the reason, and its CPU-side tests run; and the example
 # op plugin plugins/gelu, whose tests the root's pytest configuration collects.
 RUNTIME_REQS=(-e "$ROOT/core" -e "$ROOT/backends/cpu_numpy")
-TEST_REQS=(-e "$ROOT/core[test]" -e "$ROOT/backends/cpu_numpy" -e "$ROOT/backends/cuda_cupy"
+# (setuptools >= 70 and wheel: tests build a plugin offline with --no-build-isolation)
+TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test]" -e "$ROOT/backends/cpu_numpy"
+           -e "$ROOT/backends/cuda_cupy"
            -e "$ROOT/plugins/gelu" "pytest-xdist>=3")
 
 say() { printf '==> %s\n' "$*" >&2; }
