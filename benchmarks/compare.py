@@ -419,7 +419,87 @@ def case_mlp(tf, torch, batch):
     return case
 
 
-ALL_CASES = ("add", "add_tape", "grad", "collatz", "mlp64", "mlp1024")
+def case_cnn(tf, torch, batch=32):
+    """One Adam training step of the seeds' CNN (guide: Conv2D(16,[3,3],relu) x2,
+    GlobalAveragePooling2D, Dense(10)) on 28x28x1 images; tapeflow vs PyTorch eager,
+    both starting from the same weights (checked: the same first-step loss)."""
+    case = Case(f"cnn{batch}", f"seeds' CNN Adam step, batch {batch}, 28x28x1 float32",
+                "step", None, heavy=True)
+    rng = np.random.default_rng(0)
+    xn = rng.random((batch, 28, 28, 1), dtype=np.float32)
+    yn = rng.integers(0, 10, batch).astype(np.int64)
+    state = {}
+
+    def build_tf():
+        tf.random.set_seed(0)
+        model = tf.keras.Sequential([
+            tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
+            tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
+            tf.keras.layers.GlobalAveragePooling2D(),
+            tf.keras.layers.Dense(10)])
+        opt = tf.train.AdamOptimizer()
+        x = tf.constant(xn)
+        y = tf.constant(yn)
+        model(x)
+        state["weights"] = [v.numpy() for v in model.trainable_variables]
+
+        def step():
+            with tf.GradientTape() as tape:
+                loss = tf.losses.sparse_softmax_cross_entropy(y, model(x, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        state["tf_loss"] = float(step())
+
+        def run(n):
+            for _ in range(n):
+                step()
+        return Impl(run)
+
+    def build_torch():
+        nn = torch.nn
+        k1, b1, k2, b2, w3, b3 = state["weights"]
+        c1, c2, d = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 16, 3), nn.Linear(16, 10)
+        with torch.no_grad():                       # HWIO -> OIHW, (in, out) -> (out, in)
+            c1.weight.copy_(torch.from_numpy(k1.transpose(3, 2, 0, 1).copy()))
+            c1.bias.copy_(torch.from_numpy(b1))
+            c2.weight.copy_(torch.from_numpy(k2.transpose(3, 2, 0, 1).copy()))
+            c2.bias.copy_(torch.from_numpy(b2))
+            d.weight.copy_(torch.from_numpy(w3.T.copy()))
+            d.bias.copy_(torch.from_numpy(b3))
+        params = list(c1.parameters()) + list(c2.parameters()) + list(d.parameters())
+        opt = torch.optim.Adam(params, lr=1e-3, eps=1e-8)
+        x = torch.from_numpy(xn.transpose(0, 3, 1, 2).copy())   # NCHW, PyTorch's layout
+        y = torch.from_numpy(yn)
+        F = torch.nn.functional
+
+        def step():
+            h = F.relu(c2(F.relu(c1(x))))
+            loss = F.cross_entropy(d(h.mean(dim=(2, 3))), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+
+        loss = float(step())
+        assert abs(loss - state["tf_loss"]) <= 1e-4 * max(1.0, abs(loss)), \
+            f"torch loss {loss} != tapeflow's {state['tf_loss']}"
+
+        def run(n):
+            for _ in range(n):
+                step()
+        return Impl(run)
+
+    _guard(case, "tapeflow", build_tf)
+    if torch is not None and "weights" in state:
+        _guard(case, "torch", build_torch)
+    case.notes.append("cnn: no NumPy peer; compare the tf/torch column (PyTorch runs NCHW, "
+                      "its native layout; tapeflow runs the seeds' NHWC)")
+    return case
+
+
+ALL_CASES = ("add", "add_tape", "grad", "collatz", "mlp64", "mlp1024", "cnn32")
 
 
 def build_cases(tf, torch, keys):
@@ -430,6 +510,7 @@ def build_cases(tf, torch, keys):
         "collatz": lambda: case_collatz(tf, torch),
         "mlp64": lambda: case_mlp(tf, torch, 64),
         "mlp1024": lambda: case_mlp(tf, torch, 1024),
+        "cnn32": lambda: case_cnn(tf, torch, 32),
     }
     return [makers[k]() for k in keys]
 
