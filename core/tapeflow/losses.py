@@ -253,6 +253,15 @@ def log_loss(labels, predictions, weights=1.0, epsilon=1e-7, scope=None,
 _EPS = 1e-7
 
 
+def _keras_true(y_true, y_pred):
+    """Keras's ``y_true``: ``y_pred``'s dtype and device, plus a trailing axis when
+    ``y_pred`` has one more (labels ``[N]`` with predictions ``[N, 1]``)."""
+    y_true = _float(y_true, y_pred)
+    if y_true.ndim == y_pred.ndim - 1:
+        y_true = _a.expand_dims(y_true, -1)
+    return y_true
+
+
 def _sparse_labels(y_true, y_pred):
     y_true = _t(y_true)
     if y_true.ndim == y_pred.ndim and y_true.ndim and y_true.shape[-1] == 1:
@@ -289,7 +298,7 @@ def categorical_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=
 def binary_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=0.0, axis=-1):
     """Per-example binary cross entropy (mean over the last axis)."""
     y_pred = _float(y_pred)
-    y_true = _float(y_true, y_pred)
+    y_true = _keras_true(y_true, y_pred)
     if label_smoothing:
         y_true = y_true * (1.0 - label_smoothing) + 0.5 * label_smoothing
     if from_logits:
@@ -303,19 +312,19 @@ def binary_crossentropy(y_true, y_pred, from_logits=False, label_smoothing=0.0, 
 def mse(y_true, y_pred):
     """Keras's ``mean_squared_error``: per-example mean over the last axis."""
     y_pred = _float(y_pred)
-    return _r.reduce_mean(_m.squared_difference(y_pred, _float(y_true, y_pred)), axis=-1)
+    return _r.reduce_mean(_m.squared_difference(y_pred, _keras_true(y_true, y_pred)), axis=-1)
 
 
 def mae(y_true, y_pred):
     """Keras's ``mean_absolute_error``: per-example mean over the last axis."""
     y_pred = _float(y_pred)
-    return _r.reduce_mean(_m.abs(y_pred - _float(y_true, y_pred)), axis=-1)
+    return _r.reduce_mean(_m.abs(y_pred - _keras_true(y_true, y_pred)), axis=-1)
 
 
 def huber(y_true, y_pred, delta=1.0):
     """Keras's ``huber``: per-example mean over the last axis."""
     y_pred = _float(y_pred)
-    return _r.reduce_mean(_huber(y_pred - _float(y_true, y_pred), delta), axis=-1)
+    return _r.reduce_mean(_huber(y_pred - _keras_true(y_true, y_pred), delta), axis=-1)
 
 
 class Loss:

@@ -15,8 +15,9 @@ import importlib
 from .. import array as _a
 from .. import math as _m
 from .. import reductions as _r
-from . import losses as _losses
-from .losses import _t
+from .. import losses as _losses
+from ..losses import _t
+from . import losses as _klosses
 
 __all__ = ["sparse_categorical_accuracy", "categorical_accuracy", "binary_accuracy",
            "accuracy", "get"]
@@ -43,7 +44,7 @@ def categorical_accuracy(y_true, y_pred):
 def binary_accuracy(y_true, y_pred, threshold=0.5):
     """Mean over the last axis of ``(y_pred > threshold) == y_true``."""
     y_pred = _t(y_pred)
-    y_true = _losses._like(y_true, y_pred)
+    y_true = _losses._keras_true(y_true, y_pred)
     hit = _m.equal(y_true, _m.cast(_m.greater(y_pred, threshold), y_pred.dtype))
     return _r.reduce_mean(_m.cast(hit, "float32"), axis=-1)
 
@@ -82,8 +83,8 @@ def _accuracy_for(loss_name, loss_fn):
 
 
 acc = accuracy
-mse = MSE = mean_squared_error = _losses.mean_squared_error
-mae = MAE = mean_absolute_error = _losses.mean_absolute_error
+mse = MSE = mean_squared_error = _klosses.mean_squared_error
+mae = MAE = mean_absolute_error = _klosses.mean_absolute_error
 sparse_categorical_crossentropy = _losses.sparse_categorical_crossentropy
 categorical_crossentropy = _losses.categorical_crossentropy
 binary_crossentropy = _losses.binary_crossentropy

@@ -29,12 +29,12 @@ __all__ = ["SummaryWriter", "create_file_writer", "create_summary_file_writer",
 
 def _new_event_path(logdir: str, suffix: str) -> tuple[str, object]:
     """Create (exclusively) and open a fresh event file: the seeds' name
-    ``events.out.tfevents.<time>.<host><suffix>``; a second writer created in the
-    same second gets ``.<pid>.<n>`` before the suffix."""
+    ``events.out.tfevents.<time>.<host><suffix>``. A second writer created in the same
+    second takes the next free second, so file names keep creation order: TensorBoard
+    reads a run's files in name order (a resumed run's steps come after the first's)."""
     stamp, host = int(time.time()), socket.gethostname()
-    base = os.path.join(logdir, f"events.out.tfevents.{stamp:010d}.{host}")
-    for n in range(10_000):
-        path = base + (f".{os.getpid()}.{n}" if n else "") + suffix
+    for k in range(10_000):
+        path = os.path.join(logdir, f"events.out.tfevents.{stamp + k:010d}.{host}{suffix}")
         try:
             return path, open(path, "xb")
         except FileExistsError:
