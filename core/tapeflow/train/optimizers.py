@@ -194,7 +194,10 @@ class Optimizer:
 
     # --- the update ------------------------------------------------------------------
     def _prepare(self):
-        """Per-step coefficients, computed once per ``apply_gradients``."""
+        """Per-step coefficients, computed once per ``apply_gradients`` (the learning
+        rate, and a cache of it cast per variable dtype/device). Adam overrides it."""
+        self._lr_now = self._lr()
+        self._cache = {}
 
     def _finish(self):
         """After every variable was updated (Adam's beta powers)."""
@@ -312,11 +315,6 @@ class GradientDescentOptimizer(Optimizer):
     def __init__(self, learning_rate, use_locking=False, name="GradientDescent"):
         super().__init__(learning_rate, use_locking, name)
 
-    def _prepare(self):
-        lr = self._lr()
-        self._lr_now = lr
-        self._cache = {}
-
     def _apply_dense(self, grad, var, slots):
         lr = self._lr_now
         if isinstance(lr, Tensor):
@@ -336,10 +334,6 @@ class MomentumOptimizer(Optimizer):
         super().__init__(learning_rate, use_locking, name)
         self._momentum = momentum
         self._use_nesterov = bool(use_nesterov)
-
-    def _prepare(self):
-        self._lr_now = self._lr()
-        self._cache = {}
 
     def _apply_dense(self, grad, var, slots):
         accum = slots[1]
@@ -412,10 +406,6 @@ class RMSPropOptimizer(Optimizer):
 
     _rms_init = 1.0
 
-    def _prepare(self):
-        self._lr_now = self._lr()
-        self._cache = {}
-
     def _apply_dense(self, grad, var, slots):
         ms, mom = slots[1], slots[2]
         lr = self._lr_now
@@ -452,10 +442,6 @@ class AdagradOptimizer(Optimizer):
                              f"{initial_accumulator_value}")
         super().__init__(learning_rate, use_locking, name)
         self._slot_specs = (("accumulator", initial_accumulator_value),)
-
-    def _prepare(self):
-        self._lr_now = self._lr()
-        self._cache = {}
 
     def _apply_dense(self, grad, var, slots):
         acc = slots[1]
