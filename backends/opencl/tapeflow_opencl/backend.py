@@ -1,0 +1,157 @@
+"""The OpenCL :class:`~tapeflow.plugins.Backend`: devices ``opencl:N``.
+
+Devices are numbered across every platform in PyOpenCL's order (platform, then
+device). ``PYOPENCL_CTX`` (PyOpenCL's own variable: ``"0"`` = platform 0, ``"0:1"``
+= device 1 of platform 0) restricts the list when set. OpenCL GPUs are also
+``gpu:N`` (after CUDA devices); a CPU device such as PoCL is ``opencl:N`` only.
+
+Native arrays are ``pyopencl.array.Array`` (see :mod:`.runtime`); each device has
+one in-order queue, so kernels run in the order they were issued and ``to_host``
+(``.numpy()``, printing, ``bool()``) waits for the work queued before it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from tapeflow.errors import ResourceExhaustedError
+from tapeflow.plugins import Backend
+
+from . import runtime as rt
+
+
+class OpenCLBackend(Backend):
+    """PyOpenCL on any OpenCL device."""
+
+    name = "opencl"
+    device_type = "opencl"
+    gpu_priority = 10
+
+    def __init__(self):
+        self._probe = None
+
+    # --- availability and devices ---------------------------------------------------
+    def _enumerate(self):
+        """``(list of (platform, cl device), reason or None)``, computed once."""
+        if self._probe is not None:
+            return self._probe
+        try:
+            c = rt.cl()
+        except ImportError as e:
+            self._probe = ([], f"PyOpenCL is not installed ({e}); "
+                               "pip install 'tapeflow-opencl[pocl]'")
+            return self._probe
+        try:
+            platforms = c.get_platforms()
+        except Exception as e:   # no ICD loader / no platform
+            self._probe = ([], f"no OpenCL platform found ({type(e).__name__}: {e}); install "
+                               "a driver, or PoCL for the CPU: pip install 'pyopencl[pocl]'")
+            return self._probe
+        found = []
+        for p in platforms:
+            try:
+                found += [(p, d) for d in p.get_devices()]
+            except Exception:    # a platform without devices
+                continue
+        sel = os.environ.get("PYOPENCL_CTX", "").strip()
+        if sel:
+            found = _select(platforms, found, sel)
+        reason = None if found else ("no OpenCL device found" + (
+            f" (PYOPENCL_CTX={sel!r} selects none)" if sel else
+            " on any platform: install a driver, or PoCL: pip install 'pyopencl[pocl]'"))
+        self._probe = (found, reason)
+        return self._probe
+
+    def unavailable_reason(self):
+        return self._enumerate()[1]
+
+    def list_devices(self):
+        found, reason = self._enumerate()
+        out = []
+        for i, (p, d) in enumerate(found):
+            try:
+                h = rt.CLDevice(i, d, p)
+            except Exception as e:   # a device we cannot open is skipped, not fatal
+                import warnings
+                warnings.warn(f"tapeflow-opencl: cannot open OpenCL device {d.name!r}: {e}",
+                              stacklevel=2)
+                continue
+            out.append({"index": i, "is_gpu": h.is_gpu, "description": h.describe(),
+                        "handle": h})
+        return out
+
+    # --- data movement ----------------------------------------------------------------
+    def to_host(self, array, device):
+        if isinstance(array, np.ndarray):
+            return array
+        return rt.download(array)
+
+    def from_host(self, array, device):
+        h = device.handle
+        a = np.asarray(array)
+        h.check_dtype(a.dtype, "copying a tensor to it")
+        try:
+            if a.ndim == 0:
+                return rt.scalar(h, a, a.dtype)
+            return rt.upload(h, a)
+        except rt.cl().MemoryError as e:
+            raise _oom(e, device, f"copying {a.nbytes:,} bytes from the host") from None
+
+    def copy_from(self, array, src, dst):
+        if src is dst:
+            return array      # tensors are immutable: sharing the buffer is safe
+        host = np.asarray(src.backend.to_host(array, src))
+        return self.from_host(host, dst)
+
+    # --- synchronisation and memory ---------------------------------------------------
+    def synchronize(self, device):
+        device.handle.queue.finish()
+
+    def memory_info(self, device):
+        """Bytes in use by live tensors (``current``), held by the memory pool
+        (``pool_total``) and the device's ``total`` global memory."""
+        h = device.handle
+        pool = h.pool
+        cur = getattr(pool, "active_bytes", None)
+        return {"current": int(cur) if cur is not None else None,
+                "pool_total": int(pool.managed_bytes),
+                "total": int(h.cl_device.global_mem_size)}
+
+    def free_cached_memory(self, device=None):
+        """Give the pools' unused blocks back to the driver."""
+        for h in list(rt._BY_QUEUE.values()):
+            if device is None or h is device.handle:
+                h.pool.free_held()
+                h.scalars.clear()
+
+
+def _select(platforms, found, sel):
+    """PyOpenCL's ``PYOPENCL_CTX`` syntax: ``P`` or ``P:D`` (indices), several joined by ','."""
+    keep = []
+    for part in sel.split(","):
+        bits = part.split(":")
+        try:
+            pi = int(bits[0])
+            plat = platforms[pi]
+        except (ValueError, IndexError):
+            continue
+        devs = [(p, d) for p, d in found if p == plat]
+        if len(bits) > 1 and bits[1].strip():
+            try:
+                devs = [devs[int(bits[1])]]
+            except (ValueError, IndexError):
+                devs = []
+        keep += [x for x in devs if x not in keep]
+    return keep
+
+
+def _oom(e, device, what):
+    return ResourceExhaustedError(
+        f"Out of memory on {device} {what}: {e}. Free tensors you no longer need (del them) "
+        "or use smaller batches.", device=device)
+
+
+#: the one instance the plugin registers
+BACKEND = OpenCLBackend()

@@ -1,0 +1,73 @@
+"""The OpenCL backend plugin (entry point ``tapeflow = opencl``).
+
+Loads on every machine: without PyOpenCL or an OpenCL driver the backend reports
+``opencl`` unavailable with the reason. The kernel modules import nothing from
+PyOpenCL at import time (kernels compile on first call), so the ``opencl`` kernel
+coverage shows in ``python -m tapeflow info`` everywhere.
+
+Each kernel module ``k_*.py`` exposes ``build() -> {op name: spec}`` where a spec is
+a callable or ``dict(fn=..., dtypes=..., needs_device=...)``, the CPU backend's
+convention.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from tapeflow.errors import NotFoundError
+from tapeflow.plugins import get_op, hookimpl
+
+from .backend import BACKEND, OpenCLBackend
+
+TAPEFLOW_PLUGIN_API = 1
+
+__all__ = ["BACKEND", "OpenCLBackend", "unavailable_reason", "TAPEFLOW_PLUGIN_API",
+           "KERNEL_MODULES", "SKIPPED"]
+
+KERNEL_MODULES = ("k_math", "k_reduce", "k_softmax", "k_linalg", "k_array", "k_index", "k_nn",
+                  "k_random")
+
+#: ops a kernel module defines that no loaded op declares (skipped, not fatal)
+SKIPPED: list = []
+
+
+def unavailable_reason():
+    """Why ``opencl`` devices are unavailable here, or None."""
+    return BACKEND.unavailable_reason()
+
+
+def iter_kernels():
+    for modname in KERNEL_MODULES:
+        try:
+            mod = importlib.import_module(f"tapeflow_opencl.{modname}")
+        except ModuleNotFoundError as e:
+            if e.name != f"tapeflow_opencl.{modname}":
+                raise
+            continue
+        for op_name, spec in mod.build().items():
+            if callable(spec):
+                spec = {"fn": spec}
+            yield op_name, spec
+
+
+@hookimpl
+def tapeflow_register_backends(registry):
+    registry.add_backend(BACKEND)
+
+
+@hookimpl
+def tapeflow_register_kernels(registry):
+    SKIPPED.clear()
+    for op_name, spec in iter_kernels():
+        try:
+            get_op(op_name)
+        except NotFoundError:
+            SKIPPED.append(op_name)
+            continue
+        registry.add_kernel(op_name, "opencl", spec["fn"], dtypes=spec.get("dtypes"),
+                            needs_device=spec.get("needs_device", False))
+
+
+@hookimpl
+def tapeflow_known_gaps():
+    return {}
