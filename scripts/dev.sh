@@ -21,12 +21,14 @@ PY="${PYTHON:-python3}"
 
 # The two local distributions depend on each other, so they go in ONE pip command.
 # The test environment also installs the CUDA backend's plugin (without CuPy): it loads,
-# reports cuda unavailable with the reason, and its CPU-side tests run; and the example
+# reports cuda unavailable with the reason, and its CPU-side tests run; the OpenCL backend
+# with PoCL (an OpenCL driver for the CPU, a wheel: no root), so the conformance suite
+# runs on opencl:0; and the example
 # op plugin plugins/gelu, whose tests the root's pytest configuration collects.
 RUNTIME_REQS=(-e "$ROOT/core" -e "$ROOT/backends/cpu_numpy")
 # (setuptools >= 70 and wheel: tests build a plugin offline with --no-build-isolation)
 TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test]" -e "$ROOT/backends/cpu_numpy"
-           -e "$ROOT/backends/cuda_cupy"
+           -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl]"
            -e "$ROOT/plugins/gelu" "pytest-xdist>=3")
 
 say() { printf '==> %s\n' "$*" >&2; }
@@ -57,7 +59,8 @@ stamp_of() {
 import hashlib, pathlib, sys
 mode, root, reqs = sys.argv[1:4]
 h = hashlib.sha256(f"{mode}\n{sys.version}\n{reqs}\n".encode())
-for dist in ("core", "backends/cpu_numpy", "backends/cuda_cupy", "plugins/gelu"):
+for dist in ("core", "backends/cpu_numpy", "backends/cuda_cupy", "backends/opencl",
+             "plugins/gelu"):
     base = pathlib.Path(root, dist)
     files = [base / n for n in ("pyproject.toml", "setup.py", "setup.cfg")]
     files += [p for ext in ("*.c", "*.h", "*.pyx") for p in base.rglob(ext)]
@@ -85,7 +88,8 @@ install() {   # install MODE: "runtime" or "test"
     want="$(stamp_of "$mode")"
     [ -f "$stamp_file" ] && have="$(cat "$stamp_file")"
     local dists=(tapeflow tapeflow-cpu-numpy)
-    [ "$mode" = test ] && dists+=(tapeflow-cuda-cupy tapeflow-gelu pytest hypothesis pytest-xdist)
+    [ "$mode" = test ] && dists+=(tapeflow-cuda-cupy tapeflow-opencl tapeflow-gelu pytest hypothesis
+                                 pytest-xdist pyopencl mako)
     if [ "${TAPEFLOW_REINSTALL:-0}" != 1 ] && [ "$want" = "$have" ] && installed "${dists[@]}"; then
         return
     fi

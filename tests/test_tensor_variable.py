@@ -99,3 +99,14 @@ def test_assign_add_is_not_recorded():
         _ = v * 2.0
         v.assign_add(1.0)
     assert len(t._records) == 1
+
+
+@pytest.mark.parametrize("key", [slice(-7, None, -2), slice(None, None, -1), slice(3, 0, -1),
+                                 slice(2, 2), slice(5, None, -1), slice(-1, -5, -2),
+                                 slice(10, 20), slice(-10, 1)])
+def test_slices_match_numpy_including_empty_reversed_ones(key):
+    # an empty slice with a negative step once became slice(-1, None, -2): the last
+    # element instead of nothing
+    x = np.arange(12.0).reshape(4, 3)
+    np.testing.assert_array_equal(tf.constant(x)[key].numpy(), x[key])
+    np.testing.assert_array_equal(tf.constant(x)[:, key].numpy(), x[:, key])

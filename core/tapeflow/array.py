@@ -933,6 +933,8 @@ def _index_spec(x, key):
                 raise _bad_index(f"invalid slice {k!r} for dimension {d}: {e}", x) from None
             if step == 1 and start == 0 and stop >= n:
                 spec.append(_FULL)
+            elif len(range(start, stop, step)) == 0:
+                spec.append(_slice(0, 0, 1))    # (slice(-1, None, -2) would not be empty)
             else:
                 spec.append(_slice(start, None if stop < 0 else stop, step))
             kinds.append("s")

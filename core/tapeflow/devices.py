@@ -69,6 +69,12 @@ class Backend:
     def synchronize(self, device: Device) -> None:
         """Block until queued work on ``device`` has finished."""
 
+    def dtype_unsupported(self, device: Device, dtype) -> str | None:
+        """Why ``device`` cannot hold tensors of ``dtype`` (a tapeflow or NumPy dtype),
+        or ``None`` when it can (the default). The conformance suite skips such
+        dtypes with this reason; ``from_host`` should raise UnimplementedError."""
+        return None
+
     def memory_info(self, device: Device) -> dict:
         """``{"current": bytes_in_use, "peak": ..., "total": ...}`` where known."""
         return {}

@@ -99,6 +99,13 @@ class OpenCLBackend(Backend):
         except rt.cl().MemoryError as e:
             raise _oom(e, device, f"copying {a.nbytes:,} bytes from the host") from None
 
+    def dtype_unsupported(self, device, dtype):
+        try:
+            device.handle.check_dtype(getattr(dtype, "np", dtype))
+        except Exception as e:
+            return str(e)
+        return None
+
     def copy_from(self, array, src, dst):
         if src is dst:
             return array      # tensors are immutable: sharing the buffer is safe

@@ -117,19 +117,22 @@ class CLDevice:
                 f"{self.platform.version.strip()}, {d.max_compute_units} compute units, "
                 f"{d.global_mem_size / 2**30:.1f} GiB, fp64 {'yes' if self.fp64 else 'no'})")
 
-    def check_dtype(self, dtype, what="this op"):
-        """UnimplementedError when the device cannot hold/compute ``dtype``."""
+    def check_dtype(self, dtype, what=None):
+        """UnimplementedError (naming the device and dtype) when the device cannot
+        hold or compute ``dtype``; ``what``: the action, for the message."""
         dt = np.dtype(dtype)
+        ctx = f" ({what})" if what else ""
+        dname = self.cl_device.name.strip()
         if dt == np.float64 and not self.fp64:
             raise UnimplementedError(
-                f"{self.name} ({self.cl_device.name.strip()}) has no cl_khr_fp64: float64 is "
-                f"not supported on it ({what}); use float32, or a device with fp64 (PoCL has it)")
+                f"float64 is not supported on {self.name} ({dname}: no cl_khr_fp64){ctx}; "
+                "use float32, or a device with fp64 (PoCL has it)")
         if dt == np.float16 and not self.fp16:
             raise UnimplementedError(
-                f"{self.name} ({self.cl_device.name.strip()}) has no cl_khr_fp16: float16 "
-                f"tensors are not supported on it ({what}); cast to float32 first")
+                f"float16 is not supported on {self.name} ({dname}: no cl_khr_fp16){ctx}; "
+                "cast to float32 first")
         if dt not in CTYPES:
-            raise UnimplementedError(f"dtype {dt} is not supported on {self.name}")
+            raise UnimplementedError(f"{dt} is not supported on {self.name} ({dname}){ctx}")
 
 
 _BY_QUEUE: dict = {}
@@ -236,11 +239,12 @@ def scalar(dev: CLDevice, value, dtype):
 _HEADER = ("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n")
 
 
-def kernel(dev: CLDevice, source: str, name: str, scalar_dtypes=None):
+def kernel(dev: CLDevice, source: str, name: str, scalar_dtypes=None, options=()):
     """The compiled kernel ``name`` of ``source`` on ``dev`` (cached in memory and on
     disk). ``scalar_dtypes``: PyOpenCL's ``set_scalar_arg_dtypes`` list (``None`` for
-    buffer arguments), so that :func:`launch` can pass plain Python numbers."""
-    key = (source, name)
+    buffer arguments), so that :func:`launch` can pass plain Python numbers. ``options``:
+    OpenCL build options (e.g. ``("-cl-fp32-correctly-rounded-divide-sqrt",)``)."""
+    key = (source, name, tuple(options))
     k = dev.kernels.get(key)
     if k is not None:
         return k
@@ -250,7 +254,7 @@ def kernel(dev: CLDevice, source: str, name: str, scalar_dtypes=None):
             return k
         c = cl()
         src = (_HEADER if dev.fp64 else "") + source
-        opts = []
+        opts = list(options)
         try:
             prg = c.Program(dev.ctx, src).build(options=opts,
                                                 cache_dir=os.path.join(cache_dir(), "opencl"))
@@ -368,33 +372,16 @@ def _ew_source(expr, in_ctypes, out_ctype, modes, nd, preamble, bool_out):
             + "\n".join(body) + "\n}\n")
 
 
-def elementwise(expr, out_dtype, *arrays, preamble="", out_shape=None):
-    """Evaluate the OpenCL C expression ``expr`` of ``x0, x1, ...`` (the inputs' values,
-    of their C types) over the broadcast shape of ``arrays``; a new contiguous array
-    of ``out_dtype``. ``preamble``: helper functions the expression calls.
-
-    >>> # elementwise("x0 + x1", np.float32, a, b)      (a, b on one opencl device)
-    """
-    dev = device_of(arrays[0])
-    out_dtype = np.dtype(out_dtype)
-    shape = out_shape if out_shape is not None else broadcast_shape([a.shape for a in arrays])
-    out = empty(dev, shape, out_dtype)
-    n = out.size
-    if n == 0:
-        return out
-    sts, offs = [], []
-    for a in arrays:
-        st, off = broadcast_strides(a, shape)
-        sts.append(st)
-        offs.append(off)
+def _ew_plan(dev, expr, out_dtype, arrays, preamble, shape):
+    """``(kernel, shape, n, arg tail)`` for one elementwise call (see :func:`elementwise`)."""
+    sts = [broadcast_strides(a, shape)[0] for a in arrays]
     mshape, msts = merge_dims(shape, sts)
     nd = len(mshape)
-    cstr = [1] if nd == 1 else None
     modes = []
     for st in msts:
         if all(s == 0 for s in st):
             modes.append("s")
-        elif nd == 1 and st == cstr:
+        elif nd == 1 and st == [1]:
             modes.append("c")
         else:
             modes.append("g")
@@ -406,17 +393,52 @@ def elementwise(expr, out_dtype, *arrays, preamble="", out_shape=None):
     for _ in arrays:
         sd += [None, np.int64]
     sd.append(np.int64)
+    tail = []
     if strided:
         sd += [np.int64] * (nd - 1 + nd * len(strided))
-    k = kernel(dev, src, "ew", sd)
-    args = [out.base_data]
-    for a, off in zip(arrays, offs):
-        args += [buf(dev, a), off]
-    args.append(n)
-    if strided:
-        args += list(mshape[1:])
+        tail = list(mshape[1:])
         for j in strided:
-            args += list(msts[j])
+            tail += list(msts[j])
+    return kernel(dev, src, "ew", sd), math.prod(shape), tail
+
+
+#: (device, expr, dtypes, layouts, ...) -> plan; bounded, cleared when full
+_PLANS: dict = {}
+_PLANS_MAX = 8192
+
+
+def elementwise(expr, out_dtype, *arrays, preamble="", out_shape=None):
+    """Evaluate the OpenCL C expression ``expr`` of ``x0, x1, ...`` (the inputs' values,
+    of their C types) over the broadcast shape of ``arrays``; a new contiguous array
+    of ``out_dtype``. ``preamble``: helper functions the expression calls.
+
+    The kernel source depends on the dtypes and on the merged layout (contiguous,
+    0-d or strided per input, number of dimensions); the plan for a given (expression,
+    dtypes, shapes, strides) is cached, so a repeated call only allocates and launches.
+
+    >>> # elementwise("x0 + x1", np.float32, a, b)      (a, b on one opencl device)
+    """
+    dev = _BY_QUEUE[arrays[0].queue.int_ptr]
+    out_dtype = np.dtype(out_dtype)
+    key = (dev.index, expr, out_dtype, preamble, out_shape,
+           *[(a.dtype, a.shape, a.strides) for a in arrays])
+    plan = _PLANS.get(key)
+    if plan is None:
+        shape = out_shape if out_shape is not None else broadcast_shape(
+            [a.shape for a in arrays])
+        if math.prod(shape) == 0:
+            return empty(dev, shape, out_dtype)
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        plan = _PLANS[key] = (*_ew_plan(dev, expr, out_dtype, arrays, preamble, shape), shape)
+    k, n, tail, shape = plan
+    out = empty(dev, shape, out_dtype)
+    args = [out.base_data]
+    for a in arrays:
+        args += [a.base_data, a.offset // a.dtype.itemsize]
+    args.append(n)
+    if tail:
+        args += tail
     launch(dev, k, (n,), None, *args)
     return out
 

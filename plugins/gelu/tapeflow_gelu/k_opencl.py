@@ -90,16 +90,17 @@ def _kernel(name, x):
     return k
 
 
-def _check(*arrays):
-    a0 = arrays[0]
-    if not all(a.flags.forc and a.strides == a0.strides for a in arrays):
-        raise UnimplementedError("the OpenCL GELU kernels need contiguous inputs of one "
-                                 "memory layout")
+def _contiguous(*arrays):
+    """The inputs as C-contiguous arrays of one layout: the OpenCL backend passes strided
+    views (transposes, slices) to kernels; ``tapeflow_opencl.contiguous`` copies those
+    (and returns contiguous arrays as they are)."""
+    from tapeflow_opencl import contiguous
+    return [contiguous(a) for a in arrays]
 
 
 def gelu(x, approximate=False):
     import pyopencl.array as cla
-    _check(x)
+    x, = _contiguous(x)
     y = cla.empty_like(x)
     if x.size:
         _kernel("gelu", x)(y, x, int(tanh_form(approximate)), queue=x.queue)
@@ -108,7 +109,7 @@ def gelu(x, approximate=False):
 
 def gelu_grad(dy, x, approximate=False):
     import pyopencl.array as cla
-    _check(dy, x)
+    dy, x = _contiguous(dy, x)
     dx = cla.empty_like(x)
     if x.size:
         _kernel("gelu_grad", x)(dx, dy, x, int(tanh_form(approximate)), queue=x.queue)

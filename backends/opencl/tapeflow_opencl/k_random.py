@@ -1,0 +1,300 @@
+"""Random kernels: Philox4x64-10 on the device, the same numbers as ``cpu``.
+
+tapeflow's random ops draw the stream of ``(key, counter)`` (see ``tapeflow.random``):
+the outputs of NumPy's ``Philox(key=[key, 0], counter=[0, counter, 0, 0])``. NumPy
+increments the 256-bit counter before each block, so block ``j`` (64-bit words
+``raw[4j .. 4j+3]``) is ``philox4x64_10(ctr=[j + 1, counter, 0, 0], key=[key, 0])``
+(the CUDA backend's ``philox.py`` derives the same). One generated kernel per
+(op, dtype, affine or not): each work item computes one block and writes the
+values made from its four words (8 for 32-bit outputs, which use the words' low
+and high halves ``w[2i] = raw[i] & 0xffffffff``, ``w[2i+1] = raw[i] >> 32``).
+Nothing is generated or transformed on the host.
+
+The transforms are the CPU backend's (``tapeflow_cpu_numpy.k_random``) operation
+for operation, in its precision, with ``FP_CONTRACT OFF`` (no fused multiply-add),
+so uniforms, integers and shuffles are bit for bit ``cpu:0``'s; normals and
+truncated normals match up to the last-bit rounding of the device's
+``log``/``cos``/``sin`` against NumPy's (the truncated normal's inverse CDF is a
+port of Cephes' ``ndtri``, SciPy's, evaluated in float64).
+
+``RandomShuffle`` sorts the first ``n`` words stably on the device
+(:func:`k_index.stable_argsort_u64`) and gathers the rows by that permutation, the
+CPU's ``x[argsort(raw, kind="stable")]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import runtime as rt
+from .k_index import gather_axis, stable_argsort_u64
+from .runtime import FLOATS
+
+ALL = rt.NUMERIC + ("bool",)
+
+_M64 = (1 << 64) - 1
+# Phi(-2) and Phi(2) - Phi(-2) for the truncated normal's inverse CDF (the CPU's values)
+_PHI_M2 = 0.5 * math.erfc(2.0 / math.sqrt(2.0))
+_PHI_SPAN = 1.0 - 2.0 * _PHI_M2
+
+_PHILOX = r"""
+#pragma OPENCL FP_CONTRACT OFF
+inline void philox4x64_10(ulong j, ulong ctr1, ulong key0, ulong *w) {
+    ulong c0 = j + 1UL, c1 = ctr1, c2 = 0UL, c3 = 0UL;
+    ulong k0 = key0, k1 = 0UL;
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) {
+            k0 += 0x9E3779B97F4A7C15UL;
+            k1 += 0xBB67AE8584CAA73BUL;
+        }
+        const ulong m0 = 0xD2E7470EE14C6C93UL, m1 = 0xCA5A826395121157UL;
+        ulong hi0 = mul_hi(m0, c0), lo0 = m0 * c0;
+        ulong hi1 = mul_hi(m1, c2), lo1 = m1 * c2;
+        c0 = hi1 ^ c1 ^ k0;
+        c1 = lo1;
+        c2 = hi0 ^ c3 ^ k1;
+        c3 = lo0;
+    }
+    w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
+}
+"""
+
+# Cephes ndtri (SciPy's) on the branch the truncated normal reaches (y in
+# [Phi(-2), Phi(2)], so sqrt(-2 log y) < 8), in R (double where the device has fp64)
+_NDTRI = r"""
+inline R ndtri(R y0) {
+    const R P0[5] = {-5.99633501014107895267E1, 9.80010754185999661536E1,
+        -5.66762857469070293439E1, 1.39312609387279679503E1, -1.23916583867381258016E0};
+    const R Q0[8] = {1.95448858338141759834E0, 4.67627912898881538453E0,
+        8.63602421390890590575E1, -2.25462687854119370527E2, 2.00260212380060660359E2,
+        -8.20372256168333339912E1, 1.59056225126211695515E1, -1.18331621121330003142E0};
+    const R P1[9] = {4.05544892305962419923E0, 3.15251094599893866154E1,
+        5.71628192246421288162E1, 4.40805073893200834700E1, 1.46849561928858024014E1,
+        2.18663306850790267539E0, -1.40256079171354495875E-1, -3.50424626827848203418E-2,
+        -8.57456785154685413611E-4};
+    const R Q1[8] = {1.57799883256466749731E1, 4.53907635128879210584E1,
+        4.13172038254672030440E1, 1.50425385692907503408E1, 2.50464946208309415979E0,
+        -1.42182922854787788574E-1, -3.80806407691578277194E-2, -9.33259480895457427372E-4};
+    const R P2[9] = {3.23774891776946035970E0, 6.91522889068984211695E0,
+        3.93881025292474443415E0, 1.33303460815807542389E0, 2.01485389549179081538E-1,
+        1.23716634817820021358E-2, 3.01581553508235416007E-4, 2.65806974686737550832E-6,
+        6.23974539184983293730E-9};
+    const R Q2[8] = {6.02427039364742014255E0, 3.67983563856160859403E0,
+        1.37702099489081330271E0, 2.16236993594496635890E-1, 1.34204006088543189037E-2,
+        3.28014464682127739104E-4, 2.89247864745380683936E-6, 6.79019408009981274425E-9};
+    if (y0 == (R)0) return -INFINITY;
+    if (y0 == (R)1) return INFINITY;
+    if (y0 < (R)0 || y0 > (R)1) return NAN;
+    int code = 1;
+    R y = y0, x;
+    if (y > (R)1 - (R)0.13533528323661269189) { y = (R)1 - y; code = 0; }
+    if (y > (R)0.13533528323661269189) {
+        y = y - (R)0.5;
+        R y2 = y * y;
+        R p = P0[0]; for (int i = 1; i < 5; ++i) p = p * y2 + P0[i];
+        R q = y2 + Q0[0]; for (int i = 1; i < 8; ++i) q = q * y2 + Q0[i];
+        x = y + y * (y2 * p / q);
+        return x * (R)2.50662827463100050242E0;
+    }
+    x = sqrt((R)-2 * log(y));
+    R x0 = x - log(x) / x;
+    R z = (R)1 / x, p, q;
+    if (x < (R)8) {
+        p = P1[0]; for (int i = 1; i < 9; ++i) p = p * z + P1[i];
+        q = z + Q1[0]; for (int i = 1; i < 8; ++i) q = q * z + Q1[i];
+    } else {
+        p = P2[0]; for (int i = 1; i < 9; ++i) p = p * z + P2[i];
+        q = z + Q2[0]; for (int i = 1; i < 8; ++i) q = q * z + Q2[i];
+    }
+    x = x0 - z * p / q;
+    return code ? -x : x;
+}
+"""
+
+
+def _f32(x):
+    """An OpenCL C literal of ``float32(x)`` (exact, as a hex float)."""
+    return f"((float){float(np.float32(x)).hex()})"
+
+
+def _f64(x):
+    return f"((double){float(x).hex()})"
+
+
+# Per op: (outputs per block, body). The body sees the block's words ``w[0..3]``, the
+# block's first output ``base`` and ``n``, and calls EMIT(index, value).
+def _body_uniform(ct, affine):
+    if ct == "float":
+        val = "(float)(wd >> 8) * 0x1p-24f"
+        post = ("u = u * sc + sh; u = (isnan(u) || u < hi) ? u : hi;" if affine else "")
+        return 8, (
+            "for (int t = 0; t < 8; ++t) {\n"
+            "        uint wd = (t & 1) ? (uint)(w[t >> 1] >> 32) : (uint)w[t >> 1];\n"
+            f"        float u = {val}; {post}\n"
+            "        EMIT(base + t, u);\n    }")
+    post = "u = u * sc + sh;" if affine else ""
+    return 4, ("for (int t = 0; t < 4; ++t) {\n"
+               f"        double u = (double)(w[t] >> 11) * 0x1p-53; {post}\n"
+               "        EMIT(base + t, u);\n    }")
+
+
+def _body_uniform_int(ct):
+    if ct == "int":
+        return 8, ("for (int t = 0; t < 8; ++t) {\n"
+                   "        ulong wd = (t & 1) ? (w[t >> 1] >> 32) : (w[t >> 1] & 0xFFFFFFFFUL);\n"
+                   "        EMIT(base + t, (int)(wd % rng + lo));\n    }")
+    return 4, ("for (int t = 0; t < 4; ++t) EMIT(base + t, (long)(w[t] % rng + lo));")
+
+
+def _body_normal(ct, affine):
+    if ct == "float":
+        post = "z0 = z0 * sc + sh; z1 = z1 * sc + sh;" if affine else ""
+        return 8, (
+            "for (int t = 0; t < 4; ++t) {\n"
+            "        float b1 = (float)((uint)w[t] >> 8), b2 = (float)((uint)(w[t] >> 32) >> 8);\n"
+            "        float u1 = (b1 + 0.5f) * 0x1p-24f, u2 = b2 * 0x1p-24f;\n"
+            "        float r = sqrt(-2.0f * log(u1));\n"
+            f"        float th = {_f32(2.0 * math.pi)} * u2;\n"
+            f"        float z0 = r * cos(th), z1 = r * sin(th); {post}\n"
+            "        EMIT(base + 2 * t, z0); EMIT(base + 2 * t + 1, z1);\n    }")
+    post = "z0 = z0 * sc + sh; z1 = z1 * sc + sh;" if affine else ""
+    return 4, (
+        "for (int t = 0; t < 2; ++t) {\n"
+        "        double u1 = ((double)(w[2 * t] >> 11) + 0.5) * 0x1p-53;\n"
+        "        double u2 = (double)(w[2 * t + 1] >> 11) * 0x1p-53;\n"
+        "        double r = sqrt(-2.0 * log(u1));\n"
+        f"        double th = {_f64(2.0 * math.pi)} * u2;\n"
+        f"        double z0 = r * cos(th), z1 = r * sin(th); {post}\n"
+        "        EMIT(base + 2 * t, z0); EMIT(base + 2 * t + 1, z1);\n    }")
+
+
+def _body_truncated(ct, affine):
+    post = "z = z * sc + sh;" if affine else ""
+    return 4, (
+        "for (int t = 0; t < 4; ++t) {\n"
+        "        R u = ((R)(w[t] >> 11) + (R)0.5) * (R)0x1p-53;\n"
+        "        R z = ndtri(u * span + phim2);\n"
+        f"        z = fmin(fmax(z, (R)-2), (R)2); {post}\n"
+        f"        EMIT(base + t, ({ct})z);\n    }}")
+
+
+def _source(name, ct, per, body, extra_params, fp64, ndtri=False):
+    r = "double" if fp64 else "float"
+    pre = _PHILOX + (f"#define R {r}\n" + _NDTRI if ndtri else "")
+    params = [f"__global {ct} *out", "long n", "ulong key", "ulong ctr"] + extra_params
+    return (f"{pre}\n#define EMIT(i, v) if ((i) < n) out[i] = (v)\n"
+            f"__kernel void {name}({', '.join(params)}) {{\n"
+            f"    long j = get_global_id(0);\n    long base = j * {per};\n"
+            "    if (base >= n) return;\n    ulong w[4];\n"
+            "    philox4x64_10((ulong)j, ctr, key, w);\n"
+            f"    {body}\n}}\n")
+
+
+def _launch(dev, name, shape, npdt, key, counter, per, body, extra, extra_vals,
+            ndtri=False):
+    out = rt.empty(dev, shape, npdt)
+    n = out.size
+    if n == 0:
+        return out
+    ct = rt.CTYPES[np.dtype(npdt)]
+    src = _source(name, ct, per, body, [f"{t} {nm}" for t, nm, _ in extra], dev.fp64, ndtri)
+    sd = [None, np.int64, np.uint64, np.uint64] + [d for _, _, d in extra]
+    k = rt.kernel(dev, src, name, sd)
+    nblocks = (n + per - 1) // per
+    rt.launch(dev, k, (nblocks,), None, out.base_data, n, int(key) & _M64,
+              int(counter) & _M64, *extra_vals)
+    return out
+
+
+def raw_words(dev, n, key, counter):
+    """The first ``n`` 64-bit words of the stream of ``(key, counter)`` (a new
+    ``uint64`` device array): ``cpu``'s ``_raw64``."""
+    return _launch(dev, "raw64", (n,), np.uint64, key, counter, 4,
+                   "for (int t = 0; t < 4; ++t) EMIT(base + t, w[t]);", [], [])
+
+
+def _affine_args(npdt, scale, shift, hi=None):
+    """Kernel parameters of ``u * scale + shift`` in the output precision (the CPU
+    casts the Python-float parameters to the dtype first)."""
+    if npdt == np.float32:
+        ex = [("float", "sc", np.float32), ("float", "sh", np.float32)]
+        vals = [np.float32(scale), np.float32(shift)]
+        if hi is not None:
+            ex.append(("float", "hi", np.float32))
+            vals.append(np.float32(hi))
+        return ex, vals
+    return [("double", "sc", np.float64), ("double", "sh", np.float64)], \
+        [float(scale), float(shift)]
+
+
+def build():
+    def _dev(device):
+        return device.handle
+
+    def random_uniform(shape, dtype, key, counter, minval, maxval, device=None):
+        dev = _dev(device)
+        npdt = np.dtype(dtype.np)
+        dev.check_dtype(npdt, "RandomUniform")
+        affine = minval != 0.0 or maxval != 1.0
+        per, body = _body_uniform(rt.CTYPES[npdt], affine)
+        extra, vals = [], []
+        if affine:
+            hi = None
+            if npdt == np.float32:
+                t = np.float32
+                hi = np.nextafter(t(maxval), t(minval))
+            extra, vals = _affine_args(npdt, maxval - minval, minval, hi)
+        return _launch(dev, "uniform", shape, npdt, key, counter, per, body, extra, vals)
+
+    def random_uniform_int(shape, dtype, key, counter, minval, maxval, device=None):
+        dev = _dev(device)
+        npdt = np.dtype(dtype.np)
+        per, body = _body_uniform_int(rt.CTYPES[npdt])
+        rng = (int(maxval) - int(minval)) & _M64
+        return _launch(dev, "uniform_int", shape, npdt, key, counter, per, body,
+                       [("ulong", "rng", np.uint64), ("ulong", "lo", np.uint64)],
+                       [rng, int(minval) & _M64])
+
+    def random_normal(shape, dtype, key, counter, mean, stddev, device=None):
+        dev = _dev(device)
+        npdt = np.dtype(dtype.np)
+        dev.check_dtype(npdt, "RandomStandardNormal")
+        affine = mean != 0.0 or stddev != 1.0
+        per, body = _body_normal(rt.CTYPES[npdt], affine)
+        extra, vals = _affine_args(npdt, stddev, mean) if affine else ([], [])
+        return _launch(dev, "normal", shape, npdt, key, counter, per, body, extra, vals)
+
+    def truncated_normal(shape, dtype, key, counter, mean, stddev, device=None):
+        dev = _dev(device)
+        npdt = np.dtype(dtype.np)
+        dev.check_dtype(npdt, "TruncatedNormal")
+        affine = mean != 0.0 or stddev != 1.0
+        per, body = _body_truncated(rt.CTYPES[npdt], affine)
+        rdt = np.float64 if dev.fp64 else np.float32
+        r = "double" if dev.fp64 else "float"
+        extra = [(r, "span", rdt), (r, "phim2", rdt)]
+        vals = [rdt(_PHI_SPAN), rdt(_PHI_M2)]
+        if affine:     # in R: the CPU applies mean/stddev in float64, then casts
+            extra += [(r, "sc", rdt), (r, "sh", rdt)]
+            vals += [rdt(stddev), rdt(mean)]
+        return _launch(dev, "truncated", shape, npdt, key, counter, per, body, extra, vals,
+                       ndtri=True)
+
+    def random_shuffle(x, key, counter, device=None):
+        n = x.shape[0]
+        if n <= 1:
+            return x
+        dev = rt.device_of(x)
+        _, perm = stable_argsort_u64(raw_words(dev, n, key, counter))
+        return gather_axis(x, perm, 0, 0, check=False)
+
+    return {
+        "RandomStandardNormal": {"fn": random_normal, "dtypes": FLOATS, "needs_device": True},
+        "RandomUniform": {"fn": random_uniform, "dtypes": FLOATS, "needs_device": True},
+        "RandomUniformInt": {"fn": random_uniform_int, "dtypes": ("int32", "int64"),
+                             "needs_device": True},
+        "TruncatedNormal": {"fn": truncated_normal, "dtypes": FLOATS, "needs_device": True},
+        "RandomShuffle": {"fn": random_shuffle, "dtypes": ALL, "needs_device": True},
+    }

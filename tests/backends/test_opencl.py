@@ -1,0 +1,261 @@
+"""The OpenCL backend (``tapeflow-opencl``): plugin, devices, copies, dtypes, caches.
+
+Two groups:
+
+* tests that need only the plugin installed: it loads, and reports ``opencl``
+  unavailable *with the reason* when PyOpenCL or a driver is missing (checked in a
+  subprocess where PyOpenCL cannot be imported), and honours ``PYOPENCL_CTX``;
+* tests that need an OpenCL device (PoCL on the CPU in CI): skipped, with the
+  reason printed, where there is none.
+
+The op-by-op comparison with NumPy for every dtype is the conformance suite
+(``tests/conformance``), which runs on ``opencl:0`` automatically when it exists.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tapeflow as tf
+from tapeflow.errors import InvalidArgumentError, UnimplementedError
+
+
+def _status():
+    try:
+        from tapeflow_opencl import plugin
+    except ImportError as e:
+        return None, (f"tapeflow-opencl is not installed ({e}); "
+                      "pip install -e 'backends/opencl[pocl]'")
+    info = {p.name: p for p in tf.plugins.plugin_report()}.get("opencl")
+    if info is None:
+        return None, "the entry point 'opencl' was not loaded"
+    if info.status != "loaded":
+        return None, f"plugin 'opencl' {info.status}: {info.reason}"
+    reason = plugin.unavailable_reason()
+    if reason:
+        return plugin, f"opencl:0 unavailable: {reason}"
+    return plugin, None
+
+
+PLUGIN, REASON = _status()
+needs_plugin = pytest.mark.skipif(PLUGIN is None, reason=str(REASON))
+needs_device = pytest.mark.skipif(REASON is not None, reason=str(REASON))
+
+DTYPES = ["float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
+
+
+def _run(code, **env):
+    e = dict(os.environ)
+    e.update(env)
+    for k in [k for k, v in e.items() if v is None]:
+        del e[k]
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=e, timeout=120)
+
+
+# --- the plugin, with or without a device ------------------------------------------------
+
+@needs_plugin
+def test_plugin_registers_backend_and_kernels():
+    from tapeflow.devices import _table
+    from tapeflow_opencl.backend import BACKEND
+    assert BACKEND in _table.backends
+    assert (BACKEND.name, BACKEND.device_type) == ("opencl", "opencl")
+    # every op of the standard set has an opencl kernel
+    missing = [op.name for op in tf.registry.OPS.values()
+               if "cpu" in op.kernels and "opencl" not in op.kernels and "::" not in op.name]
+    assert missing == []
+    assert PLUGIN.SKIPPED == []
+
+
+@needs_plugin
+def test_without_pyopencl_the_plugin_loads_and_says_why(tmp_path):
+    # a sitecustomize that makes `import pyopencl` fail, as on a machine without it
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['pyopencl'] = None\n")
+    r = _run("""
+        import tapeflow as tf
+        from tapeflow_opencl import plugin
+        print("REASON", plugin.unavailable_reason())
+        print("DEVICES", [d.name for d in tf.list_devices()])
+        print("KERNELS", sum("opencl" in op.kernels for op in tf.registry.OPS.values()))
+    """, PYTHONPATH=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "REASON PyOpenCL is not installed" in r.stdout
+    assert "opencl:0" not in r.stdout.split("DEVICES")[1].splitlines()[0]
+    assert int(r.stdout.split("KERNELS")[1].split()[0]) >= 120
+    info = subprocess.run([sys.executable, "-m", "tapeflow", "info"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert "opencl (device type 'opencl'): UNAVAILABLE: PyOpenCL is not installed" in info.stdout
+
+
+@needs_device
+def test_pyopencl_ctx_selects_devices():
+    code = """
+        import tapeflow as tf
+        from tapeflow_opencl import plugin
+        print(plugin.unavailable_reason(), [d.name for d in tf.list_devices()])
+    """
+    r = _run(code, PYOPENCL_CTX="0:0")
+    assert "None ['cpu:0', 'opencl:0']" in r.stdout, r.stdout + r.stderr
+    r = _run(code, PYOPENCL_CTX="7")
+    assert "PYOPENCL_CTX='7' selects none" in r.stdout, r.stdout + r.stderr
+
+
+# --- with a device --------------------------------------------------------------------------
+
+@needs_device
+def test_device_naming_and_gpu_alias():
+    d = tf.devices.get_device("opencl:0")
+    assert d.type == "opencl" and d.backend.name == "opencl"
+    assert tf.devices.get_device("/device:OPENCL:0") is d
+    h = d.handle
+    if h.is_gpu:
+        assert d in tf.devices._table.gpus
+    else:   # a CPU device (PoCL) is opencl:N only
+        assert d not in tf.devices._table.gpus
+        assert d.gpu_index is None
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_round_trip_every_dtype(dtype):
+    rng = np.random.default_rng(0)
+    host = (rng.standard_normal((3, 4, 5)) * 50).astype(dtype)
+    with tf.device("opencl:0"):
+        t = tf.constant(host)
+    assert t.device == "opencl:0"
+    assert t.dtype.name == dtype
+    out = t.numpy()
+    assert out.dtype == host.dtype and out.shape == host.shape
+    np.testing.assert_array_equal(out, host)
+    back = t.cpu()
+    assert back.device == "cpu:0"
+    np.testing.assert_array_equal(back.numpy(), host)
+    np.testing.assert_array_equal(tf.constant(host).to("opencl:0").numpy(), host)
+
+
+@needs_device
+def test_scalars_and_empty_arrays():
+    with tf.device("opencl:0"):
+        s = tf.constant(2.5)
+        e = tf.zeros((0, 3))
+        assert s.shape == () and float(s) == 2.5 and bool(s > 1.0)
+        assert e.numpy().shape == (0, 3)
+        assert (e + 1.0).numpy().shape == (0, 3)
+        assert str(s * 2.0) == "tf.Tensor(5.0, shape=(), dtype=float32)"
+
+
+@needs_device
+def test_views_are_zero_copy_and_read_back_correctly():
+    host = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
+    with tf.device("opencl:0"):
+        t = tf.constant(host)
+        v = tf.transpose(t, [2, 0, 1])[1:4, :, ::2]
+        np.testing.assert_array_equal(v.numpy(), host.transpose(2, 0, 1)[1:4, :, ::2])
+        np.testing.assert_array_equal((v * 2.0).numpy(), host.transpose(2, 0, 1)[1:4, :, ::2] * 2)
+        # the transpose shares the buffer: no copy was made
+        assert tf.transpose(t)._data.base_data is t._data.base_data
+
+
+@needs_device
+def test_float16_is_a_clear_unimplemented_error():
+    dev = tf.devices.get_device("opencl:0")
+    if dev.handle.fp16:
+        pytest.skip(f"{dev.handle.cl_device.name} has cl_khr_fp16")
+    x = tf.constant(np.ones(3, np.float16))
+    with pytest.raises(UnimplementedError, match=r"float16 is not supported on opencl:0 .*"
+                                                 r"cl_khr_fp16.*cast to float32"):
+        x.to("opencl:0")
+    assert "float16" in dev.backend.dtype_unsupported(dev, tf.float16)
+    assert dev.backend.dtype_unsupported(dev, tf.float32) is None
+
+
+@needs_device
+def test_errors_name_op_and_device():
+    with tf.device("opencl:0"):
+        a = tf.ones((2, 3))
+        b = tf.ones((4, 3))
+        with pytest.raises(InvalidArgumentError, match=r"Incompatible shapes.*opencl:0"):
+            a + b
+        with pytest.raises(InvalidArgumentError, match=r"Integer division by zero.*opencl:0"):
+            tf.constant([1, 2]) // tf.constant([1, 0])
+
+
+@needs_device
+def test_memory_is_returned_to_the_pool():
+    dev = tf.devices.get_device("opencl:0")
+    gc.collect()
+    before = tf.config.memory_info("opencl:0")["current"]
+    with tf.device("opencl:0"):
+        t = tf.ones((1024, 1024))
+    during = tf.config.memory_info("opencl:0")["current"]
+    assert during - before >= 4 * 1024 * 1024
+    del t
+    gc.collect()
+    assert tf.config.memory_info("opencl:0")["current"] <= before
+    dev.backend.free_cached_memory(dev)
+    assert tf.config.memory_info("opencl:0")["pool_total"] >= 0
+
+
+@needs_device
+def test_variables_live_and_update_on_the_device():
+    with tf.device("opencl:0"):
+        v = tf.Variable([1.0, 2.0])
+        v.assign_add([1.0, 1.0])
+        v.assign_sub([0.5, 0.5])
+    assert v.device == "opencl:0"
+    np.testing.assert_array_equal(v.numpy(), [1.5, 2.5])
+
+
+@needs_device
+def test_compiled_programs_are_cached_on_disk(tmp_path):
+    code = """
+        import time, tapeflow as tf
+        t0 = time.perf_counter()
+        with tf.device("opencl:0"):
+            y = tf.constant([1.0, 2.0]) * 3.0 + 1.0
+            y.numpy()
+        print("SECONDS", time.perf_counter() - t0)
+    """
+    # (this process set POCL_CACHE_DIR when it loaded PyOpenCL: the child must not inherit it)
+    env = {"TAPEFLOW_CACHE_DIR": str(tmp_path), "POCL_CACHE_DIR": None}
+    r = _run(code, **env)
+    assert r.returncode == 0, r.stderr
+    # PyOpenCL leaves caching to drivers that cache builds themselves (PoCL, NVIDIA) and
+    # keeps a binary cache for the others: either way the files land in the tapeflow cache
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert files, "no compiled program was cached under TAPEFLOW_CACHE_DIR"
+    if "Portable Computing Language" in r.stdout + _run(
+            "import pyopencl as cl; print(cl.get_platforms()[0].name)").stdout:
+        assert any("pocl" in p.parts for p in files), files
+    r2 = _run(code, **env)
+    assert r2.returncode == 0, r2.stderr
+
+
+@needs_device
+def test_mixed_devices_copy_or_fail_as_the_policy_says():
+    c = tf.constant([1.0, 2.0])
+    with tf.device("opencl:0"):
+        o = tf.constant([10.0, 20.0])
+        r = o + c.to("opencl:0")
+    assert r.device == "opencl:0"
+    np.testing.assert_array_equal(r.numpy(), [11.0, 22.0])
+
+
+@needs_device
+def test_info_shows_the_device_and_full_coverage():
+    r = subprocess.run([sys.executable, "-m", "tapeflow", "info", "--json"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    be = {b["name"]: b for b in data["backends"]}["opencl"]
+    assert be["available"] and be["devices"][0]["name"] == "opencl:0"
+    assert "fp64" in be["devices"][0]["description"]
