@@ -30,7 +30,6 @@ import threading
 
 import numpy as np
 
-from tapeflow.errors import InvalidArgumentError, UnimplementedError
 
 _cl = None
 _cla = None
@@ -51,6 +50,10 @@ CTYPES = {
 FLOATS = ("float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8")
 NUMERIC = FLOATS + INTS
+
+# (imported after the constants: importing tapeflow loads the plugins, whose kernel
+# modules import FLOATS & co. from this module while it is still initialising)
+from tapeflow.errors import InvalidArgumentError, UnimplementedError  # noqa: E402
 
 
 def cache_dir() -> str:

@@ -1,0 +1,255 @@
+"""Softmax-family kernels: fused per-row OpenCL C kernels, and the losses.
+
+``Softmax``, ``LogSoftmax``, ``SoftmaxCrossEntropyWithLogits`` and
+``SparseSoftmaxCrossEntropyWithLogits`` are one generated kernel each (per dtype,
+number of merged row dimensions and scheme). A *row* is every element along the
+softmax axis (any axis, any strides: the other dimensions are merged where the
+input's, the labels' and the output's strides allow). Per row the kernel computes
+the maximum (NaN-propagating), the sum of ``exp(x - max)``, then writes its
+outputs, reading the input up to three times and writing no intermediate array
+(softmax stores ``exp(x - max)`` in its output and divides it by the sum after):
+
+* **one work item per row** (``row_t``) when rows are short, or there are enough of
+  them to fill the device (always on CPU devices then; on GPUs when the axis is not
+  the innermost in memory, so neighbouring work items read neighbouring elements);
+* **one work-group per row** (``row_g``) otherwise: its work items stride along the
+  row and combine the maximum, the sum and (cross entropies) the dot product with
+  tree reductions in local memory.
+
+A row whose maximum is not finite (``inf``, all ``-inf``, or NaN) gives NaN, as the
+``cpu`` kernel's ``x - max`` does. The cross entropy with probability labels
+broadcasts labels and logits against each other (zero strides): the softmax is
+over the logits' own axis, the dot product over the broadcast axis. The sparse
+cross entropy checks its labels on the device (one flag, downloaded once per call;
+the labels are read back only to word the error). ``SigmoidCrossEntropyWithLogits``
+is one elementwise expression, ``L2Loss`` a :func:`k_reduce.reduce` with a
+sum-of-squares :class:`k_reduce.Reducer`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tapeflow.errors import InvalidArgumentError
+
+from . import runtime as rt
+from .k_reduce import Reducer, reduce
+from .runtime import FLOATS
+
+#: kinds of row kernels: (has labels operand, writes one value per row)
+_KINDS = {"softmax": (False, False), "log_softmax": (False, False),
+          "xent": (True, True), "sparse": (True, True)}
+
+
+def _max_comb(a, b):
+    return f"((isnan({b}) || {b} > {a}) ? {b} : {a})"
+
+
+def _rowred(var, init, expr, comb, count, group):
+    """C code reducing ``expr`` (of ``j``) over ``j < count`` into ``T var``
+    (``comb``: a function of two C expressions)."""
+    if not group:
+        return (f"    T {var} = {init};\n"
+                f"    for (long j = 0; j < {count}; j++) {{ T v = {expr}; "
+                f"{var} = {comb(var, 'v')}; }}\n")
+    return (f"    T {var} = {init};\n"
+            f"    for (long j = lid; j < {count}; j += WG) {{ T v = {expr}; "
+            f"{var} = {comb(var, 'v')}; }}\n"
+            f"    sh[lid] = {var};\n    barrier(CLK_LOCAL_MEM_FENCE);\n"
+            f"    for (int s = WG / 2; s > 0; s >>= 1) {{\n"
+            f"        if (lid < s) sh[lid] = {comb('sh[lid]', 'sh[lid + s]')};\n"
+            f"        barrier(CLK_LOCAL_MEM_FENCE);\n    }}\n"
+            f"    {var} = sh[0];\n    barrier(CLK_LOCAL_MEM_FENCE);\n")
+
+
+def _row_src(kind, T, L, nk, wg):
+    """The row kernel of ``kind`` for float C type ``T`` (``L``: the labels' C
+    type), ``nk`` merged row dimensions, work-group size ``wg`` (0: one work item
+    per row)."""
+    labels, _ = _KINDS[kind]
+    group = wg > 0
+    ops = ["x", "o"] + (["l"] if labels else [])
+    params = ["__global T *out", "__global const T *x", "long xo"]
+    if labels:
+        params += [f"__global const {L} *lab", "long lo"]
+    if kind == "sparse":
+        params.append("__global int *flag")
+    params += ["long M", "long n", "long nl", "long xa", "long oa", "long la"]
+    params += [f"long kd{k}" for k in range(nk)]
+    for p in ops:
+        params += [f"long k{p}{k}" for k in range(nk)]
+    idx = ["long xb = xo, ob = 0, lb = lo;" if labels else "long xb = xo, ob = 0;"]
+    if nk:
+        idx.append("long q = row;")
+        for k in range(nk - 1, -1, -1):
+            i = f"(q % kd{k})" if k else "q"
+            idx.append(" ".join(f"{p}b += {i} * k{p}{k};" for p in ops)
+                       + (f" q /= kd{k};" if k else ""))
+    lines = [f"#define T {T}"]
+    if group:
+        lines += [f"#define WG {wg}",
+                  "__kernel __attribute__((reqd_work_group_size(WG, 1, 1)))"]
+    else:
+        lines.append("__kernel")
+    lines.append(f"void row_k({', '.join(params)}) {{")
+    if group:
+        lines += ["    __local T sh[WG];", "    long row = get_group_id(0);",
+                  "    int lid = get_local_id(0);"]
+    else:
+        lines += ["    long row = get_global_id(0);", "    if (row >= M) return;"]
+    lines.append("    " + "\n    ".join(idx))
+    body = "\n".join(lines) + "\n"
+    # the logits' own row: nl elements at stride xa
+    body += _rowred("m", "-INFINITY", "x[xb + j * xa]", _max_comb, "nl", group)
+    nan = "(T)NAN"
+    if kind in ("softmax", "log_softmax"):
+        step = "j += WG" if group else "j++"
+        start = "lid" if group else "0"
+        body += (f"    if (!isfinite(m)) {{ for (long j = {start}; j < n; {step}) "
+                 f"out[ob + j * oa] = {nan}; return; }}\n")
+        if kind == "softmax":       # exp(x - m) stored once, divided by the sum after
+            body += _rowred("s", "(T)0", "(out[ob + j * oa] = exp(x[xb + j * xa] - m))",
+                            lambda a, b: f"({a} + {b})", "nl", group)
+            w = "out[ob + j * oa] / s"
+        else:
+            body += _rowred("s", "(T)0", "exp(x[xb + j * xa] - m)",
+                            lambda a, b: f"({a} + {b})", "nl", group)
+            body += "    T ls = log(s);\n"
+            w = "(x[xb + j * xa] - m) - ls"
+        body += f"    for (long j = {start}; j < n; {step}) out[ob + j * oa] = {w};\n}}\n"
+        return body
+    # cross entropies: one loss per row, written by work item 0
+    body += _rowred("s", "(T)0", "exp(x[xb + j * xa] - m)", lambda a, b: f"({a} + {b})",
+                    "nl", group)
+    body += "    T ls = log(s);\n"
+    first = "if (lid == 0) " if group else ""
+    if kind == "xent":
+        # labels along the broadcast axis (n), logits at stride xa2 (0 if broadcast)
+        body += "    long xa2 = (nl == n) ? xa : 0;\n"
+        body += _rowred("d", "(T)0", "lab[lb + j * la] * ((x[xb + j * xa2] - m) - ls)",
+                        lambda a, b: f"({a} + {b})", "n", group)
+        body += f"    {first}out[row] = isfinite(m) ? -d : {nan};\n}}\n"
+        return body
+    body += (f"    {L} c = lab[lb];\n"
+             f"    if (c < 0 || c >= nl) {{ {first}flag[0] = 1; {first}out[row] = {nan}; "
+             "return; }\n"
+             f"    {first}out[row] = isfinite(m) ? -((x[xb + c * xa] - m) - ls) : {nan};\n}}\n")
+    return body
+
+
+def _pow2_at_least(n):
+    return 1 << max(0, int(n - 1).bit_length())
+
+
+def _rows(kind, x, axis, lab=None, flag=None):
+    """Run the row kernel of ``kind``; the output array."""
+    dev = rt.device_of(x)
+    labels, per_row = _KINDS[kind]
+    if kind == "xent":
+        shape = rt.broadcast_shape([x.shape, lab.shape])
+    else:
+        shape = x.shape
+    n = shape[axis]
+    nl = x.shape[axis]
+    kshape = tuple(d for i, d in enumerate(shape) if i != axis)
+    out_shape = kshape if per_row else shape
+    out = rt.empty(dev, out_shape, x.dtype)
+    M = math.prod(kshape)
+    if out.size == 0:
+        return out
+    xs, xo = rt.broadcast_strides(x, shape)
+    ostrides = rt.layout(out)[0]
+    if per_row:
+        os_k, oa = list(ostrides), 0
+    else:
+        os_k, oa = [s for i, s in enumerate(ostrides) if i != axis], ostrides[axis]
+    xa = xs[axis] if nl != 1 else 0
+    strides = [[s for i, s in enumerate(xs) if i != axis], os_k]
+    la, lo = 0, 0
+    if labels:
+        if kind == "xent":
+            ls, lo = rt.broadcast_strides(lab, shape)
+            la = ls[axis]
+            strides.append([s for i, s in enumerate(ls) if i != axis])
+        else:
+            ls, lo = rt.layout(lab)
+            strides.append(list(ls))
+    kshape_m, kstr = rt.merge_dims(kshape, strides)
+    nk = len(kshape_m)
+    if dev.is_gpu:
+        enough = M >= dev.compute_units * 256 and xa != 1
+    else:
+        enough = M >= dev.compute_units * 4
+    wg = 0 if (max(n, nl) <= 32 or enough) else min(256, _pow2_at_least(max(n, nl)),
+                                                    1 << (dev.max_wg.bit_length() - 1))
+    T = rt.CTYPES[x.dtype]
+    L = rt.CTYPES[lab.dtype] if labels else None
+    src = _row_src(kind, T, L, nk, wg)
+    sd = [None, None, np.int64]
+    args = [out.base_data, rt.buf(dev, x), xo]
+    if labels:
+        sd += [None, np.int64]
+        args += [rt.buf(dev, lab), lo]
+    if kind == "sparse":
+        sd.append(None)
+        args.append(flag.base_data)
+    sd += [np.int64] * (6 + nk * (1 + len(strides)))
+    args += [M, n, nl, xa, oa, la, *kshape_m]
+    for st in kstr:
+        args += list(st)
+    k = rt.kernel(dev, src, "row_k", sd)
+    if wg:
+        rt.launch(dev, k, (M * wg,), (wg,), *args)
+    else:
+        rt.launch(dev, k, (M,), None, *args)
+    return out
+
+
+def build():
+    def softmax(x, axis):
+        return _rows("softmax", x, axis)
+
+    def log_softmax(x, axis):
+        return _rows("log_softmax", x, axis)
+
+    def softmax_xent(logits, labels, axis):
+        return _rows("xent", logits, axis, labels)
+
+    def sparse_xent(logits, labels):
+        dev = rt.device_of(logits)
+        nc = logits.shape[-1]
+        if labels.size == 0:
+            return rt.empty(dev, labels.shape, logits.dtype)
+        flag = rt.upload(dev, np.zeros(1, np.int32))
+        out = _rows("sparse", logits, logits.ndim - 1, labels, flag)
+        if nc == 0 or rt.download(flag)[0]:
+            vals = rt.download(labels).ravel()
+            lo, hi = int(vals.min()), int(vals.max())
+            bad = lo if lo < 0 else hi
+            shown = " ".join(str(int(v)) for v in vals[:32]) + (" ..." if vals.size > 32
+                                                                 else "")
+            raise InvalidArgumentError(
+                f"Received a label value of {bad} which is outside the valid range of "
+                f"[0, {nc}).  Label values: {shown}")
+        return out
+
+    def sigmoid_xent(x, z):
+        return rt.elementwise("(x0 > 0 ? x0 : 0) - x0 * x1 + log1p(exp(-fabs(x0)))", x.dtype,
+                              x, z)
+
+    def l2_loss(x):
+        ct = rt.CTYPES[x.dtype]
+        red = Reducer(ct, "0", "v * v", "a + b", f"a * ({ct})0.5")
+        return reduce(x, None, False, red)
+
+    f = FLOATS
+    return {
+        "Softmax": {"fn": softmax, "dtypes": f},
+        "LogSoftmax": {"fn": log_softmax, "dtypes": f},
+        "SoftmaxCrossEntropyWithLogits": {"fn": softmax_xent, "dtypes": f},
+        "SparseSoftmaxCrossEntropyWithLogits": {"fn": sparse_xent, "dtypes": f},
+        "SigmoidCrossEntropyWithLogits": {"fn": sigmoid_xent, "dtypes": f},
+        "L2Loss": {"fn": l2_loss, "dtypes": f},
+    }
