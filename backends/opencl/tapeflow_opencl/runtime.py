@@ -18,7 +18,10 @@
   NumPy broadcasting, arbitrary strides (dimensions merged where the layout allows,
   so contiguous inputs index linearly and 0-d inputs are read once).
 
-PyOpenCL is imported on first use only: this module imports without it.
+PyOpenCL is imported on first use only: this module imports without it. It imports
+nothing from tapeflow at module level either (importing tapeflow loads the plugins,
+whose kernel modules import this one), so ``import tapeflow_opencl.runtime`` works
+first.
 """
 
 from __future__ import annotations
@@ -50,10 +53,6 @@ CTYPES = {
 FLOATS = ("float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8")
 NUMERIC = FLOATS + INTS
-
-# (imported after the constants: importing tapeflow loads the plugins, whose kernel
-# modules import FLOATS & co. from this module while it is still initialising)
-from tapeflow.errors import InvalidArgumentError, UnimplementedError  # noqa: E402
 
 
 def cache_dir() -> str:
@@ -123,6 +122,7 @@ class CLDevice:
     def check_dtype(self, dtype, what=None):
         """UnimplementedError (naming the device and dtype) when the device cannot
         hold or compute ``dtype``; ``what``: the action, for the message."""
+        from tapeflow.errors import UnimplementedError
         dt = np.dtype(dtype)
         ctx = f" ({what})" if what else ""
         dname = self.cl_device.name.strip()
@@ -285,12 +285,14 @@ def launch(dev: CLDevice, k, gsize, lsize, *args):
 # --- layouts: broadcasting and dimension merging ---------------------------------------------
 
 def broadcast_shape(shapes, op="elementwise"):
+    """NumPy's broadcast shape; InvalidArgumentError (TF's words) when incompatible."""
     nd = max((len(s) for s in shapes), default=0)
     out = [1] * nd
     for s in shapes:
         for i, d in enumerate(s, nd - len(s)):
             if d != 1:
                 if out[i] != 1 and out[i] != d:
+                    from tapeflow.errors import InvalidArgumentError
                     raise InvalidArgumentError(
                         f"Incompatible shapes: {' vs. '.join(str(list(x)) for x in shapes)}")
                 out[i] = d
