@@ -109,6 +109,8 @@ def gelu(x, approximate=False):
 
 def gelu_grad(dy, x, approximate=False):
     import pyopencl.array as cla
+    if dy.shape != x.shape:     # the dispatcher then reports the op's shape rule
+        raise ValueError(f"shapes {dy.shape} and {x.shape} differ")
     dy, x = _contiguous(dy, x)
     dx = cla.empty_like(x)
     if x.size:
