@@ -29,7 +29,7 @@ RUNTIME_REQS=(-e "$ROOT/core" -e "$ROOT/backends/cpu_numpy")
 # (setuptools >= 70 and wheel: tests build a plugin offline with --no-build-isolation)
 TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test]" -e "$ROOT/backends/cpu_numpy"
            -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl]"
-           -e "$ROOT/plugins/gelu" "pytest-xdist>=3")
+           -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5")
 
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'scripts/dev.sh: %s\n' "$*" >&2; exit 2; }
@@ -89,7 +89,7 @@ install() {   # install MODE: "runtime" or "test"
     [ -f "$stamp_file" ] && have="$(cat "$stamp_file")"
     local dists=(tapeflow tapeflow-cpu-numpy)
     [ "$mode" = test ] && dists+=(tapeflow-cuda-cupy tapeflow-opencl tapeflow-gelu pytest hypothesis
-                                 pytest-xdist pyopencl mako)
+                                 pytest-xdist pyopencl mako asv asv-runner)
     if [ "${TAPEFLOW_REINSTALL:-0}" != 1 ] && [ "$want" = "$have" ] && installed "${dists[@]}"; then
         return
     fi

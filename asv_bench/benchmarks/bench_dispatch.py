@@ -1,82 +1,64 @@
-"""Dispatch overhead per device: the cost of one tiny op, with and without a tape.
+"""Dispatch overhead per device: the cost of one tiny op (float32, shape (1,)).
 
-Parameterised over device names; on a machine without a device its setup raises
-NotImplementedError, which asv reports as "n/a" (skipped), not as a failure.
-Every timing here has a NumPy peer in the same suite (``time_numpy_add``), so a
-ratio can be read off one run (DESIGN.md section 6).
+``a + b`` with no tape and while a tape records it, a built-in unary op next to the
+example plugin's op (``tf.ops.gelu.gelu`` from ``plugins/gelu``, which dispatches
+through the same path as the built-ins; ``bench_plugins.PluginDispatch`` times a
+plugin op with Tanh's own kernels), and the raw NumPy peer as the denominator of the
+ratios. Every timing includes one synchronisation (a no-op on ``cpu:0``), so on an
+asynchronous device this is the latency of one small op, launch included.
 """
 
 import numpy as np
 
 import tapeflow as tf
 
-DEVICES = ["cpu:0", "gpu:0", "opencl:0"]
-
-
-def _require(device):
-    """Canonical name of ``device`` when it is usable here, else NotImplementedError."""
-    available = {d.name for d in tf.list_devices()}
-    gpus = tf.num_gpus()
-    if device in available or (device.startswith("gpu:") and int(device[4:]) < gpus):
-        return device
-    raise NotImplementedError(f"device {device} is not available here "
-                              f"(have: {', '.join(sorted(available))})")
+from .common import DEVICES, device, rand, sync, warm
 
 
 class Dispatch:
-    """``a + b`` and ``tf.add(a, b)`` on float32 tensors of shape (1,)."""
-
     params = [DEVICES]
     param_names = ["device"]
 
-    def setup(self, device):
-        _require(device)
-        with tf.device(device):
-            self.a = tf.constant(np.ones(1, np.float32))
-            self.b = tf.constant(np.full(1, 2.0, np.float32))
-        self.a + self.b  # first call: kernel lookup caches, lazy device initialisation
+    def setup(self, name):
+        self.dev = dev = device(name)
+        with tf.device(name):
+            self.a = tf.constant(rand(1, "float32", seed=1))
+            self.b = tf.constant(rand(1, "float32", seed=2))
+        try:
+            self.gelu = tf.ops.gelu.gelu
+        except AttributeError as e:
+            raise NotImplementedError(
+                f"the example plugin tapeflow-gelu is not installed: {e}") from None
+        warm(dev, lambda: self.a + self.b)
+        warm(dev, lambda: tf.tanh(self.a))
+        warm(dev, lambda: self.gelu(self.a))
+        warm(dev, lambda: self.time_add_recording_tape(name))
 
-    def time_add_operator(self, device):
+    def time_add_no_tape(self, name):
         self.a + self.b
+        sync(self.dev)
 
-    def time_add_function(self, device):
-        tf.add(self.a, self.b)
-
-    def time_add_while_taped(self, device):
+    def time_add_recording_tape(self, name):
         with tf.GradientTape() as tape:
             tape.watch(self.a)
             self.a + self.b
+        sync(self.dev)
 
+    def time_builtin_tanh(self, name):
+        tf.tanh(self.a)
+        sync(self.dev)
 
-class ScalarGradient:
-    """Gradient of ``reduce_sum(x * x)`` for x of shape (10,) through GradientTape."""
-
-    params = [DEVICES]
-    param_names = ["device"]
-
-    def setup(self, device):
-        _require(device)
-        with tf.device(device):
-            self.x = tf.constant(np.linspace(-1.0, 2.0, 10, dtype=np.float32))
-
-    def time_tape_gradient(self, device):
-        with tf.GradientTape() as tape:
-            tape.watch(self.x)
-            y = tf.reduce_sum(self.x * self.x)
-        tape.gradient(y, self.x)
+    def time_plugin_gelu(self, name):
+        self.gelu(self.a)
+        sync(self.dev)
 
 
 class NumpyPeer:
-    """The same work in raw NumPy: the denominator of every ratio above."""
+    """The same ``a + b`` in raw NumPy: the denominator of the dispatch ratio."""
 
     def setup(self):
-        self.a = np.ones(1, np.float32)
+        self.a = np.full(1, 0.5, np.float32)
         self.b = np.full(1, 2.0, np.float32)
-        self.x = np.linspace(-1.0, 2.0, 10, dtype=np.float32)
 
     def time_numpy_add(self):
         self.a + self.b
-
-    def time_numpy_hand_gradient(self):
-        (self.x * self.x).sum()
-        2 * self.x

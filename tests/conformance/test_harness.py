@@ -7,6 +7,7 @@ The ops live in an in-process plugin (``tapeflow.plugins.register``), namespaced
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -83,6 +84,12 @@ class _HarnessPlugin:
                        (BAD_KERNEL, _k_square_wrong), (BAD_STRIDES, _k_square_memory_order),
                        (BAD_DTYPE, _k_square_float64), (BAD_SHAPE, _k_square_keepdims)):
             registry.add_kernel(op, "cpu", fn, dtypes=("float16", "float32", "float64"))
+        try:   # the correct op on every device: a real OpenCL kernel where that backend is
+            from tapeflow_opencl import runtime as rt
+        except ImportError:
+            return
+        registry.add_kernel(GOOD, "opencl", lambda x: rt.elementwise("x0 * x0", x.dtype, x),
+                            dtypes=("float32", "float64"))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -346,8 +353,11 @@ def test_on_device(tf_device):
 def _run_pytest(tmp_path, *args):
     (tmp_path / "conftest.py").write_text(textwrap.dedent(_CONFTEST))
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(_SUITE))
+    # (PYOPENCL_CTX selecting no device makes opencl:0 absent even where PoCL is installed)
+    env = dict(os.environ, PYOPENCL_CTX="99")
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsxX",
-                        *args], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+                        *args], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env=env)
     return r.returncode, r.stdout + r.stderr
 
 
