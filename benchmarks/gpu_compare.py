@@ -32,9 +32,10 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 import numpy as np
+
+from interleave import measure
 
 
 def _load():
@@ -347,39 +348,6 @@ CASES = {
 
 # --- timing ------------------------------------------------------------------------------
 
-def measure(case, sync, rounds, min_time):
-    fws = list(case.impls)
-    for fw in fws:                      # warm-up: compile kernels, fill caches
-        case.impls[fw](case.per_run)
-        sync()
-    k = 1                               # calibrate the inner repeat so a run takes min_time
-    t = 0.0
-    while True:
-        t0 = time.perf_counter()
-        case.impls["tapeflow" if "tapeflow" in fws else fws[0]](case.per_run * k)
-        sync()
-        t = time.perf_counter() - t0
-        if t >= min_time or k >= 1 << 12:
-            break
-        k *= 2
-    n = case.per_run * k
-    case.times = {fw: [] for fw in fws}
-    for r in range(rounds):
-        order = fws[r % len(fws):] + fws[:r % len(fws)]
-        this = {}
-        for fw in order:
-            sync()
-            t0 = time.perf_counter()
-            case.impls[fw](n)
-            sync()
-            this[fw] = (time.perf_counter() - t0) / n
-            case.times[fw].append(this[fw])
-        if "tapeflow" in this:
-            for fw, v in this.items():
-                if fw != "tapeflow":
-                    case.ratios.setdefault(fw, []).append(v / this["tapeflow"])
-
-
 def _fmt(s):
     if s >= 1e-3:
         return f"{s * 1e3:8.3f} ms"
@@ -435,7 +403,8 @@ def main(argv=None):
             sys.exit(f"unknown case {key!r}; choose from {', '.join(CASES)}")
         c = CASES[key](tf, cp, torch)
         if c.impls:
-            measure(c, sync, rounds, min_time)
+            measure(c, sync, rounds, min_time, "tapeflow", per_run=c.per_run,
+                    max_repeat=1 << 12)
         cases.append(c)
         cp.get_default_memory_pool().free_all_blocks()
         if torch is not None:

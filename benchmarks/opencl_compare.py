@@ -32,9 +32,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
+
+from interleave import measure
 
 DEVICE = "opencl:0"
 
@@ -235,36 +236,6 @@ def first_call():
 CASES = {"matmul": case_matmul, "add": case_add, "mlp64": case_mlp, "cnn32": case_cnn}
 
 
-def measure(case, sync, rounds, min_time):
-    fws = list(case.impls)
-    for fw in fws:
-        case.impls[fw](1)
-        sync()
-    k = 1
-    while True:
-        t0 = time.perf_counter()
-        case.impls[fws[0]](k)
-        sync()
-        if time.perf_counter() - t0 >= min_time or k >= 1 << 14:
-            break
-        k *= 2
-    case.times = {fw: [] for fw in fws}
-    for r in range(rounds):
-        order = fws[r % len(fws):] + fws[:r % len(fws)]
-        this = {}
-        for fw in order:
-            sync()
-            t0 = time.perf_counter()
-            case.impls[fw](k)
-            sync()
-            this[fw] = (time.perf_counter() - t0) / k
-            case.times[fw].append(this[fw])
-        if "opencl" in this:
-            for fw, v in this.items():
-                if fw != "opencl":
-                    case.ratios.setdefault(fw, []).append(v / this["opencl"])
-
-
 def _fmt(s):
     if s >= 1e-3:
         return f"{s * 1e3:9.3f} ms"
@@ -334,7 +305,7 @@ def main(argv=None):
             sys.exit(f"unknown case {key!r}; choose from {', '.join(CASES)}, first_call")
         c = CASES[key](tf)
         if c.impls:
-            measure(c, sync, rounds, min_time)
+            measure(c, sync, rounds, min_time, "opencl")
         cases.append(c)
     fc = first_call() if "first_call" in keys else None
     report(cases, fc)

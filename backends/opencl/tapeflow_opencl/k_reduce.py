@@ -38,7 +38,8 @@ import math
 
 import numpy as np
 
-from tapeflow.errors import InvalidArgumentError
+# the CPU backend's element count and empty-reduction error: one wording on every device
+from tapeflow_cpu_numpy.k_reduce import _count, _empty
 
 from . import runtime as rt
 from .runtime import FLOATS, NUMERIC
@@ -460,18 +461,6 @@ def reduce(x, axes, keepdims=False, op="sum", out_dtype=None):
 
 # --- the ops ----------------------------------------------------------------------------------
 
-def _count(shape, axis):
-    n = 1
-    for i, d in enumerate(shape):
-        if axis is None or i in axis:
-            n *= d
-    return n
-
-
-def _empty(what, x, axis):
-    return InvalidArgumentError(
-        f"Cannot compute the {what} of zero elements: the reduction is over an axis of size 0 "
-        f"(input shape {list(x.shape)}, axis {'all' if axis is None else list(axis)})")
 
 
 def build():

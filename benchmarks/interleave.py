@@ -1,0 +1,47 @@
+"""Interleaved timing shared by the device benchmarks (``gpu_compare.py``,
+``opencl_compare.py``).
+
+:func:`measure` warms every implementation up, calibrates an inner repeat so one
+sample lasts ``min_time``, then takes ``rounds`` rounds; each round times every
+implementation once, in an order that rotates from round to round, with ``sync()``
+(the device's queue drained) before the clock starts and before it stops. It fills
+``case.times[impl]`` (seconds per unit) and ``case.ratios[other]`` (per-round
+``other / ref`` time ratios: > 1 means ``ref`` is faster).
+"""
+
+from __future__ import annotations
+
+import time
+
+
+def measure(case, sync, rounds, min_time, ref, per_run=1, max_repeat=1 << 14):
+    """Time ``case.impls`` (``{name: run(n)}``, ``run(n)`` does ``n`` units)."""
+    impls = list(case.impls)
+    for name in impls:                      # warm-up: compile kernels, fill caches
+        case.impls[name](per_run)
+        sync()
+    first = ref if ref in impls else impls[0]
+    k = 1
+    while True:
+        t0 = time.perf_counter()
+        case.impls[first](per_run * k)
+        sync()
+        if time.perf_counter() - t0 >= min_time or k >= max_repeat:
+            break
+        k *= 2
+    n = per_run * k
+    case.times = {name: [] for name in impls}
+    for r in range(rounds):
+        order = impls[r % len(impls):] + impls[:r % len(impls)]
+        this = {}
+        for name in order:
+            sync()
+            t0 = time.perf_counter()
+            case.impls[name](n)
+            sync()
+            this[name] = (time.perf_counter() - t0) / n
+            case.times[name].append(this[name])
+        if ref in this:
+            for name, v in this.items():
+                if name != ref:
+                    case.ratios.setdefault(name, []).append(v / this[ref])
