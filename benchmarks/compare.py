@@ -12,6 +12,11 @@ same thing (a benchmark of a wrong answer is worthless).
     python benchmarks/compare.py             # full run (about a minute on 2 cores)
     python benchmarks/compare.py --quick     # a few seconds, noisier
     python benchmarks/compare.py --json out.json --cases add,grad,mlp64
+    python benchmarks/compare.py --quick --cases mlp64,mlp64_traced,collatz,collatz_while
+
+The ``*_traced`` / ``*_while`` cases time a ``tapeflow.function`` (traced once, then
+replayed) in the tapeflow column, and the same computation in eager tapeflow in an
+extra ``tf eager`` column (``tf/eager`` is their paired ratio): the gain of tracing.
 
 PyTorch columns appear when ``import torch`` works (``pip install torch==2.13.0``);
 otherwise they are skipped and the output says so. Targets (from the performance
@@ -34,8 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-FRAMEWORKS = ("tapeflow", "numpy", "torch")
-SHORT = {"tapeflow": "tf", "numpy": "np", "torch": "torch"}
+FRAMEWORKS = ("tapeflow", "numpy", "torch", "tapeflow_eager")
+SHORT = {"tapeflow": "tf", "numpy": "np", "torch": "torch", "tapeflow_eager": "tf eager"}
 
 
 # --- framework loading ------------------------------------------------------------------
@@ -265,6 +270,75 @@ def case_collatz(tf, torch):
     return case
 
 
+def _tf_collatz_eager(tf):
+    """The seed's eager loop (as in case_collatz), with floor division so the value
+    stays int32 as in the traced version."""
+    a = tf.constant(COLLATZ_START)
+    while not tf.equal(a, 1):
+        if tf.equal(a % 2, 0):
+            a = a // 2
+        else:
+            a = 3 * a + 1
+    return a
+
+
+def case_collatz_while(tf, torch):
+    """The Collatz loop written with tf.while_loop (and tf.cond) inside a tf.function,
+    against the same loop in eager tapeflow (Python ``while``/``if`` on tensor values)
+    and in NumPy, per iteration."""
+    case = Case("collatz_while", f"Collatz from {COLLATZ_START}: tf.while_loop + tf.cond in "
+                "tf.function", "iteration", None)
+    steps = _collatz_steps(COLLATZ_START)
+
+    def build_tf():
+        def body(a, k):
+            a = tf.cond(tf.equal(a % 2, 0), lambda: a // 2, lambda: 3 * a + 1)
+            return a, k + 1
+
+        @tf.function
+        def collatz(a0):
+            return tf.while_loop(lambda a, k: tf.not_equal(a, 1), body,
+                                 [a0, tf.constant(0)])
+
+        start = tf.constant(COLLATZ_START)
+        for _ in range(2):          # the tracing call, then a replay
+            a, k = collatz(start)
+            assert int(k) == steps and int(a) == 1, (int(a), int(k), steps)
+        assert collatz.experimental_get_tracing_count() == 1
+
+        def run(n):
+            for _ in range(n):
+                collatz(start)
+        return Impl(run, per_run=steps)
+
+    def build_tf_eager():
+        assert int(_tf_collatz_eager(tf)) == 1
+
+        def run(n):
+            for _ in range(n):
+                _tf_collatz_eager(tf)
+        return Impl(run, per_run=steps)
+
+    def build_np():
+        def run(n):
+            for _ in range(n):
+                a = np.array(COLLATZ_START, dtype=np.int32)
+                while not np.equal(a, 1):
+                    if np.equal(a % 2, 0):
+                        a = a // 2
+                    else:
+                        a = 3 * a + 1
+        return Impl(run, per_run=steps)
+
+    _guard(case, "tapeflow", build_tf)
+    _guard(case, "tapeflow_eager", build_tf_eager)
+    _guard(case, "numpy", build_np)
+    case.notes.append(f"collatz_while: {steps} iterations per call; the tapeflow column is one "
+                      "call of the traced function (a replay), tf eager the Python loop on "
+                      "scalar tensors (// keeps int32), NumPy the same loop on a 0-d array")
+    return case
+
+
 MLP_SIZES = (784, 256, 256, 10)
 LR = 0.01
 
@@ -324,6 +398,83 @@ def _tf_xent(tf, labels, labels_onehot, logits):
     return nn.softmax_cross_entropy_with_logits(labels=labels_onehot, logits=logits)
 
 
+def _tf_mlp_step(tf, params0, xn, yn):
+    """``(Variables, step)``: the tapeflow MLP SGD step (eager) on fresh Variables."""
+    params = [tf.Variable(p.copy()) for p in params0]
+    W1, b1, W2, b2, W3, b3 = params
+    x = tf.constant(xn)
+    labels = tf.constant(yn)
+    onehot = tf.constant(np.eye(MLP_SIZES[-1], dtype=np.float32)[yn])
+
+    def step():
+        with tf.GradientTape() as tape:
+            h1 = tf.nn.relu(tf.matmul(x, W1) + b1)
+            h2 = tf.nn.relu(tf.matmul(h1, W2) + b2)
+            logits = tf.matmul(h2, W3) + b3
+            loss = tf.reduce_mean(_tf_xent(tf, labels, onehot, logits))
+        grads = tape.gradient(loss, params)
+        for p, g in zip(params, grads):
+            p.assign_sub(LR * g)
+        return loss
+    return params, step
+
+
+def case_mlp_traced(tf, torch, batch):
+    """The MLP step of case_mlp as a tf.function (forward, tape gradient and the
+    assignments traced into one graph) against the hand-written NumPy step and the
+    same step in eager tapeflow."""
+    case = Case(f"mlp{batch}_traced", f"MLP 784-256-256-10 SGD step, batch {batch}, float32, "
+                "tf.function", "step", ("ratio", 1.0), heavy=True)
+    params0, xn, yn = _mlp_init(batch)
+    rows = np.arange(batch)
+    ref_params = [p.copy() for p in params0]
+    ref_loss = _np_mlp_step(ref_params, xn, yn, rows)
+
+    def check(fw, loss, params):
+        assert abs(loss - ref_loss) <= 1e-4 * max(1.0, abs(ref_loss)), \
+            f"{fw} loss {loss} != NumPy's {ref_loss}"
+        for i, (p, r) in enumerate(zip(params, ref_params)):
+            np.testing.assert_allclose(p, r, rtol=1e-3, atol=1e-5,
+                                       err_msg=f"{fw}: parameter {i} after one step")
+
+    def build_tf():
+        params, eager_step = _tf_mlp_step(tf, params0, xn, yn)
+        step = tf.function(eager_step)
+        check("tapeflow (tracing call)", float(step()), [p.numpy() for p in params])
+        for p, p0 in zip(params, params0):          # back to the start: check a replay
+            p.assign(p0)
+        check("tapeflow (replay)", float(step()), [p.numpy() for p in params])
+        assert step.experimental_get_tracing_count() == 1
+
+        def run(n):
+            for _ in range(n):
+                step()
+        return Impl(run)
+
+    def build_tf_eager():
+        params, step = _tf_mlp_step(tf, params0, xn, yn)
+        check("tapeflow eager", float(step()), [p.numpy() for p in params])
+
+        def run(n):
+            for _ in range(n):
+                step()
+        return Impl(run)
+
+    def build_np():
+        params = [p.copy() for p in params0]
+        check("numpy", _np_mlp_step(params, xn, yn, rows), params)
+
+        def run(n):
+            for _ in range(n):
+                _np_mlp_step(params, xn, yn, rows)
+        return Impl(run)
+
+    _guard(case, "tapeflow", build_tf)
+    _guard(case, "tapeflow_eager", build_tf_eager)
+    _guard(case, "numpy", build_np)
+    return case
+
+
 def case_mlp(tf, torch, batch):
     target = 1.15 if batch == 64 else 1.05
     case = Case(f"mlp{batch}", f"MLP 784-256-256-10 SGD step, batch {batch}, float32", "step",
@@ -349,23 +500,7 @@ def case_mlp(tf, torch, batch):
         variant = ("sparse_softmax_cross_entropy_with_logits"
                    if hasattr(nn, "sparse_softmax_cross_entropy_with_logits")
                    else "softmax_cross_entropy_with_logits (one-hot labels)")
-        params = [tf.Variable(p.copy()) for p in params0]
-        W1, b1, W2, b2, W3, b3 = params
-        x = tf.constant(xn)
-        labels = tf.constant(yn)
-        onehot = tf.constant(np.eye(MLP_SIZES[-1], dtype=np.float32)[yn])
-
-        def step():
-            with tf.GradientTape() as tape:
-                h1 = tf.nn.relu(tf.matmul(x, W1) + b1)
-                h2 = tf.nn.relu(tf.matmul(h1, W2) + b2)
-                logits = tf.matmul(h2, W3) + b3
-                loss = tf.reduce_mean(_tf_xent(tf, labels, onehot, logits))
-            grads = tape.gradient(loss, params)
-            for p, g in zip(params, grads):
-                p.assign_sub(LR * g)
-            return loss
-
+        params, step = _tf_mlp_step(tf, params0, xn, yn)
         loss = float(step())
         check("tapeflow", loss, [p.numpy() for p in params])
         if batch == 64:
@@ -499,7 +634,8 @@ def case_cnn(tf, torch, batch=32):
     return case
 
 
-ALL_CASES = ("add", "add_tape", "grad", "collatz", "mlp64", "mlp1024", "cnn32")
+ALL_CASES = ("add", "add_tape", "grad", "collatz", "collatz_while", "mlp64", "mlp64_traced",
+             "mlp1024", "cnn32")
 
 
 def build_cases(tf, torch, keys):
@@ -508,7 +644,9 @@ def build_cases(tf, torch, keys):
         "add_tape": lambda: case_add(tf, torch, taped=True),
         "grad": lambda: case_grad(tf, torch),
         "collatz": lambda: case_collatz(tf, torch),
+        "collatz_while": lambda: case_collatz_while(tf, torch),
         "mlp64": lambda: case_mlp(tf, torch, 64),
+        "mlp64_traced": lambda: case_mlp_traced(tf, torch, 64),
         "mlp1024": lambda: case_mlp(tf, torch, 1024),
         "cnn32": lambda: case_cnn(tf, torch, 32),
     }
@@ -575,7 +713,8 @@ def summarize(case, samples, counts, rounds):
         res["impls"][fw] = {"median_s": statistics.median(s), "min_s": min(s),
                             "rounds": len(s), "repeat": counts[fw], "samples_s": s}
     # Paired per-round ratios (same round, adjacent in time).
-    for a, b in (("tapeflow", "numpy"), ("torch", "numpy"), ("tapeflow", "torch")):
+    for a, b in (("tapeflow", "numpy"), ("torch", "numpy"), ("tapeflow", "torch"),
+                 ("tapeflow", "tapeflow_eager")):
         if a in samples and b in samples:
             k = min(len(samples[a]), len(samples[b]))
             pr = [samples[a][i] / samples[b][i] for i in range(k)]
@@ -671,15 +810,22 @@ def print_machine(info):
 
 
 def print_table(results, have_torch):
+    # the eager-tapeflow column (and tf/eager) only when a traced case is in the run
+    eager = any("tapeflow_eager" in r["impls"] or "tapeflow_eager" in r["errors"]
+                for r in results)
     cols = ["case", "unit", "tapeflow", "numpy"] + (["torch"] if have_torch else []) + \
-        ["tf/np"] + (["torch/np", "tf/torch"] if have_torch else []) + ["target", ""]
+        (["tf eager"] if eager else []) + ["tf/np"] + \
+        (["torch/np", "tf/torch"] if have_torch else []) + (["tf/eager"] if eager else []) + \
+        ["target", ""]
     rows = []
     for r in results:
         t = {fw: r["impls"].get(fw, {}).get("median_s") for fw in FRAMEWORKS}
         row = [r["key"], r["unit"]]
-        for fw in ("tapeflow", "numpy") + (("torch",) if have_torch else ()):
+        for fw in ("tapeflow", "numpy") + (("torch",) if have_torch else ()) + \
+                (("tapeflow_eager",) if eager else ()):
             row.append("ERROR" if fw in r["errors"] else fmt_time(t[fw]))
-        pairs = ["tapeflow/numpy"] + (["torch/numpy", "tapeflow/torch"] if have_torch else [])
+        pairs = ["tapeflow/numpy"] + (["torch/numpy", "tapeflow/torch"] if have_torch else []) \
+            + (["tapeflow/tapeflow_eager"] if eager else [])
         for p in pairs:
             v = r["ratios"].get(p)
             row.append(f"{v['median']:.2f}x" if v else "-")
@@ -742,12 +888,12 @@ def main(argv=None):
     errors = [(r["key"], fw, msg) for r in results for fw, msg in r["errors"].items()]
     print()
     for r in results:
-        for fw in ("tapeflow", "numpy", "torch"):
+        for fw in FRAMEWORKS:
             if fw in r["impls"]:
                 i = r["impls"][fw]
                 r.setdefault("_best", []).append(f"{SHORT[fw]} {fmt_time(i['min_s'])}")
         if "_best" in r:
-            print(f"best per {r['unit']:9s} {r['key']:9s} " + ", ".join(r.pop("_best")))
+            print(f"best per {r['unit']:9s} {r['key']:13s} " + ", ".join(r.pop("_best")))
     for note in notes:
         print("note:", note)
     for key, fw, msg in errors:

@@ -31,6 +31,8 @@ from .linalg import einsum, matmul, norm, tensordot  # noqa: F401
 from .random import (random_normal, random_shuffle, random_uniform,  # noqa: F401
                      set_random_seed, truncated_normal)
 from . import config, plugins, ops
+from .tracing import function, defun, py_function
+from .control_flow import cond, while_loop
 
 bool = bool_  # noqa: A001  (tf.bool)
 newaxis = None
@@ -61,9 +63,11 @@ _pm.ensure_loaded()
 # The training stack lives in subpackages loaded on first use (import stays fast):
 # tf.layers, tf.keras, tf.train, tf.losses, tf.metrics, tf.summary, tf.data, tf.datasets.
 _LAZY_MODULES = ("layers", "keras", "train", "losses", "metrics", "summary", "data",
-                 "datasets", "models", "function")
+                 "datasets", "models")
 # The seeds' `tfe.*` names that live in those subpackages: name -> (module, attribute)
 _LAZY_NAMES = {
+    # tf.print: not a module global, so `print` in this module stays Python's
+    "print": ("tracing", "print_"),
     "Network": ("models", "Network"),
     "Iterator": ("data", "Iterator"),
     "Saver": ("train", "Saver"),
@@ -81,7 +85,8 @@ def __getattr__(name):
     if name in _LAZY_NAMES:
         modname, attr = _LAZY_NAMES[name]
         value = getattr(importlib.import_module(f"{__name__}.{modname}"), attr)
-        globals()[name] = value
+        if name != "print":          # (never a global: it would shadow print() here)
+            globals()[name] = value
         return value
     raise AttributeError(f"module 'tapeflow' has no attribute {name!r}")
 

@@ -157,6 +157,11 @@ def custom_gradient(f):
     @functools.wraps(f)
     def decorated(*args, **kwargs):
         from . import array as _array
+        from . import tracing
+        if tracing._current() is not None and not kwargs:
+            # traced: one opaque node runs this at every call, so the custom gradient is
+            # recorded at replay too (its ops would otherwise be traced as plain ops)
+            return tracing.opaque_call(decorated, args)
         if not _tapes_active[0]:
             out, _ = f(*args, **kwargs)
             return out

@@ -26,12 +26,14 @@ from . import dtypes as _dt
 from .errors import (DeviceMismatchError, InvalidArgumentError, OpError, ResourceExhaustedError,
                      TapeflowError)
 from .registry import kernel_not_found
+from . import tracing as _tracing_mod
 from .tape import _tapes_active, record
 from .tensor import Tensor, Variable, _wrap
 
 __all__ = ["execute", "convert_to_tensor", "constant", "copy_to_device"]
 
 _scopes = _devs._active_scopes
+_tracing = _tracing_mod._tracing
 _EMPTY: dict = {}
 _NOFAST: dict = {}
 _new = object.__new__
@@ -175,6 +177,8 @@ def copy_to_device(t: Tensor, device) -> Tensor:
     else:
         data = dev.backend.copy_from(t._data, src, dev)
     out = _wrap(data, dev)
+    if _tracing[0]:
+        _tracing_mod.trace_copy(t, out, dev)
     if _tapes_active[0]:
         record(_COPY, (t,), (out,), _EMPTY, None)
     return out
@@ -445,10 +449,14 @@ def _run(op, tensors, dev, attrs):
         raise _translate(e, op, dev, tensors, attrs) from None
     if op.num_outputs == 1:
         res = _wrap(out, dev)
+        if _tracing[0]:
+            _tracing_mod.trace_op(op, tensors, (res,), attrs, entry.fn, dev, entry.needs_device)
         if _tapes_active[0] and op.differentiable and tensors:
             record(op, tensors, (res,), attrs)
         return res
     outs = tuple(_wrap(o, dev) for o in out)
+    if _tracing[0]:
+        _tracing_mod.trace_op(op, tensors, outs, attrs, entry.fn, dev, entry.needs_device)
     if _tapes_active[0] and op.differentiable and tensors:
         record(op, tensors, outs, attrs)
     return outs

@@ -139,6 +139,16 @@ def _key_counter(seed):
     return key, c
 
 
+def _next_counter(key):
+    """The next counter of ``key``'s stream (a random op replayed by tf.function)."""
+    if key == _state.nondet_key:
+        return next(_state.nondet_counter)
+    counters = _state.counters
+    c = counters.get(key, 0)
+    counters[key] = c + 1
+    return c
+
+
 def _on_device(fn):
     """Errors raised before dispatch name the device the op would have run on."""
     @functools.wraps(fn)

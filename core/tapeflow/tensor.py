@@ -93,6 +93,15 @@ Dimension = int
 _new = object.__new__
 #: callables run with every new Variable (tapeflow.train's restore_variables_on_create)
 _creation_hooks: list = []
+
+#: tracers active in any thread (tapeflow.tracing); read before the tracing hooks
+_tracing = [0]
+
+
+def _check_traced(t, what):
+    """Raise if ``t``'s value is needed while tf.function traces (see tapeflow.tracing)."""
+    from .tracing import trace_check
+    trace_check(t, what)
 # sys.getrefcount of a Variable's value Tensor / its array inside Variable._update when
 # only the Variable holds them (self._value or cur._data, the local, the call's argument)
 _DONATE_T = 3
@@ -150,6 +159,8 @@ class Tensor:
     # --- host conversion -----------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (a copy on the host; waits for the device)."""
+        if _tracing[0]:
+            _check_traced(self, ".numpy()")
         dev = self._device
         if dev.is_host:
             return np.array(self._data, copy=True)
@@ -163,6 +174,8 @@ class Tensor:
         return np.asarray(dev.backend.to_host(self._data, dev))
 
     def __array__(self, dtype=None, copy=None):
+        if _tracing[0]:
+            _check_traced(self, "np.asarray()")
         a = self._host()
         if dtype is not None:
             a = a.astype(dtype, copy=False)
@@ -195,24 +208,32 @@ class Tensor:
         return self._host().reshape(()).item()
 
     def __bool__(self):
+        if _tracing[0]:
+            _check_traced(self, "bool()")
         d = self._data
         if d.size == 1 and self._device.is_host:   # Python control flow: keep it cheap
             return bool(d)
         return bool(self._scalar("bool()"))
 
     def __int__(self):
+        if _tracing[0]:
+            _check_traced(self, "int()")
         d = self._data
         if d.size == 1 and self._device.is_host:
             return int(d.reshape(()) if d.ndim else d)
         return int(self._scalar("int()"))
 
     def __float__(self):
+        if _tracing[0]:
+            _check_traced(self, "float()")
         d = self._data
         if d.size == 1 and self._device.is_host:
             return float(d.reshape(()) if d.ndim else d)
         return float(self._scalar("float()"))
 
     def __index__(self):
+        if _tracing[0]:
+            _check_traced(self, "__index__")
         if not self.dtype.is_integer:
             raise TypeError(f"only integer tensors can be used as an index; got {self.dtype.name}")
         return int(self._scalar("__index__"))
@@ -377,6 +398,9 @@ class Variable:
         """The current value as a Tensor (watched by active tapes)."""
         from .tape import _tapes_active, watch_variable_read
         v = self._value
+        if _tracing[0]:
+            from .tracing import trace_read
+            v = trace_read(self, v)
         if _tapes_active[0] and self.trainable:
             watch_variable_read(self, v)
         return v
@@ -446,7 +470,12 @@ class Variable:
 
     def assign(self, value, use_locking=None, name=None, read_value=True):
         """Replace the value (same dtype and shape). Returns the Variable."""
-        self._value = self._checked(value, "assign")
+        new = self._checked(value, "assign")
+        prev = self._value
+        self._value = new
+        if _tracing[0]:
+            from .tracing import trace_assign
+            trace_assign(self, prev)
         return self
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True):
@@ -465,7 +494,8 @@ class Variable:
         # can see the host buffer -- no tape, no user reference to the value, no view
         # of it -- update it in place instead of allocating a new one. Otherwise (the
         # common case inside a GradientTape) fall back to the immutable update.
-        if (type(arr) is np.ndarray and arr.base is None and arr.flags.writeable
+        if (not _tracing[0] and type(arr) is np.ndarray and arr.base is None
+                and arr.flags.writeable
                 and d._data.shape == arr.shape and cur._device.is_host
                 and sys.getrefcount(cur) <= _DONATE_T and sys.getrefcount(arr) <= _DONATE_A):
             ufunc(arr, d._data, out=arr)
@@ -474,7 +504,13 @@ class Variable:
         from .tape import stop_all_recording
         with stop_all_recording():
             from . import math as _m
+            if _tracing[0]:             # a traced read: the update is part of the graph
+                cur = self.read_value()
+            prev = self._value
             self._value = (_m.add if op == "assign_add" else _m.subtract)(cur, d)
+        if _tracing[0]:
+            from .tracing import trace_assign
+            trace_assign(self, prev)
         return self
 
     # Variables behave like their value in ops; operators are installed by

@@ -44,7 +44,11 @@ BAD_KERNEL = OpDef("testing::bad_kernel", inputs=("x",), grad=_square_grad)
 BAD_STRIDES = OpDef("testing::bad_strides", inputs=("x",), grad=_square_grad)
 BAD_DTYPE = OpDef("testing::bad_dtype", inputs=("x",), grad=_square_grad)
 BAD_SHAPE = OpDef("testing::bad_shape", inputs=("x",), grad=_square_grad)
-OPS = (GOOD, BAD_GRAD, BAD_GRAD2, BAD_KERNEL, BAD_STRIDES, BAD_DTYPE, BAD_SHAPE)
+BAD_CACHE = OpDef("testing::bad_cache", inputs=("x",), grad=_square_grad)
+BAD_SHARED_OUT = OpDef("testing::bad_shared_out", inputs=("x",), grad=_square_grad)
+BAD_INPLACE = OpDef("testing::bad_inplace", inputs=("x",), grad=_square_grad)
+OPS = (GOOD, BAD_GRAD, BAD_GRAD2, BAD_KERNEL, BAD_STRIDES, BAD_DTYPE, BAD_SHAPE, BAD_CACHE,
+       BAD_SHARED_OUT, BAD_INPLACE)
 
 
 def _k_square(x):
@@ -72,6 +76,35 @@ def _k_square_keepdims(x):
     return (x * x)[None]
 
 
+_CACHE = {}
+
+
+def _k_square_cached(x):
+    # Caches its result by shape and dtype: right for the first values of each shape, stale
+    # for any later ones (the forward samples all differ in shape, so forward passes).
+    key = (x.shape, x.dtype)
+    if key not in _CACHE:
+        _CACHE[key] = x * x
+    return _CACHE[key]
+
+
+_BUFFERS = {}
+
+
+def _k_square_shared_out(x):
+    # Writes every result into one buffer per shape and returns it: each result is right
+    # when returned, and overwritten by the next call of that shape.
+    out = _BUFFERS.setdefault((x.shape, x.dtype), np.empty(x.shape, x.dtype))
+    np.multiply(x, x, out=out)
+    return out
+
+
+def _k_square_inplace(x):
+    # Squares its input in place (the result is right, the caller's tensor is not).
+    np.multiply(x, x, out=x)
+    return x
+
+
 class _HarnessPlugin:
     @hookimpl
     def tapeflow_register_ops(self, registry):
@@ -82,7 +115,9 @@ class _HarnessPlugin:
     def tapeflow_register_kernels(self, registry):
         for op, fn in ((GOOD, _k_square), (BAD_GRAD, _k_square), (BAD_GRAD2, _k_square),
                        (BAD_KERNEL, _k_square_wrong), (BAD_STRIDES, _k_square_memory_order),
-                       (BAD_DTYPE, _k_square_float64), (BAD_SHAPE, _k_square_keepdims)):
+                       (BAD_DTYPE, _k_square_float64), (BAD_SHAPE, _k_square_keepdims),
+                       (BAD_CACHE, _k_square_cached), (BAD_SHARED_OUT, _k_square_shared_out),
+                       (BAD_INPLACE, _k_square_inplace)):
             registry.add_kernel(op, "cpu", fn, dtypes=("float16", "float32", "float64"))
         try:   # the correct op on every device: a real OpenCL kernel where that backend is
             from tapeflow_opencl import runtime as rt
@@ -226,6 +261,115 @@ def test_random_ops_are_validated_by_check():
     spec.check = lambda out, shape: bool(np.all(out < 0.5))
     with pytest.raises(AssertionError, match="spec.check returned False"):
         conformance.check_forward(spec, "cpu:0", tf.float32)
+
+
+# --- traced: the op inside tf.function -------------------------------------------------------
+
+def test_traced_passes_on_a_correct_op_on_every_device():
+    spec = _spec(GOOD)
+    for d in tf.list_devices():
+        assert conformance.check_traced(spec, d.name, tf.float32) == 3
+
+
+def test_traced_catches_a_kernel_whose_later_calls_are_stale():
+    _CACHE.clear()
+    spec = _spec(BAD_CACHE)
+    conformance.check_forward(spec, "cpu:0", tf.float32)      # one call per shape: right
+    _CACHE.clear()
+    with pytest.raises(AssertionError, match=r"call 3 \(replay, other values of the same "
+                                             r"signature\).*differs from the NumPy reference"):
+        conformance.check_traced(spec, "cpu:0", tf.float32)
+
+
+def test_traced_catches_a_replay_that_overwrites_an_earlier_result():
+    spec = _spec(BAD_SHARED_OUT)
+    conformance.check_forward(spec, "cpu:0", tf.float32)      # each result right when returned
+    with pytest.raises(AssertionError, match=r"the result of call 1 \(tracing\) changed after "
+                                             r"the later calls"):
+        conformance.check_traced(spec, "cpu:0", tf.float32)
+
+
+def test_traced_catches_a_kernel_that_writes_into_its_input():
+    with pytest.raises(AssertionError, match=r"input 0 of call 1 \(tracing\) was modified"):
+        conformance.check_traced(_spec(BAD_INPLACE), "cpu:0", tf.float32)
+
+
+class _Factor:
+    """A Python argument equal by value but unhashable: tf.function keys it by identity,
+    so equal factors from two draws of the samples are two signatures."""
+
+    __hash__ = None
+
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, _Factor) and other.v == self.v
+
+    def __repr__(self):
+        return f"_Factor({self.v})"
+
+
+def test_traced_catches_a_call_that_traces_again():
+    spec = OpSpec(name="scaled", fn=lambda x, k: x * k.v, ref=lambda x, k: x * k.v,
+                  samples=lambda dt, rng: [Sample((rng.uniform(-1, 1, (4,)).astype(dt.np),
+                                                   _Factor(2.0)))])
+    with pytest.raises(AssertionError, match=r"call 3 .* the Python function ran again"):
+        conformance.check_traced(spec, "cpu:0", tf.float32)
+    spec.fn = lambda x, k: x * 2.0                            # right values, but
+    spec.samples = lambda dt, rng: [Sample((rng.uniform(-1, 1, (4,)).astype(dt.np), 2.0))]
+    spec.ref = lambda x, k: x * 3.0                           # a wrong reference
+    with pytest.raises(AssertionError, match=r"call 1 \(tracing\).*differs"):
+        conformance.check_traced(spec, "cpu:0", tf.float32)
+
+
+def _host_square(x):
+    return tf.constant(np.square(x.numpy()))                  # needs the value: untraceable
+
+
+def test_traced_untraceable_specs_are_listed_with_the_reason(monkeypatch):
+    spec = _spec(GOOD)
+    spec.name = "testing::host_square"
+    spec.fn = _host_square
+    conformance.check_forward(spec, "cpu:0", tf.float32)      # eager: fine
+    where = r"\(in test_harness.py:\d+ _host_square\)"
+    with pytest.raises(AssertionError, match=rf"(?s)cannot be traced by tf.function {where}.*"
+                                             r"UNTRACEABLE"):
+        conformance.check_traced(spec, "cpu:0", tf.float32)
+    monkeypatch.setitem(conformance.UNTRACEABLE, "testing::host_*", "reads its input on the host")
+    with pytest.raises(conformance.SkipCase, match="reads its input on the host; TracingError "
+                                                   "for sample 0 'matrix'"):
+        conformance.check_traced(spec, "cpu:0", tf.float32)
+    spec.fn = GOOD                                            # a stale entry fails
+    with pytest.raises(AssertionError, match="listed in conformance.UNTRACEABLE"):
+        conformance.check_traced(spec, "cpu:0", tf.float32)
+
+
+def test_traced_random_ops_are_validated_by_check():
+    spec = OpSpec(name="uniform", fn=lambda shape: tf.random.uniform(shape), ref=None,
+                  samples=lambda dt, rng: [Sample(((100,),))] if dt == tf.float32 else [],
+                  check=lambda out, shape: out.shape == shape and bool(np.all(out < 1.0)))
+    conformance.check_traced(spec, "cpu:0", tf.float32)
+    draws = []
+    spec.check = lambda out, shape: draws.append(out) or True
+    conformance.check_traced(spec, "cpu:0", tf.float32)
+    assert len(draws) == 3 and not np.array_equal(draws[0], draws[1])   # a fresh draw per call
+    spec.check = lambda out, shape: bool(np.all(out < 0.5))
+    with pytest.raises(AssertionError, match=r"call 1 \(tracing\): spec.check returned False"):
+        conformance.check_traced(spec, "cpu:0", tf.float32)
+
+
+def test_traced_cases_one_dtype_per_spec_unless_asked(monkeypatch):
+    spec = _spec(GOOD)
+    cs = conformance.cases([spec], ["cpu:0", ("cuda:0", "no CUDA here")], "traced")
+    assert [c.id for c in cs] == ["testing::good_square-float32-cpu:0", "cuda:0"]
+    monkeypatch.setenv("TAPEFLOW_TRACED_DTYPES", "all")
+    cs = conformance.cases([spec], ["cpu:0"], "traced")
+    assert sorted(c.dtype.name for c in cs) == ["float16", "float32", "float64"]
+    monkeypatch.setenv("TAPEFLOW_TRACED_DTYPES", "one")
+    spec.dtypes = ("float64", "float16")                      # no float32: the first declared
+    assert [c.dtype for c in conformance.cases([spec], ["cpu:0"], "traced")] == [tf.float64]
+    assert "test_traced" in conformance.KINDS
 
 
 # --- the error contract ------------------------------------------------------------------------

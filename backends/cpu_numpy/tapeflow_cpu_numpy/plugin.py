@@ -36,6 +36,17 @@ class NumpyBackend(Backend):
             return array   # one host device: tensors are immutable, sharing is safe
         return np.array(src.backend.to_host(array, src), copy=True)
 
+    def fusible_op(self, op_name, in_dtypes, attrs):
+        """Whether :meth:`fuse_elementwise` compiles this op (see :mod:`.fusion`)."""
+        from .fusion import fusible_op
+        return fusible_op(op_name, in_dtypes, attrs)
+
+    def fuse_elementwise(self, spec):
+        """One function for a group of elementwise ops (the graph pass ``fuse``): the
+        same ufuncs in order, writing into reused buffers (:mod:`.fusion`)."""
+        from .fusion import compile_spec
+        return compile_spec(spec)
+
     def memory_info(self, device):
         try:
             import resource

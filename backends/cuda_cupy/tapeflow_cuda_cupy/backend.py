@@ -104,6 +104,17 @@ class CupyBackend(Backend):
         except cp.cuda.memory.OutOfMemoryError as e:
             raise _oom(e, dst, f"copying {_nbytes(array)} bytes from {src}") from None
 
+    # --- elementwise fusion (tapeflow.graph_fusion) -------------------------------------
+    def fusible_op(self, op_name, in_dtypes, attrs):
+        """Whether :meth:`fuse_elementwise` can take this op (see :mod:`.fusion`)."""
+        from .fusion import fusible_op
+        return fusible_op(op_name, in_dtypes, attrs)
+
+    def fuse_elementwise(self, spec):
+        """One ``cupy.ElementwiseKernel`` for a group of elementwise ops (:mod:`.fusion`)."""
+        from .fusion import fuse_elementwise
+        return fuse_elementwise(spec, self.multi_device)
+
     # --- synchronisation and memory ---------------------------------------------------
     def synchronize(self, device):
         device.handle.synchronize()

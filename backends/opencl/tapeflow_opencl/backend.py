@@ -112,6 +112,17 @@ class OpenCLBackend(Backend):
         host = np.asarray(src.backend.to_host(array, src))
         return self.from_host(host, dst)
 
+    # --- elementwise fusion (tapeflow.graph_fusion) -------------------------------------
+    def fusible_op(self, op_name, in_dtypes, attrs):
+        """Whether :meth:`fuse_elementwise` can take this op (see :mod:`.fusion`)."""
+        from .fusion import fusible_op
+        return fusible_op(op_name, in_dtypes, attrs)
+
+    def fuse_elementwise(self, spec):
+        """One generated OpenCL kernel for a group of elementwise ops (:mod:`.fusion`)."""
+        from .fusion import fuse_elementwise
+        return fuse_elementwise(spec)
+
     # --- synchronisation and memory ---------------------------------------------------
     def synchronize(self, device):
         device.handle.queue.finish()

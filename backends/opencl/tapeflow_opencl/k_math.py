@@ -68,6 +68,112 @@ def _check_divisor(x, y):
             raise InvalidArgumentError("Integer division by zero")
 
 
+# --- the expression table: the kernels of build() and elementwise fusion share it ------------
+
+#: binary ops: (float expression, integer expression or None, NumPy function giving the
+#: result dtype, or None for the inputs' dtype)
+_BINARY = {
+    "Add": ("x0 + x1", "x0 + x1", np.add),
+    "Sub": ("x0 - x1", "x0 - x1", np.subtract),
+    "Mul": ("x0 * x1", "x0 * x1", np.multiply),
+    "RealDiv": ("x0 / x1", "(double)x0 / (double)x1", np.true_divide),
+    "SquaredDifference": ("(x0 - x1) * (x0 - x1)", "(x0 - x1) * (x0 - x1)", np.subtract),
+    "Atan2": ("atan2(x0, x1)", None, np.arctan2),
+    "Maximum": ("(isnan(x0) || x0 > x1) ? x0 : x1", "(x0 > x1) ? x0 : x1", None),
+    "Minimum": ("(isnan(x0) || x0 < x1) ? x0 : x1", "(x0 < x1) ? x0 : x1", None),
+}
+
+#: unary float ops (float32/float64 only), result of the input's dtype
+_UNARY_FLOAT = {
+    "Sqrt": "sqrt(x0)", "Rsqrt": "rsqrt(x0)", "Exp": "exp(x0)", "Log": "log(x0)",
+    "Log1p": "log1p(x0)", "Expm1": "expm1(x0)", "Sin": "sin(x0)", "Cos": "cos(x0)",
+    "Tan": "tan(x0)", "Tanh": "tanh(x0)", "Sigmoid": "1 / (1 + exp(-x0))",
+    "Softplus": "(x0 > 0 ? x0 : 0) + log1p(exp(-fabs(x0)))", "Reciprocal": "1 / x0",
+    "Floor": "floor(x0)", "Ceil": "ceil(x0)", "Erf": "erf(x0)",
+}
+
+#: unary ops on every numeric dtype: (float expression, integer expression); None as the
+#: integer expression of Abs on unsigned types / Round on integers means "x0 unchanged"
+_UNARY_NUM = {
+    "Neg": ("-x0", "-x0"),
+    "Square": ("x0 * x0", "x0 * x0"),
+    "Abs": ("fabs(x0)", "(x0 < 0) ? -x0 : x0"),
+    "Sign": ("isnan(x0) ? x0 : (x0 > 0 ? 1 : (x0 < 0 ? -1 : 0))", "(x0 > 0) - (x0 < 0)"),
+    "Round": ("rint(x0)", "x0"),
+}
+
+#: float predicates (bool result)
+_PREDICATES = {"IsNan": "isnan(x0)", "IsFinite": "isfinite(x0)", "IsInf": "isinf(x0)"}
+
+#: comparisons (bool result): operator, dtypes
+_COMPARISONS = {"Equal": ("==", ALL), "NotEqual": ("!=", ALL), "Less": ("<", NUMERIC),
+                "LessEqual": ("<=", NUMERIC), "Greater": (">", NUMERIC),
+                "GreaterEqual": (">=", NUMERIC)}
+
+#: logical ops on bools
+_LOGICAL = {"LogicalAnd": "x0 && x1", "LogicalOr": "x0 || x1",
+            "LogicalXor": "(x0 != 0) != (x1 != 0)", "LogicalNot": "!x0"}
+
+
+def _cast_expr(to):
+    return "x0 != 0" if np.dtype(to) == np.bool_ else "x0"
+
+
+def expression(op_name, dtypes, attrs=None):
+    """``(OpenCL C expression of x0, x1.., result dtype, preamble)`` computing
+    ``op_name`` on inputs of ``dtypes`` exactly as this module's kernel does, or None
+    when the kernel is not a single expression for them (``FloorDiv`` / ``Pow`` of
+    integers check their divisor / exponent on the host; ``AddN`` is variadic) or does
+    not take those dtypes. ``attrs``: the op's attributes (``Cast``'s ``dtype``). Used
+    by elementwise fusion (``tapeflow_opencl.fusion``).
+
+    >>> import numpy as np
+    >>> expression("Add", (np.dtype("int32"), np.dtype("int32")))
+    ('x0 + x1', dtype('int32'), '')
+    >>> expression("FloorDiv", (np.dtype("int32"), np.dtype("int32"))) is None
+    True
+    """
+    dts = tuple(np.dtype(d) for d in dtypes)
+    if not dts:
+        return None
+    x = dts[0]
+    isf = x.kind == "f"
+    if op_name == "Cast":
+        if len(dts) != 1 or x.name not in ALL or attrs is None or "dtype" not in attrs:
+            return None
+        to = np.dtype(getattr(attrs["dtype"], "np", attrs["dtype"]))
+        if to.name not in ALL:
+            return None
+        return ("x0" if to == x else _cast_expr(to)), to, ""
+    if any(d != x for d in dts):
+        return None                   # the dispatcher casts to one dtype first
+    if op_name in _BINARY and len(dts) == 2:
+        ef, ei, npfn = _BINARY[op_name]
+        if x.name not in (FLOATS if ei is None else NUMERIC):
+            return None
+        dt = x if npfn is None else _result_dtype(npfn, x, x)
+        return (ef if isf else ei), dt, ""
+    if op_name in _UNARY_FLOAT and len(dts) == 1:
+        return (_UNARY_FLOAT[op_name], x, "") if x.name in FLOATS else None
+    if op_name in _UNARY_NUM and len(dts) == 1:
+        if x.name not in NUMERIC:
+            return None
+        ef, ei = _UNARY_NUM[op_name]
+        if op_name == "Abs" and x.kind == "u":
+            ei = "x0"
+        return (ef if isf else ei), x, ""
+    if op_name in _PREDICATES and len(dts) == 1:
+        return (_PREDICATES[op_name], np.dtype(np.bool_), "") if x.name in FLOATS else None
+    if op_name in _COMPARISONS and len(dts) == 2:
+        cop, allowed = _COMPARISONS[op_name]
+        return (f"x0 {cop} x1", np.dtype(np.bool_), "") if x.name in allowed else None
+    if op_name in _LOGICAL and len(dts) == (1 if op_name == "LogicalNot" else 2):
+        return (_LOGICAL[op_name], np.dtype(np.bool_), "") if x.name in BOOL else None
+    if op_name == "Pow" and len(dts) == 2 and x.name in FLOATS:
+        return "pow(x0, x1)", x, ""
+    return None
+
+
 def build():
     ew = rt.elementwise
 
@@ -125,38 +231,29 @@ def build():
 
     def cast(x, dtype):
         to = np.dtype(dtype.np)
-        if to == np.bool_:
-            expr = "x0 != 0"
-        else:
-            expr = "x0"
         if to == x.dtype:
             return x
-        return ew(expr, to, x)
+        return ew(_cast_expr(to), to, x)
 
-    def maximum(x, y):
-        if _isf(x):
-            return ew("(isnan(x0) || x0 > x1) ? x0 : x1", x.dtype, x, y)
-        return ew("(x0 > x1) ? x0 : x1", x.dtype, x, y)
+    def minmax(name):
+        ef, ei, _ = _BINARY[name]
 
-    def minimum(x, y):
-        if _isf(x):
-            return ew("(isnan(x0) || x0 < x1) ? x0 : x1", x.dtype, x, y)
-        return ew("(x0 < x1) ? x0 : x1", x.dtype, x, y)
+        def k(x, y):
+            return ew(ef if _isf(x) else ei, x.dtype, x, y)
+        return k
 
     def absolute(x):
-        if _isf(x):
-            return ew("fabs(x0)", x.dtype, x)
         if x.dtype.kind == "u":
             return x
-        return ew("(x0 < 0) ? -x0 : x0", x.dtype, x)
+        ef, ei = _UNARY_NUM["Abs"]
+        return ew(ef if _isf(x) else ei, x.dtype, x)
 
     def sign(x):
-        if _isf(x):
-            return ew("isnan(x0) ? x0 : (x0 > 0 ? 1 : (x0 < 0 ? -1 : 0))", x.dtype, x)
-        return ew("(x0 > 0) - (x0 < 0)", x.dtype, x)
+        ef, ei = _UNARY_NUM["Sign"]
+        return ew(ef if _isf(x) else ei, x.dtype, x)
 
     def round_(x):
-        return ew("rint(x0)", x.dtype, x) if _isf(x) else x
+        return ew(_UNARY_NUM["Round"][0], x.dtype, x) if _isf(x) else x
 
     def cmp(op):
         def k(x, y):
@@ -172,59 +269,37 @@ def build():
     def bln(fn):
         return {"fn": fn, "dtypes": BOOL}
 
-    def f(expr):
-        return flt(unary(expr))
-
     def pred(expr):
         return flt(lambda x: ew(expr, np.bool_, x))
 
-    return {
-        "Add": num(binary("x0 + x1", "x0 + x1", np.add)),
-        "Sub": num(binary("x0 - x1", "x0 - x1", np.subtract)),
-        "Mul": num(binary("x0 * x1", "x0 * x1", np.multiply)),
-        "RealDiv": num(binary("x0 / x1", "(double)x0 / (double)x1", np.true_divide)),
+    def logical(expr):
+        return bln(lambda *xs: ew(expr, np.bool_, *xs))
+
+    table = {
         "FloorDiv": num(floordiv),
         "FloorMod": num(floormod),
         "Pow": num(power),
-        "Maximum": num(maximum),
-        "Minimum": num(minimum),
-        "SquaredDifference": num(binary("(x0 - x1) * (x0 - x1)", "(x0 - x1) * (x0 - x1)",
-                                        np.subtract)),
-        "Atan2": flt(binary("atan2(x0, x1)", None, np.arctan2)),
         "AddN": num(add_n),
-        "Neg": num(unary("-x0")),
         "Cast": {"fn": cast, "dtypes": ALL},
         "Abs": num(absolute),
         "Sign": num(sign),
-        "Square": num(unary("x0 * x0")),
-        "Sqrt": f("sqrt(x0)"),
-        "Rsqrt": f("rsqrt(x0)"),
-        "Exp": f("exp(x0)"),
-        "Log": f("log(x0)"),
-        "Log1p": f("log1p(x0)"),
-        "Expm1": f("expm1(x0)"),
-        "Sin": f("sin(x0)"),
-        "Cos": f("cos(x0)"),
-        "Tan": f("tan(x0)"),
-        "Tanh": f("tanh(x0)"),
-        "Sigmoid": f("1 / (1 + exp(-x0))"),
-        "Softplus": f("(x0 > 0 ? x0 : 0) + log1p(exp(-fabs(x0)))"),
-        "Reciprocal": f("1 / x0"),
-        "Floor": f("floor(x0)"),
-        "Ceil": f("ceil(x0)"),
         "Round": num(round_),
-        "Erf": f("erf(x0)"),
-        "IsNan": pred("isnan(x0)"),
-        "IsFinite": pred("isfinite(x0)"),
-        "IsInf": pred("isinf(x0)"),
-        "Equal": {"fn": cmp("=="), "dtypes": ALL},
-        "NotEqual": {"fn": cmp("!="), "dtypes": ALL},
-        "Less": num(cmp("<")),
-        "LessEqual": num(cmp("<=")),
-        "Greater": num(cmp(">")),
-        "GreaterEqual": num(cmp(">=")),
-        "LogicalAnd": bln(lambda x, y: ew("x0 && x1", np.bool_, x, y)),
-        "LogicalOr": bln(lambda x, y: ew("x0 || x1", np.bool_, x, y)),
-        "LogicalXor": bln(lambda x, y: ew("(x0 != 0) != (x1 != 0)", np.bool_, x, y)),
-        "LogicalNot": bln(lambda x: ew("!x0", np.bool_, x)),
     }
+    for name, (ef, ei, npfn) in _BINARY.items():
+        if name in ("Maximum", "Minimum"):
+            table[name] = num(minmax(name))
+        elif ei is None:
+            table[name] = flt(binary(ef, ei, npfn))
+        else:
+            table[name] = num(binary(ef, ei, npfn))
+    for name in ("Neg", "Square"):
+        table[name] = num(unary(*_UNARY_NUM[name]))
+    for name, expr in _UNARY_FLOAT.items():
+        table[name] = flt(unary(expr))
+    for name, expr in _PREDICATES.items():
+        table[name] = pred(expr)
+    for name, (cop, dts) in _COMPARISONS.items():
+        table[name] = {"fn": cmp(cop), "dtypes": dts}
+    for name, expr in _LOGICAL.items():
+        table[name] = logical(expr)
+    return table

@@ -120,25 +120,56 @@ def _ct(a):
     return rt.CTYPES[a.dtype]
 
 
+#: activation expressions of ``x0`` (and ``x1``) for C type ``t``, result of ``x0``'s
+#: dtype: the kernels below and :func:`expression` (elementwise fusion) share them
+_ACTIVATIONS = {
+    "Relu": (lambda t: f"x0 < ({t})0 ? ({t})0 : x0", FLOATS + ("int32", "int64")),
+    "ReluGrad": (lambda t: f"x0 * (x1 > ({t})0 ? ({t})1 : ({t})0)", FLOATS),
+    "Relu6": (lambda t: f"x0 < ({t})0 ? ({t})0 : (x0 > ({t})6 ? ({t})6 : x0)", FLOATS),
+    "Relu6Grad": (lambda t: f"x0 * ((x1 > ({t})0 && x1 < ({t})6) ? ({t})1 : ({t})0)", FLOATS),
+    "Elu": (lambda t: f"(x0 < ({t})0 ? ({t})0 : x0) + expm1(x0 > ({t})0 ? ({t})0 : x0)",
+            FLOATS),
+    "EluGrad": (lambda t: f"x0 * ((x1 > ({t})0 ? ({t})0 : x1) + ({t})1)", FLOATS),
+}
+
+
+def expression(op_name, dtypes, attrs=None):
+    """``(OpenCL C expression of x0, x1.., result dtype, preamble)`` computing the
+    activation ``op_name`` exactly as its kernel here does, or None (another op, or a
+    dtype the kernel does not take). Used by elementwise fusion.
+
+    >>> import numpy as np
+    >>> expression("Relu", (np.dtype("float32"),))
+    ('x0 < (float)0 ? (float)0 : x0', dtype('float32'), '')
+    """
+    entry = _ACTIVATIONS.get(op_name)
+    if entry is None or not dtypes:
+        return None
+    make, allowed = entry
+    dt = np.dtype(dtypes[0])
+    if dt.name not in allowed or any(np.dtype(d) != dt for d in dtypes):
+        return None
+    return make(rt.CTYPES[dt]), dt, ""
+
+
+def _act(name, *arrays):
+    return rt.elementwise(_ACTIVATIONS[name][0](_ct(arrays[0])), arrays[0].dtype, *arrays)
+
+
 def relu(x):
-    t = _ct(x)
-    return rt.elementwise(f"x0 < ({t})0 ? ({t})0 : x0", x.dtype, x)
+    return _act("Relu", x)
 
 
 def relu_grad(dy, x):
-    t = _ct(dy)
-    return rt.elementwise(f"x0 * (x1 > ({t})0 ? ({t})1 : ({t})0)", dy.dtype, dy, x)
+    return _act("ReluGrad", dy, x)
 
 
 def relu6(x):
-    t = _ct(x)
-    return rt.elementwise(f"x0 < ({t})0 ? ({t})0 : (x0 > ({t})6 ? ({t})6 : x0)", x.dtype, x)
+    return _act("Relu6", x)
 
 
 def relu6_grad(dy, x):
-    t = _ct(dy)
-    return rt.elementwise(f"x0 * ((x1 > ({t})0 && x1 < ({t})6) ? ({t})1 : ({t})0)",
-                          dy.dtype, dy, x)
+    return _act("Relu6Grad", dy, x)
 
 
 def leaky_relu(x, alpha):
@@ -158,14 +189,11 @@ def leaky_relu_grad(dy, x, alpha):
 
 
 def elu(x):
-    t = _ct(x)
-    return rt.elementwise(f"(x0 < ({t})0 ? ({t})0 : x0) + expm1(x0 > ({t})0 ? ({t})0 : x0)",
-                          x.dtype, x)
+    return _act("Elu", x)
 
 
 def elu_grad(dy, y):
-    t = _ct(dy)
-    return rt.elementwise(f"x0 * ((x1 > ({t})0 ? ({t})0 : x1) + ({t})1)", dy.dtype, dy, y)
+    return _act("EluGrad", dy, y)
 
 
 def bias_add(x, b, data_format):
@@ -837,15 +865,16 @@ def avg_pool_grad(dy, orig_input_shape, ksize, strides, padding, data_format):
 def build():
     f = FLOATS
     fi = FLOATS + ("int32", "int64")
+    act = {name: dts for name, (_, dts) in _ACTIVATIONS.items()}
     return {
-        "Relu": {"fn": relu, "dtypes": fi},
-        "ReluGrad": {"fn": relu_grad, "dtypes": f},
-        "Relu6": {"fn": relu6, "dtypes": f},
-        "Relu6Grad": {"fn": relu6_grad, "dtypes": f},
+        "Relu": {"fn": relu, "dtypes": act["Relu"]},
+        "ReluGrad": {"fn": relu_grad, "dtypes": act["ReluGrad"]},
+        "Relu6": {"fn": relu6, "dtypes": act["Relu6"]},
+        "Relu6Grad": {"fn": relu6_grad, "dtypes": act["Relu6Grad"]},
         "LeakyRelu": {"fn": leaky_relu, "dtypes": f},
         "LeakyReluGrad": {"fn": leaky_relu_grad, "dtypes": f},
-        "Elu": {"fn": elu, "dtypes": f},
-        "EluGrad": {"fn": elu_grad, "dtypes": f},
+        "Elu": {"fn": elu, "dtypes": act["Elu"]},
+        "EluGrad": {"fn": elu_grad, "dtypes": act["EluGrad"]},
         "BiasAdd": {"fn": bias_add, "dtypes": fi},
         "Conv2D": {"fn": conv2d, "dtypes": f},
         "Conv2DBackpropInput": {"fn": conv2d_backprop_input, "dtypes": f},

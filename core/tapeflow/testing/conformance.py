@@ -1,6 +1,6 @@
 """The conformance suite: every :class:`~tapeflow.testing.opinfo.OpSpec` on every device.
 
-Four kinds of checks, each a plain function raising ``AssertionError`` (usable
+Five kinds of checks, each a plain function raising ``AssertionError`` (usable
 without pytest), and each also a *case* the pytest suite turns into one test item:
 
 ``forward`` (spec x dtype x device)
@@ -20,6 +20,18 @@ without pytest), and each also a *case* the pytest suite turns into one test ite
 ``errors`` (spec x device)
     every :class:`ErrorSample` raises ``error`` with a message containing
     ``[Op:``, the device name and ``match``.
+``traced`` (spec x one dtype x device; :data:`TRACED_DTYPES`)
+    ``spec.fn`` with the sample's kwargs bound, wrapped in :func:`tapeflow.function`
+    and called three times: the tracing call, a replay with the same arguments
+    (the Python function must not run again) and a replay with other values of the
+    same signature (a second draw of the samples); each result compared like
+    ``forward``, and the earlier results and the inputs must be unchanged at the
+    end. Specs that cannot be traced are listed in :data:`UNTRACEABLE` with the
+    reason (skipped, never silently). One dtype per spec (float32 when tested):
+    the traced kind tests the function machinery, ``forward`` every dtype's kernel.
+    A traced case costs about what a forward case costs, so all dtypes would double
+    the forward time (measured on 2 cores, cpu:0 + opencl:0: forward 113 s, traced
+    with every dtype 118 s, with one dtype 28 s, finding the same failures).
 
 Which dtypes: the dtypes the op's kernel on that device type declares
 (``spec.op``), or ``spec.dtypes`` (intersected with the kernel's when both
@@ -41,6 +53,7 @@ or as a pytest suite in a third-party package (the file tapeflow uses itself)::
     def test_forward_noncontiguous(conformance_case): conformance_case.run()
     def test_gradients(conformance_case): conformance_case.run()
     def test_errors(conformance_case): conformance_case.run()
+    def test_traced(conformance_case): conformance_case.run()
 """
 
 from __future__ import annotations
@@ -57,7 +70,9 @@ from .opinfo import ErrorSample, OpSpec, Sample
 __all__ = ["KNOWN_DEVICE_TYPES", "unavailable_devices", "DEFAULT_TOL", "Case", "SkipCase",
            "tolerance", "dtypes_under_test", "samples_for", "noncontiguous_tensor",
            "check_sample", "check_forward", "check_gradients", "check_errors", "check_spec",
-           "cases", "collect_specs", "parametrize", "gap_matches", "KINDS", "opcheck"]
+           "cases", "collect_specs", "parametrize", "gap_matches", "KINDS", "opcheck",
+           "check_traced", "check_traced_sample", "UNTRACEABLE", "TRACED_DTYPES",
+           "untraceable_reason"]
 
 #: (rtol, atol) per result dtype when the spec gives none; integers and bools compare exactly
 DEFAULT_TOL = {
@@ -72,6 +87,7 @@ KINDS = {
     "test_forward_noncontiguous": "noncontiguous",
     "test_gradients": "gradients",
     "test_errors": "errors",
+    "test_traced": "traced",
 }
 
 
@@ -350,6 +366,13 @@ def check_sample(spec, sample, device, dtype=None, noncontiguous=False, index=No
         except Exception as e:
             e.add_note(f"conformance: raised by {what}")
             raise
+    _verify(spec, sample, out, dev, dtype, what)
+
+
+def _verify(spec, sample, out, dev, dtype, what):
+    """Compare ``out`` (what ``spec.fn`` returned for ``sample`` on ``dev``) with
+    ``spec.ref``, or validate it with ``spec.check`` for random ops."""
+    tf = _tf()
     np_args = [a.copy() if isinstance(a, np.ndarray) else a for a in sample.args]
     if spec.check is not None:
         outs = _as_list(out)
@@ -401,6 +424,234 @@ def check_forward(spec, device, dtype, noncontiguous=False):
                        "rank >= 2 (nothing to make non-contiguous)")
     return ran
 
+
+# --- traced: every op through tapeflow.function ------------------------------------------
+
+#: Specs whose ``fn`` cannot run inside :func:`tapeflow.function`, by spec-name glob:
+#: ``{pattern: reason}``. The traced case of a listed spec still runs every sample: the
+#: samples that trace must pass; when some raise ``TracingError`` the case is skipped
+#: with this reason, naming them; a listed spec whose samples all trace fails, so the
+#: list cannot go stale. (A third-party suite can also skip the kind for a spec with
+#: ``OpSpec.skip = {"traced": reason}``.)
+UNTRACEABLE: dict = {
+    "linspace": "tf.linspace reads start, stop and num on the host (tensor arguments are "
+                "converted with .numpy()): the output length is a Python value",
+    "pad": "tf.pad reads tensor paddings on the host (.numpy()): they decide the output "
+           "shape; Python/NumPy paddings trace",
+    "__getitem__tensor_index": "a 0-d integer tensor used as an index is converted to a "
+                               "Python int (int(k)) by Tensor.__getitem__",
+}
+
+#: Which dtypes the ``traced`` kind runs per (spec, device): ``"one"`` (float32 when
+#: tested, else the first dtype under test that has samples) or ``"all"`` (every dtype
+#: ``forward`` runs). Tracing exercises the function machinery, not the kernels (the
+#: forward cases cover every dtype), so one dtype per spec keeps the suite's time down;
+#: the environment variable ``TAPEFLOW_TRACED_DTYPES=all`` runs every dtype.
+TRACED_DTYPES = "one"
+
+
+def _traced_dtypes_mode():
+    import os
+    mode = os.environ.get("TAPEFLOW_TRACED_DTYPES", "").strip().lower() or TRACED_DTYPES
+    if mode not in ("one", "all"):
+        raise ValueError(f"TAPEFLOW_TRACED_DTYPES must be 'one' or 'all', not {mode!r}")
+    return mode
+
+
+def untraceable_reason(spec):
+    """Why ``spec`` cannot be traced (:data:`UNTRACEABLE`), or None."""
+    for pat, reason in UNTRACEABLE.items():
+        if _glob(pat).fullmatch(spec.name):
+            return reason
+    return None
+
+
+def _signature(x):
+    """Arrays by shape and dtype, everything else by value (for matching samples)."""
+    if isinstance(x, np.ndarray):
+        return ("A", x.shape, x.dtype.str)
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__, tuple(_signature(v) for v in x))
+    if isinstance(x, dict):
+        return ("dict", tuple(sorted((repr(k), _signature(v)) for k, v in x.items())))
+    return ("P", type(x).__name__, repr(x))
+
+
+def _arrays(x):
+    if isinstance(x, np.ndarray):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [a for v in x for a in _arrays(v)]
+    if isinstance(x, dict):
+        return [a for v in x.values() for a in _arrays(v)]
+    return []
+
+
+def _same_values(a, b):
+    return all(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc")
+               for x, y in zip(_arrays(a.args), _arrays(b.args)))
+
+
+def _other_values(sample, index, first, second):
+    """A sample with ``sample``'s signature (shapes, dtypes, Python arguments, kwargs)
+    but other array values: from a second draw of the spec's samples (another rng
+    seed; the one at the same index preferred), else another sample of the first
+    draw; ``None`` when the spec has none (fixed values, empty arrays)."""
+    key = (_signature(sample.args), _signature(sample.kwargs))
+    ordered = ([second[index]] if index < len(second) else []) + list(second) + list(first)
+    for cand in ordered:
+        if cand is sample or (_signature(cand.args), _signature(cand.kwargs)) != key:
+            continue
+        if not _same_values(cand, sample):
+            return cand
+    return None
+
+
+def _fmt_values(sample):
+    return "; ".join(_fmt(a).replace("\n", " ") for a in _arrays(sample.args))[:300]
+
+
+def _host_copies(out):
+    tf = _tf()
+    return [o.numpy() if isinstance(o, (tf.Tensor, tf.Variable)) else None
+            for o in _as_list(out)]
+
+
+def check_traced_sample(spec, sample, device, dtype=None, index=None, other=None):
+    """``spec.fn`` (with ``sample.kwargs`` bound) wrapped in :func:`tapeflow.function`,
+    called three times on ``device``: (1) the tracing call, (2) the same arguments
+    again, which must replay the graph without running the Python function, and
+    (3) ``other``'s arguments (same signature, other values; default: ``sample``'s
+    again), which must replay too. Each result is compared with ``spec.ref`` (or
+    validated by ``spec.check``) as :func:`check_sample` does; afterwards the results
+    of calls 1 and 2 and the input tensors must still hold their values (a replay
+    must not write into buffers it returned earlier or was given).
+
+    Raises AssertionError on a mismatch; ``TracingError`` propagates (the op's Python
+    needed a tensor's value, see :data:`UNTRACEABLE`).
+
+    >>> import numpy as np, tapeflow as tf
+    >>> from tapeflow.testing import conformance
+    >>> from tapeflow.testing.opinfo import OpSpec, Sample
+    >>> spec = OpSpec(name="square", fn=tf.square, ref=np.square, samples=None)
+    >>> conformance.check_traced_sample(spec, Sample((np.arange(3.0),)), "cpu:0",
+    ...                                 other=Sample((np.ones(3),)))
+    """
+    tf = _tf()
+    dev = tf.devices.get_device(device)
+    label = f"sample {index}" if index is not None else "sample"
+    if sample.name:
+        label += f" {sample.name!r}"
+    dname = getattr(dtype, "name", dtype)
+    what = (f"{spec.name}{f' [{dname}]' if dname else ''} on {dev.name}, {label} "
+            f"{_describe_args(sample.args, sample.kwargs)}, in tf.function")
+    traces = [0]
+    kwargs = dict(sample.kwargs)
+
+    def traced(*args):
+        traces[0] += 1
+        return spec.fn(*args, **kwargs)
+
+    traced.__name__ = re.sub(r"\W", "_", spec.name)
+    f = tf.function(traced)
+    if other is None or other is sample:
+        other, third = sample, "call 3 (replay; the spec has no other values of this signature)"
+    else:
+        third = "call 3 (replay, other values of the same signature)"
+    steps = (("call 1 (tracing)", sample), ("call 2 (replay, same arguments)", sample),
+             (third, other))
+    kept = []
+    with tf.device(dev), np.errstate(all="ignore"):
+        for step, s in steps:
+            targs = _to_device(s.args, dev, False)
+            try:
+                out = f(*targs)
+            except Exception as e:
+                e.add_note(f"conformance: raised by {what}, {step}")
+                raise
+            if traces[0] != 1:
+                raise AssertionError(
+                    f"{what}, {step}: the Python function ran again (trace {traces[0]}) for "
+                    "arguments of a signature already traced; the call should replay the graph")
+            _verify(spec, s, out, dev, dtype, f"{what}, {step}"
+                    + (f", values {_fmt_values(s)}" if s is not sample else ""))
+            kept.append((step, out, _host_copies(out), targs, s))
+    for step, out, hosts, targs, s in kept:
+        for j, (o, h) in enumerate(zip(_as_list(out), hosts)):
+            if h is None:
+                continue
+            now = o.numpy()
+            if not np.array_equal(now, h, equal_nan=h.dtype.kind in "fc"):
+                raise AssertionError(
+                    f"{what}: the result{f' {j}' if len(hosts) > 1 else ''} of {step} changed "
+                    "after the later calls: a replay wrote into a buffer it had returned "
+                    f"before\n  then: {_fmt(h)}\n  now:  {_fmt(now)}")
+        for j, (t, a) in enumerate(zip(targs, s.args)):
+            if isinstance(a, np.ndarray):
+                now = t.numpy()
+                if not np.array_equal(now, a, equal_nan=a.dtype.kind in "fc"):
+                    raise AssertionError(
+                        f"{what}: input {j} of {step} was modified by the traced function "
+                        f"(an input buffer was reused)\n  given: {_fmt(a)}\n  now:   "
+                        f"{_fmt(now)}")
+
+
+def _where(e):
+    """`` (in file.py:12 fn)``: the innermost frame of ``e``'s traceback outside the
+    tracer and the tensor classes (where a tensor's value was asked for)."""
+    import os
+    skip = ("tracing.py", "tensor.py")
+    where = ""
+    tb = e.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if os.path.basename(code.co_filename) not in skip:
+            where = f" (in {os.path.basename(code.co_filename)}:{tb.tb_lineno} {code.co_name})"
+        tb = tb.tb_next
+    return where
+
+
+def check_traced(spec, device, dtype):
+    """Every sample of ``dtype`` through :func:`tapeflow.function` on ``device`` (see
+    :func:`check_traced_sample`; the third call takes the values of a second draw of
+    the samples, with another rng seed).
+
+    An unlisted spec raising ``TracingError`` fails, naming :data:`UNTRACEABLE`. For a
+    listed spec every sample still runs: those that trace must pass, and if some
+    raise ``TracingError`` the case is skipped (SkipCase naming the reason, those
+    samples and where the value was needed); if none does, it fails (stale entry).
+    """
+    tf = _tf()
+    from ..tracing import TracingError
+    dtype = tf.as_dtype(dtype)
+    samples = samples_for(spec, dtype)
+    if not samples:
+        raise SkipCase(f"spec {spec.name} has no samples for dtype {dtype.name}")
+    rng = np.random.default_rng(_seed(spec.name, dtype.name, "traced"))
+    second = list(spec.samples(dtype, rng) or [])
+    reason = untraceable_reason(spec)
+    untraced = []
+    for i, s in enumerate(samples):
+        try:
+            check_traced_sample(spec, s, device, dtype, index=i,
+                                other=_other_values(s, i, samples, second))
+        except TracingError as e:
+            label = f"sample {i}{f' {s.name!r}' if s.name else ''}"
+            if not reason:
+                raise AssertionError(
+                    f"{spec.name} [{dtype.name}] on {device}, {label}: cannot be traced by "
+                    f"tf.function{_where(e)}: {e}\n(if that is by design, list the spec in "
+                    "tapeflow.testing.conformance.UNTRACEABLE with the reason)") from None
+            untraced.append(f"{label}{_where(e)}")
+    if reason and not untraced:
+        raise AssertionError(
+            f"{spec.name} is listed in conformance.UNTRACEABLE ({reason}) but every sample "
+            f"traced and replayed correctly on {device}: remove it from the list")
+    if untraced:
+        raise SkipCase(f"{spec.name} cannot be traced (conformance.UNTRACEABLE): {reason}; "
+                       f"TracingError for {', '.join(untraced)}; the other "
+                       f"{len(samples) - len(untraced)} sample(s) passed")
+    return len(samples)
 
 def check_gradients(spec, device, order=None):
     """``check_grads`` (float64) on every float64 sample, to ``spec.grad_order``."""
@@ -515,6 +766,8 @@ class Case:
             return check_gradients(self.spec, self.device)
         if self.kind == "errors":
             return check_errors(self.spec, self.device)
+        if self.kind == "traced":
+            return check_traced(self.spec, self.device, self.dtype)
         raise ValueError(f"unknown case kind {self.kind!r}")
 
     def run(self):
@@ -569,11 +822,11 @@ def _spec_cases(spec, dev, kind):
                 f"no kernel for op {op.name} on device type '{dev.type}' and no composite "
                 f"implementation (registered kernels: {have}); register one, or declare a "
                 "known gap (tapeflow_known_gaps hook)")))
-        elif kind == "noncontiguous":
-            pass
+        elif kind in ("noncontiguous", "traced"):
+            pass          # the forward case reports the missing kernel
         elif (kind == "gradients" and spec.grad_order > 0) or (kind == "errors" and spec.errors):
             res.append(Case(kind, spec, dev.name))
-    elif kind in ("forward", "noncontiguous"):
+    elif kind in ("forward", "noncontiguous", "traced"):
         for name, why in excluded.items():
             if kind == "forward":
                 res.append(Case(kind, spec, dev.name, tf.as_dtype(name), skip=why))
@@ -609,10 +862,14 @@ def _spec_cases(spec, dev, kind):
     for c in res:
         if c.skip is None:
             c.skip = _spec_skip(spec, kind, getattr(c.dtype, "name", None), dev.type, c.id)
+    if kind == "traced" and len(res) > 1 and _traced_dtypes_mode() == "one":
+        run = [c for c in res if c.skip is None] or res
+        res = [next((c for c in run if c.dtype == tf.float32), run[0])]
     return res
 
 
-def check_spec(spec, devices=None, kinds=("forward", "noncontiguous", "gradients", "errors")):
+def check_spec(spec, devices=None,
+               kinds=("forward", "noncontiguous", "gradients", "errors", "traced")):
     """Run every case of ``spec`` on ``devices`` (default: every available device);
     collect all failures into one AssertionError. Returns ``{"passed": [...],
     "skipped": [(case id, reason)]}`` otherwise."""
@@ -738,10 +995,12 @@ def _fixed_samples(samples):
 
 def opcheck(spec_or_fn, samples=None, *, ref=None, check=None, errors=(), op=None, name=None,
             dtypes=None, grad_order=2, tol=None, grad_tol=(1e-4, 1e-5), devices=None,
-            check_dtype=True, kinds=("forward", "noncontiguous", "gradients", "errors")):
+            check_dtype=True,
+            kinds=("forward", "noncontiguous", "gradients", "errors", "traced")):
     """Check an op in one call, on every available device: forward against a NumPy
     reference for every dtype, non-contiguous inputs, gradients to ``grad_order``
-    (float64, finite differences) and the error contract.
+    (float64, finite differences), the error contract, and the op inside
+    :func:`tapeflow.function` (traced, replayed, replayed with other values).
 
     Args:
         spec_or_fn: an :class:`OpSpec` (the other arguments are then ignored), an
@@ -779,7 +1038,7 @@ def opcheck(spec_or_fn, samples=None, *, ref=None, check=None, errors=(), op=Non
             raise TypeError("opcheck needs samples (a list of Samples or samples(dtype, rng))")
         gen = samples if callable(samples) else _fixed_samples(samples)
         if ref is None and check is None:
-            kinds = tuple(k for k in kinds if k not in ("forward", "noncontiguous"))
+            kinds = tuple(k for k in kinds if k not in ("forward", "noncontiguous", "traced"))
         if name is None:
             name = fn.name if isinstance(fn, OpDef) else getattr(fn, "__name__", "op")
         spec = OpSpec(name=name, fn=fn, ref=ref, samples=gen, op=op or "", dtypes=dtypes,

@@ -1,0 +1,199 @@
+"""Fused elementwise groups on ``cpu:0``: the ufunc chain, written into reused buffers.
+
+The graph pass :func:`tapeflow.graph_fusion.fuse` hands a group of elementwise ops
+(an :class:`~tapeflow.graph_fusion.ElementwiseSpec`) to
+``NumpyBackend.fuse_elementwise``, which returns :func:`compile_spec`'s function:
+the same ufuncs the unfused kernels call, in the same order, each with ``out=`` a
+buffer chosen by liveness. A value's buffer goes back to a free list after its last
+reader, and the next step of that dtype writes there (a ufunc may write over an input
+it reads elementwise: the step's input and output are then the same array); a buffer
+that ends up holding an output is never written again. A chain of ten ops therefore
+allocates one array instead of ten, and the results are bitwise those of the
+unfused replay (same loops, same order).
+
+Measured with ``benchmarks/fusion_compare.py`` (2 shared cores, NumPy 2.4.6, numexpr
+2.14.2), 10 float32 ops on 1M elements, median (best) per call::
+
+    chain   fused in-place   eager          traced, unfused   numexpr (one expression)
+    arith   2.46 (1.64) ms   3.23 (2.12)    20.1 (16.8)       16.9 (11.5)
+    math    2.49 (2.19) ms   3.04 (2.61)    17.2 (15.3)       37.2 (32.4)
+
+and for the ``math`` chain alone at smaller sizes (best of 5): 16384 elements, replay
+36.0 us, in place 32.8 us, numexpr 409 us; 1024 elements: 10.5, 6.4 and 31.3 us. The
+in-place chain wins at every size and is exact; numexpr was 5-15x *slower* here (its
+float32 transcendental functions and thread start-up on a busy 2-core machine) and
+differs from NumPy in the last bit, so it is not a dependency. ("traced, unfused" is
+slow because the compiled replay keeps every intermediate alive until it returns.)
+
+Supported ops are those with a single-ufunc (or in-place two-ufunc) form; any other
+op makes :func:`fusible_op` say no, so the pass leaves it out of the group.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["compile_spec", "fusible_op"]
+
+_F16 = np.dtype(np.float16)
+
+
+def _special():
+    import scipy.special as sp
+    return sp
+
+
+def _ufunc_table():
+    sp = _special()
+    t = {
+        "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "RealDiv": np.true_divide,
+        "Maximum": np.maximum, "Minimum": np.minimum, "Atan2": np.arctan2,
+        "Neg": np.negative, "Abs": np.absolute, "Sign": np.sign, "Square": np.square,
+        "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log, "Log1p": np.log1p, "Expm1": np.expm1,
+        "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Tanh": np.tanh,
+        "Reciprocal": np.reciprocal, "Floor": np.floor, "Ceil": np.ceil,
+        "IsNan": np.isnan, "IsFinite": np.isfinite, "IsInf": np.isinf,
+        "Equal": np.equal, "NotEqual": np.not_equal, "Less": np.less,
+        "LessEqual": np.less_equal, "Greater": np.greater, "GreaterEqual": np.greater_equal,
+        "LogicalAnd": np.logical_and, "LogicalOr": np.logical_or,
+        "LogicalXor": np.logical_xor, "LogicalNot": np.logical_not,
+        "Sigmoid": sp.expit, "Erf": sp.erf,
+    }
+    return t
+
+
+_TABLE = None
+
+
+def _table():
+    global _TABLE
+    if _TABLE is None:
+        _TABLE = _ufunc_table()
+    return _TABLE
+
+
+#: ops whose unfused kernel is not the plain ufunc, with the in-place form used here
+_SPECIAL = ("Relu", "ReluGrad", "Relu6", "Cast", "Rsqrt", "Softplus", "SquaredDifference",
+            "Round", "Pow", "SelectV2")
+
+
+def fusible_op(op_name, in_dtypes, attrs):
+    """Whether :func:`compile_spec` handles ``op_name`` on these input dtypes.
+
+    >>> import numpy as np
+    >>> fusible_op("Add", (np.dtype("float32"),) * 2, {}), fusible_op("Elu", (), {})
+    (True, False)
+    """
+    dts = [np.dtype(d) for d in in_dtypes]
+    if any(d == _F16 for d in dts) and op_name in ("Sigmoid", "Erf"):
+        return False        # the unfused kernels compute those in float32
+    if op_name == "Pow":
+        return all(d.kind == "f" for d in dts)   # integer powers check for negatives
+    return op_name in _table() or op_name in _SPECIAL
+
+
+def _emit(step, args, out):
+    """Run one step into ``out`` (which may be one of ``args``: elementwise in place)."""
+    op = step.op
+    t = _table()
+    fn = t.get(op)
+    if fn is not None:
+        return fn(*args, out=out)
+    if op == "Cast":
+        np.copyto(out, args[0], casting="unsafe")
+        return out
+    if op == "Relu":
+        return np.maximum(args[0], 0, out=out)
+    if op == "ReluGrad":
+        mask = args[1] > 0           # read x before out (which may be x) is written
+        return np.multiply(args[0], mask, out=out)
+    if op == "Relu6":
+        np.maximum(args[0], 0, out=out)
+        return np.minimum(out, 6, out=out)
+    if op == "Rsqrt":
+        np.sqrt(args[0], out=out)
+        return np.reciprocal(out, out=out)
+    if op == "Softplus":
+        return np.logaddexp(out.dtype.type(0), args[0], out=out)
+    if op == "SquaredDifference":
+        np.subtract(args[0], args[1], out=out)
+        return np.multiply(out, out, out=out)
+    if op == "Round":
+        if out.dtype.kind in "iu":
+            np.copyto(out, args[0])
+            return out
+        return np.rint(args[0], out=out)
+    if op == "Pow":
+        return np.power(args[0], args[1], out=out)
+    if op == "SelectV2":             # np.where(c, x, y) without a new array
+        c, x, y = args
+        if out is c:                 # (a bool select whose condition dies here)
+            c = c.copy()
+        if out is x:                 # x is already in place: bring y where c is false
+            np.copyto(out, y, where=np.logical_not(c))
+        else:
+            np.copyto(out, y)
+            np.copyto(out, x, where=c)
+        return out
+    raise NotImplementedError(op)
+
+
+def compile_spec(spec):
+    """A function ``run(*arrays)`` evaluating ``spec`` (see the module doc), or None.
+
+    >>> import numpy as np
+    >>> from tapeflow.graph_fusion import ElementwiseSpec, Step
+    >>> f32 = np.dtype("float32")
+    >>> spec = ElementwiseSpec([((3,), f32), ((), f32)],
+    ...                        [Step("Mul", (0, 1), {}, f32, (3,)),
+    ...                         Step("Add", (2, 1), {}, f32, (3,))], [3], (3,))
+    >>> compile_spec(spec)(np.arange(3, dtype=f32), np.float32(2))
+    array([2., 4., 6.], dtype=float32)
+    """
+    for s in spec.steps:
+        dts = [spec.value_dtype(a) for a in s.args]
+        if not fusible_op(s.op, dts, s.attrs):
+            return None
+    n_in = len(spec.inputs)
+    last = spec.last_uses()
+    outputs = set(spec.outputs)
+    shape = tuple(spec.shape)
+    # a static plan: for each step, which buffer slot it writes; slots are allocated
+    # per call (np.empty), so buffers returned from one call are never touched again
+    slot_dtype = []
+    free: dict = {}                   # dtype -> [slot]
+    slot_of: dict = {}                # value -> slot
+    plan = []
+    for k, s in enumerate(spec.steps):
+        v = n_in + k
+        # inputs that die here free their slots first: the step may write over them
+        for a in set(s.args):
+            if a >= n_in and last.get(a) == k and a not in outputs:
+                free.setdefault(slot_dtype[slot_of[a]], []).append(slot_of[a])
+        pool = free.get(s.dtype)
+        if pool:
+            slot = pool.pop()
+        else:
+            slot = len(slot_dtype)
+            slot_dtype.append(s.dtype)
+        slot_of[v] = slot
+        plan.append((s, tuple(s.args), slot))
+        if v not in outputs and last.get(v) is None:      # unused (dce normally drops it)
+            free.setdefault(s.dtype, []).append(slot)
+    out_vals = list(spec.outputs)
+    emit = _emit
+    single = len(out_vals) == 1
+
+    def run(*arrays):
+        bufs = [np.empty(shape, d) for d in slot_dtype]
+        vals = list(arrays)
+        for s, args, slot in plan:
+            vals.append(emit(s, [vals[a] for a in args], bufs[slot]))
+        if single:
+            return vals[out_vals[0]]
+        return tuple(vals[o] for o in out_vals)
+    # for the buffer-reuse pass: the outputs are new arrays that share memory with
+    # nothing, and the inputs are only read
+    run._tapeflow_fresh = True
+    run._tapeflow_inplace = True
+    return run

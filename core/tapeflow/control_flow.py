@@ -1,0 +1,388 @@
+"""``tapeflow.cond`` and ``tapeflow.while_loop``: control flow that :func:`tapeflow.function`
+can trace.
+
+Eagerly they are plain Python (``true_fn() if pred else false_fn()``; a ``while``
+loop), differentiable because the ops they run are recorded by active tapes. Inside a
+traced function, when the predicate depends on the function's arguments or state,
+each branch (or the loop's condition and body) is traced into a sub-graph, and the
+graph gets one ``cond`` / ``while`` node that picks the branch or runs the loop at
+every call. Tensors from the enclosing function are captured as the sub-graphs'
+inputs, Variables (captured ones and the function's Variable arguments) are read
+when the sub-graph runs, and Variables assigned in a branch or body are assigned only
+when it runs. At trace time both branches run once (to trace them): the untaken one
+first, and the Variables it assigned are put back; ``tf.print`` in the untaken branch
+or in the loop body does not print while tracing (the loop then runs for real, with
+the compiled sub-graphs, for the trace's own values). A tape recording while the node
+is traced (inside the function, or around its first call) gets one record whose
+gradient re-runs the node eagerly under a tape (:func:`tapeflow.tracing.record_node_gradient`),
+so both are differentiable to any order, traced or not; a ``cond``/``while`` node that
+assigns Variables is not differentiated (its gradient would assign them again).
+Traced loop variables keep their dtype and shape (``shape_invariants`` that let a
+shape change are honoured eagerly only); ``maximum_iterations`` bounds the loop.
+
+>>> import tapeflow as tf
+>>> @tf.function
+... def collatz(a):
+...     def body(a, n):
+...         a = tf.cond(tf.equal(a % 2, 0), lambda: a // 2, lambda: 3 * a + 1)
+...         return a, n + 1
+...     return tf.while_loop(lambda a, n: tf.not_equal(a, 1), body, [a, tf.constant(0)])[1]
+>>> int(collatz(tf.constant(6))), int(collatz(tf.constant(27)))
+(8, 111)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+from .tensor import Tensor, Variable, _wrap
+
+__all__ = ["cond", "while_loop"]
+
+
+def _tracing_state():
+    from . import tracing
+    return tracing, tracing._current()
+
+
+def _as_tensor(x):
+    from .execute import convert_to_tensor
+    return convert_to_tensor(x)
+
+
+def cond(pred, true_fn=None, false_fn=None, name=None):
+    """``true_fn()`` if ``pred`` else ``false_fn()``. Inside :func:`tapeflow.function`,
+    when ``pred`` depends on the arguments or state, both branches are traced and must
+    return the same structure of tensors with the same dtypes and shapes.
+
+    >>> import tapeflow as tf
+    >>> print(tf.cond(tf.constant(3) > 2, lambda: tf.constant(1.0), lambda: tf.constant(-1.0)))
+    tf.Tensor(1.0, shape=(), dtype=float32)
+    """
+    if not callable(true_fn) or not callable(false_fn):
+        raise InvalidArgumentError("cond needs both true_fn and false_fn (callables)")
+    tracing, tr = _tracing_state()
+    if tr is None or not _is_dynamic(tr, pred):
+        return true_fn() if _truth(pred) else false_fn()
+    p = pred.read_value() if isinstance(pred, Variable) else _as_tensor(pred)
+    if p._data.size != 1:
+        raise InvalidArgumentError(f"cond: pred must be a scalar boolean; got shape "
+                                   f"{tuple(p.shape)}")
+    taken = bool(np.asarray(p._device.backend.to_host(p._data, p._device)).reshape(()))
+    # the untaken branch first (its assignments are put back), then the taken one, so
+    # each branch sees the Variables as they were before the cond
+    first, second = (false_fn, true_fn) if taken else (true_fn, false_fn)
+    sub_u, _ = _subtrace(tracing, tr, first, (), "cond_false" if taken else "cond_true",
+                         restore=True)
+    sub_k, out_k = _subtrace(tracing, tr, second, (), "cond_true" if taken else "cond_false",
+                             restore=False)
+    sub_t, sub_f = (sub_k, sub_u) if taken else (sub_u, sub_k)
+    _same_signature(sub_t, sub_f, "cond: true_fn and false_fn")
+    caps = _union(sub_t.capture_tensors, sub_f.capture_tensors)
+    idx_t = [caps.index_of(t) for t in sub_t.capture_tensors]
+    idx_f = [caps.index_of(t) for t in sub_f.capture_tensors]
+    cf_t, cf_f = sub_t.concrete, sub_f.concrete
+
+    def run(vargs, pred_a, *cap_arrays):
+        cf, idx = (cf_t, idx_t) if bool(pred_a) else (cf_f, idx_f)
+        return cf._run([cap_arrays[i] for i in idx], vargs)
+
+    def eager(vargs, pred_t, *cap_ts):
+        cf, idx = (cf_t, idx_t) if bool(pred_t) else (cf_f, idx_f)
+        return cf._eager([cap_ts[i] for i in idx], vargs)
+
+    out = _emit(tracing, tr, "cond", [p] + caps.tensors, run, eager, out_k,
+                sub_t.assigned | sub_f.assigned, sub_t.variables + sub_f.variables,
+                sub_t.stateful or sub_f.stateful)
+    return tracing._pack(sub_k.structure, out)
+
+
+def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
+               back_prop=True, swap_memory=False, maximum_iterations=None, name=None):
+    """Repeat ``loop_vars = body(*loop_vars)`` while ``cond(*loop_vars)`` (and fewer
+    than ``maximum_iterations`` iterations ran); returns the final loop variables in
+    the structure of ``loop_vars``. Inside :func:`tapeflow.function` the loop variables
+    must keep their dtypes and shapes across iterations.
+
+    >>> import tapeflow as tf
+    >>> i, s = tf.while_loop(lambda i, s: i < 5, lambda i, s: (i + 1, s + i), [0, 0])
+    >>> int(i), int(s)
+    (5, 10)
+    """
+    single = not isinstance(loop_vars, (list, tuple))
+    vals = [loop_vars] if single else list(loop_vars)
+    typ = list if single else type(loop_vars)
+    vals = [v.read_value() if isinstance(v, Variable) else _as_tensor(v) for v in vals]
+    limit = None if maximum_iterations is None else int(maximum_iterations)
+    invs = None if shape_invariants is None else (
+        [shape_invariants] if single else list(shape_invariants))
+    tracing, tr = _tracing_state()
+    dyn = tr is not None and (any(_is_dynamic(tr, v) for v in vals)
+                              or _cond_is_dynamic(tracing, cond, vals))
+    if not dyn:
+        i = 0
+        while (limit is None or i < limit) and _truth(cond(*vals)):
+            vals = _body_outputs(body(*vals), vals, invs, check_shapes=False)
+            i += 1
+        return vals[0] if single else _rebuild(typ, vals)
+    # traced: the condition and the body become sub-graphs over the loop variables
+    specs = [(v._data.shape, v._data.dtype, v._device) for v in vals]
+    sub_c, _ = _subtrace(tracing, tr, cond, vals, "while_cond", restore=True)
+    sub_b, _ = _subtrace(tracing, tr, lambda *a: _body_outputs(body(*a), a, invs,
+                                                               check_shapes=True),
+                         vals, "while_body", restore=True)
+    if len(sub_c.graph.outputs) != 1 or sub_c.graph.meta[sub_c.graph.outputs[0]][0] not in (
+            (), (1,)):
+        raise InvalidArgumentError("while_loop: cond must return one scalar boolean")
+    caps = _union(sub_c.capture_tensors, sub_b.capture_tensors)
+    idx_c = [caps.index_of(t) for t in sub_c.capture_tensors]
+    idx_b = [caps.index_of(t) for t in sub_b.capture_tensors]
+    cf_c, cf_b = sub_c.concrete, sub_b.concrete
+    n = len(vals)
+
+    def run(vargs, *arrays):
+        cur, cap = list(arrays[:n]), arrays[n:]
+        cc = [cap[i] for i in idx_c]
+        cb = [cap[i] for i in idx_b]
+        k = 0
+        while (limit is None or k < limit) and bool(cf_c._run(cur + cc, vargs)[0]):
+            cur = list(cf_b._run(cur + cb, vargs))
+            k += 1
+        return tuple(cur)
+
+    def eager(vargs, *ts):
+        cur, cap = list(ts[:n]), ts[n:]
+        cc = [cap[i] for i in idx_c]
+        cb = [cap[i] for i in idx_b]
+        k = 0
+        while (limit is None or k < limit) and bool(cf_c._eager(cur + cc, vargs)[0]):
+            cur = list(cf_b._eager(cur + cb, vargs))
+            k += 1
+        return cur
+
+    # the trace's own values: run the loop now with the compiled sub-graphs (this also
+    # makes the Variable assignments of the body happen, as they will at every call)
+    tracing._tl.tracer = None           # (Python nodes in the loop run eagerly, untraced)
+    try:
+        res = run(tr.vargs, *[v._data for v in vals], *[t._data for t in caps.tensors])
+    finally:
+        tracing._tl.tracer = tr
+    result = [_wrap(a, s[2]) for a, s in zip(res, specs)]
+    out = _emit(tracing, tr, "while", vals + caps.tensors, run, eager, result,
+                sub_c.assigned | sub_b.assigned, sub_c.variables + sub_b.variables,
+                sub_c.stateful or sub_b.stateful)
+    return out[0] if single else _rebuild(typ, out)
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+def _rebuild(typ, vals):
+    return typ(vals) if typ in (list, tuple) else typ(*vals)
+
+
+def _body_outputs(out, vals, invs, check_shapes):
+    """The body's result as a list of tensors, checked against the loop variables
+    (``invs``: one shape invariant, or None, per loop variable)."""
+    out = list(out) if isinstance(out, (list, tuple)) else [out]
+    if len(out) != len(vals):
+        raise InvalidArgumentError(f"while_loop: body returned {len(out)} values for "
+                                   f"{len(vals)} loop variables")
+    out = [o.read_value() if isinstance(o, Variable) else _as_tensor(o) for o in out]
+    for i, (o, v) in enumerate(zip(out, vals)):
+        if o._data.dtype != v._data.dtype:
+            raise InvalidArgumentError(
+                f"while_loop: loop variable {i} enters the body as {v._data.dtype.name} and "
+                f"leaves it as {o._data.dtype.name}; loop variables keep their dtype")
+        so, sv = tuple(o._data.shape), tuple(v._data.shape)
+        inv = None if invs is None or i >= len(invs) or invs[i] is None else invs[i]
+        if inv is not None:
+            inv = tuple(inv.as_list() if hasattr(inv, "as_list") else inv)
+        if inv is not None and (len(inv) != len(so) or any(
+                d is not None and d != s for d, s in zip(inv, so))):
+            raise InvalidArgumentError(
+                f"while_loop: loop variable {i} has shape {list(so)} after an iteration, "
+                f"which does not match its shape invariant {list(inv)}")
+        if check_shapes and so != sv:
+            hint = (" (shape_invariants that allow it are honoured only outside "
+                    "tf.function)" if inv is not None else
+                    "; give shape_invariants and run the loop eagerly to let it change")
+            raise InvalidArgumentError(
+                f"while_loop: loop variable {i} enters the body with shape {list(sv)} and "
+                f"leaves it with shape {list(so)}; inside tf.function loop variables keep "
+                f"their shape{hint}")
+        if inv is None and invs is None and so != sv and not check_shapes:
+            raise InvalidArgumentError(
+                f"while_loop: loop variable {i} enters the body with shape {list(sv)} and "
+                f"leaves it with shape {list(so)}; pass shape_invariants (None for the "
+                "dimensions that change) to allow it")
+    return out
+
+
+def _truth(pred):
+    return bool(pred)
+
+
+def _is_dynamic(tr, x):
+    if isinstance(x, Variable):
+        return True
+    if not isinstance(x, Tensor):
+        return False
+    t = tr
+    while t is not None:
+        vid = t.ids.get(id(x))
+        if vid is not None:
+            return vid in t.dynamic
+        t = t.parent
+    return False
+
+
+def _cond_is_dynamic(tracing, fn, vals):
+    """Whether ``fn(*vals)`` depends on the traced function's arguments or state (it runs
+    once under a throw-away tracer that captures from the enclosing one)."""
+    tr = tracing._current()
+    probe = tracing._Tracer(tracing.Graph("probe"), tr)
+    tracing._tl.tracer = probe
+    try:
+        out = fn(*vals)
+    finally:
+        tracing._tl.tracer = tr
+    for var in probe.assigned.values():
+        var._value = probe.var_before[id(var)]
+    if isinstance(out, Variable):
+        return True
+    vid = probe.ids.get(id(out)) if isinstance(out, Tensor) else None
+    return vid is not None and vid in probe.dynamic
+
+
+class _Sub:
+    """A traced branch / loop part: ``graph``, ``concrete``, ``capture_tensors``,
+    ``assigned`` (ids of the Variables it assigns), ``structure`` (of its outputs)."""
+
+
+class _Caps:
+    def __init__(self):
+        self.tensors = []
+        self._ids = {}
+
+    def add(self, t):
+        if id(t) not in self._ids:
+            self._ids[id(t)] = len(self.tensors)
+            self.tensors.append(t)
+
+    def index_of(self, t):
+        return self._ids[id(t)]
+
+
+def _union(a, b):
+    c = _Caps()
+    for t in list(a) + list(b):
+        c.add(t)
+    return c
+
+
+def _subtrace(tracing, parent, fn, init, name, restore):
+    """Trace ``fn`` into a sub-graph of ``parent``'s trace. ``init``: tensors whose
+    values stand in for the sub-graph's arguments while tracing (a while loop's
+    variables). Returns a :class:`_Sub` and ``fn``'s flattened outputs (Tensors).
+    ``restore``: put back the Variables ``fn`` assigned (a branch or loop body that
+    only ran to be traced)."""
+    g = tracing.Graph(name)
+    tr = tracing._Tracer(g, parent)
+    tr.speculative = tr.speculative or restore
+    args = []
+    for v in init:
+        vid = g.new_value(v._data.shape, v._data.dtype, v._device)
+        g.args.append(vid)
+        g.arg_names.append(f"x{len(args)}")
+        t = _wrap(v._data, v._device)
+        tr.bind(t, vid, True)
+        args.append(t)
+    tracing._tl.tracer = tr
+    try:
+        try:
+            out = fn(*args)
+            leaves = []
+            structure = tracing._flatten(out, leaves, "", [])
+            outs = [_as_tensor_in(tr, o, name) for o in leaves]
+        finally:
+            tracing._tl.tracer = parent
+    except BaseException:
+        for var in tr.assigned.values():      # leave the Variables as they were
+            var._value = tr.var_before[id(var)]
+        raise
+    if restore:
+        for var in tr.assigned.values():
+            var._value = tr.var_before[id(var)]
+    for var in tr.assigned.values():     # the enclosing trace restores them if it must
+        parent.assigned.setdefault(id(var), var)
+        parent.var_before.setdefault(id(var), tr.var_before[id(var)])
+    for var in tr.vars:
+        if not any(v is var for v in parent.vars):
+            parent.vars.append(var)
+    g.structure = ("leaf", 0)
+    g.py_outputs = []
+    for o in outs:
+        g.py_outputs.append(("t", len(g.outputs)))
+        g.outputs.append(tr.vid_of(o))
+    sub = _Sub()
+    sub.graph = g
+    sub.structure = structure
+    sub.concrete = tracing.ConcreteFunction(g, optimize=True, passes=("dce",))
+    sub.capture_tensors = tr.captures
+    sub.assigned = set(tr.assigned)
+    sub.variables = list(tr.vars)
+    # side effects (prints, Python, random ops, assignments) keep the node alive
+    sub.stateful = any(n.stateful or n.kind in ("assign", "print", "py") for n in g.nodes)
+    return sub, outs
+
+
+def _as_tensor_in(tr, o, name):
+    if isinstance(o, Variable):
+        return tr.read(o, o._value)
+    if isinstance(o, Tensor):
+        return o
+    if o is None:
+        raise InvalidArgumentError(f"{name}: a branch or loop body returned None; inside "
+                                   "tf.function it must return tensors")
+    return _as_tensor(o)
+
+
+def _same_signature(a, b, what):
+    ma = [a.graph.meta[o][:2] for o in a.graph.outputs]
+    mb = [b.graph.meta[o][:2] for o in b.graph.outputs]
+    if a.structure != b.structure or len(ma) != len(mb) or any(
+            tuple(x[0]) != tuple(y[0]) or x[1] != y[1] for x, y in zip(ma, mb)):
+        fa = ", ".join(f"{d.name}{list(s)}" for s, d in ma)
+        fb = ", ".join(f"{d.name}{list(s)}" for s, d in mb)
+        raise InvalidArgumentError(f"{what} must return the same structure of tensors with "
+                                   f"the same dtypes and shapes inside tf.function; got ({fa}) "
+                                   f"and ({fb})")
+
+
+def _emit(tracing, tr, kind, inputs, run, eager, result, assigned_ids, variables, stateful):
+    """Append a ``cond``/``while`` node to ``tr``'s graph; returns aliases of ``result``
+    bound to the node's outputs, differentiable by the tapes recording now (unless the
+    node assigns Variables: its gradient would re-run the assignments)."""
+    g = tr.graph
+    ins = [tr.vid_of(t) for t in inputs]
+    outs = []
+    aliases = []
+    for t in result:
+        vid = g.new_value(t._data.shape, t._data.dtype, t._device)
+        a = _wrap(t._data, t._device)
+        tr.bind(a, vid, True)
+        outs.append(vid)
+        aliases.append(a)
+    g.nodes.append(tracing.Node(kind, ins, outs, fn=run, attrs={"_eager": eager, "_vargs": True},
+                                stateful=bool(assigned_ids) or stateful, label=kind))
+    for key in assigned_ids:
+        tr.var_vid.pop(key, None)          # the next read reads the Variable again
+    if not assigned_ids:
+        vargs = tr.vargs
+        seen = []
+        for v in variables:
+            if not any(v is u for u in seen):
+                seen.append(v)
+        tracing.record_node_gradient(lambda *ts: eager(vargs, *ts), inputs, aliases, seen)
+    return aliases

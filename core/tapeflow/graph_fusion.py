@@ -1,0 +1,336 @@
+"""Elementwise fusion: a graph pass that turns chains of elementwise ops into one kernel.
+
+:func:`fuse` (the pass ``"fuse"`` of :mod:`tapeflow.graph_passes`) walks a traced
+:class:`~tapeflow.tracing.Graph` in order and groups *elementwise* op nodes (single
+output, NumPy broadcasting: ``Add``, ``Mul``, ``Exp``, ``Cast``, ``SelectV2``,
+``Relu``, ``ReluGrad``... see :data:`ELEMENTWISE_OPS`) that feed each other on one
+device. Each group of two or more nodes is described as an :class:`ElementwiseSpec`
+(an expression DAG: inputs with their shapes and dtypes, steps in order, outputs)
+and handed to the device's backend, duck-typed::
+
+    backend.fuse_elementwise(spec) -> callable(*arrays) -> array | tuple, or None
+
+``None`` (the backend cannot fuse this group) leaves the nodes as they are. A backend
+may also define ``fusible_op(op_name, in_dtypes, attrs) -> bool`` so the pass only
+groups ops it can compile (else a group with one unsupported op is lost whole).
+The group is replaced by one node of kind ``"fused"`` at the position of its last
+member, with ``fn`` the backend's kernel, ``attrs["_nodes"]`` the original nodes (a
+GradientTape outside the call replays those op by op), ``op=None``.
+
+Rules that keep the rewrite valid (results equal to the unfused replay):
+
+* every member has the group's output shape: broadcasting happens only where values
+  enter the group (a ``[1000]`` bias added to a ``[64, 1000]`` tensor is fine; an
+  intermediate of a smaller shape than the group's starts its own group);
+* the group's outputs are the member values used outside the group or returned by
+  the function (a value used both inside and outside is an extra output);
+* every consumer outside the group of a member's value comes after the group's last
+  member (so moving the whole group to that position breaks no dependency and no
+  cycle through an outside node can form);
+* random (stateful) ops are never fused; only nodes of kind ``"op"`` are.
+
+>>> import tapeflow as tf
+>>> @tf.function
+... def f(x):
+...     return tf.exp(x * 2.0 + 1.0)
+>>> x = tf.constant([0.0, 1.0])
+>>> g = f.get_concrete_function(x).graph
+>>> g.ops()
+['Fused[Mul,Add,Exp]']
+>>> bool(tf.reduce_all(f(x) == tf.exp(x * 2.0 + 1.0)))
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["fuse", "ElementwiseSpec", "Step", "ELEMENTWISE_OPS", "MAX_GROUP"]
+
+#: ops the pass considers (each backend decides which it compiles, per dtype)
+ELEMENTWISE_OPS = frozenset({
+    "Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "SquaredDifference", "Atan2",
+    "Pow", "Neg", "Abs", "Sign", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Expm1",
+    "Sin", "Cos", "Tan", "Tanh", "Sigmoid", "Softplus", "Reciprocal", "Floor", "Ceil",
+    "Round", "Erf", "IsNan", "IsFinite", "IsInf", "Equal", "NotEqual", "Less", "LessEqual",
+    "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalXor", "LogicalNot", "Cast",
+    "SelectV2", "Relu", "ReluGrad", "Relu6", "Relu6Grad", "Elu", "EluGrad", "LeakyRelu",
+    "LeakyReluGrad",
+})
+
+#: at most this many ops per fused kernel (bounds the generated source)
+MAX_GROUP = 64
+
+
+@dataclass(frozen=True)
+class Step:
+    """One op of a fused group: ``op`` (the op's name), ``args`` (value numbers: ``j <
+    len(spec.inputs)`` is input ``j``, ``len(spec.inputs) + k`` is step ``k``'s result),
+    ``attrs`` (the op's attributes), the result's ``dtype`` and ``shape``."""
+
+    op: str
+    args: tuple
+    attrs: dict
+    dtype: np.dtype
+    shape: tuple
+
+
+@dataclass
+class ElementwiseSpec:
+    """A fused elementwise group as an expression DAG (what a backend compiles).
+
+    ``inputs``: ``[(shape, dtype)]`` of the arrays the kernel is called with, in
+    order; ``steps``: :class:`Step` s in evaluation order; ``outputs``: value numbers
+    the kernel returns (one array when there is one, else a tuple, in this order);
+    ``shape``: the shape of every step's result (inputs broadcast to it); ``device``.
+
+    >>> import numpy as np
+    >>> s = ElementwiseSpec([((3,), np.dtype("float32")), ((), np.dtype("float32"))],
+    ...                     [Step("Mul", (0, 1), {}, np.dtype("float32"), (3,)),
+    ...                      Step("Exp", (2,), {}, np.dtype("float32"), (3,))], [3], (3,))
+    >>> print(s)
+    fused(x0: float32[3], x1: float32[]) -> float32[3]:
+      v2 = Mul(x0, x1)
+      v3 = Exp(v2)
+      return v3
+    """
+
+    inputs: list
+    steps: list
+    outputs: list
+    shape: tuple
+    device: object = None
+    names: list = field(default_factory=list)    # op names, for labels
+
+    def value_dtype(self, v):
+        """The dtype of value number ``v``."""
+        n = len(self.inputs)
+        return np.dtype(self.inputs[v][1]) if v < n else self.steps[v - n].dtype
+
+    def last_uses(self):
+        """``{value: index of the last step that reads it}`` (outputs: ``len(steps)``)."""
+        last = {}
+        for k, s in enumerate(self.steps):
+            for a in s.args:
+                last[a] = k
+        for o in self.outputs:
+            last[o] = len(self.steps)
+        return last
+
+    def __str__(self):
+        n = len(self.inputs)
+
+        def name(v):
+            return f"x{v}" if v < n else f"v{v}"
+
+        def ty(shape, dt):
+            return f"{np.dtype(dt).name}[{','.join(str(d) for d in shape)}]"
+        outs = ", ".join(ty(self.shape, self.value_dtype(o)) for o in self.outputs)
+        head = ", ".join(f"x{j}: {ty(s, d)}" for j, (s, d) in enumerate(self.inputs))
+        lines = [f"fused({head}) -> {outs}:"]
+        for k, s in enumerate(self.steps):
+            a = (" {" + ", ".join(f"{key}={v!r}" for key, v in s.attrs.items()) + "}"
+                 if s.attrs else "")
+            lines.append(f"  v{n + k} = {s.op}({', '.join(name(x) for x in s.args)}){a}")
+        lines.append("  return " + ", ".join(name(o) for o in self.outputs))
+        return "\n".join(lines)
+
+
+# --- the pass ------------------------------------------------------------------------------
+
+def _candidate(node, graph):
+    if node.kind != "op" or node.stateful or len(node.outputs) != 1 or not node.inputs:
+        return False
+    if node.op.name not in ELEMENTWISE_OPS:
+        return False
+    dev = node.device
+    fuse_fn = getattr(dev.backend, "fuse_elementwise", None)
+    if fuse_fn is None:
+        return False
+    # every input on the node's device (copies are explicit nodes, so this always holds)
+    if any(graph.meta[i][2] is not dev for i in node.inputs):
+        return False
+    probe = getattr(dev.backend, "fusible_op", None)
+    if probe is not None:
+        dts = tuple(graph.meta[i][1] for i in node.inputs)
+        if not probe(node.op.name, dts, {k: v for k, v in node.attrs.items()
+                                          if not k.startswith("_")}):
+            return False
+    return True
+
+
+class _Group:
+    __slots__ = ("members", "values", "device", "shape")
+
+    def __init__(self, idx, node, shape):
+        self.members = [idx]
+        self.values = set(node.outputs)
+        self.device = node.device
+        self.shape = shape
+
+
+def _groups(graph):
+    """Greedy grouping in node order (see the module doc for the rules)."""
+    nodes = graph.nodes
+    users: dict = {}
+    for i, n in enumerate(nodes):
+        for v in n.inputs:
+            users.setdefault(v, []).append(i)
+    group_of: dict = {}           # value id -> _Group producing it
+    groups = []
+
+    def legal(members, idx):
+        inside = set(members)
+        inside.add(idx)
+        for m in members:
+            for v in nodes[m].outputs:
+                for u in users.get(v, ()):
+                    if u not in inside and u < idx:
+                        return False
+        return True
+
+    for idx, n in enumerate(nodes):
+        if not _candidate(n, graph):
+            continue
+        shape = graph.meta[n.outputs[0]][0]
+        cands = []
+        for v in n.inputs:
+            g = group_of.get(v)
+            if (g is not None and g not in cands and g.device is n.device and g.shape == shape
+                    and len(g.members) < MAX_GROUP):
+                cands.append(g)
+        target = None
+        if cands:
+            merged = [m for g in cands for m in g.members]
+            if len(cands) > 1 and len(merged) < MAX_GROUP and legal(merged, idx):
+                target = cands[0]
+                for g in cands[1:]:
+                    target.members += g.members
+                    target.values |= g.values
+                    for v in g.values:
+                        group_of[v] = target
+                    groups.remove(g)
+                target.members.sort()
+            else:
+                for g in cands:
+                    if legal(g.members, idx):
+                        target = g
+                        break
+        if target is None:
+            target = _Group(idx, n, shape)
+            groups.append(target)
+        else:
+            target.members.append(idx)
+            target.values.update(n.outputs)
+        for v in n.outputs:
+            group_of[v] = target
+    return [g for g in groups if len(g.members) >= 2], users
+
+
+def _spec(graph, g, users):
+    """The :class:`ElementwiseSpec` of group ``g`` and the value ids of its inputs and
+    outputs."""
+    nodes = graph.nodes
+    inside = set(g.members)
+    number: dict = {}
+    in_vids = []
+    for m in g.members:
+        for v in nodes[m].inputs:
+            if v not in g.values and v not in number:
+                number[v] = len(in_vids)
+                in_vids.append(v)
+    n_in = len(in_vids)
+    steps = []
+    for k, m in enumerate(g.members):
+        n = nodes[m]
+        number[n.outputs[0]] = n_in + k
+        shape, dt, _ = graph.meta[n.outputs[0]]
+        attrs = {a: v for a, v in n.attrs.items() if not a.startswith("_")}
+        steps.append(Step(n.op.name, tuple(number[v] for v in n.inputs), attrs, np.dtype(dt),
+                          tuple(shape)))
+    graph_outs = set(graph.outputs)
+    out_vids = []
+    for m in g.members:
+        v = nodes[m].outputs[0]
+        if v in graph_outs or any(u not in inside for u in users.get(v, ())):
+            out_vids.append(v)
+    spec = ElementwiseSpec(
+        inputs=[(tuple(graph.meta[v][0]), np.dtype(graph.meta[v][1])) for v in in_vids],
+        steps=steps, outputs=[number[v] for v in out_vids], shape=tuple(g.shape),
+        device=g.device, names=[s.op for s in steps])
+    return spec, in_vids, out_vids
+
+
+def _label(names):
+    s = ",".join(names)
+    if len(s) > 60:
+        s = ",".join(names[:6]) + f",...{len(names) - 6} more"
+    return f"Fused[{s}]"
+
+
+def _tolerant(k):
+    """``k`` accepting (and ignoring) keyword arguments: the compiled replay passes a
+    node's attributes as keywords (``_nodes`` for a fused node)."""
+    def fused(*arrays, **_attrs):
+        return k(*arrays)
+    fused.kernel = k
+    # the buffer-reuse pass's flags (fresh outputs; inputs read, never kept), if set
+    for flag in ("_tapeflow_fresh", "_tapeflow_inplace"):
+        if getattr(k, flag, False):
+            setattr(fused, flag, True)
+    return fused
+
+
+def fuse(graph):
+    """Replace groups of elementwise nodes by one ``"fused"`` node each (a kernel from
+    the device's backend); returns the number of nodes removed.
+
+    >>> import tapeflow as tf
+    >>> @tf.function(passes=("dce", "fuse"))
+    ... def f(x, y):
+    ...     t = x * y
+    ...     return t + 1.0, tf.reduce_sum(t)    # t is used outside the group too
+    >>> cf = f.get_concrete_function(tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0]))
+    >>> cf.graph.ops()
+    ['Fused[Mul,Add]', 'Sum']
+    >>> [x.numpy().tolist() for x in f(tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0]))]
+    [[4.0, 9.0], 11.0]
+    """
+    from .tracing import Node
+    groups, users = _groups(graph)
+    if not groups:
+        return 0
+    replace: dict = {}            # index of the last member -> the fused node
+    drop: set = set()
+    for g in groups:
+        spec, in_vids, out_vids = _spec(graph, g, users)
+        if not out_vids:
+            continue
+        try:
+            k = g.device.backend.fuse_elementwise(spec)
+        except Exception as e:    # a backend that cannot compile this group: leave it
+            import warnings
+            warnings.warn(f"elementwise fusion on {g.device} failed ({type(e).__name__}: "
+                          f"{e}); the group runs unfused:\n{spec}", RuntimeWarning,
+                          stacklevel=2)
+            k = None
+        if k is None:
+            continue
+        originals = [graph.nodes[m] for m in g.members]
+        node = Node("fused", in_vids, out_vids, attrs={"_nodes": originals, "_spec": spec},
+                    fn=_tolerant(k), device=g.device, label=_label(spec.names))
+        replace[g.members[-1]] = node
+        drop.update(g.members)
+    if not replace:
+        return 0
+    new = []
+    for i, n in enumerate(graph.nodes):
+        if i in replace:
+            new.append(replace[i])
+        elif i not in drop:
+            new.append(n)
+    removed = len(graph.nodes) - len(new)
+    graph.nodes[:] = new
+    return removed
