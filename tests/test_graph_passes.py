@@ -240,3 +240,14 @@ def test_outputs_of_earlier_calls_unchanged():
     keep = first.numpy()
     f2(x * 2.0)
     np.testing.assert_array_equal(first.numpy(), keep)
+
+
+@pytest.mark.parametrize("bad", [[0, 1, 3, 1], [0, -1, 2, 1]])
+def test_fused_softmax_xent_still_checks_labels_at_every_call(bad):
+    @tf.function
+    def f(z, y):
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=z))
+    z = tf.constant(np.random.default_rng(0).random((4, 3), dtype=np.float32))
+    f(z, tf.constant(np.array([0, 1, 2, 1])))                   # traced with good labels
+    with pytest.raises(tf.errors.InvalidArgumentError, match="outside the valid range"):
+        f(z, tf.constant(np.array(bad)))                        # replayed with bad ones

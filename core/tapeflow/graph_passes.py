@@ -560,16 +560,26 @@ def _xent_softmax_kernel(original, checked):
     ``softmax`` sharing ``exp(z - max z)`` (same operations, same order)."""
     exp, log, take = np.exp, np.log, np.take_along_axis
     intp = np.intp
+    rows: dict = {}                  # batch size -> arange (2-D logits: fancy indexing)
 
     def xent_softmax(z, labels, **_):
-        if not checked:
+        if not checked and labels.size:
             nc = z.shape[-1]
-            if labels.size and (int(labels.min()) < 0 or int(labels.max()) >= nc):
+            # one reduction: negative labels viewed as unsigned are huge
+            u = labels.view(np.dtype(f"u{labels.dtype.itemsize}")) \
+                if labels.dtype.kind == "i" else labels
+            if int(u.max()) >= nc:
                 original(z, labels)          # raises the kernel's own error
         s = z - z.max(axis=-1, keepdims=True)
         e = exp(s)
         tot = e.sum(axis=-1, keepdims=True)
-        picked = take(s, labels[..., None].astype(intp), axis=-1)[..., 0]
+        if s.ndim == 2:
+            r = rows.get(s.shape[0])
+            if r is None:
+                r = rows[s.shape[0]] = np.arange(s.shape[0])
+            picked = s[r, labels]
+        else:
+            picked = take(s, labels[..., None].astype(intp), axis=-1)[..., 0]
         loss = -(picked - log(tot)[..., 0])
         e /= tot
         return loss, e

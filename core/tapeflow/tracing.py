@@ -397,9 +397,31 @@ def _pack(struct, leaves):
     return typ(vals) if typ in (list, tuple) else typ(*vals)
 
 
+_TAPES = []
+_RANDOM = []
+
+
+def _tapes():
+    """``tape._tapes_active`` (imported on first use: tape imports this module's users)."""
+    if not _TAPES:
+        from .tape import _tapes_active
+        _TAPES.append(_tapes_active)
+    return _TAPES[0]
+
+
+def _state_seed():
+    if not _RANDOM:
+        from .random import _state
+        _RANDOM.append(_state)
+    return _RANDOM[0].global_seed
+
+
 def _arrays_to_tensors(args, kwargs):
     """NumPy arrays among the arguments become tensors (as in TensorFlow): they are
     inputs of the graph, not constants frozen into it."""
+    if not any(type(a) is np.ndarray or isinstance(a, (list, tuple, dict))
+               for a in (*args, *kwargs.values())):
+        return args, kwargs           # (the common case, without flattening)
     leaves = []
     struct = _flatten((args, kwargs), leaves, "", [])
     if not any(isinstance(x, np.ndarray) for x in leaves):
@@ -611,6 +633,14 @@ class ConcreteFunction:
                     else self._eager(leaves))
         else:
             outs = self._call_fast(leaves)
+        return _pack(g.structure, _Outputs(g, outs))
+
+    def _call_tensors(self, args):
+        """The replay for Tensor arguments only (Function's hot path)."""
+        g = self.graph
+        res = self._replay([a._data for a in args], args)
+        meta = g.meta
+        outs = [_wrap(a, meta[o][2]) for a, o in zip(res, g.outputs)]
         return _pack(g.structure, _Outputs(g, outs))
 
     def _call_fast(self, leaves):
@@ -837,6 +867,7 @@ class Function:
         self.passes = passes
         self._name = name or getattr(fn, "__name__", "function")
         self._cache: dict = {}
+        self._fast: dict = {}          # (seed, (shape, dtype, device)...) -> ConcreteFunction
         self._keys: list = []
         self._warned = False
         self._lock = threading.RLock()
@@ -962,6 +993,18 @@ class Function:
         return cf, result
 
     def __call__(self, *args, **kwargs):
+        if not kwargs and not _tracing[0]:
+            # the hot path: only Tensor arguments, no tape recording, a known signature
+            key = [_state_seed()]
+            for a in args:
+                if type(a) is not Tensor:
+                    break
+                d = a._data
+                key.append((d.shape, d.dtype, a._device))
+            else:
+                cf = self._fast.get(tuple(key))
+                if cf is not None and not _tapes()[0]:
+                    return cf._call_tensors(args)
         if _current() is not None:
             # called while another function traces: inline (its ops join that trace)
             return self.python_function(*args, **kwargs)
@@ -969,6 +1012,9 @@ class Function:
         leaves, paths = [], []
         _flatten((args, kwargs), leaves, "", paths)
         cf, result = self._concrete(args, kwargs, leaves, paths)
+        if not kwargs and all(type(a) is Tensor for a in args):
+            self._fast[tuple([_state_seed()] + [(a._data.shape, a._data.dtype, a._device)
+                                                for a in args])] = cf
         if result is not None:
             return result        # the trace ran the function: its result is this call's
         return cf._call_leaves(leaves)

@@ -138,6 +138,36 @@ def _emit(step, args, out):
     raise NotImplementedError(op)
 
 
+def _step_fn(s):
+    """``f(*args, out=buf)`` for one step: the ufunc itself where there is one."""
+    fn = _table().get(s.op)
+    if fn is not None:
+        return fn
+
+    def special(*args, out):
+        return _emit(s, list(args), out)
+    return special
+
+
+def _generate(plan, n_in, slot_dtype, shape, out_vals):
+    """Straight-line Python for the plan (no per-call interpretation: a fused chain of
+    two ufuncs must cost two ufunc calls, as in hand-written NumPy)."""
+    ns = {"empty": np.empty, "shape": shape}
+    lines = [f"def run({', '.join(f'v{i}' for i in range(n_in))}):"]
+    for j, d in enumerate(slot_dtype):
+        ns[f"d{j}"] = d
+        lines.append(f"    b{j} = empty(shape, d{j})")
+    for k, (s, args, slot) in enumerate(plan):
+        ns[f"f{k}"] = _step_fn(s)
+        lines.append(f"    v{n_in + k} = f{k}({', '.join(f'v{a}' for a in args)}, out=b{slot})")
+    if len(out_vals) == 1:
+        lines.append(f"    return v{out_vals[0]}")
+    else:
+        lines.append("    return (" + "".join(f"v{o}, " for o in out_vals) + ")")
+    exec(compile("\n".join(lines) + "\n", "<tapeflow fused NumPy chain>", "exec"), ns)
+    return ns["run"]
+
+
 def compile_spec(spec):
     """A function ``run(*arrays)`` evaluating ``spec`` (see the module doc), or None.
 
@@ -181,17 +211,7 @@ def compile_spec(spec):
         if v not in outputs and last.get(v) is None:      # unused (dce normally drops it)
             free.setdefault(s.dtype, []).append(slot)
     out_vals = list(spec.outputs)
-    emit = _emit
-    single = len(out_vals) == 1
-
-    def run(*arrays):
-        bufs = [np.empty(shape, d) for d in slot_dtype]
-        vals = list(arrays)
-        for s, args, slot in plan:
-            vals.append(emit(s, [vals[a] for a in args], bufs[slot]))
-        if single:
-            return vals[out_vals[0]]
-        return tuple(vals[o] for o in out_vals)
+    run = _generate(plan, n_in, slot_dtype, shape, out_vals)
     # for the buffer-reuse pass: the outputs are new arrays that share memory with
     # nothing, and the inputs are only read
     run._tapeflow_fresh = True
