@@ -3,7 +3,7 @@
 # venv; no root, no system packages, no GPU. Everything goes into .venv/ at the root.
 #
 #   bash scripts/dev.sh demo [ARGS]    install the runtime, run examples/demo.py, then examples/train_cnn.py ARGS
-#   bash scripts/dev.sh test [ARGS]    install runtime + test deps, run `python -m pytest ARGS`
+#   bash scripts/dev.sh test [ARGS]    install runtime + test deps, run `python -m pytest -n auto ARGS`
 #   bash scripts/dev.sh install        install the runtime only
 #   bash scripts/dev.sh install-test   install the runtime and the test dependencies
 #   bash scripts/dev.sh bench [ARGS]   run benchmarks/compare.py (torch==2.13.0 if you want it)
@@ -118,7 +118,14 @@ case "$cmd" in
         ;;
     test)
         install test
-        exec "$VPY" -m pytest "$@"
+        # spread the tests over every core (pytest-xdist: ~9 min instead of ~15 on 2
+        # cores, most of it the conformance suite on cpu:0 and opencl:0), unless the
+        # arguments choose (-n 0 runs in one process)
+        xdist=(-n auto)
+        for a in "$@"; do
+            case "$a" in -n|-n*|--numprocesses|--numprocesses=*) xdist=() ;; esac
+        done
+        exec "$VPY" -m pytest ${xdist[@]+"${xdist[@]}"} "$@"
         ;;
     install)
         install runtime
