@@ -184,18 +184,8 @@ class FusedKernel:
         self.plans: dict = {}
 
     def _plan(self, dev, arrays):
-        shape = self.shape
-        sts = [rt.broadcast_strides(a, shape)[0] for a in arrays]
-        mshape, msts = rt.merge_dims(shape, sts)
+        mshape, msts, modes = rt.access_modes(self.shape, arrays)
         nd = len(mshape)
-        modes = []
-        for st in msts:
-            if all(s == 0 for s in st):
-                modes.append("s")
-            elif nd == 1 and st == [1]:
-                modes.append("c")
-            else:
-                modes.append("g")
         per = 1 if dev.is_gpu else CPU_ELEMENTS_PER_ITEM
         src = kernel_source(self.spec, modes, nd, per)
         strided = [j for j, m in enumerate(modes) if m == "g"]
@@ -209,7 +199,7 @@ class FusedKernel:
             tail = list(mshape[1:])
             for j in strided:
                 tail += list(msts[j])
-        n = math.prod(shape)
+        n = math.prod(self.shape)
         return rt.kernel(dev, src, "fused", sd), n, tail, (-(-n // per),)
 
     def __call__(self, *arrays):

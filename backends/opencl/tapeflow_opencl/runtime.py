@@ -377,8 +377,11 @@ def _ew_source(expr, in_ctypes, out_ctype, modes, nd, preamble, bool_out):
             + "\n".join(body) + "\n}\n")
 
 
-def _ew_plan(dev, expr, out_dtype, arrays, preamble, shape):
-    """``(kernel, shape, n, arg tail)`` for one elementwise call (see :func:`elementwise`)."""
+def access_modes(shape, arrays):
+    """How an elementwise kernel over ``shape`` reads each of ``arrays``:
+    ``(merged shape, [merged strides], modes)`` where a mode is ``"c"`` (contiguous:
+    linear index), ``"s"`` (one element, broadcast) or ``"g"`` (general strides over
+    the merged dimensions)."""
     sts = [broadcast_strides(a, shape)[0] for a in arrays]
     mshape, msts = merge_dims(shape, sts)
     nd = len(mshape)
@@ -390,6 +393,13 @@ def _ew_plan(dev, expr, out_dtype, arrays, preamble, shape):
             modes.append("c")
         else:
             modes.append("g")
+    return mshape, msts, modes
+
+
+def _ew_plan(dev, expr, out_dtype, arrays, preamble, shape):
+    """``(kernel, shape, n, arg tail)`` for one elementwise call (see :func:`elementwise`)."""
+    mshape, msts, modes = access_modes(shape, arrays)
+    nd = len(mshape)
     in_ct = [CTYPES[a.dtype] for a in arrays]
     src = _ew_source(expr, in_ct, CTYPES[out_dtype], modes, nd, preamble,
                      out_dtype == np.bool_)
