@@ -26,7 +26,6 @@ first.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import threading
@@ -271,10 +270,6 @@ def kernel(dev: CLDevice, source: str, name: str, scalar_dtypes=None, options=()
         return k
 
 
-def source_hash(source: str) -> str:
-    return hashlib.sha1(source.encode()).hexdigest()[:12]
-
-
 def launch(dev: CLDevice, k, gsize, lsize, *args):
     """Set ``args`` and enqueue ``k`` over ``gsize`` (a tuple) with ``lsize`` (or None)."""
     with dev.lock:
@@ -284,7 +279,7 @@ def launch(dev: CLDevice, k, gsize, lsize, *args):
 
 # --- layouts: broadcasting and dimension merging ---------------------------------------------
 
-def broadcast_shape(shapes, op="elementwise"):
+def broadcast_shape(shapes):
     """NumPy's broadcast shape; InvalidArgumentError (TF's words) when incompatible."""
     nd = max((len(s) for s in shapes), default=0)
     out = [1] * nd
