@@ -24,6 +24,7 @@ import numpy as np
 
 from . import devices as _devs
 from . import dtypes as _dt
+from . import shapes as _shapes
 from ._builtin import defop
 from .errors import InvalidArgumentError
 from .execute import _run, constant, convert_to_tensor, execute
@@ -99,19 +100,9 @@ def _shape_tuple(shape, op="Reshape"):
 def _norm_axis1(axis, nd, op, x=None, extra=0):
     """One axis in [-(nd+extra), nd+extra) -> a non-negative int (``x``: the input,
     for the device named in errors)."""
-    n = nd + extra
-    if type(axis) is int and 0 <= axis < n:
+    if type(axis) is int and 0 <= axis < nd + extra:
         return axis
-    try:
-        a = _index(axis)
-    except TypeError:
-        raise InvalidArgumentError(f"axis must be an integer, got {axis!r}", op=op,
-                                   device=_here(x)) from None
-    if not -n <= a < n:
-        raise InvalidArgumentError(
-            f"axis {a} is out of range for a tensor of rank {nd} (valid: [{-n}, {n}))",
-            op=op, device=_here(x))
-    return a + n if a < 0 else a
+    return _shapes.normalize_axis(axis, nd + extra, op, _here(x))
 
 
 def _scalar_value(v, what, op):
@@ -189,7 +180,7 @@ def _match_dtypes(a, b):
 # --- creation ------------------------------------------------------------------------
 
 _FILL = defop("Fill", inputs=(), attrs={"shape": None, "value": 0, "dtype": None},
-              dtype_from="dtype", differentiable=False)
+              dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr)
 
 
 def fill(dims, value, dtype=None, name=None):
@@ -267,8 +258,26 @@ def ones_like(input, dtype=None, name=None):
     return _like(_ONES_LIKE, input, 1, dtype)
 
 
+def _check_range(op, tensors, attrs, device):
+    """Range's signature check: finite real bounds, ``delta != 0`` pointing from
+    ``start`` towards ``limit``, and a result that fits on the device."""
+    start, limit, delta = attrs["start"], attrs["limit"], attrs["delta"]
+    for what, v in (("start", start), ("limit", limit), ("delta", delta)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)) \
+                or isinstance(v, (complex, np.complexfloating)) or not np.isfinite(v):
+            raise InvalidArgumentError(f"range: {what} must be a finite real number, got {v!r}")
+    if delta == 0:
+        raise InvalidArgumentError(f"Requires delta != 0: {delta}")
+    if delta > 0 and start > limit:
+        raise InvalidArgumentError(f"Requires start <= limit when delta > 0: {start}/{limit}")
+    if delta < 0 and start < limit:
+        raise InvalidArgumentError(f"Requires start >= limit when delta < 0: {start}/{limit}")
+    n = int(np.ceil((limit - start) / delta))
+    _shapes.check_allocation((n,), attrs["dtype"] or _dt.int32, device, op.name)
+
+
 _RANGE = defop("Range", inputs=(), attrs={"start": 0, "limit": None, "delta": 1, "dtype": None},
-               dtype_from="dtype", differentiable=False)
+               dtype_from="dtype", differentiable=False, check=_check_range)
 _RANGE_ORDER = (_dt.int32, _dt.int64, _dt.float32, _dt.float64)
 
 
@@ -291,20 +300,25 @@ def range(start, limit=None, delta=1, dtype=None, name="range"):  # noqa: A001
     else:
         dt = _dt.as_dtype(dtype)
     start, limit, delta = (_scalar_value(a, "range argument", "Range") for a in args)
-    if delta == 0:
-        raise InvalidArgumentError(f"Requires delta != 0: {delta}", op="Range", device=_here())
-    if delta > 0 and start > limit:
-        raise InvalidArgumentError(
-            f"Requires start <= limit when delta > 0: {start}/{limit}", op="Range", device=_here())
-    if delta < 0 and start < limit:
-        raise InvalidArgumentError(
-            f"Requires start >= limit when delta < 0: {start}/{limit}", op="Range", device=_here())
     return _create(_RANGE, {"start": start, "limit": limit, "delta": delta, "dtype": dt})
+
+
+def _check_eye(op, tensors, attrs, device):
+    """Eye's signature check: non-negative integer sizes that fit on the device."""
+    r = _shapes.as_index(attrs["num_rows"], "num_rows", op.name, device)
+    c = r if attrs["num_columns"] is None else _shapes.as_index(
+        attrs["num_columns"], "num_columns", op.name, device)
+    bs = _shapes.as_shape(attrs["batch_shape"] or (), op.name, device)
+    if r < 0 or c < 0:
+        raise InvalidArgumentError(
+            f"eye: sizes must be non-negative, got num_rows={r}, num_columns={c}, "
+            f"batch_shape={list(bs)}")
+    _shapes.check_allocation(bs + (r, c), attrs["dtype"] or _dt.float32, device, op.name)
 
 
 _EYE = defop("Eye", inputs=(), attrs={"num_rows": None, "num_columns": None,
                                       "batch_shape": (), "dtype": None},
-             dtype_from="dtype", differentiable=False)
+             dtype_from="dtype", differentiable=False, check=_check_eye)
 
 
 def eye(num_rows, num_columns=None, batch_shape=None, dtype=_dt.float32, name=None):
@@ -316,13 +330,9 @@ def eye(num_rows, num_columns=None, batch_shape=None, dtype=_dt.float32, name=No
     [[1. 0.]
      [0. 1.]], shape=(2, 2), dtype=float32)
     """
-    r = _index(num_rows)
-    c = r if num_columns is None else _index(num_columns)
-    bs = () if batch_shape is None else _shape_tuple(batch_shape, "Eye")
-    if r < 0 or c < 0 or any(d < 0 for d in bs):
-        raise InvalidArgumentError(
-            f"eye: sizes must be non-negative, got num_rows={r}, num_columns={c}, "
-            f"batch_shape={list(bs)}", op="Eye", device=_here())
+    r = _shapes.as_index(num_rows, "num_rows", "Eye", _here())
+    c = r if num_columns is None else _shapes.as_index(num_columns, "num_columns", "Eye", _here())
+    bs = () if batch_shape is None else _shapes.as_shape(batch_shape, "Eye", _here())
     return _create(_EYE, {"num_rows": r, "num_columns": c, "batch_shape": bs,
                           "dtype": _dt.as_dtype(dtype)})
 

@@ -30,7 +30,7 @@ from . import tracing as _tracing_mod
 from .tape import _tapes_active, record
 from .tensor import Tensor, Variable, _wrap
 
-__all__ = ["execute", "convert_to_tensor", "constant", "copy_to_device"]
+__all__ = ["execute", "convert_to_tensor", "convert_like", "constant", "copy_to_device"]
 
 _scopes = _devs._active_scopes
 _tracing = _tracing_mod._tracing
@@ -154,6 +154,25 @@ def convert_to_tensor(value, dtype=None, name=None, dtype_hint=None, preferred_d
         except (InvalidArgumentError, TypeError, ValueError):
             pass
     return constant(value, dtype=dtype)
+
+
+def convert_like(value, like, dtype=None):
+    """``value`` as a Tensor that follows ``like`` (a Tensor): Tensors and Variables
+    are converted as by :func:`convert_to_tensor`; Python and NumPy values go to the
+    active device scope, else to ``like``'s device -- as the dispatcher places them.
+    Public functions use it for arguments they must inspect before the op runs
+    (``bias_add``'s bias), so that an op on an accelerator tensor does not create its
+    other operands on the default device.
+
+    >>> import tapeflow as tf
+    >>> from tapeflow.execute import convert_like
+    >>> x = tf.constant([1., 2.])
+    >>> convert_like([3, 4], x, dtype=x.dtype).dtype
+    tf.float32
+    """
+    if isinstance(value, (Tensor, Variable)):
+        return convert_to_tensor(value, dtype=dtype)
+    return constant(value, dtype=dtype, device=_devs.current_device() or like._device)
 
 
 # --- device movement -------------------------------------------------------------
@@ -416,6 +435,14 @@ def _move(op, x, dev, in_scope, inputs):
                 warnings.warn(f"{op.name}: copying an input of shape {tuple(x.shape)} from "
                               f"{x._device} to {dev}", stacklevel=4)
         return copy_to_device(x, dev)
+    devs = {v._device for v in inputs if isinstance(v, Tensor)}
+    if in_scope and len(devs) == 1:
+        (src,) = devs
+        raise DeviceMismatchError(
+            f"Inputs of {op.name} are all on {src}, but the active `with tf.device('{dev}')` "
+            f"scope places the op on {dev}. Copy them with .to('{dev}'), run the op outside "
+            f"the scope (it then runs on {src}), or allow copies with "
+            "tf.config.set_device_policy('silent').", op=op.name, device=dev)
     desc = ", ".join(f"{getattr(v, 'device', 'host')}:{tuple(getattr(v, 'shape', ()))}"
                      for v in inputs)
     raise DeviceMismatchError(
@@ -426,6 +453,11 @@ def _move(op, x, dev, in_scope, inputs):
 
 
 def _run(op, tensors, dev, attrs):
+    if op.check is not None:
+        try:
+            op.check(op, tensors, attrs, dev)
+        except OpError as e:
+            raise e.with_context(op.name, dev) from None
     entry = op.kernels.get(dev.type)
     if entry is None:
         if op.composite is not None:

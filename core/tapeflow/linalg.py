@@ -22,9 +22,10 @@ import functools
 
 import numpy as np
 
+from . import shapes as _shapes
 from ._builtin import defop
 from .errors import InvalidArgumentError, UnimplementedError
-from .execute import constant, convert_to_tensor, execute
+from .execute import constant, convert_like, convert_to_tensor, execute
 from .tensor import Tensor, Variable
 
 #: names that are also ``tf.<name>``
@@ -151,6 +152,10 @@ def _einsum_bad(equation, why):
 def _parse_einsum(equation, ndims):
     """``equation`` for operands of ranks ``ndims`` -> explicit ``"ab,bc->ac"`` form:
     no spaces, an output, ellipses replaced by letters (right-aligned, as NumPy)."""
+    if not isinstance(equation, str):
+        raise InvalidArgumentError(
+            f"einsum: the equation must be a string such as 'ij,jk->ik', got "
+            f"{type(equation).__name__} {equation!r}")
     eq = equation.replace(" ", "")
     lhs, arrow, out = eq.partition("->")
     subs = lhs.split(",")
@@ -294,11 +299,18 @@ def tensordot(a, b, axes, name=None):
     >>> print(tf.tensordot([1., 2.], [3., 4.], 1))
     tf.Tensor(11.0, shape=(), dtype=float32)
     """
-    a, b = _tensor(a), _tensor(b)
+    if isinstance(a, (Tensor, Variable)) or not isinstance(b, (Tensor, Variable)):
+        a = _tensor(a)
+        b = convert_like(b, a)
+    else:
+        b = _tensor(b)
+        a = convert_like(a, b)
     sa, sb = tuple(a._data.shape), tuple(b._data.shape)
     if hasattr(axes, "numpy"):
-        axes = axes.numpy().tolist()
-    if isinstance(axes, (int, np.integer)):
+        axes = axes.numpy()
+    if isinstance(axes, np.ndarray):
+        axes = axes.tolist()
+    if isinstance(axes, (int, np.integer)) and not isinstance(axes, (bool, np.bool_)):
         n = int(axes)
         if not 0 <= n <= min(len(sa), len(sb)):
             raise InvalidArgumentError(
@@ -312,19 +324,17 @@ def tensordot(a, b, axes, name=None):
             raise InvalidArgumentError(
                 f"tensordot: axes must be an int or a pair of axis lists, got {axes!r}",
                 op="Einsum", device=a._device) from None
-        ax_a = [ax_a] if isinstance(ax_a, (int, np.integer)) else list(ax_a)
-        ax_b = [ax_b] if isinstance(ax_b, (int, np.integer)) else list(ax_b)
+        ax_a = [ax_a] if not isinstance(ax_a, (list, tuple)) else list(ax_a)
+        ax_b = [ax_b] if not isinstance(ax_b, (list, tuple)) else list(ax_b)
         if len(ax_a) != len(ax_b):
             raise InvalidArgumentError(
                 f"tensordot: {len(ax_a)} axes of a but {len(ax_b)} axes of b ({axes!r})",
                 op="Einsum", device=a._device)
-        for ax, shape in ((ax_a, sa), (ax_b, sb)):
-            for i, v in enumerate(ax):
-                if not -len(shape) <= v < len(shape):
-                    raise InvalidArgumentError(
-                        f"tensordot: axis {v} is out of range for shape {_fmt(shape)}",
-                        op="Einsum", device=a._device)
-                ax[i] = v % len(shape)
+        # distinct, in range, order kept (it pairs a's axes with b's)
+        _shapes.normalize_axes(ax_a, len(sa), "Einsum", a._device)
+        _shapes.normalize_axes(ax_b, len(sb), "Einsum", a._device)
+        ax_a = [_shapes.normalize_axis(v, len(sa), "Einsum", a._device) for v in ax_a]
+        ax_b = [_shapes.normalize_axis(v, len(sb), "Einsum", a._device) for v in ax_b]
     if len(sa) + len(sb) - len(ax_a) > len(_LETTERS):
         raise InvalidArgumentError("tensordot: too many dimensions", op="Einsum",
                                    device=a._device)

@@ -24,10 +24,11 @@ from __future__ import annotations
 import functools
 
 from . import devices as _devs
+from . import shapes as _shapes
 from ._builtin import defop
 from .errors import InvalidArgumentError
-from .execute import convert_to_tensor, execute
-from .tensor import Tensor
+from .execute import convert_like, convert_to_tensor, execute
+from .tensor import Tensor, Variable
 
 __all__ = [
     "relu", "relu6", "leaky_relu", "elu", "softmax", "log_softmax", "bias_add", "l2_loss",
@@ -187,12 +188,7 @@ def softplus(features, name=None):
 # --- softmax ---------------------------------------------------------------------------
 
 def _axis(axis, ndim, opname):
-    a = int(axis)
-    if not -ndim <= a < ndim:
-        raise InvalidArgumentError(
-            f"axis {a} is out of range for a tensor of rank {ndim} (valid: [{-ndim}, {ndim}))",
-            op=opname)
-    return a % ndim
+    return _shapes.normalize_axis(axis, ndim, opname)
 
 
 def _softmax_grad(ctx, dy):
@@ -270,7 +266,7 @@ def bias_add(value, bias, data_format=None, name=None):
     tf.Tensor([[11. 22.]], shape=(1, 2), dtype=float32)
     """
     x = _t(value)
-    b = _t(bias)
+    b = convert_like(bias, x, dtype=None if isinstance(bias, (Tensor, Variable)) else x.dtype)
     fmt = "NHWC" if data_format is None else data_format
     if fmt in ("N...C", "NWC", "NDHWC"):
         fmt = "NHWC"
@@ -906,6 +902,10 @@ def dropout(x, rate=None, noise_shape=None, seed=None, name=None, keep_prob=None
             noise_shape = noise_shape.numpy().tolist()
         shape = [xs[i] if d is None else int(d) for i, d in enumerate(noise_shape)] \
             if len(noise_shape) == len(xs) else [int(d) for d in noise_shape]
-    u = _r.uniform(shape, dtype=x.dtype, seed=seed)
+    if _devs.current_device() is None:          # the mask is drawn where x lives
+        with _devs.device(x._device):
+            u = _r.uniform(shape, dtype=x.dtype, seed=seed)
+    else:
+        u = _r.uniform(shape, dtype=x.dtype, seed=seed)
     keep = _m.cast(_m.greater_equal(u, rate), x.dtype)
     return _m.multiply(x, _m.multiply(keep, 1.0 / (1.0 - rate)))

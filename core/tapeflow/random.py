@@ -50,6 +50,7 @@ import numpy as _np
 
 from . import devices as _devs
 from . import dtypes as _dt
+from . import shapes as _shapes
 from ._builtin import defop
 from .errors import InvalidArgumentError
 from .execute import convert_to_tensor, execute
@@ -165,37 +166,46 @@ def _on_device(fn):
 
 # --- ops ---------------------------------------------------------------------------
 
+def _check_uniform_int(op, tensors, attrs, device):
+    """RandomUniformInt's signature check (every backend): an int32/int64 dtype and
+    integer bounds that fit it, ``minval < maxval``; then the allocation."""
+    dt = _dt.as_dtype(attrs["dtype"])
+    if dt not in (_dt.int32, _dt.int64):
+        raise InvalidArgumentError(
+            f"integer random_uniform supports int32 and int64, got {dt.name}")
+    lo = _shapes.as_index(attrs["minval"], "minval of an integer random_uniform", op.name)
+    hi = _shapes.as_index(attrs["maxval"], "maxval of an integer random_uniform", op.name)
+    info = _np.iinfo(dt.np)
+    for what, v in (("minval", lo), ("maxval", hi)):
+        if not info.min <= v <= info.max:
+            raise InvalidArgumentError(
+                f"{what}={v} does not fit in {dt.name} [{info.min}, {info.max}]; use "
+                "dtype=tf.int64 or a smaller bound")
+    if lo >= hi:
+        raise InvalidArgumentError(f"Need minval < maxval, got {lo} >= {hi}")
+    _shapes.check_shape_attr(op, tensors, attrs, device)
+
+
 _RANDOM_ATTRS = {"shape": (), "dtype": _dt.float32, "key": 0, "counter": 0}
 
 _NORMAL = defop("RandomStandardNormal", inputs=(),
                 attrs={**_RANDOM_ATTRS, "mean": 0.0, "stddev": 1.0},
-                dtype_from="dtype", differentiable=False)
+                dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr)
 _UNIFORM = defop("RandomUniform", inputs=(),
                  attrs={**_RANDOM_ATTRS, "minval": 0.0, "maxval": 1.0},
-                 dtype_from="dtype", differentiable=False)
+                 dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr)
 _UNIFORM_INT = defop("RandomUniformInt", inputs=(),
                      attrs={**_RANDOM_ATTRS, "dtype": _dt.int32, "minval": 0, "maxval": 1},
-                     dtype_from="dtype", differentiable=False)
+                     dtype_from="dtype", differentiable=False, check=_check_uniform_int)
 _TRUNCATED = defop("TruncatedNormal", inputs=(),
                    attrs={**_RANDOM_ATTRS, "mean": 0.0, "stddev": 1.0},
-                   dtype_from="dtype", differentiable=False)
+                   dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr)
 _SHUFFLE = defop("RandomShuffle", inputs=("value",), attrs={"key": 0, "counter": 0},
                  dtype_rule="none", differentiable=False)
 
 
 def _shape(shape, opname):
-    if hasattr(shape, "numpy"):
-        shape = shape.numpy().tolist()
-    if isinstance(shape, int):
-        shape = (shape,)
-    try:
-        out = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise InvalidArgumentError(f"shape must be a list of non-negative ints, got {shape!r}",
-                                   op=opname) from None
-    if any(s < 0 for s in out):
-        raise InvalidArgumentError(f"shape must be non-negative, got {list(out)}", op=opname)
-    return out
+    return _shapes.as_shape(shape, opname)
 
 
 def _is_scalar(v):
@@ -268,17 +278,11 @@ def uniform(shape, minval=0, maxval=None, dtype=_dt.float32, seed=None, name=Non
     dt = _dt.as_dtype(dtype)
     shp = _shape(shape, "RandomUniform")
     if dt.is_integer:
-        if dt not in (_dt.int32, _dt.int64):
-            raise InvalidArgumentError(
-                f"integer random_uniform supports int32 and int64, got {dt.name}",
-                op="RandomUniformInt")
         if maxval is None:
             raise InvalidArgumentError(
                 f"Must specify maxval for integer dtype {dt.name}", op="RandomUniformInt")
-        lo, hi = int(minval), int(maxval)
-        if lo >= hi:
-            raise InvalidArgumentError(
-                f"Need minval < maxval, got {lo} >= {hi}", op="RandomUniformInt")
+        lo = _shapes.as_index(minval, "minval of an integer random_uniform", "RandomUniformInt")
+        hi = _shapes.as_index(maxval, "maxval of an integer random_uniform", "RandomUniformInt")
         key, counter = _key_counter(seed)
         return execute(_UNIFORM_INT, (), {"shape": shp, "dtype": dt, "key": key,
                                           "counter": counter, "minval": lo, "maxval": hi})

@@ -18,6 +18,7 @@ tf.Tensor(
 from __future__ import annotations
 
 from . import dtypes as _dt
+from . import shapes as _shapes
 from ._builtin import defop
 from .errors import InvalidArgumentError
 from .execute import convert_to_tensor, execute
@@ -29,31 +30,10 @@ __all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod
 
 
 def _norm_axis(axis, ndim, opname, device=None):
-    """``None``/int/list/tensor -> None or a sorted tuple of non-negative axes."""
-    if axis is None:
-        return None
-    if type(axis) is int:                       # the common case, without allocation
-        if -ndim <= axis < ndim:
-            return (axis % ndim,)
-        _bad_axis(axis, ndim, opname, device)
-    if hasattr(axis, "numpy"):
-        axis = axis.numpy().tolist()
-    if not isinstance(axis, (list, tuple)):
-        axis = (axis,)
-    out = []
-    for a in axis:
-        a = int(a)
-        if not -ndim <= a < ndim:
-            _bad_axis(a, ndim, opname, device)
-        out.append(a % ndim)
-    return tuple(sorted(set(out)))
-
-
-def _bad_axis(a, ndim, opname, device=None):
-    valid = f"[{-ndim}, {ndim})" if ndim else "none: the input is a scalar"
-    raise InvalidArgumentError(
-        f"axis {a} is out of range for a tensor of rank {ndim} (valid: {valid})", op=opname,
-        device=device)
+    """``None``/int/list/tensor -> None or a sorted tuple of distinct non-negative axes."""
+    if type(axis) is int and -ndim <= axis < ndim:      # the common case, without allocation
+        return (axis % ndim,)
+    return _shapes.normalize_axes(axis, ndim, opname, device)
 
 
 def _reduced_shape(shape, axis):
@@ -306,19 +286,15 @@ def _arg(op, input, axis, output_type):
     ndim = len(x._data.shape)
     if axis is None:
         axis = 0
-    if hasattr(axis, "numpy"):
-        axis = axis.numpy()
-    if hasattr(axis, "__len__"):
+    if hasattr(axis, "__len__") and not (hasattr(axis, "ndim") and axis.ndim == 0):
         raise InvalidArgumentError(f"{op.name} takes one axis (an int), got {axis!r}",
                                    op=op.name, device=x._device)
-    axis = int(axis)
-    if not -ndim <= axis < ndim:
-        _bad_axis(axis, ndim, op.name, x._device)
+    axis = _shapes.normalize_axis(axis, ndim, op.name, x._device)
     ot = _dt.as_dtype(output_type)
     if ot is not _dt.int32 and ot is not _dt.int64:
         raise InvalidArgumentError(f"output_type must be int32 or int64, got {ot.name}",
                                    op=op.name, device=x._device)
-    return execute(op, (x,), {"axis": axis % ndim, "output_type": ot})
+    return execute(op, (x,), {"axis": axis, "output_type": ot})
 
 
 def argmax(input, axis=None, output_type=_dt.int64, name=None, dimension=None):

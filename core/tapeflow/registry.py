@@ -76,15 +76,20 @@ class OpDef:
             used to explain bad input and by tracing.
         composite: optional ``composite(*inputs, **attrs)`` written with tapeflow
             ops; runs on any device lacking a kernel.
+        check: optional ``check(op, tensors, attrs, device)`` run before every kernel
+            of the op, on every backend: validates what the signature alone can
+            (shapes to allocate, value ranges) and raises InvalidArgumentError or
+            ResourceExhaustedError. Ops with a check never take the unchecked fast
+            path.
     """
 
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
                  "broadcast", "grad", "differentiable", "infer", "composite", "kernels",
-                 "variadic", "source", "doc", "fast", "__weakref__")
+                 "variadic", "source", "doc", "fast", "check", "__weakref__")
 
     def __init__(self, name, inputs=("x",), attrs=None, num_outputs=1, dtype_rule="same",
                  dtype_from=0, broadcast=False, grad=None, differentiable=True, infer=None,
-                 composite=None, doc=None, source="tapeflow"):
+                 composite=None, doc=None, source="tapeflow", check=None):
         self.name = name
         self.inputs = tuple(inputs)
         self.variadic = any(i.startswith("*") for i in self.inputs)
@@ -97,6 +102,7 @@ class OpDef:
         self.differentiable = differentiable
         self.infer = infer
         self.composite = composite
+        self.check = check
         self.kernels: dict[str, KernelEntry] = {}
         #: dispatch cache: device type -> {numpy dtype of input 0 -> kernel fn}, for
         #: kernels that need no device argument (see add_kernel)
@@ -216,7 +222,8 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
 def _refresh_fast(op, device_type):
     """Rebuild ``op.fast[device_type]``: the dtype -> fn table the hot path reads."""
     entry = op.kernels.get(device_type)
-    if entry is None or entry.needs_device or op.dtype_from != 0 or op.variadic:
+    if (entry is None or entry.needs_device or op.dtype_from != 0 or op.variadic
+            or op.check is not None):
         op.fast.pop(device_type, None)
         return
     dts = entry.dtypes if entry.dtypes is not None else _dt.ALL_DTYPES

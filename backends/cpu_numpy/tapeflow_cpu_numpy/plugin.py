@@ -53,7 +53,11 @@ class NumpyBackend(Backend):
             peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         except Exception:
             peak = None
-        return {"peak": peak}
+        try:
+            total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            total = None
+        return {"peak": peak, "total": total}
 
 
 @hookimpl

@@ -129,13 +129,15 @@ class OpenCLBackend(Backend):
 
     def memory_info(self, device):
         """Bytes in use by live tensors (``current``), held by the memory pool
-        (``pool_total``) and the device's ``total`` global memory."""
+        (``pool_total``), the device's ``total`` global memory and the largest
+        single buffer it allows (``max_alloc``)."""
         h = device.handle
         pool = h.pool
         cur = getattr(pool, "active_bytes", None)
         return {"current": int(cur) if cur is not None else None,
                 "pool_total": int(pool.managed_bytes),
-                "total": int(h.cl_device.global_mem_size)}
+                "total": int(h.cl_device.global_mem_size),
+                "max_alloc": int(h.cl_device.max_mem_alloc_size)}
 
     def free_cached_memory(self, device=None):
         """Give the pools' unused blocks back to the driver."""

@@ -1,0 +1,184 @@
+"""Shape, axis and allocation checks shared by every op signature.
+
+One place decides what a valid shape or axis list is, so every backend sees the
+same validated attrs and every bad value gets the same error (DESIGN.md section
+4): kernels never see a negative dimension, a duplicate axis or a request for
+more memory than the device has.
+
+>>> from tapeflow import shapes
+>>> shapes.as_shape([2, 3], "Fill")
+(2, 3)
+>>> shapes.normalize_axes([-1, 0], 3, "Sum")
+(0, 2)
+>>> shapes.normalize_axes([0, 0], 2, "Sum")
+Traceback (most recent call last):
+...
+tapeflow.errors.InvalidArgumentError: axis 0 is given more than once in [0, 0] [Op:Sum]
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import InvalidArgumentError, ResourceExhaustedError
+
+__all__ = ["as_index", "as_shape", "normalize_axis", "normalize_axes", "check_allocation",
+           "check_shape_attr", "device_memory_limit", "format_bytes"]
+
+
+def as_index(value, what, op, device=None) -> int:
+    """``value`` as a Python int: ints, NumPy integers and one-element integer tensors
+    are accepted; bools, floats, None and strings raise InvalidArgumentError."""
+    if type(value) is int:
+        return value
+    if hasattr(value, "numpy") and not isinstance(value, np.ndarray):
+        value = value.numpy()
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"{what} must be an integer, got the bool {value!r}",
+                                   op=op, device=device)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{what} must be an integer, got {type(value).__name__} {_short(value)}",
+            op=op, device=device) from None
+
+
+def as_shape(shape, op, device=None) -> tuple:
+    """int / list / tuple / TensorShape / 1-D integer tensor or array -> a tuple of
+    non-negative ints (``None`` entries are refused: a concrete shape is needed)."""
+    if hasattr(shape, "numpy") and not isinstance(shape, np.ndarray):
+        shape = shape.numpy()
+    if isinstance(shape, np.ndarray):
+        if shape.ndim > 1 or (shape.size and shape.dtype.kind not in "iu"):
+            raise InvalidArgumentError(
+                f"shape must be a 1-D list of integers, got an array of shape {shape.shape} "
+                f"and dtype {shape.dtype}", op=op, device=device)
+        shape = shape.reshape(-1).tolist()
+    elif not isinstance(shape, (list, tuple)):
+        shape = getattr(shape, "as_list", lambda: [shape])()
+        if not isinstance(shape, list):
+            shape = [shape]
+    out = tuple(as_index(d, "every dimension of shape", op, device) for d in shape)
+    for d in out:
+        if d < 0:
+            raise InvalidArgumentError(
+                f"shape must be non-negative, got {list(out)}", op=op, device=device)
+    return out
+
+
+def normalize_axis(axis, ndim, op, device=None) -> int:
+    """One axis in ``[-ndim, ndim)`` -> a non-negative int."""
+    a = as_index(axis, "axis", op, device)
+    if not -ndim <= a < ndim:
+        valid = f"[{-ndim}, {ndim})" if ndim else "none: the input is a scalar"
+        raise InvalidArgumentError(
+            f"axis {a} is out of range for a tensor of rank {ndim} (valid: {valid})",
+            op=op, device=device)
+    return a + ndim if a < 0 else a
+
+
+def normalize_axes(axis, ndim, op, device=None):
+    """``None`` / int / list / 1-D tensor of axes -> ``None`` or a sorted tuple of
+    distinct non-negative axes. An axis named twice (``[0, 0]``, ``[1, -1]`` of a
+    matrix) is an error, as in TensorFlow and NumPy."""
+    if axis is None:
+        return None
+    if type(axis) is int:
+        return (normalize_axis(axis, ndim, op, device),)
+    if hasattr(axis, "numpy") and not isinstance(axis, np.ndarray):
+        axis = axis.numpy()
+    if isinstance(axis, np.ndarray):
+        if axis.ndim > 1:
+            raise InvalidArgumentError(
+                f"axis must be an integer or a 1-D list of integers, got shape {axis.shape}",
+                op=op, device=device)
+        axis = axis.reshape(-1).tolist() if axis.ndim else [axis[()]]
+    elif not isinstance(axis, (list, tuple)):
+        axis = [axis]
+    out = [normalize_axis(a, ndim, op, device) for a in axis]
+    if len(set(out)) != len(out):
+        dup = next(a for a in out if out.count(a) > 1)
+        raise InvalidArgumentError(f"axis {dup} is given more than once in {list(axis)}",
+                                   op=op, device=device)
+    return tuple(sorted(out))
+
+
+# --- allocation ----------------------------------------------------------------------
+
+_LIMITS: dict = {}
+
+
+def _host_memory():
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):      # pragma: no cover - non-POSIX
+        return None
+
+
+def device_memory_limit(device):
+    """The largest single allocation ``device`` can hold, in bytes, or ``None`` when
+    unknown: the backend's ``memory_info()`` ``max_alloc`` (OpenCL's per-buffer limit)
+    or ``total``; the physical memory for host devices."""
+    limit = _LIMITS.get(device, 0)
+    if limit != 0:
+        return limit
+    info = {}
+    try:
+        info = device.backend.memory_info(device) or {}
+    except Exception:           # a backend without memory statistics: no limit known
+        pass
+    limit = info.get("max_alloc") or info.get("total")
+    if not limit and device.is_host:
+        limit = _host_memory()
+    _LIMITS[device] = limit or None
+    return _LIMITS[device]
+
+
+def format_bytes(n) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n} bytes" if unit == "bytes" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover
+
+
+def check_allocation(shape, dtype, device, op):
+    """ResourceExhaustedError before allocating a ``shape`` x ``dtype`` result that
+    cannot fit on ``device`` (names the bytes requested, the device and its limit)."""
+    n = 1
+    for d in shape:
+        n *= d
+    if n == 0:
+        return
+    nbytes = n * np.dtype(_dt.as_dtype(dtype).np).itemsize
+    limit = device_memory_limit(device)
+    if limit is not None and nbytes > limit:
+        raise ResourceExhaustedError(
+            f"Out of memory: a {_dt.as_dtype(dtype).name} tensor of shape {list(shape)} needs "
+            f"{format_bytes(nbytes)} ({nbytes} bytes), more than {device} can hold in one "
+            f"buffer ({format_bytes(limit)}). Use a smaller shape or batch.", op=op,
+            device=device)
+
+
+def check_shape_attr(op, tensors, attrs, device):
+    """OpDef ``check`` for creation ops: attrs ``shape`` (validated) and ``dtype``
+    (default float32) fit on the device."""
+    op = op.name
+    shape = attrs.get("shape")
+    if shape is None:
+        return
+    if type(shape) is not tuple or any(type(d) is not int or d < 0 for d in shape):
+        shape = as_shape(shape, op, device)
+    check_allocation(shape, attrs.get("dtype") or _dt.float32, device, op)
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) < 60 else r[:57] + "..."
