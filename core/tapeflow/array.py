@@ -455,7 +455,8 @@ def _broadcast_to_infer(shapes, dtypes, attrs):
 
 
 _BROADCAST_TO = defop("BroadcastTo", inputs=("x",), attrs={"shape": None}, dtype_rule="none",
-                      grad=_broadcast_to_grad, infer=_broadcast_to_infer)
+                      grad=_broadcast_to_grad, infer=_broadcast_to_infer,
+                      check=_shapes.check_shape_attr)
 
 
 def broadcast_to(input, shape, name=None):
@@ -1209,7 +1210,7 @@ def where(condition, x=None, y=None, name=None):
     if x is None and y is None:
         return execute(_WHERE, (condition,))
     if x is None or y is None:
-        raise ValueError("where: x and y must both be given or both be None")
+        raise InvalidArgumentError("where: x and y must both be given or both be None")
     c = _tensor(condition)
     if not c.dtype.is_bool:
         raise InvalidArgumentError(

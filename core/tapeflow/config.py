@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from .errors import InvalidArgumentError
 from . import devices as _devs
 from .execute import policy as _policy
 
@@ -26,7 +27,8 @@ def set_device_policy(mode: str) -> None:
     ``device()`` scope, which are copied. ``"silent"``: copy anything.
     ``"warn"``: copy and warn."""
     if mode not in ("explicit", "silent", "warn"):
-        raise ValueError(f"device policy must be 'explicit', 'silent' or 'warn', got {mode!r}")
+        raise InvalidArgumentError(
+            f"device policy must be 'explicit', 'silent' or 'warn', got {mode!r}")
     _policy.mode = mode
 
 

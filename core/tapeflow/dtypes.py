@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import InvalidTypeError
+
 __all__ = [
     "DType", "as_dtype", "float16", "float32", "float64", "int8", "int16", "int32",
     "int64", "uint8", "bool_", "half", "double", "ALL_DTYPES", "FLOAT_DTYPES",
@@ -136,7 +138,7 @@ def as_dtype(x) -> DType:
     except TypeError:
         d = None
     if d is None:
-        raise TypeError(
+        raise InvalidTypeError(
             f"Cannot convert {x!r} to a tapeflow dtype; supported: "
             + ", ".join(d.name for d in ALL_DTYPES))
     return d
@@ -147,7 +149,7 @@ def from_numpy(np_dtype) -> DType:
     d = _FROM_NP.get(np_dtype)
     if d is None:
         if np_dtype == np.dtype(object) or np.dtype(np_dtype).kind in "USOcV":
-            raise TypeError(f"tapeflow has no dtype for NumPy dtype {np.dtype(np_dtype)}; "
+            raise InvalidTypeError(f"tapeflow has no dtype for NumPy dtype {np.dtype(np_dtype)}; "
                             "supported: " + ", ".join(d.name for d in ALL_DTYPES))
         return as_dtype(np_dtype)
     return d

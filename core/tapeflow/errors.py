@@ -16,7 +16,8 @@ InvalidArgumentError True
 from __future__ import annotations
 
 __all__ = [
-    "TapeflowError", "OpError", "InvalidArgumentError", "NotFoundError", "UnimplementedError",
+    "TapeflowError", "OpError", "InvalidArgumentError", "InvalidTypeError", "OutOfRangeError",
+    "NotFoundError", "UnimplementedError",
     "DeviceMismatchError", "ResourceExhaustedError", "FailedPreconditionError",
     "NotDifferentiableError", "DataLossError", "PluginError", "PluginConflictError",
 ]
@@ -62,6 +63,17 @@ class OpError(TapeflowError):
 
 class InvalidArgumentError(OpError, ValueError):
     """Bad input: shapes, dtypes, attribute values or index ranges."""
+
+
+class InvalidTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong kind: a string where a number is needed, an unknown
+    dtype, an object that is not a Tensor, Variable or layer. Also a ``TypeError``,
+    which is what Python code (and TensorFlow) raises for these."""
+
+
+class OutOfRangeError(OpError, IndexError):
+    """An index or iteration past the end (a dataset iterator that is exhausted, an
+    index beyond a dimension). Also an ``IndexError``."""
 
 
 class NotFoundError(OpError, LookupError):

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import devices as _devs
 from . import dtypes as _dt
+from . import shapes as _shapes
 from .errors import (DeviceMismatchError, InvalidArgumentError, OpError, ResourceExhaustedError,
                      TapeflowError)
 from .registry import kernel_not_found
@@ -53,6 +54,8 @@ policy = _Policy()
 def _np_from_python(value, dtype):
     """Host array for a Python/NumPy value; Python floats default to float32 and
     ints to int32 (int64 when they do not fit), as in the seeds."""
+    if dtype is not None and dtype.np.kind in "iub":
+        _check_lossless(value, dtype)
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         a = np.array(value, dtype=None if dtype is None else dtype.np, copy=True)
     else:
@@ -76,6 +79,33 @@ def _np_from_python(value, dtype):
                 f"Cannot convert {_short(value)} (NumPy dtype {a.dtype}) to a tensor; supported "
                 "dtypes: " + ", ".join(d.name for d in _dt.ALL_DTYPES))
     return a
+
+
+def _check_lossless(value, dtype):
+    """No silent coercion into integer and bool dtypes (as TensorFlow): a float (or
+    complex, or string) value is refused instead of truncated."""
+    if type(value) is int or type(value) is bool:
+        return
+    kind = value.dtype.kind if isinstance(value, (np.ndarray, np.generic)) else None
+    if kind is None:
+        try:
+            kind = np.asarray(value).dtype.kind
+        except (ValueError, TypeError, OverflowError):
+            return                          # the conversion itself reports it
+    if kind in "fcUSO":
+        what = {"f": "floating-point", "c": "complex", "U": "string", "S": "bytes",
+                "O": "non-numeric"}[kind]
+        raise InvalidArgumentError(
+            f"Cannot convert {_short(value)} to a tensor of dtype {dtype.name}: it holds "
+            f"{what} values, and tapeflow does not truncate or coerce them silently. Convert "
+            "it to a tensor and tf.cast it (after tf.round, if rounding is what you mean).")
+    if kind in "iu" and dtype.np.kind in "iu" and isinstance(value, np.ndarray) and value.size:
+        info = np.iinfo(dtype.np)
+        lo, hi = value.min(), value.max()
+        if lo < info.min or hi > info.max:
+            raise InvalidArgumentError(
+                f"Cannot convert an array with values in [{lo}, {hi}] to a tensor of dtype "
+                f"{dtype.name} [{info.min}, {info.max}] without overflow; use a wider dtype.")
 
 
 def _short(v):
@@ -115,20 +145,21 @@ def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
             t = copy_to_device(t, device)
         return t
     a = _np_from_python(value, dt)
-    if shape is not None:
-        shape = tuple(int(s) for s in shape)
-        if a.size == int(np.prod(shape, dtype=np.int64)):
-            a = a.reshape(shape)
-        elif a.size == 1:
-            a = np.broadcast_to(a.reshape(()), shape).copy()
-        else:
-            raise InvalidArgumentError(
-                f"constant: value of shape {a.shape} ({a.size} elements) cannot be reshaped or "
-                f"broadcast to shape {shape}", op="Const")
     if device is not None:
         dev = _devs.get_device(device)
     else:
         dev = _devs.current_device() or _devs.default_device()
+    if shape is not None:
+        shape = _shapes.as_shape(shape, "Const", dev)
+        if a.size == _shapes.num_elements(shape):
+            a = a.reshape(shape)
+        elif a.size == 1:
+            _shapes.check_allocation(shape, _dt.from_numpy(a.dtype), dev, "Const")
+            a = np.broadcast_to(a.reshape(()), shape).copy()
+        else:
+            raise InvalidArgumentError(
+                f"constant: value of shape {a.shape} ({a.size} elements) cannot be reshaped or "
+                f"broadcast to shape {shape}", op="Const", device=dev)
     return _wrap(_to_device(a, dev), dev)
 
 

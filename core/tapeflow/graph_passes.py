@@ -66,6 +66,8 @@ import sys
 
 import numpy as np
 
+from .errors import InvalidArgumentError
+
 __all__ = ["PASSES", "optimize", "dce", "simplify", "fold_constants", "cse", "reuse_buffers",
            "FOLD_LIMIT_BYTES", "FRESH_KERNELS"]
 
@@ -608,5 +610,5 @@ def optimize(graph, passes=None):
     names = list(PASSES) if passes is None else list(passes)
     unknown = [p for p in names if p not in PASSES]
     if unknown:
-        raise ValueError(f"unknown graph pass(es) {unknown}; known: {list(PASSES)}")
+        raise InvalidArgumentError(f"unknown graph pass(es) {unknown}; known: {list(PASSES)}")
     return [(name, PASSES[name](graph)) for name in names]

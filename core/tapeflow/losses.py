@@ -60,7 +60,7 @@ class Reduction:
     @classmethod
     def validate(cls, key):
         if key not in cls.all():
-            raise ValueError(f"Invalid Reduction Key {key!r}; one of {cls.all()}")
+            raise InvalidArgumentError(f"Invalid Reduction Key {key!r}; one of {cls.all()}")
 
 
 # Keras's spellings
@@ -435,8 +435,8 @@ def get(identifier):
     if isinstance(identifier, str):
         cls = _BY_NAME.get(identifier.lower())
         if cls is None:
-            raise ValueError(f"Unknown loss {identifier!r}; known: {sorted(_BY_NAME)}")
+            raise InvalidArgumentError(f"Unknown loss {identifier!r}; known: {sorted(_BY_NAME)}")
         return cls()
     if callable(identifier):
         return identifier
-    raise ValueError(f"Could not interpret loss identifier: {identifier!r}")
+    raise InvalidArgumentError(f"Could not interpret loss identifier: {identifier!r}")

@@ -283,9 +283,9 @@ def get(identifier, loss=None):
             return Accuracy(name="accuracy")
         cls = _BY_NAME.get(key)
         if cls is None:
-            raise ValueError(f"Unknown metric {identifier!r}; known: "
+            raise InvalidArgumentError(f"Unknown metric {identifier!r}; known: "
                              f"{sorted(_BY_NAME) + ['acc']}")
         return cls()
     if callable(identifier):
         return identifier
-    raise ValueError(f"Could not interpret metric identifier: {identifier!r}")
+    raise InvalidArgumentError(f"Could not interpret metric identifier: {identifier!r}")

@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from .errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
 from . import array as _a
 from . import devices as _devs
 from . import math as _m
@@ -89,7 +90,7 @@ class Model(Layer):
         for layer in layers:
             if layer.name == name:
                 return layer
-        raise ValueError(f"No such layer: {name!r}; layers: {[l.name for l in layers]}")
+        raise InvalidArgumentError(f"No such layer: {name!r}; layers: {[l.name for l in layers]}")
 
     def summary(self, print_fn=None):
         """Print each layer's name, type and parameter count (as Keras does, without
@@ -122,7 +123,7 @@ class Model(Layer):
         from .keras import losses as _losses
         from .keras import optimizers as _opts
         if loss is None:
-            raise ValueError("compile() needs a loss")
+            raise InvalidArgumentError("compile() needs a loss")
         if loss_weights is not None or weighted_metrics:
             raise NotImplementedError("loss_weights and weighted_metrics are not supported")
         loss_fn = _losses.get(loss)
@@ -151,7 +152,8 @@ class Model(Layer):
 
     def _need_compiled(self, what):
         if self._compiled is None:
-            raise RuntimeError(f"{what}: call model.compile(optimizer, loss, metrics) first")
+            raise FailedPreconditionError(
+                f"{what}: call model.compile(optimizer, loss, metrics) first")
         return self._compiled
 
     def _loss(self, loss_fn, y, pred):
@@ -198,10 +200,10 @@ class Model(Layer):
         forms to per-epoch values."""
         c = self._need_compiled("fit")
         if kwargs:
-            raise TypeError("fit(): unsupported arguments " + ", ".join(sorted(kwargs)))
+            raise InvalidTypeError("fit(): unsupported arguments " + ", ".join(sorted(kwargs)))
         if validation_split and validation_data is None:
             if not _is_array(x) or not _is_array(y):
-                raise ValueError("validation_split needs x and y arrays or Tensors")
+                raise InvalidArgumentError("validation_split needs x and y arrays or Tensors")
             x, y = _tensor(x, self), _tensor(y, None)
             n = int(x.shape[0])
             cut = n - int(_pymath.floor(n * float(validation_split)))
@@ -252,7 +254,7 @@ class Model(Layer):
         no metrics, else ``[loss, metric, ...]`` (a dict with ``return_dict=True``)."""
         c = self._need_compiled("evaluate")
         if kwargs:
-            raise TypeError("evaluate(): unsupported arguments " + ", ".join(sorted(kwargs)))
+            raise InvalidTypeError("evaluate(): unsupported arguments " + ", ".join(sorted(kwargs)))
         data = _Data(x, y, batch_size, False, self, steps)
         mets = c["metrics"]
         for m in mets:
@@ -278,7 +280,7 @@ class Model(Layer):
         """The model's outputs for ``x`` (in inference mode, batch by batch), concatenated
         into one Tensor."""
         if kwargs:
-            raise TypeError("predict(): unsupported arguments " + ", ".join(sorted(kwargs)))
+            raise InvalidTypeError("predict(): unsupported arguments " + ", ".join(sorted(kwargs)))
         data = _Data(x, None, batch_size, False, self, steps, need_y=False)
         bar = _progress(verbose, data.steps, "Predict")
         outs = []
@@ -287,7 +289,7 @@ class Model(Layer):
             bar.step(dict)
         bar.close({})
         if not outs:
-            raise ValueError("predict(): no data")
+            raise InvalidArgumentError("predict(): no data")
         return outs[0] if len(outs) == 1 else _a.concat(outs, axis=0)
 
 
@@ -302,7 +304,7 @@ class Network(Model):
     def track_layer(self, layer):
         """Register ``layer`` (its variables become this network's) and return it."""
         if not isinstance(layer, Layer):
-            raise TypeError(f"track_layer() needs a Layer, got {type(layer).__name__}")
+            raise InvalidTypeError(f"track_layer() needs a Layer, got {type(layer).__name__}")
         if not any(layer is l for l in self._tracked_layers):
             self._tracked_layers.append(layer)
         return layer
@@ -333,7 +335,7 @@ class Sequential(Model):
 
     def add(self, layer):
         if not isinstance(layer, Layer):
-            raise TypeError(f"Sequential.add() needs a Layer, got {type(layer).__name__}")
+            raise InvalidTypeError(f"Sequential.add() needs a Layer, got {type(layer).__name__}")
         self._layer_list.append(layer)
         _bump()
         if len(self._layer_list) == 1 and layer._batch_input_shape is not None:
@@ -344,7 +346,7 @@ class Sequential(Model):
 
     def pop(self):
         if not self._layer_list:
-            raise TypeError("There are no layers in the model.")
+            raise InvalidTypeError("There are no layers in the model.")
         layer = self._layer_list.pop()
         _bump()
         return layer
@@ -511,7 +513,7 @@ def _split_val(v):
             return v
         if len(v) == 3:
             return v[0], v[1]
-        raise ValueError("validation_data must be (x, y) or a dataset of (x, y) batches")
+        raise InvalidArgumentError("validation_data must be (x, y) or a dataset of (x, y) batches")
     return v, None
 
 
@@ -522,15 +524,16 @@ class _Data:
         self.steps_limit = steps
         self.model = model
         if x is None:
-            raise ValueError("no data: pass x (and y) or a dataset")
+            raise InvalidArgumentError("no data: pass x (and y) or a dataset")
         if _is_array(x):
             if need_y and y is None:
-                raise ValueError("y is required with array inputs")
+                raise InvalidArgumentError("y is required with array inputs")
             self.x = _tensor(x, model)
             self.y = None if y is None else _tensor(y, None)
             self.n = _batch_len(self.x)
             if self.y is not None and _batch_len(self.y) != self.n:
-                raise ValueError(f"x and y have different numbers of samples: {self.n} and "
+                raise InvalidArgumentError(
+                    f"x and y have different numbers of samples: {self.n} and "
                                  f"{_batch_len(self.y)}")
             self.bs = int(batch_size or 32)
             self.shuffle = bool(shuffle)
@@ -539,9 +542,9 @@ class _Data:
             self.steps = n_batches if steps is None else min(int(steps), n_batches)
         else:
             if y is not None:
-                raise ValueError("y must be None when x is a dataset (it yields (x, y))")
+                raise InvalidArgumentError("y must be None when x is a dataset (it yields (x, y))")
             if batch_size is not None:
-                raise ValueError("batch_size must be None when x is a dataset (batch the "
+                raise InvalidArgumentError("batch_size must be None when x is a dataset (batch the "
                                  "dataset instead)")
             self.dataset = x
             self._it = None
@@ -588,7 +591,7 @@ class _Data:
                 break
             count += 1
             if isinstance(item, dict):
-                raise ValueError("dataset elements must be (x, y) tuples, got a dict")
+                raise InvalidArgumentError("dataset elements must be (x, y) tuples, got a dict")
             if isinstance(item, (tuple, list)):
                 xb = item[0]
                 yb = item[1] if len(item) > 1 else None
@@ -647,7 +650,7 @@ class _Metric:
             return cls(getattr(m, "name", type(m).__name__), obj=m)
         if callable(m):
             return cls(getattr(m, "__name__", type(m).__name__), m)
-        raise TypeError(f"metric must be a name, a function or a metric object, got {m!r}")
+        raise InvalidTypeError(f"metric must be a name, a function or a metric object, got {m!r}")
 
     def reset(self):
         if self.obj is not None:

@@ -27,7 +27,7 @@ from . import dtypes as _dt
 from .errors import InvalidArgumentError, ResourceExhaustedError
 
 __all__ = ["as_index", "as_shape", "normalize_axis", "normalize_axes", "check_allocation",
-           "check_shape_attr", "device_memory_limit", "format_bytes"]
+           "check_shape_attr", "device_memory_limit", "format_bytes", "num_elements"]
 
 
 def as_index(value, what, op, device=None) -> int:
@@ -149,12 +149,18 @@ def format_bytes(n) -> str:
     return str(n)  # pragma: no cover
 
 
-def check_allocation(shape, dtype, device, op):
-    """ResourceExhaustedError before allocating a ``shape`` x ``dtype`` result that
-    cannot fit on ``device`` (names the bytes requested, the device and its limit)."""
+def num_elements(shape) -> int:
+    """The number of elements of a shape (1 for ``()``), as a Python int."""
     n = 1
     for d in shape:
         n *= d
+    return n
+
+
+def check_allocation(shape, dtype, device, op):
+    """ResourceExhaustedError before allocating a ``shape`` x ``dtype`` result that
+    cannot fit on ``device`` (names the bytes requested, the device and its limit)."""
+    n = num_elements(shape)
     if n == 0:
         return
     nbytes = n * np.dtype(_dt.as_dtype(dtype).np).itemsize
@@ -168,15 +174,17 @@ def check_allocation(shape, dtype, device, op):
 
 
 def check_shape_attr(op, tensors, attrs, device):
-    """OpDef ``check`` for creation ops: attrs ``shape`` (validated) and ``dtype``
-    (default float32) fit on the device."""
+    """OpDef ``check`` for ops that make a tensor of the attr ``shape`` (creation ops,
+    BroadcastTo): the shape is valid and fits on the device, with the attr ``dtype``
+    (else the first input's dtype, else float32)."""
     op = op.name
     shape = attrs.get("shape")
     if shape is None:
         return
     if type(shape) is not tuple or any(type(d) is not int or d < 0 for d in shape):
         shape = as_shape(shape, op, device)
-    check_allocation(shape, attrs.get("dtype") or _dt.float32, device, op)
+    dtype = attrs.get("dtype") or (tensors[0].dtype if tensors else _dt.float32)
+    check_allocation(shape, dtype, device, op)
 
 
 def _short(v):

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import devices as _devs
 from ..dtypes import as_dtype
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..execute import constant
 from ..tensor import Tensor, Variable
 
@@ -182,9 +182,9 @@ class Dataset:
     def __len__(self):
         n = self._cardinality()
         if n == INFINITE_CARDINALITY:
-            raise TypeError("The dataset is infinite.")
+            raise InvalidTypeError("The dataset is infinite.")
         if n == UNKNOWN_CARDINALITY:
-            raise TypeError("The dataset length is unknown.")
+            raise InvalidTypeError("The dataset length is unknown.")
         return n
 
     def cardinality(self):
@@ -223,7 +223,7 @@ class Dataset:
         structure of dtypes matching each element) and checked against
         ``output_shapes`` (``None`` dimensions match anything)."""
         if output_types is None:
-            raise TypeError("from_generator needs output_types (a dtype or a structure of "
+            raise InvalidTypeError("from_generator needs output_types (a dtype or a structure of "
                             "dtypes, one per component of an element)")
         return _Generator(generator, output_types, output_shapes, args)
 
@@ -237,7 +237,7 @@ class Dataset:
         """Elements are structures (the structure of ``datasets``) of the elements of
         each dataset; ends with the shortest."""
         if isinstance(datasets, Dataset):
-            raise TypeError("Dataset.zip takes a tuple (or dict) of datasets, e.g. "
+            raise InvalidTypeError("Dataset.zip takes a tuple (or dict) of datasets, e.g. "
                             "Dataset.zip((a, b))")
         return _Zip(datasets)
 
@@ -317,7 +317,7 @@ class _TensorSlices(Dataset):
         self._structure = _map_structure(_to_host, tensors)
         leaves = _flatten(self._structure)
         if not leaves:
-            raise ValueError("from_tensor_slices needs at least one tensor")
+            raise InvalidArgumentError("from_tensor_slices needs at least one tensor")
         for i, a in enumerate(leaves):
             if a.ndim == 0:
                 raise InvalidArgumentError(
@@ -399,7 +399,7 @@ class _Generator(Dataset):
 class _Range(Dataset):
     def __init__(self, *args, dtype):
         if not 1 <= len(args) <= 3:
-            raise TypeError("Dataset.range takes 1 to 3 arguments: (stop), (start, stop) or "
+            raise InvalidTypeError("Dataset.range takes 1 to 3 arguments: (stop), (start, stop) or "
                             "(start, stop, step)")
         r = range(*(int(a) for a in args))
         if r.step == 0:
@@ -422,7 +422,7 @@ class _Zip(Dataset):
         self._datasets = _flatten(datasets)
         for d in self._datasets:
             if not isinstance(d, Dataset):
-                raise TypeError(f"Dataset.zip: {d!r} is not a Dataset")
+                raise InvalidTypeError(f"Dataset.zip: {d!r} is not a Dataset")
 
     def _cardinality(self):
         ns = [d._cardinality() for d in self._datasets]
@@ -449,7 +449,7 @@ class _Zip(Dataset):
 class _Unary(Dataset):
     def __init__(self, input_dataset):
         if not isinstance(input_dataset, Dataset):
-            raise TypeError(f"{input_dataset!r} is not a Dataset")
+            raise InvalidTypeError(f"{input_dataset!r} is not a Dataset")
         self._input = input_dataset
 
     def _cardinality(self):
@@ -500,7 +500,7 @@ class _FlatMap(_Unary):
         for el in self._input._elements():
             ds = _call(self._fn, el)
             if not isinstance(ds, Dataset):
-                raise TypeError(f"flat_map: the function must return a Dataset, got {ds!r}")
+                raise InvalidTypeError(f"flat_map: the function must return a Dataset, got {ds!r}")
             yield from ds._elements()
 
 
@@ -792,7 +792,8 @@ class Iterator:
 
     def __init__(self, dataset, device=None):
         if not isinstance(dataset, Dataset):
-            raise TypeError(f"Iterator needs a tf.data.Dataset, got {type(dataset).__name__}")
+            raise InvalidTypeError(
+                f"Iterator needs a tf.data.Dataset, got {type(dataset).__name__}")
         if device is None:
             dev = _devs.current_device()
             device = dev if dev is not None else "cpu:0"

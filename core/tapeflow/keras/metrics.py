@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 
+from ..errors import InvalidArgumentError, InvalidTypeError
 from .. import array as _a
 from .. import math as _m
 from .. import reductions as _r
@@ -106,12 +107,12 @@ def get(identifier):
             return _auto_accuracy
         fn = _BY_NAME.get(identifier)
         if fn is None:
-            raise ValueError(f"Unknown metric {identifier!r}; known: accuracy, "
+            raise InvalidArgumentError(f"Unknown metric {identifier!r}; known: accuracy, "
                              + ", ".join(sorted(_BY_NAME)))
         return fn
     if callable(identifier):
         return identifier
-    raise TypeError(f"metric must be a name or a callable, got {identifier!r}")
+    raise InvalidTypeError(f"metric must be a name or a callable, got {identifier!r}")
 
 
 def __getattr__(name):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math as _pymath
 
+from ..errors import InvalidArgumentError, InvalidTypeError
 from .. import math as _m
 from .. import nn as _nn
 from ..array import where as _where
@@ -114,12 +115,12 @@ def get(identifier):
     if isinstance(identifier, str):
         fn = _BY_NAME.get(identifier.lower())
         if fn is None:
-            raise ValueError(f"Unknown activation {identifier!r}; known: "
+            raise InvalidArgumentError(f"Unknown activation {identifier!r}; known: "
                              + ", ".join(sorted(_BY_NAME)))
         return None if fn is linear else fn
     if callable(identifier):
         return None if identifier is linear else identifier
-    raise TypeError(f"activation must be a name, a callable or None, got {identifier!r}")
+    raise InvalidTypeError(f"activation must be a name, a callable or None, got {identifier!r}")
 
 
 def serialize(activation) -> str:

@@ -36,6 +36,7 @@ import threading
 
 import numpy as np
 
+from ..errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
 from .. import dtypes as _dt
 from ..execute import convert_to_tensor, copy_to_device
 from ..tensor import Tensor, Variable
@@ -236,7 +237,7 @@ class Layer:
                  batch_input_shape=None, input_dim=None, activity_regularizer=None, **kwargs):
         unknown = set(kwargs) - _KNOWN_KWARGS
         if unknown:
-            raise TypeError(f"{type(self).__name__}: keyword argument(s) not understood: "
+            raise InvalidTypeError(f"{type(self).__name__}: keyword argument(s) not understood: "
                             + ", ".join(sorted(unknown)))
         if activity_regularizer is not None:
             raise NotImplementedError("activity_regularizer is not supported")
@@ -266,7 +267,7 @@ class Layer:
         tracked = d.get("_tracked")
         if tracked is None:
             if _is_tracked_leaf(value):
-                raise RuntimeError(
+                raise FailedPreconditionError(
                     f"{type(self).__name__}: call super().__init__() before assigning layers "
                     "or Variables to attributes")
             object.__setattr__(self, name, value)
@@ -400,7 +401,7 @@ class Layer:
         vs = self.variables
         weights = list(weights)
         if len(weights) != len(vs):
-            raise ValueError(f"{self.name}: set_weights got {len(weights)} arrays for "
+            raise InvalidArgumentError(f"{self.name}: set_weights got {len(weights)} arrays for "
                              f"{len(vs)} variables")
         for v, w in zip(vs, weights):
             v.assign(w)
@@ -423,7 +424,7 @@ class Layer:
         dt = _dt.as_dtype(dtype) if dtype is not None else self._dtype
         shp = () if shape is None else tuple(shape)
         if any(s is None for s in shp):
-            raise ValueError(f"{self.name}: the shape of weight {name!r} must be fully "
+            raise InvalidArgumentError(f"{self.name}: the shape of weight {name!r} must be fully "
                              f"defined, got {shp}")
         shp = tuple(int(s) for s in shp)
         if initializer is None:

@@ -10,6 +10,7 @@ TensorShape([3, 3, 1, 16])
 
 from __future__ import annotations
 
+from ..errors import FailedPreconditionError, InvalidArgumentError
 from .. import nn as _nn
 from . import activations as _act
 from .base import Layer
@@ -25,14 +26,14 @@ def _pair(v, what):
     if len(v) == 1:
         return (v[0], v[0])
     if len(v) != 2:
-        raise ValueError(f"{what} must be an int or a pair of ints, got {v}")
+        raise InvalidArgumentError(f"{what} must be an int or a pair of ints, got {v}")
     return v
 
 
 def _padding(padding):
     p = str(padding).upper()
     if p not in ("SAME", "VALID"):
-        raise ValueError(f"padding must be 'valid' or 'same', got {padding!r}")
+        raise InvalidArgumentError(f"padding must be 'valid' or 'same', got {padding!r}")
     return p
 
 
@@ -59,7 +60,7 @@ class Conv2D(Layer):
         _check_constraints(kernel_constraint, bias_constraint)
         self.filters = int(filters)
         if self.filters <= 0:
-            raise ValueError(f"Conv2D: filters must be a positive integer, got {filters}")
+            raise InvalidArgumentError(f"Conv2D: filters must be a positive integer, got {filters}")
         self.kernel_size = _pair(kernel_size, "kernel_size")
         self.strides = _pair(strides, "strides")
         self.padding = _padding(padding)
@@ -77,12 +78,13 @@ class Conv2D(Layer):
 
     def build(self, input_shape):
         if input_shape is None or len(input_shape) != 4:
-            raise ValueError(f"{self.name}: Conv2D needs 4-D inputs "
+            raise InvalidArgumentError(f"{self.name}: Conv2D needs 4-D inputs "
                              f"({'NHWC' if self._fmt == 'NHWC' else 'NCHW'}), got shape "
                              f"{input_shape}")
         c = input_shape[-1] if self._fmt == "NHWC" else input_shape[1]
         if c is None:
-            raise ValueError(f"{self.name}: the channel dimension of the inputs must be known")
+            raise InvalidArgumentError(
+                f"{self.name}: the channel dimension of the inputs must be known")
         self.kernel = self.add_weight("kernel", [*self.kernel_size, int(c), self.filters],
                                       initializer=self.kernel_initializer,
                                       regularizer=self.kernel_regularizer)
@@ -107,6 +109,7 @@ Convolution2D = Conv2D
 
 def conv2d(*args, **kwargs):
     """Not available with eager execution (as in TensorFlow): use ``tf.layers.Conv2D``."""
-    raise RuntimeError("tf.layers.conv2d (the functional form) creates variables it cannot "
+    raise FailedPreconditionError(
+        "tf.layers.conv2d (the functional form) creates variables it cannot "
                        "keep with eager execution; use the tf.layers.Conv2D class "
                        "(layer = tf.layers.Conv2D(filters, kernel_size); y = layer(x)).")

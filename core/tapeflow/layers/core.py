@@ -11,6 +11,7 @@ TensorShape([1, 1, 10])
 
 from __future__ import annotations
 
+from ..errors import FailedPreconditionError, InvalidArgumentError
 from .. import array as _a
 from .. import math as _m
 from .. import nn as _nn
@@ -50,7 +51,7 @@ class Dense(Layer):
         _check_constraints(kernel_constraint, bias_constraint)
         units = int(units)
         if units <= 0:
-            raise ValueError(f"Dense: units must be a positive integer, got {units}")
+            raise InvalidArgumentError(f"Dense: units must be a positive integer, got {units}")
         self.units = units
         self.activation = _act.get(activation)
         self.use_bias = bool(use_bias)
@@ -63,7 +64,7 @@ class Dense(Layer):
 
     def build(self, input_shape):
         if input_shape is None or len(input_shape) < 2 or input_shape[-1] is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{self.name}: Dense needs inputs of rank >= 2 ([batch, ..., features]) with "
                 f"a known last dimension, got shape {_fmt(input_shape)}; reshape a batch of "
                 "scalars with tf.reshape(x, [-1, 1])")
@@ -105,7 +106,7 @@ def flatten(inputs, name=None, data_format="channels_last"):
     x = inputs if type(inputs) is Tensor else convert_to_tensor(inputs)
     shape = x.shape
     if len(shape) == 0:
-        raise ValueError("flatten needs an input with a batch dimension, got a scalar")
+        raise InvalidArgumentError("flatten needs an input with a batch dimension, got a scalar")
     if _channels(data_format) == "channels_first" and len(shape) >= 3:
         x = _a.transpose(x, [0] + list(range(2, len(shape))) + [1])
     return _a.reshape(x, [shape[0], -1])
@@ -116,7 +117,7 @@ def _channels(data_format):
         return "channels_last"
     if data_format in ("channels_first", "NCHW", "NCW", "NCDHW"):
         return "channels_first"
-    raise ValueError(f"data_format must be 'channels_last' or 'channels_first', "
+    raise InvalidArgumentError(f"data_format must be 'channels_last' or 'channels_first', "
                      f"got {data_format!r}")
 
 
@@ -131,7 +132,7 @@ class Dropout(Layer):
         super().__init__(name=name, **kwargs)
         rate = float(rate)
         if not 0.0 <= rate < 1.0:
-            raise ValueError(f"Dropout: rate must be in [0, 1), got {rate}")
+            raise InvalidArgumentError(f"Dropout: rate must be in [0, 1), got {rate}")
         self.rate = rate
         self.noise_shape = noise_shape
         self.seed = seed
@@ -202,6 +203,7 @@ class Embedding(Layer):
 
 def dense(*args, **kwargs):
     """Not available with eager execution (as in TensorFlow): use ``tf.layers.Dense``."""
-    raise RuntimeError("tf.layers.dense (the functional form) creates variables it cannot "
+    raise FailedPreconditionError(
+        "tf.layers.dense (the functional form) creates variables it cannot "
                        "keep with eager execution; use the tf.layers.Dense class "
                        "(layer = tf.layers.Dense(units); y = layer(x)).")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from ..errors import InvalidArgumentError
 from .. import dtypes as _dt
 from .. import random as _random
 from ..array import ones as _ones
@@ -115,13 +116,14 @@ class VarianceScaling(Initializer):
 
     def __init__(self, scale=1.0, mode="fan_in", distribution="truncated_normal", seed=None):
         if scale <= 0:
-            raise ValueError(f"scale must be positive, got {scale}")
+            raise InvalidArgumentError(f"scale must be positive, got {scale}")
         if mode not in ("fan_in", "fan_out", "fan_avg"):
-            raise ValueError(f"mode must be 'fan_in', 'fan_out' or 'fan_avg', got {mode!r}")
+            raise InvalidArgumentError(
+                f"mode must be 'fan_in', 'fan_out' or 'fan_avg', got {mode!r}")
         if distribution == "normal":
             distribution = "truncated_normal"
         if distribution not in ("truncated_normal", "untruncated_normal", "uniform"):
-            raise ValueError(f"bad distribution {distribution!r}")
+            raise InvalidArgumentError(f"bad distribution {distribution!r}")
         self.scale, self.mode, self.distribution, self.seed = scale, mode, distribution, seed
 
     def __call__(self, shape, dtype=None, **kwargs):
@@ -233,7 +235,7 @@ def get(identifier):
             key = _snake(key)
         cls = _BY_NAME.get(key)
         if cls is None:
-            raise ValueError(f"Unknown initializer {identifier!r}; known: "
+            raise InvalidArgumentError(f"Unknown initializer {identifier!r}; known: "
                              + ", ".join(sorted(_BY_NAME)))
         return cls()
     if isinstance(identifier, type) and issubclass(identifier, Initializer):

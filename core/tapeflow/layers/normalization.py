@@ -19,6 +19,7 @@ tape); in inference it uses the moving statistics. ``gamma``/``beta`` are traina
 
 from __future__ import annotations
 
+from ..errors import FailedPreconditionError, InvalidArgumentError
 from .. import array as _a
 from .. import math as _m
 from .. import nn as _nn
@@ -62,7 +63,7 @@ class BatchNormalization(Layer):
 
     def build(self, input_shape):
         if input_shape is None:
-            raise ValueError(f"{self.name}: BatchNormalization needs a tensor input")
+            raise InvalidArgumentError(f"{self.name}: BatchNormalization needs a tensor input")
         nd = len(input_shape)
         axes = self.axis if isinstance(self.axis, list) else [self.axis]
         axes = sorted(a % nd if -nd <= a < nd else _bad_axis(a, nd) for a in axes)
@@ -122,11 +123,13 @@ class BatchNormalization(Layer):
 
 
 def _bad_axis(a, nd):
-    raise ValueError(f"BatchNormalization: axis {a} is out of range for inputs of rank {nd}")
+    raise InvalidArgumentError(
+        f"BatchNormalization: axis {a} is out of range for inputs of rank {nd}")
 
 
 def batch_normalization(*args, **kwargs):
     """Not available with eager execution (as in TensorFlow): use the class."""
-    raise RuntimeError("tf.layers.batch_normalization (the functional form) creates variables "
+    raise FailedPreconditionError(
+        "tf.layers.batch_normalization (the functional form) creates variables "
                        "it cannot keep with eager execution; use the "
                        "tf.layers.BatchNormalization class.")

@@ -9,6 +9,7 @@ tf.Tensor(2.5, shape=(), dtype=float32)
 
 from __future__ import annotations
 
+from ..errors import InvalidArgumentError, InvalidTypeError
 from .. import math as _m
 
 __all__ = ["Regularizer", "L1L2", "L1", "L2", "l1", "l2", "l1_l2", "get"]
@@ -60,8 +61,8 @@ def get(identifier):
     if isinstance(identifier, str):
         table = {"l1": L1, "l2": L2, "l1_l2": l1_l2}
         if identifier not in table:
-            raise ValueError(f"Unknown regularizer {identifier!r}; known: l1, l2, l1_l2")
+            raise InvalidArgumentError(f"Unknown regularizer {identifier!r}; known: l1, l2, l1_l2")
         return table[identifier]()
     if callable(identifier):
         return identifier
-    raise TypeError(f"regularizer must be a name, a callable or None, got {identifier!r}")
+    raise InvalidTypeError(f"regularizer must be a name, a callable or None, got {identifier!r}")

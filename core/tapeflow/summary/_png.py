@@ -7,6 +7,8 @@ import zlib
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
+
 _COLOR_TYPE = {1: 0, 2: 4, 3: 2, 4: 6}     # channels -> PNG colour type
 
 
@@ -27,7 +29,7 @@ def encode_png(image) -> bytes:
     if a.ndim == 2:
         a = a[:, :, None]
     if a.ndim != 3 or a.shape[2] not in _COLOR_TYPE or a.dtype != np.uint8:
-        raise ValueError(f"encode_png needs a uint8 array (height, width, 1|2|3|4), got "
+        raise InvalidArgumentError(f"encode_png needs a uint8 array (height, width, 1|2|3|4), got "
                          f"{a.dtype} {a.shape}")
     h, w, c = a.shape
     rows = np.empty((h, 1 + w * c), np.uint8)

@@ -19,6 +19,8 @@ import struct
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
+
 # --- CRC32C (Castagnoli), table driven ------------------------------------------------
 
 def _make_table():
@@ -71,13 +73,13 @@ def read_records(path):
                 return
             (length,), (crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
             if masked_crc32c(header[:8]) != crc:
-                raise ValueError(f"{path}: corrupt record length at byte {offset}")
+                raise InvalidArgumentError(f"{path}: corrupt record length at byte {offset}")
             body = f.read(length + 4)
             if len(body) < length + 4:
                 return
             data, (crc,) = body[:length], struct.unpack("<I", body[length:])
             if masked_crc32c(data) != crc:
-                raise ValueError(f"{path}: corrupt record data at byte {offset}")
+                raise InvalidArgumentError(f"{path}: corrupt record data at byte {offset}")
             offset += 12 + length + 4
             yield data
 

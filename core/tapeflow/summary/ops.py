@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from . import _records
 from ._png import encode_png
 from .writer import _current, _policy_allows, _resolve_step, get_default_writer
@@ -31,7 +31,7 @@ def _family_or_step(family, step):
     """The contrib signature's ``family`` slot holds TF 2's ``step`` when it is not a str."""
     if family is not None and not isinstance(family, str):
         if step is not None:
-            raise TypeError("summary: step given twice (positionally and as step=)")
+            raise InvalidTypeError("summary: step given twice (positionally and as step=)")
         return None, family
     return family, step
 

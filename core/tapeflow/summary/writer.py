@@ -19,6 +19,7 @@ import threading
 import time
 import weakref
 
+from ..errors import FailedPreconditionError, InvalidArgumentError
 from . import _records
 
 __all__ = ["SummaryWriter", "create_file_writer", "create_summary_file_writer",
@@ -113,7 +114,7 @@ class SummaryWriter:
     # --- writing -----------------------------------------------------------------------------
     def _write_summary(self, step: int, values: list[bytes]):
         if self._closed:
-            raise ValueError(f"{self!r}: the writer is closed")
+            raise InvalidArgumentError(f"{self!r}: the writer is closed")
         record = _records.frame(_records.event(time.time(), step,
                                                summary=_records.summary(values)))
         with self._lock:
@@ -256,7 +257,8 @@ def record_summaries_every_n_global_steps(n, global_step=None):
     multiple of ``n``, read at the moment each summary is written."""
     n = int(n)
     if n < 1:
-        raise ValueError(f"record_summaries_every_n_global_steps: n must be >= 1, got {n}")
+        raise InvalidArgumentError(
+            f"record_summaries_every_n_global_steps: n must be >= 1, got {n}")
 
     def every_n():
         step = _global_step() if global_step is None else global_step
@@ -300,7 +302,7 @@ def _global_step():
     try:
         from .. import train
     except ImportError as e:                     # pragma: no cover - train/ ships with core
-        raise RuntimeError("summaries without step= need tapeflow.train's global step; "
+        raise FailedPreconditionError("summaries without step= need tapeflow.train's global step; "
                            f"it could not be imported ({e}); pass step=") from e
     return train.get_or_create_global_step()
 
