@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import importlib
 
+from ..errors import InvalidTypeError
+
 _NAMES = ("SGD", "Adam", "RMSprop", "Adagrad", "Optimizer")
 __all__ = ["get", *_NAMES]
 
@@ -42,4 +44,4 @@ def get(identifier):
         return identifier
     if isinstance(identifier, str):
         return _train().get_optimizer(identifier)
-    raise TypeError(f"optimizer must be a name or an optimizer object, got {identifier!r}")
+    raise InvalidTypeError(f"optimizer must be a name or an optimizer object, got {identifier!r}")
