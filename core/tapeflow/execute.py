@@ -54,14 +54,14 @@ policy = _Policy()
 def _np_from_python(value, dtype):
     """Host array for a Python/NumPy value; Python floats default to float32 and
     ints to int32 (int64 when they do not fit), as in the seeds."""
-    if dtype is not None and dtype.np.kind in "iub":
+    if dtype is not None:
         _check_lossless(value, dtype)
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         a = np.array(value, dtype=None if dtype is None else dtype.np, copy=True)
     else:
         try:
             a = np.array(value, dtype=None if dtype is None else dtype.np)
-        except (ValueError, OverflowError) as e:
+        except (ValueError, OverflowError, TypeError) as e:
             raise InvalidArgumentError(
                 f"Cannot convert {_short(value)} to a tensor"
                 + (f" of dtype {dtype.name}" if dtype is not None else "") + f": {e}") from None
@@ -82,9 +82,11 @@ def _np_from_python(value, dtype):
 
 
 def _check_lossless(value, dtype):
-    """No silent coercion into integer and bool dtypes (as TensorFlow): a float (or
-    complex, or string) value is refused instead of truncated."""
-    if type(value) is int or type(value) is bool:
+    """No silent coercion (as TensorFlow): float values into integer and bool dtypes,
+    complex, string and object values into any dtype, and integers outside the
+    dtype's range are refused instead of truncated or wrapped."""
+    tv = type(value)
+    if tv is int or tv is bool or (tv is float and dtype.np.kind == "f"):
         return
     kind = value.dtype.kind if isinstance(value, (np.ndarray, np.generic)) else None
     if kind is None:
@@ -92,7 +94,7 @@ def _check_lossless(value, dtype):
             kind = np.asarray(value).dtype.kind
         except (ValueError, TypeError, OverflowError):
             return                          # the conversion itself reports it
-    if kind in "fcUSO":
+    if kind in "cUSO" or (kind == "f" and dtype.np.kind in "iub"):
         what = {"f": "floating-point", "c": "complex", "U": "string", "S": "bytes",
                 "O": "non-numeric"}[kind]
         raise InvalidArgumentError(
