@@ -27,6 +27,9 @@ import types
 
 import numpy as np
 
+from . import files as _files
+from .errors import DataLossError
+
 __all__ = ["load_digits", "digits", "fashion_mnist", "mnist", "DatasetNotFoundError",
            "read_idx", "DATA_DIR_ENV"]
 
@@ -44,22 +47,46 @@ _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f
               0x0E: ">f8"}
 
 
-def read_idx(path) -> np.ndarray:
-    """The array in an IDX file (``.gz`` compressed or not), as in (Fashion-)MNIST."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] not in _IDX_TYPES:
-        raise ValueError(f"{path}: not an IDX file (bad magic number {data[:4]!r})")
-    ndim = data[3]
-    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
-    dtype = np.dtype(_IDX_TYPES[data[2]])
-    offset = 4 + 4 * ndim
-    count = int(np.prod(shape, dtype=np.int64))
-    if len(data) - offset < count * dtype.itemsize:
-        raise ValueError(f"{path}: truncated IDX file ({len(data) - offset} bytes of data, "
-                         f"{count * dtype.itemsize} expected for shape {shape})")
-    a = np.frombuffer(data, dtype, count, offset).reshape(shape)
+#: the largest IDX payload read (Fashion-MNIST's training images are 47 MB)
+MAX_IDX_BYTES = 4 << 30
+
+
+def read_idx(path, max_bytes=MAX_IDX_BYTES) -> np.ndarray:
+    """The array in an IDX file (``.gz`` compressed or not), as in (Fashion-)MNIST.
+
+    The header (magic number, dims) is read first and says how many bytes of data
+    follow; exactly that many are read -- a gzip stream is decompressed only that far
+    (a "gzip bomb" cannot inflate past it) and a file with more or fewer bytes is
+    refused. Only regular files are opened (a FIFO or ``/dev/zero`` is refused).
+    """
+    f, _ = _files.open_regular(path, "IDX file")
+    with f:
+        stream = gzip.GzipFile(fileobj=f, mode="rb") if str(path).endswith(".gz") else f
+        try:
+            head = stream.read(4)
+            if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES:
+                raise DataLossError(f"{path}: not an IDX file (bad magic number {head!r})")
+            ndim = head[3]
+            dims = stream.read(4 * ndim)
+            if len(dims) < 4 * ndim:
+                raise DataLossError(f"{path}: truncated IDX header ({ndim} dimensions declared)")
+            shape = tuple(int.from_bytes(dims[4 * i:4 * i + 4], "big") for i in range(ndim))
+            dtype = np.dtype(_IDX_TYPES[head[2]])
+            nbytes = dtype.itemsize
+            for d in shape:
+                nbytes *= d
+            if nbytes > max_bytes:
+                raise DataLossError(
+                    f"{path}: the IDX header declares shape {shape} ({nbytes} bytes of data), "
+                    f"more than the {max_bytes} tapeflow reads (read_idx(max_bytes=...))")
+            data = stream.read(nbytes + 1)         # one more: is there anything after it?
+        except (OSError, EOFError, gzip.BadGzipFile) as e:
+            raise DataLossError(f"{path}: corrupt or truncated IDX file ({e})") from None
+    if len(data) != nbytes:
+        raise DataLossError(
+            f"{path}: the IDX header declares shape {shape} ({nbytes} bytes of data) but the "
+            f"file has {'more' if len(data) > nbytes else len(data)} bytes of data")
+    a = np.frombuffer(data, dtype, -1).reshape(shape)
     return a.astype(dtype.newbyteorder("="), copy=True)
 
 

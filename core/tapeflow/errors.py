@@ -19,7 +19,8 @@ __all__ = [
     "TapeflowError", "OpError", "InvalidArgumentError", "InvalidTypeError", "OutOfRangeError",
     "NotFoundError", "UnimplementedError",
     "DeviceMismatchError", "ResourceExhaustedError", "FailedPreconditionError",
-    "NotDifferentiableError", "DataLossError", "PluginError", "PluginConflictError",
+    "NotDifferentiableError", "DataLossError", "PermissionDeniedError", "PluginError",
+    "PluginConflictError",
 ]
 
 
@@ -100,8 +101,14 @@ class NotDifferentiableError(OpError, LookupError):
     """A gradient was requested through an op that has no gradient rule."""
 
 
-class DataLossError(OpError):
-    """Unrecoverable data loss or corruption (a truncated or corrupt checkpoint file)."""
+class DataLossError(OpError, ValueError):
+    """Unrecoverable data loss or corruption (a truncated or corrupt checkpoint file, a
+    file that is not what it claims to be). Also a ``ValueError``."""
+
+
+class PermissionDeniedError(OpError, PermissionError):
+    """A path read from a file (a checkpoint's state file or index) leads outside the
+    directory it belongs to: refused, nothing is read, overwritten or deleted there."""
 
 
 class PluginError(TapeflowError, RuntimeError):

@@ -67,6 +67,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from .. import errors as _errors
+from .. import files as _files
 from .. import tensor as _tensor
 from ..errors import InvalidArgumentError, NotFoundError
 from ..execute import constant as _constant
@@ -82,13 +83,12 @@ INDEX_SUFFIX = ".index.json"
 DATA_SUFFIX = ".safetensors"
 STATE_FILE = "checkpoint"
 _SLOT = ".OPTIMIZER_SLOT"
+#: the largest index and state file read (a real index is ~150 bytes per tensor)
+MAX_INDEX_BYTES = 64 << 20
+MAX_STATE_BYTES = 1 << 20
 
 
-if hasattr(_errors, "DataLossError"):
-    DataLossError = _errors.DataLossError
-else:
-    class DataLossError(_errors.OpError):
-        """Unrecoverable data loss or corruption: a truncated or corrupt checkpoint."""
+DataLossError = _errors.DataLossError
 
 
 def _st():
@@ -281,12 +281,7 @@ def _write(path, entries, kind):
     index_path = path + INDEX_SUFFIX
     # Overwriting a checkpoint: write the data under the other of two names, so the old
     # index keeps pointing at intact data until the new index replaces it.
-    old_data = None
-    try:
-        with open(index_path, encoding="utf-8") as f:
-            old_data = json.load(f).get("data_file")
-    except (OSError, ValueError, AttributeError):
-        pass
+    old_data = _old_data_file(index_path)
     data_name = base + DATA_SUFFIX
     if old_data == data_name:
         data_name = base + ".1" + DATA_SUFFIX
@@ -295,10 +290,28 @@ def _write(path, entries, kind):
              "data_bytes": len(blob), "data_sha256": hashlib.sha256(blob).hexdigest(),
              "tensors": tensors}
     _atomic_write(index_path, json.dumps(index, indent=1).encode("utf-8"))
-    if old_data and old_data != data_name and "/" not in old_data and os.sep not in old_data:
+    if old_data and old_data != data_name:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(directory, old_data))
     return path
+
+
+def _old_data_file(index_path):
+    """The data file named by the index at ``index_path`` (an earlier save), checked
+    to be a plain name in the index's directory -- it is deleted once the new data is
+    written -- or None when there is no readable index."""
+    try:
+        raw = _files.read_regular(index_path, MAX_INDEX_BYTES, "checkpoint index")
+        name = json.loads(raw.decode("utf-8")).get("data_file")
+    except (FileNotFoundError, NotADirectoryError, ValueError, AttributeError):
+        return None
+    if name is None:
+        return None
+    source = f"The checkpoint index '{index_path}'"
+    _files.plain_name(name, source)
+    _files.confine(os.path.dirname(index_path), os.path.join(os.path.dirname(index_path), name),
+                   source)
+    return name
 
 
 class _Loaded:
@@ -346,8 +359,11 @@ def _check_index(index, path):
         raise _loss(path, f"was written by a newer tapeflow (format version "
                           f"{index['version']} > {VERSION})")
     name = index["data_file"]
-    if not name or name in (".", "..") or "/" in name or "\\" in name or os.sep in name:
+    if not name or name in (".", "..") or "/" in name or "\\" in name or os.sep in name \
+            or "\0" in name:
         raise _loss(path, f"has an index naming an invalid data file {name!r}")
+    if index["data_bytes"] < 0:
+        raise _loss(path, f"has an index declaring {index['data_bytes']} bytes of data")
     for key, meta in index["tensors"].items():
         if not (isinstance(meta, dict) and isinstance(meta.get("dtype"), str)
                 and isinstance(meta.get("shape"), list)
@@ -364,8 +380,7 @@ def _read(path) -> _Loaded:
         path = path[:-len(INDEX_SUFFIX)]
     index_path = path + INDEX_SUFFIX
     try:
-        with open(index_path, "rb") as f:
-            raw = f.read()
+        raw = _files.read_regular(index_path, MAX_INDEX_BYTES, "checkpoint index")
     except (FileNotFoundError, NotADirectoryError):
         hint = ""
         if os.path.isdir(path):
@@ -379,14 +394,18 @@ def _read(path) -> _Loaded:
         raise _loss(path, f"has a corrupt or truncated index '{index_path}' ({e})") from None
     _check_index(index, path)
     data_path = os.path.join(os.path.dirname(index_path), index["data_file"])
+    # a data file that is a symlink out of the directory is refused, as is one that is
+    # not a regular file (a FIFO would block, /dev/zero would never end) or whose size
+    # is not the index's -- all before reading a byte of it
+    _files.confine(os.path.dirname(index_path), data_path,
+                   f"The checkpoint index '{index_path}'")
     try:
-        with open(data_path, "rb") as f:
-            blob = f.read()
+        blob = _files.read_regular(data_path, index["data_bytes"], "checkpoint data file",
+                                   exact=index["data_bytes"])
     except FileNotFoundError:
         raise _loss(path, f"is incomplete: its data file '{data_path}' is missing") from None
-    if len(blob) != index["data_bytes"]:
-        raise _loss(path, f"is truncated or corrupt: '{data_path}' has {len(blob)} bytes, "
-                          f"the index says {index['data_bytes']}")
+    except DataLossError as e:
+        raise _loss(path, f"is truncated or corrupt: {e.message}") from None
     if hashlib.sha256(blob).hexdigest() != index["data_sha256"]:
         raise _loss(path, f"is corrupt: the SHA-256 of '{data_path}' does not match its index")
     try:
@@ -442,9 +461,9 @@ def _read_state(directory, latest_filename=None):
     """``(latest path, [all paths])`` from ``<directory>/checkpoint``, or None."""
     fname = os.path.join(directory, latest_filename or STATE_FILE)
     try:
-        with open(fname, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError):
+        text = _files.read_regular(fname, MAX_STATE_BYTES, "checkpoint state file").decode(
+            "utf-8")
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, UnicodeDecodeError):
         return None
     latest, everything = None, []
     for line in text.splitlines():
@@ -457,6 +476,9 @@ def _read_state(directory, latest_filename=None):
             continue
         if not os.path.isabs(value):
             value = os.path.join(directory, value)
+        # the paths are deleted by rotation and read by restores: they must stay in
+        # the directory (a state file listing '../victim/ckpt-1' is refused)
+        _files.confine(directory, value, f"The checkpoint state file '{fname}'")
         if m.group(1) == "model_checkpoint_path":
             latest = value
         elif m.group(1) == "all_model_checkpoint_paths":
@@ -881,16 +903,13 @@ class CheckpointManager:
 
 
 def _delete_checkpoint(path):
-    """Delete a checkpoint: the index first (it stops being one), then its data."""
-    data = None
-    try:
-        with open(path + INDEX_SUFFIX, encoding="utf-8") as f:
-            data = json.load(f).get("data_file")
-    except (OSError, ValueError, AttributeError):
-        pass
+    """Delete a checkpoint: the index first (it stops being one), then its data --
+    only when the index names a plain file in the same directory (checked before
+    anything is deleted)."""
+    data = _old_data_file(path + INDEX_SUFFIX)
     with contextlib.suppress(OSError):
         os.unlink(path + INDEX_SUFFIX)
-    if isinstance(data, str) and "/" not in data and os.sep not in data:
+    if data:
         with contextlib.suppress(OSError):
             os.unlink(os.path.join(os.path.dirname(path), data))
 
