@@ -191,3 +191,19 @@ def test_scope_mismatch_names_the_scope_and_the_inputs_device():
         e = _raises(errors.DeviceMismatchError, lambda: tf.add(x, x), "all on opencl:0",
                     "tf.device('cpu:0')", ".to('cpu:0')")
     assert "opencl:0, opencl:0" not in str(e)
+
+
+@pytest.mark.parametrize("name", ["MatrixInverse", "MatrixDeterminant", "LogMatrixDeterminant"])
+@pytest.mark.parametrize("shape", [[2, 3], [3], [], [2, 3, 2]])
+def test_lu_ops_called_directly_check_squareness_on_every_device(dev, name, shape):
+    # the OpenCL kernels read out of bounds on a non-square input called past the
+    # public function: the check is the op's, not the wrapper's
+    with tf.device(dev):
+        x = tf.ones(shape)
+        _raises(errors.InvalidArgumentError, lambda: OPS[name](x), "square matrix", dev)
+
+
+def test_matrix_solve_called_directly_checks_rhs(dev):
+    with tf.device(dev):
+        _raises(errors.InvalidArgumentError,
+                lambda: OPS["MatrixSolve"](tf.eye(3), tf.ones([2, 1])), "rhs must have shape")

@@ -457,6 +457,18 @@ def _square(x, opname, what="Input"):
             op=opname, device=x._device)
 
 
+def _check_square(op, tensors, attrs, device):
+    """Signature check of the LU-based ops (every backend): the first input is a
+    square matrix or a batch of them; MatrixSolve's ``rhs`` is ``[..., M, K]``."""
+    _square(tensors[0], op.name, "matrix" if len(tensors) > 1 else "Input")
+    if len(tensors) > 1:
+        sa, sb = tuple(tensors[0]._data.shape), tuple(tensors[1]._data.shape)
+        if len(sb) < 2 or sb[-2] != sa[-1]:
+            raise InvalidArgumentError(
+                f"rhs must have shape [..., {sa[-1]}, K] to match matrix {_fmt(sa)}, got "
+                f"{_fmt(sb)}", op=op.name, device=device)
+
+
 def _inv_grad(ctx, dy):
     from . import math as _m
     y = ctx.outputs[0]
@@ -467,7 +479,8 @@ def _inv_grad(ctx, dy):
     return _m.negative(g)
 
 
-_INV = defop("MatrixInverse", inputs=("input",), attrs={"adjoint": False}, grad=_inv_grad)
+_INV = defop("MatrixInverse", inputs=("input",), attrs={"adjoint": False}, grad=_inv_grad,
+             check=_check_square)
 
 
 def inv(input, adjoint=False, name=None):
@@ -480,9 +493,7 @@ def inv(input, adjoint=False, name=None):
     [[ 1. -1.]
      [ 0.  1.]], shape=(2, 2), dtype=float32)
     """
-    x = _tensor(input)
-    _square(x, "MatrixInverse")
-    return execute(_INV, (x,), {"adjoint": bool(adjoint)})
+    return execute(_INV, (_tensor(input),), {"adjoint": bool(adjoint)})
 
 
 def _solve_grad(ctx, dy):
@@ -496,7 +507,7 @@ def _solve_grad(ctx, dy):
 
 
 _SOLVE = defop("MatrixSolve", inputs=("matrix", "rhs"), attrs={"adjoint": False},
-               broadcast=True, grad=_solve_grad)
+               broadcast=True, grad=_solve_grad, check=_check_square)
 
 
 def solve(matrix, rhs, adjoint=False, name=None):
@@ -509,14 +520,8 @@ def solve(matrix, rhs, adjoint=False, name=None):
     [[1. ]
      [0.5]], shape=(2, 1), dtype=float32)
     """
-    a, b = _tensor(matrix), _tensor(rhs)
-    _square(a, "MatrixSolve", "matrix")
-    sa, sb = tuple(a._data.shape), tuple(b._data.shape)
-    if len(sb) < 2 or sb[-2] != sa[-1]:
-        raise InvalidArgumentError(
-            f"rhs must have shape [..., {sa[-1]}, K] to match matrix {_fmt(sa)}, got "
-            f"{_fmt(sb)}", op="MatrixSolve", device=a._device)
-    return execute(_SOLVE, (a, b), {"adjoint": bool(adjoint)})
+    a = _tensor(matrix)
+    return execute(_SOLVE, (a, convert_like(rhs, a)), {"adjoint": bool(adjoint)})
 
 
 def _det_scale(x, g):
@@ -536,9 +541,9 @@ def _slogdet_grad(ctx, dsign, dlog):
     return _det_scale(ctx.inputs[0], dlog)
 
 
-_DET = defop("MatrixDeterminant", inputs=("input",), grad=_det_grad)
+_DET = defop("MatrixDeterminant", inputs=("input",), grad=_det_grad, check=_check_square)
 _SLOGDET = defop("LogMatrixDeterminant", inputs=("input",), num_outputs=2,
-                 grad=_slogdet_grad)
+                 grad=_slogdet_grad, check=_check_square)
 
 
 def det(input, name=None):
@@ -548,9 +553,7 @@ def det(input, name=None):
     >>> print(tf.linalg.det([[1., 2.], [3., 4.]]))
     tf.Tensor(-2.0, shape=(), dtype=float32)
     """
-    x = _tensor(input)
-    _square(x, "MatrixDeterminant")
-    return execute(_DET, (x,))
+    return execute(_DET, (_tensor(input),))
 
 
 def slogdet(input, name=None):
@@ -561,9 +564,7 @@ def slogdet(input, name=None):
     >>> float(sign), round(float(logabs), 4)
     (-1.0, 0.6931)
     """
-    x = _tensor(input)
-    _square(x, "LogMatrixDeterminant")
-    return execute(_SLOGDET, (x,))
+    return execute(_SLOGDET, (_tensor(input),))
 
 
 def logdet(matrix, name=None):
