@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import threading
 
 import numpy as np
 
@@ -321,7 +322,14 @@ class Variable:
     Reads (using the Variable as an op input, ``read_value()``, ``value()``) are
     watched by active GradientTapes unless ``trainable=False`` or the tape was made
     with ``watch_accessed_variables=False``. ``assign*`` validate the new value's
-    shape and dtype first and leave the Variable untouched on error.
+    shape and dtype first and leave the Variable untouched on error; nothing is
+    converted silently (a float into an integer Variable, a string, ``None`` or a
+    complex value is an InvalidArgumentError; Python ints into float Variables are fine).
+
+    Thread safety (docs/concurrency.md): ``assign``/``assign_add``/``assign_sub`` on one
+    Variable are atomic with respect to each other (a per-Variable lock around the
+    read-modify-write), and reads (``read_value()``, ``numpy()``, using the Variable in
+    an op) see the value before or after an update, never a half-written buffer.
 
     >>> import tapeflow as tf
     >>> v = tf.Variable(1.0)
@@ -354,6 +362,8 @@ class Variable:
             from . import math as _m
             value = _m.cast(value, dtype)
         self._value = value
+        # (an RLock: an update that reads the Variable while tracing re-enters it)
+        self._lock = threading.RLock()
         self.trainable = bool(trainable)
         self._name = (name or "Variable")
         self._id = next(Variable._uid)
@@ -393,11 +403,24 @@ class Variable:
     def __hash__(self):
         return id(self)
 
+    # pickle/deepcopy: a lock is not copyable; the copy gets its own
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_lock", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
     # reading --------------------------------------------------------------------
     def read_value(self) -> Tensor:
         """The current value as a Tensor (watched by active tapes)."""
         from .tape import _tapes_active, watch_variable_read
+        lock = self._lock           # (not a buffer an in-place update is writing)
+        lock.acquire()
         v = self._value
+        lock.release()
         if _tracing[0]:
             from .tracing import trace_read
             v = trace_read(self, v)
@@ -407,23 +430,33 @@ class Variable:
 
     value = read_value
 
+    def _current(self) -> Tensor:
+        """The value Tensor, read under the update lock: an in-place update (buffer
+        donation) never runs while a reader takes the reference, and once the reader
+        holds it no update writes that buffer in place (the reference count says so)."""
+        lock = self._lock
+        lock.acquire()
+        v = self._value
+        lock.release()
+        return v
+
     def numpy(self):
-        return self._value.numpy()
+        return self._current().numpy()
 
     def __array__(self, dtype=None, copy=None):
-        return self._value.__array__(dtype, copy)
+        return self._current().__array__(dtype, copy)
 
     def __bool__(self):
-        return bool(self._value)
+        return bool(self._current())
 
     def __int__(self):
-        return int(self._value)
+        return int(self._current())
 
     def __float__(self):
-        return float(self._value)
+        return float(self._current())
 
     def __index__(self):
-        return self._value.__index__()
+        return self._current().__index__()
 
     def __len__(self):
         return len(self._value)
@@ -432,11 +465,11 @@ class Variable:
         return iter(self.read_value())
 
     def __format__(self, spec):
-        return format(self._value, spec)
+        return format(self._current(), spec)
 
     def __repr__(self):
         # exactly the seeds' form on every device (the tensor's repr names the device)
-        v = self._value._repr_value()
+        v = self._current()._repr_value()
         return (f"<tf.Variable '{self.name}' shape={tuple(self.shape)} dtype={self.dtype.name}"
                 f", numpy={v}>")
 
@@ -444,17 +477,30 @@ class Variable:
 
     # writing --------------------------------------------------------------------
     def _checked(self, value, op):
+        """``value`` as a Tensor of this Variable's dtype, shape and device, or an
+        InvalidArgumentError naming the Variable and both dtypes (nothing is coerced)."""
         from .execute import convert_to_tensor, copy_to_device
         cur = self._value
+        dt = cur.dtype
         if isinstance(value, Variable):
-            value = value._value
-        try:
-            t = convert_to_tensor(value, dtype=cur.dtype)
-        except (TypeError, ValueError) as e:
+            value = value._current()
+        refusal = _coercion_refusal(value, dt)
+        if refusal is not None:
+            src, advice = refusal
             raise InvalidArgumentError(
-                f"Cannot {op} {value!r} to Variable '{self.name}' of dtype {cur.dtype.name}: {e}. "
-                "The variable was left unchanged.", op=op, device=cur._device) from None
-        if t.dtype != cur.dtype:
+                f"Cannot {op} {_describe(value)} of dtype {src} to Variable '{self.name}' of "
+                f"dtype {cur.dtype.name}: tapeflow does not convert {src.split()[0]} to "
+                f"{cur.dtype.name} silently; {advice}. The variable was left unchanged.",
+                op=op, device=cur._device)
+        try:
+            t = convert_to_tensor(value, dtype=dt)
+        except (TypeError, ValueError) as e:
+            msg = e.message if isinstance(e, InvalidArgumentError) else str(e)
+            raise InvalidArgumentError(
+                f"Cannot {op} {_describe(value)} to Variable '{self.name}' of dtype "
+                f"{cur.dtype.name}: {msg.rstrip('.')}. The variable was left unchanged.",
+                op=op, device=cur._device) from None
+        if t.dtype != dt:
             raise InvalidArgumentError(
                 f"Cannot {op} a {t.dtype.name} value to Variable '{self.name}' of dtype "
                 f"{cur.dtype.name}; cast it first (tf.cast). The variable was left unchanged.",
@@ -471,8 +517,11 @@ class Variable:
     def assign(self, value, use_locking=None, name=None, read_value=True):
         """Replace the value (same dtype and shape). Returns the Variable."""
         new = self._checked(value, "assign")
+        lock = self._lock          # (acquire/release: half the cost of `with` here)
+        lock.acquire()
         prev = self._value
         self._value = new
+        lock.release()
         if _tracing[0]:
             from .tracing import trace_assign
             trace_assign(self, prev)
@@ -487,27 +536,35 @@ class Variable:
         return self._update(delta, "assign_sub", np.subtract)
 
     def _update(self, delta, op, ufunc):
-        d = self._checked(delta, op)
-        cur = self._value
-        arr = cur._data
-        # Buffer donation (docs/decisions.md section 10): when no one but this Variable
-        # can see the host buffer -- no tape, no user reference to the value, no view
-        # of it -- update it in place instead of allocating a new one. Otherwise (the
-        # common case inside a GradientTape) fall back to the immutable update.
-        if (not _tracing[0] and type(arr) is np.ndarray and arr.base is None
-                and arr.flags.writeable
-                and d._data.shape == arr.shape and cur._device.is_host
-                and sys.getrefcount(cur) <= _DONATE_T and sys.getrefcount(arr) <= _DONATE_A):
-            ufunc(arr, d._data, out=arr)
-            self._value = _wrap(arr, cur._device)
-            return self
-        from .tape import stop_all_recording
-        with stop_all_recording():
-            from . import math as _m
-            if _tracing[0]:             # a traced read: the update is part of the graph
-                cur = self.read_value()
-            prev = self._value
-            self._value = (_m.add if op == "assign_add" else _m.subtract)(cur, d)
+        d = self._checked(delta, op)       # (outside the lock: it may read another Variable)
+        lock = self._lock                  # read-modify-write: atomic per Variable
+        lock.acquire()
+        try:
+            cur = self._value
+            arr = cur._data
+            # Buffer donation (docs/decisions.md section 10): when no one but this
+            # Variable can see the host buffer -- no tape, no user reference to the value,
+            # no view of it -- update it in place instead of allocating a new one.
+            # Otherwise (the common case inside a GradientTape) fall back to the
+            # immutable update. Readers take the reference under this lock, so none can
+            # pick the buffer up while it is written.
+            if (not _tracing[0] and type(arr) is np.ndarray and arr.base is None
+                    and arr.flags.writeable
+                    and d._data.shape == arr.shape and cur._device.is_host
+                    and sys.getrefcount(cur) <= _DONATE_T and sys.getrefcount(arr) <= _DONATE_A):
+                ufunc(arr, d._data, out=arr)
+                self._value = _wrap(arr, cur._device)
+                return self
+            del arr
+            from .tape import stop_all_recording
+            with stop_all_recording():
+                from . import math as _m
+                if _tracing[0]:             # a traced read: the update is part of the graph
+                    cur = self.read_value()
+                prev = self._value
+                self._value = (_m.add if op == "assign_add" else _m.subtract)(cur, d)
+        finally:
+            lock.release()
         if _tracing[0]:
             from .tracing import trace_assign
             trace_assign(self, prev)
@@ -515,6 +572,74 @@ class Variable:
 
     # Variables behave like their value in ops; operators are installed by
     # tapeflow.math / tapeflow.array together with Tensor's.
+
+
+def _coercion_refusal(value, dtype):
+    """``(source dtype, advice)`` when ``value`` must not be converted into a Variable
+    of ``dtype``, else None. TensorFlow's rule: no float into an integer or bool
+    Variable, no number into a bool Variable, nothing complex, textual or None
+    anywhere; Python ints stay weak (fine in float Variables), bools are bools."""
+    tv = type(value)
+    origin = ""
+    if tv is float:
+        if dtype.is_floating:               # (the common cases first: no more work)
+            return None
+        kind, src, origin = "f", "float32", " (a Python float)"
+    elif tv is Tensor:
+        if value._data.dtype == dtype.np:
+            return None
+        kind, src = value._data.dtype.kind, value.dtype.name
+    elif tv is int:
+        if not dtype.is_bool:
+            return None
+        kind, src, origin = "i", "int", " (a Python int)"
+    elif tv is bool:
+        return None
+    elif isinstance(value, Tensor):
+        if value.dtype == dtype:
+            return None
+        kind, src = value._data.dtype.kind, value.dtype.name
+    elif isinstance(value, (np.ndarray, np.generic)):
+        kind, src = value.dtype.kind, str(value.dtype)
+    elif value is None:
+        return "NoneType", "pass a number, an array or a tensor"
+    elif isinstance(value, (str, bytes, bytearray)):
+        kind, src = "U", ""
+    elif tv is complex:
+        kind, src, origin = "c", "complex128", " (a Python complex)"
+    elif tv is list or tv is tuple:
+        try:
+            a = np.asarray(value)
+        except (ValueError, TypeError, OverflowError):
+            return None                     # ragged etc.: the conversion reports it
+        kind, src, origin = a.dtype.kind, str(a.dtype), f" (a Python {tv.__name__})"
+    else:
+        return None                         # anything else: convert_to_tensor decides
+    if kind in "US":
+        return "string" + origin, "strings are never converted to numbers"
+    if kind == "O":
+        return "object" + origin, "pass numbers only"
+    if kind == "c":
+        return (src + origin,
+                "take tf.math.real or tf.abs of it first, if that is what you mean")
+    if kind == "f" and not dtype.is_floating:
+        return src + origin, ("tf.cast it first (after tf.round, if rounding is what you "
+                              "mean)" if not dtype.is_bool else "compare it (x != 0) instead")
+    if kind in "iu" and dtype.is_bool:
+        return src + origin, "compare it (x != 0) instead"
+    if isinstance(value, Tensor):
+        return src, "tf.cast it first"
+    return None
+
+
+def _describe(value):
+    """A short description of an assigned value for error messages."""
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {tuple(value.shape)} on {value._device}"
+    if isinstance(value, np.ndarray) and value.ndim:
+        return f"an array of shape {value.shape}"
+    r = repr(value)
+    return r if len(r) < 60 else r[:57] + "..."
 
 
 def _place(t: Tensor) -> Tensor:
