@@ -3,7 +3,12 @@
 ``apply_gradients(grads_and_vars, global_step=None)`` updates each Variable in place
 (``var.assign_sub(...)``, buffer donation when nobody else holds the old value) with
 tapeflow ops, under ``stop_all_recording()`` so no tape records the update. A ``None``
-gradient is skipped with a warning naming the variable. Slots (Adam's ``m``/``v``,
+gradient is skipped with a warning naming the variable. All or nothing: every
+(gradient, variable) pair is validated first -- a floating-point Variable, a gradient
+of its dtype and shape (copied to its device), its slots created -- and no Variable
+changes unless every pair passed; the error names the pair and says so. One
+``apply_gradients`` runs at a time per optimizer (a lock: its per-step state is shared).
+Slots (Adam's ``m``/``v``,
 Momentum's accumulator...) are made lazily, one per variable, on that variable's
 device; ``variables()`` lists them with the non-slot state (Adam's beta powers).
 
@@ -38,11 +43,15 @@ from __future__ import annotations
 import threading
 import warnings
 
+import numpy as np
+
 from .. import devices as _devs
 from .. import dtypes as _dt
 from .. import math as _m
 from ..array import fill as _fill
+from ..errors import InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..execute import convert_to_tensor as _convert
+from ..execute import copy_to_device as _copy_to_device
 from ..tape import GradientTape, stop_all_recording
 from ..tensor import Tensor, Variable
 
@@ -57,6 +66,11 @@ def _base_name(var):
     name = var.name
     head, sep, tail = name.rpartition(":")
     return head if sep and tail.isdigit() else name
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) < 60 else r[:57] + "..."
 
 
 def _restore_deferred(obj):
@@ -88,6 +102,7 @@ class Optimizer:
         self._non_slot: dict = {}      # name -> Variable (created on first apply)
         self._deferred_slots: dict = {}  # id(var) -> (var, {slot: (array, on_used)})
         self._non_slot_ready = False
+        self._apply_lock = threading.RLock()   # one apply_gradients at a time
 
     # --- hyperparameters -------------------------------------------------------------
     @property
@@ -196,8 +211,23 @@ class Optimizer:
     def _prepare(self):
         """Per-step coefficients, computed once per ``apply_gradients`` (the learning
         rate, and a cache of it cast per variable dtype/device). Adam overrides it."""
-        self._lr_now = self._lr()
+        self._lr_now = self._checked_lr()
         self._cache = {}
+
+    def _checked_lr(self):
+        """The learning rate of this step: a real number or a floating-point scalar
+        Tensor (checked before any Variable is updated)."""
+        lr = self._lr()
+        if isinstance(lr, Tensor):
+            ok = lr.dtype.is_floating and lr.shape.num_elements() == 1
+        else:
+            ok = (isinstance(lr, (int, float, np.integer, np.floating))
+                  and not isinstance(lr, bool))
+        if not ok:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: the learning rate must be a real number or a "
+                f"floating-point scalar tensor, got {lr!r}. No variable was updated.")
+        return lr
 
     def _finish(self):
         """After every variable was updated (Adam's beta powers)."""
@@ -207,24 +237,28 @@ class Optimizer:
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Apply ``[(gradient, variable), ...]``; a ``None`` gradient is skipped with a
-        warning naming the variable. Increments ``global_step`` by one when given."""
+        warning naming the variable. Increments ``global_step`` by one when given.
+
+        All or nothing: every pair is checked (and its slots created) before the first
+        Variable changes; a bad pair raises InvalidArgumentError naming it, and then no
+        variable, slot, iteration counter or ``global_step`` has changed."""
         pairs = []
         skipped = []
-        for pair in grads_and_vars:
+        for i, pair in enumerate(grads_and_vars):
             try:
                 g, v = pair
             except (TypeError, ValueError):
-                raise TypeError("apply_gradients expects (gradient, variable) pairs, got "
-                                f"{pair!r}") from None
+                raise InvalidTypeError("apply_gradients expects (gradient, variable) pairs, got "
+                                       f"{pair!r} at position {i}. No variable was "
+                                       "updated.") from None
             if not isinstance(v, Variable):
-                raise TypeError(f"apply_gradients: {v!r} is not a tf.Variable (the pair is "
-                                "(gradient, variable), in that order)")
+                raise InvalidTypeError(
+                    f"apply_gradients: {v!r} (position {i}) is not a tf.Variable (the pair is "
+                    "(gradient, variable), in that order). No variable was updated.")
             if g is None:
                 skipped.append(v)
                 continue
-            if type(g) is not Tensor:
-                g = _convert(g, dtype=v.dtype)
-            pairs.append((g, v))
+            pairs.append((g, v, i))
         for v in skipped:
             warnings.warn(
                 f"{type(self).__name__}: the gradient of Variable '{v.name}' is None; it is not "
@@ -232,27 +266,71 @@ class Optimizer:
                 UserWarning, stacklevel=2)
         if not pairs:
             names = [v.name for v in skipped]
-            raise ValueError(f"No gradients provided for any variable: {names}. Check that "
-                             "the loss depends on the variables (read inside the tape).")
-        with stop_all_recording():
+            raise InvalidArgumentError(
+                f"No gradients provided for any variable: {names}. Check that the loss "
+                "depends on the variables (read inside the tape).")
+        if global_step is not None and not (isinstance(global_step, Variable)
+                                            and not global_step.dtype.is_bool):
+            raise InvalidTypeError(
+                f"apply_gradients: global_step must be a numeric tf.Variable (e.g. "
+                f"tf.train.get_or_create_global_step()), got {global_step!r}. No variable "
+                "was updated.")
+        with self._apply_lock, stop_all_recording():
+            # 1. validate every pair and make what the update needs; nothing changes yet
+            checked = [(self._checked_gradient(g, v, i), v) for g, v, i in pairs]
             if not self._non_slot_ready:
                 if len(self._non_slot) < len(self._non_slot_specs()):
-                    self._create_non_slot(pairs)
+                    self._create_non_slot([(g, v) for g, v in checked])
                 self._non_slot_ready = True
-            self._prepare()
             state = self._state
-            for g, v in pairs:
+            work = []
+            for g, v in checked:
                 st = state.get(id(v))
                 if st is None or st[0] is not v:
-                    if not v.dtype.is_floating:
-                        raise ValueError(f"Cannot optimize Variable '{v.name}' of dtype "
-                                         f"{v.dtype.name}: only floating point variables")
                     st = self._create_slots(v)
+                work.append((g, v, st))
+            self._prepare()
+            # 2. update (only validated tensors from here on)
+            for g, v, st in work:
                 self._apply_dense(g, v, st)
+            del work, checked
             self._finish()
             if global_step is not None:
                 global_step.assign_add(1)
         return None
+
+    def _checked_gradient(self, g, v, i):
+        """The gradient of pair ``i`` as a Tensor of ``v``'s dtype, shape and device, or
+        InvalidArgumentError naming the pair (nothing has been updated yet)."""
+        where = (f"{type(self).__name__}.apply_gradients: pair {i} (Variable '{v.name}', "
+                 f"{v.dtype.name}, shape {tuple(v.shape)} on {v._device})")
+        if not v.dtype.is_floating:
+            raise InvalidArgumentError(
+                f"{where}: cannot optimize a Variable of dtype {v.dtype.name}: only floating "
+                "point variables can be optimized. No variable was updated.")
+        if type(g) is not Tensor:
+            try:
+                g = _convert(g, dtype=v.dtype)
+            except (TapeflowError, TypeError, ValueError) as e:
+                raise InvalidArgumentError(
+                    f"{where}: the gradient {_short(g)} is not a {v.dtype.name} tensor: "
+                    f"{getattr(e, 'message', e)} No variable was updated.") from None
+        if g.dtype != v.dtype:
+            raise InvalidArgumentError(
+                f"{where}: the gradient has dtype {g.dtype.name}, the variable "
+                f"{v.dtype.name}; tf.cast it first. No variable was updated.")
+        if g.shape != v.shape:
+            raise InvalidArgumentError(
+                f"{where}: the gradient has shape {tuple(g.shape)}, the variable "
+                f"{tuple(v.shape)}; they must be equal. No variable was updated.")
+        if g._device is not v._device:
+            try:
+                g = _copy_to_device(g, v._device)
+            except (TapeflowError, TypeError, ValueError) as e:
+                raise InvalidArgumentError(
+                    f"{where}: the gradient on {g._device} cannot be copied to the variable's "
+                    f"device: {getattr(e, 'message', e)} No variable was updated.") from None
+        return g
 
     def compute_gradients(self, loss, var_list=None, gate_gradients=None,
                           aggregation_method=None, colocate_gradients_with_ops=False,
@@ -370,7 +448,7 @@ class AdamOptimizer(Optimizer):
     def _prepare(self):
         b1p = self._non_slot["beta1_power"]
         b2p = self._non_slot["beta2_power"]
-        lr = self._lr()
+        lr = self._checked_lr()
         self._lr_t = lr * _m.sqrt(1 - b2p.read_value()) / (1 - b1p.read_value())
         self._cache = {}
 
