@@ -8,6 +8,9 @@ device). ``PYOPENCL_CTX`` (PyOpenCL's own variable: ``"0"`` = platform 0, ``"0:1
 Native arrays are ``pyopencl.array.Array`` (see :mod:`.runtime`); each device has
 one in-order queue, so kernels run in the order they were issued and ``to_host``
 (``.numpy()``, printing, ``bool()``) waits for the work queued before it.
+
+In a ``fork()``ed child of a process that used OpenCL every method that would touch
+the driver raises FailedPreconditionError instead of hanging (see :mod:`.runtime`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import os
 
 import numpy as np
 
-from tapeflow.errors import ResourceExhaustedError
+from tapeflow.errors import FailedPreconditionError, ResourceExhaustedError
 from tapeflow.plugins import Backend
 
 from . import runtime as rt
@@ -38,13 +41,15 @@ class OpenCLBackend(Backend):
         if self._probe is not None:
             return self._probe
         try:
-            c = rt.cl()
+            rt.cl()
         except ImportError as e:
             self._probe = ([], f"PyOpenCL is not installed ({e}); "
                                "pip install 'tapeflow-opencl[pocl]'")
             return self._probe
         try:
-            platforms = c.get_platforms()
+            platforms = rt.platforms()
+        except FailedPreconditionError:
+            raise                # in a fork()ed child: say so, do not call it "no platform"
         except Exception as e:   # no ICD loader / no platform
             self._probe = ([], f"no OpenCL platform found ({type(e).__name__}: {e}); install "
                                "a driver, or PoCL for the CPU: pip install 'pyopencl[pocl]'")
@@ -89,6 +94,7 @@ class OpenCLBackend(Backend):
         return rt.download(array)
 
     def from_host(self, array, device):
+        rt.check_not_forked(device.name)   # (0-d values may come from a cache)
         h = device.handle
         a = np.asarray(array)
         h.check_dtype(a.dtype, "copying a tensor to it")
@@ -125,12 +131,14 @@ class OpenCLBackend(Backend):
 
     # --- synchronisation and memory ---------------------------------------------------
     def synchronize(self, device):
+        rt.check_not_forked(device.name)
         device.handle.queue.finish()
 
     def memory_info(self, device):
         """Bytes in use by live tensors (``current``), held by the memory pool
         (``pool_total``), the device's ``total`` global memory and the largest
         single buffer it allows (``max_alloc``)."""
+        rt.check_not_forked(device.name)
         h = device.handle
         pool = h.pool
         cur = getattr(pool, "active_bytes", None)
@@ -141,6 +149,8 @@ class OpenCLBackend(Backend):
 
     def free_cached_memory(self, device=None):
         """Give the pools' unused blocks back to the driver."""
+        if rt.forked_from() is not None:
+            return               # (a fork()ed child: the driver is unusable; keep them)
         for h in list(rt._BY_QUEUE.values()):
             if device is None or h is device.handle:
                 h.pool.free_held()

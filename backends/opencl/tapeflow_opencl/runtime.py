@@ -22,6 +22,16 @@ PyOpenCL is imported on first use only: this module imports without it. It impor
 nothing from tapeflow at module level either (importing tapeflow loads the plugins,
 whose kernel modules import this one), so ``import tapeflow_opencl.runtime`` works
 first.
+
+fork(): once this process has initialised OpenCL (:func:`platforms`; importing
+tapeflow does, to list the devices), a ``fork()``ed child cannot use it -- PoCL's
+worker threads do not survive fork, and the child's first copy or kernel would wait
+for them forever; creating a new context in the child hangs the same way. So an
+``os.register_at_fork`` hook marks the child, and every entry point here
+(:func:`empty`, :func:`upload`, :func:`download`, :func:`launch`, :func:`kernel`, new
+devices) raises FailedPreconditionError there instead (see :func:`check_not_forked`).
+CPU tensors keep working in the child; for OpenCL in workers, start them with
+multiprocessing's ``'spawn'`` or ``'forkserver'`` method.
 """
 
 from __future__ import annotations
@@ -85,6 +95,63 @@ def cla():
     return _cla
 
 
+# --- fork() -----------------------------------------------------------------------------
+
+#: pid of the process that initialised OpenCL through this module (None: not yet)
+_init_pid = None
+#: in a fork()ed child of that process: the pid OpenCL was initialised in, else None
+_forked_from = None
+
+
+def platforms():
+    """``pyopencl.get_platforms()``; the first call initialises the OpenCL driver (PoCL
+    starts its threads here), which is what a fork()ed child cannot inherit."""
+    global _init_pid
+    c = cl()
+    if _forked_from is not None:
+        raise forked_error("listing OpenCL platforms")
+    if _init_pid is None:
+        _init_pid = os.getpid()
+    return c.get_platforms()
+
+
+def _after_fork_in_child():
+    global _forked_from
+    if _init_pid is not None and _forked_from is None:
+        _forked_from = _init_pid
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forked_from():
+    """In a fork()ed child of a process that used OpenCL: that process's pid; else None."""
+    return _forked_from
+
+
+def check_not_forked(what=None):
+    """Raise :func:`forked_error` in a fork()ed child of a process that used OpenCL."""
+    if _forked_from is not None:
+        raise forked_error(what)
+
+
+def forked_error(what=None):
+    """The FailedPreconditionError for OpenCL use in a fork()ed child; ``what``: the
+    device or action, for the message."""
+    # (tapeflow is imported by now: OpenCL devices exist only through it; this module
+    # imports nothing from tapeflow at module level, see the module doc)
+    from tapeflow.errors import FailedPreconditionError
+    return FailedPreconditionError(
+        f"The OpenCL context was created in the parent process (pid {_forked_from}) and "
+        f"cannot be used after fork() (this is pid {os.getpid()}"
+        + (f", using {what}" if what else "") + "): the OpenCL driver's threads do not "
+        "survive fork, so the call would hang. Use multiprocessing's 'spawn' or 'forkserver' "
+        "start method (multiprocessing.get_context('spawn')) for workers that need OpenCL: "
+        "they import tapeflow themselves and open their own context (do not put tapeflow "
+        "in set_forkserver_preload). Tensors on cpu:0 work in forked children.")
+
+
 # --- devices ------------------------------------------------------------------------------
 
 class CLDevice:
@@ -92,6 +159,8 @@ class CLDevice:
 
     def __init__(self, index, cl_device, platform):
         c = cl()
+        if _forked_from is not None:
+            raise forked_error(f"opencl:{index}")
         self.index = index
         self.name = f"opencl:{index}"
         self.cl_device = cl_device
@@ -158,6 +227,8 @@ def _cstrides(shape, itemsize):
 
 def empty(dev: CLDevice, shape, dtype) -> object:
     """A new contiguous array on ``dev``."""
+    if _forked_from is not None:
+        raise forked_error(dev.name)
     dtype = np.dtype(dtype)
     shape = tuple(int(s) for s in shape)
     size = math.prod(shape)
@@ -217,6 +288,8 @@ def upload(dev: CLDevice, host: np.ndarray):
 
 def download(a) -> np.ndarray:
     """A device array -> a new host array (waits for the queue)."""
+    if _forked_from is not None:
+        raise forked_error(_BY_QUEUE[a.queue.int_ptr].name)
     a = contiguous(a)
     host = np.empty(a.shape, a.dtype)
     if host.nbytes:
@@ -250,6 +323,8 @@ def kernel(dev: CLDevice, source: str, name: str, scalar_dtypes=None, options=()
     k = dev.kernels.get(key)
     if k is not None:
         return k
+    if _forked_from is not None:
+        raise forked_error(dev.name)
     with dev.lock:
         k = dev.kernels.get(key)
         if k is not None:
@@ -272,6 +347,8 @@ def kernel(dev: CLDevice, source: str, name: str, scalar_dtypes=None, options=()
 
 def launch(dev: CLDevice, k, gsize, lsize, *args):
     """Set ``args`` and enqueue ``k`` over ``gsize`` (a tuple) with ``lsize`` (or None)."""
+    if _forked_from is not None:
+        raise forked_error(dev.name)
     with dev.lock:
         k.set_args(*args)
         cl().enqueue_nd_range_kernel(dev.queue, k, gsize, lsize)
