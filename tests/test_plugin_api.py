@@ -263,8 +263,12 @@ def test_missing_device_kernel_lists_devices_and_dtypes():
 
 @pytest.mark.parametrize("bad,match", [
     (lambda ctx, dy: (dy, dy), r"returned 2 gradient\(s\) but the op has 1 input"),
-    (lambda ctx, dy: tf.reduce_sum(dy), r"gradient of shape \(\) for input of shape \(3,\)"),
-    (lambda ctx, dy: tf.cast(dy, tf.float32), "returned a float32 gradient for a float64 input"),
+    (lambda ctx, dy: tf.reduce_sum(dy),
+     r"gradient of shape \(\) for input 0 \('x'\) of shape \(3,\)"),
+    (lambda ctx, dy: tf.cast(dy, tf.float32),
+     r"returned a float32 gradient for input 0 \('x'\) of dtype float64"),
+    (lambda ctx, dy: "a string", r"returned str 'a string' for input 0 \('x'\)"),
+    (lambda ctx, dy: {"x": dy}, r"returned dict .* for input 0 \('x'\)"),
 ])
 def test_a_wrong_gradient_is_an_error_naming_the_op(bad, match):
     ns = f"api_badgrad{abs(hash(match)) % 10**6}"
@@ -279,7 +283,10 @@ def test_a_wrong_gradient_is_an_error_naming_the_op(bad, match):
     register(lib)
     with pytest.raises(InvalidArgumentError, match=match) as e:
         tf.gradients_function(f)(tf.constant([1.0, 2.0, 3.0], tf.float64))
-    assert f"The gradient function of op {ns}::f" in str(e.value)
+    # names the op, the plugin that registered it and the function
+    assert f"The gradient function of op '{ns}::f' (registered by '<in-process {ns}>'" \
+        in str(e.value)
+    assert "test_plugin_api." in str(e.value)
 
 
 def test_infer_explains_bad_input():
@@ -401,7 +408,12 @@ def test_library_entry_point_explicit_override(tmp_path):
     r = _run(tmp_path)
     assert r.returncode == 0, r.stderr
     assert "STATUS liba liba 1.0 loaded" in r.stdout and "STATUS libb libb 1.0 loaded" in r.stdout
-    assert "WARN" not in r.stdout
+    # the replacement is not silent: one warning for the op, one for its kernel
+    assert "WARN 'libb' replaced op 'shared::twice' registered by 'liba' (override=True)" \
+        in r.stdout
+    assert "WARN 'libb' replaced the kernel of op 'shared::twice' on device type 'cpu' " \
+        "registered by 'liba'" in r.stdout
+    assert r.stdout.count("WARN") == 2
     assert "TWICE [9.0] libb" in r.stdout               # libb replaced op and kernel
 
 

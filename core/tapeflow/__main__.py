@@ -117,6 +117,7 @@ def collect(ops_glob=None, smoke=True) -> dict:
         "executable": sys.executable,
         "environment": {k: os.environ[k] for k in _ENV if k in os.environ},
         "plugins": plugins,
+        "overrides": [dict(o) for o in registry.OVERRIDES],
         "backends": backends,
         "default_device": default,
         "unavailable_devices": unavailable_devices(),
@@ -158,6 +159,13 @@ def render(data) -> str:
     lines += ["  " + s for s in _table_lines(
         ["status", "name", "distribution", "version", "ops", "kernels", "backends", "reason"],
         rows)]
+
+    if data["overrides"]:
+        lines += ["", "Overrides (a plugin replaced another source's op or kernel):"]
+        lines += ["  " + s for s in _table_lines(
+            ["op", "device type", "replaced", "by"],
+            [[o["op"], o["device_type"] or "(the op)", o["replaced"], o["by"]]
+             for o in data["overrides"]])]
 
     lines += ["", "Backends and devices:"]
     for be in data["backends"]:

@@ -202,6 +202,7 @@ def custom_gradient(f):
                     op=f"CustomGradient:{f.__name__}")
             return in_grads + var_grads
 
+        backward.__wrapped__ = grad_fn          # errors name the user's function
         record(_CUSTOM, inputs + var_values, outs, {}, backward)
         if isinstance(result, (list, tuple)):
             return type(result)(outs) if isinstance(result, list) else outs

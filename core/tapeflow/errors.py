@@ -20,7 +20,7 @@ __all__ = [
     "NotFoundError", "UnimplementedError",
     "DeviceMismatchError", "ResourceExhaustedError", "FailedPreconditionError",
     "NotDifferentiableError", "DataLossError", "PermissionDeniedError", "PluginError",
-    "PluginConflictError",
+    "PluginConflictError", "PluginOverrideWarning",
 ]
 
 
@@ -117,3 +117,7 @@ class PluginError(TapeflowError, RuntimeError):
 
 class PluginConflictError(PluginError):
     """Two plugins registered the same op or (op, device type) kernel."""
+
+
+class PluginOverrideWarning(UserWarning):
+    """A plugin replaced an op or kernel another source registered (``override=True``)."""

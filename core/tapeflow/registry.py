@@ -16,10 +16,12 @@ Kernels validate what only they can see (index ranges) and raise
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from . import dtypes as _dt
-from .errors import NotFoundError, PluginConflictError
+from .errors import NotFoundError, PluginConflictError, PluginOverrideWarning
 
 __all__ = ["OpDef", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext"]
 
@@ -33,6 +35,25 @@ REQUIRED = _Required()
 
 #: name -> OpDef for every registered op (built-ins and plugins)
 OPS: dict[str, OpDef] = {}
+
+#: every replacement of one source's op or kernel by another's (``override=True``):
+#: ``{"op", "device_type" (None for the op itself), "replaced", "by"}``, in order;
+#: ``python -m tapeflow info`` lists them
+OVERRIDES: list[dict] = []
+
+
+def _overridden(op_name, device_type, old, new):
+    """Record and warn (once per op, device type and source) that ``new`` replaced
+    ``old``'s op or kernel: a plugin silently changing a built-in is a surprise."""
+    entry = {"op": op_name, "device_type": device_type, "replaced": old, "by": new}
+    if entry in OVERRIDES:
+        return
+    OVERRIDES.append(entry)
+    what = f"the kernel of op '{op_name}' on device type '{device_type}'" if device_type \
+        else f"op '{op_name}'"
+    warnings.warn(f"{new!r} replaced {what} registered by {old!r} (override=True); "
+                  "`python -m tapeflow info` lists every override", PluginOverrideWarning,
+                  stacklevel=4)
 
 
 class KernelEntry:
@@ -200,6 +221,8 @@ def add_op(op: OpDef, source=None, override=False):
             "Rename one (plugin ops are namespaced 'project::name') or pass override=True.")
     if source is not None:
         op.source = source
+    if prev is not None and prev is not op and prev.source != op.source:
+        _overridden(op.name, None, prev.source, op.source)
     if prev is not None and prev is not op:
         op.kernels.update({k: v for k, v in prev.kernels.items() if k not in op.kernels})
     OPS[op.name] = op
@@ -215,6 +238,8 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
             f"Kernel for ({op.name}, {device_type}) is registered by both {prev.source!r} and "
             f"{source!r}. Pass override=True in the second registration to replace it.")
     entry = KernelEntry(fn, device_type, dtypes, needs_device, source)
+    if prev is not None and prev.source != source:
+        _overridden(op.name, device_type, prev.source, source)
     op.kernels[device_type] = entry
     _refresh_fast(op, device_type)
 

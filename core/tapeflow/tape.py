@@ -22,7 +22,8 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from .errors import InvalidArgumentError, NotDifferentiableError
+from .errors import (FailedPreconditionError, InvalidArgumentError, NotDifferentiableError,
+                     TapeflowError)
 from .registry import GradContext
 from .tensor import Tensor, Variable
 
@@ -195,7 +196,8 @@ class GradientTape:
     def stop_recording(self):
         """Temporarily stop recording on this tape (seed/TF API)."""
         if not self._recording:
-            raise RuntimeError("GradientTape.stop_recording() needs the tape to be recording "
+            raise FailedPreconditionError(
+                "GradientTape.stop_recording() needs the tape to be recording "
                                "(use it inside the tape's `with` block)")
         self._pause()
         try:
@@ -253,10 +255,10 @@ class GradientTape:
         ``unconnected_gradients="zero"``.
         """
         if unconnected_gradients not in ("none", "zero"):
-            raise ValueError("unconnected_gradients must be 'none' or 'zero', got "
+            raise InvalidArgumentError("unconnected_gradients must be 'none' or 'zero', got "
                              f"{unconnected_gradients!r}")
         if self._used and not self._persistent:
-            raise RuntimeError(
+            raise FailedPreconditionError(
                 "A non-persistent GradientTape can only be used to compute one set of "
                 "gradients (or jacobians); it freed its records after the first call. "
                 "Create the tape with tf.GradientTape(persistent=True) to call gradient() "
@@ -332,30 +334,31 @@ class GradientTape:
                 in_grads = tuple(in_grads) if isinstance(in_grads, list) else (in_grads,)
             if len(in_grads) != len(inputs):
                 raise InvalidArgumentError(
-                    f"The gradient function of op {op.name} returned {len(in_grads)} "
-                    f"gradient(s) but the op has {len(inputs)} input(s); return one gradient "
-                    "(or None) per input.", op=op.name, device=outs[0]._device)
-            for inp, g in zip(inputs, in_grads):
+                    f"{_grad_origin(op, fn)} returned {len(in_grads)} gradient(s) but the op "
+                    f"has {len(inputs)} input(s); return one gradient (or None) per input.",
+                    op=op.name, device=outs[0]._device)
+            for i, (inp, g) in enumerate(zip(inputs, in_grads)):
                 if g is None:
                     continue
                 k = id(inp)
                 if k not in watched:
                     continue
                 if type(g) is not Tensor:
-                    g = convert_to_tensor(g, dtype=inp.dtype)
+                    g = _grad_tensor(g, inp, i, op, fn)
                 gs, ishape = g._data.shape, inp._data.shape
                 if gs != ishape:
                     if op.broadcast:
                         g = _unbroadcast(g, ishape)
                     else:
                         raise InvalidArgumentError(
-                            f"The gradient function of op {op.name} returned a gradient of "
-                            f"shape {tuple(gs)} for input of shape {tuple(ishape)}.",
+                            f"{_grad_origin(op, fn)} returned a gradient of shape {tuple(gs)} "
+                            f"for input {i} ({_input_name(op, i)}) of shape {tuple(ishape)}.",
                             op=op.name, device=inp._device)
                 if g._data.dtype != inp._data.dtype:
                     raise InvalidArgumentError(
-                        f"The gradient function of op {op.name} returned a {g.dtype.name} "
-                        f"gradient for a {inp.dtype.name} input.", op=op.name, device=inp._device)
+                        f"{_grad_origin(op, fn)} returned a {g.dtype.name} gradient for input "
+                        f"{i} ({_input_name(op, i)}) of dtype {inp.dtype.name}.",
+                        op=op.name, device=inp._device)
                 grads[k] = add(grads[k], g) if k in grads else g
         out = []
         for s in sources:
@@ -385,7 +388,7 @@ class GradientTape:
         """Full Jacobian: shape ``target.shape + source.shape`` for each source."""
         from . import array as _array
         if self._used and not self._persistent:
-            raise RuntimeError("A non-persistent GradientTape can only be used once; "
+            raise FailedPreconditionError("A non-persistent GradientTape can only be used once; "
                                "use tf.GradientTape(persistent=True).")
         flat_sources = _nest_flatten(sources, [])
         if not self._persistent or not self._recording:
@@ -426,7 +429,7 @@ class GradientTape:
         from . import array as _array
         import numpy as np
         if self._used and not self._persistent:
-            raise RuntimeError("A non-persistent GradientTape can only be used once; "
+            raise FailedPreconditionError("A non-persistent GradientTape can only be used once; "
                                "use tf.GradientTape(persistent=True).")
         if not self._persistent or not self._recording:
             self._pause()
@@ -485,3 +488,45 @@ def _unbroadcast(g, shape):
     if tuple(g._data.shape) != tuple(shape):
         g = _array.reshape(g, shape)
     return g
+
+
+# --- errors of gradient functions ---------------------------------------------------
+
+def _grad_origin(op, fn):
+    """``The gradient function of op 'x::y' (registered by 'dist'; mod.func)``: names
+    the op, where it came from and the function, so a plugin's bug points at it."""
+    fn = getattr(fn, "__wrapped__", fn)
+    where = getattr(fn, "__module__", None) or "?"
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return (f"The gradient function of op '{op.name}' (registered by {op.source!r}; "
+            f"{where}.{name})")
+
+
+def _input_name(op, i):
+    names = op.inputs
+    if i < len(names) and not names[i].startswith("*"):
+        return f"'{names[i]}'"
+    return f"'{names[-1].lstrip('*')}[{i - len(names) + 1}]'" if names else "?"
+
+
+def _grad_tensor(g, inp, i, op, fn):
+    """A gradient that is not a Tensor: Variables are read, numbers and arrays are
+    converted to the input's dtype; anything else (a string, a dict) is an error
+    naming the op, its plugin and the input."""
+    if isinstance(g, Variable):
+        return g.read_value()
+    if isinstance(g, Tensor):
+        return g
+    try:
+        return _lazy()[2](g, dtype=inp.dtype)
+    except TapeflowError as e:
+        raise InvalidArgumentError(
+            f"{_grad_origin(op, fn)} returned {type(g).__name__} {_short(g)} for input {i} "
+            f"({_input_name(op, i)}), which is not convertible to a {inp.dtype.name} tensor; "
+            "a gradient function returns a Tensor (or None) per input.", op=op.name,
+            device=inp._device) from e
+
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) < 60 else r[:57] + "..."

@@ -23,7 +23,7 @@ import pluggy
 
 from .. import devices as _devs
 from .. import registry as _reg
-from ..errors import PluginConflictError, PluginError
+from ..errors import InvalidTypeError, PluginConflictError, PluginError
 from . import hookspecs
 
 ENTRY_POINT_GROUP = "tapeflow"
@@ -58,7 +58,7 @@ class Registry:
     def add_op(self, op: _reg.OpDef, override: bool = False) -> _reg.OpDef:
         """Declare an op (an :class:`~tapeflow.plugins.OpDef`)."""
         if not isinstance(op, _reg.OpDef):
-            raise TypeError(f"add_op expects an OpDef, got {type(op).__name__}")
+            raise InvalidTypeError(f"add_op expects an OpDef, got {type(op).__name__}")
         self._ops.append((op, override))
         return op
 
@@ -66,13 +66,14 @@ class Registry:
                    override=False):
         """Register ``fn`` as the kernel of ``op`` (name or OpDef) on ``device_type``."""
         if not callable(fn):
-            raise TypeError(f"kernel for {op} on {device_type} is not callable: {fn!r}")
+            raise InvalidTypeError(f"kernel for {op} on {device_type} is not callable: {fn!r}")
         self._kernels.append((op, device_type, fn, dtypes, needs_device, override))
 
     def add_backend(self, backend: _devs.Backend):
         """Add a :class:`~tapeflow.plugins.Backend`."""
         if not isinstance(backend, _devs.Backend):
-            raise TypeError(f"add_backend expects a tapeflow.plugins.Backend, got {backend!r}")
+            raise InvalidTypeError(
+                f"add_backend expects a tapeflow.plugins.Backend, got {backend!r}")
         self._backends.append(backend)
 
     def set_gradient(self, op, fn, override=False):
@@ -108,7 +109,7 @@ class Registry:
                         f"{self.source!r} must pass override=True to replace it.")
                 else:
                     opdef.grad = fn
-        except Exception:
+        except BaseException:
             # roll back: nothing half-registered, existing ops exactly as they were
             for opdef, dt, prev in reversed(undo):
                 if dt is None:
@@ -164,7 +165,9 @@ class _Manager:
                     fn(registry=reg)
             reg._commit(info)
             info.status = "loaded"
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:    # SystemExit too: a plugin must not end the program
             try:
                 self.pm.unregister(obj)
             except Exception:
@@ -202,7 +205,9 @@ class _Manager:
                 continue
             try:
                 obj = ep.load()
-            except Exception as e:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:    # sys.exit() at import must not kill tapeflow
                 info.status = "failed"
                 info.reason = f"{type(e).__name__} at import: {e}"
                 self.plugins[ep.name] = info
