@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from . import dtypes as _dt
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["Tensor", "TensorShape", "Variable", "Dimension"]
 
@@ -154,7 +154,7 @@ class Tensor:
     def __len__(self):
         s = self._data.shape
         if not s:
-            raise TypeError("len() of a 0-d tensor (scalar); use .numpy() or float()")
+            raise InvalidTypeError("len() of a 0-d tensor (scalar); use .numpy() or float()")
         return s[0]
 
     # --- host conversion -----------------------------------------------------
@@ -236,7 +236,8 @@ class Tensor:
         if _tracing[0]:
             _check_traced(self, "__index__")
         if not self.dtype.is_integer:
-            raise TypeError(f"only integer tensors can be used as an index; got {self.dtype.name}")
+            raise InvalidTypeError(
+                f"only integer tensors can be used as an index; got {self.dtype.name}")
         return int(self._scalar("__index__"))
 
     def __complex__(self):
@@ -346,7 +347,7 @@ class Variable:
         from .execute import convert_to_tensor
         from . import devices as _devs
         if initial_value is None:
-            raise ValueError("Variable needs an initial_value")
+            raise InvalidArgumentError("Variable needs an initial_value")
         if callable(initial_value):
             initial_value = initial_value()
         if device is not None:

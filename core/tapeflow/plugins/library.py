@@ -29,6 +29,7 @@ import dis
 import inspect
 import linecache
 
+from ..errors import InvalidArgumentError, InvalidTypeError
 from .. import ops as _namespaces          # tapeflow.ops.<namespace>.<name>
 from ..registry import REQUIRED, OpDef, get_op
 from .hookspecs import API_VERSION, hookimpl
@@ -52,7 +53,8 @@ class Library:
 
     def __init__(self, namespace: str):
         if not namespace.isidentifier() or namespace.startswith("_"):
-            raise ValueError(f"Library namespace must be a Python identifier not starting "
+            raise InvalidArgumentError(
+                f"Library namespace must be a Python identifier not starting "
                              f"with '_', got {namespace!r}")
         self.namespace = namespace
         self.__name__ = namespace            # register(lib) names the plugin after it
@@ -82,7 +84,7 @@ class Library:
 
         def deco(fn):
             if not _empty_body(fn):
-                raise TypeError(f"the body of op signature {fn.__qualname__}() never runs: "
+                raise InvalidTypeError(f"the body of op signature {fn.__qualname__}() never runs: "
                                 "leave it empty (a docstring) and register kernels with "
                                 "@lib.kernel, or pass composite=")
             full = self._qualify(name or fn.__name__)
@@ -157,7 +159,7 @@ class Library:
     def _qualify(self, name):
         ns, sep, short = name.rpartition("::")
         if sep and ns != self.namespace:
-            raise ValueError(f"op {name!r} is outside this Library's namespace "
+            raise InvalidArgumentError(f"op {name!r} is outside this Library's namespace "
                              f"{self.namespace!r}; name it {self.namespace}::{short}")
         return f"{self.namespace}::{short}"
 
@@ -178,7 +180,7 @@ def _signature(fn):
     ins, ats, kwonly = [], {}, set()
     for p in inspect.signature(fn).parameters.values():
         if p.kind is p.VAR_KEYWORD:
-            raise TypeError(f"{fn.__qualname__}: an op signature cannot take **{p.name}")
+            raise InvalidTypeError(f"{fn.__qualname__}: an op signature cannot take **{p.name}")
         if p.name == "name" and p.default is None:
             continue
         if p.kind is p.VAR_POSITIONAL:
@@ -201,10 +203,11 @@ def _make_function(op, kwonly, fn):
     from ..execute import binary, execute
     names = [i.lstrip("*") for i in op.inputs]
     if op.variadic and len(names) > 1:
-        raise TypeError(f"op {op.name}: a variadic input must be the op's only input")
+        raise InvalidTypeError(f"op {op.name}: a variadic input must be the op's only input")
     for n in names + list(op.attrs):
         if not n.isidentifier() or n.startswith("_"):
-            raise ValueError(f"op {op.name}: input/attribute name {n!r} is not a plain identifier")
+            raise InvalidArgumentError(
+                f"op {op.name}: input/attribute name {n!r} is not a plain identifier")
     kw = [k for k in op.attrs if k in kwonly]
     params = list(op.inputs) + [f"{k}=_tf_a_{k}" for k in op.attrs if k not in kwonly]
     params += (["*"] if kw and not op.variadic else []) + [

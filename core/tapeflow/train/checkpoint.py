@@ -69,7 +69,7 @@ from .. import dtypes as _dt
 from .. import errors as _errors
 from .. import files as _files
 from .. import tensor as _tensor
-from ..errors import InvalidArgumentError, NotFoundError
+from ..errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from ..execute import constant as _constant
 from ..tensor import Variable
 
@@ -268,7 +268,8 @@ def _write(path, entries, kind):
     path = os.fspath(path)
     directory, base = os.path.split(path)
     if not base:
-        raise ValueError(f"Checkpoint path {path!r} names a directory; give a file prefix "
+        raise InvalidArgumentError(
+            f"Checkpoint path {path!r} names a directory; give a file prefix "
                          "such as os.path.join(directory, 'ckpt')")
     if directory:
         os.makedirs(directory, exist_ok=True)
@@ -374,7 +375,7 @@ def _check_index(index, path):
 def _read(path) -> _Loaded:
     """Read and validate the whole checkpoint ``path`` (raises before any assignment)."""
     if path is None:
-        raise ValueError("No checkpoint path given (latest_checkpoint() found none?)")
+        raise InvalidArgumentError("No checkpoint path given (latest_checkpoint() found none?)")
     path = os.fspath(path)
     if path.endswith(INDEX_SUFFIX):
         path = path[:-len(INDEX_SUFFIX)]
@@ -792,9 +793,10 @@ class Checkpoint:
             object.__setattr__(self, name, value)
             return
         if name in self._RESERVED:
-            raise ValueError(f"'{name}' is reserved by tf.train.Checkpoint; use another name")
+            raise InvalidArgumentError(
+                f"'{name}' is reserved by tf.train.Checkpoint; use another name")
         if not _is_trackable(value):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"Checkpoint was expecting a trackable object for '{name}' (a tf.Variable, or "
                 f"an object with _trackable_children(): model, layer, optimizer), got "
                 f"{type(value).__name__} {value!r}")
@@ -926,9 +928,9 @@ def _named(var_list):
     out = {}
     for name, var in items:
         if not isinstance(var, Variable):
-            raise TypeError(f"Saver: {var!r} is not a tf.Variable")
+            raise InvalidTypeError(f"Saver: {var!r} is not a tf.Variable")
         if name in out and out[name] is not var:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"Saver: at least two variables have the same name: {name!r}. Give them "
                 "distinct names (tf.Variable(..., name=...)) or pass a dict {name: variable}.")
         out[name] = var
@@ -1015,7 +1017,7 @@ def restore_variables_on_create(save_path, map_func=None):
         yield
         return
     if map_func is not None and not callable(map_func):
-        raise ValueError("map_func must be callable")
+        raise InvalidArgumentError("map_func must be callable")
     loaded = _read(save_path)
     by_name = loaded.by_name()
 

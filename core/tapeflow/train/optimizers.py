@@ -49,7 +49,7 @@ from .. import devices as _devs
 from .. import dtypes as _dt
 from .. import math as _m
 from ..array import fill as _fill
-from ..errors import InvalidArgumentError, InvalidTypeError, TapeflowError
+from ..errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..execute import convert_to_tensor as _convert
 from ..execute import copy_to_device as _copy_to_device
 from ..tape import GradientTape, stop_all_recording
@@ -94,7 +94,7 @@ class Optimizer:
 
     def __init__(self, learning_rate, use_locking=False, name=None):
         if learning_rate is None:
-            raise ValueError("learning_rate must be given")
+            raise InvalidArgumentError("learning_rate must be given")
         self._learning_rate = learning_rate
         self._use_locking = use_locking
         self._name = name or self._default_name
@@ -341,7 +341,7 @@ class Optimizer:
             loss_value = loss
         else:
             if not callable(loss):
-                raise RuntimeError(
+                raise FailedPreconditionError(
                     "`loss` passed to minimize/compute_gradients must be a function when eager "
                     "execution is enabled (e.g. optimizer.minimize(lambda: loss(model, x, y)))")
             if callable(var_list):
@@ -356,7 +356,8 @@ class Optimizer:
             var_list = tape.watched_variables()
         var_list = list(var_list)
         if not var_list:
-            raise ValueError("No variables to optimize: the loss read no trainable tf.Variable")
+            raise InvalidArgumentError(
+                "No variables to optimize: the loss read no trainable tf.Variable")
         grads = tape.gradient(loss_value, var_list, output_gradients=grad_loss)
         return list(zip(grads, var_list))
 
@@ -367,7 +368,7 @@ class Optimizer:
         ``optimizer.minimize(lambda: loss_function(model, x, y))``)."""
         gv = self.compute_gradients(loss, var_list=var_list, grad_loss=grad_loss)
         if all(g is None for g, _ in gv):
-            raise ValueError("No gradients provided for any variable: "
+            raise InvalidArgumentError("No gradients provided for any variable: "
                              f"{[v.name for _, v in gv]}")
         return self.apply_gradients(gv, global_step=global_step)
 
@@ -516,7 +517,7 @@ class AdagradOptimizer(Optimizer):
     def __init__(self, learning_rate, initial_accumulator_value=0.1, use_locking=False,
                  name="Adagrad"):
         if initial_accumulator_value <= 0.0:
-            raise ValueError("initial_accumulator_value must be positive: "
+            raise InvalidArgumentError("initial_accumulator_value must be positive: "
                              f"{initial_accumulator_value}")
         super().__init__(learning_rate, use_locking, name)
         self._slot_specs = (("accumulator", initial_accumulator_value),)
@@ -544,7 +545,7 @@ class _KerasMixin:
                 raise NotImplementedError(f"{type(self).__name__}({k}=...) is not supported")
             kwargs.pop(k, None)
         if kwargs:
-            raise TypeError(f"{type(self).__name__}: unexpected arguments {sorted(kwargs)}")
+            raise InvalidTypeError(f"{type(self).__name__}: unexpected arguments {sorted(kwargs)}")
 
     def _non_slot_specs(self):
         return [("iter", _IterInit)] + super()._non_slot_specs()
@@ -674,9 +675,10 @@ def get_optimizer(identifier):
     if isinstance(identifier, str):
         cls = _BY_NAME.get(identifier.lower())
         if cls is None:
-            raise ValueError(f"Unknown optimizer {identifier!r}; known: {sorted(_BY_NAME)}")
+            raise InvalidArgumentError(
+                f"Unknown optimizer {identifier!r}; known: {sorted(_BY_NAME)}")
         return cls()
-    raise ValueError(f"Could not interpret optimizer identifier: {identifier!r}")
+    raise InvalidArgumentError(f"Could not interpret optimizer identifier: {identifier!r}")
 
 
 # --- the global step -----------------------------------------------------------------
@@ -696,7 +698,7 @@ def create_global_step(graph=None):
     global _global_step
     with _gs_lock:
         if _global_step is not None:
-            raise ValueError('"global_step" already exists.')
+            raise InvalidArgumentError('"global_step" already exists.')
         _global_step = Variable(0, trainable=False, name="global_step", dtype=_dt.int64,
                                 device="cpu:0")
         return _global_step
