@@ -26,8 +26,8 @@ from . import devices as _devs
 from . import dtypes as _dt
 from . import shapes as _shapes
 from ._builtin import defop
-from .errors import InvalidArgumentError
-from .execute import _run, constant, convert_to_tensor, execute
+from .errors import InvalidArgumentError, InvalidTypeError
+from .execute import _run, as_tensor_list, constant, convert_to_tensor, execute
 from .tensor import Tensor, Variable
 
 __all__ = [
@@ -45,7 +45,13 @@ __all__ = [
 # This module defines `range` and `slice`: keep the builtins under other names.
 _range = builtins.range
 _slice = builtins.slice
-_index = operator.index
+def _index(v):
+    """``operator.index`` whose error is a tapeflow error (still a TypeError)."""
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise InvalidTypeError(f"expected an integer, got {type(v).__name__} "
+                               f"{_shapes._short(v)}") from None
 _FULL = _slice(None)
 _scopes = _devs._active_scopes
 
@@ -69,7 +75,13 @@ def _tensor(x):
 
 
 def _ndim(x):
-    return x.ndim if isinstance(x, (Tensor, Variable)) else np.ndim(x)
+    if isinstance(x, (Tensor, Variable)):
+        return x.ndim
+    try:
+        return np.ndim(x)
+    except (ValueError, TypeError) as e:
+        raise InvalidArgumentError(f"Cannot convert {_shapes._short(x)} to a tensor: {e}",
+                                   device=_here()) from None
 
 
 def _prod(xs):
@@ -352,12 +364,18 @@ def linspace(start, stop, num, name=None, axis=0):
     dt = _value_dtype(start)
     if not dt.is_floating:
         dt = _dt.float32
-    n = _index(_scalar_value(num, "num", "LinSpace"))
+    n = _shapes.as_index(_scalar_value(num, "num", "LinSpace"), "num", "LinSpace", _here())
     if n < 0:
         raise InvalidArgumentError(f"Requires num >= 0: {n}", op="LinSpace", device=_here())
-    return _create(_LINSPACE, {"start": float(_scalar_value(start, "start", "LinSpace")),
-                               "stop": float(_scalar_value(stop, "stop", "LinSpace")),
-                               "num": n, "dtype": dt})
+    _shapes.normalize_axis(axis, 1, "LinSpace", _here())      # scalar bounds: one axis
+    bounds = []
+    for what, v in (("start", start), ("stop", stop)):
+        v = _scalar_value(v, what, "LinSpace")
+        if isinstance(v, (bool, complex)) or not isinstance(v, (int, float)):
+            raise InvalidTypeError(f"linspace: {what} must be a real number, got "
+                                   f"{_shapes._short(v)}", op="LinSpace", device=_here())
+        bounds.append(float(v))
+    return _create(_LINSPACE, {"start": bounds[0], "stop": bounds[1], "num": n, "dtype": dt})
 
 
 lin_space = linspace
@@ -384,7 +402,8 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
     on = 1 if on_value is None else _scalar_value(on_value, "on_value", "OneHot")
     off = 0 if off_value is None else _scalar_value(off_value, "off_value", "OneHot")
     nd = _ndim(indices)
-    a = nd if axis is None or axis == -1 else _norm_axis1(axis, nd, "OneHot", indices, 1)
+    a = nd if axis is None or (type(axis) is int and axis == -1) else _norm_axis1(
+        axis, nd, "OneHot", indices, 1)
     d = _index(_scalar_value(depth, "depth", "OneHot"))
     if d < 0:
         raise InvalidArgumentError(f"depth must be non-negative, got {d}", op="OneHot",
@@ -494,10 +513,16 @@ def transpose(a, perm=None, conjugate=False, name="transpose"):
     if perm is None:
         p = tuple(_range(nd - 1, -1, -1))
     else:
-        p = tuple(d + nd if d < 0 else d for d in _shape_tuple(perm, "Transpose"))
+        if not isinstance(perm, (list, tuple)) and not hasattr(perm, "shape"):
+            raise InvalidTypeError(f"transpose: perm must be a list of {nd} dimensions, got "
+                                   f"{_shapes._short(perm)}", op="Transpose", device=_here(a))
+        p = tuple(d + nd if d < 0 else d for d in
+                  (_shapes.as_index(v, "perm", "Transpose", _here(a))
+                   for v in (perm.numpy().tolist() if hasattr(perm, "numpy") else
+                             np.asarray(perm).tolist() if hasattr(perm, "shape") else perm)))
         if sorted(p) != list(_range(nd)):
             raise InvalidArgumentError(
-                f"transpose: perm {list(perm)} is not a permutation of the {nd} dimensions of "
+                f"transpose: perm {list(p)} is not a permutation of the {nd} dimensions of "
                 "the input", op="Transpose", device=_here(a))
     return execute(_TRANSPOSE, (a,), {"perm": p})
 
@@ -626,7 +651,7 @@ def stack(values, axis=0, name="stack"):
     >>> tf.stack([[1, 2], [3, 4], [5, 6]], axis=1).shape
     TensorShape([2, 3])
     """
-    vals = tuple(values)
+    vals = as_tensor_list(values, "Pack", "stack's values")
     if not vals:
         raise InvalidArgumentError("stack needs at least one tensor", op="Pack", device=_here())
     a = _norm_axis1(axis, _ndim(vals[0]), "Pack", vals[0], 1)
@@ -1314,8 +1339,8 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     [[2]
      [4]], shape=(2, 1), dtype=int32)
     """
-    if not batch_dims and (axis is None or axis == 0) and (
-            type(params) is Tensor or type(params) is Variable) and params.ndim:
+    if (type(batch_dims) is int and not batch_dims and (axis is None or axis == 0)
+            and (type(params) is Tensor or type(params) is Variable) and params.ndim):
         return execute(_GATHER, (params, indices), _GATHER_ATTRS0)
     nd = _ndim(params)
     b = _index(batch_dims)
@@ -1539,7 +1564,8 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     (5.0, [0.6, 0.8])
     """
     from . import math as _m
-    ts = [None if v is None else _tensor(v) for v in t_list]
+    ts = [None if v is None else _tensor(v)
+          for v in as_tensor_list(t_list, "ClipByGlobalNorm", "t_list")]
     present = [v for v in ts if v is not None]
     if use_norm is None:
         if not present:

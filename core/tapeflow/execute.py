@@ -24,14 +24,15 @@ import numpy as np
 from . import devices as _devs
 from . import dtypes as _dt
 from . import shapes as _shapes
-from .errors import (DeviceMismatchError, InvalidArgumentError, OpError, ResourceExhaustedError,
-                     TapeflowError)
+from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidTypeError, OpError,
+                     ResourceExhaustedError, TapeflowError)
 from .registry import kernel_not_found
 from . import tracing as _tracing_mod
 from .tape import _tapes_active, record
 from .tensor import Tensor, Variable, _wrap
 
-__all__ = ["execute", "convert_to_tensor", "convert_like", "constant", "copy_to_device"]
+__all__ = ["execute", "convert_to_tensor", "convert_like", "as_tensor_list", "constant",
+           "copy_to_device"]
 
 _scopes = _devs._active_scopes
 _tracing = _tracing_mod._tracing
@@ -206,6 +207,19 @@ def convert_like(value, like, dtype=None):
     if isinstance(value, (Tensor, Variable)):
         return convert_to_tensor(value, dtype=dtype)
     return constant(value, dtype=dtype, device=_devs.current_device() or like._device)
+
+
+def as_tensor_list(values, op, what="values"):
+    """``values`` (a list or tuple of tensors, or one tensor or array to split along
+    its first dimension) as a tuple, for ops that take a list (``stack``, ``add_n``);
+    anything else -- a number, a string, bytes, None -- is an InvalidTypeError."""
+    if isinstance(values, (list, tuple)):
+        return tuple(values)
+    if isinstance(values, (Tensor, Variable, np.ndarray)) and len(values.shape) >= 1:
+        return tuple(values)
+    raise InvalidTypeError(
+        f"{what} must be a list of tensors, got {type(values).__name__} {_short(values)}",
+        op=op, device=_devs.current_device() or _devs.default_device())
 
 
 # --- device movement -------------------------------------------------------------

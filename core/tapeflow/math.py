@@ -30,7 +30,8 @@ import numpy as np
 from . import dtypes as _dt
 from ._builtin import defop
 from .errors import InvalidArgumentError, TapeflowError
-from .execute import binary, constant, convert_to_tensor, execute, make_binary_operator
+from .execute import (as_tensor_list, binary, constant, convert_to_tensor, execute,
+                      make_binary_operator)
 from .tensor import Tensor, Variable
 
 __all__ = [
@@ -333,7 +334,7 @@ def add_n(inputs, name=None):
     >>> print(tf.add_n([[1., 2.], [3., 4.], [5., 6.]]))
     tf.Tensor([ 9. 12.], shape=(2,), dtype=float32)
     """
-    vals = tuple(inputs)
+    vals = as_tensor_list(inputs, "AddN", "add_n's inputs")
     if not vals:
         raise InvalidArgumentError("add_n needs at least one input tensor", op="AddN")
     if len(vals) == 1 and isinstance(vals[0], (list, tuple)):

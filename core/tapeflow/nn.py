@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from . import devices as _devs
 from . import shapes as _shapes
 from ._builtin import defop
@@ -527,10 +529,13 @@ def _hw(v, what, fmt, opname, default=1):
         v = default
     if hasattr(v, "numpy"):
         v = v.numpy().tolist()
-    if isinstance(v, int):
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if not isinstance(v, (list, tuple)):
+        v = _shapes.as_index(v, what, opname)
         out = (v, v)
     else:
-        v = [int(a) for a in v]
+        v = [_shapes.as_index(a, what, opname) for a in v]
         if len(v) == 1:
             out = (v[0], v[0])
         elif len(v) == 2:
@@ -723,9 +728,10 @@ def conv2d_backprop_input(input_sizes, filters=None, out_backprop=None, strides=
         filters = filter
     w = _t(filters)
     dy = _t(out_backprop)
-    if hasattr(input_sizes, "numpy"):
-        input_sizes = input_sizes.numpy().tolist()
-    xs = [int(s) for s in input_sizes]
+    if input_sizes is None:
+        raise InvalidArgumentError("input_sizes (conv2d_transpose: output_shape) is required: "
+                                   "the shape of the convolution's input", op="Conv2DBackpropInput")
+    xs = list(_shapes.as_shape(input_sizes, "Conv2DBackpropInput"))
     ws = _shape(w)
     attrs = _conv_attrs("Conv2DBackpropInput", xs, ws, strides, padding, data_format, dilations)
     _bp_dy_check("Conv2DBackpropInput", xs, ws, _shape(dy), attrs)
@@ -739,9 +745,7 @@ def conv2d_backprop_filter(input, filter_sizes, out_backprop, strides=None, padd
     """Gradient of :func:`conv2d` w.r.t. its filter (``tf.nn.conv2d_backprop_filter``)."""
     x = _t(input)
     dy = _t(out_backprop)
-    if hasattr(filter_sizes, "numpy"):
-        filter_sizes = filter_sizes.numpy().tolist()
-    ws = [int(s) for s in filter_sizes]
+    ws = list(_shapes.as_shape(filter_sizes, "Conv2DBackpropFilter"))
     xs = _shape(x)
     attrs = _conv_attrs("Conv2DBackpropFilter", xs, ws, strides, padding, data_format,
                         dilations)

@@ -102,7 +102,7 @@ def set_seed(seed):
     every run. ``None`` makes them nondeterministic again.
     """
     if seed is not None:
-        seed = int(seed)
+        seed = _shapes.as_index(seed, "the global seed", "SetSeed")
     _state.global_seed = seed
     _state.op_seeds = itertools.count()
     _state.counters = {}
@@ -133,7 +133,8 @@ def _key_counter(seed):
         g = DEFAULT_GLOBAL_SEED
     elif seed is None:
         seed = next(_state.op_seeds)
-    key = _mix64(_mix64(int(g) & _M64) ^ (int(seed) & _M64))
+    key = _mix64(_mix64(int(g) & _M64) ^
+                 (_shapes.as_index(seed, "seed", "RandomSeed") & _M64))
     counters = _state.counters
     c = counters.get(key, 0)
     counters[key] = c + 1
