@@ -13,8 +13,47 @@ from .registry import OpDef
 BUILTIN_OPS: list[OpDef] = []
 
 
+#: the types of the built-in ops' attrs, by attr name (kinds: tapeflow.shapes)
+ATTR_TYPES = {
+    "adjoint": "bool", "approximate": "bool", "keepdims": "bool", "transpose_a": "bool",
+    "transpose_b": "bool", "alpha": "float", "mean": "float", "stddev": "float",
+    "batch_dims": "int", "counter": "uint", "key": "uint", "depth": "int",
+    "num_segments": "int", "num": "int", "num_rows": "int", "num_columns": "int?",
+    "batch_shape": "shape", "dilations": "sizes", "strides": "sizes", "ksize": "sizes",
+    "filter_sizes": "shape", "input_sizes": "shape", "orig_input_shape": "shape",
+    "multiples": "shape", "shape": "shape", "perm": "perm", "paddings": "paddings",
+    "data_format": "enum:NHWC|NCHW", "mode": "enum:REFLECT|SYMMETRIC", "equation": "str",
+    "constant_values": "number", "on_value": "number", "off_value": "number",
+    "value": "number", "start": "float", "stop": "float", "limit": "float",
+    "delta": "float", "output_type": "dtype", "out_type": "dtype", "axis": "axis",
+}
+#: per-op exceptions to ATTR_TYPES (None: not typed here -- the kernel checks it)
+_OP_ATTR_TYPES = {
+    "minval": {"RandomUniform": "float", "RandomUniformInt": "int"},
+    "maxval": {"RandomUniform": "float", "RandomUniformInt": "int"},
+    "axis": {"Pack": "axis+1", "ExpandDims": "axis+1", "OneHot": "axis+1"},
+    "shape": {"Reshape": "reshape", "StridedSliceGrad": "shape", "Fill": "shape?",
+              "BroadcastTo": "shape"},
+}
+
+
+def _attr_types(name, attrs):
+    out = {}
+    for attr, default in (attrs or {}).items():
+        kind = _OP_ATTR_TYPES.get(attr, {}).get(name, ATTR_TYPES.get(attr))
+        if attr == "axis" and default is None:        # reductions: None or sorted axes
+            kind = _OP_ATTR_TYPES["axis"].get(name, "axes?")
+        if attr == "dtype":
+            kind = "dtype?" if default is None else "dtype"
+        if kind is not None:
+            out[attr] = kind
+    return out
+
+
 def defop(name, **kwargs) -> OpDef:
-    """Declare a built-in op (same arguments as :class:`~tapeflow.plugins.OpDef`)."""
+    """Declare a built-in op (same arguments as :class:`~tapeflow.plugins.OpDef`); its
+    attrs are typed from :data:`ATTR_TYPES` unless ``attr_types`` is given."""
+    kwargs.setdefault("attr_types", _attr_types(name, kwargs.get("attrs")))
     op = OpDef(name, source="tapeflow", **kwargs)
     BUILTIN_OPS.append(op)
     return op

@@ -26,6 +26,7 @@ from . import devices as _devs
 from . import dtypes as _dt
 from . import shapes as _shapes
 from ._builtin import defop
+from .registry import REQUIRED
 from .errors import InvalidArgumentError, InvalidTypeError
 from .execute import _run, as_tensor_list, constant, convert_to_tensor, execute
 from .tensor import Tensor, Variable
@@ -270,6 +271,15 @@ def ones_like(input, dtype=None, name=None):
     return _like(_ONES_LIKE, input, 1, dtype)
 
 
+def _check_select(op, tensors, attrs, device):
+    """SelectV2's condition is a bool tensor (as TensorFlow's): a float condition would
+    be read as "non-zero" on one backend and refused by another."""
+    if tensors[0].dtype is not _dt.bool_:
+        raise InvalidArgumentError(
+            f"condition must be a bool tensor, got {tensors[0].dtype.name}; compare it "
+            "(x > 0) or tf.cast it to tf.bool")
+
+
 def _check_range(op, tensors, attrs, device):
     """Range's signature check: finite real bounds, ``delta != 0`` pointing from
     ``start`` towards ``limit``, and a result that fits on the device."""
@@ -440,7 +450,7 @@ def _reshape_infer(shapes, dtypes, attrs):
     return [(new, dtypes[0])]
 
 
-_RESHAPE = defop("Reshape", inputs=("x",), attrs={"shape": None}, dtype_rule="none",
+_RESHAPE = defop("Reshape", inputs=("x",), attrs={"shape": REQUIRED}, dtype_rule="none",
                  grad=_reshape_grad, infer=_reshape_infer)
 
 
@@ -451,12 +461,19 @@ def reshape(tensor, shape, name=None):
     >>> tf.reshape([1, 2, 3, 4], [-1, 2]).shape
     TensorShape([2, 2])
     """
+    s = None
     if type(shape) is tuple or type(shape) is list:
         try:
-            return execute(_RESHAPE, (tensor,), {"shape": tuple(map(_index, shape))})
+            s = tuple(map(_index, shape))
         except TypeError:
             pass
-    return execute(_RESHAPE, (tensor,), {"shape": _shape_tuple(shape, "Reshape")})
+    if s is None:
+        s = _shape_tuple(shape, "Reshape")
+    if s and min(s) < -1:
+        raise InvalidArgumentError(
+            f"Cannot reshape to {list(s)}: sizes must be non-negative, or -1 for one size "
+            "inferred from the others", op="Reshape", device=_here(tensor))
+    return execute(_RESHAPE, (tensor,), {"shape": s})
 
 
 def _broadcast_to_grad(ctx, dy):
@@ -662,7 +679,18 @@ def _unstack_grad(ctx, *dys):
     return execute(_STACK, dys, {"axis": ctx.attrs["axis"]})
 
 
+def _check_unstack(op, tensors, attrs, device):
+    shape = tensors[0]._data.shape
+    if not shape:
+        raise InvalidArgumentError("Input must be at least rank 1 to unstack, got a scalar")
+    if attrs["num"] != shape[attrs["axis"]]:
+        raise InvalidArgumentError(
+            f"num={attrs['num']} but the input has {shape[attrs['axis']]} elements along axis "
+            f"{attrs['axis']} (shape {list(shape)})")
+
+
 _UNSTACK = defop("Unpack", inputs=("x",), attrs={"num": None, "axis": 0}, dtype_rule="none",
+                 check=_check_unstack,
                  num_outputs=lambda attrs, n: attrs["num"], grad=_unstack_grad)
 
 
@@ -678,7 +706,7 @@ def unstack(value, num=None, axis=0, name="unstack"):
     s = x._data.shape
     a = _norm_axis1(axis, len(s), "Unpack", x)
     n = s[a]
-    if num is not None and num != n:
+    if num is not None and _shapes.as_index(num, "num", "Unpack", x._device) != n:
         raise InvalidArgumentError(
             f"unstack: num={num} does not match dimension {a} of size {n}", op="Unpack",
             device=x._device)
@@ -708,6 +736,8 @@ def split(value, num_or_size_splits, axis=0, num=None, name="split"):
     a = _norm_axis1(axis, len(s), "SplitV", x)
     n = s[a]
     k = num_or_size_splits
+    if num is not None:     # TF: the number of outputs when sizes are a tensor; must agree
+        num = _shapes.as_index(num, "num", "SplitV", dev)
     if isinstance(k, (Tensor, Variable, np.ndarray)):
         k = np.asarray(k)
         k = k.item() if k.ndim == 0 else k.tolist()
@@ -736,6 +766,9 @@ def split(value, num_or_size_splits, axis=0, num=None, name="split"):
                 f"Number of ways to split should evenly divide the split dimension, but got "
                 f"split_dim {a} (size = {n}) and num_split {k}", op="SplitV", device=dev)
         sizes = [n // k] * k
+    if num is not None and num != len(sizes):
+        raise InvalidArgumentError(f"split: num={num} but the split makes {len(sizes)} parts",
+                                   op="SplitV", device=dev)
     return list(execute(_SPLIT, (x,), {"size_splits": tuple(sizes), "axis": a}))
 
 
@@ -752,8 +785,22 @@ def _tile_grad(ctx, dy):
     return reduce_sum(g, axis=tuple(_range(0, 2 * len(s), 2)))
 
 
+def _check_tile(op, tensors, attrs, device):
+    """Tile's signature check: one multiple per dimension, and a result that fits."""
+    x, m = tensors[0], attrs["multiples"]
+    shape = x._data.shape
+    if len(m) != len(shape):
+        raise InvalidArgumentError(
+            f"Expected multiples argument to be a vector of length {len(shape)} but got "
+            f"length {len(m)} (input shape {list(shape)})")
+    for i, k in enumerate(m):
+        if k < 0:
+            raise InvalidArgumentError(f"Expected multiples[{i}] >= 0, but got {k}")
+    _shapes.check_allocation(tuple(d * k for d, k in zip(shape, m)), x.dtype, device, op.name)
+
+
 _TILE = defop("Tile", inputs=("x",), attrs={"multiples": None}, dtype_rule="none",
-              grad=_tile_grad)
+              grad=_tile_grad, check=_check_tile)
 
 
 def tile(input, multiples, name=None):
@@ -765,12 +812,7 @@ def tile(input, multiples, name=None):
     [[1 2 1 2]
      [1 2 1 2]], shape=(2, 4), dtype=int32)
     """
-    m = _shape_tuple(multiples, "Tile")
-    for i, k in enumerate(m):
-        if k < 0:
-            raise InvalidArgumentError(f"Expected multiples[{i}] >= 0, but got {k}", op="Tile",
-                                       device=_here(input))
-    return execute(_TILE, (input,), {"multiples": m})
+    return execute(_TILE, (input,), {"multiples": _shape_tuple(multiples, "Tile")})
 
 
 # --- padding and slicing -----------------------------------------------------------------
@@ -918,10 +960,10 @@ def _strided_slice_grad_grad(ctx, ddy):
     return execute(_STRIDED_SLICE, (ddy,), {"spec": ctx.attrs["spec"]})
 
 
-_STRIDED_SLICE = defop("StridedSlice", inputs=("x",), attrs={"spec": None}, dtype_rule="none",
-                       grad=_strided_slice_grad)
+_STRIDED_SLICE = defop("StridedSlice", inputs=("x",), attrs={"spec": REQUIRED},
+                       dtype_rule="none", grad=_strided_slice_grad)
 _STRIDED_SLICE_GRAD = defop("StridedSliceGrad", inputs=("dy",),
-                            attrs={"shape": None, "spec": None}, dtype_rule="none",
+                            attrs={"shape": REQUIRED, "spec": REQUIRED}, dtype_rule="none",
                             grad=_strided_slice_grad_grad)
 
 
@@ -1215,7 +1257,7 @@ def _select_grad(ctx, dy):
 
 
 _SELECT = defop("SelectV2", inputs=("condition", "x", "y"), dtype_rule="none", dtype_from=1,
-                broadcast=True, grad=_select_grad)
+                broadcast=True, grad=_select_grad, check=_check_select)
 _WHERE = defop("Where", inputs=("condition",), dtype_rule="none", differentiable=False)
 
 
@@ -1339,7 +1381,8 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     [[2]
      [4]], shape=(2, 1), dtype=int32)
     """
-    if (type(batch_dims) is int and not batch_dims and (axis is None or axis == 0)
+    if (type(batch_dims) is int and not batch_dims and (axis is None or (type(axis) is int
+                                                                        and axis == 0))
             and (type(params) is Tensor or type(params) is Variable) and params.ndim):
         return execute(_GATHER, (params, indices), _GATHER_ATTRS0)
     nd = _ndim(params)
@@ -1376,11 +1419,12 @@ def gather_nd(params, indices, batch_dims=0, name=None):
     >>> print(tf.gather_nd([[1, 2], [3, 4]], [[0, 1], [1, 0]]))
     tf.Tensor([2 3], shape=(2,), dtype=int32)
     """
-    if not batch_dims:
+    b = batch_dims if type(batch_dims) is int else _shapes.as_index(
+        batch_dims, "batch_dims", "GatherNd", _here(params))
+    if not b:
         return execute(_GATHER_ND, (params, indices))
     p = _tensor(params)
     ind = _tensor(indices)
-    b = _index(batch_dims)
     ps, ins = p._data.shape, ind._data.shape
     if b < 0 or b >= len(ins) or ps[:b] != ins[:b]:
         raise InvalidArgumentError(

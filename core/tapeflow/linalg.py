@@ -360,6 +360,14 @@ def trace(x, name=None):
     >>> print(tf.linalg.trace([[1., 2.], [3., 4.]]))
     tf.Tensor(5.0, shape=(), dtype=float32)
     """
+    x = _tensor(x)
+    s = tuple(x._data.shape)
+    if len(s) < 2:
+        raise InvalidArgumentError(f"trace needs a matrix (or a batch of them), got shape "
+                                   f"{_fmt(s)}", op="Einsum", device=x._device)
+    if s[-1] != s[-2]:          # TensorFlow's: the sum of the main diagonal of any matrix
+        k = min(s[-2:])
+        x = x[..., :k, :k]
     return einsum("...ii->...", x)
 
 
@@ -402,7 +410,7 @@ def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None, keep_dims
     if hasattr(axis, "numpy"):
         axis = axis.numpy().tolist()
     if isinstance(axis, (list, tuple)) and len(axis) == 1:
-        axis = axis[0]
+        axis = _shapes.as_index(axis[0], "axis", "EuclideanNorm", x._device)
     if isinstance(axis, (list, tuple)):
         if len(axis) != 2:
             raise InvalidArgumentError(

@@ -219,7 +219,7 @@ def _softmax_attrs(logits, axis, dim, opname):
     nd = x.ndim
     if nd == 0:
         raise InvalidArgumentError("logits must have rank >= 1, got a scalar", op=opname)
-    if axis is None or axis == -1:
+    if axis is None or (type(axis) is int and axis == -1):
         return x, {"axis": nd - 1}
     return x, {"axis": _axis(axis, nd, opname)}
 
@@ -441,8 +441,30 @@ def _sparse_xent_grad(ctx, dy):
     return _m.multiply(_m.subtract(sm, onehot), dye), None
 
 
+def _check_sparse_xent(op, tensors, attrs, device):
+    """The signature check of SparseSoftmaxCrossEntropyWithLogits (every backend):
+    floating logits ``[..., classes]``, int32/int64 labels of shape ``[...]``."""
+    x, lab = tensors
+    op = op.name
+    if not x.dtype.is_floating:
+        raise InvalidArgumentError(f"logits must be floating point, got {x.dtype.name}", op=op)
+    if lab.dtype.name not in ("int32", "int64"):
+        raise InvalidArgumentError(
+            f"labels must be int32 or int64 class indices, got {lab.dtype.name}; for "
+            "one-hot/probability labels use softmax_cross_entropy_with_logits", op=op)
+    xs, ls = _shape(x), _shape(lab)
+    if len(ls) != len(xs) - 1:
+        raise InvalidArgumentError(
+            f"Rank mismatch: Rank of labels (received {len(ls)}) should equal rank of logits "
+            f"minus 1 (received {len(xs)}); logits shape {xs}, labels shape {ls}", op=op)
+    if ls != xs[:-1]:
+        raise InvalidArgumentError(
+            f"logits and labels must have the same first dimensions, got logits shape {xs} "
+            f"and labels shape {ls}", op=op)
+
+
 _SPARSE_XENT = defop("SparseSoftmaxCrossEntropyWithLogits", inputs=("features", "labels"),
-                     dtype_rule="none", grad=_sparse_xent_grad)
+                     dtype_rule="none", grad=_sparse_xent_grad, check=_check_sparse_xent)
 
 
 @_on_device
@@ -459,22 +481,7 @@ def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None
     if labels is None or logits is None:
         raise InvalidArgumentError("Both labels= and logits= are required", op=op)
     x = _t(logits)
-    lab = _t(labels)
-    if not x.dtype.is_floating:
-        raise InvalidArgumentError(f"logits must be floating point, got {x.dtype.name}", op=op)
-    if lab.dtype.name not in ("int32", "int64"):
-        raise InvalidArgumentError(
-            f"labels must be int32 or int64 class indices, got {lab.dtype.name}; for "
-            "one-hot/probability labels use softmax_cross_entropy_with_logits", op=op)
-    xs, ls = _shape(x), _shape(lab)
-    if len(ls) != len(xs) - 1:
-        raise InvalidArgumentError(
-            f"Rank mismatch: Rank of labels (received {len(ls)}) should equal rank of logits "
-            f"minus 1 (received {len(xs)}); logits shape {xs}, labels shape {ls}", op=op)
-    if ls != xs[:-1]:
-        raise InvalidArgumentError(
-            f"logits and labels must have the same first dimensions, got logits shape {xs} "
-            f"and labels shape {ls}", op=op)
+    lab = convert_like(labels, x)
     return execute(_SPARSE_XENT, (x, lab))
 
 

@@ -21,7 +21,9 @@ import warnings
 import numpy as np
 
 from . import dtypes as _dt
-from .errors import NotFoundError, PluginConflictError, PluginOverrideWarning
+from . import shapes as _shapes
+from .errors import (InvalidArgumentError, NotFoundError, PluginConflictError,
+                     PluginOverrideWarning)
 
 __all__ = ["OpDef", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext"]
 
@@ -102,15 +104,19 @@ class OpDef:
             (shapes to allocate, value ranges) and raises InvalidArgumentError or
             ResourceExhaustedError. Ops with a check never take the unchecked fast
             path.
+        attr_types: optional ``{attr: kind}`` (see :mod:`tapeflow.shapes`: ``"bool"``,
+            ``"int"``, ``"float"``, ``"axes?"``, ``"shape"``, ``"enum:SAME|VALID"``, ...);
+            calling the op directly (``op(x, axis=...)``) validates its attrs against
+            it, so a kernel never sees an attr of the wrong type on any backend.
     """
 
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
                  "broadcast", "grad", "differentiable", "infer", "composite", "kernels",
-                 "variadic", "source", "doc", "fast", "check", "__weakref__")
+                 "variadic", "source", "doc", "fast", "check", "attr_types", "__weakref__")
 
     def __init__(self, name, inputs=("x",), attrs=None, num_outputs=1, dtype_rule="same",
                  dtype_from=0, broadcast=False, grad=None, differentiable=True, infer=None,
-                 composite=None, doc=None, source="tapeflow", check=None):
+                 composite=None, doc=None, source="tapeflow", check=None, attr_types=None):
         self.name = name
         self.inputs = tuple(inputs)
         self.variadic = any(i.startswith("*") for i in self.inputs)
@@ -124,6 +130,11 @@ class OpDef:
         self.infer = infer
         self.composite = composite
         self.check = check
+        self.attr_types = dict(attr_types or {})
+        unknown = set(self.attr_types) - set(self.attrs)
+        if unknown:
+            raise InvalidArgumentError(
+                f"attr_types of op {name!r} name unknown attrs {sorted(unknown)}")
         self.kernels: dict[str, KernelEntry] = {}
         #: dispatch cache: device type -> {numpy dtype of input 0 -> kernel fn}, for
         #: kernels that need no device argument (see add_kernel)
@@ -140,12 +151,13 @@ class OpDef:
         full = self.bind_attrs(attrs)
         if self.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
+        if self.attr_types:
+            _shapes.check_attrs(self, inputs, full)
         return execute(self, inputs, full)
 
     def bind_attrs(self, attrs):
         unknown = set(attrs) - set(self.attrs)
         if unknown:
-            from .errors import InvalidArgumentError
             raise InvalidArgumentError(
                 f"unknown attribute(s) {sorted(unknown)}; {self.name} takes "
                 f"{sorted(self.attrs) or 'no attributes'}", op=self.name)
@@ -153,7 +165,6 @@ class OpDef:
         full.update(attrs)
         missing = [k for k, v in full.items() if v is REQUIRED]
         if missing:
-            from .errors import InvalidArgumentError
             raise InvalidArgumentError(f"missing required attribute(s) {missing}", op=self.name)
         return full
 

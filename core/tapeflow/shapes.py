@@ -24,10 +24,11 @@ import os
 import numpy as np
 
 from . import dtypes as _dt
-from .errors import InvalidArgumentError, ResourceExhaustedError
+from .errors import InvalidArgumentError, InvalidTypeError, ResourceExhaustedError
 
 __all__ = ["as_index", "as_shape", "normalize_axis", "normalize_axes", "check_allocation",
-           "check_shape_attr", "device_memory_limit", "format_bytes", "num_elements"]
+           "check_shape_attr", "device_memory_limit", "format_bytes", "num_elements",
+           "check_attrs"]
 
 
 def as_index(value, what, op, device=None) -> int:
@@ -190,3 +191,121 @@ def check_shape_attr(op, tensors, attrs, device):
 def _short(v):
     r = repr(v)
     return r if len(r) < 60 else r[:57] + "..."
+
+
+# --- typed attrs ------------------------------------------------------------------------
+#
+# An op may declare the type of each attr (``OpDef(attr_types={"axis": "axes?"})``);
+# ``OpDef.__call__`` -- the way plugins, users and tools call a registered op directly --
+# validates the attrs against it, so every backend's kernel receives attrs in their
+# canonical form (the public functions build canonical attrs themselves and skip it).
+# Kinds (a trailing ``?`` also allows None):
+#   bool, int, uint (a non-negative int), float (a real number), number (a real number
+#   or a bool), str, reshape (a tuple of non-negative ints and at most one -1),
+#   enum:A|B|C, dtype, axis (0 <= axis < rank of the first input), axis+1 (a new axis:
+#   0 <= axis <= rank), axes (a sorted tuple of distinct axes), shape (a tuple of
+#   non-negative ints), sizes (a tuple of positive ints), perm (a permutation of the
+#   first input's dimensions), paddings (one (before, after) pair of non-negative ints
+#   per dimension of the first input).
+
+def _fail_type(op, name, want, v):
+    raise InvalidTypeError(
+        f"attr '{name}' of {op} must be {want}, got {type(v).__name__} {_short(v)}", op=op)
+
+
+def _fail_value(op, name, want, v):
+    raise InvalidArgumentError(f"attr '{name}' of {op} must be {want}, got {_short(v)}", op=op)
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_real(v):
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(
+        v, (bool, np.bool_))
+
+
+def _int_tuple(op, name, v, want, minimum):
+    if type(v) is not tuple or not all(_is_int(d) for d in v):
+        _fail_type(op, name, f"a tuple of ints ({want})", v)
+    if any(d < minimum for d in v):
+        _fail_value(op, name, want, v)
+
+
+def _check_attr(op, name, kind, v, rank):
+    if kind.endswith("?"):
+        if v is None:
+            return
+        kind = kind[:-1]
+    if kind == "bool":
+        if not isinstance(v, (bool, np.bool_)):
+            _fail_type(op, name, "a bool", v)
+    elif kind == "int":
+        if not _is_int(v):
+            _fail_type(op, name, "an int", v)
+    elif kind == "uint":
+        if not _is_int(v):
+            _fail_type(op, name, "a non-negative int", v)
+        if v < 0:
+            _fail_value(op, name, "a non-negative int", v)
+    elif kind == "float":
+        if not _is_real(v):
+            _fail_type(op, name, "a real number", v)
+    elif kind == "number":
+        if not (_is_real(v) or isinstance(v, (bool, np.bool_))):
+            _fail_type(op, name, "a real number or a bool", v)
+    elif kind == "str":
+        if not isinstance(v, str):
+            _fail_type(op, name, "a string", v)
+    elif kind.startswith("enum:"):
+        allowed = kind[5:].split("|")
+        if v not in allowed:
+            _fail_value(op, name, "one of " + ", ".join(repr(a) for a in allowed), v)
+    elif kind == "dtype":
+        if not isinstance(v, _dt.DType):
+            _fail_type(op, name, "a tapeflow dtype (tf.float32, ...)", v)
+    elif kind in ("axis", "axis+1"):
+        if not _is_int(v):
+            _fail_type(op, name, "an int", v)
+        n = None if rank is None else rank + (kind == "axis+1")
+        if n is not None and not 0 <= v < n:
+            _fail_value(op, name, f"an axis in [0, {n}) (normalised: no negative axes)", v)
+    elif kind == "axes":
+        _int_tuple(op, name, v, "sorted, distinct, non-negative axes", 0)
+        if list(v) != sorted(set(v)) or (rank is not None and any(a >= rank for a in v)):
+            _fail_value(op, name, f"a sorted tuple of distinct axes in [0, {rank})", v)
+    elif kind == "shape":
+        _int_tuple(op, name, v, "non-negative sizes", 0)
+    elif kind == "reshape":
+        _int_tuple(op, name, v, "non-negative sizes, or -1 once", -1)
+        if v.count(-1) > 1:
+            _fail_value(op, name, "non-negative sizes with at most one -1", v)
+    elif kind == "sizes":
+        _int_tuple(op, name, v, "positive sizes", 1)
+    elif kind == "perm":
+        _int_tuple(op, name, v, "a permutation", 0)
+        if rank is not None and sorted(v) != list(range(rank)):
+            _fail_value(op, name, f"a permutation of range({rank})", v)
+    elif kind == "paddings":
+        if (type(v) is not tuple or not all(type(p) is tuple and len(p) == 2
+                                            and all(_is_int(q) and q >= 0 for q in p)
+                                            for p in v)):
+            _fail_type(op, name, "a tuple of (before, after) pairs of non-negative ints", v)
+        if rank is not None and len(v) != rank:
+            _fail_value(op, name, f"{rank} (before, after) pairs, one per dimension", v)
+    else:                                                # pragma: no cover - a typo
+        raise ValueError(f"unknown attr kind {kind!r} for attr {name!r} of {op}")
+
+
+def check_attrs(op, inputs, attrs):
+    """Validate ``attrs`` of ``op`` against ``op.attr_types`` (see above)."""
+    rank = None
+    if inputs:
+        x = inputs[0]
+        try:
+            rank = len(x.shape) if hasattr(x, "shape") else int(np.ndim(x))
+        except (TypeError, ValueError):
+            rank = None
+    for name, kind in op.attr_types.items():
+        _check_attr(op.name, name, kind, attrs.get(name), rank)

@@ -87,6 +87,8 @@ def build(xp):
         return e
 
     def linspace(start, stop, num, dtype, device=None):
+        if num == 1:        # TensorFlow's (and the OpenCL kernel's): [start], even for stop=nan
+            return xp.full((1,), start, dtype=dtype.np)
         return xp.linspace(start, stop, num, dtype=dtype.np)
 
     def one_hot(indices, depth, on_value, off_value, axis, dtype):

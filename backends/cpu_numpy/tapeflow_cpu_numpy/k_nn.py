@@ -97,6 +97,8 @@ def build(xp):
 
     def softmax(x, axis):
         dt = x.dtype
+        if x.size == 0:             # an empty axis: an empty result (no max to subtract)
+            return xp.empty_like(x)
         if dt == np.float16:
             x = x.astype(np.float32)
         e = xp.exp(x - x.max(axis=axis, keepdims=True))
@@ -105,6 +107,8 @@ def build(xp):
 
     def log_softmax(x, axis):
         dt = x.dtype
+        if x.size == 0:
+            return xp.empty_like(x)
         if dt == np.float16:
             x = x.astype(np.float32)
         return _log_softmax(x, axis).astype(dt, copy=False)

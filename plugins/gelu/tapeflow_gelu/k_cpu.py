@@ -54,6 +54,8 @@ def gelu(x, approximate=False):
 
 def gelu_grad(dy, x, approximate=False):
     """``dy * GELU'(x)``: exact ``Phi(x) + x phi(x)``; tanh ``s + 2 x u' s (1 - s)``."""
+    if dy.shape != x.shape:     # as the OpenCL and CUDA kernels: no broadcasting
+        raise ValueError(f"shapes {dy.shape} and {x.shape} differ")
     approximate = tanh_form(approximate)
     if x.dtype == _F16:
         return gelu_grad(dy.astype(_F32), x.astype(_F32), approximate).astype(_F16)
