@@ -50,7 +50,8 @@ import tapeflow as tf
 from tapeflow import registry
 from tapeflow.errors import ResourceExhaustedError, TapeflowError
 
-__all__ = ["Call", "Report", "OUTCOMES", "generate", "run", "run_call", "targets"]
+__all__ = ["Call", "Report", "OUTCOMES", "BUGS", "generate", "call_for", "run", "run_call",
+           "targets"]
 
 OUTCOMES = ("ok", "error", "foreign", "memory", "coercion", "variable")
 BUGS = ("foreign", "memory", "coercion", "variable")
@@ -185,76 +186,90 @@ def _good(rng, kind="float"):
 
 
 def generate(seed=0, n=1000, variables=0.15, controls=0.1):
-    """``n`` reproducible calls over every target (round robin, then random)."""
+    """``n`` reproducible calls over every target (round robin, then random): each
+    passes good values except one bad one (a ``controls`` share pass only good ones),
+    a ``variables`` share of tensor inputs as Variables."""
     rng = np.random.default_rng(seed)
     prng = random.Random(seed)
     tgts = targets()
-    bad_t = _bad_tensor_values(rng)
-    bad_i = _bad_int_values(rng)
-    calls = []
-    for i in range(n):
-        qual, fn, kind = tgts[i % len(tgts)] if i < len(tgts) else prng.choice(tgts)
-        args, kwargs, slots = [], {}, []
-        if kind == "op":
-            for name in fn.inputs:
-                v = _good(rng)
-                if prng.random() < variables:
-                    v = ("V", v[1])
-                args.append(v)
-                slots.append(("arg", len(args) - 1, name, True))
-            for name, default in fn.attrs.items():
-                if default is registry.REQUIRED or default is None:
-                    kwargs[name] = 1 if name in _INT_PARAMS or name in ("depth", "num") else \
-                        (2, 3) if name == "shape" else default
-                    if kwargs[name] is registry.REQUIRED or kwargs[name] is None:
-                        kwargs.pop(name)
-                        continue
-                if name not in _SKIP_PARAMS:
-                    slots.append(("kw", name, name, False))
-        else:
-            for p in _signature(fn):
-                if p.name in _SKIP_PARAMS:
-                    if p.default is p.empty and p.name in _GOOD:
-                        if p.kind == p.KEYWORD_ONLY:
-                            kwargs[p.name] = _GOOD[p.name]
-                        else:
-                            args.append(_GOOD[p.name])
+    pools = (_bad_tensor_values(rng), _bad_int_values(rng))
+    return [_make(tgts[i % len(tgts)] if i < len(tgts) else prng.choice(tgts), rng, prng,
+                  pools, variables, controls) for i in range(n)]
+
+
+def call_for(index, seed, variables=0.15, controls=0.1, tgts=None):
+    """The call a ``seed`` makes for target number ``index`` of ``tgts`` (default
+    :func:`targets`): what a property-based test draws."""
+    rng = np.random.default_rng(seed)
+    prng = random.Random(seed)
+    tgts = tgts or targets()
+    return _make(tgts[index % len(tgts)], rng, prng,
+                 (_bad_tensor_values(rng), _bad_int_values(rng)), variables, controls)
+
+
+def _make(tgt, rng, prng, pools, variables, controls):
+    qual, fn, kind = tgt
+    bad_t, bad_i = pools
+    args, kwargs, slots = [], {}, []
+    if kind == "op":
+        for name in fn.inputs:
+            v = _good(rng)
+            if prng.random() < variables:
+                v = ("V", v[1])
+            args.append(v)
+            slots.append(("arg", len(args) - 1, name, True))
+        for name, default in fn.attrs.items():
+            if default is registry.REQUIRED or default is None:
+                kwargs[name] = 1 if name in _INT_PARAMS or name in ("depth", "num") else \
+                    (2, 3) if name == "shape" else default
+                if kwargs[name] is registry.REQUIRED or kwargs[name] is None:
+                    kwargs.pop(name)
                     continue
-                tensorish = p.name in _TENSOR_PARAMS
-                if p.default is p.empty:
-                    if tensorish:
-                        v = _good(rng)
-                        if prng.random() < variables:
-                            v = ("V", v[1])
-                    elif p.name in _INT_PARAMS:
-                        v = 1 if p.name not in ("shape", "perm", "multiples") else [2, 3]
-                    else:
-                        v = 1.0
+            if name not in _SKIP_PARAMS:
+                slots.append(("kw", name, name, False))
+    else:
+        for p in _signature(fn):
+            if p.name in _SKIP_PARAMS:
+                if p.default is p.empty and p.name in _GOOD:
                     if p.kind == p.KEYWORD_ONLY:
-                        kwargs[p.name] = v
-                        slots.append(("kw", p.name, p.name, tensorish))
+                        kwargs[p.name] = _GOOD[p.name]
                     else:
-                        args.append(v)
-                        slots.append(("arg", len(args) - 1, p.name, tensorish))
-                elif tensorish or p.name in _INT_PARAMS:
-                    # None is the default: passing it is no bad value
-                    slots.append(("kw", p.name, p.name,
-                                  "optional" if tensorish and p.default is None else tensorish))
-        call = Call(qual, args, kwargs)
-        if slots and prng.random() >= controls:
-            where, key, pname, tensorish = prng.choice(slots)
-            value = prng.choice(bad_t if tensorish else bad_i)
-            if tensorish == "optional" and value is None:
-                value = "a string"
-            if where == "arg":
-                call.args[key] = value
-            else:
-                call.kwargs[key] = value
-            call.bad = pname
-            call.poison = _is_poison(value, pname, tensorish, kind)
-            call.bad_value = _fmt(value)
-        calls.append(call)
-    return calls
+                        args.append(_GOOD[p.name])
+                continue
+            tensorish = p.name in _TENSOR_PARAMS
+            if p.default is p.empty:
+                if tensorish:
+                    v = _good(rng)
+                    if prng.random() < variables:
+                        v = ("V", v[1])
+                elif p.name in _INT_PARAMS:
+                    v = 1 if p.name not in ("shape", "perm", "multiples") else [2, 3]
+                else:
+                    v = 1.0
+                if p.kind == p.KEYWORD_ONLY:
+                    kwargs[p.name] = v
+                    slots.append(("kw", p.name, p.name, tensorish))
+                else:
+                    args.append(v)
+                    slots.append(("arg", len(args) - 1, p.name, tensorish))
+            elif tensorish or p.name in _INT_PARAMS:
+                # None is the default: passing it is no bad value
+                slots.append(("kw", p.name, p.name,
+                              "optional" if tensorish and p.default is None else tensorish))
+    call = Call(qual, args, kwargs)
+    if slots and prng.random() >= controls:
+        where, key, pname, tensorish = prng.choice(slots)
+        value = prng.choice(bad_t if tensorish else bad_i)
+        if tensorish == "optional" and value is None:
+            value = "a string"
+        if where == "arg":
+            call.args[key] = value
+        else:
+            call.kwargs[key] = value
+        call.bad = pname
+        call.poison = _is_poison(value, pname, tensorish, kind)
+        call.bad_value = _fmt(value)
+    return call
 
 
 def _is_poison(value, pname, tensorish, kind):
