@@ -147,11 +147,14 @@ def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
         if device is not None:
             t = copy_to_device(t, device)
         return t
-    a = _np_from_python(value, dt)
     if device is not None:
         dev = _devs.get_device(device)
     else:
         dev = _devs.current_device() or _devs.default_device()
+    try:
+        a = _np_from_python(value, dt)
+    except InvalidArgumentError as e:
+        raise e.with_context("Const", dev) from None
     if shape is not None:
         shape = _shapes.as_shape(shape, "Const", dev)
         if a.size == _shapes.num_elements(shape):
