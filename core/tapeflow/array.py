@@ -46,6 +46,9 @@ __all__ = [
 # This module defines `range` and `slice`: keep the builtins under other names.
 _range = builtins.range
 _slice = builtins.slice
+_opindex = operator.index
+
+
 def _index(v):
     """``operator.index`` whose error is a tapeflow error (still a TypeError)."""
     try:
@@ -461,13 +464,12 @@ def reshape(tensor, shape, name=None):
     >>> tf.reshape([1, 2, 3, 4], [-1, 2]).shape
     TensorShape([2, 2])
     """
-    s = None
     if type(shape) is tuple or type(shape) is list:
         try:
-            s = tuple(map(_index, shape))
+            s = tuple(map(_opindex, shape))       # (the builtin: this is hot)
         except TypeError:
-            pass
-    if s is None:
+            s = _shape_tuple(shape, "Reshape")
+    else:
         s = _shape_tuple(shape, "Reshape")
     if s and min(s) < -1:
         raise InvalidArgumentError(

@@ -55,7 +55,7 @@ policy = _Policy()
 def _np_from_python(value, dtype):
     """Host array for a Python/NumPy value; Python floats default to float32 and
     ints to int32 (int64 when they do not fit), as in the seeds."""
-    if dtype is not None:
+    if dtype is not None and not (type(value) is np.ndarray and value.dtype == dtype.np):
         _check_lossless(value, dtype)
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         a = np.array(value, dtype=None if dtype is None else dtype.np, copy=True)

@@ -178,14 +178,28 @@ def check_shape_attr(op, tensors, attrs, device):
     """OpDef ``check`` for ops that make a tensor of the attr ``shape`` (creation ops,
     BroadcastTo): the shape is valid and fits on the device, with the attr ``dtype``
     (else the first input's dtype, else float32)."""
-    op = op.name
     shape = attrs.get("shape")
     if shape is None:
         return
+    n = 1
+    try:
+        for d in shape:
+            if d < 0:
+                break
+            n *= d
+        else:
+            if type(shape) is tuple and n < _SMALL:   # the common case: nothing to check
+                return
+    except TypeError:
+        pass
     if type(shape) is not tuple or any(type(d) is not int or d < 0 for d in shape):
-        shape = as_shape(shape, op, device)
+        shape = as_shape(shape, op.name, device)
     dtype = attrs.get("dtype") or (tensors[0].dtype if tensors else _dt.float32)
-    check_allocation(shape, dtype, device, op)
+    check_allocation(shape, dtype, device, op.name)
+
+
+#: results of fewer elements than this fit on any device (256 MiB of float64)
+_SMALL = 1 << 25
 
 
 def _short(v):

@@ -601,7 +601,13 @@ def _coercion_refusal(value, dtype):
             return None
         kind, src = value._data.dtype.kind, value.dtype.name
     elif isinstance(value, (np.ndarray, np.generic)):
-        kind, src = value.dtype.kind, str(value.dtype)
+        vd = value.dtype
+        if vd == dtype.np:                  # (the common case: no string work)
+            return None
+        kind = vd.kind
+        if kind in "fiu" and dtype.is_floating:
+            return None
+        src = str(vd)
     elif value is None:
         return "NoneType", "pass a number, an array or a tensor"
     elif isinstance(value, (str, bytes, bytearray)):
