@@ -269,6 +269,9 @@ def test_missing_device_kernel_lists_devices_and_dtypes():
      r"returned a float32 gradient for input 0 \('x'\) of dtype float64"),
     (lambda ctx, dy: "a string", r"returned str 'a string' for input 0 \('x'\)"),
     (lambda ctx, dy: {"x": dy}, r"returned dict .* for input 0 \('x'\)"),
+    (lambda ctx, dy: object(), r"returned object .* for input 0 \('x'\), which is not "
+                               r"convertible to a float64 tensor"),
+    (lambda ctx, dy: b"raw", r"returned bytes b'raw' for input 0"),
 ])
 def test_a_wrong_gradient_is_an_error_naming_the_op(bad, match):
     ns = f"api_badgrad{abs(hash(match)) % 10**6}"
