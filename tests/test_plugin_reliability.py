@@ -17,14 +17,7 @@ import pytest
 import tapeflow as tf
 from tapeflow.errors import InvalidArgumentError, PluginOverrideWarning
 from tapeflow.plugins import Library, register
-
-
-def _make_dist(root, name, module_src, entry_point, version="1.0"):
-    (root / f"{name}.py").write_text(textwrap.dedent(module_src))
-    info = root / f"{name}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[tapeflow]\n{name} = {entry_point}\n")
+from test_plugin_api import _make_dist    # a plugin as a real distribution on PYTHONPATH
 
 
 REPORT = """
