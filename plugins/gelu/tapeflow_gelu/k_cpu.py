@@ -15,8 +15,16 @@ Stable forms, no warnings, exact limits at the infinities:
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import erfc, expit
 from tapeflow.errors import InvalidArgumentError
+
+#: SciPy's erfc and expit, bound on the first kernel call: importing scipy.special
+#: costs ~0.35 s, and a plugin must not make every `import tapeflow` pay for it
+erfc = expit = None
+
+
+def _load_scipy():
+    global erfc, expit
+    from scipy.special import erfc, expit  # noqa: F811
 
 SQRT1_2 = 0.7071067811865476       # 1/sqrt(2)
 INV_SQRT_2PI = 0.3989422804014327  # 1/sqrt(2*pi)
@@ -42,6 +50,8 @@ def tanh_form(approximate) -> bool:
 
 
 def gelu(x, approximate=False):
+    if erfc is None:
+        _load_scipy()
     approximate = tanh_form(approximate)
     if x.dtype == _F16:
         return gelu(x.astype(_F32), approximate).astype(_F16)
@@ -56,6 +66,8 @@ def gelu_grad(dy, x, approximate=False):
     """``dy * GELU'(x)``: exact ``Phi(x) + x phi(x)``; tanh ``s + 2 x u' s (1 - s)``."""
     if dy.shape != x.shape:     # as the OpenCL and CUDA kernels: no broadcasting
         raise ValueError(f"shapes {dy.shape} and {x.shape} differ")
+    if erfc is None:
+        _load_scipy()
     approximate = tanh_form(approximate)
     if x.dtype == _F16:
         return gelu_grad(dy.astype(_F32), x.astype(_F32), approximate).astype(_F16)
