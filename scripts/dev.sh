@@ -25,9 +25,9 @@ PY="${PYTHON:-python3}"
 # with PoCL (an OpenCL driver for the CPU, a wheel: no root), so the conformance suite
 # runs on opencl:0; and the example
 # op plugin plugins/gelu, whose tests the root's pytest configuration collects.
-RUNTIME_REQS=(-e "$ROOT/core" -e "$ROOT/backends/cpu_numpy")
+RUNTIME_REQS=(-e "$ROOT/core[datasets]" -e "$ROOT/backends/cpu_numpy")
 # (setuptools >= 70 and wheel: tests build a plugin offline with --no-build-isolation)
-TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test]" -e "$ROOT/backends/cpu_numpy"
+TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test,datasets]" -e "$ROOT/backends/cpu_numpy"
            -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl]"
            -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5")
 

@@ -216,7 +216,7 @@ def _digits_arrays():
     except ImportError:
         raise DatasetNotFoundError(
             "the digits data set comes with scikit-learn, which is not installed: "
-            "pip install scikit-learn") from None
+            "pip install 'tapeflow[datasets]' (or pip install scikit-learn)") from None
     d = sk_load_digits()
     return d.images, d.target
 
