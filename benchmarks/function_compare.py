@@ -50,7 +50,7 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=64)
     args = ap.parse_args(argv)
     import tapeflow as tf
-    from tapeflow import graph_passes
+    from tapeflow.tracing import graph_passes
 
     params0, xn, yn = _mlp_init(args.batch)
     rows = np.arange(args.batch)

@@ -89,7 +89,7 @@ class Case:
 def build_case(tf, device, which):
     chain = CHAINS[which]
     case = Case(device, f"{which}: 10 elementwise ops on {N:,} float32, {device}")
-    from tapeflow import devices as _devs
+    from tapeflow.runtime import devices as _devs
     dev = _devs.get_device(device)
     host = np.random.default_rng(0).standard_normal(N).astype(np.float32)
     with tf.device(device):

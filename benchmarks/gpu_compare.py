@@ -46,7 +46,7 @@ def _load():
                  "pip install -e 'backends/cuda_cupy[cuda13]'")
     import tapeflow as tf
     if not any(d.type == "cuda" for d in tf.list_devices()):
-        from tapeflow.devices import _table
+        from tapeflow.runtime.devices import _table
         sys.exit("gpu_compare: tapeflow has no cuda device: "
                  f"{_table.unavailable.get('cupy', 'tapeflow-cuda-cupy not loaded')}")
     try:
@@ -388,7 +388,7 @@ def main(argv=None):
     ap.add_argument("--json", help="write the raw timings here")
     args = ap.parse_args(argv)
     tf, cp, torch, torch_why = _load()
-    dev = tf.devices.get_device(DEVICE)
+    dev = tf.runtime.devices.get_device(DEVICE)
     print(f"tapeflow {tf.__version__} on {dev.name} ({dev.description}); CuPy {cp.__version__}"
           + (f"; PyTorch {torch.__version__}" if torch is not None else ""))
 

@@ -287,7 +287,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import tapeflow as tf
     try:
-        dev = tf.devices.get_device(DEVICE)
+        dev = tf.runtime.devices.get_device(DEVICE)
     except Exception as e:
         sys.exit(f"opencl_compare: {e}")
     print(f"tapeflow {tf.__version__}; {dev.name}: {dev.description}; NumPy {np.__version__}")

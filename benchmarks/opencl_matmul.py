@@ -32,7 +32,7 @@ def main():
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n)).astype(dt)
     b = rng.standard_normal((n, n)).astype(dt)
-    dev = tf.devices.get_device(args.device)
+    dev = tf.runtime.devices.get_device(args.device)
     with tf.device(dev):
         ta, tb = tf.constant(a), tf.constant(b)
     queue = dev.handle.queue

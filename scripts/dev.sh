@@ -27,7 +27,7 @@ PY="${PYTHON:-python3}"
 # op plugin plugins/gelu, whose tests the root's pytest configuration collects.
 RUNTIME_REQS=(-e "$ROOT/core[datasets]" -e "$ROOT/backends/cpu_numpy")
 # (setuptools >= 70 and wheel: tests build a plugin offline with --no-build-isolation)
-TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test,datasets]" -e "$ROOT/backends/cpu_numpy"
+TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test,datasets,scipy,tensorboard]" -e "$ROOT/backends/cpu_numpy"
            -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl]"
            -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5")
 

@@ -56,7 +56,7 @@ def _available_devices():
     have = []
     for name in DEVICES:
         try:
-            tf.devices.get_device(name)
+            tf.runtime.devices.get_device(name)
         except Exception:
             continue
         have.append(name)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow import errors, shapes
-from tapeflow.registry import OPS
+from tapeflow import errors
+from tapeflow.runtime import shapes
+from tapeflow.runtime.registry import OPS
 
 DEVICES = ["cpu:0"] + [d for d in ("opencl:0",) if d in [str(x) for x in tf.list_devices()]]
 

@@ -174,7 +174,7 @@ def test_variables_still_pickle_and_deepcopy():
 
 
 def test_device_scopes_and_tapes_are_per_thread():
-    from tapeflow import devices as _devs
+    from tapeflow.runtime import devices as _devs
     seen = {}
     inside = threading.Event()
     release = threading.Event()

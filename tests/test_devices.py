@@ -5,7 +5,7 @@ import threading
 import pytest
 
 import tapeflow as tf
-from tapeflow.devices import canonical_name
+from tapeflow.runtime.devices import canonical_name
 
 
 @pytest.mark.parametrize("spec, want", [
@@ -61,7 +61,7 @@ def test_scope_is_thread_local():
     seen = []
 
     def worker():
-        from tapeflow.devices import current_device
+        from tapeflow.runtime.devices import current_device
         seen.append(current_device())
 
     with tf.device("cpu:0"):

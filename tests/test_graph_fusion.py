@@ -1,4 +1,4 @@
-"""Elementwise fusion (``tapeflow.graph_fusion``, the ``"fuse"`` graph pass).
+"""Elementwise fusion (``tapeflow.tracing.graph_fusion``, the ``"fuse"`` graph pass).
 
 Each check runs a function through ``tf.function`` with and without the pass and
 compares: exactly for arithmetic, within a few ulps where a math-library function
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow.graph_fusion import ElementwiseSpec, Step
+from tapeflow.tracing.graph_fusion import ElementwiseSpec, Step
 
 DEVICES = ["cpu:0", "opencl:0"]
 FUSED = ("dce", "fuse")
@@ -29,7 +29,7 @@ PLAIN = ("dce",)
 def device(request):
     d = request.param
     if d not in tf.config.list_devices():
-        from tapeflow import devices as _devs
+        from tapeflow.runtime import devices as _devs
         reason = None
         try:
             _devs.get_device(d)

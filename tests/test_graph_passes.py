@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow import graph_passes
+from tapeflow.tracing import graph_passes
 
 ALL = tuple(graph_passes.PASSES)
 

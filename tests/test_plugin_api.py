@@ -192,7 +192,7 @@ def test_gradient_override_of_a_builtin_and_the_conflict_without_it():
 
 
 def test_a_failed_plugin_leaves_existing_ops_untouched():
-    from tapeflow import registry
+    from tapeflow.runtime import registry
     tanh_op = tf.plugins.get_op("Tanh")
     saved = tanh_op.kernels["cpu"]
     lib = Library("api_rollback")

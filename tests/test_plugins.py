@@ -87,7 +87,7 @@ for x in w: print("WARN", str(x.message).splitlines()[0])
 x = tf.constant([3.0])
 print("SQUARE", get_op("goodplug::square")(x).numpy().tolist())
 print("ADD", (x + x).numpy().tolist())
-print("HALF", "brokenhook::half" in __import__("tapeflow").registry.OPS)
+print("HALF", "brokenhook::half" in __import__("tapeflow").runtime.registry.OPS)
 """
 
 

@@ -13,7 +13,7 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 def test_readme_block_runs(i, capsys):
     import tapeflow as tf
     src = BLOCKS[i]
-    if "register(MyOps())" in src and "myproj::cube" in __import__("tapeflow").registry.OPS:
+    if "register(MyOps())" in src and "myproj::cube" in __import__("tapeflow").runtime.registry.OPS:
         pytest.skip("the plugin example already registered its op in this process")
     exec(compile(src, f"README block {i}", "exec"), {"tf": tf})
     out = capsys.readouterr().out

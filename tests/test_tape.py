@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow import tape as _tape
+from tapeflow.runtime import context as _tape
 
 
 def test_no_tape_no_recording():
-    assert _tape._tapes_active[0] == 0
+    assert _tape.tapes_active[0] == 0
     x = tf.constant([1.0, 2.0])
     y = x * x + x
     assert y.numpy().tolist() == [2.0, 6.0]

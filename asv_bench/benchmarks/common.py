@@ -29,10 +29,10 @@ DEVICES = ["cpu:0", "opencl:0", "cuda:0"]
 
 
 def device(name):
-    """The :class:`tapeflow.devices.Device` called ``name``, or NotImplementedError
+    """The :class:`tapeflow.runtime.devices.Device` called ``name``, or NotImplementedError
     (asv: skipped) naming what this machine has instead."""
     try:
-        return tf.devices.get_device(name)
+        return tf.runtime.devices.get_device(name)
     except Exception as e:  # NotFoundError: not on this machine
         raise NotImplementedError(f"device {name} is not available here: {e}") from None
 

@@ -12,27 +12,38 @@ tf.Tensor([[4.]], shape=(1, 1), dtype=float32)
 
 from __future__ import annotations
 
+import sys as _sys
 import types as _types
 
-from . import dtypes, errors
-from .dtypes import (DType, as_dtype, bool_, double, float16, float32, float64, half, int8, int16,
-                     int32, int64, uint8)
-from .devices import device, list_devices, num_gpus
-from .tensor import Dimension, Tensor, TensorShape, Variable
-from .execute import constant, convert_to_tensor
-from .tape import GradientTape
-from .autodiff import (custom_gradient, gradients_function, implicit_gradients,
-                       implicit_value_and_gradients, val_and_grad_function,
-                       value_and_gradients_function)
-from . import math, array, reductions, linalg, nn, random
-from .math import *  # noqa: F401,F403
-from .array import *  # noqa: F401,F403
-from .linalg import einsum, matmul, norm, tensordot  # noqa: F401
-from .random import (random_normal, random_shuffle, random_uniform,  # noqa: F401
-                     set_random_seed, truncated_normal)
-from . import config, plugins, ops
-from .tracing import function, defun, py_function
-from .control_flow import cond, while_loop
+from .runtime import dtypes, errors
+from .runtime.dtypes import (DType, as_dtype, bool_, double, float16, float32, float64, half, int8,
+                             int16, int32, int64, uint8)
+from .runtime.devices import device, list_devices, num_gpus
+from .runtime.tensor import Dimension, Tensor, TensorShape
+from .runtime.variable import Variable
+from .runtime.dispatch import constant, convert_to_tensor
+from .autodiff.tape import GradientTape
+from .autodiff.functions import (custom_gradient, gradients_function, implicit_gradients,
+                                 implicit_value_and_gradients, val_and_grad_function,
+                                 value_and_gradients_function)
+from .ops import math, array, reductions, linalg, nn, random
+from .ops.math import *  # noqa: F401,F403
+from .ops.array import *  # noqa: F401,F403
+from .ops.linalg import einsum, matmul, norm, tensordot  # noqa: F401
+from .ops.random import (random_normal, random_shuffle, random_uniform, set_random_seed,
+                         truncated_normal)
+from .runtime import config
+from . import plugins, ops
+from .tracing.trace import function, defun, py_function
+from .tracing.control_flow import cond, while_loop
+
+# The public module paths of TensorFlow's namespaces (``from tapeflow.errors import ...``,
+# ``import tapeflow.math``): aliases of the modules in the layers, so backends and plugins
+# never name a layer's internal path.
+for _name, _mod in (("errors", errors), ("dtypes", dtypes), ("math", math), ("nn", nn),
+                    ("linalg", linalg), ("random", random), ("config", config)):
+    _sys.modules.setdefault(f"{__name__}.{_name}", _mod)
+del _name, _mod
 
 bool = bool_  # noqa: A001  (tf.bool)
 newaxis = None
@@ -54,7 +65,7 @@ def enable_eager_execution(config=None, device_policy=None, execution_mode=None)
 enable_v2_behavior = enable_eager_execution
 
 # Built-in ops, then the backends and plugins found through entry points.
-from . import _builtin as _b  # noqa: E402
+from .ops import _library as _b  # noqa: E402
 from .plugins import manager as _pm  # noqa: E402  (the module)
 
 _pm.register_builtin(_b, "tapeflow-builtin-ops")
@@ -114,7 +125,7 @@ class _TestNS:
 
     @staticmethod
     def is_built_with_cuda():
-        from .devices import _table
+        from .runtime.devices import _table
         return any(d.type == "cuda" for d in _table.by_name.values())
 
 

@@ -59,8 +59,8 @@ def collect(ops_glob=None, smoke=True) -> dict:
     import pluggy
 
     import tapeflow as tf
-    from tapeflow import registry
-    from tapeflow.devices import _table
+    from tapeflow.runtime import registry
+    from tapeflow.runtime.devices import _table
     from tapeflow.testing.conformance import unavailable_devices
 
     versions = {"tapeflow": tf.__version__, "python": platform.python_version(),
@@ -76,7 +76,7 @@ def collect(ops_glob=None, smoke=True) -> dict:
                for p in tf.plugins.plugin_report()]
 
     try:
-        default = tf.devices.default_device().name
+        default = tf.runtime.devices.default_device().name
     except Exception:
         default = None
     backends = []

@@ -27,8 +27,8 @@ import types
 
 import numpy as np
 
-from . import files as _files
-from .errors import DataLossError
+from .train import files as _files
+from .runtime.errors import DataLossError
 
 __all__ = ["load_digits", "digits", "fashion_mnist", "mnist", "DatasetNotFoundError",
            "read_idx", "DATA_DIR_ENV"]

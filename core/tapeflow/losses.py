@@ -24,13 +24,14 @@ TensorFlow 1's), and ``get("sparse_categorical_crossentropy")`` for ``Model.comp
 
 from __future__ import annotations
 
-from . import array as _a
-from . import math as _m
-from . import nn as _nn
-from . import reductions as _r
-from .errors import InvalidArgumentError
-from .execute import convert_to_tensor
-from .tensor import Tensor, Variable
+from .ops import array as _a
+from .ops import math as _m
+from .ops import nn as _nn
+from .ops import reductions as _r
+from .runtime.errors import InvalidArgumentError
+from .runtime.dispatch import convert_to_tensor
+from .runtime.tensor import Tensor
+from .runtime.variable import Variable
 
 __all__ = ["Reduction", "compute_weighted_loss", "sparse_softmax_cross_entropy",
            "softmax_cross_entropy", "sigmoid_cross_entropy", "mean_squared_error",
@@ -81,7 +82,7 @@ def _follow(labels, like):
     """Host labels follow the predictions to their device, as layers move host inputs
     to their variables' device (a dataset yields host tensors; the model may be on a GPU)."""
     if labels._device is not like._device and labels._device.is_host:
-        from .execute import copy_to_device
+        from .runtime.dispatch import copy_to_device
         labels = copy_to_device(labels, like._device)
     return labels
 

@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import sys
 
-from . import array as _a
-from . import dtypes as _dt
-from . import math as _m
-from . import reductions as _r
-from .errors import InvalidArgumentError
-from .execute import convert_to_tensor
-from .tape import stop_all_recording
-from .tensor import Tensor, Variable
+from .ops import array as _a
+from .runtime import dtypes as _dt
+from .ops import math as _m
+from .ops import reductions as _r
+from .runtime.errors import InvalidArgumentError
+from .runtime.dispatch import convert_to_tensor
+from .runtime.context import stop_all_recording
+from .runtime.tensor import Tensor
+from .runtime.variable import Variable
 
 __all__ = ["Metric", "Mean", "Sum", "Accuracy", "SparseCategoricalAccuracy", "SparseAccuracy",
            "CategoricalAccuracy", "BinaryAccuracy", "get"]

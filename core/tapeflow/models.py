@@ -26,16 +26,17 @@ import time
 
 import numpy as np
 
-from .errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
-from . import array as _a
-from . import devices as _devs
-from . import math as _m
-from . import random as _random
-from . import reductions as _r
-from .execute import convert_to_tensor
+from .runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
+from .ops import array as _a
+from .runtime import devices as _devs
+from .ops import math as _m
+from .ops import random as _random
+from .ops import reductions as _r
+from .runtime.dispatch import convert_to_tensor
 from .layers.base import Layer, _bump
-from .tape import GradientTape
-from .tensor import Tensor, Variable
+from .autodiff.tape import GradientTape
+from .runtime.tensor import Tensor
+from .runtime.variable import Variable
 
 __all__ = ["Model", "Network", "Sequential", "History"]
 

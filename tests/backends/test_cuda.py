@@ -72,7 +72,7 @@ def seed_restore():
 
 @needs_plugin
 def test_plugin_loads_and_reports_its_state():
-    from tapeflow.devices import _table
+    from tapeflow.runtime.devices import _table
     from tapeflow_cuda_cupy.backend import BACKEND
     assert BACKEND in _table.backends
     assert (BACKEND.name, BACKEND.device_type, BACKEND.gpu_priority) == ("cupy", "cuda", 0)
@@ -92,7 +92,7 @@ def test_plugin_loads_and_reports_its_state():
 
 @needs_plugin
 def test_every_cpu_op_has_a_cuda_kernel_with_the_same_declaration():
-    from tapeflow.registry import OPS
+    from tapeflow.runtime.registry import OPS
     missing, differ = [], []
     for name, op in OPS.items():
         cpu = op.kernels.get("cpu")
@@ -114,7 +114,7 @@ def test_kernel_registration_is_lazy():
         pytest.skip(str(REASON))
     code = (
         "import tapeflow as tf\n"
-        "from tapeflow.registry import OPS\n"
+        "from tapeflow.runtime.registry import OPS\n"
         "from tapeflow_cuda_cupy import kernels\n"
         "assert kernels._built is None, 'kernel table built at import'\n"
         "fns = [op.kernels['cuda'].fn for op in OPS.values() if 'cuda' in op.kernels\n"
@@ -271,11 +271,11 @@ def test_python_layer_on_a_numpy_stand_in_for_cupy():
 @needs_gpu
 def test_devices_and_gpu_alias():
     assert tf.num_gpus() >= 1
-    d = tf.devices.get_device("cuda:0")
+    d = tf.runtime.devices.get_device("cuda:0")
     assert d.is_gpu and d.type == "cuda" and d.gpu_index == 0
     for spelling in ("gpu:0", "/gpu:0", "GPU:0", "/device:GPU:0",
                      "/job:localhost/replica:0/task:0/device:GPU:0", "cuda"):
-        assert tf.devices.get_device(spelling) is d, spelling
+        assert tf.runtime.devices.get_device(spelling) is d, spelling
     assert d.description and "GiB" in d.description
     assert tf.test.is_gpu_available() and tf.test.is_built_with_cuda()
     print(f"cuda:0 = {d.description}")
@@ -455,7 +455,7 @@ def test_out_of_range_errors_read_like_the_cpu():
 
 @needs_gpu
 def test_kernels_resolve_to_the_real_cupy_function():
-    from tapeflow.registry import OPS
+    from tapeflow.runtime.registry import OPS
     from tapeflow_cuda_cupy.kernels import LazyKernel
     with tf.device("gpu:0"):
         a = tf.constant([1.0, 2.0])

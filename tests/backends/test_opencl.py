@@ -65,12 +65,12 @@ def _run(code, **env):
 
 @needs_plugin
 def test_plugin_registers_backend_and_kernels():
-    from tapeflow.devices import _table
+    from tapeflow.runtime.devices import _table
     from tapeflow_opencl.backend import BACKEND
     assert BACKEND in _table.backends
     assert (BACKEND.name, BACKEND.device_type) == ("opencl", "opencl")
     # every op of the standard set has an opencl kernel
-    missing = [op.name for op in tf.registry.OPS.values()
+    missing = [op.name for op in tf.runtime.registry.OPS.values()
                if "cpu" in op.kernels and "opencl" not in op.kernels and "::" not in op.name]
     assert missing == []
     assert PLUGIN.SKIPPED == []
@@ -85,7 +85,7 @@ def test_without_pyopencl_the_plugin_loads_and_says_why(tmp_path):
         from tapeflow_opencl import plugin
         print("REASON", plugin.unavailable_reason())
         print("DEVICES", [d.name for d in tf.list_devices()])
-        print("KERNELS", sum("opencl" in op.kernels for op in tf.registry.OPS.values()))
+        print("KERNELS", sum("opencl" in op.kernels for op in tf.runtime.registry.OPS.values()))
     """, PYTHONPATH=str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert "REASON PyOpenCL is not installed" in r.stdout
@@ -113,14 +113,14 @@ def test_pyopencl_ctx_selects_devices():
 
 @needs_device
 def test_device_naming_and_gpu_alias():
-    d = tf.devices.get_device("opencl:0")
+    d = tf.runtime.devices.get_device("opencl:0")
     assert d.type == "opencl" and d.backend.name == "opencl"
-    assert tf.devices.get_device("/device:OPENCL:0") is d
+    assert tf.runtime.devices.get_device("/device:OPENCL:0") is d
     h = d.handle
     if h.is_gpu:
-        assert d in tf.devices._table.gpus
+        assert d in tf.runtime.devices._table.gpus
     else:   # a CPU device (PoCL) is opencl:N only
-        assert d not in tf.devices._table.gpus
+        assert d not in tf.runtime.devices._table.gpus
         assert d.gpu_index is None
 
 
@@ -167,7 +167,7 @@ def test_views_are_zero_copy_and_read_back_correctly():
 
 @needs_device
 def test_float16_is_a_clear_unimplemented_error():
-    dev = tf.devices.get_device("opencl:0")
+    dev = tf.runtime.devices.get_device("opencl:0")
     if dev.handle.fp16:
         pytest.skip(f"{dev.handle.cl_device.name} has cl_khr_fp16")
     x = tf.constant(np.ones(3, np.float16))
@@ -191,7 +191,7 @@ def test_errors_name_op_and_device():
 
 @needs_device
 def test_memory_is_returned_to_the_pool():
-    dev = tf.devices.get_device("opencl:0")
+    dev = tf.runtime.devices.get_device("opencl:0")
     gc.collect()
     before = tf.config.memory_info("opencl:0")["current"]
     with tf.device("opencl:0"):

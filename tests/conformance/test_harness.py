@@ -130,7 +130,7 @@ class _HarnessPlugin:
 @pytest.fixture(scope="module", autouse=True)
 def harness_plugin():
     from tapeflow.plugins import manager as pm
-    from tapeflow.registry import OPS as REGISTRY
+    from tapeflow.runtime.registry import OPS as REGISTRY
     obj = _HarnessPlugin()
     info = tf.plugins.register(obj, name="testing-harness")
     assert info.status == "loaded", info.reason
@@ -383,7 +383,7 @@ def _checked_square(x):
 def _checked_square_op(x):
     if np.any(np.asarray(x) < 0):
         raise InvalidArgumentError("x must be non-negative", op="testing::good_square",
-                                   device=tf.devices.get_device("cpu:0"))
+                                   device=tf.runtime.devices.get_device("cpu:0"))
     return GOOD(x)
 
 
@@ -521,7 +521,7 @@ def test_pytest_plugin_devices_skips_and_known_gaps(tmp_path):
 def test_a_missing_kernel_is_a_failure_not_a_silent_skip():
     op = OpDef("testing::no_kernel", inputs=("x",), grad=_square_grad)
     spec = OpSpec(name="no_kernel", fn=op, ref=np.square, samples=_samples, op=op.name)
-    tf.registry.add_op(op)
+    tf.runtime.registry.add_op(op)
     try:
         cs = conformance.cases([spec], ["cpu:0"], "forward")
         assert [c.id for c in cs] == ["no_kernel-cpu:0"]
@@ -533,4 +533,4 @@ def test_a_missing_kernel_is_a_failure_not_a_silent_skip():
         with pytest.raises(tf.errors.NotFoundError):
             g.check()
     finally:
-        tf.registry.OPS.pop(op.name, None)
+        tf.runtime.registry.OPS.pop(op.name, None)

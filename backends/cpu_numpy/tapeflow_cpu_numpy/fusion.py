@@ -1,7 +1,7 @@
 """Fused elementwise groups on ``cpu:0``: the ufunc chain, written into reused buffers.
 
-The graph pass :func:`tapeflow.graph_fusion.fuse` hands a group of elementwise ops
-(an :class:`~tapeflow.graph_fusion.ElementwiseSpec`) to
+The graph pass :func:`tapeflow.tracing.graph_fusion.fuse` hands a group of elementwise ops
+(an :class:`~tapeflow.tracing.graph_fusion.ElementwiseSpec`) to
 ``NumpyBackend.fuse_elementwise``, which returns :func:`compile_spec`'s function:
 the same ufuncs the unfused kernels call, in the same order, each with ``out=`` a
 buffer chosen by liveness. A value's buffer goes back to a free list after its last
@@ -172,7 +172,7 @@ def compile_spec(spec):
     """A function ``run(*arrays)`` evaluating ``spec`` (see the module doc), or None.
 
     >>> import numpy as np
-    >>> from tapeflow.graph_fusion import ElementwiseSpec, Step
+    >>> from tapeflow.tracing.graph_fusion import ElementwiseSpec, Step
     >>> f32 = np.dtype("float32")
     >>> spec = ElementwiseSpec([((3,), f32), ((), f32)],
     ...                        [Step("Mul", (0, 1), {}, f32, (3,)),

@@ -104,7 +104,7 @@ class CupyBackend(Backend):
         except cp.cuda.memory.OutOfMemoryError as e:
             raise _oom(e, dst, f"copying {_nbytes(array)} bytes from {src}") from None
 
-    # --- elementwise fusion (tapeflow.graph_fusion) -------------------------------------
+    # --- elementwise fusion (tapeflow.tracing.graph_fusion) ---------------------------
     def fusible_op(self, op_name, in_dtypes, attrs):
         """Whether :meth:`fuse_elementwise` can take this op (see :mod:`.fusion`)."""
         from .fusion import fusible_op

@@ -1,7 +1,7 @@
 """Fused elementwise kernels on ``cuda:N``: one ``cupy.ElementwiseKernel`` per group.
 
-The graph pass :func:`tapeflow.graph_fusion.fuse` hands a group of elementwise ops
-(an :class:`~tapeflow.graph_fusion.ElementwiseSpec`) to
+The graph pass :func:`tapeflow.tracing.graph_fusion.fuse` hands a group of elementwise ops
+(an :class:`~tapeflow.tracing.graph_fusion.ElementwiseSpec`) to
 ``CupyBackend.fuse_elementwise``. :func:`kernel_definition` turns it into the four
 arguments of CuPy's ``ElementwiseKernel(in_params, out_params, operation, name)``:
 typed inputs ``x0, x1, ..`` (CuPy broadcasts them, strided or not), typed outputs
@@ -150,7 +150,7 @@ def kernel_definition(spec):
     None when an op has no CUDA expression here.
 
     >>> import numpy as np
-    >>> from tapeflow.graph_fusion import ElementwiseSpec, Step
+    >>> from tapeflow.tracing.graph_fusion import ElementwiseSpec, Step
     >>> f32 = np.dtype("float32")
     >>> spec = ElementwiseSpec([((4,), f32), ((), f32)],
     ...                        [Step("Mul", (0, 1), {}, f32, (4,)),

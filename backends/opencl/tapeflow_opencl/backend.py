@@ -118,7 +118,7 @@ class OpenCLBackend(Backend):
         host = np.asarray(src.backend.to_host(array, src))
         return self.from_host(host, dst)
 
-    # --- elementwise fusion (tapeflow.graph_fusion) -------------------------------------
+    # --- elementwise fusion (tapeflow.tracing.graph_fusion) ---------------------------
     def fusible_op(self, op_name, in_dtypes, attrs):
         """Whether :meth:`fuse_elementwise` can take this op (see :mod:`.fusion`)."""
         from .fusion import fusible_op

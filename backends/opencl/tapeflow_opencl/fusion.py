@@ -1,7 +1,7 @@
 """Fused elementwise kernels on ``opencl:N``: one generated OpenCL C kernel per group.
 
-The graph pass :func:`tapeflow.graph_fusion.fuse` hands a group of elementwise ops
-(an :class:`~tapeflow.graph_fusion.ElementwiseSpec`) to
+The graph pass :func:`tapeflow.tracing.graph_fusion.fuse` hands a group of elementwise ops
+(an :class:`~tapeflow.tracing.graph_fusion.ElementwiseSpec`) to
 ``OpenCLBackend.fuse_elementwise``, which returns a :class:`FusedKernel`. Its source
 composes the *same* OpenCL C expressions the unfused kernels evaluate
 (:func:`tapeflow_opencl.k_math.expression`, :func:`tapeflow_opencl.k_nn.expression`,
@@ -117,7 +117,7 @@ def kernel_source(spec, modes, nd, per=1):
     each work-item computes ``per`` consecutive elements.
 
     >>> import numpy as np
-    >>> from tapeflow.graph_fusion import ElementwiseSpec, Step
+    >>> from tapeflow.tracing.graph_fusion import ElementwiseSpec, Step
     >>> f32 = np.dtype("float32")
     >>> spec = ElementwiseSpec([((4,), f32), ((), f32)],
     ...                        [Step("Mul", (0, 1), {}, f32, (4,)),

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import types as _types
 
-from .dataset import (AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset,
-                      Iterator)
+from .dataset import AUTOTUNE, INFINITE_CARDINALITY, UNKNOWN_CARDINALITY, Dataset, Iterator
 
 
 def _cardinality(dataset):

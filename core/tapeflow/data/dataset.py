@@ -26,11 +26,12 @@ import threading
 
 import numpy as np
 
-from .. import devices as _devs
-from ..dtypes import as_dtype
-from ..errors import InvalidArgumentError, InvalidTypeError
-from ..execute import constant
-from ..tensor import Tensor, Variable
+from ..runtime import devices as _devs
+from ..runtime.dtypes import as_dtype
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..runtime.dispatch import constant
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
 
 __all__ = ["Dataset", "Iterator", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
 
@@ -124,7 +125,7 @@ class _HostFunctionScope:
     def __enter__(self):
         self._dev.__enter__()
         try:
-            from ..tape import stop_all_recording
+            from ..runtime.context import stop_all_recording
             self._no_tape = stop_all_recording()
             self._no_tape.__enter__()
         except ImportError:          # pragma: no cover - older tape module
@@ -507,7 +508,7 @@ class _FlatMap(_Unary):
 def _seed_parts(seed):
     """Seed material for a shuffle made now: TF's (global seed, op seed) when either
     is set, else fresh entropy (drawn once, so reshuffle_each_iteration=False repeats)."""
-    from ..random import get_seed
+    from ..ops.random import get_seed
     g, s = get_seed(seed)
     if g is None and s is None:
         return [int.from_bytes(os.urandom(8), "little")]

@@ -16,9 +16,9 @@ tf.Tensor([2.], shape=(1,), dtype=float32)
 
 from __future__ import annotations
 
-from ..losses import (BinaryCrossentropy, CategoricalCrossentropy, Huber, Loss,  # noqa: F401
-                      MeanAbsoluteError, MeanSquaredError, SparseCategoricalCrossentropy,
-                      binary_crossentropy, categorical_crossentropy, get, huber, mae, mse,
+from ..losses import (BinaryCrossentropy, CategoricalCrossentropy, Huber, Loss, MeanAbsoluteError,
+                      MeanSquaredError, SparseCategoricalCrossentropy, binary_crossentropy,
+                      categorical_crossentropy, get, huber, mae, mse,
                       sparse_categorical_crossentropy)
 
 mean_squared_error = MSE = mse

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import InvalidArgumentError, InvalidTypeError
-from .. import array as _a
-from .. import math as _m
-from .. import reductions as _r
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..ops import array as _a
+from ..ops import math as _m
+from ..ops import reductions as _r
 from .. import losses as _losses
 from ..losses import _t
 from . import losses as _klosses

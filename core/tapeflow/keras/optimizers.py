@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import InvalidTypeError
+from ..runtime.errors import InvalidTypeError
 
 _NAMES = ("SGD", "Adam", "RMSprop", "Adagrad", "Optimizer")
 __all__ = ["get", *_NAMES]

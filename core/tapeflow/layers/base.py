@@ -36,10 +36,11 @@ import threading
 
 import numpy as np
 
-from ..errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
-from .. import dtypes as _dt
-from ..execute import convert_to_tensor, copy_to_device
-from ..tensor import Tensor, Variable
+from ..runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
+from ..runtime import dtypes as _dt
+from ..runtime.dispatch import convert_to_tensor, copy_to_device
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
 
 __all__ = ["Layer", "variable_creator_scope", "reset_uids", "unique_layer_name"]
 
@@ -466,7 +467,7 @@ class Layer:
             return None
         t = convert_to_tensor(x)
         if t.dtype.is_floating and t.dtype is not self._dtype:
-            from ..math import cast
+            from ..ops.math import cast
             t = cast(t, self._dtype)
         return t
 

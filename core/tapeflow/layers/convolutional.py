@@ -10,8 +10,8 @@ TensorShape([3, 3, 1, 16])
 
 from __future__ import annotations
 
-from ..errors import FailedPreconditionError, InvalidArgumentError
-from .. import nn as _nn
+from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ..ops import nn as _nn
 from . import activations as _act
 from .base import Layer
 from .core import _channels, _check_constraints

@@ -11,11 +11,11 @@ TensorShape([1, 1, 10])
 
 from __future__ import annotations
 
-from ..errors import FailedPreconditionError, InvalidArgumentError
-from .. import array as _a
-from .. import math as _m
-from .. import nn as _nn
-from ..linalg import matmul as _matmul
+from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ..ops import array as _a
+from ..ops import math as _m
+from ..ops import nn as _nn
+from ..ops.linalg import matmul as _matmul
 from . import activations as _act
 from .base import Layer
 
@@ -101,8 +101,8 @@ class Flatten(Layer):
 
 def flatten(inputs, name=None, data_format="channels_last"):
     """Functional ``tf.layers.flatten``: ``[batch, d1, d2, ...] -> [batch, d1*d2*...]``."""
-    from ..execute import convert_to_tensor
-    from ..tensor import Tensor
+    from ..runtime.dispatch import convert_to_tensor
+    from ..runtime.tensor import Tensor
     x = inputs if type(inputs) is Tensor else convert_to_tensor(inputs)
     shape = x.shape
     if len(shape) == 0:
@@ -186,7 +186,7 @@ class Embedding(Layer):
         self.embeddings = None
 
     def _convert_input(self, x):
-        from ..execute import convert_to_tensor
+        from ..runtime.dispatch import convert_to_tensor
         return convert_to_tensor(x)
 
     def build(self, input_shape):

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 
-from ..errors import InvalidArgumentError
-from .. import dtypes as _dt
-from .. import random as _random
-from ..array import ones as _ones
-from ..array import zeros as _zeros
-from ..execute import constant as _constant
+from ..runtime.errors import InvalidArgumentError
+from ..runtime import dtypes as _dt
+from ..ops import random as _random
+from ..ops.array import ones as _ones
+from ..ops.array import zeros as _zeros
+from ..runtime.dispatch import constant as _constant
 
 __all__ = ["Initializer", "Zeros", "Ones", "Constant", "RandomUniform", "RandomNormal",
            "TruncatedNormal", "VarianceScaling", "GlorotUniform", "GlorotNormal", "HeUniform",

@@ -19,11 +19,11 @@ tape); in inference it uses the moving statistics. ``gamma``/``beta`` are traina
 
 from __future__ import annotations
 
-from ..errors import FailedPreconditionError, InvalidArgumentError
-from .. import array as _a
-from .. import math as _m
-from .. import nn as _nn
-from ..tape import stop_recording
+from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ..ops import array as _a
+from ..ops import math as _m
+from ..ops import nn as _nn
+from ..runtime.context import stop_all_recording as stop_recording
 from .base import Layer
 from .core import _check_constraints
 

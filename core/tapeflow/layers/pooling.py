@@ -11,8 +11,8 @@ TensorShape([2, 3])
 
 from __future__ import annotations
 
-from .. import nn as _nn
-from .. import reductions as _r
+from ..ops import nn as _nn
+from ..ops import reductions as _r
 from .base import Layer
 from .convolutional import _padding, _pair
 from .core import _channels

@@ -14,9 +14,9 @@ implements some of the hooks in :mod:`tapeflow.plugins.hookspecs` and calls the
 ``tapeflow``; ``register(obj)`` adds one in-process. See ``docs/plugins.md``.
 """
 
-from ..devices import Backend, Device
-from ..errors import PluginConflictError, PluginError
-from ..registry import REQUIRED, GradContext, KernelEntry, OpDef, get_op
+from ..runtime.devices import Backend, Device
+from ..runtime.errors import PluginConflictError, PluginError
+from ..runtime.registry import REQUIRED, GradContext, KernelEntry, OpDef, get_op
 from .hookspecs import API_VERSION, hookimpl, hookspec
 from .library import Library
 from .manager import (ENTRY_POINT_GROUP, PluginInfo, Registry, ensure_loaded, known_gaps,

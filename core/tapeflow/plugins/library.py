@@ -29,10 +29,11 @@ import dis
 import inspect
 import linecache
 
-from ..errors import InvalidArgumentError, InvalidTypeError
-from .. import ops as _namespaces          # tapeflow.ops.<namespace>.<name>
-from ..registry import REQUIRED, OpDef, get_op
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..runtime.dispatch import binary, execute
+from ..runtime.registry import HANDLES, REQUIRED, OpDef, get_op
 from .hookspecs import API_VERSION, hookimpl
+from .manager import Registry, _manager
 
 __all__ = ["Library"]
 
@@ -96,7 +97,7 @@ class Library:
             kwonly |= {k for k, v in ats.items() if v is REQUIRED}
             op = OpDef(full, inputs=ins, attrs=ats, doc=fn.__doc__, **opdef_kwargs)
             handle = _make_function(op, kwonly, fn)
-            _namespaces._HANDLES.setdefault(full, []).append(handle)
+            HANDLES.setdefault(full, []).append(handle)
             self.ops.append(op)
             self._add("add_op", op, override=override)
             return handle
@@ -150,7 +151,6 @@ class Library:
 
     def _add(self, method, *args, **kwargs):
         self._actions.append((method, args, kwargs))
-        from .manager import Registry, _manager
         if self._source is not None and _manager.pm.is_registered(self):
             reg = Registry(self._source)     # registered already: commit this one now
             getattr(reg, method)(*args, **kwargs)
@@ -200,7 +200,6 @@ def _make_function(op, kwonly, fn):
     ``execute(op, (x,), {attrs})`` (``binary(op, x, y)`` for two inputs and no
     attributes), which is what a built-in's public function is: no wrapper frame.
     It closes over the OpDef and the dispatcher, and lives in ``fn``'s module."""
-    from ..execute import binary, execute
     names = [i.lstrip("*") for i in op.inputs]
     if op.variadic and len(names) > 1:
         raise InvalidTypeError(f"op {op.name}: a variadic input must be the op's only input")

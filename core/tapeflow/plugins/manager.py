@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import pluggy
 
-from .. import devices as _devs
-from .. import registry as _reg
-from ..errors import InvalidTypeError, PluginConflictError, PluginError
+from ..runtime import devices as _devs
+from ..runtime import registry as _reg
+from ..runtime.errors import InvalidTypeError, PluginConflictError, PluginError
 from . import hookspecs
 
 ENTRY_POINT_GROUP = "tapeflow"

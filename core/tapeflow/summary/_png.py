@@ -7,7 +7,7 @@ import zlib
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..runtime.errors import InvalidArgumentError
 
 _COLOR_TYPE = {1: 0, 2: 4, 3: 2, 4: 6}     # channels -> PNG colour type
 

@@ -19,7 +19,7 @@ import struct
 
 import numpy as np
 
-from ..errors import InvalidArgumentError
+from ..runtime.errors import InvalidArgumentError
 
 # --- CRC32C (Castagnoli), table driven ------------------------------------------------
 

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 
-from ..errors import FailedPreconditionError, InvalidArgumentError
+from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
 from . import _records
 
 __all__ = ["SummaryWriter", "create_file_writer", "create_summary_file_writer",

@@ -110,7 +110,7 @@ def unavailable_devices() -> dict:
     devices of backends that report themselves unavailable, and the well-known
     device types (:data:`KNOWN_DEVICE_TYPES`) no loaded backend provides."""
     import tapeflow.plugins
-    from ..devices import _table
+    from ..runtime.devices import _table
     have = {d.type for d in _table.by_name.values()}
     out = {}
     for be in _table.backends:
@@ -138,7 +138,7 @@ def _op_kernel(spec, device_type):
     """(OpDef or None, KernelEntry or None); SkipCase when spec.op is not registered."""
     if not spec.op:
         return None, None
-    from ..registry import OPS
+    from ..runtime.registry import OPS
     op = OPS.get(spec.op)
     if op is None:
         raise SkipCase(f"op {spec.op!r} is not registered (is the plugin that defines it "
@@ -228,7 +228,7 @@ def noncontiguous_tensor(x, device, via_ops=None):
     ``tf.transpose``), and its values are checked.
     """
     tf = _tf()
-    dev = tf.devices.get_device(device)
+    dev = tf.runtime.devices.get_device(device)
     x = np.asarray(x)
     xs = np.swapaxes(x, -1, -2)
     big = np.zeros(xs.shape[:-1] + (2 * xs.shape[-1],), dtype=x.dtype)
@@ -236,7 +236,7 @@ def noncontiguous_tensor(x, device, via_ops=None):
     if via_ops is None:
         via_ops = not dev.is_host
     if not via_ops:
-        from ..tensor import _wrap
+        from ..runtime.tensor import _wrap
         return _wrap(np.swapaxes(big[..., ::2], -1, -2), dev)
     transpose = getattr(tf, "transpose", None)
     if transpose is None or not hasattr(tf.Tensor, "__getitem__"):
@@ -350,7 +350,7 @@ def check_sample(spec, sample, device, dtype=None, noncontiguous=False, index=No
     """Run one sample forward on ``device`` and compare with ``spec.ref`` (or
     validate with ``spec.check``). Raises AssertionError on a mismatch."""
     tf = _tf()
-    dev = tf.devices.get_device(device)
+    dev = tf.runtime.devices.get_device(device)
     variant = " (non-contiguous inputs)" if noncontiguous else ""
     label = f"sample {index}" if index is not None else "sample"
     if sample.name:
@@ -538,7 +538,7 @@ def check_traced_sample(spec, sample, device, dtype=None, index=None, other=None
     ...                                 other=Sample((np.ones(3),)))
     """
     tf = _tf()
-    dev = tf.devices.get_device(device)
+    dev = tf.runtime.devices.get_device(device)
     label = f"sample {index}" if index is not None else "sample"
     if sample.name:
         label += f" {sample.name!r}"
@@ -600,7 +600,7 @@ def _where(e):
     """`` (in file.py:12 fn)``: the innermost frame of ``e``'s traceback outside the
     tracer and the tensor classes (where a tensor's value was asked for)."""
     import os
-    skip = ("tracing.py", "tensor.py")
+    skip = ("trace.py", "tensor.py", "context.py")
     where = ""
     tb = e.__traceback__
     while tb is not None:
@@ -622,7 +622,7 @@ def check_traced(spec, device, dtype):
     samples and where the value was needed); if none does, it fails (stale entry).
     """
     tf = _tf()
-    from ..tracing import TracingError
+    from ..tracing.trace import TracingError
     dtype = tf.as_dtype(dtype)
     samples = samples_for(spec, dtype)
     if not samples:
@@ -656,7 +656,7 @@ def check_traced(spec, device, dtype):
 def check_gradients(spec, device, order=None):
     """``check_grads`` (float64) on every float64 sample, to ``spec.grad_order``."""
     tf = _tf()
-    dev = tf.devices.get_device(device)
+    dev = tf.runtime.devices.get_device(device)
     order = spec.grad_order if order is None else order
     if order <= 0:
         raise SkipCase(f"{spec.name} is not differentiable (grad_order=0)")
@@ -700,7 +700,7 @@ def _named(f, name):
 def check_errors(spec, device):
     """Every :class:`ErrorSample`: the right error type, naming op, device and ``match``."""
     tf = _tf()
-    dev = tf.devices.get_device(device)
+    dev = tf.runtime.devices.get_device(device)
     if not spec.errors:
         raise SkipCase(f"spec {spec.name} has no error samples")
     for i, err in enumerate(spec.errors):
@@ -799,7 +799,7 @@ def cases(specs, devices, kind):
         if reason is not None:
             out.append(Case(kind, None, name, skip=f"{name} unavailable: {reason}"))
             continue
-        dev = tf.devices.get_device(name)
+        dev = tf.runtime.devices.get_device(name)
         for spec in specs:
             out.extend(_spec_cases(spec, dev, kind))
     return out
@@ -812,7 +812,7 @@ def _spec_cases(spec, dev, kind):
     except SkipCase as e:
         return [Case(kind, spec, dev.name, skip=str(e))]
     res = []
-    op = _tf().registry.OPS.get(spec.op) if spec.op else None
+    op = _tf().runtime.registry.OPS.get(spec.op) if spec.op else None
     if op is not None and dev.type not in op.kernels and op.composite is None:
         # Nothing declared here: one failing case says so (a backend that lacks the
         # kernel on purpose declares a known gap, e.g. "*[exp-opencl:*]").
@@ -1025,7 +1025,7 @@ def opcheck(spec_or_fn, samples=None, *, ref=None, check=None, errors=(), op=Non
     >>> "gradients[multiply-cpu:0]" in report["passed"]
     True
     """
-    from ..registry import OpDef
+    from ..runtime.registry import OpDef
     if isinstance(spec_or_fn, OpSpec):
         spec = spec_or_fn
     else:

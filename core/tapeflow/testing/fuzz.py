@@ -2,7 +2,7 @@
 ("bad input gets a clear error, immediately").
 
 It calls the public functions (``tf.*``, ``tf.nn.*``, ``tf.linalg.*``,
-``tf.random.*``, ``tf.math.*``) and every registered op (:data:`tapeflow.registry.OPS`,
+``tf.random.*``, ``tf.math.*``) and every registered op (:data:`tapeflow.runtime.registry.OPS`,
 as a plugin or the tracer calls them) with one argument replaced by a bad value --
 a string, ``None``, a complex number, an object, a ragged list, a huge or negative
 dimension, a float or a duplicate where an axis goes -- and with Variables as
@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import tapeflow as tf
-from tapeflow import registry
+from tapeflow.runtime import registry
 from tapeflow.errors import ResourceExhaustedError, TapeflowError
 
 __all__ = ["Call", "Report", "OUTCOMES", "BUGS", "generate", "call_for", "run", "run_call",
@@ -154,10 +154,8 @@ def targets():
             fn = getattr(ns, name, None)
             if (name.startswith("_") or name in _SKIP_FUNCTIONS or not inspect.isfunction(fn)
                     or not (fn.__module__ or "").startswith("tapeflow.")
-                    or fn.__module__ in ("tapeflow.execute", "tapeflow.devices",
-                                         "tapeflow.autodiff", "tapeflow.tracing",
-                                         "tapeflow.control_flow", "tapeflow._builtin",
-                                         "tapeflow.dtypes")
+                    or fn.__module__.startswith(("tapeflow.runtime.", "tapeflow.autodiff.",
+                                                 "tapeflow.tracing.", "tapeflow.ops._library"))
                     or id(fn) in seen):
                 continue
             seen.add(id(fn))

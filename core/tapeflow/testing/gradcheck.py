@@ -51,7 +51,7 @@ def _is_float_np(a):
 
 
 def _flat_outputs(out):
-    from tapeflow.tape import _nest_flatten
+    from tapeflow.autodiff.tape import _nest_flatten
     return [o for o in _nest_flatten(out, []) if o is not None]
 
 
@@ -273,7 +273,7 @@ def check_grads(f, args, order=2, eps=None, rtol=1e-5, atol=1e-6, device=None, a
     eps = _DEFAULT_EPS if eps is None else float(eps)
     if order < 1:
         return
-    dev = None if device is None else tf.devices.get_device(device)
+    dev = None if device is None else tf.runtime.devices.get_device(device)
     rng = np.random.default_rng(seed)
     ctx = tf.device(dev) if dev is not None else _NullCtx()
     with ctx:

@@ -73,10 +73,10 @@ def resolve_devices(names=None) -> list:
                     add(name, reason)
                 continue
             try:
-                add(tf.devices.get_device(spec).name, None)
+                add(tf.runtime.devices.get_device(spec).name, None)
             except TapeflowError as e:
                 try:
-                    name = tf.devices.canonical_name(spec)
+                    name = tf.runtime.devices.canonical_name(spec)
                 except TapeflowError:
                     raise pytest.UsageError(f"--tapeflow-device: {e}") from None
                 reason = absent.get(name)
@@ -118,7 +118,7 @@ def pytest_report_header(config):
     descr = []
     for n in ok:
         try:
-            d = tf.devices.get_device(n)
+            d = tf.runtime.devices.get_device(n)
             descr.append(f"{n} ({d.description})" if d.description else n)
         except Exception:
             descr.append(n)

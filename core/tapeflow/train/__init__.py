@@ -20,13 +20,13 @@ restores: see :mod:`tapeflow.train.checkpoint`).
 ['beta1_power:0', 'beta2_power:0', 'Variable/Adam:0', 'Variable/Adam_1:0']
 """
 
-from .checkpoint import (Checkpoint, CheckpointLoadStatus, CheckpointManager, DataLossError,
-                         Saver, latest_checkpoint, list_variables, load_checkpoint,
-                         restore_deferred, restore_variables_on_create)
+from .checkpoint import (Checkpoint, CheckpointLoadStatus, CheckpointManager, DataLossError, Saver,
+                         latest_checkpoint, list_variables, load_checkpoint, restore_deferred,
+                         restore_variables_on_create)
 from .optimizers import (SGD, Adagrad, AdagradOptimizer, Adam, AdamOptimizer,
                          GradientDescentOptimizer, MomentumOptimizer, Optimizer, RMSprop,
-                         RMSPropOptimizer, create_global_step, get_global_step,
-                         get_optimizer, get_or_create_global_step, reset_global_step)
+                         RMSPropOptimizer, create_global_step, get_global_step, get_optimizer,
+                         get_or_create_global_step, reset_global_step)
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
            "RMSPropOptimizer", "AdagradOptimizer", "SGD", "Adam", "RMSprop", "Adagrad",

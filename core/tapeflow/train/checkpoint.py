@@ -65,13 +65,13 @@ import weakref
 
 import numpy as np
 
-from .. import dtypes as _dt
-from .. import errors as _errors
-from .. import files as _files
-from .. import tensor as _tensor
-from ..errors import InvalidArgumentError, InvalidTypeError, NotFoundError
-from ..execute import constant as _constant
-from ..tensor import Variable
+from ..runtime import dtypes as _dt
+from ..runtime import errors as _errors
+from . import files as _files
+from ..runtime import variable as _variable
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError, NotFoundError
+from ..runtime.dispatch import constant as _constant
+from ..runtime.variable import Variable
 
 __all__ = ["Checkpoint", "CheckpointManager", "CheckpointLoadStatus", "Saver",
            "latest_checkpoint", "restore_variables_on_create", "restore_deferred",
@@ -107,28 +107,12 @@ def _base_name(name):
 
 # --- variable-creation hooks (restore_variables_on_create) ---------------------------
 
-_FALLBACK_HOOKS: list = []
 _suspend = threading.local()
 
 
 def _hooks():
-    """The list of callables run with every new Variable: the core's
-    ``tapeflow.tensor._creation_hooks`` when it exists, else ours (installed by wrapping
-    ``Variable.__init__`` once)."""
-    hooks = getattr(_tensor, "_creation_hooks", None)
-    if hooks is not None:
-        return hooks
-    init = Variable.__init__
-    if not getattr(init, "_tapeflow_creation_hooks", False):
-        @functools.wraps(init)
-        def __init__(self, *args, **kwargs):
-            init(self, *args, **kwargs)
-            if _FALLBACK_HOOKS:
-                for hook in tuple(_FALLBACK_HOOKS):
-                    hook(self)
-        __init__._tapeflow_creation_hooks = True
-        Variable.__init__ = __init__
-    return _FALLBACK_HOOKS
+    """The list of callables the runtime runs with every new Variable."""
+    return _variable._creation_hooks
 
 
 @contextlib.contextmanager
@@ -813,7 +797,7 @@ class Checkpoint:
     def save_counter(self):
         """Number of ``save()`` calls (an int64 Variable, saved and restored)."""
         if self._save_counter is None:
-            from .. import dtypes
+            from ..runtime import dtypes
             with _suspend_creation_hooks():
                 sc = Variable(0, trainable=False, name="save_counter", dtype=dtypes.int64,
                               device="cpu:0")

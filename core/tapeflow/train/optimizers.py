@@ -45,15 +45,18 @@ import warnings
 
 import numpy as np
 
-from .. import devices as _devs
-from .. import dtypes as _dt
-from .. import math as _m
-from ..array import fill as _fill
-from ..errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError, TapeflowError
-from ..execute import convert_to_tensor as _convert
-from ..execute import copy_to_device as _copy_to_device
-from ..tape import GradientTape, stop_all_recording
-from ..tensor import Tensor, Variable
+from ..runtime import devices as _devs
+from ..runtime import dtypes as _dt
+from ..ops import math as _m
+from ..ops.array import fill as _fill
+from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
+                              TapeflowError)
+from ..runtime.dispatch import convert_to_tensor as _convert
+from ..runtime.dispatch import copy_to_device as _copy_to_device
+from ..autodiff.tape import GradientTape
+from ..runtime.context import stop_all_recording
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
            "RMSPropOptimizer", "AdagradOptimizer", "SGD", "Adam", "RMSprop", "Adagrad",

@@ -1,5 +1,5 @@
 /*
- * tapeflow._speedups: the binary-operator fast path in C (optional).
+ * tapeflow.runtime._speedups: the binary-operator fast path in C (optional).
  *
  * `a + b` on two Tensors of one device and dtype is the figure users compare an
  * eager runtime by. In Python the method frame, slot loads and the Tensor
@@ -106,7 +106,7 @@ sp_record(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     if (local_obj == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "tapeflow._speedups.init() was not called");
+        PyErr_SetString(PyExc_RuntimeError, "tapeflow.runtime._speedups.init() was not called");
         return NULL;
     }
     return record_impl(args[0], args[1], args[2], args[3], nargs == 5 ? args[4] : Py_None);
@@ -251,7 +251,7 @@ binop_dealloc(BinOp *f)
 
 static PyTypeObject BinOpType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tapeflow._speedups.BinOp",
+    .tp_name = "tapeflow.runtime._speedups.BinOp",
     .tp_basicsize = sizeof(BinOp),
     .tp_dealloc = (destructor)binop_dealloc,
     .tp_vectorcall_offset = offsetof(BinOp, vectorcall),
@@ -309,7 +309,7 @@ sp_binop(PyObject *mod, PyObject *args)
     if (!PyArg_ParseTuple(args, "OO!|p", &op, &PyDict_Type, &fast, &reverse))
         return NULL;
     if (TensorType == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "tapeflow._speedups.init() was not called");
+        PyErr_SetString(PyExc_RuntimeError, "tapeflow.runtime._speedups.init() was not called");
         return NULL;
     }
     BinOp *f = PyObject_GC_New(BinOp, &BinOpType);
@@ -332,7 +332,7 @@ static PyMethodDef sp_methods[] = {
 };
 
 static struct PyModuleDef sp_module = {
-    PyModuleDef_HEAD_INIT, "tapeflow._speedups",
+    PyModuleDef_HEAD_INIT, "tapeflow.runtime._speedups",
     "Optional C fast path for Tensor binary operators.", -1, sp_methods,
 };
 

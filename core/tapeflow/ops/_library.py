@@ -6,8 +6,8 @@ Op modules declare their signatures with :func:`defop`; this plugin's
 
 from __future__ import annotations
 
-from .plugins.hookspecs import hookimpl
-from .registry import OpDef
+from ..plugins.hookspecs import hookimpl
+from ..runtime.registry import OpDef
 
 #: every OpDef the core declares, in declaration order
 BUILTIN_OPS: list[OpDef] = []

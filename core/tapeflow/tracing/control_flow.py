@@ -35,19 +35,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InvalidArgumentError
-from .tensor import Tensor, Variable, _wrap
+from ..runtime.dispatch import convert_to_tensor
+from ..runtime.errors import InvalidArgumentError
+from ..runtime.tensor import Tensor, _wrap
+from ..runtime.variable import Variable
+from . import trace as tracing
 
 __all__ = ["cond", "while_loop"]
 
 
 def _tracing_state():
-    from . import tracing
     return tracing, tracing._current()
 
 
 def _as_tensor(x):
-    from .execute import convert_to_tensor
     return convert_to_tensor(x)
 
 

@@ -1,21 +1,14 @@
-"""``Tensor`` (an immutable value on one device), ``TensorShape`` and ``Variable``.
+"""``Variable``: mutable, named, trainable state on one device.
 
-A Tensor holds a backend-native array (``numpy.ndarray`` on ``cpu:0``) and its
-:class:`~tapeflow.devices.Device`. dtype and shape are read from the array, so
-making a Tensor costs two slot stores: that is what keeps dispatch cheap.
-
-Operators (``+ - * / // % ** @``, comparisons, ``[]``) are installed by the op
-modules (``tapeflow.math``, ``tapeflow.array``) because they dispatch to ops
-defined there.
+Reads go through the dispatcher's eager context (active tapes watch them, a
+``tf.function`` trace sees them); updates are atomic per Variable
+(docs/concurrency.md). Operators are defined with Tensor's in
+:mod:`tapeflow.ops.operators`.
 
 >>> import tapeflow as tf
->>> x = tf.constant([[1, 2], [3, 4]])
->>> print(x)
-tf.Tensor(
-[[1 2]
- [3 4]], shape=(2, 2), dtype=int32)
->>> x.shape == (2, 2), x.shape.as_list(), x.dtype
-(True, [2, 2], tf.int32)
+>>> v = tf.Variable([1.0, 2.0], name="w")
+>>> v.assign_add([1.0, 1.0]).numpy()
+array([2., 3.], dtype=float32)
 """
 
 from __future__ import annotations
@@ -26,298 +19,31 @@ import threading
 
 import numpy as np
 
+from . import context as _ctx
+from . import devices as _devs
 from . import dtypes as _dt
-from .errors import InvalidArgumentError, InvalidTypeError
+from .dispatch import convert_to_tensor, copy_to_device, execute
+from .errors import InvalidArgumentError
+from .registry import get_op
+from .tensor import Tensor, VariableBase, _wrap
 
-__all__ = ["Tensor", "TensorShape", "Variable", "Dimension"]
+__all__ = ["Variable"]
 
-
-class TensorShape(tuple):
-    """A tuple of ints that also speaks TensorFlow (``as_list()``, ``ndims``,
-    ``num_elements()``) and compares equal to tuples and lists.
-
-    >>> TensorShape((1, 1, 784)) == (1, 1, 784), TensorShape([2, 3]).as_list()
-    (True, [2, 3])
-    """
-
-    __slots__ = ()
-
-    def as_list(self):
-        return list(self)
-
-    @property
-    def ndims(self):
-        return len(self)
-
-    rank = ndims
-
-    @property
-    def dims(self):
-        return list(self)
-
-    def num_elements(self):
-        n = 1
-        for d in self:
-            n *= d
-        return n
-
-    def is_fully_defined(self):
-        return True
-
-    def is_compatible_with(self, other):
-        other = tuple(other)
-        return len(other) == len(self) and all(o is None or o == s for s, o in zip(self, other))
-
-    def __eq__(self, other):
-        if isinstance(other, list):
-            other = tuple(other)
-        return tuple.__eq__(self, other)
-
-    def __ne__(self, other):
-        return not self.__eq__(other)
-
-    __hash__ = tuple.__hash__
-
-    def __getitem__(self, item):
-        r = tuple.__getitem__(self, item)
-        return TensorShape(r) if isinstance(item, slice) else r
-
-    def __repr__(self):
-        return "TensorShape(" + repr(list(self)) + ")"
-
-    def __str__(self):
-        return tuple.__repr__(tuple(self))
-
-
-Dimension = int
-
-_new = object.__new__
 #: callables run with every new Variable (tapeflow.train's restore_variables_on_create)
 _creation_hooks: list = []
-
-#: tracers active in any thread (tapeflow.tracing); read before the tracing hooks
-_tracing = [0]
-
-
-def _check_traced(t, what):
-    """Raise if ``t``'s value is needed while tf.function traces (see tapeflow.tracing)."""
-    from .tracing import trace_check
-    trace_check(t, what)
+_tracing = _ctx.tracing
+_tapes_active = _ctx.tapes_active
 # sys.getrefcount of a Variable's value Tensor / its array inside Variable._update when
 # only the Variable holds them (self._value or cur._data, the local, the call's argument)
 _DONATE_T = 3
 _DONATE_A = 3
 
 
-class Tensor:
-    """An immutable multi-dimensional value on one device.
-
-    Build tensors with ``tf.constant`` / ``tf.convert_to_tensor`` or any op; read
-    them back with ``.numpy()`` (a host copy; waits for the device). One-element
-    tensors convert with ``bool()``, ``int()``, ``float()`` and ``operator.index``
-    so Python control flow works, as in the seeds' Collatz loop.
-    """
-
-    __slots__ = ("_data", "_device", "__weakref__")
-
-    # Let NumPy defer to our reflected operators (np_array * tensor -> tensor).
-    __array_priority__ = 100
-
-    # --- basic properties ----------------------------------------------------
-    @property
-    def dtype(self) -> _dt.DType:
-        return _dt._FROM_NP[self._data.dtype]
-
-    @property
-    def shape(self) -> TensorShape:
-        return TensorShape(self._data.shape)
-
-    def get_shape(self) -> TensorShape:
-        return TensorShape(self._data.shape)
-
-    @property
-    def ndim(self) -> int:
-        return len(self._data.shape)
-
-    @property
-    def device(self) -> str:
-        """Canonical device name, e.g. ``'cpu:0'``."""
-        return self._device.name
-
-    @property
-    def size(self) -> int:
-        n = 1
-        for d in self._data.shape:
-            n *= d
-        return n
-
-    def __len__(self):
-        s = self._data.shape
-        if not s:
-            raise InvalidTypeError("len() of a 0-d tensor (scalar); use .numpy() or float()")
-        return s[0]
-
-    # --- host conversion -----------------------------------------------------
-    def numpy(self) -> np.ndarray:
-        """The value as a NumPy array (a copy on the host; waits for the device)."""
-        if _tracing[0]:
-            _check_traced(self, ".numpy()")
-        dev = self._device
-        if dev.is_host:
-            return np.array(self._data, copy=True)
-        return np.asarray(dev.backend.to_host(self._data, dev))
-
-    def _host(self):
-        """Host array without a defensive copy (read-only use inside tapeflow)."""
-        dev = self._device
-        if dev.is_host:
-            return np.asarray(self._data)
-        return np.asarray(dev.backend.to_host(self._data, dev))
-
-    def __array__(self, dtype=None, copy=None):
-        if _tracing[0]:
-            _check_traced(self, "np.asarray()")
-        a = self._host()
-        if dtype is not None:
-            a = a.astype(dtype, copy=False)
-        if copy:
-            return np.array(a, copy=True)
-        if a is self._data and isinstance(a, np.ndarray):
-            a = a.view()
-            a.flags.writeable = False   # NumPy cannot write through to an immutable Tensor
-        return a
-
-    def __dlpack__(self, *args, **kwargs):
-        data = self._data
-        if not hasattr(data, "__dlpack__"):
-            data = np.asarray(data)
-        return data.__dlpack__(*args, **kwargs)
-
-    def __dlpack_device__(self):
-        data = self._data
-        if not hasattr(data, "__dlpack_device__"):
-            data = np.asarray(data)
-        return data.__dlpack_device__()
-
-    def _scalar(self, what):
-        if self.size != 1:
-            raise InvalidArgumentError(
-                f"{what} of a tensor needs exactly one element; this one has shape "
-                f"{tuple(self.shape)} ({self.size} elements). Reduce it first "
-                "(tf.reduce_any / tf.reduce_all / tf.reduce_sum) or index one element.",
-                op=what, device=self._device)
-        return self._host().reshape(()).item()
-
-    def __bool__(self):
-        if _tracing[0]:
-            _check_traced(self, "bool()")
-        d = self._data
-        if d.size == 1 and self._device.is_host:   # Python control flow: keep it cheap
-            return bool(d)
-        return bool(self._scalar("bool()"))
-
-    def __int__(self):
-        if _tracing[0]:
-            _check_traced(self, "int()")
-        d = self._data
-        if d.size == 1 and self._device.is_host:
-            return int(d.reshape(()) if d.ndim else d)
-        return int(self._scalar("int()"))
-
-    def __float__(self):
-        if _tracing[0]:
-            _check_traced(self, "float()")
-        d = self._data
-        if d.size == 1 and self._device.is_host:
-            return float(d.reshape(()) if d.ndim else d)
-        return float(self._scalar("float()"))
-
-    def __index__(self):
-        if _tracing[0]:
-            _check_traced(self, "__index__")
-        if not self.dtype.is_integer:
-            raise InvalidTypeError(
-                f"only integer tensors can be used as an index; got {self.dtype.name}")
-        return int(self._scalar("__index__"))
-
-    def __complex__(self):
-        return complex(self._scalar("complex()"))
-
-    def __format__(self, spec):
-        # As TensorFlow 2: "{}".format(t) formats the value (seed: "hello, [[4.]]").
-        if spec and self.size == 1:
-            return format(self._scalar("format()"), spec)
-        a = self._host()
-        if a.ndim == 0:
-            return format(a.reshape(())[()], spec)
-        return format(a, spec)
-
-    def __iter__(self):
-        n = len(self)
-        for i in range(n):
-            yield self[i]
-
-    def __hash__(self):
-        return id(self)
-
-    def __reduce__(self):
-        return (_rebuild, (self.numpy(), self._device.name))
-
-    # --- device movement -----------------------------------------------------
-    def to(self, device) -> Tensor:
-        """Copy to ``device`` (name or Device); returns self when already there."""
-        from .execute import copy_to_device
-        return copy_to_device(self, device)
-
-    def cpu(self) -> Tensor:
-        return self.to("cpu:0")
-
-    def gpu(self, index: int = 0) -> Tensor:
-        return self.to(f"gpu:{index}")
-
-    # --- printing ------------------------------------------------------------
-    def _value_str(self):
-        a = self._host()
-        if a.ndim:
-            return np.array2string(np.asarray(a), separator=" ")
-        return str(a.reshape(())[()])
-
-    def _suffix(self):
-        # No device here: the seeds' printed output must not change when the default
-        # device is a GPU. repr() names the device.
-        return f"shape={tuple(self._data.shape)}, dtype={self.dtype.name}"
-
-    def __str__(self):
-        v = self._value_str()
-        if "\n" in v:
-            return f"tf.Tensor(\n{v}, {self._suffix()})"
-        return f"tf.Tensor({v}, {self._suffix()})"
-
-    def _repr_value(self):
-        a = self._host()
-        if a.ndim == 0:
-            return self._value_str()
-        return repr(np.asarray(a))
-
-    def __repr__(self):
-        return (f"<tf.Tensor: shape={tuple(self._data.shape)}, dtype={self.dtype.name}, "
-                f"device={self._device.name}, numpy={self._repr_value()}>")
+def _cast(x, dtype):
+    return execute(get_op("Cast"), (x,), {"dtype": _dt.as_dtype(dtype)})
 
 
-def _rebuild(value, device_name):
-    from .execute import constant
-    return constant(value, device=device_name)
-
-
-def _wrap(data, device) -> Tensor:
-    """Make a Tensor from a native array (no checks; hot path)."""
-    t = _new(Tensor)
-    t._data = data
-    t._device = device
-    return t
-
-
-class Variable:
+class Variable(VariableBase):
     """Mutable, named, trainable state (seed: ``tf.Variable(5., name='weight')``).
 
     Reads (using the Variable as an op input, ``read_value()``, ``value()``) are
@@ -344,8 +70,6 @@ class Variable:
 
     def __init__(self, initial_value=None, trainable=True, name=None, dtype=None,
                  shape=None, validate_shape=True, device=None, **kwargs):
-        from .execute import convert_to_tensor
-        from . import devices as _devs
         if initial_value is None:
             raise InvalidArgumentError("Variable needs an initial_value")
         if callable(initial_value):
@@ -360,8 +84,7 @@ class Variable:
                 value = _place(value)
         if (isinstance(initial_value, Tensor) and dtype is not None
                 and value.dtype != _dt.as_dtype(dtype)):
-            from . import math as _m
-            value = _m.cast(value, dtype)
+            value = _cast(value, dtype)
         self._value = value
         # (an RLock: an update that reads the Variable while tracing re-enters it)
         self._lock = threading.RLock()
@@ -417,16 +140,14 @@ class Variable:
     # reading --------------------------------------------------------------------
     def read_value(self) -> Tensor:
         """The current value as a Tensor (watched by active tapes)."""
-        from .tape import _tapes_active, watch_variable_read
         lock = self._lock           # (not a buffer an in-place update is writing)
         lock.acquire()
         v = self._value
         lock.release()
         if _tracing[0]:
-            from .tracing import trace_read
-            v = trace_read(self, v)
+            v = _ctx.tracer.trace_read(self, v)
         if _tapes_active[0] and self.trainable:
-            watch_variable_read(self, v)
+            _ctx.watch_variable_read(self, v)
         return v
 
     value = read_value
@@ -480,7 +201,6 @@ class Variable:
     def _checked(self, value, op):
         """``value`` as a Tensor of this Variable's dtype, shape and device, or an
         InvalidArgumentError naming the Variable and both dtypes (nothing is coerced)."""
-        from .execute import convert_to_tensor, copy_to_device
         cur = self._value
         dt = cur.dtype
         if isinstance(value, Variable):
@@ -524,8 +244,7 @@ class Variable:
         self._value = new
         lock.release()
         if _tracing[0]:
-            from .tracing import trace_assign
-            trace_assign(self, prev)
+            _ctx.tracer.trace_assign(self, prev)
         return self
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True):
@@ -557,22 +276,19 @@ class Variable:
                 self._value = _wrap(arr, cur._device)
                 return self
             del arr
-            from .tape import stop_all_recording
-            with stop_all_recording():
-                from . import math as _m
+            with _ctx.stop_all_recording():
                 if _tracing[0]:             # a traced read: the update is part of the graph
                     cur = self.read_value()
                 prev = self._value
-                self._value = (_m.add if op == "assign_add" else _m.subtract)(cur, d)
+                self._value = execute(get_op("Add" if op == "assign_add" else "Sub"), (cur, d))
         finally:
             lock.release()
         if _tracing[0]:
-            from .tracing import trace_assign
-            trace_assign(self, prev)
+            _ctx.tracer.trace_assign(self, prev)
         return self
 
-    # Variables behave like their value in ops; operators are installed by
-    # tapeflow.math / tapeflow.array together with Tensor's.
+    # Variables behave like their value in ops; operators are defined with Tensor's
+    # in tapeflow.ops.operators.
 
 
 def _coercion_refusal(value, dtype):
@@ -650,8 +366,6 @@ def _describe(value):
 
 
 def _place(t: Tensor) -> Tensor:
-    from . import devices as _devs
-    from .execute import copy_to_device
     dev = _devs.current_device()
     if dev is not None and t._device is not dev:
         return copy_to_device(t, dev)

@@ -17,12 +17,14 @@ tf.Tensor(
 
 from __future__ import annotations
 
-from . import dtypes as _dt
-from . import shapes as _shapes
-from ._builtin import defop
-from .errors import InvalidArgumentError
-from .execute import convert_to_tensor, execute
-from .tensor import Tensor
+from ..runtime import dtypes as _dt
+from ..runtime import shapes as _shapes
+from ._library import defop
+from ..runtime.errors import InvalidArgumentError
+from ..runtime.dispatch import convert_to_tensor, execute
+from ..runtime.tensor import Tensor
+from . import array as _a
+from . import math as _m
 
 __all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
            "reduce_logsumexp", "reduce_any", "reduce_all", "argmax", "argmin",
@@ -58,7 +60,6 @@ def _keep(ctx, t):
     """``t`` (shaped like the op's output) reshaped to the keepdims=True shape."""
     if ctx.attrs["keepdims"]:
         return t
-    from . import array as _a
     return _a.reshape(t, _reduced_shape(tuple(ctx.inputs[0].shape), ctx.attrs["axis"]))
 
 
@@ -74,13 +75,10 @@ def _count(shape, axis):
 # --- gradients (tapeflow ops only, so they are differentiable again) ---------------
 
 def _sum_grad(ctx, dy):
-    from . import array as _a
     return _a.broadcast_to(_keep(ctx, dy), tuple(ctx.inputs[0].shape))
 
 
 def _mean_grad(ctx, dy):
-    from . import array as _a
-    from . import math as _m
     x = ctx.inputs[0]
     if not x.dtype.is_floating:
         return None
@@ -91,7 +89,6 @@ def _mean_grad(ctx, dy):
 
 def _minmax_grad(ctx, dy):
     """dy shared equally among the elements equal to the result (TF semantics)."""
-    from . import math as _m
     x = ctx.inputs[0]
     if not x.dtype.is_floating:
         return None
@@ -102,7 +99,6 @@ def _minmax_grad(ctx, dy):
 
 def _prod_grad(ctx, dy):
     """Product of the other elements; exact also for inputs containing zeros."""
-    from . import math as _m
     x = ctx.inputs[0]
     if not x.dtype.is_floating:
         return None
@@ -120,14 +116,12 @@ def _prod_grad(ctx, dy):
 
 
 def _logsumexp_grad(ctx, dy):
-    from . import math as _m
     x = ctx.inputs[0]
     return _m.multiply(_m.exp(_m.subtract(x, _keep(ctx, ctx.outputs[0]))), _keep(ctx, dy))
 
 
 def _euclidean_norm_grad(ctx, dy):
     """x / ||x||, and 0 where the norm is 0 (a subgradient, no NaN)."""
-    from . import math as _m
     x = ctx.inputs[0]
     y = _keep(ctx, ctx.outputs[0])
     safe = _m.add(y, _m.cast(_m.equal(y, 0), x.dtype))
@@ -261,7 +255,6 @@ def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
     >>> print(tf.math.reduce_variance([[1., 2.], [3., 4.]], axis=0))
     tf.Tensor([1. 1.], shape=(2,), dtype=float32)
     """
-    from . import math as _m
     x = input_tensor if type(input_tensor) is Tensor else convert_to_tensor(input_tensor)
     if not x.dtype.is_floating:
         raise InvalidArgumentError(f"reduce_variance needs a float input, got {x.dtype.name}",
@@ -277,7 +270,6 @@ def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
     >>> print(tf.math.reduce_std([1., 3.]))
     tf.Tensor(1.0, shape=(), dtype=float32)
     """
-    from . import math as _m
     return _m.sqrt(reduce_variance(input_tensor, axis=axis, keepdims=keepdims))
 
 
@@ -326,7 +318,6 @@ def count_nonzero(input, axis=None, keepdims=None, dtype=_dt.int64, name=None,
     >>> print(tf.math.count_nonzero([[0, 1], [2, 3]], axis=0))
     tf.Tensor([1 2], shape=(2,), dtype=int64)
     """
-    from . import math as _m
     nonzero = _m.cast(input, _dt.bool_)
     return _reduce(_SUM, _m.cast(nonzero, dtype), axis, bool(keepdims), keep_dims,
                    reduction_indices)

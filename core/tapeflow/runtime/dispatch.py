@@ -21,21 +21,28 @@ import warnings
 
 import numpy as np
 
+try:        # the optional C fast paths (core/setup.py builds them when it can)
+    from . import _speedups as _sp
+except ImportError:
+    _sp = None
+
 from . import devices as _devs
 from . import dtypes as _dt
 from . import shapes as _shapes
 from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidTypeError, OpError,
                      ResourceExhaustedError, TapeflowError)
-from .registry import kernel_not_found
-from . import tracing as _tracing_mod
-from .tape import _tapes_active, record
-from .tensor import Tensor, Variable, _wrap
+from . import context as _ctx
+from . import registry as _reg
+from .registry import OpDef, get_op, kernel_not_found
+from .tensor import Tensor, VariableBase as Variable, _wrap, dispatch_hooks
 
 __all__ = ["execute", "convert_to_tensor", "convert_like", "as_tensor_list", "constant",
            "copy_to_device"]
 
 _scopes = _devs._active_scopes
-_tracing = _tracing_mod._tracing
+_tracing = _ctx.tracing
+_tapes_active = _ctx.tapes_active
+record = _ctx.record
 _EMPTY: dict = {}
 _NOFAST: dict = {}
 _new = object.__new__
@@ -139,11 +146,11 @@ def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
     if isinstance(value, Tensor):
         t = value
         if dt is not None and t.dtype is not dt:
-            from . import math as _m
-            t = _m.cast(t, dt)
+            t = execute(get_op("Cast"), (t,), {"dtype": dt})
         if shape is not None:
-            from . import array as _a
-            t = _a.reshape(t, shape) if t.size == int(np.prod(shape)) else _a.broadcast_to(t, shape)
+            shape = tuple(int(d) for d in shape)
+            t = execute(get_op("Reshape" if t.size == int(np.prod(shape)) else "BroadcastTo"),
+                        (t,), {"shape": shape})
         if device is not None:
             t = copy_to_device(t, device)
         return t
@@ -202,7 +209,7 @@ def convert_like(value, like, dtype=None):
     other operands on the default device.
 
     >>> import tapeflow as tf
-    >>> from tapeflow.execute import convert_like
+    >>> from tapeflow.runtime.dispatch import convert_like
     >>> x = tf.constant([1., 2.])
     >>> convert_like([3, 4], x, dtype=x.dtype).dtype
     tf.float32
@@ -247,7 +254,7 @@ def copy_to_device(t: Tensor, device) -> Tensor:
         data = dev.backend.copy_from(t._data, src, dev)
     out = _wrap(data, dev)
     if _tracing[0]:
-        _tracing_mod.trace_copy(t, out, dev)
+        _ctx.tracer.trace_copy(t, out, dev)
     if _tapes_active[0]:
         record(_COPY, (t,), (out,), _EMPTY, None)
     return out
@@ -402,7 +409,7 @@ def _scalar_like(value, like):
 
 
 def make_binary_operator(op, reverse=False):
-    """A Tensor dunder method for ``op``: the C version from ``tapeflow._speedups`` when
+    """A Tensor dunder method for ``op``: the C version from ``tapeflow.runtime._speedups`` when
     it was built (and ``TAPEFLOW_PURE_PYTHON`` is unset), else ``binary`` itself."""
     if _speedups is not None:
         return _speedups.binop(op, op.fast, reverse)
@@ -459,8 +466,7 @@ def _prepare(op, inputs):
     for x in vals:
         if isinstance(x, Tensor):
             if target is not None and x._data.dtype != target.np:
-                from . import math as _m
-                x = _m.cast(x, target)
+                x = execute(get_op("Cast"), (x,), {"dtype": target})
             if x._device is not dev:
                 x = _move(op, x, dev, scope is not None, inputs)
         else:
@@ -532,13 +538,13 @@ def _run(op, tensors, dev, attrs):
     if op.num_outputs == 1:
         res = _wrap(out, dev)
         if _tracing[0]:
-            _tracing_mod.trace_op(op, tensors, (res,), attrs, entry.fn, dev, entry.needs_device)
+            _ctx.tracer.trace_op(op, tensors, (res,), attrs, entry.fn, dev, entry.needs_device)
         if _tapes_active[0] and op.differentiable and tensors:
             record(op, tensors, (res,), attrs)
         return res
     outs = tuple(_wrap(o, dev) for o in out)
     if _tracing[0]:
-        _tracing_mod.trace_op(op, tensors, outs, attrs, entry.fn, dev, entry.needs_device)
+        _ctx.tracer.trace_op(op, tensors, outs, attrs, entry.fn, dev, entry.needs_device)
     if _tapes_active[0] and op.differentiable and tensors:
         record(op, tensors, outs, attrs)
     return outs
@@ -594,24 +600,20 @@ def _translate(e, op, dev, tensors, attrs):
 
 
 # The device-copy op: recorded so gradients flow back across devices.
-from .registry import OpDef  # noqa: E402
-
 _COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad)
 
 
 def _load_speedups():
-    """Bind the optional C fast paths: Tensor operators and ``tape.record``."""
+    """Bind the optional C fast paths: Tensor operators and ``context.record``."""
     global record
-    if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0"):
+    if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0") or _sp is None:
         return None
-    try:
-        from . import _speedups as sp
-    except ImportError:
-        return None
-    from . import tape as _tape
-    sp.init(Tensor, _scopes, _tapes_active, binary, _tape._local)
-    record = _tape.record = sp.record
-    return sp
+    _sp.init(Tensor, _scopes, _tapes_active, binary, _ctx._local)
+    record = _ctx.record = _sp.record
+    return _sp
 
 
 _speedups = _load_speedups()
+_reg.dispatcher.execute = execute
+dispatch_hooks.copy_to_device = copy_to_device
+dispatch_hooks.constant = constant

@@ -14,7 +14,7 @@ claims) and :class:`~tapeflow.errors.PermissionDeniedError` (a path outside the
 directory), each naming the file.
 
 >>> import os, tempfile
->>> from tapeflow import files
+>>> from tapeflow.train import files
 >>> d = tempfile.mkdtemp()
 >>> with open(os.path.join(d, "a"), "wb") as f:
 ...     _ = f.write(b"abc")
@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import stat
 
-from .errors import DataLossError, PermissionDeniedError
+from ..runtime.errors import DataLossError, PermissionDeniedError
 
 __all__ = ["open_regular", "read_regular", "confine", "plain_name"]
 

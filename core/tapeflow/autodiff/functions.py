@@ -18,11 +18,15 @@ from __future__ import annotations
 import functools
 import inspect
 
-from .errors import InvalidArgumentError
-from .execute import convert_to_tensor
-from .registry import OpDef
-from .tape import GradientTape, _tapes_active, record, stop_all_recording
-from .tensor import Tensor, Variable
+from ..runtime.errors import InvalidArgumentError
+from ..runtime.dispatch import convert_to_tensor
+from ..runtime.registry import OpDef
+from .tape import GradientTape
+from ..ops import array as _array
+from ..runtime import context as _ctx
+from ..runtime.context import stop_all_recording, tapes_active as _tapes_active
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
 
 __all__ = ["gradients_function", "value_and_gradients_function", "implicit_gradients",
            "implicit_value_and_gradients", "custom_gradient", "grad", "val_and_grad_function"]
@@ -156,12 +160,10 @@ def custom_gradient(f):
 
     @functools.wraps(f)
     def decorated(*args, **kwargs):
-        from . import array as _array
-        from . import tracing
-        if tracing._current() is not None and not kwargs:
+        if _ctx.tracing[0] and not kwargs and _ctx.tracer.current() is not None:
             # traced: one opaque node runs this at every call, so the custom gradient is
             # recorded at replay too (its ops would otherwise be traced as plain ops)
-            return tracing.opaque_call(decorated, args)
+            return _ctx.tracer.opaque_call(decorated, args)
         if not _tapes_active[0]:
             out, _ = f(*args, **kwargs)
             return out
@@ -203,7 +205,7 @@ def custom_gradient(f):
             return in_grads + var_grads
 
         backward.__wrapped__ = grad_fn          # errors name the user's function
-        record(_CUSTOM, inputs + var_values, outs, {}, backward)
+        _ctx.record(_CUSTOM, inputs + var_values, outs, {}, backward)
         if isinstance(result, (list, tuple)):
             return type(result)(outs) if isinstance(result, list) else outs
         return outs[0]

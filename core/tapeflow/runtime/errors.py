@@ -121,3 +121,11 @@ class PluginConflictError(PluginError):
 
 class PluginOverrideWarning(UserWarning):
     """A plugin replaced an op or kernel another source registered (``override=True``)."""
+
+
+# Tracebacks and reprs name the public module (``tapeflow.errors.InvalidArgumentError``),
+# which ``import tapeflow`` makes an alias of this one; pickling finds the classes there.
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and _cls.__module__ == __name__:
+        _cls.__module__ = "tapeflow.errors"
+del _cls

@@ -22,14 +22,17 @@ import operator
 
 import numpy as np
 
-from . import devices as _devs
-from . import dtypes as _dt
-from . import shapes as _shapes
-from ._builtin import defop
-from .registry import REQUIRED
-from .errors import InvalidArgumentError, InvalidTypeError
-from .execute import _run, as_tensor_list, constant, convert_to_tensor, execute
-from .tensor import Tensor, Variable
+from ..runtime import devices as _devs
+from ..runtime import dtypes as _dt
+from ..runtime import shapes as _shapes
+from ._library import defop
+from ..runtime.registry import REQUIRED
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..runtime.dispatch import _run, as_tensor_list, constant, convert_to_tensor, execute
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
+from . import math as _m
+from . import reductions as _r
 
 __all__ = [
     # creation
@@ -47,6 +50,21 @@ __all__ = [
 _range = builtins.range
 _slice = builtins.slice
 _opindex = operator.index
+
+
+def unbroadcast(g, shape):
+    """Sum ``g`` down to ``shape`` (the inverse of NumPy broadcasting)."""
+    gshape = g._data.shape
+    lead = len(gshape) - len(shape)
+    axes = list(range(lead))
+    for i, d in enumerate(shape):
+        if d == 1 and gshape[lead + i] != 1:
+            axes.append(lead + i)
+    if axes:
+        g = _m.reduce_sum(g, axis=axes)
+    if tuple(g._data.shape) != tuple(shape):
+        g = reshape(g, shape)
+    return g
 
 
 def _index(v):
@@ -182,7 +200,6 @@ def _match_dtypes(a, b):
     for v, w in zip((a, b), args):
         if isinstance(v, (Tensor, Variable)):
             if v.dtype is not target:
-                from . import math as _m
                 v = _m.cast(v, target)
         elif dev is not None and type(w) is not _dt.DType:
             # a Python scalar: filled on the device (no synchronous host-to-device copy)
@@ -479,8 +496,7 @@ def reshape(tensor, shape, name=None):
 
 
 def _broadcast_to_grad(ctx, dy):
-    from .tape import _unbroadcast
-    return _unbroadcast(dy, tuple(ctx.inputs[0].shape))
+    return unbroadcast(dy, tuple(ctx.inputs[0].shape))
 
 
 def _broadcast_to_infer(shapes, dtypes, attrs):
@@ -775,7 +791,6 @@ def split(value, num_or_size_splits, axis=0, num=None, name="split"):
 
 
 def _tile_grad(ctx, dy):
-    from .reductions import reduce_sum
     m = ctx.attrs["multiples"]
     s = ctx.inputs[0]._data.shape
     if all(k == 1 for k in m):
@@ -784,7 +799,7 @@ def _tile_grad(ctx, dy):
     for k, d in zip(m, s):
         inter += [k, d]
     g = execute(_RESHAPE, (dy,), {"shape": tuple(inter)})
-    return reduce_sum(g, axis=tuple(_range(0, 2 * len(s), 2)))
+    return _r.reduce_sum(g, axis=tuple(_range(0, 2 * len(s), 2)))
 
 
 def _check_tile(op, tensors, attrs, device):
@@ -1356,8 +1371,7 @@ def _gather_grad(ctx, dy):
     vals = execute(_RESHAPE, (vals,), {"shape": (B * isz, P) + inner})
     with _devs.device(indices._device):
         offs = range(0, B * n, n, dtype=indices.dtype) if B else zeros((0,), indices.dtype)
-    from .math import add
-    ids = add(execute(_RESHAPE, (indices,), {"shape": (B, isz)}),
+    ids = _m.add(execute(_RESHAPE, (indices,), {"shape": (B, isz)}),
               execute(_RESHAPE, (offs,), {"shape": (B, 1)}))
     ids = execute(_RESHAPE, (ids,), {"shape": (B * isz,)})
     s = unsorted_segment_sum(vals, ids, B * n)
@@ -1476,7 +1490,6 @@ def _segment_sum_grad(ctx, dy):
     n = ctx.attrs["num_segments"]
     if n == 0:
         return zeros_like(data), None
-    from . import math as _m
     # gather, dropping negative ids (their data was dropped in the forward pass)
     g = gather(dy, clip_by_value(ids, 0, n - 1))
     keep = _m.cast(_m.add(clip_by_value(ids, -1, 0), 1), dy.dtype)
@@ -1543,7 +1556,6 @@ def _clip_grad(ctx, dy):
     t, lo, hi = ctx.inputs
     if not t.dtype.is_floating:
         return None, None, None
-    from . import math as _m
     z = execute(_ZEROS_LIKE, (dy,), _LIKE_NONE)
     below = _m.less(t, lo)
     above = _m.greater(t, hi)
@@ -1574,12 +1586,10 @@ def clip_by_norm(t, clip_norm, axes=None, name=None):
     >>> print(tf.clip_by_norm([3., 4.], 1.))
     tf.Tensor([0.6 0.8], shape=(2,), dtype=float32)
     """
-    from . import math as _m
-    from .reductions import reduce_sum
     t = _tensor(t)
     if isinstance(clip_norm, (Tensor, Variable)) and clip_norm.dtype is not t.dtype:
         clip_norm = _m.cast(clip_norm, t.dtype)
-    l2sum = reduce_sum(_m.multiply(t, t), axis=axes, keepdims=True)
+    l2sum = _r.reduce_sum(_m.multiply(t, t), axis=axes, keepdims=True)
     pred = _m.greater(l2sum, 0)
     l2sum_safe = where(pred, l2sum, ones_like(l2sum))
     l2norm = where(pred, _m.sqrt(l2sum_safe), l2sum)
@@ -1587,14 +1597,12 @@ def clip_by_norm(t, clip_norm, axes=None, name=None):
 
 
 def _global_norm(ts):
-    from . import math as _m
-    from .reductions import reduce_sum
     dt = ts[0].dtype
     total = None
     for v in ts:
         if v.dtype is not dt:
             v = _m.cast(v, dt)
-        s = reduce_sum(_m.multiply(v, v))
+        s = _r.reduce_sum(_m.multiply(v, v))
         total = s if total is None else _m.add(total, s)
     return _m.sqrt(total)
 
@@ -1609,7 +1617,6 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     >>> float(n), [round(float(t[0]), 3) for t in ts]
     (5.0, [0.6, 0.8])
     """
-    from . import math as _m
     ts = [None if v is None else _tensor(v)
           for v in as_tensor_list(t_list, "ClipByGlobalNorm", "t_list")]
     present = [v for v in ts if v is not None]

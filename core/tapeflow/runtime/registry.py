@@ -9,7 +9,7 @@ Kernel calling convention (every backend): ``fn(*native_inputs, **attrs)``
 returning one native array, or a tuple of them for multi-output ops. Variadic
 inputs (``concat``'s ``values``) arrive flattened as positional arguments.
 A kernel registered with ``needs_device=True`` also receives ``device=`` (the
-:class:`~tapeflow.devices.Device`), which creation and random ops need.
+:class:`~tapeflow.runtime.devices.Device`), which creation and random ops need.
 Kernels validate what only they can see (index ranges) and raise
 ``InvalidArgumentError`` without op/device: the dispatcher adds both.
 """
@@ -22,8 +22,21 @@ import numpy as np
 
 from . import dtypes as _dt
 from . import shapes as _shapes
-from .errors import (InvalidArgumentError, NotFoundError, PluginConflictError,
-                     PluginOverrideWarning)
+from .errors import InvalidArgumentError, NotFoundError, PluginConflictError, PluginOverrideWarning
+
+
+#: op name -> the public functions Libraries made for it (tapeflow.plugins.library); the
+#: one whose OpDef is registered under the name is the op's (two may define it, one wins)
+HANDLES: dict = {}
+
+
+class _Dispatcher:
+    """``tapeflow.runtime.dispatch`` installs its ``execute`` here at import (it sits
+    above this module): ``OpDef.__call__`` runs through it."""
+    execute = None
+
+
+dispatcher = _Dispatcher()
 
 __all__ = ["OpDef", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext"]
 
@@ -147,13 +160,12 @@ class OpDef:
 
     def __call__(self, *inputs, **attrs):
         """Run the op: ``op(x, y, attr=value)`` (attrs default as declared)."""
-        from .execute import execute
         full = self.bind_attrs(attrs)
         if self.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
         if self.attr_types:
             _shapes.check_attrs(self, inputs, full)
-        return execute(self, inputs, full)
+        return dispatcher.execute(self, inputs, full)
 
     def bind_attrs(self, attrs):
         unknown = set(attrs) - set(self.attrs)

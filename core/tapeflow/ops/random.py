@@ -48,12 +48,13 @@ import os
 
 import numpy as _np
 
-from . import devices as _devs
-from . import dtypes as _dt
-from . import shapes as _shapes
-from ._builtin import defop
-from .errors import InvalidArgumentError
-from .execute import convert_to_tensor, execute
+from ..runtime import devices as _devs
+from ..runtime import dtypes as _dt
+from ..runtime import shapes as _shapes
+from ._library import defop
+from ..runtime.errors import InvalidArgumentError
+from ..runtime.dispatch import convert_to_tensor, execute
+from . import math as _m
 
 __all__ = ["normal", "uniform", "truncated_normal", "shuffle", "set_seed", "get_seed",
            "random_normal", "random_uniform", "set_random_seed", "random_shuffle"]
@@ -229,7 +230,6 @@ def _affine(op, shape, dt, seed, a_name, a, b_name, b, a0, b0):
     if _is_scalar(a) and _is_scalar(b):
         return execute(op, (), {"shape": shape, "dtype": dt, "key": key, "counter": counter,
                                 a_name: float(a), b_name: float(b)})
-    from . import math as _m
     z = execute(op, (), {"shape": shape, "dtype": dt, "key": key, "counter": counter,
                          a_name: a0, b_name: b0})
     a = convert_to_tensor(a, dtype=dt) if not hasattr(a, "dtype") else _m.cast(a, dt)

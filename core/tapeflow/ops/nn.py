@@ -25,12 +25,17 @@ import functools
 
 import numpy as np
 
-from . import devices as _devs
-from . import shapes as _shapes
-from ._builtin import defop
-from .errors import InvalidArgumentError
-from .execute import convert_like, convert_to_tensor, execute
-from .tensor import Tensor, Variable
+from ..runtime import devices as _devs
+from ..runtime import shapes as _shapes
+from ._library import defop
+from ..runtime.errors import InvalidArgumentError
+from ..runtime.dispatch import convert_like, convert_to_tensor, execute
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
+from . import math as _m
+from . import array as _a
+from . import reductions as _red
+from . import random as _r
 
 __all__ = [
     "relu", "relu6", "leaky_relu", "elu", "softmax", "log_softmax", "bias_add", "l2_loss",
@@ -153,7 +158,6 @@ def _elu_grad(ctx, dy):
 
 
 def _elu_grad_grad(ctx, ddx):
-    from . import math as _m
     dy, y = ctx.inputs
     # d/dy [dy * (y + 1)] = dy where y < 0, else 0;  ReluGrad(v, -y) = v * (y < 0)
     return (execute(_ELU_GRAD, (ddx, y)),
@@ -171,19 +175,16 @@ def elu(features, name=None):
 
 def sigmoid(x, name=None):
     """``1 / (1 + exp(-x))`` (the same op as ``tf.sigmoid``)."""
-    from . import math as _m
     return _m.sigmoid(x)
 
 
 def tanh(x, name=None):
     """Hyperbolic tangent (the same op as ``tf.tanh``)."""
-    from . import math as _m
     return _m.tanh(x)
 
 
 def softplus(features, name=None):
     """``log(1 + exp(features))`` (the same op as ``tf.math.softplus``)."""
-    from . import math as _m
     return _m.softplus(features)
 
 
@@ -194,14 +195,12 @@ def _axis(axis, ndim, opname):
 
 
 def _softmax_grad(ctx, dy):
-    from . import math as _m
     y = ctx.outputs[0]
     s = _m.reduce_sum(_m.multiply(dy, y), axis=ctx.attrs["axis"], keepdims=True)
     return _m.multiply(_m.subtract(dy, s), y)
 
 
 def _log_softmax_grad(ctx, dy):
-    from . import math as _m
     sm = execute(_SOFTMAX, ctx.inputs, ctx.attrs)
     s = _m.reduce_sum(dy, axis=ctx.attrs["axis"], keepdims=True)
     return _m.subtract(dy, _m.multiply(sm, s))
@@ -248,7 +247,6 @@ def log_softmax(logits, axis=None, name=None, dim=None):
 # --- bias_add, l2_loss, moments, batch_normalization ---------------------------------
 
 def _bias_add_grad(ctx, dy):
-    from . import math as _m
     nd = dy.ndim
     c = 1 if ctx.attrs["data_format"] == "NCHW" and nd >= 3 else nd - 1
     axes = tuple(i for i in range(nd) if i != c)
@@ -289,7 +287,6 @@ def bias_add(value, bias, data_format=None, name=None):
 
 
 def _l2_loss_grad(ctx, dy):
-    from . import math as _m
     return _m.multiply(ctx.inputs[0], dy)
 
 
@@ -316,14 +313,11 @@ def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
     >>> float(m), float(v)
     (2.5, 1.25)
     """
-    from . import math as _m
-    from . import array as _a
-    from .reductions import _norm_axis
     if keep_dims is not None:
         keepdims = keep_dims
     x = _t(x)
     y = _m.cast(x, "float32") if x.dtype.name == "float16" else x
-    ax = _norm_axis(axes, y.ndim, "Moments")
+    ax = _red._norm_axis(axes, y.ndim, "Moments")
     shape = _shape(y)
     n = 1
     for i in (range(len(shape)) if ax is None else ax):
@@ -341,7 +335,6 @@ def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
 def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
     """``(x - mean) * scale / sqrt(variance + variance_epsilon) + offset``
     (``offset``/``scale`` may be None)."""
-    from . import math as _m
     inv = _m.rsqrt(_m.add(variance, variance_epsilon))
     if scale is not None:
         inv = _m.multiply(inv, scale)
@@ -355,14 +348,12 @@ def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name
 
 def _expand_last(dy, axis, logits):
     """Reshape the per-example gradient ``dy`` to broadcast against ``logits``."""
-    from . import array as _a
     shape = _shape(dy)
     shape.insert(axis, 1)
     return _a.reshape(dy, shape)
 
 
 def _softmax_xent_grad(ctx, dy):
-    from . import math as _m
     logits, labels = ctx.inputs
     axis = ctx.attrs["axis"]
     dye = _expand_last(dy, axis, logits)
@@ -383,7 +374,6 @@ def _like_logits(labels, logits):
     if isinstance(labels, Tensor) or hasattr(labels, "read_value"):
         lab = _t(labels)
         if lab.dtype is not logits.dtype:
-            from . import math as _m
             lab = _m.cast(lab, logits.dtype)
         return lab
     return convert_to_tensor(labels, dtype=logits.dtype)
@@ -431,8 +421,6 @@ softmax_cross_entropy_with_logits_v2 = softmax_cross_entropy_with_logits
 
 
 def _sparse_xent_grad(ctx, dy):
-    from . import array as _a
-    from . import math as _m
     logits, labels = ctx.inputs
     axis = logits.ndim - 1
     dye = _expand_last(dy, axis, logits)
@@ -486,7 +474,6 @@ def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None
 
 
 def _sigmoid_xent_grad(ctx, dy):
-    from . import math as _m
     x, z = ctx.inputs
     return (_m.multiply(_m.subtract(_m.sigmoid(x), z), dy) if _need(ctx, 0) else None,
             _m.multiply(_m.negative(x), dy) if _need(ctx, 1) else None)
@@ -885,8 +872,6 @@ def dropout(x, rate=None, noise_shape=None, seed=None, name=None, keep_prob=None
     >>> sorted(set(y.numpy().tolist()))
     [0.0, 2.0]
     """
-    from . import math as _m
-    from . import random as _r
     if keep_prob is not None:
         if rate is not None:
             raise InvalidArgumentError("Cannot specify both keep_prob and rate", op="Dropout")

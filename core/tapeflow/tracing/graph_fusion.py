@@ -43,9 +43,12 @@ True
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from .graph import Node
 
 __all__ = ["fuse", "ElementwiseSpec", "Step", "ELEMENTWISE_OPS", "MAX_GROUP"]
 
@@ -298,7 +301,6 @@ def fuse(graph):
     >>> [x.numpy().tolist() for x in f(tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0]))]
     [[4.0, 9.0], 11.0]
     """
-    from .tracing import Node
     groups, users = _groups(graph)
     if not groups:
         return 0
@@ -311,7 +313,6 @@ def fuse(graph):
         try:
             k = g.device.backend.fuse_elementwise(spec)
         except Exception as e:    # a backend that cannot compile this group: leave it
-            import warnings
             warnings.warn(f"elementwise fusion on {g.device} failed ({type(e).__name__}: "
                           f"{e}); the group runs unfused:\n{spec}", RuntimeWarning,
                           stacklevel=2)

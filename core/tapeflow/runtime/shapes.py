@@ -5,7 +5,7 @@ same validated attrs and every bad value gets the same error (DESIGN.md section
 4): kernels never see a negative dimension, a duplicate axis or a request for
 more memory than the device has.
 
->>> from tapeflow import shapes
+>>> from tapeflow.runtime import shapes
 >>> shapes.as_shape([2, 3], "Fill")
 (2, 3)
 >>> shapes.normalize_axes([-1, 0], 3, "Sum")

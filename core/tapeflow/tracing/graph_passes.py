@@ -66,7 +66,9 @@ import sys
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ..runtime.errors import InvalidArgumentError
+from .graph import Node
+from .graph_fusion import fuse as _fuse
 
 __all__ = ["PASSES", "optimize", "dce", "simplify", "fold_constants", "cse", "reuse_buffers",
            "FOLD_LIMIT_BYTES", "FRESH_KERNELS"]
@@ -191,7 +193,6 @@ def fold_constants(graph):
       %4 = Mul(%0, %3)
       return %4
     """
-    from .tracing import Node
     consts = {}
     out = []
     folded = 0
@@ -520,7 +521,6 @@ def combine_softmax_xent(graph):
     >>> "SoftmaxXent+Softmax" in f.get_concrete_function(*args).graph.ops()
     True
     """
-    from .tracing import Node
     consts = {n.outputs[0]: n.value for n in graph.nodes if n.kind == "const"}
     xents = {}
     combined = 0
@@ -593,12 +593,7 @@ def _xent_softmax_kernel(original, checked):
 #: name -> pass, in the order :func:`optimize` runs them
 PASSES = {"simplify": simplify, "fold": fold_constants, "cse": cse, "dce": dce}
 
-try:   # elementwise fusion (tapeflow.graph_fusion): one kernel per chain, per backend
-    from .graph_fusion import fuse as _fuse
-except ImportError:       # not written yet
-    _fuse = None
-if _fuse is not None:
-    PASSES["fuse"] = _fuse
+PASSES["fuse"] = _fuse   # elementwise fusion: one kernel per chain, per backend
 
 PASSES["xent"] = combine_softmax_xent
 PASSES["reuse"] = reuse_buffers       # last: it rewrites the kernels the others read

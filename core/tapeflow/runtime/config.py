@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .errors import InvalidArgumentError
 from . import devices as _devs
-from .execute import policy as _policy
+from .dispatch import policy as _policy
 
 __all__ = ["set_default_device", "get_default_device", "set_device_policy", "get_device_policy",
            "silent_copies", "memory_info", "list_devices", "list_physical_devices"]

@@ -27,12 +27,13 @@ import math as _pymath
 
 import numpy as np
 
-from . import dtypes as _dt
-from ._builtin import defop
-from .errors import InvalidArgumentError, TapeflowError
-from .execute import (as_tensor_list, binary, constant, convert_to_tensor, execute,
-                      make_binary_operator)
-from .tensor import Tensor, Variable
+from ..runtime import dtypes as _dt
+from ._library import defop
+from ..runtime.errors import InvalidArgumentError, TapeflowError
+from ..runtime.dispatch import (as_tensor_list, binary, constant, convert_to_tensor, execute,
+                                make_binary_operator)
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
 
 __all__ = [
     # arithmetic

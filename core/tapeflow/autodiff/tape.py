@@ -3,7 +3,7 @@
 The tape is plain data, as in TensorFlow's ``tape.h``: ``watched`` maps tensor
 ids to the tensors it tracks (sources and recorded outputs, kept alive so ids
 are never reused while recorded), ``records`` is the list of recorded ops
-(:class:`~tapeflow.registry.GradContext`) in creation order, which is a valid
+(:class:`~tapeflow.runtime.registry.GradContext`) in creation order, which is a valid
 topological order, so backprop is one reversed loop.
 
 With no tape active anywhere, dispatch does no tape work: it reads one
@@ -20,95 +20,26 @@ tf.Tensor([[2.]], shape=(1, 1), dtype=float32)
 from __future__ import annotations
 
 import contextlib
-import threading
 
-from .errors import (FailedPreconditionError, InvalidArgumentError, NotDifferentiableError,
-                     TapeflowError)
-from .registry import GradContext
-from .tensor import Tensor, Variable
+import numpy as np
 
-__all__ = ["GradientTape", "stop_recording", "record", "watch_variable_read",
-           "stop_all_recording"]
+from ..ops import array as _array
+from ..ops import math as _math
+from ..ops.array import unbroadcast as _unbroadcast
+from ..runtime import context as _ctx
+from ..runtime.context import stop_all_recording
+from ..runtime.dispatch import _run, constant, convert_to_tensor
+from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError,
+                              NotDifferentiableError, TapeflowError)
+from ..runtime.registry import GradContext
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
 
-_local = threading.local()
+__all__ = ["GradientTape", "stop_recording", "stop_all_recording"]
+
 _new = object.__new__
-#: number of recording tapes over all threads; the dispatcher's only tape check
-_tapes_active = [0]
-_count_lock = threading.Lock()
-
-
-def _active():
-    tapes = getattr(_local, "tapes", None)
-    if tapes is None:
-        tapes = _local.tapes = []
-    return tapes
-
-
-def _sync():
-    """Rebuild this thread's recorders, ``[(watched dict, records list), ...]``: what
-    ``record`` reads. Called whenever a tape starts, pauses or resumes (rare)."""
-    _local.recorders = [(t._watched, t._records) for t in _active()]
-
-
-def _inc(n):
-    with _count_lock:
-        _tapes_active[0] += n
-    _sync()
-
-
-def _record_py(op, inputs, outputs, attrs, grad_fn=None):
-    """Record an op on every active tape of this thread that watches an input.
-
-    A record is the tuple ``(op, inputs, outputs, attrs, grad_fn)``; backprop makes a
-    GradContext only for records on the path to the target. (``tapeflow._speedups``
-    has the same function in C.)
-    """
-    try:
-        recorders = _local.recorders
-    except AttributeError:
-        return None
-    rec = None
-    for w, records in recorders:
-        for t in inputs:
-            if id(t) in w:
-                break
-        else:
-            continue
-        if rec is None:
-            rec = (op, inputs, outputs, attrs, grad_fn)
-        records.append(rec)
-        for o in outputs:
-            w[id(o)] = o
-    return rec
-
-
-record = _record_py
-
-
-def watch_variable_read(var, value):
-    """Called when a trainable Variable is read while tapes are active."""
-    for tape in _active():
-        if tape._watch_vars:
-            tape._watch_var(var, value)
-
-
-@contextlib.contextmanager
-def stop_all_recording():
-    """Pause every tape of this thread (optimizer updates, assign_add...)."""
-    tapes = _active()
-    saved = list(tapes)
-    if not saved:
-        yield
-        return
-    tapes.clear()
-    _inc(-len(saved))
-    try:
-        yield
-    finally:
-        tapes.extend(saved)
-        _inc(len(saved))   # (re-syncs the recorders)
-
-
+#: (the per-thread tape stacks and the recorder live in the eager context)
+_tapes_active = _ctx.tapes_active
 stop_recording = stop_all_recording
 
 
@@ -169,8 +100,7 @@ class GradientTape:
 
     # --- context -------------------------------------------------------------
     def __enter__(self):
-        _active().append(self)
-        _inc(1)
+        _ctx.push_tape(self)
         self._recording = True
         return self
 
@@ -180,16 +110,12 @@ class GradientTape:
 
     def _pause(self):
         if self._recording:
-            tapes = _active()
-            if self in tapes:
-                tapes.remove(self)
-                _inc(-1)
+            _ctx.pop_tape(self)
             self._recording = False
 
     def _resume(self):
         if not self._recording:
-            _active().append(self)
-            _inc(1)
+            _ctx.push_tape(self)
             self._recording = True
 
     @contextlib.contextmanager
@@ -283,10 +209,9 @@ class GradientTape:
         self._watched = {}
         self._var_reads = {}
         if self._recording:
-            _sync()
+            _ctx.sync_recorders()
 
     def _backprop(self, targets, sources, seeds, unconnected):
-        _array, _math, convert_to_tensor, _run = _lazy()
         grads: dict = {}
         add = _math.add
         for i, t in enumerate(targets):
@@ -386,7 +311,6 @@ class GradientTape:
     def jacobian(self, target, sources, unconnected_gradients="none",
                  parallel_iterations=None, experimental_use_pfor=True):
         """Full Jacobian: shape ``target.shape + source.shape`` for each source."""
-        from . import array as _array
         if self._used and not self._persistent:
             raise FailedPreconditionError("A non-persistent GradientTape can only be used once; "
                                "use tf.GradientTape(persistent=True).")
@@ -399,7 +323,6 @@ class GradientTape:
             n *= d
         rows = [[] for _ in flat_sources]
         try:
-            import numpy as np
             for i in range(n):
                 seed = np.zeros(n, dtype=target.dtype.np)
                 seed[i] = 1
@@ -426,8 +349,6 @@ class GradientTape:
     def batch_jacobian(self, target, source, unconnected_gradients="none",
                        parallel_iterations=None, experimental_use_pfor=True):
         """Per-example Jacobian: ``target[b, ...]`` w.r.t. ``source[b, ...]``."""
-        from . import array as _array
-        import numpy as np
         if self._used and not self._persistent:
             raise FailedPreconditionError("A non-persistent GradientTape can only be used once; "
                                "use tf.GradientTape(persistent=True).")
@@ -456,38 +377,8 @@ class GradientTape:
         return _array.reshape(out, (b,) + rest + sshape[1:])
 
 
-_LAZY = []
-
-
-def _lazy():
-    """Op modules import this one, so they are bound on first use."""
-    if not _LAZY:
-        from . import array, math
-        from .execute import _run, convert_to_tensor
-        _LAZY.extend((array, math, convert_to_tensor, _run))
-    return _LAZY
-
-
 def _const_like(np_value, like):
-    from .execute import constant
     return constant(np_value, device=like._device)
-
-
-def _unbroadcast(g, shape):
-    """Sum ``g`` down to ``shape`` (the inverse of NumPy broadcasting)."""
-    from . import math as _math
-    from . import array as _array
-    gshape = g._data.shape
-    lead = len(gshape) - len(shape)
-    axes = list(range(lead))
-    for i, d in enumerate(shape):
-        if d == 1 and gshape[lead + i] != 1:
-            axes.append(lead + i)
-    if axes:
-        g = _math.reduce_sum(g, axis=axes)
-    if tuple(g._data.shape) != tuple(shape):
-        g = _array.reshape(g, shape)
-    return g
 
 
 # --- errors of gradient functions ---------------------------------------------------
@@ -518,7 +409,7 @@ def _grad_tensor(g, inp, i, op, fn):
     if isinstance(g, Tensor):
         return g
     try:
-        return _lazy()[2](g, dtype=inp.dtype)
+        return convert_to_tensor(g, dtype=inp.dtype)
     except TapeflowError as e:
         raise InvalidArgumentError(
             f"{_grad_origin(op, fn)} returned {type(g).__name__} {_short(g)} for input {i} "

@@ -22,11 +22,15 @@ import functools
 
 import numpy as np
 
-from . import shapes as _shapes
-from ._builtin import defop
-from .errors import InvalidArgumentError, UnimplementedError
-from .execute import constant, convert_like, convert_to_tensor, execute
-from .tensor import Tensor, Variable
+from ..runtime import shapes as _shapes
+from ._library import defop
+from ..runtime.errors import InvalidArgumentError, UnimplementedError
+from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execute
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
+from . import math as _m
+from . import reductions as _r
+from . import array as _a
 
 #: names that are also ``tf.<name>``
 TOP_LEVEL = ["matmul", "tensordot", "einsum", "norm"]
@@ -402,8 +406,6 @@ def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None, keep_dims
     >>> print(tf.norm([[1., -2.], [3., 4.]], ord=1, axis=[0, 1]))
     tf.Tensor(6.0, shape=(), dtype=float32)
     """
-    from . import math as _m
-    from . import reductions as _r
     x = _tensor(tensor)
     keepdims = bool(keep_dims if keep_dims is not None else keepdims)
     nd = len(x._data.shape)
@@ -428,7 +430,6 @@ def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None, keep_dims
             out = _r.reduce_max(s, axis=outer, keepdims=True)
             if keepdims:
                 return out
-            from . import array as _a
             shape = tuple(x.shape)
             return _a.reshape(out, tuple(d for i, d in enumerate(shape) if i not in (r, c)))
         if ord == 2:
@@ -478,7 +479,6 @@ def _check_square(op, tensors, attrs, device):
 
 
 def _inv_grad(ctx, dy):
-    from . import math as _m
     y = ctx.outputs[0]
     if not ctx.attrs["adjoint"]:      # d(A^-1) = -A^-T dy A^-T
         g = execute(_MATMUL, (execute(_MATMUL, (y, dy), _TN), y), _NT)
@@ -509,7 +509,6 @@ def _solve_grad(ctx, dy):
     x = ctx.outputs[0]
     adj = ctx.attrs["adjoint"]
     gb = execute(_SOLVE, (a, dy), {"adjoint": not adj})
-    from . import math as _m
     ga = execute(_MATMUL, (gb, x), _NT) if not adj else execute(_MATMUL, (x, gb), _NT)
     return _m.negative(ga), gb
 
@@ -534,14 +533,11 @@ def solve(matrix, rhs, adjoint=False, name=None):
 
 def _det_scale(x, g):
     """``g`` (one value per matrix) times ``inv(x)^T``."""
-    from . import array as _a
-    from . import math as _m
     g = _a.reshape(g, tuple(g.shape) + (1, 1))
     return _m.multiply(g, execute(_INV, (x,), {"adjoint": True}))
 
 
 def _det_grad(ctx, dy):
-    from . import math as _m
     return _det_scale(ctx.inputs[0], _m.multiply(dy, ctx.outputs[0]))
 
 

@@ -19,11 +19,12 @@ See :mod:`tapeflow.plugins.library` for an op defined and called both ways.
 
 from __future__ import annotations
 
-from . import registry as _reg
+from ..runtime import registry as _reg
+# The op library. math first: it re-exports the reductions and array's
+# unsorted_segment_sum (TensorFlow's tf.math holds them), so it must finish after them.
+from . import math, reductions, array, linalg, nn, random  # noqa: F401
 
-#: op name -> the functions Libraries made for it (tapeflow.plugins.library); the one
-#: whose OpDef is registered under the name is the op's (two may define it, one wins)
-_HANDLES: dict = {}
+_HANDLES = _reg.HANDLES
 
 
 class _Namespace:

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import itertools
 import os
 import sys
 import threading
@@ -69,8 +68,21 @@ import warnings
 
 import numpy as np
 
-from .errors import InvalidArgumentError, TapeflowError
-from .tensor import Tensor, Variable, _tracing, _wrap
+from ..runtime.errors import InvalidArgumentError, TapeflowError
+from ..runtime.tensor import Tensor, _wrap
+from ..runtime.variable import Variable
+from ..runtime import context as _ctx
+from ..runtime.context import tracing as _tracing
+from ..autodiff.tape import GradientTape
+from ..ops import math as _m
+from ..ops import random as _random_mod
+from ..runtime import dispatch as _dispatch_mod
+from ..runtime import dtypes as _dt
+from ..runtime import variable as _variable_mod
+from ..runtime.dispatch import convert_to_tensor
+from ..runtime.registry import OpDef
+from . import graph_passes
+from .graph import Graph, Node
 
 __all__ = ["function", "defun", "Function", "ConcreteFunction", "Graph", "Node",
            "TracingError", "py_function", "opaque_call", "print_", "RETRACE_WARN_AFTER"]
@@ -85,122 +97,6 @@ _tl = threading.local()
 
 class TracingError(TapeflowError):
     """Python code needed a tensor's value while :func:`function` was tracing."""
-
-
-# --- the graph ---------------------------------------------------------------------------
-
-class Node:
-    """One step of a :class:`Graph`.
-
-    ``kind``: ``"op"`` (``op``, ``fn`` = the kernel resolved at trace time, ``device``,
-    ``attrs``), ``"read"`` / ``"assign"`` (``var``: a captured Variable, or an int: the
-    position of a Variable argument), ``"const"`` (``value``: a native array),
-    ``"copy"`` (to ``device``), ``"py"`` (``fn``: a Python callable on Tensors),
-    ``"print"``, ``"cond"`` / ``"while"`` (``attrs`` hold sub-graphs), ``"fused"``
-    (``fn``: a fused elementwise kernel made by a pass). ``inputs``/``outputs`` are
-    value ids.
-    """
-
-    __slots__ = ("kind", "op", "inputs", "outputs", "attrs", "fn", "device", "var", "value",
-                 "needs_device", "stateful", "label")
-
-    def __init__(self, kind, inputs=(), outputs=(), op=None, attrs=None, fn=None, device=None,
-                 var=None, value=None, needs_device=False, stateful=False, label=None):
-        self.kind = kind
-        self.op = op
-        self.inputs = list(inputs)
-        self.outputs = list(outputs)
-        self.attrs = attrs if attrs is not None else {}
-        self.fn = fn
-        self.device = device
-        self.var = var
-        self.value = value
-        self.needs_device = needs_device
-        self.stateful = stateful
-        self.label = label
-
-    @property
-    def name(self):
-        if self.kind == "op":
-            return self.op.name
-        return self.label or self.kind
-
-    def __repr__(self):
-        return f"<Node {self.kind} {self.name} {self.inputs}->{self.outputs}>"
-
-
-class Graph:
-    """A traced function: ``nodes`` in execution order over SSA value ids.
-
-    ``args``: value ids of the tensor arguments (in flattened order); ``var_args``:
-    positions (in ``args``' numbering of the flattened arguments) that are Variables;
-    ``meta[vid] = (shape, numpy dtype, Device)``; ``outputs``: the value ids the
-    function returns, and ``structure`` how to pack them (see :func:`_pack`).
-    """
-
-    def __init__(self, name="f"):
-        self.name = name
-        self.nodes: list[Node] = []
-        self.args: list[int] = []
-        self.arg_names: list[str] = []
-        self.meta: dict = {}
-        self.outputs: list[int] = []
-        self.structure = None
-        self._next = itertools.count()
-
-    def new_value(self, shape, dtype, device):
-        vid = next(self._next)
-        self.meta[vid] = (tuple(shape), np.dtype(dtype), device)
-        return vid
-
-    # a readable dump --------------------------------------------------------------
-    def __str__(self):
-        def ty(v):
-            shape, dt, dev = self.meta[v]
-            return f"{dt.name}[{','.join(str(s) for s in shape)}] {dev}"
-        head = ", ".join(f"{n}: {ty(v)}" for n, v in zip(self.arg_names, self.args))
-        lines = [f"graph {self.name}({head}):"]
-        for n in self.nodes:
-            outs = ", ".join(f"%{o}" for o in n.outputs)
-            ins = ", ".join(f"%{i}" for i in n.inputs)
-            if n.kind == "op" or n.kind == "fused":
-                attrs = {k: v for k, v in n.attrs.items() if not k.startswith("_")}
-                a = (" {" + ", ".join(f"{k}={_short(v)}" for k, v in attrs.items()) + "}"
-                     if attrs else "")
-                lines.append(f"  {outs} = {n.name}({ins}){a}")
-            elif n.kind == "const":
-                lines.append(f"  {outs} = const {_const_repr(n.value, n.device)}")
-            elif n.kind == "read":
-                lines.append(f"  {outs} = read {_var_name(n.var)}")
-            elif n.kind == "assign":
-                lines.append(f"  assign {_var_name(n.var)} <- {ins}")
-            elif n.kind == "copy":
-                lines.append(f"  {outs} = copy({ins}) to {n.device}")
-            else:
-                lines.append(f"  {outs + ' = ' if outs else ''}{n.name}({ins})")
-        lines.append("  return " + ", ".join(f"%{o}" for o in self.outputs))
-        return "\n".join(lines)
-
-    def ops(self):
-        """Names of the op nodes, in order (for tests and inspection)."""
-        return [n.name for n in self.nodes if n.kind in ("op", "fused")]
-
-
-def _const_repr(value, device):
-    shape = tuple(getattr(value, "shape", ()))
-    if len(shape) == 0 or (len(shape) == 1 and shape[0] <= 4):
-        host = value if device.is_host else device.backend.to_host(value, device)
-        return np.array2string(np.asarray(host), separator=", ")
-    return f"{np.dtype(value.dtype).name}{list(shape)}"
-
-
-def _short(v):
-    s = repr(v)
-    return s if len(s) <= 40 else s[:37] + "..."
-
-
-def _var_name(var):
-    return f"arg{var}" if isinstance(var, int) else repr(getattr(var, "name", var))
 
 
 # --- tracing -------------------------------------------------------------------------------
@@ -323,7 +219,7 @@ def _current():
 
 def _user_line():
     """`` at file.py:12 (`source line`)`` for the innermost frame outside tapeflow."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tapeflow/
     f = sys._getframe(1)
     while f is not None:
         fn = os.path.abspath(f.f_code.co_filename)
@@ -366,6 +262,20 @@ def trace_check(t, what):
         tr.check(t, what)
 
 
+class _ContextTracer(_ctx.Tracer):
+    """The observer the dispatcher and Tensor/Variable call while tracing."""
+    current = staticmethod(_current)
+    trace_op = staticmethod(trace_op)
+    trace_copy = staticmethod(trace_copy)
+    trace_read = staticmethod(trace_read)
+    trace_assign = staticmethod(trace_assign)
+    trace_check = staticmethod(trace_check)
+
+    @staticmethod
+    def opaque_call(fn, args):
+        return opaque_call(fn, args)
+
+
 def _on_variable_created(var):
     if _tracing[0]:
         tr = _current()
@@ -404,14 +314,14 @@ _RANDOM = []
 def _tapes():
     """``tape._tapes_active`` (imported on first use: tape imports this module's users)."""
     if not _TAPES:
-        from .tape import _tapes_active
+        _tapes_active = _ctx.tapes_active
         _TAPES.append(_tapes_active)
     return _TAPES[0]
 
 
 def _state_seed():
     if not _RANDOM:
-        from .random import _state
+        _state = _random_mod._state
         _RANDOM.append(_state)
     return _RANDOM[0].global_seed
 
@@ -426,7 +336,7 @@ def _arrays_to_tensors(args, kwargs):
     struct = _flatten((args, kwargs), leaves, "", [])
     if not any(isinstance(x, np.ndarray) for x in leaves):
         return args, kwargs
-    from .execute import constant
+    constant = _dispatch_mod.constant
     leaves = [constant(x) if isinstance(x, np.ndarray) else x for x in leaves]
     return _pack(struct, leaves)
 
@@ -449,7 +359,7 @@ def _leaf_key(x):
 
 def _fresh_random_attrs(attrs):
     """``f() -> attrs`` with the next counter of the op's key (see tapeflow.random)."""
-    from .random import _next_counter
+    _next_counter = _random_mod._next_counter
     key = attrs["key"]
 
     def fresh():
@@ -550,7 +460,6 @@ class ConcreteFunction:
         self.graph = graph
         self.passes_run = []
         if optimize:
-            from . import graph_passes
             self.passes_run = graph_passes.optimize(graph, passes)
         self._run, self.source, self._linemap, self._filename = _compile(graph)
 
@@ -570,7 +479,7 @@ class ConcreteFunction:
             tb = tb.tb_next
         if node is None or node.kind not in ("op", "fused") or node.op is None:
             return e
-        from .execute import _translate
+        _translate = _dispatch_mod._translate
         ins = [_Meta(self.graph.meta[i]) for i in node.inputs]
         return _translate(e, node.op, node.device, ins, node.attrs)
 
@@ -578,7 +487,8 @@ class ConcreteFunction:
         """Replay op by op through the dispatcher (a GradientTape outside is recording).
         ``vargs``: the Variable arguments of the enclosing function (for sub-graphs);
         ``reads``: {read node: tensor} values to use instead of reading the Variables."""
-        from .execute import copy_to_device, execute
+        copy_to_device = _dispatch_mod.copy_to_device
+        execute = _dispatch_mod.execute
         g = self.graph
         env = {}
         tensors = [x for x in leaves if isinstance(x, (Tensor, Variable))]
@@ -627,7 +537,7 @@ class ConcreteFunction:
 
     def _call_leaves(self, leaves):
         g = self.graph
-        from .tape import _tapes_active
+        _tapes_active = _ctx.tapes_active
         if _tapes_active[0]:
             outs = (self._call_recorded(leaves) if self.traced_backward and self._pure()
                     else self._eager(leaves))
@@ -679,7 +589,7 @@ class ConcreteFunction:
         from the saved intermediates when no tape records the backward pass (first
         order), or, under tapes (higher orders), one that replays the forward from the
         record's inputs so the tapes see the gradient's dependence on them."""
-        from . import tape as _tape
+        _tape = _ctx  # (the eager context holds the active tapes)
         g = self.graph
         tensors = [x for x in leaves if isinstance(x, (Tensor, Variable))]
         read_nodes = [n for n in g.nodes if n.kind == "read"]
@@ -704,7 +614,7 @@ class ConcreteFunction:
 
         def backward(ctx, *dys):
             dys = [dys[i] for i in float_outs]
-            if _tape._tapes_active[0]:
+            if _tape.tapes_active[0]:
                 grads = self._backward_function()(list(ctx.inputs), dys)
             else:
                 grads = self._saved_backward_function()(saved, dys)
@@ -746,17 +656,17 @@ class ConcreteFunction:
         bwd = getattr(self, "_bwd_saved", None)
         if bwd is not None:
             return bwd
-        from .execute import _COPY
+        _COPY = _dispatch_mod._COPY
         g = self.graph
         _, saved_vids, nodes = self._saved_program()
         tensor_args = [a for i, a in enumerate(g.args) if not _is_var_slot(g, i)]
         sources = tensor_args + [n.outputs[0] for n in g.nodes if n.kind == "read"]
 
         def backward(vals, dys):
-            from . import tape as _tape
+            _tape = _ctx  # (the eager context holds the active tapes)
             env = dict(zip(saved_vids, vals))
             srcs = [env.get(v) for v in sources]
-            with _tape.GradientTape(watch_accessed_variables=False) as tape:
+            with GradientTape(watch_accessed_variables=False) as tape:
                 for t in srcs:
                     if t is not None and t.dtype.is_floating:
                         tape.watch(t)
@@ -783,7 +693,6 @@ class ConcreteFunction:
         cf = self
 
         def backward(xs, dys):
-            from .tape import GradientTape
             n_args = len(xs) - len(read_nodes)
             args, vals = list(xs[:n_args]), xs[n_args:]
             reads = dict(zip(read_nodes, vals))
@@ -814,13 +723,11 @@ _CALL_OP = []
 def _call_op():
     """The OpDef of a traced call's tape record (created on first use)."""
     if not _CALL_OP:
-        from .registry import OpDef
         _CALL_OP.append(OpDef("TracedCall", inputs=("*inputs",), dtype_rule="none"))
     return _CALL_OP[0]
 
 
 def _stand_in():
-    from .execute import convert_to_tensor
     return convert_to_tensor(0.0)
 
 
@@ -832,7 +739,6 @@ class _Meta:
     """Stands in for an input Tensor in an error message (shape and dtype only)."""
 
     def __init__(self, meta):
-        from . import dtypes as _dt
         self._data = np.empty(0, meta[1])
         self.shape = meta[0]
         self.dtype = _dt.from_numpy(meta[1])
@@ -858,7 +764,7 @@ class Function:
 
     Attributes: ``python_function``; ``optimize`` (run the graph passes);
     ``passes``: the names of the passes to run (default: all of
-    :data:`tapeflow.graph_passes.PASSES`).
+    :data:`tapeflow.tracing.graph_passes.PASSES`).
     """
 
     def __init__(self, fn, optimize=True, passes=None, name=None):
@@ -897,7 +803,7 @@ class Function:
     def _key(self, leaves):
         # the global random seed is part of the signature: random ops' keys are fixed at
         # trace time, so tf.random.set_seed(other) traces again (and stays reproducible)
-        from .random import _state
+        _state = _random_mod._state
         return tuple(_leaf_key(x) for x in leaves) + (("seed", _state.global_seed),)
 
     def _arg_names(self, paths):
@@ -966,7 +872,7 @@ class Function:
                 tr.bind(x, vid, True)
                 targs.append(x)
         tr.vargs = targs
-        from .execute import _scopes
+        _scopes = _dispatch_mod._scopes
         _tl.tracer = tr
         _tracing[0] += 1
         _scopes[0] += 1           # every op takes the dispatcher's slow path, where the hook is
@@ -1122,9 +1028,6 @@ def _py_call(func, inp, touts, single, label, kind_out=None):
     """The body of :func:`py_function` / :func:`opaque_call`: ``touts`` None keeps the
     result's dtypes (``kind_out`` receives the result's container type, None for one
     tensor)."""
-    from . import dtypes as _dt
-    from .execute import convert_to_tensor
-    from . import math as _m
     name = label
 
     def eager(*ts):
@@ -1193,12 +1096,12 @@ def record_node_gradient(eager_fn, inputs, outputs, variables=()):
     trace it becomes a ``py`` node itself (so it runs at every call, with that
     call's values), and it is recorded the same way, so gradients of any order work.
     """
-    from .tape import _tapes_active, record
+    _tapes_active = _ctx.tapes_active
+    record = _ctx.record
     if not _tapes_active[0] or not outputs:
         return
     global _NODE_OP
     if _NODE_OP is None:
-        from .registry import OpDef
         _NODE_OP = OpDef("TracedNode", inputs=("*inputs",), dtype_rule="none")
     variables = [v for v in variables if v.trainable and v.dtype.is_floating]
     var_values = [v.read_value() for v in variables]      # the tapes watch these reads
@@ -1210,7 +1113,6 @@ def record_node_gradient(eager_fn, inputs, outputs, variables=()):
     touts = [inputs[i].dtype for i in diff] + [v.dtype for v in variables]
 
     def grad_eager(*ts):
-        from .tape import GradientTape
         xs, dys = list(ts[:n]), list(ts[n:])
         with GradientTape() as tape:
             for i in diff:
@@ -1282,9 +1184,11 @@ def print_(*inputs, sep=" ", end="\n", output_stream=None, summarize=3):
 
 
 def _install():
-    from . import tensor as _tensor
-    if _on_variable_created not in _tensor._creation_hooks:
-        _tensor._creation_hooks.append(_on_variable_created)
+    if _on_variable_created not in _variable_mod._creation_hooks:
+        _variable_mod._creation_hooks.append(_on_variable_created)
 
 
 _install()
+
+
+_ctx.set_tracer(_ContextTracer())

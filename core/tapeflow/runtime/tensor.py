@@ -1,0 +1,324 @@
+"""``Tensor`` (an immutable value on one device) and ``TensorShape``.
+
+A Tensor holds a backend-native array (``numpy.ndarray`` on ``cpu:0``) and its
+:class:`~tapeflow.runtime.devices.Device`. dtype and shape are read from the array, so
+making a Tensor costs two slot stores: that is what keeps dispatch cheap.
+
+Operators (``+ - * / // % ** @``, comparisons, ``[]``) are defined in one place,
+:mod:`tapeflow.ops.operators`, because they dispatch to ops of the op library (a
+layer above this one); ``Variable`` is in :mod:`tapeflow.runtime.variable`.
+
+>>> import tapeflow as tf
+>>> x = tf.constant([[1, 2], [3, 4]])
+>>> print(x)
+tf.Tensor(
+[[1 2]
+ [3 4]], shape=(2, 2), dtype=int32)
+>>> x.shape == (2, 2), x.shape.as_list(), x.dtype
+(True, [2, 2], tf.int32)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import context as _ctx
+from . import dtypes as _dt
+from .errors import InvalidArgumentError, InvalidTypeError
+
+__all__ = ["Tensor", "TensorShape", "Dimension"]
+
+
+class TensorShape(tuple):
+    """A tuple of ints that also speaks TensorFlow (``as_list()``, ``ndims``,
+    ``num_elements()``) and compares equal to tuples and lists.
+
+    >>> TensorShape((1, 1, 784)) == (1, 1, 784), TensorShape([2, 3]).as_list()
+    (True, [2, 3])
+    """
+
+    __slots__ = ()
+
+    def as_list(self):
+        return list(self)
+
+    @property
+    def ndims(self):
+        return len(self)
+
+    rank = ndims
+
+    @property
+    def dims(self):
+        return list(self)
+
+    def num_elements(self):
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+    def is_fully_defined(self):
+        return True
+
+    def is_compatible_with(self, other):
+        other = tuple(other)
+        return len(other) == len(self) and all(o is None or o == s for s, o in zip(self, other))
+
+    def __eq__(self, other):
+        if isinstance(other, list):
+            other = tuple(other)
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = tuple.__hash__
+
+    def __getitem__(self, item):
+        r = tuple.__getitem__(self, item)
+        return TensorShape(r) if isinstance(item, slice) else r
+
+    def __repr__(self):
+        return "TensorShape(" + repr(list(self)) + ")"
+
+    def __str__(self):
+        return tuple.__repr__(tuple(self))
+
+
+Dimension = int
+
+_new = object.__new__
+#: tf.function traces in progress (tapeflow.runtime.context); read before the tracer
+_tracing = _ctx.tracing
+
+
+def _check_traced(t, what):
+    """Raise if ``t``'s value is needed while tf.function traces (the tracer decides)."""
+    _ctx.tracer.trace_check(t, what)
+
+
+class _Dispatch:
+    """The dispatcher's functions Tensor needs (``tapeflow.runtime.dispatch`` fills
+    them at import: it sits above this module)."""
+    copy_to_device = None
+    constant = None
+
+
+dispatch_hooks = _Dispatch()
+
+
+class VariableBase:
+    """Base of stateful objects that stand for their current value in ops
+    (``tapeflow.runtime.variable.Variable``): the dispatcher calls ``read_value()``."""
+
+    __slots__ = ()
+
+    def read_value(self):
+        raise NotImplementedError
+
+
+class Tensor:
+    """An immutable multi-dimensional value on one device.
+
+    Build tensors with ``tf.constant`` / ``tf.convert_to_tensor`` or any op; read
+    them back with ``.numpy()`` (a host copy; waits for the device). One-element
+    tensors convert with ``bool()``, ``int()``, ``float()`` and ``operator.index``
+    so Python control flow works, as in the seeds' Collatz loop.
+    """
+
+    __slots__ = ("_data", "_device", "__weakref__")
+
+    # Let NumPy defer to our reflected operators (np_array * tensor -> tensor).
+    __array_priority__ = 100
+
+    # --- basic properties ----------------------------------------------------
+    @property
+    def dtype(self) -> _dt.DType:
+        return _dt._FROM_NP[self._data.dtype]
+
+    @property
+    def shape(self) -> TensorShape:
+        return TensorShape(self._data.shape)
+
+    def get_shape(self) -> TensorShape:
+        return TensorShape(self._data.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._data.shape)
+
+    @property
+    def device(self) -> str:
+        """Canonical device name, e.g. ``'cpu:0'``."""
+        return self._device.name
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self._data.shape:
+            n *= d
+        return n
+
+    def __len__(self):
+        s = self._data.shape
+        if not s:
+            raise InvalidTypeError("len() of a 0-d tensor (scalar); use .numpy() or float()")
+        return s[0]
+
+    # --- host conversion -----------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The value as a NumPy array (a copy on the host; waits for the device)."""
+        if _tracing[0]:
+            _check_traced(self, ".numpy()")
+        dev = self._device
+        if dev.is_host:
+            return np.array(self._data, copy=True)
+        return np.asarray(dev.backend.to_host(self._data, dev))
+
+    def _host(self):
+        """Host array without a defensive copy (read-only use inside tapeflow)."""
+        dev = self._device
+        if dev.is_host:
+            return np.asarray(self._data)
+        return np.asarray(dev.backend.to_host(self._data, dev))
+
+    def __array__(self, dtype=None, copy=None):
+        if _tracing[0]:
+            _check_traced(self, "np.asarray()")
+        a = self._host()
+        if dtype is not None:
+            a = a.astype(dtype, copy=False)
+        if copy:
+            return np.array(a, copy=True)
+        if a is self._data and isinstance(a, np.ndarray):
+            a = a.view()
+            a.flags.writeable = False   # NumPy cannot write through to an immutable Tensor
+        return a
+
+    def __dlpack__(self, *args, **kwargs):
+        data = self._data
+        if not hasattr(data, "__dlpack__"):
+            data = np.asarray(data)
+        return data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        data = self._data
+        if not hasattr(data, "__dlpack_device__"):
+            data = np.asarray(data)
+        return data.__dlpack_device__()
+
+    def _scalar(self, what):
+        if self.size != 1:
+            raise InvalidArgumentError(
+                f"{what} of a tensor needs exactly one element; this one has shape "
+                f"{tuple(self.shape)} ({self.size} elements). Reduce it first "
+                "(tf.reduce_any / tf.reduce_all / tf.reduce_sum) or index one element.",
+                op=what, device=self._device)
+        return self._host().reshape(()).item()
+
+    def __bool__(self):
+        if _tracing[0]:
+            _check_traced(self, "bool()")
+        d = self._data
+        if d.size == 1 and self._device.is_host:   # Python control flow: keep it cheap
+            return bool(d)
+        return bool(self._scalar("bool()"))
+
+    def __int__(self):
+        if _tracing[0]:
+            _check_traced(self, "int()")
+        d = self._data
+        if d.size == 1 and self._device.is_host:
+            return int(d.reshape(()) if d.ndim else d)
+        return int(self._scalar("int()"))
+
+    def __float__(self):
+        if _tracing[0]:
+            _check_traced(self, "float()")
+        d = self._data
+        if d.size == 1 and self._device.is_host:
+            return float(d.reshape(()) if d.ndim else d)
+        return float(self._scalar("float()"))
+
+    def __index__(self):
+        if _tracing[0]:
+            _check_traced(self, "__index__")
+        if not self.dtype.is_integer:
+            raise InvalidTypeError(
+                f"only integer tensors can be used as an index; got {self.dtype.name}")
+        return int(self._scalar("__index__"))
+
+    def __complex__(self):
+        return complex(self._scalar("complex()"))
+
+    def __format__(self, spec):
+        # As TensorFlow 2: "{}".format(t) formats the value (seed: "hello, [[4.]]").
+        if spec and self.size == 1:
+            return format(self._scalar("format()"), spec)
+        a = self._host()
+        if a.ndim == 0:
+            return format(a.reshape(())[()], spec)
+        return format(a, spec)
+
+    def __iter__(self):
+        n = len(self)
+        for i in range(n):
+            yield self[i]
+
+    def __hash__(self):
+        return id(self)
+
+    def __reduce__(self):
+        return (_rebuild, (self.numpy(), self._device.name))
+
+    # --- device movement -----------------------------------------------------
+    def to(self, device) -> Tensor:
+        """Copy to ``device`` (name or Device); returns self when already there."""
+        return dispatch_hooks.copy_to_device(self, device)
+
+    def cpu(self) -> Tensor:
+        return self.to("cpu:0")
+
+    def gpu(self, index: int = 0) -> Tensor:
+        return self.to(f"gpu:{index}")
+
+    # --- printing ------------------------------------------------------------
+    def _value_str(self):
+        a = self._host()
+        if a.ndim:
+            return np.array2string(np.asarray(a), separator=" ")
+        return str(a.reshape(())[()])
+
+    def _suffix(self):
+        # No device here: the seeds' printed output must not change when the default
+        # device is a GPU. repr() names the device.
+        return f"shape={tuple(self._data.shape)}, dtype={self.dtype.name}"
+
+    def __str__(self):
+        v = self._value_str()
+        if "\n" in v:
+            return f"tf.Tensor(\n{v}, {self._suffix()})"
+        return f"tf.Tensor({v}, {self._suffix()})"
+
+    def _repr_value(self):
+        a = self._host()
+        if a.ndim == 0:
+            return self._value_str()
+        return repr(np.asarray(a))
+
+    def __repr__(self):
+        return (f"<tf.Tensor: shape={tuple(self._data.shape)}, dtype={self.dtype.name}, "
+                f"device={self._device.name}, numpy={self._repr_value()}>")
+
+
+def _rebuild(value, device_name):
+    return dispatch_hooks.constant(value, device=device_name)
+
+
+def _wrap(data, device) -> Tensor:
+    """Make a Tensor from a native array (no checks; hot path)."""
+    t = _new(Tensor)
+    t._data = data
+    t._device = device
+    return t
