@@ -12,6 +12,7 @@ tf.Tensor([[4.]], shape=(1, 1), dtype=float32)
 
 from __future__ import annotations
 
+import importlib as _importlib
 import sys as _sys
 import types as _types
 
@@ -36,6 +37,7 @@ from .runtime import config
 from . import plugins, ops
 from .tracing.trace import function, defun, py_function
 from .tracing.control_flow import cond, while_loop
+from .runtime import devices as _devices_mod
 
 # The public module paths of TensorFlow's namespaces (``from tapeflow.errors import ...``,
 # ``import tapeflow.math``): aliases of the modules in the layers, so backends and plugins
@@ -88,14 +90,13 @@ _LAZY_NAMES = {
 
 
 def __getattr__(name):
-    import importlib
     if name in _LAZY_MODULES:
-        mod = importlib.import_module(f"{__name__}.{name}")
+        mod = _importlib.import_module(f"{__name__}.{name}")
         globals()[name] = mod
         return mod
     if name in _LAZY_NAMES:
         modname, attr = _LAZY_NAMES[name]
-        value = getattr(importlib.import_module(f"{__name__}.{modname}"), attr)
+        value = getattr(_importlib.import_module(f"{__name__}.{modname}"), attr)
         if name != "print":          # (never a global: it would shadow print() here)
             globals()[name] = value
         return value
@@ -107,8 +108,7 @@ class _Contrib:
 
     @property
     def eager(self):
-        import sys
-        return sys.modules[__name__]
+        return _sys.modules[__name__]
 
     @property
     def summary(self):
@@ -125,7 +125,7 @@ class _TestNS:
 
     @staticmethod
     def is_built_with_cuda():
-        from .runtime.devices import _table
+        _table = _devices_mod._table
         return any(d.type == "cuda" for d in _table.by_name.values())
 
 

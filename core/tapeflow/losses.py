@@ -32,6 +32,7 @@ from .runtime.errors import InvalidArgumentError
 from .runtime.dispatch import convert_to_tensor
 from .runtime.tensor import Tensor
 from .runtime.variable import Variable
+from .runtime import dispatch as _dispatch_mod
 
 __all__ = ["Reduction", "compute_weighted_loss", "sparse_softmax_cross_entropy",
            "softmax_cross_entropy", "sigmoid_cross_entropy", "mean_squared_error",
@@ -82,7 +83,7 @@ def _follow(labels, like):
     """Host labels follow the predictions to their device, as layers move host inputs
     to their variables' device (a dataset yields host tensors; the model may be on a GPU)."""
     if labels._device is not like._device and labels._device.is_host:
-        from .runtime.dispatch import copy_to_device
+        copy_to_device = _dispatch_mod.copy_to_device
         labels = copy_to_device(labels, like._device)
     return labels
 

@@ -32,6 +32,8 @@ from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.dispatch import constant
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from ..ops import random as _random_mod
+from ..runtime import context as _context_mod
 
 __all__ = ["Dataset", "Iterator", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
 
@@ -125,7 +127,7 @@ class _HostFunctionScope:
     def __enter__(self):
         self._dev.__enter__()
         try:
-            from ..runtime.context import stop_all_recording
+            stop_all_recording = _context_mod.stop_all_recording
             self._no_tape = stop_all_recording()
             self._no_tape.__enter__()
         except ImportError:          # pragma: no cover - older tape module
@@ -508,7 +510,7 @@ class _FlatMap(_Unary):
 def _seed_parts(seed):
     """Seed material for a shuffle made now: TF's (global seed, op seed) when either
     is set, else fresh entropy (drawn once, so reshuffle_each_iteration=False repeats)."""
-    from ..ops.random import get_seed
+    get_seed = _random_mod.get_seed
     g, s = get_seed(seed)
     if g is None and s is None:
         return [int.from_bytes(os.urandom(8), "little")]

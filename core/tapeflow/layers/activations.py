@@ -14,6 +14,7 @@ from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..ops import math as _m
 from ..ops import nn as _nn
 from ..ops.array import where as _where
+from ..ops import array as _array_mod
 
 __all__ = ["get", "serialize", "linear", "relu", "relu6", "elu", "selu", "sigmoid",
            "hard_sigmoid", "tanh", "softmax", "log_softmax", "softplus", "softsign", "swish",
@@ -57,7 +58,7 @@ def sigmoid(x):
 
 
 def hard_sigmoid(x):
-    from ..ops.array import clip_by_value
+    clip_by_value = _array_mod.clip_by_value
     return clip_by_value(_m.add(_m.multiply(x, 0.2), 0.5), 0.0, 1.0)
 
 

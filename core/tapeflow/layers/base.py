@@ -41,6 +41,9 @@ from ..runtime import dtypes as _dt
 from ..runtime.dispatch import convert_to_tensor, copy_to_device
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from . import initializers
+from . import regularizers
+from ..ops import math as _math_mod
 
 __all__ = ["Layer", "variable_creator_scope", "reset_uids", "unique_layer_name"]
 
@@ -416,7 +419,6 @@ class Layer:
         ``initializer`` (a name such as ``"glorot_uniform"``/``"zeros"``, a callable
         ``(shape, dtype) -> Tensor``, or a value; default glorot_uniform for floats,
         zeros otherwise)."""
-        from . import initializers, regularizers
         if constraint is not None:
             raise NotImplementedError("weight constraints are not supported")
         if partitioner is not None:
@@ -467,7 +469,7 @@ class Layer:
             return None
         t = convert_to_tensor(x)
         if t.dtype.is_floating and t.dtype is not self._dtype:
-            from ..ops.math import cast
+            cast = _math_mod.cast
             t = cast(t, self._dtype)
         return t
 

@@ -18,6 +18,8 @@ from ..ops import nn as _nn
 from ..ops.linalg import matmul as _matmul
 from . import activations as _act
 from .base import Layer
+from ..runtime import dispatch as _dispatch_mod
+from ..runtime import tensor as _tensor_mod
 
 __all__ = ["Dense", "Flatten", "flatten", "Dropout", "dropout", "Activation", "Embedding",
            "dense"]
@@ -101,8 +103,8 @@ class Flatten(Layer):
 
 def flatten(inputs, name=None, data_format="channels_last"):
     """Functional ``tf.layers.flatten``: ``[batch, d1, d2, ...] -> [batch, d1*d2*...]``."""
-    from ..runtime.dispatch import convert_to_tensor
-    from ..runtime.tensor import Tensor
+    convert_to_tensor = _dispatch_mod.convert_to_tensor
+    Tensor = _tensor_mod.Tensor
     x = inputs if type(inputs) is Tensor else convert_to_tensor(inputs)
     shape = x.shape
     if len(shape) == 0:
@@ -186,7 +188,7 @@ class Embedding(Layer):
         self.embeddings = None
 
     def _convert_input(self, x):
-        from ..runtime.dispatch import convert_to_tensor
+        convert_to_tensor = _dispatch_mod.convert_to_tensor
         return convert_to_tensor(x)
 
     def build(self, input_shape):

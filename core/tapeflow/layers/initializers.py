@@ -20,6 +20,7 @@ from ..ops import random as _random
 from ..ops.array import ones as _ones
 from ..ops.array import zeros as _zeros
 from ..runtime.dispatch import constant as _constant
+from . import base as _base_mod
 
 __all__ = ["Initializer", "Zeros", "Ones", "Constant", "RandomUniform", "RandomNormal",
            "TruncatedNormal", "VarianceScaling", "GlorotUniform", "GlorotNormal", "HeUniform",
@@ -231,7 +232,7 @@ def get(identifier):
     if isinstance(identifier, str):
         key = identifier
         if any(c.isupper() for c in key):
-            from .base import _snake
+            _snake = _base_mod._snake
             key = _snake(key)
         cls = _BY_NAME.get(key)
         if cls is None:

@@ -401,9 +401,8 @@ def softmax_cross_entropy_with_logits(labels=None, logits=None, axis=-1, name=No
     lab = _like_logits(labels, x)
     xs, ls = _shape(x), _shape(lab)
     if xs != ls:
-        import numpy as _np
         try:
-            bs = list(_np.broadcast_shapes(tuple(xs), tuple(ls)))
+            bs = list(np.broadcast_shapes(tuple(xs), tuple(ls)))
         except ValueError:
             bs = None
         if bs is None or len(bs) != len(xs):

@@ -19,8 +19,9 @@ import threading
 import time
 import weakref
 
-from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ..runtime.errors import InvalidArgumentError
 from . import _records
+from .. import train as _train
 
 __all__ = ["SummaryWriter", "create_file_writer", "create_summary_file_writer",
            "create_noop_writer", "always_record_summaries", "never_record_summaries",
@@ -299,12 +300,7 @@ def get_step():
 
 
 def _global_step():
-    try:
-        from .. import train
-    except ImportError as e:                     # pragma: no cover - train/ ships with core
-        raise FailedPreconditionError("summaries without step= need tapeflow.train's global step; "
-                           f"it could not be imported ({e}); pass step=") from e
-    return train.get_or_create_global_step()
+    return _train.get_or_create_global_step()
 
 
 def _resolve_step(step, block_step) -> int:

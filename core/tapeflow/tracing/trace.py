@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
 import os
 import sys
 import threading
@@ -224,7 +225,6 @@ def _user_line():
     while f is not None:
         fn = os.path.abspath(f.f_code.co_filename)
         if not fn.startswith(here + os.sep):
-            import linecache
             src = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
             return f" at {f.f_code.co_filename}:{f.f_lineno}" + (f" (`{src}`)" if src else "")
         f = f.f_back

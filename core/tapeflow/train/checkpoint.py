@@ -72,6 +72,7 @@ from ..runtime import variable as _variable
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from ..runtime.dispatch import constant as _constant
 from ..runtime.variable import Variable
+from .. import runtime as _runtime_mod
 
 __all__ = ["Checkpoint", "CheckpointManager", "CheckpointLoadStatus", "Saver",
            "latest_checkpoint", "restore_variables_on_create", "restore_deferred",
@@ -797,7 +798,7 @@ class Checkpoint:
     def save_counter(self):
         """Number of ``save()`` calls (an int64 Variable, saved and restored)."""
         if self._save_counter is None:
-            from ..runtime import dtypes
+            dtypes = _runtime_mod.dtypes
             with _suspend_creation_hooks():
                 sc = Variable(0, trainable=False, name="save_counter", dtype=dtypes.int64,
                               device="cpu:0")

@@ -57,6 +57,7 @@ from ..autodiff.tape import GradientTape
 from ..runtime.context import stop_all_recording
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from . import checkpoint as _checkpoint_mod
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
            "RMSPropOptimizer", "AdagradOptimizer", "SGD", "Adam", "RMSprop", "Adagrad",
@@ -77,7 +78,7 @@ def _short(v):
 
 
 def _restore_deferred(obj):
-    from .checkpoint import restore_deferred
+    restore_deferred = _checkpoint_mod.restore_deferred
     restore_deferred(obj)
 
 
