@@ -67,10 +67,10 @@ def enable_eager_execution(config=None, device_policy=None, execution_mode=None)
 enable_v2_behavior = enable_eager_execution
 
 # Built-in ops, then the backends and plugins found through entry points.
-from .ops import _library as _b  # noqa: E402
+from .ops._library import LIB as _builtin_ops  # noqa: E402
 from .plugins import manager as _pm  # noqa: E402  (the module)
 
-_pm.register_builtin(_b, "tapeflow-builtin-ops")
+_pm.register_builtin(_builtin_ops, "tapeflow-builtin-ops")
 _pm.ensure_loaded()
 
 # The training stack lives in subpackages loaded on first use (import stays fast):

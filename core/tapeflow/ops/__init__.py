@@ -47,11 +47,15 @@ class _Namespace:
 
 
 def _children(prefix):
+    if prefix == _reg.CORE_NAMESPACE + "::":
+        return sorted(n for n in _reg.OPS if "::" not in n)
     return sorted({n[len(prefix):].split("::")[0] for n in _reg.OPS if n.startswith(prefix)})
 
 
 def _lookup(full, where):
     op = _reg.OPS.get(full)
+    if op is None and full.startswith(_reg.CORE_NAMESPACE + "::"):
+        op = _reg.OPS.get(full[len(_reg.CORE_NAMESPACE) + 2:])     # tf.ops.tapeflow.Add
     if op is not None:
         return next((h for h in _HANDLES.get(full, ()) if h.op is op), op)
     if any(n.startswith(full + "::") for n in _reg.OPS):
@@ -64,7 +68,7 @@ def _lookup(full, where):
 def __getattr__(name):
     if name.startswith("__"):
         raise AttributeError(name)
-    if any(n.startswith(name + "::") for n in _reg.OPS):
+    if name == _reg.CORE_NAMESPACE or any(n.startswith(name + "::") for n in _reg.OPS):
         return _Namespace(name)
     raise AttributeError(f"tapeflow.ops has no namespace {name!r}; the loaded plugins define: "
                          f"{', '.join(__dir__()) or 'none'} (`python -m tapeflow info` lists "

@@ -1,16 +1,23 @@
-"""The core's own ops, registered through the same plugin API a third party uses.
+"""The core's op library: the built-in ops are declared with the public op API a
+plugin uses, one :class:`~tapeflow.plugins.Library` named ``tapeflow`` (the core's
+namespace: ``tapeflow::MatMul``, found by its short name ``MatMul`` too).
 
-Op modules declare their signatures with :func:`defop`; this plugin's
-``tapeflow_register_ops`` hook adds them all to the registry at import.
+The op modules (``math``, ``array``, ...) declare each op with :func:`defop`, which
+is ``LIB.define`` with the attr types of the table below; ``import tapeflow``
+registers ``LIB`` like any plugin (``tapeflow.plugins.register``).
+
+>>> from tapeflow.ops._library import LIB
+>>> LIB.namespace, any(op.name == "MatMul" for op in LIB.ops)
+('tapeflow', True)
 """
 
 from __future__ import annotations
 
-from ..plugins.hookspecs import hookimpl
-from ..runtime.registry import OpDef
+from ..plugins.library import Library
+from ..runtime.registry import CORE_NAMESPACE, OpDef
 
-#: every OpDef the core declares, in declaration order
-BUILTIN_OPS: list[OpDef] = []
+#: the built-in op library (registered by ``import tapeflow``)
+LIB = Library(CORE_NAMESPACE)
 
 
 #: the types of the built-in ops' attrs, by attr name (kinds: tapeflow.shapes)
@@ -51,15 +58,8 @@ def _attr_types(name, attrs):
 
 
 def defop(name, **kwargs) -> OpDef:
-    """Declare a built-in op (same arguments as :class:`~tapeflow.plugins.OpDef`); its
-    attrs are typed from :data:`ATTR_TYPES` unless ``attr_types`` is given."""
+    """Declare a built-in op: ``LIB.define`` (arguments of
+    :class:`~tapeflow.plugins.OpDef`) with its attrs typed from :data:`ATTR_TYPES`
+    unless ``attr_types`` is given."""
     kwargs.setdefault("attr_types", _attr_types(name, kwargs.get("attrs")))
-    op = OpDef(name, source="tapeflow", **kwargs)
-    BUILTIN_OPS.append(op)
-    return op
-
-
-@hookimpl
-def tapeflow_register_ops(registry):
-    for op in BUILTIN_OPS:
-        registry.add_op(op)
+    return LIB.define(name, **kwargs)

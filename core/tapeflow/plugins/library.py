@@ -30,8 +30,10 @@ import inspect
 import linecache
 
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..runtime import dtypes as _dt
+from ..runtime import shapes as _shapes
 from ..runtime.dispatch import binary, execute
-from ..runtime.registry import HANDLES, REQUIRED, OpDef, get_op
+from ..runtime.registry import CORE_NAMESPACE, HANDLES, REQUIRED, OpDef, get_op
 from .hookspecs import API_VERSION, hookimpl
 from .manager import Registry, _manager
 
@@ -95,6 +97,7 @@ class Library:
             if attrs is not None:
                 ats, kwonly = dict(attrs), set()
             kwonly |= {k for k, v in ats.items() if v is REQUIRED}
+            opdef_kwargs.setdefault("attr_types", _attr_types_of(ats))
             op = OpDef(full, inputs=ins, attrs=ats, doc=fn.__doc__, **opdef_kwargs)
             handle = _make_function(op, kwonly, fn)
             HANDLES.setdefault(full, []).append(handle)
@@ -102,6 +105,25 @@ class Library:
             self._add("add_op", op, override=override)
             return handle
         return deco
+
+    def define(self, name, *, override=False, **opdef_kwargs) -> OpDef:
+        """Declare an op whose public function you write yourself; returns its
+        :class:`~tapeflow.plugins.OpDef` (call it, or pass it to
+        ``tapeflow.runtime.dispatch.execute`` from your function after converting the
+        arguments). Keywords are OpDef's (``inputs``, ``attrs``, ``attr_types``,
+        ``grad``, ``infer``, ``check``, ...). The built-in ops are declared this way,
+        by the Library ``tapeflow`` (:mod:`tapeflow.ops._library`).
+
+        >>> from tapeflow.plugins import Library
+        >>> lib = Library("defdoc")
+        >>> op = lib.define("twice", inputs=("x",), attrs={"k": 2}, attr_types={"k": "int"})
+        >>> op.name, op.attrs
+        ('defdoc::twice', {'k': 2})
+        """
+        op = OpDef(self._qualify(name), **opdef_kwargs)
+        self.ops.append(op)
+        self._add("add_op", op, override=override)
+        return op
 
     def kernel(self, op, device_types, *, dtypes=None, needs_device=False, override=False):
         """Decorator: ``fn(*native_inputs, **attrs)`` is ``op``'s kernel on
@@ -161,7 +183,28 @@ class Library:
         if sep and ns != self.namespace:
             raise InvalidArgumentError(f"op {name!r} is outside this Library's namespace "
                              f"{self.namespace!r}; name it {self.namespace}::{short}")
+        if self.namespace == CORE_NAMESPACE:     # the built-ins keep their short names
+            return short
         return f"{self.namespace}::{short}"
+
+
+def _attr_types_of(attrs):
+    """Attr kinds read from the defaults (``k=2``: an int, ``approximate=False``: a
+    bool, ``mode="a"``: a str, ``dtype=tf.float32``: a dtype); attrs defaulting to
+    None or REQUIRED stay untyped unless ``attr_types=`` says what they are."""
+    out = {}
+    for k, v in attrs.items():
+        if type(v) is bool:
+            out[k] = "bool"
+        elif type(v) is int:
+            out[k] = "int"
+        elif type(v) is float:
+            out[k] = "float"
+        elif type(v) is str:
+            out[k] = "str"
+        elif isinstance(v, _dt.DType):
+            out[k] = "dtype"
+    return out
 
 
 def _ref(op):
@@ -212,21 +255,24 @@ def _make_function(op, kwonly, fn):
     params += (["*"] if kw and not op.variadic else []) + [
         k if op.attrs[k] is REQUIRED else f"{k}=_tf_a_{k}" for k in kw]
     params += [] if "name" in names or "name" in op.attrs else ["name=None"]
+    check = ""
     if len(names) == 2 and not op.attrs and not op.variadic and op.num_outputs == 1:
         call = f"_tf_binary(_tf_op, {names[0]}, {names[1]})"
     else:
         args = names[0] if op.variadic else "(" + "".join(n + ", " for n in names) + ")"
         attrs = ", {" + ", ".join(f"{k!r}: {k}" for k in op.attrs) + "}" if op.attrs else ""
         call = f"_tf_execute(_tf_op, {args}{attrs})"
+        if op.attr_types:       # typed attrs: checked here, eagerly and when traced alike
+            check = f"_tf_check(_tf_op, {args}{attrs})\n        "
     defaults = {f"_tf_a_{k}": v for k, v in op.attrs.items() if v is not REQUIRED}
-    src = (f"def _factory(_tf_op, _tf_execute, _tf_binary, {', '.join(defaults)}):\n"
-           f"    def {fn.__name__}({', '.join(params)}):\n        return {call}\n"
+    src = (f"def _factory(_tf_op, _tf_execute, _tf_binary, _tf_check, {', '.join(defaults)}):\n"
+           f"    def {fn.__name__}({', '.join(params)}):\n        {check}return {call}\n"
            f"    return {fn.__name__}\n")
     filename = f"<tapeflow op {op.name}>"          # tracebacks show the generated line
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     ns: dict = {}
     exec(compile(src, filename, "exec"), ns)
-    inner = ns["_factory"](op, execute, binary, **defaults)
+    inner = ns["_factory"](op, execute, binary, _shapes.check_attrs, **defaults)
     # rebuilt in the plugin module's globals, so doctest and inspect see it as the module's
     f = type(inner)(inner.__code__, fn.__globals__, fn.__name__, inner.__defaults__,
                     inner.__closure__)

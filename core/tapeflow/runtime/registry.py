@@ -227,10 +227,20 @@ class GradContext:
         return self.outputs[0]
 
 
+#: the core's namespace: its ops are registered under their short names ("Add"), and
+#: "tapeflow::Add" names the same op
+CORE_NAMESPACE = "tapeflow"
+_CORE_PREFIX = CORE_NAMESPACE + "::"
+
+
 def get_op(name) -> OpDef:
+    """The registered op called ``name`` (``"Add"`` or ``"tapeflow::Add"`` for a
+    built-in, ``"project::name"`` for a plugin's)."""
     try:
         return OPS[name]
     except KeyError:
+        if type(name) is str and name.startswith(_CORE_PREFIX) and name[10:] in OPS:
+            return OPS[name[10:]]
         close = [n for n in OPS if n.lower() == str(name).lower() or n.split("::")[-1] == name]
         raise NotFoundError(
             f"No op named {name!r}" + (f"; did you mean {close}?" if close else "")) from None

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import InvalidArgumentError, InvalidTypeError, ResourceExhaustedError
+from .tensor import Tensor, VariableBase
 
 __all__ = ["as_index", "as_shape", "normalize_axis", "normalize_axes", "check_allocation",
            "check_shape_attr", "device_memory_limit", "format_bytes", "num_elements",
@@ -210,11 +211,13 @@ def _short(v):
 # --- typed attrs ------------------------------------------------------------------------
 #
 # An op may declare the type of each attr (``OpDef(attr_types={"axis": "axes?"})``);
-# ``OpDef.__call__`` -- the way plugins, users and tools call a registered op directly --
-# validates the attrs against it, so every backend's kernel receives attrs in their
-# canonical form (the public functions build canonical attrs themselves and skip it).
+# ``OpDef.__call__`` and the functions a ``Library`` generates (eagerly and while
+# tf.function traces alike) validate the attrs against it, so every backend's kernel
+# receives attrs in their canonical form (the built-ins' public functions build
+# canonical attrs themselves). A Library op's attrs are typed from their defaults
+# unless it says otherwise. No attr is ever a tensor or an array.
 # Kinds (a trailing ``?`` also allows None):
-#   bool, int, uint (a non-negative int), float (a real number), number (a real number
+#   any (any Python value but a tensor or an array), bool, int, uint (a non-negative int), float (a real number), number (a real number
 #   or a bool), str, reshape (a tuple of non-negative ints and at most one -1),
 #   enum:A|B|C, dtype, axis (0 <= axis < rank of the first input), axis+1 (a new axis:
 #   0 <= axis <= rank), axes (a sorted tuple of distinct axes), shape (a tuple of
@@ -252,6 +255,12 @@ def _check_attr(op, name, kind, v, rank):
         if v is None:
             return
         kind = kind[:-1]
+    if isinstance(v, (Tensor, VariableBase, np.ndarray)):
+        _fail_type(op, name, f"a Python value ({kind}), not an array or a tensor: convert it "
+                   "in the op's public function (attrs are part of the signature, the same "
+                   "at every call of a traced function)", v)
+    if kind == "any":
+        return
     if kind == "bool":
         if not isinstance(v, (bool, np.bool_)):
             _fail_type(op, name, "a bool", v)

@@ -18,7 +18,9 @@ lib = Library("gelu")
 FLOATS = ("float16", "float32", "float64")
 
 
-@lib.op()
+# `approximate` takes True/False or the spellings "tanh"/"none" (checked by the kernels'
+# tanh_form), so it is declared "any" instead of the bool its default would make it.
+@lib.op(attr_types={"approximate": "any"})
 def gelu(features, approximate=False, name=None):
     """Gaussian Error Linear Unit: ``x * Phi(x)``, Phi the standard normal CDF.
 
@@ -39,7 +41,7 @@ def gelu(features, approximate=False, name=None):
     """
 
 
-@lib.op()
+@lib.op(attr_types={"approximate": "any"})
 def gelu_grad(gradients, features, approximate=False, name=None):
     """``gradients * GELU'(features)`` in one fused kernel: GELU's gradient op (like
     ``ReluGrad``), itself differentiable (its gradient is written with tapeflow ops).
