@@ -217,7 +217,8 @@ def _short(v):
 # canonical attrs themselves). A Library op's attrs are typed from their defaults
 # unless it says otherwise. No attr is ever a tensor or an array.
 # Kinds (a trailing ``?`` also allows None):
-#   any (any Python value but a tensor or an array), bool, int, uint (a non-negative int), float (a real number), number (a real number
+#   any (any Python value but a tensor or an array), bool, int, uint (a non-negative
+#   int), float (a real number), number (a real number
 #   or a bool), str, reshape (a tuple of non-negative ints and at most one -1),
 #   enum:A|B|C, dtype, axis (0 <= axis < rank of the first input), axis+1 (a new axis:
 #   0 <= axis <= rank), axes (a sorted tuple of distinct axes), shape (a tuple of
