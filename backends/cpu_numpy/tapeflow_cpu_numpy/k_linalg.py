@@ -56,7 +56,7 @@ def build(xp):
         return xp.asarray(sign, dtype=x.dtype), xp.asarray(logabs, dtype=x.dtype)
 
     return {
-        "MatMul": {"fn": matmul, "dtypes": FLOATS + ("int32", "int64")},
+        "MatMul": {"fn": matmul, "fresh": True, "dtypes": FLOATS + ("int32", "int64")},
         "Einsum": {"fn": einsum, "dtypes": NUMERIC},
         "MatrixInverse": {"fn": inv, "dtypes": LAPACK},
         "MatrixSolve": {"fn": solve, "dtypes": LAPACK},

@@ -322,15 +322,15 @@ def build(xp):
 
     f = FLOATS
     return {
-        "Relu": {"fn": relu, "dtypes": f + ("int32", "int64")},
-        "ReluGrad": {"fn": relu_grad, "dtypes": f},
+        "Relu": {"fn": relu, "fresh": True, "dtypes": f + ("int32", "int64")},
+        "ReluGrad": {"fn": relu_grad, "fresh": True, "dtypes": f},
         "Relu6": {"fn": relu6, "dtypes": f},
         "Relu6Grad": {"fn": relu6_grad, "dtypes": f},
         "LeakyRelu": {"fn": leaky_relu, "dtypes": f},
         "LeakyReluGrad": {"fn": leaky_relu_grad, "dtypes": f},
         "Elu": {"fn": elu, "dtypes": f},
         "EluGrad": {"fn": elu_grad, "dtypes": f},
-        "Softmax": {"fn": softmax, "dtypes": f},
+        "Softmax": {"fn": softmax, "fresh": True, "dtypes": f},
         "LogSoftmax": {"fn": log_softmax, "dtypes": f},
         "SoftmaxCrossEntropyWithLogits": {"fn": softmax_xent, "dtypes": f},
         "SparseSoftmaxCrossEntropyWithLogits": {"fn": sparse_xent, "dtypes": f},

@@ -105,9 +105,9 @@ def build(xp):
             raise _empty("argmin", x, (axis,)) from None
 
     return {
-        "Sum": {"fn": sum_, "dtypes": NUMERIC},
+        "Sum": {"fn": sum_, "fresh": True, "dtypes": NUMERIC},
         "Prod": {"fn": prod, "dtypes": NUMERIC},
-        "Mean": {"fn": mean, "dtypes": NUMERIC},
+        "Mean": {"fn": mean, "fresh": True, "dtypes": NUMERIC},
         "Max": {"fn": max_, "dtypes": NUMERIC},
         "Min": {"fn": min_, "dtypes": NUMERIC},
         "ReduceLogSumExp": {"fn": logsumexp, "dtypes": FLOATS},

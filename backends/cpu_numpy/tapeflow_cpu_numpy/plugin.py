@@ -12,7 +12,7 @@ from tapeflow.plugins import Backend, hookimpl
 TAPEFLOW_PLUGIN_API = 1
 
 #: kernel modules; each exposes ``build(xp) -> {op name: spec}`` where a spec is
-#: a callable or a dict(fn=..., dtypes=..., needs_device=...)
+#: a callable or a dict(fn=..., dtypes=..., needs_device=..., fresh=...)
 KERNEL_MODULES = ("k_math", "k_reduce", "k_linalg", "k_array", "k_nn", "k_random")
 
 
@@ -83,4 +83,5 @@ def iter_kernels(xp=np):
 def tapeflow_register_kernels(registry):
     for op_name, spec in iter_kernels(np):
         registry.add_kernel(op_name, "cpu", spec["fn"], dtypes=spec.get("dtypes"),
-                            needs_device=spec.get("needs_device", False))
+                            needs_device=spec.get("needs_device", False),
+                            fresh=spec.get("fresh", False))

@@ -13,8 +13,8 @@ machine where a CUDA device exists) builds the whole table once (:func:`table`):
 2. ``k_random`` re-built around the GPU Philox (:mod:`.philox`);
 3. the CUDA-specific kernels of :mod:`.k_cuda` on top.
 
-then rebinds the op's registered kernel (``op.kernels['cuda'].fn`` and the dispatch
-table ``op.fast['cuda']``) to the real function, so later calls cost nothing extra.
+then rebinds the op's registered kernel to the real function
+(``tapeflow.plugins.rebind_kernel``), so later calls cost nothing extra.
 With more than one GPU each kernel is wrapped to run under its inputs' device
 (``cupy.cuda.Device``); with one, it is not wrapped at all.
 """
@@ -197,16 +197,8 @@ class LazyKernel:
 
     def _rebind(self, real):
         try:
-            from tapeflow.plugins import get_op
-            op = get_op(self.op_name)
-            entry = op.kernels.get(DEVICE_TYPE)
-            if entry is not None and entry.fn is self:
-                entry.fn = real
-            fast = getattr(op, "fast", {}).get(DEVICE_TYPE)
-            if fast:
-                for k, v in list(fast.items()):
-                    if v is self:
-                        fast[k] = real
+            from tapeflow.plugins import rebind_kernel
+            rebind_kernel(self.op_name, DEVICE_TYPE, self, real)
         except Exception:   # the lazy object keeps forwarding: slower, still correct
             pass
 

@@ -23,6 +23,7 @@ from ..runtime import registry as _reg
 # The op library. math first: it re-exports the reductions and array's
 # unsorted_segment_sum (TensorFlow's tf.math holds them), so it must finish after them.
 from . import math, reductions, array, linalg, nn, random  # noqa: F401
+from . import operators  # noqa: F401  (Tensor's and Variable's operators)
 
 _HANDLES = _reg.HANDLES
 

@@ -56,7 +56,7 @@ def unbroadcast(g, shape):
     """Sum ``g`` down to ``shape`` (the inverse of NumPy broadcasting)."""
     gshape = g._data.shape
     lead = len(gshape) - len(shape)
-    axes = list(range(lead))
+    axes = list(_range(lead))
     for i, d in enumerate(shape):
         if d == 1 and gshape[lead + i] != 1:
             axes.append(lead + i)
@@ -1028,7 +1028,7 @@ def _index_spec(x, key):
                 raise _bad_index(f"invalid slice {k!r} for dimension {d}: {e}", x) from None
             if step == 1 and start == 0 and stop >= n:
                 spec.append(_FULL)
-            elif len(range(start, stop, step)) == 0:
+            elif len(_range(start, stop, step)) == 0:
                 spec.append(_slice(0, 0, 1))    # (slice(-1, None, -2) would not be empty)
             else:
                 spec.append(_slice(start, None if stop < 0 else stop, step))
@@ -1641,8 +1641,3 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     return out, use_norm
 
 
-# --- Tensor / Variable indexing ------------------------------------------------------------
-
-for _cls in (Tensor, Variable):
-    _cls.__getitem__ = _getitem
-del _cls

@@ -128,21 +128,6 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
     return execute(_MATMUL, (a, b), _NN)
 
 
-def _install_operators():
-    def __matmul__(self, other):
-        return execute(_MATMUL, (self, other), _NN)
-
-    def __rmatmul__(self, other):
-        return execute(_MATMUL, (other, self), _NN)
-
-    for cls in (Tensor, Variable):
-        cls.__matmul__ = __matmul__
-        cls.__rmatmul__ = __rmatmul__
-
-
-_install_operators()
-
-
 # --- einsum / tensordot ---------------------------------------------------------------
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

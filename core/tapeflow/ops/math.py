@@ -5,9 +5,8 @@ are differentiable again (higher order for free). Broadcasting is undone by the
 core for ops declared ``broadcast=True``; rules return full-shape gradients.
 Rules return ``None`` for integer inputs (integers have no gradient).
 
-Operators on Tensor and Variable are installed here: ``+ - * / // % **``
-(both directions), unary ``-``, ``abs()``, the comparisons ``< <= > >= == !=``
-(elementwise, TF2 semantics) and ``& | ^ ~`` for bool tensors.
+Tensor's and Variable's operators (``+ - * / // % **``, comparisons, ``& | ^ ~``)
+dispatch to the ops declared here; they are defined in :mod:`tapeflow.ops.operators`.
 
 >>> import tapeflow as tf
 >>> print(tf.add(tf.constant([[1, 2], [3, 4]]), 1))
@@ -30,8 +29,7 @@ import numpy as np
 from ..runtime import dtypes as _dt
 from ._library import defop
 from ..runtime.errors import InvalidArgumentError, TapeflowError
-from ..runtime.dispatch import (as_tensor_list, binary, constant, convert_to_tensor, execute,
-                                make_binary_operator)
+from ..runtime.dispatch import as_tensor_list, binary, constant, convert_to_tensor, execute
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 
@@ -848,58 +846,6 @@ def _compare_fallback(op, self, other, err):
     raise err
 
 
-def _install_operators():
-    # Tensor gets the dispatcher's operator methods (fast path inlined, in C when
-    # built). A Variable always takes the general path (it is read, and watched,
-    # there), so its methods are plain calls of ``binary``.
-    def fwd(op, cls):
-        if cls is Tensor:
-            return make_binary_operator(op)
-
-        def method(self, other):
-            return binary(op, self, other)
-        return method
-
-    def rev(op, cls):
-        if cls is Tensor:
-            return make_binary_operator(op, reverse=True)
-
-        def method(self, other):
-            return binary(op, other, self)
-        return method
-
-    def comparison(op, cls):
-        fast = fwd(op, cls)
-
-        def method(self, other):
-            try:
-                return fast(self, other)
-            except (TapeflowError, TypeError, ValueError) as e:
-                return _compare_fallback(op, self, other, e)
-        return method
-
-    table = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV, "floordiv": _FLOORDIV,
-             "mod": _MOD, "pow": _POW, "and": _LOGICAL_AND, "or": _LOGICAL_OR,
-             "xor": _LOGICAL_XOR}
-    # a < b is b > a: Python tries the reflected comparison itself
-    compare = {"lt": _LESS, "le": _LESS_EQUAL, "gt": _GREATER, "ge": _GREATER_EQUAL}
-    for cls in (Tensor, Variable):
-        for name, op in table.items():
-            setattr(cls, f"__{name}__", fwd(op, cls))
-            setattr(cls, f"__r{name}__", rev(op, cls))
-        for name, op in compare.items():
-            setattr(cls, f"__{name}__", fwd(op, cls))
-        cls.__eq__ = comparison(_EQUAL, cls)
-        cls.__ne__ = comparison(_NOT_EQUAL, cls)
-        # Tensors stay hashable by identity (tape and dict keys), as in TF2's .ref()
-        cls.__hash__ = cls.__dict__.get("__hash__") or object.__hash__
-        cls.__neg__ = negative
-        cls.__pos__ = lambda self: self
-        cls.__abs__ = abs
-        cls.__invert__ = logical_not
-
-
-_install_operators()
 
 # Reductions live in their own module but belong to the tf.math namespace.
 from .reductions import *  # noqa: E402,F401,F403

@@ -125,13 +125,16 @@ class Library:
         self._add("add_op", op, override=override)
         return op
 
-    def kernel(self, op, device_types, *, dtypes=None, needs_device=False, override=False):
+    def kernel(self, op, device_types, *, dtypes=None, needs_device=False, override=False,
+               fresh=False):
         """Decorator: ``fn(*native_inputs, **attrs)`` is ``op``'s kernel on
-        ``device_types`` (one or several), for ``dtypes`` (names; ``None``: all)."""
+        ``device_types`` (one or several), for ``dtypes`` (names; ``None``: all).
+        ``fresh=True``: it returns new host arrays sharing memory with nothing and
+        keeps no reference to its inputs (tf.function may then reuse their buffers)."""
         def deco(fn):
             for dt in [device_types] if isinstance(device_types, str) else device_types:
                 self._add("add_kernel", _ref(op), dt, fn, dtypes=dtypes,
-                          needs_device=needs_device, override=override)
+                          needs_device=needs_device, override=override, fresh=fresh)
             return fn
         return deco
 

@@ -30,9 +30,12 @@ __all__ = ["Device", "Backend", "device", "canonical_name", "get_device", "list_
 
 
 class Backend:
-    """What a backend plugin provides (register it with
-    ``tapeflow_register_backends``). Subclass and override; the defaults say what
-    is missing, in tinygrad's spirit.
+    """The backend contract (docs/backends.md): what a backend plugin provides
+    (register an instance with ``tapeflow_register_backends``). Subclass and
+    override: ``list_devices``, ``to_host`` and ``from_host`` are required (the
+    defaults raise, saying what is missing, in tinygrad's spirit); the other methods
+    are optional capabilities whose defaults mean "not supported". The core calls
+    nothing else on a backend.
 
     Attributes:
         name: short name shown by ``python -m tapeflow info`` (``"numpy"``).
@@ -78,6 +81,20 @@ class Backend:
     def memory_info(self, device: Device) -> dict:
         """``{"current": bytes_in_use, "peak": ..., "total": ...}`` where known."""
         return {}
+
+    # --- optional capabilities (the defaults: not supported) ------------------------
+    def fusible_op(self, op_name: str, in_dtypes: tuple, attrs: dict) -> bool:
+        """Whether :meth:`fuse_elementwise` can compile op ``op_name`` on inputs of
+        ``in_dtypes`` (NumPy dtypes) with ``attrs``; tf.function's fusion pass only
+        groups such ops. The default: no op (the backend does not fuse)."""
+        return False
+
+    def fuse_elementwise(self, spec):
+        """One kernel for a group of elementwise ops: ``spec`` is a
+        :class:`tapeflow.tracing.graph_fusion.ElementwiseSpec`; return
+        ``callable(*native_arrays) -> array | tuple``, or None to leave the group
+        unfused."""
+        return None
 
 
 class Device:

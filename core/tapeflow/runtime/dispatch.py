@@ -284,109 +284,99 @@ def _weak(value):
 
 def execute(op, inputs, attrs=_EMPTY):
     """Run ``op`` on ``inputs`` (a tuple) with complete ``attrs``; returns a Tensor
-    or a tuple of Tensors."""
+    or a tuple of Tensors.
+
+    The one fast path: with no device scope, when every input is a Tensor on one
+    device with one dtype and the op has a fast kernel for it (``op.fast``: filled by
+    the registry for kernels that need no device argument and ops without a
+    ``check``), one dict lookup finds the kernel, and the result is wrapped and
+    recorded on the active tapes here. Everything else -- conversion, promotion,
+    placement, checks, composites, several outputs, tracing -- goes through
+    ``_prepare`` and ``_run``.
+    """
     if not _scopes[0] and inputs:
         first = inputs[0]
         if type(first) is Tensor:
             dev = first._device
             dt = first._data.dtype
             if len(inputs) == 1:
-                # Fast path of unary ops: one dict hit finds the kernel for this dtype.
-                fn = op.fast.get(dev.type, _NOFAST).get(dt)
-                if fn is not None and op.num_outputs == 1:
-                    try:
-                        out = fn(first._data, **attrs) if attrs else fn(first._data)
-                    except Exception as e:
-                        raise _translate(e, op, dev, inputs, attrs) from None
-                    t = _new(Tensor)
-                    t._data = out
-                    t._device = dev
-                    if _tapes_active[0] and op.differentiable:
-                        record(op, inputs, (t,), attrs)
-                    return t
-                return _run(op, inputs, dev, attrs)
-            if len(inputs) == 2:
-                # Fast path of two-input ops of one dtype (matmul, gradients' helpers).
-                second = inputs[1]
-                if (type(second) is Tensor and second._device is dev
-                        and second._data.dtype == dt and op.num_outputs == 1):
-                    fn = op.fast.get(dev.type, _NOFAST).get(dt)
-                    if fn is not None:
-                        try:
-                            out = (fn(first._data, second._data, **attrs) if attrs
-                                   else fn(first._data, second._data))
-                        except Exception as e:
-                            raise _translate(e, op, dev, inputs, attrs) from None
-                        t = _new(Tensor)
-                        t._data = out
-                        t._device = dev
-                        if _tapes_active[0] and op.differentiable:
-                            record(op, inputs, (t,), attrs)
-                        return t
-            # every input a Tensor on one device (and one dtype where the rule asks)
-            for x in inputs:
-                if type(x) is not Tensor or x._device is not dev or (
-                        x._data.dtype != dt and op.dtype_rule == "same"):
-                    break
+                second = None
             else:
+                second = inputs[1]
+                if (len(inputs) > 2 or type(second) is not Tensor or second._device is not dev
+                        or second._data.dtype != dt):
+                    # no fast kernel call; still no conversion when every input is a
+                    # Tensor on this device (of one dtype, unless the op takes mixed ones)
+                    for x in inputs:
+                        if type(x) is not Tensor or x._device is not dev or (
+                                x._data.dtype != dt and op.dtype_rule == "same"):
+                            break
+                    else:
+                        return _run(op, inputs, dev, attrs)
+                    return _run(op, *_prepare(op, inputs), attrs)
+            fn = op.fast.get(dev.type, _NOFAST).get(dt)
+            if fn is None or op.num_outputs != 1:
                 return _run(op, inputs, dev, attrs)
+            try:
+                if second is None:
+                    out = fn(first._data, **attrs) if attrs else fn(first._data)
+                else:
+                    out = (fn(first._data, second._data, **attrs) if attrs
+                           else fn(first._data, second._data))
+            except Exception as e:
+                raise _translate(e, op, dev, inputs, attrs) from None
+            t = _new(Tensor)
+            t._data = out
+            t._device = dev
+            if _tapes_active[0] and op.differentiable:
+                record(op, inputs, (t,), attrs)
+            return t
     return _run(op, *_prepare(op, inputs), attrs)
 
 
 def binary(op, a, b):
-    """``execute(op, (a, b))`` specialised for two operands (measured hot path)."""
-    ta = type(a)
-    tb = type(b)
+    """``execute(op, (a, b))`` for Tensor operators and two-operand functions, the path
+    users time (``a + b``): the C extension mirrors it and falls back to it. A Python
+    scalar next to a Tensor becomes a cached 0-d tensor of the Tensor's dtype when NumPy
+    2's weak-scalar rule keeps that dtype (the seeds' ``x * 2.0``, Collatz's ``a % 2``)."""
     if not _scopes[0]:
-        if ta is Tensor and tb is Tensor:
-            dev = a._device
-            x = a._data
-            dt = x.dtype
-            y = b._data
-            if b._device is dev and (y.dtype is dt or y.dtype == dt):
-                fn = op.fast.get(dev.type, _NOFAST).get(dt)
-                if fn is not None:
-                    try:
-                        out = fn(x, y)
-                    except Exception as e:
-                        raise _translate(e, op, dev, (a, b), _EMPTY) from None
-                    t = _new(Tensor)
-                    t._data = out
-                    t._device = dev
-                    if _tapes_active[0] and op.differentiable:
-                        record(op, (a, b), (t,), _EMPTY)
-                    return t
+        ta = type(a)
+        tb = type(b)
+        if ta is Tensor:
+            if tb is not Tensor:
+                if not ((tb is float or tb is int) and _keeps_dtype(b, tb, a)):
+                    return _run(op, *_prepare(op, (a, b)), _EMPTY)
+                b = _scalar_like(b, a)
+        elif tb is Tensor and (ta is float or ta is int) and _keeps_dtype(a, ta, b):
+            a = _scalar_like(a, b)
+        else:
+            return _run(op, *_prepare(op, (a, b)), _EMPTY)
+        dev = a._device
+        x = a._data
+        dt = x.dtype
+        y = b._data
+        if b._device is dev and (y.dtype is dt or y.dtype == dt):
+            fn = op.fast.get(dev.type, _NOFAST).get(dt)
+            if fn is None:
                 return _run(op, (a, b), dev, _EMPTY)
-        # Tensor op Python scalar (the seeds' `x * 2.0`, Collatz's `a % 2`): when NumPy
-        # 2's weak-scalar rule keeps the tensor's dtype, use a cached 0-d tensor.
-        elif ta is Tensor and (tb is float or tb is int):
-            x = a._data
-            k = x.dtype.kind
-            if k == "f" or (tb is int and k in "iu" and -128 <= b <= 127):
-                return _scalar_binary(op, a, _scalar_like(b, a), a)
-        elif tb is Tensor and (ta is float or ta is int):
-            k = b._data.dtype.kind
-            if k == "f" or (ta is int and k in "iu" and -128 <= a <= 127 and
-                            (a >= 0 or k == "i")):
-                return _scalar_binary(op, _scalar_like(a, b), b, b)
+            try:
+                out = fn(x, y)
+            except Exception as e:
+                raise _translate(e, op, dev, (a, b), _EMPTY) from None
+            t = _new(Tensor)
+            t._data = out
+            t._device = dev
+            if _tapes_active[0] and op.differentiable:
+                record(op, (a, b), (t,), _EMPTY)
+            return t
     return _run(op, *_prepare(op, (a, b)), _EMPTY)
 
 
-def _scalar_binary(op, a, b, like):
-    dev = like._device
-    fn = op.fast.get(dev.type, _NOFAST).get(like._data.dtype)
-    if fn is None:
-        return _run(op, (a, b), dev, _EMPTY)
-    try:
-        out = fn(a._data, b._data)
-    except Exception as e:
-        raise _translate(e, op, dev, (a, b), _EMPTY) from None
-    t = _new(Tensor)
-    t._data = out
-    t._device = dev
-    if _tapes_active[0] and op.differentiable:
-        record(op, (a, b), (t,), _EMPTY)
-    return t
+def _keeps_dtype(value, tv, like):
+    """Whether Python scalar ``value`` (of type ``tv``) next to ``like`` keeps its dtype."""
+    k = like._data.dtype.kind
+    return k == "f" or (tv is int and k in "iu" and -128 <= value <= 127
+                        and (value >= 0 or k == "i"))
 
 
 _SCALARS: dict = {}

@@ -72,10 +72,17 @@ def _overridden(op_name, device_type, old, new):
 
 
 class KernelEntry:
-    __slots__ = ("fn", "dtypes", "np_dtypes", "needs_device", "source", "device_type")
+    """A registered kernel. ``fresh``: the backend declares that the kernel returns
+    new host arrays sharing memory with nothing and keeps no reference to its inputs
+    (tf.function's buffer reuse may then recycle its inputs and outputs)."""
 
-    def __init__(self, fn, device_type, dtypes=None, needs_device=False, source=None):
+    __slots__ = ("fn", "dtypes", "np_dtypes", "needs_device", "source", "device_type",
+                 "fresh")
+
+    def __init__(self, fn, device_type, dtypes=None, needs_device=False, source=None,
+                 fresh=False):
         self.fn = fn
+        self.fresh = bool(fresh)
         self.device_type = device_type
         self.dtypes = None if dtypes is None else tuple(_dt.as_dtype(d) for d in dtypes)
         # np.dtype objects *and* scalar types, so `arr.dtype in np_dtypes` is one hash
@@ -262,7 +269,8 @@ def add_op(op: OpDef, source=None, override=False):
     return op
 
 
-def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None, override=False):
+def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None, override=False,
+               fresh=False):
     if isinstance(op, str):
         op = get_op(op)
     prev = op.kernels.get(device_type)
@@ -270,11 +278,26 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
         raise PluginConflictError(
             f"Kernel for ({op.name}, {device_type}) is registered by both {prev.source!r} and "
             f"{source!r}. Pass override=True in the second registration to replace it.")
-    entry = KernelEntry(fn, device_type, dtypes, needs_device, source)
+    entry = KernelEntry(fn, device_type, dtypes, needs_device, source, fresh)
     if prev is not None and prev.source != source:
         _overridden(op.name, device_type, prev.source, source)
     op.kernels[device_type] = entry
     _refresh_fast(op, device_type)
+
+
+def rebind_kernel(op, device_type, old, new) -> bool:
+    """Replace kernel ``old`` of ``op`` (name or OpDef) on ``device_type`` by ``new``
+    (a backend whose kernels compile on first use registers a stand-in and rebinds the
+    real function once it exists). Returns False, changing nothing, when ``old`` is no
+    longer the registered kernel (another plugin replaced it)."""
+    if isinstance(op, str):
+        op = get_op(op)
+    entry = op.kernels.get(device_type)
+    if entry is None or entry.fn is not old:
+        return False
+    entry.fn = new
+    _refresh_fast(op, device_type)
+    return True
 
 
 def _refresh_fast(op, device_type):

@@ -6,13 +6,14 @@ output, NumPy broadcasting: ``Add``, ``Mul``, ``Exp``, ``Cast``, ``SelectV2``,
 ``Relu``, ``ReluGrad``... see :data:`ELEMENTWISE_OPS`) that feed each other on one
 device. Each group of two or more nodes is described as an :class:`ElementwiseSpec`
 (an expression DAG: inputs with their shapes and dtypes, steps in order, outputs)
-and handed to the device's backend, duck-typed::
+and handed to the device's backend through the two fusion methods of the backend
+contract (:class:`tapeflow.plugins.Backend`, docs/backends.md)::
 
+    backend.fusible_op(op_name, in_dtypes, attrs) -> bool      (default: False)
     backend.fuse_elementwise(spec) -> callable(*arrays) -> array | tuple, or None
 
-``None`` (the backend cannot fuse this group) leaves the nodes as they are. A backend
-may also define ``fusible_op(op_name, in_dtypes, attrs) -> bool`` so the pass only
-groups ops it can compile (else a group with one unsupported op is lost whole).
+``fusible_op`` says which ops the backend can compile (so a group never holds one it
+cannot); ``None`` from ``fuse_elementwise`` leaves the nodes as they are.
 The group is replaced by one node of kind ``"fused"`` at the position of its last
 member, with ``fn`` the backend's kernel, ``attrs["_nodes"]`` the original nodes (a
 GradientTape outside the call replays those op by op), ``op=None``.
@@ -149,19 +150,12 @@ def _candidate(node, graph):
     if node.op.name not in ELEMENTWISE_OPS:
         return False
     dev = node.device
-    fuse_fn = getattr(dev.backend, "fuse_elementwise", None)
-    if fuse_fn is None:
-        return False
     # every input on the node's device (copies are explicit nodes, so this always holds)
     if any(graph.meta[i][2] is not dev for i in node.inputs):
         return False
-    probe = getattr(dev.backend, "fusible_op", None)
-    if probe is not None:
-        dts = tuple(graph.meta[i][1] for i in node.inputs)
-        if not probe(node.op.name, dts, {k: v for k, v in node.attrs.items()
-                                          if not k.startswith("_")}):
-            return False
-    return True
+    dts = tuple(graph.meta[i][1] for i in node.inputs)
+    return bool(dev.backend.fusible_op(node.op.name, dts, {
+        k: v for k, v in node.attrs.items() if not k.startswith("_")}))
 
 
 class _Group:

@@ -37,17 +37,16 @@ compute from constants.
     else can see, writes its result into that buffer (``np.add(a, b, out=a)``)
     instead of allocating. See :func:`reuse_buffers` for the safety rules.
 
-How the reuse is decided (the part that must never be wrong): a value is *owned*
-when the op that made it is known to return a fresh array that shares memory with
-nothing (a NumPy ufunc, or one of the NumPy backend's kernels listed in
-:data:`FRESH_KERNELS`), and an owned value stays reusable only while every node that
-reads it is also such a kernel (they neither keep their inputs nor return views of
-them). Arguments, constants, Variable reads, anything assigned to a Variable or
-returned, and anything passed to a view-making or unknown op (``Reshape``,
-``Transpose``, ``py_function``, a copy, control flow, a fused kernel) is never
-written into. The rewritten kernel checks again when it runs: the buffer must be a
-writeable, C-contiguous ``ndarray`` that owns its memory and that no one but the
-replay references (``sys.getrefcount``), otherwise it allocates as before.
+How the reuse is decided (the part that must never be wrong): a value is *owned* when
+the op that made it is known to return a fresh array that shares memory with nothing (a
+NumPy ufunc, or a kernel its backend registered with ``fresh=True``), and an owned value
+stays reusable only while every node that reads it is also such a kernel (they neither
+keep their inputs nor return views of them). Arguments, constants, Variable reads,
+anything assigned to a Variable or returned, and anything passed to a view-making or
+unknown op (``Reshape``, ``Transpose``, ``py_function``, a copy, control flow, a fused
+kernel) is never written into. The rewritten kernel checks again when it runs: the
+buffer must be a writeable, C-contiguous ``ndarray`` that owns its memory and that no
+one but the replay references (``sys.getrefcount``), otherwise it allocates as before.
 
 >>> import numpy as np, tapeflow as tf
 >>> @tf.function(passes=("fold", "cse", "dce", "reuse"))
@@ -71,14 +70,13 @@ from .graph import Node
 from .graph_fusion import fuse as _fuse
 
 __all__ = ["PASSES", "optimize", "dce", "simplify", "fold_constants", "cse", "reuse_buffers",
-           "FOLD_LIMIT_BYTES", "FRESH_KERNELS"]
+           "FOLD_LIMIT_BYTES"]
 
 #: constant folding leaves results bigger than this (bytes) to the replay
 FOLD_LIMIT_BYTES = 1 << 20
 
 #: NumPy backend kernels (module ``tapeflow_cpu_numpy.*``, function name) known to
 #: return a freshly allocated array that shares memory with none of their inputs
-FRESH_KERNELS = frozenset({"matmul", "relu", "relu_grad", "softmax", "sum_", "mean"})
 
 _EFFECT_KINDS = ("assign", "print", "py")
 _OPAQUE_KINDS = ("py", "print", "cond", "while", "copy")
@@ -133,12 +131,14 @@ def _is_host_numpy(device):
     return device is not None and getattr(device, "is_host", False)
 
 
-def _kernel_name(fn):
-    """``name`` when ``fn`` is the NumPy backend's kernel ``name``, else None."""
-    mod = getattr(fn, "__module__", None) or ""
-    if mod.startswith("tapeflow_cpu_numpy"):
-        return getattr(fn, "__name__", None)
-    return None
+def _declared_fresh(n):
+    """Whether op node ``n`` runs a kernel its backend registered with ``fresh=True``
+    (new arrays sharing memory with nothing; no reference kept to the inputs)."""
+    op = n.op
+    if op is None or n.device is None:
+        return False
+    entry = op.kernels.get(n.device.type)
+    return entry is not None and entry.fresh and entry.fn is n.fn
 
 
 # --- simplify -------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ def _fresh_producer(n, graph):
         return False
     if isinstance(fn, np.ufunc):
         return fn.nout == 1 and len(n.outputs) == 1
-    return _kernel_name(fn) in FRESH_KERNELS and len(n.outputs) == 1
+    return _declared_fresh(n) and len(n.outputs) == 1
 
 
 def _clean_consumer(n):
@@ -360,7 +360,7 @@ def _clean_consumer(n):
         return False
     if isinstance(n.fn, np.ufunc):
         return True
-    return _kernel_name(n.fn) in FRESH_KERNELS
+    return _declared_fresh(n)
 
 
 def _inplace_ufunc(ufunc, pos, nin, budget):
@@ -398,13 +398,13 @@ def _inplace_special(name, pos, budget):
     ndarray = np.ndarray
     maximum, multiply = np.maximum, np.multiply
     greater = np.greater
-    if name == "relu" and pos == 0:
+    if name == "Relu" and pos == 0:
         def k(x):
             if (type(x) is ndarray and x.base is None and x.flags.writeable
                     and getrc(x) <= budget):
                 return maximum(x, 0, out=x)
             return maximum(x, 0)
-    elif name == "relu_grad" and pos == 0:
+    elif name == "ReluGrad" and pos == 0:
         def k(dy, x):
             if (type(dy) is ndarray and dy.base is None and dy.flags.writeable
                     and getrc(dy) <= budget):
@@ -422,13 +422,13 @@ def reuse_buffers(graph):
     """Let host elementwise nodes write into a dead intermediate input; returns the
     number of nodes rewritten.
 
-    A node ``n`` (a NumPy ufunc with one output and no attributes, or the NumPy
-    backend's ``Relu`` / ``ReluGrad``) gets a kernel that writes into its input ``a``
+    A node ``n`` (a NumPy ufunc with one output and no attributes, or a ``fresh``
+    host kernel of ``Relu`` / ``ReluGrad``) gets a kernel that writes into its input ``a``
     when all of these hold:
 
-    * ``a`` was made by a fresh-producing node (a ufunc, :data:`FRESH_KERNELS`, or a
+    * ``a`` was made by a fresh-producing node (a ufunc, a ``fresh`` kernel, or a
       node already rewritten to write into an owned buffer), on the host;
-    * every node reading ``a`` reads it cleanly (ufuncs and :data:`FRESH_KERNELS` keep
+    * every node reading ``a`` reads it cleanly (ufuncs and ``fresh`` kernels keep
       no reference and make no view), ``n`` is the last of them and reads ``a`` once;
     * ``a`` is not returned, not assigned to a Variable, and has the exact shape and
       dtype of ``n``'s output (no broadcasting into it);
@@ -475,11 +475,11 @@ def reuse_buffers(graph):
         out_meta = graph.meta[n.outputs[0]]
         fn = n.fn
         uf = fn if isinstance(fn, np.ufunc) else None
-        special = _kernel_name(fn) if uf is None else None
+        special = n.op.name if uf is None and _declared_fresh(n) else None
         if uf is not None:
             if uf.nout != 1 or n.attrs or uf.nin != len(n.inputs) or uf.nin not in (1, 2):
                 continue
-        elif special not in ("relu", "relu_grad"):
+        elif special not in ("Relu", "ReluGrad"):
             continue
         for pos, a in enumerate(n.inputs):
             if (a not in owned or a in escaped or last.get(a) != i
@@ -528,14 +528,14 @@ def combine_softmax_xent(graph):
     replace = {}
     for n in graph.nodes:
         if (n.kind == "op" and len(n.inputs) == 2 and _is_host_numpy(n.device)
-                and _kernel_name(n.fn) == "sparse_xent"):
+                and n.op.name == "SparseSoftmaxCrossEntropyWithLogits"):
             z, lab = n.inputs
             zm = graph.meta[z]
             if zm[1] in (np.float32, np.float64) and len(zm[0]) >= 1 and \
                     len(graph.meta[lab][0]) == len(zm[0]) - 1:
                 xents.setdefault(z, (len(out), n))
         elif (n.kind == "op" and len(n.inputs) == 1 and n.inputs[0] in xents
-              and _kernel_name(n.fn) == "softmax" and n.device is xents[n.inputs[0]][1].device
+              and n.op.name == "Softmax" and n.device is xents[n.inputs[0]][1].device
               and n.attrs.get("axis") in (-1, len(graph.meta[n.inputs[0]][0]) - 1)):
             pos, x = xents.pop(n.inputs[0])
             k = _xent_softmax_kernel(x.fn, x.inputs[1] in consts and _labels_ok(
@@ -558,8 +558,9 @@ def _labels_ok(labels, nc):
 
 
 def _xent_softmax_kernel(original, checked):
-    """``(logits, labels) -> (loss, softmax)``: the NumPy backend's ``sparse_xent`` and
-    ``softmax`` sharing ``exp(z - max z)`` (same operations, same order)."""
+    """``(logits, labels) -> (loss, softmax)`` on the host: the ops
+    SparseSoftmaxCrossEntropyWithLogits and Softmax sharing ``exp(z - max z)`` (same
+    operations, same order)."""
     exp, log, take = np.exp, np.log, np.take_along_axis
     intp = np.intp
     rows: dict = {}                  # batch size -> arange (2-D logits: fancy indexing)

@@ -1,0 +1,94 @@
+"""Tensor's and Variable's operators, defined here and nowhere else.
+
+``+ - * / // % **`` (both directions), ``@``, the comparisons ``< <= > >= == !=``
+(elementwise, TF2 semantics), unary ``- + abs() ~``, ``& | ^`` for bool tensors, and
+``[]`` (NumPy-style indexing). Each dispatches to an op of the library, which is why
+they live in this layer and not in ``tapeflow.runtime.tensor``: Tensor's binary
+operators are the dispatcher's (``runtime.dispatch.make_binary_operator``, in C when
+the extension is built); a Variable's read the Variable first (and are watched by
+tapes), through the same dispatcher.
+
+>>> import tapeflow as tf
+>>> x = tf.constant([1., 4.])
+>>> print(x ** 2 - 2 * x >= 0., x[1])
+tf.Tensor([False  True], shape=(2,), dtype=bool) tf.Tensor(4.0, shape=(), dtype=float32)
+"""
+
+from __future__ import annotations
+
+from ..runtime.dispatch import binary, execute, make_binary_operator
+from ..runtime.errors import TapeflowError
+from ..runtime.tensor import Tensor
+from ..runtime.variable import Variable
+from .array import _getitem
+from .linalg import _MATMUL, _NN
+from .math import (_ADD, _DIV, _EQUAL, _FLOORDIV, _GREATER, _GREATER_EQUAL, _LESS,
+                   _LESS_EQUAL, _LOGICAL_AND, _LOGICAL_OR, _LOGICAL_XOR, _MOD, _MUL,
+                   _NOT_EQUAL, _POW, _SUB, _compare_fallback, abs, logical_not, negative)
+
+__all__: list = []
+
+
+def __matmul__(self, other):
+    return execute(_MATMUL, (self, other), _NN)
+
+
+def __rmatmul__(self, other):
+    return execute(_MATMUL, (other, self), _NN)
+
+
+def _install():
+    # Tensor gets the dispatcher's operator methods (fast path inlined, in C when
+    # built). A Variable always takes the general path (it is read, and watched,
+    # there), so its methods are plain calls of ``binary``.
+    def fwd(op, cls):
+        if cls is Tensor:
+            return make_binary_operator(op)
+
+        def method(self, other):
+            return binary(op, self, other)
+        return method
+
+    def rev(op, cls):
+        if cls is Tensor:
+            return make_binary_operator(op, reverse=True)
+
+        def method(self, other):
+            return binary(op, other, self)
+        return method
+
+    def comparison(op, cls):
+        fast = fwd(op, cls)
+
+        def method(self, other):
+            try:
+                return fast(self, other)
+            except (TapeflowError, TypeError, ValueError) as e:
+                return _compare_fallback(op, self, other, e)
+        return method
+
+    table = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV, "floordiv": _FLOORDIV,
+             "mod": _MOD, "pow": _POW, "and": _LOGICAL_AND, "or": _LOGICAL_OR,
+             "xor": _LOGICAL_XOR}
+    # a < b is b > a: Python tries the reflected comparison itself
+    compare = {"lt": _LESS, "le": _LESS_EQUAL, "gt": _GREATER, "ge": _GREATER_EQUAL}
+    for cls in (Tensor, Variable):
+        for name, op in table.items():
+            setattr(cls, f"__{name}__", fwd(op, cls))
+            setattr(cls, f"__r{name}__", rev(op, cls))
+        for name, op in compare.items():
+            setattr(cls, f"__{name}__", fwd(op, cls))
+        cls.__eq__ = comparison(_EQUAL, cls)
+        cls.__ne__ = comparison(_NOT_EQUAL, cls)
+        # Tensors stay hashable by identity (tape and dict keys), as in TF2's .ref()
+        cls.__hash__ = cls.__dict__.get("__hash__") or object.__hash__
+        cls.__neg__ = negative
+        cls.__pos__ = lambda self: self
+        cls.__abs__ = abs
+        cls.__invert__ = logical_not
+        cls.__matmul__ = __matmul__
+        cls.__rmatmul__ = __rmatmul__
+        cls.__getitem__ = _getitem
+
+
+_install()
