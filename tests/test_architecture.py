@@ -27,6 +27,9 @@ ALLOWED_LOCAL_IMPORTS = {
     # tf.keras is a facade over tapeflow.models (it imports models); compile() resolves
     # names ("adam", "mse", "accuracy") through it when it runs
     ("models.py", ".keras"): "facade above models",
+    ("kernels/math.py", "scipy.special"): "extra tapeflow[scipy]",
+    ("kernels/math.py", "cupyx.scipy.special"): "part of CuPy, on the CUDA backend only",
+    ("kernels/array.py", "cupyx"): "part of CuPy, on the CUDA backend only",
     # the CLI and the pytest plugin import tapeflow only when they run: pytest loads the
     # plugin at start-up, before a test session sets TAPEFLOW_* variables
     ("__main__.py", "*"): "CLI",

@@ -33,18 +33,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeflow.errors import UnimplementedError
+from tapeflow.kernels.math import special
+
 __all__ = ["compile_spec", "fusible_op"]
 
 _F16 = np.dtype(np.float16)
 
 
-def _special():
-    import scipy.special as sp
-    return sp
-
-
 def _ufunc_table():
-    sp = _special()
     t = {
         "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "RealDiv": np.true_divide,
         "Maximum": np.maximum, "Minimum": np.minimum, "Atan2": np.arctan2,
@@ -57,8 +54,12 @@ def _ufunc_table():
         "LessEqual": np.less_equal, "Greater": np.greater, "GreaterEqual": np.greater_equal,
         "LogicalAnd": np.logical_and, "LogicalOr": np.logical_or,
         "LogicalXor": np.logical_xor, "LogicalNot": np.logical_not,
-        "Sigmoid": sp.expit, "Erf": sp.erf,
     }
+    try:            # SciPy's ufuncs, when the extra tapeflow[scipy] is installed
+        sp = special(np, "Sigmoid")
+        t.update({"Sigmoid": sp.expit, "Erf": sp.erf})
+    except UnimplementedError:
+        pass        # Sigmoid and Erf are then left unfused
     return t
 
 

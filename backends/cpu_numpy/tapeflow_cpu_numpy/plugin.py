@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 
 import numpy as np
 
+from tapeflow import kernels
 from tapeflow.plugins import Backend, hookimpl
 
 TAPEFLOW_PLUGIN_API = 1
 
-#: kernel modules; each exposes ``build(xp) -> {op name: spec}`` where a spec is
-#: a callable or a dict(fn=..., dtypes=..., needs_device=..., fresh=...)
-KERNEL_MODULES = ("k_math", "k_reduce", "k_linalg", "k_array", "k_nn", "k_random")
 
 
 class NumpyBackend(Backend):
@@ -65,23 +62,9 @@ def tapeflow_register_backends(registry):
     registry.add_backend(NumpyBackend())
 
 
-def iter_kernels(xp=np):
-    for modname in KERNEL_MODULES:
-        try:
-            mod = importlib.import_module(f"tapeflow_cpu_numpy.{modname}")
-        except ModuleNotFoundError as e:
-            if e.name != f"tapeflow_cpu_numpy.{modname}":
-                raise
-            continue
-        for op_name, spec in mod.build(xp).items():
-            if callable(spec):
-                spec = {"fn": spec}
-            yield op_name, spec
-
-
 @hookimpl
 def tapeflow_register_kernels(registry):
-    for op_name, spec in iter_kernels(np):
+    for op_name, spec in kernels.iter_kernels(np):
         registry.add_kernel(op_name, "cpu", spec["fn"], dtypes=spec.get("dtypes"),
                             needs_device=spec.get("needs_device", False),
                             fresh=spec.get("fresh", False))

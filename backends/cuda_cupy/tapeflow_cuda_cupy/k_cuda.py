@@ -21,12 +21,11 @@ compatibility namespace). The declared dtypes stay those of the CPU kernel.
   ``UnsortedSegmentSum`` accumulate those in int32 and cast back (the same wrap-around
   as NumPy's ``add.at``).
 * **Random** (:func:`build_random`): the shared transforms of
-  ``tapeflow_cpu_numpy.k_random`` fed by the on-device Philox of :mod:`.philox`.
+  ``tapeflow.kernels.random`` fed by the on-device Philox of :mod:`.philox`.
 """
 
 from __future__ import annotations
 
-import types
 
 import numpy as np
 
@@ -407,16 +406,7 @@ def build(cp, xp, shared):
 
 
 def build_random(cp, xp, k_random_module, raw64):
-    """The shared random kernels, with ``_raw64`` (NumPy's Philox on the host) replaced
-    by ``raw64`` (the GPU Philox). The transforms stay the CPU backend's source: the
-    module's ``build`` is re-created with that one global swapped, so every function it
-    defines draws its bits on the device. Falls back to ``build(xp)`` (host bits) when
-    the module has no ``_raw64``."""
-    build_fn = k_random_module.build
-    if "_raw64" not in vars(k_random_module) or raw64 is None:
-        return build_fn(xp)
-    g = dict(vars(k_random_module))
-    g["_raw64"] = raw64
-    rebuilt = types.FunctionType(build_fn.__code__, g, build_fn.__name__, build_fn.__defaults__,
-                                 build_fn.__closure__)
-    return rebuilt(xp)
+    """The shared random kernels (:mod:`tapeflow.kernels.random`) drawing their bits
+    with ``raw64`` (the GPU Philox); the transforms stay one source for both backends.
+    Falls back to the host bits when ``raw64`` is None."""
+    return k_random_module.build(xp, raw64=raw64)

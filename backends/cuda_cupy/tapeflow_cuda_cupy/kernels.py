@@ -1,16 +1,17 @@
 """The CUDA kernel table, declared without CuPy and built on first use.
 
-Declaration (:func:`declared`): every op the CPU kernel modules define, with the CPU
-kernel's dtypes and ``needs_device`` flag, plus :data:`k_cuda.OVERRIDES` (a subset).
+Declaration (:func:`declared`): every op the shared kernel modules
+(:mod:`tapeflow.kernels`) define, with their dtypes and ``needs_device`` flag, plus
+:data:`k_cuda.OVERRIDES` (a subset).
 It needs no CuPy, so ``python -m tapeflow info`` shows the ``cuda`` coverage
 everywhere.
 
 Registration: each op gets a :class:`LazyKernel`. Its first call (only possible on a
 machine where a CUDA device exists) builds the whole table once (:func:`table`):
 
-1. every CPU kernel module's ``build(xp)`` with ``xp`` the CuPy compatibility
+1. every shared kernel module's ``build(xp)`` with ``xp`` the CuPy compatibility
    namespace (one source for both backends where NumPy and CuPy agree);
-2. ``k_random`` re-built around the GPU Philox (:mod:`.philox`);
+2. ``tapeflow.kernels.random`` built around the GPU Philox (:mod:`.philox`);
 3. the CUDA-specific kernels of :mod:`.k_cuda` on top.
 
 then rebinds the op's registered kernel to the real function
@@ -21,11 +22,11 @@ With more than one GPU each kernel is wrapped to run under its inputs' device
 
 from __future__ import annotations
 
-import importlib
 import threading
 
 import numpy as np
 
+from tapeflow import kernels
 from tapeflow.errors import UnimplementedError
 
 from . import _cupy, k_cuda, philox
@@ -33,24 +34,15 @@ from . import _cupy, k_cuda, philox
 DEVICE_TYPE = "cuda"
 
 
-def _cpu_plugin():
-    from tapeflow_cpu_numpy import plugin
-    return plugin
-
-
-def _kernel_modules():
-    return tuple(getattr(_cpu_plugin(), "KERNEL_MODULES", ()))
-
-
 def _module_tables(xp, builder):
-    """``[(module name, {op: spec} or exception)]`` for the CPU kernel modules."""
+    """``[(module name, {op: spec} or exception)]`` for the shared kernel modules
+    (:mod:`tapeflow.kernels`)."""
     out = []
-    for modname in _kernel_modules():
+    for modname in kernels.MODULES:
         try:
-            mod = importlib.import_module(f"tapeflow_cpu_numpy.{modname}")
-        except ModuleNotFoundError as e:
-            if e.name != f"tapeflow_cpu_numpy.{modname}":
-                out.append((modname, e))
+            mod = kernels.module(modname)
+        except ImportError as e:
+            out.append((modname, e))
             continue
         try:
             out.append((modname, builder(modname, mod, xp)))
@@ -80,7 +72,7 @@ def declared() -> dict:
 class _Built:
     def __init__(self):
         self.fns: dict = {}            # op -> callable (final)
-        self.origin: dict = {}         # op -> "shared:k_math" | "cuda"
+        self.origin: dict = {}         # op -> "shared:math" | "cuda"
         self.errors: dict = {}         # op or module -> "what failed"
         self.raw64 = None
 
@@ -104,25 +96,21 @@ def _build() -> _Built:
     cp = _cupy.cupy()
     xp = _cupy.compat_namespace(cp)
     b = _Built()
-    try:
-        from tapeflow_cpu_numpy import k_random as _kr
-        host = getattr(_kr, "_raw64", None)
-    except ImportError:
-        host = None
+    host = kernels.module("random").host_raw64
     try:
         b.raw64 = philox.make_raw64(cp, host)
     except Exception as e:
         b.errors["philox"] = f"{type(e).__name__}: {e}"
 
     def builder(modname, mod, xp_):
-        if modname == "k_random":
+        if modname == "random":
             return k_cuda.build_random(cp, xp_, mod, b.raw64)
         return mod.build(xp_)
 
     shared = {}
     for modname, tbl in _module_tables(xp, builder):
         if isinstance(tbl, Exception):
-            b.errors[modname] = f"tapeflow_cpu_numpy.{modname}.build(cupy) failed: " \
+            b.errors[modname] = f"tapeflow.kernels.{modname}.build(cupy) failed: " \
                                 f"{type(tbl).__name__}: {tbl}"
             continue
         for op, s in tbl.items():
@@ -208,9 +196,9 @@ class LazyKernel:
 
 
 def coverage() -> dict:
-    """``{op: origin}`` — where each CUDA kernel comes from (``"shared:k_math"``: the CPU
-    backend's xp-generic source; ``"cuda"``: :mod:`.k_cuda`). Without CuPy, from the
-    declarations only."""
+    """``{op: origin}`` — where each CUDA kernel comes from (``"shared:math"``: the
+    xp-generic source in :mod:`tapeflow.kernels`; ``"cuda"``: :mod:`.k_cuda`). Without
+    CuPy, from the declarations only."""
     decl = declared()
     if _cupy.probe()[0] is None:
         return {op: ("cuda" if op in k_cuda.OVERRIDES else "shared") for op in decl}

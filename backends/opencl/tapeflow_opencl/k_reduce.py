@@ -39,7 +39,7 @@ import math
 import numpy as np
 
 # the CPU backend's element count and empty-reduction error: one wording on every device
-from tapeflow_cpu_numpy.k_reduce import _count, _empty
+from tapeflow.kernels.reduce import count_reduced, empty_reduction
 
 from . import runtime as rt
 from .runtime import FLOATS, NUMERIC
@@ -471,15 +471,15 @@ def build():
 
     def extreme(op):
         def k(x, axis, keepdims):
-            if _count(x.shape, axis) == 0:
-                raise _empty(op, x, axis)
+            if count_reduced(x.shape, axis) == 0:
+                raise empty_reduction(op, x, axis)
             return reduce(x, axis, keepdims, op)
         return k
 
     def arg(op):
         def k(x, axis, output_type):
             if x.shape[axis] == 0:
-                raise _empty(op, x, (axis,))
+                raise empty_reduction(op, x, (axis,))
             return reduce(x, (axis,), False, op, np.dtype(output_type.np))
         return k
 

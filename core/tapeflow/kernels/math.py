@@ -8,7 +8,7 @@ and NumPy does not (integer division by zero, negative integer powers).
 
 from __future__ import annotations
 
-from tapeflow.errors import InvalidArgumentError
+from ..runtime.errors import InvalidArgumentError, UnimplementedError
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8")
@@ -16,17 +16,33 @@ NUMERIC = FLOATS + INTS
 BOOL = ("bool",)
 
 
-def _special(xp):
-    if xp.__name__ == "numpy":
-        import scipy.special as sp
-    else:   # CuPy
-        import cupyx.scipy.special as sp
+def special(xp, op):
+    """``scipy.special`` for NumPy (the extra ``tapeflow[scipy]``), ``cupyx.scipy.special``
+    for CuPy; imported on the first kernel that needs it (importing scipy.special costs
+    ~0.35 s). Without SciPy: UnimplementedError naming ``op`` and the extra."""
+    try:
+        if xp.__name__ == "numpy":
+            import scipy.special as sp
+        else:   # CuPy
+            import cupyx.scipy.special as sp
+    except ImportError as e:
+        raise UnimplementedError(
+            f"{op} on the NumPy backend needs SciPy's special functions, which are not "
+            f"installed ({e}); install them with pip install 'tapeflow[scipy]'") from None
     return sp
 
 
+def _sigmoid_formula(xp):
+    """expit without SciPy: ``1 / (1 + exp(-x))`` for x >= 0 and ``e / (1 + e)`` with
+    ``e = exp(x)`` below, so neither side overflows."""
+    def expit(x):
+        e = xp.exp(-xp.abs(x))
+        return xp.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+    return expit
+
+
 def build(xp):
-    # SciPy's special functions are bound on the first sigmoid/erf, not at import:
-    # importing scipy.special costs ~0.35 s, two thirds of `import tapeflow`
+    # SciPy's special functions are bound on the first sigmoid/erf, not at import
     expit = erf_ = None
     f16 = xp.float16
     f32 = xp.float32
@@ -44,7 +60,10 @@ def build(xp):
     def sigmoid(x):
         nonlocal expit
         if expit is None:
-            expit = _special(xp).expit
+            try:
+                expit = special(xp, "Sigmoid").expit
+            except UnimplementedError:
+                expit = _sigmoid_formula(xp)
         if x.dtype == f16:      # SciPy has no float16 loop
             return expit(x.astype(f32)).astype(f16)
         return expit(x)
@@ -52,7 +71,7 @@ def build(xp):
     def erf(x):
         nonlocal erf_
         if erf_ is None:
-            erf_ = _special(xp).erf
+            erf_ = special(xp, "Erf").erf
         if x.dtype == f16:
             return erf_(x.astype(f32)).astype(f16)
         return erf_(x)

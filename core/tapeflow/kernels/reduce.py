@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import contextlib
 
-from tapeflow.errors import InvalidArgumentError
+from ..runtime.errors import InvalidArgumentError
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8")
 NUMERIC = FLOATS + INTS
 
 
-def _count(shape, axis):
+def count_reduced(shape, axis):
+    """How many elements of an array of ``shape`` a reduction over ``axis`` combines."""
     n = 1
     for i, d in enumerate(shape):
         if axis is None or i in axis:
@@ -22,7 +23,8 @@ def _count(shape, axis):
     return n
 
 
-def _empty(what, x, axis):
+def empty_reduction(what, x, axis):
+    """The error of a max/min/argmax/argmin over zero elements."""
     return InvalidArgumentError(
         f"Cannot compute the {what} of zero elements: the reduction is over an axis of size 0 "
         f"(input shape {list(x.shape)}, axis {'all' if axis is None else list(axis)})")
@@ -42,7 +44,7 @@ def build(xp):
         if x.dtype.kind == "f" and x.size:
             return xp.mean(x, axis=axis, keepdims=keepdims)
         s = xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
-        n = _count(x.shape, axis)
+        n = count_reduced(x.shape, axis)
         if x.dtype.kind == "f":                     # empty: 0 / 0 -> nan, quietly
             with errstate(invalid="ignore"):
                 return xp.true_divide(s, n, dtype=x.dtype)
@@ -58,7 +60,7 @@ def build(xp):
         except ValueError:
             if x.size:
                 raise
-            raise _empty("max", x, axis) from None
+            raise empty_reduction("max", x, axis) from None
 
     def min_(x, axis, keepdims):
         try:
@@ -66,7 +68,7 @@ def build(xp):
         except ValueError:
             if x.size:
                 raise
-            raise _empty("min", x, axis) from None
+            raise empty_reduction("min", x, axis) from None
 
     def logsumexp(x, axis, keepdims):
         if x.size == 0:                             # log(0) = -inf over empty axes
@@ -94,7 +96,7 @@ def build(xp):
         except ValueError:
             if x.size:
                 raise
-            raise _empty("argmax", x, (axis,)) from None
+            raise empty_reduction("argmax", x, (axis,)) from None
 
     def argmin(x, axis, output_type):
         try:
@@ -102,7 +104,7 @@ def build(xp):
         except ValueError:
             if x.size:
                 raise
-            raise _empty("argmin", x, (axis,)) from None
+            raise empty_reduction("argmin", x, (axis,)) from None
 
     return {
         "Sum": {"fn": sum_, "fresh": True, "dtypes": NUMERIC},

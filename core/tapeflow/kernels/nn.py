@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime.errors import InvalidArgumentError
+
 FLOATS = ("float16", "float32", "float64")
 
 
@@ -125,7 +127,6 @@ def build(xp):
         if labels.size:
             lo, hi = int(labels.min()), int(labels.max())
             if lo < 0 or hi >= nc:
-                from tapeflow.errors import InvalidArgumentError
                 bad = lo if lo < 0 else hi
                 vals = labels.ravel()
                 shown = " ".join(str(int(v)) for v in vals[:32]) + (" ..." if vals.size > 32

@@ -14,6 +14,8 @@ import threading
 
 import numpy as np
 
+from .math import special
+
 FLOATS = ("float16", "float32", "float64")
 
 _U64 = np.uint64
@@ -23,12 +25,6 @@ _PHI_M2 = 0.5 * math.erfc(2.0 / math.sqrt(2.0))
 _PHI_SPAN = 1.0 - 2.0 * _PHI_M2
 
 
-def _special(xp):
-    if xp is np:
-        import scipy.special as sp
-    else:   # CuPy
-        import cupyx.scipy.special as sp
-    return sp
 
 
 class _Local(threading.local):
@@ -43,7 +39,7 @@ class _Local(threading.local):
 _local = _Local()
 
 
-def _raw64(n, key, counter):
+def host_raw64(n, key, counter):
     """``n`` raw 64-bit words of the stream of ``(key, counter)`` (host NumPy array):
     ``Generator(Philox(key=key, counter=counter << 64))`` outputs."""
     loc = _local
@@ -58,7 +54,13 @@ def _raw64(n, key, counter):
     return loc.gen.integers(0, 2**64, size=n, dtype=np.uint64)   # same words, faster
 
 
-def build(xp):
+def build(xp, raw64=None):
+    """The random kernels for array module ``xp``; ``raw64(n, key, counter)`` draws the
+    raw 64-bit words (default :func:`host_raw64`; the CuPy backend passes a Philox that
+    runs on the GPU, so the transforms below stay one source for both)."""
+    if raw64 is None:
+        raw64 = host_raw64
+
     def to_xp(a):
         return a if xp is np else xp.asarray(a)
 
@@ -71,9 +73,9 @@ def build(xp):
     def unit_uniform(n, npdt, key, counter):
         """n values in [0, 1) of dtype ``npdt`` (float16/32/64)."""
         if npdt == np.float64:
-            raw = to_xp(_raw64(n, key, counter))
+            raw = to_xp(raw64(n, key, counter))
             return (raw >> _U64(11)).astype(np.float64) * (2.0 ** -53)
-        words = to_xp(_raw64((n + 1) // 2, key, counter)).view(np.uint32)[:n]
+        words = to_xp(raw64((n + 1) // 2, key, counter)).view(np.uint32)[:n]
         if npdt == np.float16:
             return ((words >> np.uint32(21)).astype(np.float32) * np.float32(2.0 ** -11)
                     ).astype(np.float16)
@@ -95,23 +97,23 @@ def build(xp):
         n = _size(shape)
         rng = maxval - minval
         if dtype.np == np.int32:
-            words = to_xp(_raw64((n + 1) // 2, key, counter)).view(np.uint32)[:n]
+            words = to_xp(raw64((n + 1) // 2, key, counter)).view(np.uint32)[:n]
             vals = (words % np.uint32(rng)).astype(np.int64) + minval
         else:
-            raw = to_xp(_raw64(n, key, counter))
+            raw = to_xp(raw64(n, key, counter))
             vals = (raw % _U64(rng)).astype(np.int64) + minval
         return vals.astype(dtype.np, copy=False).reshape(shape)
 
     def standard_normal(n, npdt, key, counter):
         pairs = (n + 1) // 2
         if npdt == np.float64:
-            raw = to_xp(_raw64(2 * pairs, key, counter))
+            raw = to_xp(raw64(2 * pairs, key, counter))
             bits = (raw >> _U64(11)).astype(np.float64)
             u1 = (bits[0::2] + 0.5) * (2.0 ** -53)
             u2 = bits[1::2] * (2.0 ** -53)
             t = np.float64
         else:
-            words = to_xp(_raw64(pairs, key, counter)).view(np.uint32)
+            words = to_xp(raw64(pairs, key, counter)).view(np.uint32)
             bits = (words >> np.uint32(8)).astype(np.float32)
             u1 = (bits[0::2] + np.float32(0.5)) * np.float32(2.0 ** -24)
             u2 = bits[1::2] * np.float32(2.0 ** -24)
@@ -133,9 +135,9 @@ def build(xp):
 
     def truncated_normal(shape, dtype, key, counter, mean, stddev, device=None):
         n = _size(shape)
-        raw = to_xp(_raw64(n, key, counter))
+        raw = to_xp(raw64(n, key, counter))
         u = ((raw >> _U64(11)).astype(np.float64) + 0.5) * (2.0 ** -53)
-        z = _special(xp).ndtri(u * _PHI_SPAN + _PHI_M2)
+        z = special(xp, "TruncatedNormal").ndtri(u * _PHI_SPAN + _PHI_M2)
         z = xp.clip(z, -2.0, 2.0)
         if mean != 0.0 or stddev != 1.0:
             z = z * stddev + mean
@@ -145,7 +147,7 @@ def build(xp):
         n = x.shape[0]
         if n <= 1:
             return x
-        raw = to_xp(_raw64(n, key, counter))
+        raw = to_xp(raw64(n, key, counter))
         perm = xp.argsort(raw, kind="stable")
         return x[perm]
 
