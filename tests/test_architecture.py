@@ -30,6 +30,9 @@ ALLOWED_LOCAL_IMPORTS = {
     ("kernels/math.py", "scipy.special"): "extra tapeflow[scipy]",
     ("kernels/math.py", "cupyx.scipy.special"): "part of CuPy, on the CUDA backend only",
     ("kernels/array.py", "cupyx"): "part of CuPy, on the CUDA backend only",
+    ("summary/_records.py", "crc32c"): "extra tapeflow[tensorboard]",
+    ("summary/_records.py", "tensorboardX.proto"): "extra tapeflow[tensorboard]",
+    ("summary/_png.py", "PIL"): "extra tapeflow[tensorboard]",
     # the CLI and the pytest plugin import tapeflow only when they run: pytest loads the
     # plugin at start-up, before a test session sets TAPEFLOW_* variables
     ("__main__.py", "*"): "CLI",

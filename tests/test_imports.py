@@ -6,7 +6,7 @@ a checkpoint -- not by the import, with every installed plugin loaded."""
 import subprocess
 import sys
 
-HEAVY = ("scipy", "sklearn", "tqdm", "safetensors")
+HEAVY = ("scipy", "sklearn", "tqdm", "safetensors", "crc32c", "tensorboardX", "google", "PIL")
 
 
 def _modules_after(code):

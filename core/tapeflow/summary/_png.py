@@ -1,20 +1,14 @@
-"""A minimal PNG encoder (8-bit grey, grey+alpha, RGB, RGBA) with zlib: no Pillow."""
+"""PNG encoding of image summaries, by Pillow (the extra ``tapeflow[tensorboard]``)."""
 
 from __future__ import annotations
 
-import struct
-import zlib
+import io
 
 import numpy as np
 
-from ..runtime.errors import InvalidArgumentError
+from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
 
-_COLOR_TYPE = {1: 0, 2: 4, 3: 2, 4: 6}     # channels -> PNG colour type
-
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return (struct.pack(">I", len(data)) + kind + data
-            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+_CHANNELS = (1, 2, 3, 4)            # grey, grey + alpha, RGB, RGBA
 
 
 def encode_png(image) -> bytes:
@@ -26,15 +20,17 @@ def encode_png(image) -> bytes:
     b'\\x89PNG\\r\\n\\x1a\\n'
     """
     a = np.asarray(image)
-    if a.ndim == 2:
-        a = a[:, :, None]
-    if a.ndim != 3 or a.shape[2] not in _COLOR_TYPE or a.dtype != np.uint8:
-        raise InvalidArgumentError(f"encode_png needs a uint8 array (height, width, 1|2|3|4), got "
-                         f"{a.dtype} {a.shape}")
-    h, w, c = a.shape
-    rows = np.empty((h, 1 + w * c), np.uint8)
-    rows[:, 0] = 0                                  # filter type 0 (None) on every row
-    rows[:, 1:] = a.reshape(h, w * c)
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, _COLOR_TYPE[c], 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr)
-            + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 6)) + _chunk(b"IEND", b""))
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[:, :, 0]
+    if not (a.ndim == 2 or (a.ndim == 3 and a.shape[2] in _CHANNELS)) or a.dtype != np.uint8:
+        raise InvalidArgumentError(f"encode_png needs a uint8 array (height, width, 1|2|3|4), "
+                                   f"got {a.dtype} {np.shape(image)}")
+    try:
+        from PIL import Image
+    except ImportError as e:
+        raise FailedPreconditionError(
+            f"image summaries are encoded by Pillow, which is not installed ({e}); install "
+            "the summary extra: pip install 'tapeflow[tensorboard]'") from None
+    out = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(a)).save(out, format="PNG")
+    return out.getvalue()

@@ -1,4 +1,4 @@
-"""TFRecord framing and the few protobuf messages of a TensorBoard event file.
+"""TFRecord framing and the protobuf messages of a TensorBoard event file.
 
 An event file is a sequence of records, each framed as TensorFlow's record writer
 frames it::
@@ -8,42 +8,44 @@ frames it::
     bytes   data[length]      (one serialized ``tensorflow.Event`` protobuf)
     uint32  masked_crc32c(data)
 
-The messages are encoded by hand (the wire format is small and stable), so writing
-summaries needs neither TensorFlow nor the protobuf runtime. Field numbers are those
-of ``tensorflow/core/util/event.proto`` and ``tensorflow/core/framework/summary.proto``.
+The libraries made for it do the work (the extra ``tapeflow[tensorboard]``): the CRC32C
+is the ``crc32c`` package's (C, with the CPU's CRC instruction where there is one), and
+the messages are tensorboardX's compiled ``Event``/``Summary`` protobufs (the same
+``.proto`` files as TensorFlow's, without TensorFlow). They are imported when the first
+summary is written, not by ``import tapeflow``; without them that call fails naming the
+extra.
 """
 
 from __future__ import annotations
 
 import struct
 
-import numpy as np
+from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
 
-from ..runtime.errors import InvalidArgumentError
-
-# --- CRC32C (Castagnoli), table driven ------------------------------------------------
-
-def _make_table():
-    poly = 0x82F63B78            # reversed 0x1EDC6F41
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ poly if c & 1 else c >> 1
-        table.append(c)
-    return tuple(table)
+_EXTRA = "pip install 'tapeflow[tensorboard]'"
+_LIBS: dict = {}
 
 
-_TABLE = _make_table()
+def _lib(name):
+    mod = _LIBS.get(name)
+    if mod is None:
+        try:
+            if name == "crc32c":
+                import crc32c as mod
+            else:
+                from tensorboardX.proto import event_pb2, summary_pb2
+                mod = (event_pb2, summary_pb2)
+        except ImportError as e:
+            raise FailedPreconditionError(
+                f"writing TensorBoard summaries needs the {name} library, which is not "
+                f"installed ({e}); install the summary extra: {_EXTRA}") from None
+        _LIBS[name] = mod
+    return mod
 
 
-def crc32c(data: bytes, crc: int = 0) -> int:
+def crc32c(data: bytes) -> int:
     """CRC-32C of ``data`` (``crc32c(b"123456789") == 0xE3069283``)."""
-    table = _TABLE
-    crc ^= 0xFFFFFFFF
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
+    return _lib("crc32c").crc32c(data)
 
 
 def masked_crc32c(data: bytes) -> int:
@@ -84,81 +86,48 @@ def read_records(path):
             yield data
 
 
-# --- protobuf wire format ------------------------------------------------------------------
-
-def _varint(n: int) -> bytes:
-    n &= 0xFFFFFFFFFFFFFFFF          # negative int64 -> two's complement, 10 bytes
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _key(field: int, wire: int) -> bytes:
-    return _varint((field << 3) | wire)
-
-
-def f_varint(field: int, value: int) -> bytes:
-    return _key(field, 0) + _varint(int(value))
-
-
-def f_double(field: int, value: float) -> bytes:
-    return _key(field, 1) + struct.pack("<d", value)
-
-
-def f_float(field: int, value: float) -> bytes:
-    return _key(field, 5) + struct.pack("<f", value)
-
-
-def f_bytes(field: int, value: bytes) -> bytes:
-    return _key(field, 2) + _varint(len(value)) + value
-
-
-def f_packed_doubles(field: int, values) -> bytes:
-    return f_bytes(field, np.ascontiguousarray(values, dtype="<f8").tobytes())
-
-
 # --- the messages ----------------------------------------------------------------------------
 
 FILE_VERSION = "brain.Event:2"
 
 
 def event(wall_time: float, step: int = 0, *, file_version: str | None = None,
-          summary: bytes | None = None) -> bytes:
-    """``Event{wall_time=1, step=2, file_version=3 | summary=5}``."""
-    out = f_double(1, wall_time)
-    if step:
-        out += f_varint(2, step)
+          summary=None) -> bytes:
+    """A serialized ``Event`` (``summary``: a ``Summary`` message from :func:`summary`)."""
+    event_pb2, _ = _lib("tensorboardX")
+    e = event_pb2.Event(wall_time=wall_time, step=int(step))
     if file_version is not None:
-        out += f_bytes(3, file_version.encode())
+        e.file_version = file_version
     if summary is not None:
-        out += f_bytes(5, summary)
-    return out
+        e.summary.CopyFrom(summary)
+    return e.SerializeToString()
 
 
-def summary(values) -> bytes:
-    """``Summary{repeated Value value=1}`` from encoded ``Value`` messages."""
-    return b"".join(f_bytes(1, v) for v in values)
+def summary(values):
+    """A ``Summary`` message holding the ``Summary.Value`` messages ``values``."""
+    _, summary_pb2 = _lib("tensorboardX")
+    return summary_pb2.Summary(value=list(values))
 
 
-def scalar_value(tag: str, value: float) -> bytes:
-    """``Summary.Value{tag=1, simple_value=2}``."""
-    return f_bytes(1, tag.encode()) + f_float(2, value)
+def scalar_value(tag: str, value: float):
+    """``Summary.Value(tag, simple_value)``."""
+    _, summary_pb2 = _lib("tensorboardX")
+    return summary_pb2.Summary.Value(tag=tag, simple_value=value)
 
 
-def histogram_value(tag: str, vmin, vmax, num, vsum, vsum_squares, limits, counts) -> bytes:
-    """``Summary.Value{tag=1, histo=5: HistogramProto{min=1, max=2, num=3, sum=4,
-    sum_squares=5, bucket_limit=6 (packed), bucket=7 (packed)}}``."""
-    histo = (f_double(1, vmin) + f_double(2, vmax) + f_double(3, num) + f_double(4, vsum)
-             + f_double(5, vsum_squares) + f_packed_doubles(6, limits)
-             + f_packed_doubles(7, counts))
-    return f_bytes(1, tag.encode()) + f_bytes(5, histo)
+def histogram_value(tag: str, vmin, vmax, num, vsum, vsum_squares, limits, counts):
+    """``Summary.Value(tag, histo=HistogramProto(...))``."""
+    _, summary_pb2 = _lib("tensorboardX")
+    histo = summary_pb2.HistogramProto(min=vmin, max=vmax, num=num, sum=vsum,
+                                       sum_squares=vsum_squares,
+                                       bucket_limit=[float(x) for x in limits],
+                                       bucket=[float(x) for x in counts])
+    return summary_pb2.Summary.Value(tag=tag, histo=histo)
 
 
-def image_value(tag: str, height: int, width: int, channels: int, png: bytes) -> bytes:
-    """``Summary.Value{tag=1, image=4: Image{height=1, width=2, colorspace=3,
-    encoded_image_string=4}}``."""
-    image = f_varint(1, height) + f_varint(2, width) + f_varint(3, channels) + f_bytes(4, png)
-    return f_bytes(1, tag.encode()) + f_bytes(4, image)
+def image_value(tag: str, height: int, width: int, channels: int, png: bytes):
+    """``Summary.Value(tag, image=Image(height, width, colorspace, encoded PNG))``."""
+    _, summary_pb2 = _lib("tensorboardX")
+    image = summary_pb2.Summary.Image(height=height, width=width, colorspace=channels,
+                                      encoded_image_string=png)
+    return summary_pb2.Summary.Value(tag=tag, image=image)
