@@ -1,7 +1,8 @@
 """A built-in op and a plugin op are declared and run through the same code path:
 both are a ``Library``'s ops (the core's is the Library ``tapeflow``), registered by
 pluggy hooks, found by namespace, their typed attrs validated at the signature --
-eagerly and under tf.function alike -- and traced the same way."""
+eagerly and under tf.function alike -- traced the same way, and, declared
+elementwise, fused with their neighbours by tf.function on the NumPy backend."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ SAME_PATH = textwrap.dedent("""
 
     # one op in the core's library (as a new built-in is written) ...
     builtin = LIB.define("TestOnlyScale", inputs=("x",), attrs={"k": 2},
-                         attr_types={"k": "int"})
+                         attr_types={"k": "int"}, elementwise=True)
     class Kernels:          # (a built-in's kernels come from the backends' hooks)
         @tf.plugins.hookimpl
         def tapeflow_register_kernels(self, registry):
@@ -47,7 +48,7 @@ SAME_PATH = textwrap.dedent("""
 
     # ... and the same op in a plugin's library, declared by signature
     lib = Library("testplug")
-    @lib.op()
+    @lib.op(elementwise=True)
     def scale(x, k=2, name=None):
         '''x * k'''
     @lib.kernel(scale, "cpu")
@@ -72,10 +73,10 @@ SAME_PATH = textwrap.dedent("""
             assert "attr 'k'" in str(e) and not isinstance(e, TracingError), e
         else:
             raise AssertionError("a tensor attr was accepted under tf.function")
-        g = tf.function(lambda x: op_call(x, 4) + 1.0)
-        assert g(x).numpy().tolist() == [5.0, 9.0]
+        g = tf.function(lambda x: tf.exp(op_call(x, 4) * 0.0) + 1.0)
+        assert g(x).numpy().tolist() == [2.0, 2.0]
         graph = g.get_concrete_function(x).graph
-        print([n for n in graph.ops() if "cale" in n])
+        print(graph.ops())           # traced, then fused with its elementwise neighbours
     print("ok")
 """)
 
@@ -85,4 +86,5 @@ def test_a_builtin_op_and_a_plugin_op_take_the_same_path():
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.split("\n")
-    assert lines[:3] == ["['TestOnlyScale']", "['testplug::scale']", "ok"], r.stdout
+    assert lines[:3] == ["['Fused[TestOnlyScale,Mul,Exp,Add]']",
+                         "['Fused[testplug::scale,Mul,Exp,Add]']", "ok"], r.stdout

@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapeflow.errors import UnimplementedError
+from tapeflow.errors import NotFoundError, UnimplementedError
 from tapeflow.kernels.math import special
+from tapeflow.plugins import get_op
 
 __all__ = ["compile_spec", "fusible_op"]
 
@@ -82,15 +83,34 @@ def fusible_op(op_name, in_dtypes, attrs):
     """Whether :func:`compile_spec` handles ``op_name`` on these input dtypes.
 
     >>> import numpy as np
-    >>> fusible_op("Add", (np.dtype("float32"),) * 2, {}), fusible_op("Elu", (), {})
-    (True, False)
+    >>> f32 = np.dtype("float32")
+    >>> fusible_op("Add", (f32, f32), {}), fusible_op("Elu", (f32,), {})   # ufunc, kernel
+    (True, True)
+    >>> fusible_op("MatMul", (f32, f32), {})                               # not elementwise
+    False
     """
     dts = [np.dtype(d) for d in in_dtypes]
     if any(d == _F16 for d in dts) and op_name in ("Sigmoid", "Erf"):
         return False        # the unfused kernels compute those in float32
     if op_name == "Pow":
         return all(d.kind == "f" for d in dts)   # integer powers check for negatives
-    return op_name in _table() or op_name in _SPECIAL
+    return op_name in _table() or op_name in _SPECIAL or _kernel_of(op_name, dts) is not None
+
+
+def _kernel_of(op_name, dts):
+    """The registered cpu kernel of an op declared elementwise (a plugin's, or a
+    built-in this module has no in-place form of), when it takes ``dts``; else None.
+    Fused, it runs as is and its result is copied into the step's buffer: no dispatch
+    per op, one Python call per step."""
+    try:
+        op = get_op(op_name)
+    except NotFoundError:
+        return None
+    entry = op.kernels.get("cpu")
+    if (not op.elementwise or entry is None or entry.needs_device
+            or (entry.np_dtypes is not None and dts and dts[0] not in entry.np_dtypes)):
+        return None
+    return entry.fn
 
 
 def _emit(step, args, out):
@@ -139,18 +159,26 @@ def _emit(step, args, out):
     raise NotImplementedError(op)
 
 
-def _step_fn(s):
+def _step_fn(s, dts=()):
     """``f(*args, out=buf)`` for one step: the ufunc itself where there is one."""
     fn = _table().get(s.op)
     if fn is not None:
         return fn
+    if s.op not in _SPECIAL:
+        kernel = _kernel_of(s.op, dts)
+        attrs = dict(s.attrs)
+
+        def registered(*args, out):
+            out[...] = kernel(*args, **attrs)
+            return out
+        return registered
 
     def special(*args, out):
         return _emit(s, list(args), out)
     return special
 
 
-def _generate(plan, n_in, slot_dtype, shape, out_vals):
+def _generate(plan, n_in, slot_dtype, shape, out_vals, arg_dtypes):
     """Straight-line Python for the plan (no per-call interpretation: a fused chain of
     two ufuncs must cost two ufunc calls, as in hand-written NumPy)."""
     ns = {"empty": np.empty, "shape": shape}
@@ -159,7 +187,7 @@ def _generate(plan, n_in, slot_dtype, shape, out_vals):
         ns[f"d{j}"] = d
         lines.append(f"    b{j} = empty(shape, d{j})")
     for k, (s, args, slot) in enumerate(plan):
-        ns[f"f{k}"] = _step_fn(s)
+        ns[f"f{k}"] = _step_fn(s, [np.dtype(d) for d in arg_dtypes[k]])
         lines.append(f"    v{n_in + k} = f{k}({', '.join(f'v{a}' for a in args)}, out=b{slot})")
     if len(out_vals) == 1:
         lines.append(f"    return v{out_vals[0]}")
@@ -212,7 +240,8 @@ def compile_spec(spec):
         if v not in outputs and last.get(v) is None:      # unused (dce normally drops it)
             free.setdefault(s.dtype, []).append(slot)
     out_vals = list(spec.outputs)
-    run = _generate(plan, n_in, slot_dtype, shape, out_vals)
+    arg_dtypes = [[spec.value_dtype(a) for a in s.args] for s in spec.steps]
+    run = _generate(plan, n_in, slot_dtype, shape, out_vals, arg_dtypes)
     # for the buffer-reuse pass: the outputs are new arrays that share memory with
     # nothing, and the inputs are only read
     run._tapeflow_fresh = True

@@ -57,9 +57,22 @@ def _attr_types(name, attrs):
     return out
 
 
+#: the built-in ops declared elementwise (tf.function may fuse them)
+ELEMENTWISE = frozenset({
+    "Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "SquaredDifference", "Atan2",
+    "Pow", "Neg", "Abs", "Sign", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Expm1",
+    "Sin", "Cos", "Tan", "Tanh", "Sigmoid", "Softplus", "Reciprocal", "Floor", "Ceil",
+    "Round", "Erf", "IsNan", "IsFinite", "IsInf", "Equal", "NotEqual", "Less", "LessEqual",
+    "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalXor", "LogicalNot", "Cast",
+    "SelectV2", "Relu", "ReluGrad", "Relu6", "Relu6Grad", "Elu", "EluGrad", "LeakyRelu",
+    "LeakyReluGrad",
+})
+
+
 def defop(name, **kwargs) -> OpDef:
     """Declare a built-in op: ``LIB.define`` (arguments of
     :class:`~tapeflow.plugins.OpDef`) with its attrs typed from :data:`ATTR_TYPES`
     unless ``attr_types`` is given."""
     kwargs.setdefault("attr_types", _attr_types(name, kwargs.get("attrs")))
+    kwargs.setdefault("elementwise", name in ELEMENTWISE)
     return LIB.define(name, **kwargs)

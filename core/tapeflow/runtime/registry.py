@@ -124,6 +124,10 @@ class OpDef:
             (shapes to allocate, value ranges) and raises InvalidArgumentError or
             ResourceExhaustedError. Ops with a check never take the unchecked fast
             path.
+        elementwise: the op computes each output element from the corresponding
+            (broadcast) input elements alone, with one output of the broadcast shape and
+            no state: tf.function's fusion pass may group it with its neighbours, and a
+            backend may run its kernel inside a fused one.
         attr_types: optional ``{attr: kind}`` (see :mod:`tapeflow.shapes`: ``"bool"``,
             ``"int"``, ``"float"``, ``"axes?"``, ``"shape"``, ``"enum:SAME|VALID"``, ...);
             calling the op directly (``op(x, axis=...)``) validates its attrs against
@@ -132,12 +136,15 @@ class OpDef:
 
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
                  "broadcast", "grad", "differentiable", "infer", "composite", "kernels",
-                 "variadic", "source", "doc", "fast", "check", "attr_types", "__weakref__")
+                 "variadic", "source", "doc", "fast", "check", "attr_types", "elementwise",
+                 "__weakref__")
 
     def __init__(self, name, inputs=("x",), attrs=None, num_outputs=1, dtype_rule="same",
                  dtype_from=0, broadcast=False, grad=None, differentiable=True, infer=None,
-                 composite=None, doc=None, source="tapeflow", check=None, attr_types=None):
+                 composite=None, doc=None, source="tapeflow", check=None, attr_types=None,
+                 elementwise=False):
         self.name = name
+        self.elementwise = bool(elementwise)
         self.inputs = tuple(inputs)
         self.variadic = any(i.startswith("*") for i in self.inputs)
         self.attrs = dict(attrs or {})

@@ -2,8 +2,9 @@
 
 :func:`fuse` (the pass ``"fuse"`` of :mod:`tapeflow.graph_passes`) walks a traced
 :class:`~tapeflow.tracing.Graph` in order and groups *elementwise* op nodes (single
-output, NumPy broadcasting: ``Add``, ``Mul``, ``Exp``, ``Cast``, ``SelectV2``,
-``Relu``, ``ReluGrad``... see :data:`ELEMENTWISE_OPS`) that feed each other on one
+output, NumPy broadcasting: ops declared ``elementwise=True``, built-in ones such as
+``Add``, ``Mul``, ``Exp``, ``Cast``, ``SelectV2``, ``Relu`` as well as a plugin's) that
+feed each other on one
 device. Each group of two or more nodes is described as an :class:`ElementwiseSpec`
 (an expression DAG: inputs with their shapes and dtypes, steps in order, outputs)
 and handed to the device's backend through the two fusion methods of the backend
@@ -51,18 +52,7 @@ import numpy as np
 
 from .graph import Node
 
-__all__ = ["fuse", "ElementwiseSpec", "Step", "ELEMENTWISE_OPS", "MAX_GROUP"]
-
-#: ops the pass considers (each backend decides which it compiles, per dtype)
-ELEMENTWISE_OPS = frozenset({
-    "Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "SquaredDifference", "Atan2",
-    "Pow", "Neg", "Abs", "Sign", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Expm1",
-    "Sin", "Cos", "Tan", "Tanh", "Sigmoid", "Softplus", "Reciprocal", "Floor", "Ceil",
-    "Round", "Erf", "IsNan", "IsFinite", "IsInf", "Equal", "NotEqual", "Less", "LessEqual",
-    "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalXor", "LogicalNot", "Cast",
-    "SelectV2", "Relu", "ReluGrad", "Relu6", "Relu6Grad", "Elu", "EluGrad", "LeakyRelu",
-    "LeakyReluGrad",
-})
+__all__ = ["fuse", "ElementwiseSpec", "Step", "MAX_GROUP"]
 
 #: at most this many ops per fused kernel (bounds the generated source)
 MAX_GROUP = 64
@@ -147,7 +137,7 @@ class ElementwiseSpec:
 def _candidate(node, graph):
     if node.kind != "op" or node.stateful or len(node.outputs) != 1 or not node.inputs:
         return False
-    if node.op.name not in ELEMENTWISE_OPS:
+    if not node.op.elementwise:
         return False
     dev = node.device
     # every input on the node's device (copies are explicit nodes, so this always holds)
