@@ -77,4 +77,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted({n.split("::")[0] for n in _reg.OPS if "::" in n})
+    return sorted({n.split("::")[0] for n in _reg.OPS if "::" in n} | {_reg.CORE_NAMESPACE})
