@@ -9,8 +9,9 @@ import numpy as np
 from tapeflow import kernels
 from tapeflow.plugins import Backend, hookimpl
 
-TAPEFLOW_PLUGIN_API = 1
+from . import hostmem
 
+TAPEFLOW_PLUGIN_API = 1
 
 
 class NumpyBackend(Backend):
@@ -20,7 +21,8 @@ class NumpyBackend(Backend):
 
     def list_devices(self):
         return [{"index": 0, "is_gpu": False,
-                 "description": f"NumPy {np.__version__} on the host ({os.cpu_count()} cores)"}]
+                 "description": f"NumPy {np.__version__} on the host ({os.cpu_count()} cores); "
+                                f"host memory: {hostmem.tune()}"}]
 
     def to_host(self, array, device):
         return np.asarray(array)
@@ -59,6 +61,7 @@ class NumpyBackend(Backend):
 
 @hookimpl
 def tapeflow_register_backends(registry):
+    hostmem.tune()
     registry.add_backend(NumpyBackend())
 
 
