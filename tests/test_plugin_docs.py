@@ -145,7 +145,7 @@ def _files(text, prefix):
     """``{relative path: content}`` of the fenced blocks whose first line is
     ``# <prefix><path>``."""
     out = {}
-    for body in re.findall(r"```[a-z]*\n(.*?)```", text, re.S):
+    for body in re.findall(r"```[^\n]*\n(.*?)```", text, re.S):
         first = body.split("\n", 1)[0]
         m = re.fullmatch(r"# (" + re.escape(prefix) + r"\S+)", first)
         if m:
@@ -194,7 +194,7 @@ def test_tutorial_plugin_installs_and_shows_in_info(tutorial):
 
 def test_tutorial_usage_example_runs(tutorial):
     root, site = tutorial
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", _doc_text(), re.S)
+    blocks = [b for b in re.findall(r"```python[^\n]*\n(.*?)```", _doc_text(), re.S)
               if "from tapeflow_myproj import mish" in b and "def test_" not in b]
     assert len(blocks) == 1
     r = _py(["-W", "error::RuntimeWarning", "-c", blocks[0]], root, site)
@@ -218,7 +218,7 @@ def test_tutorial_tests_pass_on_every_device(tutorial):
 
 
 def test_hook_form_example_runs(tmp_path):
-    block = next(b for b in re.findall(r"```python\n(.*?)```", _doc_text(), re.S)
+    block = next(b for b in re.findall(r"```python[^\n]*\n(.*?)```", _doc_text(), re.S)
                  if "def tapeflow_register_ops" in b)
     (tmp_path / "hookform.py").write_text(block)
     code = ("import numpy as np, tapeflow as tf, hookform\n"
@@ -240,6 +240,27 @@ def test_conformance_example_runs_against_a_device(tmp_path):
              "--tapeflow-device", "cpu:0", "-k", "add-float32 or gradients and mul"], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert re.search(r"\b[2-9]\d* passed", r.stdout), r.stdout
+
+
+def test_known_gaps_example_declares_gaps(tmp_path):
+    """Section 3's `tapeflow_known_gaps` example: registered, its patterns are known gaps
+    and they match the test ids they are written for."""
+    block = next(b for b in re.findall(r"```python[^\n]*\n(.*?)```", _doc_text(), re.S)
+                 if "def tapeflow_known_gaps" in b)
+    (tmp_path / "gaps.py").write_text("from tapeflow.plugins import hookimpl\n" + block)
+    code = ("import tapeflow as tf, gaps, json\n"
+            "from tapeflow.testing import conformance\n"
+            "tf.plugins.register(gaps)\n"
+            "known = tf.plugins.known_gaps()\n"
+            "ids = ['test_forward[erf-float16-mydev:0]', 'test_gradients[matrix_inverse-float64-mydev:1]',\n"
+            "       'test_forward[erf-float32-mydev:0]']\n"
+            "print(json.dumps([[p for p in known if conformance.gap_matches(p, i)] for i in ids]))")
+    r = _py(["-c", code], tmp_path, tmp_path)
+    assert r.returncode == 0, r.stderr
+    import json
+    got = json.loads(r.stdout)
+    assert got[0] == ["test_forward[erf-float16-mydev:*]"] and got[1] == ["*[matrix_inverse-*-mydev:*]"]
+    assert got[2] == []
 
 
 if __name__ == "__main__":
