@@ -102,3 +102,74 @@ def test_no_arguments_prints_usage():
 def test_unknown_command_is_an_error():
     rc, out, err = _run("bogus")
     assert rc == 2 and "invalid choice" in err
+
+
+# --- issue 19: coverage only for what can run here; every plugin's ops ---------------------
+
+@pytest.fixture(scope="module")
+def info_plugins():
+    """Two in-process plugins: one op with a gradient and kernels for cpu and for a
+    device type no backend provides; a second plugin overriding its cpu kernel."""
+    import warnings
+
+    import numpy as np
+
+    import tapeflow as tf
+    from tapeflow.plugins import Library
+
+    a = Library("infotest")
+
+    @a.op()
+    def twice(x, name=None):
+        """2x."""
+
+    @a.kernel(twice, "cpu", dtypes=("float32",))
+    def _cpu(x):
+        return x * 2
+
+    @a.kernel(twice, "nodev", dtypes=("float64",))
+    def _nodev(x):
+        return x * 2
+
+    @a.gradient(twice)
+    def _twice_grad(ctx, dy):
+        return dy * 2.0
+
+    b = Library("infotest_b")
+    tf.plugins.register(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tf.errors.PluginOverrideWarning)
+        b.kernel(twice, "cpu", dtypes=("float32", "float64"), override=True)(
+            lambda x: np.multiply(x, 2))
+        tf.plugins.register(b)
+    return twice
+
+
+def test_info_lists_each_plugins_ops_kernels_gradient_and_overrides(info_plugins):
+    from tapeflow.__main__ import collect, render
+    data = collect("infotest::*", smoke=False)
+    text = render(data)
+    section = text[text.index("Plugin ops"):text.index("Kernel coverage")]
+    assert "infotest::twice" in section
+    assert "gradient: test_info.info_plugins.<locals>._twice_grad" in section.replace(
+        "tests.test_info", "test_info")
+    kernels = next(ln for ln in section.splitlines() if "kernels:" in ln)
+    assert "cpu f32,f64" in kernels and "nodev f64" in kernels and "(not installed here)" in kernels
+    assert "override: kernel on cpu" in section
+
+
+def test_info_shows_coverage_only_for_device_types_that_can_run_here(info_plugins):
+    from tapeflow.__main__ import collect, render
+    data = collect("infotest::*", smoke=False)
+    status = data["coverage"]["device_type_status"]
+    assert status["nodev"] == "not installed" and status["cpu"] == "available"
+    text = render(data)
+    cov = text[text.index("Kernel coverage"):].splitlines()
+    header = cov[1].split()
+    assert "cpu" in header and "nodev" not in " ".join(header)
+    assert any(ln.startswith("  nodev: no column") and "not installed" in ln for ln in cov)
+    for dt, st in status.items():       # e.g. cuda without CuPy: hidden, with the reason
+        assert (dt in header) == (st == "available"), (dt, st, header)
+    full = render(data, all_device_types=True)
+    header = full[full.index("Kernel coverage"):].splitlines()[1]
+    assert "nodev (not installed)" in header

@@ -2,8 +2,11 @@
 
 Versions; plugins loaded, failed or skipped (with distribution, version and
 reason); backends and their devices, available or not and why, each device
-smoke-tested; and the op x device-type kernel coverage. ``--json`` prints the
-same as one JSON object, for scripts and bug reports.
+smoke-tested; every plugin's ops with their kernels per device type, gradient and
+overrides; and the op x device-type kernel coverage, for the device types this
+machine can run (``--all-device-types``: also those whose backend is unavailable or
+not installed, marked so). ``--json`` prints the same as one JSON object, for scripts
+and bug reports.
 """
 
 from __future__ import annotations
@@ -20,9 +23,13 @@ USAGE = """\
 usage: python -m tapeflow <command> [options]
 
 commands:
-  info [--json] [--ops GLOB]   versions, plugins (loaded / failed / skipped and why),
+  info [--json] [--ops GLOB] [--all-device-types]
+                               versions, plugins (loaded / failed / skipped and why),
                                backends and devices (available or not and why),
+                               each plugin's ops (kernels, gradient, overrides),
                                and the op x device-type kernel coverage table
+  new-plugin NAME [--dir DIR]  write a plugin package skeleton (an op with a gradient,
+                               CPU and OpenCL kernels, tests using the kit) to DIR/NAME
 """
 
 _ABBREV = {"float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8", "int16": "i16",
@@ -110,7 +117,19 @@ def collect(ops_glob=None, smoke=True) -> dict:
                                                                           entry.dtypes],
                            "source": entry.source}
         ops[name] = {"source": op.source, "differentiable": bool(op.differentiable),
-                     "composite": op.composite is not None, "kernels": kernels}
+                     "composite": op.composite is not None, "kernels": kernels,
+                     "gradient": _gradient_of(op)}
+
+    status = {}
+    for dt in dtypes_seen:
+        bes = [b for b in backends if b["device_type"] == dt]
+        if not bes:
+            status[dt] = "not installed"
+        elif any(b["available"] and b["devices"] for b in bes):
+            status[dt] = "available"
+        else:
+            status[dt] = "unavailable: " + ("; ".join(b["reason"] for b in bes if b["reason"])
+                                            or "no device")
 
     return {
         "versions": versions,
@@ -121,8 +140,18 @@ def collect(ops_glob=None, smoke=True) -> dict:
         "backends": backends,
         "default_device": default,
         "unavailable_devices": unavailable_devices(),
-        "coverage": {"device_types": dtypes_seen, "ops": ops},
+        "coverage": {"device_types": dtypes_seen, "device_type_status": status, "ops": ops},
     }
+
+
+def _gradient_of(op):
+    """How gradients flow through ``op``: the rule's ``module.qualname``, or why none."""
+    if not op.differentiable:
+        return "non-differentiable"
+    if op.grad is None:
+        return "composite (through its ops)" if op.composite is not None else "none"
+    fn = op.grad
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def _cell(info, dt):
@@ -142,7 +171,7 @@ def _table_lines(header, rows):
     return out
 
 
-def render(data) -> str:
+def render(data, all_device_types=False) -> str:
     """The human-readable report."""
     v = data["versions"]
     lines = [f"tapeflow {v['tapeflow']}  (python {v['python']}, numpy {v['numpy']}, "
@@ -181,12 +210,20 @@ def render(data) -> str:
     lines.append(f"  default device: {data['default_device']}")
 
     cov = data["coverage"]
-    types = cov["device_types"]
     ops = cov["ops"]
+    status = cov["device_type_status"]
+    lines += _plugin_ops_lines(data)
+
+    if all_device_types:
+        types = cov["device_types"]
+    else:
+        types = [dt for dt in cov["device_types"] if status[dt] == "available"]
+    header = [dt if status[dt] == "available" else f"{dt} ({status[dt].split(':')[0]})"
+              for dt in types]
     lines += ["", f"Kernel coverage ({len(ops)} ops x device types; cells: dtypes with a kernel, "
                   "'any' = every dtype, 'composite' = runs through other ops, '-' = none):"]
     rows = [[name] + [_cell(info, dt) for dt in types] for name, info in ops.items()]
-    lines += ["  " + s for s in _table_lines(["op"] + types, rows)]
+    lines += ["  " + s for s in _table_lines(["op"] + header, rows)]
     for dt in types:
         have = sum(1 for info in ops.values() if dt in info["kernels"])
         comp = sum(1 for info in ops.values() if dt not in info["kernels"] and info["composite"])
@@ -195,7 +232,47 @@ def render(data) -> str:
         lines.append(f"  {dt}: {have} kernels, {comp} composite, {len(missing)} missing"
                      + (f" ({', '.join(missing[:12])}{', ...' if len(missing) > 12 else ''})"
                         if missing else ""))
+    hidden = [dt for dt in cov["device_types"] if dt not in types]
+    for dt in hidden:
+        lines.append(f"  {dt}: no column, this machine cannot run it ({status[dt]}); "
+                     "--all-device-types shows it")
     return "\n".join(lines)
+
+
+def _plugin_ops_lines(data):
+    """Per plugin (the built-in Library aside): its ops, each with its kernels per
+    device type (dtypes, and who registered them when another plugin did), its gradient
+    and the overrides that touched it."""
+    ops = data["coverage"]["ops"]
+    status = data["coverage"]["device_type_status"]
+    overrides = {}
+    for o in data["overrides"]:
+        overrides.setdefault(o["op"], []).append(o)
+    out = []
+    for p in data["plugins"]:
+        mine = [n for n in p["ops"] if n in ops]
+        if p["name"] == "tapeflow-builtin-ops" or not mine:
+            continue
+        if not out:
+            out += ["", "Plugin ops (kernels per device type, gradient, overrides):"]
+        out.append(f"  {p['name']} ({p['distribution']} {p['version']}):")
+        for n in mine:
+            info = ops[n]
+            kern = []
+            for dt, k in info["kernels"].items():
+                cell = "any" if k["dtypes"] is None else ",".join(
+                    _ABBREV.get(d, d) for d in k["dtypes"])
+                by = "" if k["source"] in (p["distribution"], p["name"]) else f" by {k['source']}"
+                here = "" if status.get(dt) == "available" else f" ({status.get(dt, '?').split(':')[0]} here)"
+                kern.append(f"{dt} {cell}{by}{here}")
+            out.append(f"    {n}")
+            out.append(f"      kernels:  {'; '.join(kern) or 'none'}"
+                       + ("  (composite elsewhere)" if info["composite"] else ""))
+            out.append(f"      gradient: {info['gradient']}")
+            for o in overrides.get(n, ()):
+                what = f"kernel on {o['device_type']}" if o["device_type"] else "op"
+                out.append(f"      override: {what}: {o['replaced']} replaced by {o['by']}")
+    return out
 
 
 def main(argv=None) -> int:
@@ -211,13 +288,15 @@ def main(argv=None) -> int:
     p_info.add_argument("--ops", metavar="GLOB", help="only ops whose name matches GLOB")
     p_info.add_argument("--no-smoke", action="store_true",
                         help="do not run the one-op smoke test on each device")
+    p_info.add_argument("--all-device-types", action="store_true",
+                        help="coverage columns also for device types this machine cannot run")
     args = parser.parse_args(argv)
     if args.command == "info":
         data = collect(args.ops, smoke=not args.no_smoke)
         if args.json:
             print(json.dumps(data, indent=2, sort_keys=False))
         else:
-            print(render(data))
+            print(render(data, all_device_types=args.all_device_types))
         return 0
     print(USAGE, end="", file=sys.stderr)
     return 2
