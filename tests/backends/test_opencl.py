@@ -275,3 +275,35 @@ def test_the_seeds_and_the_training_stack_run_unchanged_on_opencl():
     tail = "\n".join((r.stdout + r.stderr).splitlines()[-40:])
     assert r.returncode == 0, tail
     assert " passed" in tail and "failed" not in tail, tail
+
+
+# --- the kernel author's helpers (issue 19; docs/plugins.md section 2) ----------------------
+
+@needs_device
+def test_kernel_input_gives_offset_zero_contiguous_arrays_where_views_have_offsets():
+    import pyopencl.array as cla
+    from pyopencl.elementwise import ElementwiseKernel
+
+    import tapeflow_opencl as tcl
+    with tf.device("opencl:0"):
+        m = tf.reshape(tf.range(12.0), [3, 4])
+        rows = m[1:]                     # contiguous, starting at element 4
+        cols = tf.transpose(m)[1:]       # strided, with an offset
+    for t, want in ((rows, np.arange(12.0).reshape(3, 4)[1:]),
+                    (cols, np.arange(12.0).reshape(3, 4).T[1:])):
+        a = t._data
+        assert a.offset != 0
+        k = ElementwiseKernel(a.context, "float *y, const float *x", "y[i] = x[i]", "cp")
+        if tcl.contiguous(a) is a:       # contiguous, yet its `.data` is refused:
+            with pytest.raises(cla.ArrayHasOffsetError):     # what authors hit
+                a.data
+        b = tcl.kernel_input(a)
+        assert b.data is not None
+        assert b.offset == 0 and b.flags.c_contiguous and b.shape == a.shape
+        out = tcl.empty(b)
+        k(out, b, queue=b.queue)
+        np.testing.assert_array_equal(out.get(), want)
+    fresh = tcl.empty(rows._data, (5,), np.int32)
+    assert tcl.kernel_input(fresh) is fresh
+    h = tcl.device_of(fresh)
+    assert h.name == "opencl:0" and h.queue is fresh.queue and h.ctx == fresh.context

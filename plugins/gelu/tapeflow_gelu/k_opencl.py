@@ -91,11 +91,11 @@ def _kernel(name, x):
 
 
 def _contiguous(*arrays):
-    """The inputs as C-contiguous arrays of one layout: the OpenCL backend passes strided
-    views (transposes, slices) to kernels; ``tapeflow_opencl.contiguous`` copies those
-    (and returns contiguous arrays as they are)."""
-    from tapeflow_opencl import contiguous
-    return [contiguous(a) for a in arrays]
+    """The inputs as arrays a kernel can index from element 0: tapeflow passes strided
+    views (transposes, slices with an offset, broadcasts) to kernels;
+    ``tapeflow_opencl.kernel_input`` copies those (and returns the others as they are)."""
+    from tapeflow_opencl import kernel_input
+    return [kernel_input(a) for a in arrays]
 
 
 def gelu(x, approximate=False):
