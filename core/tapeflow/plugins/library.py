@@ -194,10 +194,13 @@ class Library:
 def _attr_types_of(attrs):
     """Attr kinds read from the defaults (``k=2``: an int, ``approximate=False``: a
     bool, ``mode="a"``: a str, ``dtype=tf.float32``: a dtype); attrs defaulting to
-    None or REQUIRED stay untyped unless ``attr_types=`` says what they are."""
+    None or REQUIRED are ``"any"`` (any Python value, never a tensor or an array) unless
+    ``attr_types=`` says what they are."""
     out = {}
     for k, v in attrs.items():
-        if type(v) is bool:
+        if v is None or v is REQUIRED:
+            out[k] = "any"
+        elif type(v) is bool:
             out[k] = "bool"
         elif type(v) is int:
             out[k] = "int"

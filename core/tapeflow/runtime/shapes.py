@@ -226,6 +226,12 @@ def _short(v):
 #   first input's dimensions), paddings (one (before, after) pair of non-negative ints
 #   per dimension of the first input).
 
+_KIND_WORDS = {"any": "not a tensor or an array", "bool": "a bool", "int": "an int", "uint": "a non-negative int",
+               "float": "a real number", "number": "a real number or a bool", "str": "a string",
+               "dtype": "a tapeflow dtype", "axis": "an axis", "axes": "a tuple of axes",
+               "shape": "a tuple of sizes"}
+
+
 def _fail_type(op, name, want, v):
     raise InvalidTypeError(
         f"attr '{name}' of {op} must be {want}, got {type(v).__name__} {_short(v)}", op=op)
@@ -257,9 +263,13 @@ def _check_attr(op, name, kind, v, rank):
             return
         kind = kind[:-1]
     if isinstance(v, (Tensor, VariableBase, np.ndarray)):
-        _fail_type(op, name, f"a Python value ({kind}), not an array or a tensor: convert it "
-                   "in the op's public function (attrs are part of the signature, the same "
-                   "at every call of a traced function)", v)
+        got = (f"{type(v).__name__} of dtype {getattr(v.dtype, 'name', v.dtype)} and shape "
+               f"{list(v.shape)}")
+        raise InvalidTypeError(
+            f"attr '{name}' of {op} must be a Python value ({_KIND_WORDS.get(kind, kind)}), "
+            f"got a {got}: attrs are part of the op's signature, the same at every call of a "
+            "traced function; pass a Python value (float(t) / t.numpy().tolist() if it must "
+            "come from a tensor), or make it an input of the op", op=op)
     if kind == "any":
         return
     if kind == "bool":
