@@ -172,7 +172,7 @@ def test_plugin_install_lines_name_real_distributions():
     for doc, line, _, _, body in COMMANDS:
         for m in re.finditer(r"pip install((?: [^\n#]*)?)", body.replace("\\\n", " ")):
             for word in shlex.split(m.group(1)):
-                if word.startswith("-") or "/" not in word or word.startswith(("http", ".venv")):
+                if word.startswith("-") or "/" not in word or word.startswith(("http", ".venv", "/")):
                     continue
                 path, _, extras = word.partition("[")
                 proj = ROOT / path.lstrip("./") / "pyproject.toml"

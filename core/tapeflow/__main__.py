@@ -290,7 +290,24 @@ def main(argv=None) -> int:
                         help="do not run the one-op smoke test on each device")
     p_info.add_argument("--all-device-types", action="store_true",
                         help="coverage columns also for device types this machine cannot run")
+    p_new = sub.add_parser("new-plugin", help="write a plugin package skeleton")
+    p_new.add_argument("plugin_name", metavar="NAME",
+                       help="the op namespace; the package is tapeflow_NAME")
+    p_new.add_argument("--dir", default=".", help="where to create NAME/ (default: here)")
     args = parser.parse_args(argv)
+    if args.command == "new-plugin":
+        from tapeflow.testing import skeleton
+        try:
+            written = skeleton.write(args.plugin_name, args.dir)
+        except (ValueError, FileExistsError) as e:
+            print(f"python -m tapeflow new-plugin: {e}", file=sys.stderr)
+            return 2
+        root = written[0].parent
+        print(f"wrote {len(written)} files to {root}:")
+        for w in written:
+            print(f"  {w.relative_to(root.parent)}")
+        print(f"next:\n  python -m pip install -e {root}\n  python -m pytest {root}")
+        return 0
     if args.command == "info":
         data = collect(args.ops, smoke=not args.no_smoke)
         if args.json:
