@@ -327,15 +327,16 @@ def test_namespaces_report_what_is_missing():
 def test_plugin_op_in_python_m_tapeflow_info():
     # the example plugin (plugins/gelu), installed by the test command
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEFLOW_")}
-    r = subprocess.run([sys.executable, "-m", "tapeflow", "info", "--no-smoke", "--ops", "gelu::*"],
-                       capture_output=True, text=True, timeout=120, env=env)
+    r = subprocess.run([sys.executable, "-m", "tapeflow", "info", "--no-smoke", "--ops", "gelu::*",
+                        "--all-device-types"], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     rows = {ln.split()[1]: ln.split() for ln in r.stdout.splitlines()
             if ln.startswith("  loaded ")}
     assert rows["gelu"][2:5] == ["tapeflow-gelu", "0.1.0", "2"], r.stdout
     lines = r.stdout.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith("Kernel coverage"))
-    header = lines[head + 1].split()
+    # columns for every device type (--all-device-types), "cuda (unavailable)" without CuPy
+    header = [h for h in lines[head + 1].split() if not h.startswith("(")]
     table = {ln.split()[0]: ln.split() for ln in lines[head + 3:] if ln.startswith("  gelu::")}
     assert set(table) == {"gelu::gelu", "gelu::gelu_grad"}
     for dev in ("cpu", "cuda", "opencl"):

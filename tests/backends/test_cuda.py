@@ -96,8 +96,8 @@ def test_every_cpu_op_has_a_cuda_kernel_with_the_same_declaration():
     missing, differ = [], []
     for name, op in OPS.items():
         cpu = op.kernels.get("cpu")
-        if cpu is None:
-            continue
+        if cpu is None or cpu.source.startswith("<in-process"):
+            continue                    # test ops other tests register in this process
         cuda = op.kernels.get("cuda")
         if cuda is None:
             missing.append(name)

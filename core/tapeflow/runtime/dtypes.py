@@ -49,6 +49,13 @@ class DType:
         self._hash = hash(self.np)
 
     @property
+    def dtype(self):
+        """The NumPy dtype. NumPy reads ``.dtype`` from objects it takes as a dtype, so a
+        DType works wherever NumPy wants one: ``np.ones(3, tf.float32)``,
+        ``a.astype(tf.int32)`` (what the test kit's ``samples(dtype, rng)`` receives)."""
+        return self.np
+
+    @property
     def as_numpy_dtype(self):
         """The NumPy scalar type (``np.float32``), as in TensorFlow."""
         return self.np.type

@@ -128,10 +128,20 @@ class OpDef:
             (broadcast) input elements alone, with one output of the broadcast shape and
             no state: tf.function's fusion pass may group it with its neighbours, and a
             backend may run its kernel inside a fused one.
-        attr_types: optional ``{attr: kind}`` (see :mod:`tapeflow.shapes`: ``"bool"``,
-            ``"int"``, ``"float"``, ``"axes?"``, ``"shape"``, ``"enum:SAME|VALID"``, ...);
-            calling the op directly (``op(x, axis=...)``) validates its attrs against
-            it, so a kernel never sees an attr of the wrong type on any backend.
+        attr_types: optional ``{attr: kind}``; calling the op (its generated function,
+            or ``op(x, axis=...)``) validates its attrs against it, eagerly and when
+            traced, so a kernel never sees an attr of the wrong type on any backend.
+            Kinds (a trailing ``?`` also allows None): ``"any"`` (any Python value
+            but a tensor or an array), ``"bool"``, ``"int"``, ``"uint"`` (a
+            non-negative int), ``"float"`` (a real number, not a bool), ``"number"``
+            (a real number or a bool), ``"str"``, ``"enum:A|B|C"``, ``"dtype"`` (a
+            tapeflow DType), ``"axis"`` (an int in [0, rank of the first input)),
+            ``"axis+1"`` (a new axis: [0, rank]), ``"axes"`` (a sorted tuple of
+            distinct axes), ``"shape"`` (a tuple of non-negative ints), ``"reshape"``
+            (a shape with at most one -1), ``"sizes"`` (a tuple of positive ints),
+            ``"perm"`` (a permutation of the first input's dimensions),
+            ``"paddings"`` (one (before, after) pair of non-negative ints per
+            dimension). A Library op's attrs are typed from their defaults.
     """
 
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",

@@ -12,14 +12,20 @@ without pytest), and each also a *case* the pytest suite turns into one test ite
     ``tf.device(<device under test>)``; it raises AssertionError or returns False
     to fail.
 ``noncontiguous`` (spec x dtype x device)
-    the same, with every array argument of rank >= 2 given as a non-contiguous
-    view (transposed and strided), for samples that have one.
+    the same, once per layout of :data:`LAYOUTS` for samples with an array argument
+    it applies to, every such argument given as a view in that layout: an
+    ``"offset view"`` (rank >= 1: the data starts past its buffer's first element),
+    ``"transposed"`` (rank >= 2: transposed and strided) and ``"broadcast (stride
+    0)"`` (axis 0 of length >= 2 has stride 0; values: the first slice repeated, for
+    the reference too). A failure names the layout; a layout a device cannot hold
+    (its view ops copy) is skipped there.
 ``gradients`` (spec x device)
     every float64 sample through :func:`~tapeflow.testing.check_grads` to
     ``spec.grad_order``, w.r.t. ``sample.grad_argnums`` (default: float arrays).
 ``errors`` (spec x device)
     every :class:`ErrorSample` raises ``error`` with a message containing
-    ``[Op:``, the device name and ``match``.
+    ``[Op:`` and the device name, in which the regular expression ``match`` is
+    found (``re.search``).
 ``traced`` (spec x one dtype x device; :data:`TRACED_DTYPES`)
     ``spec.fn`` with the sample's kwargs bound, wrapped in :func:`tapeflow.function`
     and called three times: the tracing call, a replay with the same arguments
@@ -58,6 +64,7 @@ or as a pytest suite in a third-party package (the file tapeflow uses itself)::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import zlib
@@ -72,7 +79,8 @@ __all__ = ["KNOWN_DEVICE_TYPES", "unavailable_devices", "DEFAULT_TOL", "Case", "
            "check_sample", "check_forward", "check_gradients", "check_errors", "check_spec",
            "cases", "collect_specs", "parametrize", "gap_matches", "KINDS", "opcheck",
            "check_traced", "check_traced_sample", "UNTRACEABLE", "TRACED_DTYPES",
-           "untraceable_reason"]
+           "untraceable_reason", "LAYOUTS", "layout_candidate", "broadcast_values",
+           "reference_as_result", "edge_samples"]
 
 #: (rtol, atol) per result dtype when the spec gives none; integers and bools compare exactly
 DEFAULT_TOL = {
@@ -176,10 +184,20 @@ def _seed(*parts):
 
 
 def samples_for(spec, dtype):
-    """``spec.samples(dtype, rng)`` with a deterministic rng per (spec, dtype)."""
+    """``spec.samples(dtype, rng)`` with a deterministic rng per (spec, dtype).
+
+    ``dtype`` is given to the samples function as a tapeflow ``DType`` (``tf.float32``:
+    ``.name``, ``.np`` its NumPy dtype, ``.is_floating``, ``.is_integer``,
+    ``.is_bool``; it compares equal to its name and NumPy dtype, and ``dtype is
+    tf.float32`` holds), which NumPy accepts as a dtype there: ``np.ones(3, dtype)``,
+    ``x.astype(dtype)`` (``DType.dtype`` is its NumPy dtype)."""
     tf = _tf()
     dtype = tf.as_dtype(dtype)
     rng = np.random.default_rng(_seed(spec.name, dtype.name))
+    return _draw(spec, dtype, rng)
+
+
+def _draw(spec, dtype, rng):
     return list(spec.samples(dtype, rng) or [])
 
 
@@ -208,59 +226,184 @@ def _grad_argnums(sample):
                  if isinstance(a, np.ndarray) and a.dtype.kind == "f")
 
 
+# --- tensors on the device under test: non-contiguous layouts ----------------------------
+
+#: the layouts the ``noncontiguous`` checks feed a kernel, by the names failure messages
+#: use: each runs the sample once with every eligible array argument in that layout
+#: (see :func:`noncontiguous_tensor` and :func:`layout_candidate`)
+OFFSET, TRANSPOSED, BROADCAST = "offset view", "transposed", "broadcast (stride 0)"
+LAYOUTS = (OFFSET, TRANSPOSED, BROADCAST)
+
+
+def layout_candidate(a, layout) -> bool:
+    """Whether the sample argument ``a`` is given in ``layout`` by the non-contiguous checks:
+    a non-empty NumPy array of rank >= 1 (``"offset view"``), rank >= 2
+    (``"transposed"``), or whose first axis is at least 2 long (``"broadcast (stride 0)"``:
+    that axis gets stride 0)."""
+    if not isinstance(a, np.ndarray) or a.ndim == 0 or a.size == 0:
+        return False
+    if layout == TRANSPOSED:
+        return a.ndim >= 2
+    if layout == BROADCAST:
+        return a.shape[0] >= 2
+    if layout == OFFSET:
+        return True
+    raise ValueError(f"unknown layout {layout!r}; one of {LAYOUTS}")
+
+
 def _nc_candidate(a):
-    return isinstance(a, np.ndarray) and a.ndim >= 2 and a.size > 0
+    return any(layout_candidate(a, lay) for lay in LAYOUTS)
 
 
 def _has_nc(sample):
     return any(_nc_candidate(a) for a in sample.args)
 
 
-# --- tensors on the device under test ---------------------------------------------------
+def broadcast_values(x):
+    """``x``'s first slice along axis 0 repeated along that axis: the values a stride-0
+    view of ``x``'s shape can hold (what the ``"broadcast (stride 0)"`` layout feeds,
+    and what the reference then gets)."""
+    return np.broadcast_to(x[:1], x.shape)
 
-def noncontiguous_tensor(x, device, via_ops=None):
-    """A tensor equal to ``x`` (rank >= 2) whose data is a non-contiguous view:
-    transposed (memory order differs from index order) and strided (every other
-    element of a buffer twice as long).
 
-    On the host the view is wrapped directly; on other devices (or with
-    ``via_ops=True``) it is built with tapeflow ops (strided slicing and
-    ``tf.transpose``), and its values are checked.
+def _filler(dtype):
+    """What fills the part of an offset view's buffer before the view: a value that makes
+    a kernel reading it (ignoring the offset) visibly wrong."""
+    if dtype.kind in "fc":
+        return np.nan
+    if dtype.kind == "b":
+        return True
+    return np.iinfo(dtype).max
+
+
+def _native_layout(a):
+    """``(byte strides, byte offset into its buffer)`` of a backend-native array, each
+    None where it cannot be read: NumPy and CuPy arrays, ``pyopencl.array.Array``."""
+    strides = getattr(a, "strides", None)
+    strides = tuple(int(s) for s in strides) if strides is not None else None
+    offset = None
+    if isinstance(a, np.ndarray):
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        offset = a.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    elif hasattr(a, "base_data") and hasattr(a, "offset"):        # pyopencl.array.Array
+        offset = int(a.offset)
+    elif hasattr(getattr(a, "data", None), "mem"):                # cupy.ndarray
+        offset = int(a.data.ptr) - int(a.data.mem.ptr)
+    return strides, offset
+
+
+def _lacks_layout(data, shape, itemsize, layout):
+    """Why the native array ``data`` (of ``shape``) is not in ``layout``, or None
+    (None too where its layout cannot be read)."""
+    strides, offset = _native_layout(data)
+    if layout == OFFSET and offset is not None and offset <= 0:
+        return "the view starts at element 0 of its buffer (slicing made a copy?)"
+    if layout == BROADCAST and strides is not None and strides[0] != 0:
+        return f"axis 0 has stride {strides[0]}, not 0 (broadcast_to made a copy?)"
+    if layout == TRANSPOSED and strides is not None:
+        c = [itemsize] * len(shape)
+        for k in range(len(shape) - 2, -1, -1):
+            c[k] = c[k + 1] * shape[k + 1]
+        if all(s == cs or n == 1 for s, cs, n in zip(strides, c, shape)):
+            return "the result is C-contiguous (transpose made a copy?)"
+    return None
+
+
+def noncontiguous_tensor(x, device, via_ops=None, layout=TRANSPOSED):
+    """A tensor equal to ``x`` whose data is a view in ``layout`` (:data:`LAYOUTS`):
+
+    ``"transposed"`` (rank >= 2)
+        memory order differs from index order (the last two axes swapped) and strided
+        (every other element of a buffer twice as long);
+    ``"offset view"`` (rank >= 1)
+        C-contiguous, starting at element ``prod(x.shape[1:])`` of a buffer one row
+        longer (``buf[1:]``; on OpenCL the ``pyopencl.array.Array`` has a non-zero
+        ``offset``, on CUDA the pointer is past the allocation's start); the row
+        before holds NaN (floats) or the dtype's maximum, so a kernel that reads the
+        buffer from its start gets wrong values;
+    ``"broadcast (stride 0)"`` (rank >= 1)
+        ``x[:1]`` broadcast along axis 0 (stride 0): ``x`` must be
+        :func:`broadcast_values` of something (equal along axis 0).
+
+    On the host the view is wrapped directly (``np.broadcast_to`` for stride 0); on
+    other devices (or with ``via_ops=True``) it is built with tapeflow ops on the
+    device (slicing, ``tf.transpose``, ``tf.broadcast_to``) and its values are
+    checked. Raises SkipCase when the device's ops return a copy instead of a view
+    of that layout (the backend cannot hold it, so its kernels never see it).
     """
     tf = _tf()
     dev = tf.runtime.devices.get_device(device)
     x = np.asarray(x)
-    xs = np.swapaxes(x, -1, -2)
-    big = np.zeros(xs.shape[:-1] + (2 * xs.shape[-1],), dtype=x.dtype)
-    big[..., ::2] = xs
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; one of {LAYOUTS}")
+    if x.ndim < (2 if layout == TRANSPOSED else 1):
+        raise ValueError(f"a {layout} needs an array of rank >= "
+                         f"{2 if layout == TRANSPOSED else 1}, got shape {x.shape}")
+    if layout == BROADCAST and not np.array_equal(x, broadcast_values(x),
+                                                  equal_nan=x.dtype.kind in "fc"):
+        raise ValueError("a stride-0 view holds its first slice along axis 0 repeated: "
+                         "pass broadcast_values(x)")
     if via_ops is None:
         via_ops = not dev.is_host
+    if layout == TRANSPOSED:
+        xs = np.swapaxes(x, -1, -2)
+        host = np.zeros(xs.shape[:-1] + (2 * xs.shape[-1],), dtype=x.dtype)
+        host[..., ::2] = xs
+    elif layout == OFFSET:
+        host = np.full((x.shape[0] + 1,) + x.shape[1:], _filler(x.dtype), dtype=x.dtype)
+        host[1:] = x
+    else:
+        host = np.ascontiguousarray(x[:1])
     if not via_ops:
         from ..runtime.tensor import _wrap
-        return _wrap(np.swapaxes(big[..., ::2], -1, -2), dev)
+        if layout == TRANSPOSED:
+            view = np.swapaxes(host[..., ::2], -1, -2)
+        elif layout == OFFSET:
+            view = host[1:]
+        else:
+            view = np.broadcast_to(host, x.shape)
+        return _wrap(view, dev)
     transpose = getattr(tf, "transpose", None)
-    if transpose is None or not hasattr(tf.Tensor, "__getitem__"):
-        raise SkipCase(f"cannot build non-contiguous tensors on {dev}: needs tf.transpose and "
-                       "Tensor slicing")
-    perm = list(range(x.ndim))
-    perm[-1], perm[-2] = perm[-2], perm[-1]
+    broadcast_to = getattr(tf, "broadcast_to", None)
+    if transpose is None or broadcast_to is None or not hasattr(tf.Tensor, "__getitem__"):
+        raise SkipCase(f"cannot build non-contiguous tensors on {dev}: needs tf.transpose, "
+                       "tf.broadcast_to and Tensor slicing")
     with tf.device(dev):
-        t = transpose(tf.constant(big, device=dev)[..., ::2], perm)
+        base = tf.constant(host, device=dev)
+        if layout == TRANSPOSED:
+            perm = list(range(x.ndim))
+            perm[-1], perm[-2] = perm[-2], perm[-1]
+            t = transpose(base[..., ::2], perm)
+        elif layout == OFFSET:
+            t = base[1:]
+        else:
+            t = broadcast_to(base, x.shape)
     got = t.numpy()
-    if got.shape != x.shape or not np.array_equal(got, x, equal_nan=x.dtype.kind == "f"):
-        raise AssertionError(f"building a non-contiguous tensor on {dev} with slicing and "
-                             f"tf.transpose gave wrong values (shape {got.shape}, expected "
-                             f"{x.shape}); see the slicing/transpose conformance tests")
+    if got.shape != x.shape or not np.array_equal(got, x, equal_nan=x.dtype.kind in "fc"):
+        raise AssertionError(f"building a non-contiguous tensor ({layout}) on {dev} with "
+                             f"tapeflow ops gave wrong values (shape {got.shape}, expected "
+                             f"{x.shape}); see the slicing/transpose/broadcast_to conformance "
+                             "tests")
+    why = _lacks_layout(t._data, x.shape, x.dtype.itemsize, layout)
+    if why:
+        # The backend's view ops copy, so none of its tensors has this layout and its
+        # kernels never receive one: nothing to test.
+        raise SkipCase(f"{dev} cannot hold a {layout} tensor: {why}")
     return t
 
 
-def _to_device(args, dev, noncontiguous):
+def _to_device(args, dev, layout=None):
+    """The sample's NumPy arrays as tensors on ``dev`` (other arguments unchanged); with
+    a ``layout``, every argument eligible for it (:func:`layout_candidate`) in that
+    layout (:func:`noncontiguous_tensor`)."""
     tf = _tf()
     out = []
     for a in args:
         if isinstance(a, np.ndarray):
-            if noncontiguous and _nc_candidate(a):
-                out.append(noncontiguous_tensor(a, dev))
+            if layout and layout_candidate(a, layout):
+                out.append(noncontiguous_tensor(a, dev, layout=layout))
             else:
                 out.append(tf.constant(a, device=dev))
         else:
@@ -294,7 +437,50 @@ def _as_list(x):
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
+_KIND_ORDER = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+
+
+def _np_case_dtype(case_dtype):
+    """The NumPy dtype of a case dtype (a DType, a NumPy dtype or name), or None."""
+    if case_dtype is None:
+        return None
+    try:
+        return np.dtype(getattr(case_dtype, "np", case_dtype))
+    except TypeError:
+        return None
+
+
+def reference_as_result(expected, result_dtype, case_dtype=None):
+    """The reference's output ``expected`` as a NumPy array to compare with a result of
+    ``result_dtype`` in a case of ``case_dtype``: references may be written in any
+    precision and return Python values.
+
+    * a Python value (``float``, ``int``, ``bool``, a list) has no dtype of its own: it
+      takes the result's dtype when that is of the same or a wider kind (bool < int <
+      float), as a Python scalar does in NumPy 2;
+    * a float array (or NumPy scalar) more precise than the result, when the result has
+      the dtype of the case (a float64 reference for a float32 op), is rounded to it;
+    * anything else keeps its dtype, so a result of the wrong dtype or kind is reported.
+    """
+    rd = np.dtype(result_dtype)
+    weak = not isinstance(expected, (np.ndarray, np.generic))
+    exp = np.asarray(expected)
+    if exp.dtype == rd or exp.dtype.kind not in _KIND_ORDER or rd.kind not in _KIND_ORDER:
+        return exp
+    if weak and _KIND_ORDER[exp.dtype.kind] <= _KIND_ORDER[rd.kind]:
+        with np.errstate(all="ignore"):
+            return exp.astype(rd)
+    cd = _np_case_dtype(case_dtype)
+    if (exp.dtype.kind == "f" and rd.kind == "f" and rd == cd
+            and exp.dtype.itemsize > rd.itemsize):
+        with np.errstate(all="ignore"):     # (beyond the dtype's range: inf, as the op)
+            return exp.astype(rd)
+    return exp
+
+
 def _compare_one(actual, expected, spec, case_dtype, dev, what):
+    """Compare one output tensor with the reference's: device, shape, dtype (after
+    :func:`reference_as_result`), values within :func:`tolerance` of the case dtype."""
     tf = _tf()
     if isinstance(actual, tf.Variable):
         actual = actual.read_value()
@@ -302,14 +488,18 @@ def _compare_one(actual, expected, spec, case_dtype, dev, what):
         raise AssertionError(f"{what}: returned a {type(actual).__name__}, expected a tf.Tensor")
     if actual.device != dev.name:
         raise AssertionError(f"{what}: the result is on {actual.device}, expected {dev.name}")
-    exp = np.asarray(expected)
     got = actual.numpy()
+    if case_dtype is None:
+        case_dtype = got.dtype
+    exp = reference_as_result(expected, got.dtype, case_dtype)
     if got.shape != exp.shape:
         raise AssertionError(f"{what}: result shape {got.shape} != reference shape {exp.shape}")
     if spec.check_dtype and got.dtype != exp.dtype:
         raise AssertionError(f"{what}: result dtype {tf.dtypes.from_numpy(got.dtype).name} != "
-                             f"reference dtype {exp.dtype.name} (set check_dtype=False in the "
-                             "spec only if the reference cannot produce the right dtype)")
+                             f"reference dtype {exp.dtype.name} (a more precise float reference "
+                             "is rounded to the case dtype, Python values take the result's; "
+                             "set check_dtype=False in the spec only if the reference cannot "
+                             "produce the right dtype)")
     tol = tolerance(spec, case_dtype, got.dtype)
     if tol is None:
         if exp.dtype.kind in "fc":
@@ -346,32 +536,110 @@ def _compare_one(actual, expected, spec, case_dtype, dev, what):
         f"  actual:   {_fmt(got)}\n  expected: {_fmt(exp)}")
 
 
-def check_sample(spec, sample, device, dtype=None, noncontiguous=False, index=None):
-    """Run one sample forward on ``device`` and compare with ``spec.ref`` (or
-    validate with ``spec.check``). Raises AssertionError on a mismatch."""
-    tf = _tf()
-    dev = tf.runtime.devices.get_device(device)
-    variant = " (non-contiguous inputs)" if noncontiguous else ""
+def _sample_label(spec, sample, dev, dtype, index):
     label = f"sample {index}" if index is not None else "sample"
     if sample.name:
         label += f" {sample.name!r}"
     dname = getattr(dtype, "name", dtype)
-    what = (f"{spec.name}{f' [{dname}]' if dname else ''} on {dev.name}, {label}{variant} "
+    return f"{spec.name}{f' [{dname}]' if dname else ''} on {dev.name}, {label}"
+
+
+def check_sample(spec, sample, device, dtype=None, noncontiguous=False, index=None):
+    """Run one sample forward on ``device`` and compare with ``spec.ref`` (or
+    validate with ``spec.check``). Raises AssertionError on a mismatch.
+
+    ``noncontiguous``: ``False`` (contiguous inputs), ``True`` (once per layout of
+    :data:`LAYOUTS` that applies to some array argument) or one layout name. Each
+    layout run gives every eligible argument (:func:`layout_candidate`) that layout;
+    for ``"broadcast (stride 0)"`` their values are :func:`broadcast_values` (the first
+    slice along axis 0 repeated) and the reference gets the same values (the layout
+    is skipped for a sample whose reference raises on them, e.g. a singular matrix,
+    and for random ops validated by ``spec.check``, which need distinct values).
+    Every failing layout is reported, each named (``non-contiguous inputs: offset
+    view``), so the message says which layout the kernel gets wrong. Returns the number
+    of runs (layouts a device cannot hold are skipped, see :func:`noncontiguous_tensor`).
+    """
+    tf = _tf()
+    dev = tf.runtime.devices.get_device(device)
+    if not noncontiguous:
+        _run_sample(spec, sample, dev, dtype, index, None)
+        return 1
+    layouts = LAYOUTS if noncontiguous is True else (noncontiguous,)
+    failures, ran = [], 0
+    for layout in layouts:
+        if not any(layout_candidate(a, layout) for a in sample.args):
+            continue
+        if layout == BROADCAST and spec.check is not None:
+            # A random op's check needs the sample's distinct values (a shuffle of
+            # equal rows cannot be told from no shuffle): no repeated-value layout.
+            continue
+        try:
+            ran += _run_sample(spec, sample, dev, dtype, index, layout)
+        except SkipCase:
+            continue
+        except AssertionError as e:
+            failures.append(e)
+    if len(failures) == 1:
+        raise failures[0]
+    if failures:
+        raise AssertionError(f"{len(failures)} non-contiguous layouts fail:\n"
+                             + "\n".join(f"- {e}" for e in failures)) from failures[0]
+    return ran
+
+
+def _run_sample(spec, sample, dev, dtype, index, layout):
+    """One forward run of ``sample`` with contiguous inputs (``layout=None``) or with its
+    eligible array arguments in ``layout``; returns 1, or 0 when skipped."""
+    tf = _tf()
+    variant = ""
+    if layout is not None:
+        which = [str(i) for i, a in enumerate(sample.args) if layout_candidate(a, layout)]
+        variant = (f" (non-contiguous inputs: {layout}; argument{'s' if len(which) > 1 else ''} "
+                   f"{', '.join(which)}")
+        if layout == BROADCAST:
+            args = tuple(broadcast_values(a) if layout_candidate(a, layout) else a
+                         for a in sample.args)
+            sample = dataclasses.replace(sample, args=args)
+            variant += ": the first slice along axis 0 repeated"
+            if spec.check is None and not _reference_runs(spec, sample):
+                return 0
+        variant += ")"
+    what = (f"{_sample_label(spec, sample, dev, dtype, index)}{variant} "
             f"{_describe_args(sample.args, sample.kwargs)}")
     # Edge samples (inf, nan, 0) make NumPy warn by design, in kernels and references.
     with tf.device(dev), np.errstate(all="ignore"):
-        targs = _to_device(sample.args, dev, noncontiguous)
+        targs = _to_device(sample.args, dev, layout)
         try:
             out = spec.fn(*targs, **sample.kwargs)
         except Exception as e:
-            e.add_note(f"conformance: raised by {what}")
-            raise
+            if layout is None:
+                e.add_note(f"conformance: raised by {what}")
+                raise
+            raise AssertionError(f"{what}: raised {type(e).__name__}: {e}") from e
     _verify(spec, sample, out, dev, dtype, what)
+    return 1
+
+
+def _reference_runs(spec, sample):
+    """Whether ``spec.ref`` accepts ``sample`` (values made for a layout may be outside
+    the op's domain, e.g. a singular matrix, where the reference raises)."""
+    np_args = [a.copy() if isinstance(a, np.ndarray) else a for a in sample.args]
+    ref_kwargs = sample.kwargs if sample.ref_kwargs is None else sample.ref_kwargs
+    try:
+        with np.errstate(all="ignore"):
+            spec.ref(*np_args, **ref_kwargs)
+    except Exception:
+        return False
+    return True
 
 
 def _verify(spec, sample, out, dev, dtype, what):
     """Compare ``out`` (what ``spec.fn`` returned for ``sample`` on ``dev``) with
-    ``spec.ref``, or validate it with ``spec.check`` for random ops."""
+    ``spec.ref``, or validate it with ``spec.check`` for random ops.
+
+    The reference may return one array-like for one output (a NumPy array of any
+    dtype, a Python scalar or list: see :func:`reference_as_result`), or a list/tuple
+    with one entry per output when the op returns several."""
     tf = _tf()
     np_args = [a.copy() if isinstance(a, np.ndarray) else a for a in sample.args]
     if spec.check is not None:
@@ -394,20 +662,36 @@ def _verify(spec, sample, out, dev, dtype, what):
     ref_kwargs = sample.kwargs if sample.ref_kwargs is None else sample.ref_kwargs
     with np.errstate(all="ignore"):
         expected = spec.ref(*np_args, **ref_kwargs)
+    multi = isinstance(out, (list, tuple))
+    if not multi and isinstance(expected, (list, tuple)) and _one_array(expected):
+        expected = np.asarray(expected)        # a list for one output: its values
     outs, exps = _as_list(out), _as_list(expected)
-    multi = isinstance(expected, (list, tuple))
-    if multi != isinstance(out, (list, tuple)) or len(outs) != len(exps):
+    if multi != isinstance(expected, (list, tuple)) or len(outs) != len(exps):
         raise AssertionError(f"{what}: returned {len(outs)} output(s) "
                              f"({type(out).__name__}); the reference returned {len(exps)} "
                              f"({type(expected).__name__})")
     for k, (o, e) in enumerate(zip(outs, exps)):
-        _compare_one(o, e, spec, dtype if dtype is not None else np.asarray(e).dtype, dev,
-                     what + (f" output {k}" if multi else ""))
+        _compare_one(o, e, spec, dtype, dev, what + (f" output {k}" if multi else ""))
+
+
+def _one_array(values):
+    """Whether a list/tuple the reference returned holds the values of one output:
+    Python numbers (or lists of them) making a numeric, not ragged, array. A tuple of
+    NumPy arrays stands for several outputs."""
+    if any(isinstance(v, np.ndarray) for v in values):
+        return False
+    try:
+        a = np.asarray(values)
+    except ValueError:
+        return False
+    return a.dtype.kind in _KIND_ORDER
 
 
 def check_forward(spec, device, dtype, noncontiguous=False):
-    """Every sample of ``dtype`` forward on ``device`` (see :func:`check_sample`).
-    Raises SkipCase when there is nothing to run."""
+    """Every sample of ``dtype`` forward on ``device`` (see :func:`check_sample`; with
+    ``noncontiguous``, the samples with an array argument some layout of
+    :data:`LAYOUTS` applies to). Returns the number of samples run; raises SkipCase
+    when there is nothing to run."""
     tf = _tf()
     dtype = tf.as_dtype(dtype)
     samples = samples_for(spec, dtype)
@@ -417,11 +701,12 @@ def check_forward(spec, device, dtype, noncontiguous=False):
     for i, s in enumerate(samples):
         if noncontiguous and not _has_nc(s):
             continue
-        check_sample(spec, s, device, dtype, noncontiguous, index=i)
-        ran += 1
+        if check_sample(spec, s, device, dtype, noncontiguous, index=i):
+            ran += 1
     if not ran:
-        raise SkipCase(f"spec {spec.name} has no {dtype.name} sample with an array argument of "
-                       "rank >= 2 (nothing to make non-contiguous)")
+        raise SkipCase(f"spec {spec.name} has no {dtype.name} sample with a non-empty array "
+                       "argument of rank >= 1 whose non-contiguous layouts the device can hold "
+                       "(nothing to make non-contiguous)")
     return ran
 
 
@@ -563,7 +848,7 @@ def check_traced_sample(spec, sample, device, dtype=None, index=None, other=None
     kept = []
     with tf.device(dev), np.errstate(all="ignore"):
         for step, s in steps:
-            targs = _to_device(s.args, dev, False)
+            targs = _to_device(s.args, dev)
             try:
                 out = f(*targs)
             except Exception as e:
@@ -628,7 +913,7 @@ def check_traced(spec, device, dtype):
     if not samples:
         raise SkipCase(f"spec {spec.name} has no samples for dtype {dtype.name}")
     rng = np.random.default_rng(_seed(spec.name, dtype.name, "traced"))
-    second = list(spec.samples(dtype, rng) or [])
+    second = _draw(spec, dtype, rng)
     reason = untraceable_reason(spec)
     untraced = []
     for i, s in enumerate(samples):
@@ -698,7 +983,9 @@ def _named(f, name):
 
 
 def check_errors(spec, device):
-    """Every :class:`ErrorSample`: the right error type, naming op, device and ``match``."""
+    """Every :class:`ErrorSample`: the right error type, with a message naming the op
+    (``[Op:``) and the device, in which the regular expression ``match`` is found
+    (``re.search``, as ``pytest.raises(match=)``; ``re.escape`` literal text)."""
     tf = _tf()
     dev = tf.runtime.devices.get_device(device)
     if not spec.errors:
@@ -706,17 +993,24 @@ def check_errors(spec, device):
     for i, err in enumerate(spec.errors):
         what = (f"{spec.name} on {dev.name}, error sample {i}"
                 f"{f' {err.name!r}' if err.name else ''} {_describe_args(err.args, err.kwargs)}")
+        pattern = _match_pattern(err.match, what)
         try:
             with tf.device(dev):
-                targs = _to_device(err.args, dev, False)
+                targs = _to_device(err.args, dev)
                 spec.fn(*targs, **err.kwargs)
         except err.error as e:
             msg = str(e)
-            missing = [m for m in ("[Op:", dev.name, err.match) if m and m not in msg]
+            missing = [m for m in ("[Op:", dev.name) if m not in msg]
+            if pattern is not None and not pattern.search(msg):
+                missing.append(err.match)
             if missing:
+                hint = ""
+                if err.match in missing and err.match in msg:
+                    hint = (f"\n  (match is a regular expression, and {err.match!r} appears "
+                            "literally: escape it, match=re.escape(...))")
                 raise AssertionError(
                     f"{what}: raised {type(e).__name__} as expected, but the message lacks "
-                    f"{missing}:\n  {msg}") from None
+                    f"{missing}:\n  {msg}{hint}") from None
         except Exception as e:
             raise AssertionError(f"{what}: expected {err.error.__name__}, got "
                                  f"{type(e).__name__}: {e}") from e
@@ -724,6 +1018,19 @@ def check_errors(spec, device):
             raise AssertionError(f"{what}: expected {err.error.__name__} "
                                  f"(matching {err.match!r}); nothing was raised")
     return len(spec.errors)
+
+
+def _match_pattern(match, what):
+    """``ErrorSample.match`` compiled (None when empty); AssertionError naming the
+    sample when it is not a valid regular expression."""
+    if not match:
+        return None
+    try:
+        return re.compile(match)
+    except re.error as e:
+        raise AssertionError(f"{what}: match={match!r} is not a valid regular expression "
+                             f"({e}); it is searched with re.search, so escape literal text: "
+                             "match=re.escape(...)") from None
 
 
 # --- cases ------------------------------------------------------------------------------
@@ -886,7 +1193,8 @@ def check_spec(spec, devices=None,
             except AssertionError as e:
                 failed.append(f"{label}: {e}")
             except Exception as e:
-                failed.append(f"{label}: raised {type(e).__name__}: {e}")
+                notes = "".join(f"\n  {n}" for n in getattr(e, "__notes__", ()))
+                failed.append(f"{label}: raised {type(e).__name__}: {e}{notes}")
             else:
                 passed.append(label)
     if failed:
@@ -970,22 +1278,45 @@ OpSpec = OpSpec
 
 # --- opcheck: one call for plugin authors --------------------------------------------------
 
-def _fixed_samples(samples):
+def _values_as(a, dtype):
+    """Float sample values ``a`` as integer or bool values of ``dtype`` (a DType): bool
+    from ``a > 0``; integers rounded (absolute values for unsigned dtypes), NaN as 0,
+    clipped to the dtype's range."""
+    if dtype.is_bool:
+        return a > 0
+    info = np.iinfo(dtype.np)
+    lo, hi = float(info.min), float(info.max)
+    if int(hi) > info.max:                      # (int64: the float rounds up past the max)
+        hi = float(np.nextafter(hi, 0.0))
+    with np.errstate(all="ignore"):
+        v = np.nan_to_num(np.asarray(a, np.float64), nan=0.0, posinf=hi, neginf=lo)
+        if dtype.is_unsigned:
+            v = np.abs(v)
+        return np.clip(np.round(v), lo, hi).astype(dtype.np)
+
+
+def _fixed_samples(samples, declared=()):
     """A list of Samples (or argument tuples) -> ``samples(dtype, rng)``: float array
-    arguments are cast to each float dtype; samples without float arrays run for
-    the dtype of their first array."""
+    arguments are cast to each float dtype, and to each integer and bool dtype in
+    ``declared`` (declared by the op's kernels or by ``opcheck(dtypes=)``) with
+    :func:`_values_as`; samples without float arrays run for the dtype of their first
+    array. Gradients are checked in float64 only, so never for the integer and bool
+    samples."""
     fixed = [s if isinstance(s, Sample) else Sample(tuple(s) if isinstance(s, (list, tuple))
                                                    else (s,)) for s in samples]
+    declared = tuple(declared)
 
     def gen(dtype, rng):
         out = []
         for s in fixed:
             arrays = [a for a in s.args if isinstance(a, np.ndarray)]
             has_float = any(a.dtype.kind == "f" for a in arrays)
-            if dtype.is_floating and has_float:
-                args = tuple(a.astype(dtype.np) if isinstance(a, np.ndarray) and a.dtype.kind == "f"
+            if has_float and (dtype.is_floating or dtype in declared):
+                cast = ((lambda a: a.astype(dtype.np)) if dtype.is_floating
+                        else (lambda a: _values_as(a, dtype)))
+                args = tuple(cast(a) if isinstance(a, np.ndarray) and a.dtype.kind == "f"
                              else a for a in s.args)
-                out.append(Sample(args, dict(s.kwargs), s.grad_argnums, s.ref_kwargs, s.name))
+                out.append(dataclasses.replace(s, args=args, kwargs=dict(s.kwargs)))
             elif not has_float and arrays and arrays[0].dtype == dtype.np:
                 out.append(s)
         return out
@@ -993,28 +1324,124 @@ def _fixed_samples(samples):
     return gen
 
 
+def _declared_dtypes(op_name, dtypes):
+    """The dtypes declared for the op: ``dtypes`` when given, else every dtype its
+    kernels declare (those declaring "any dtype" add none)."""
+    tf = _tf()
+    if dtypes is not None:
+        return {tf.as_dtype(d) for d in dtypes}
+    from ..runtime.registry import OPS
+    opdef = OPS.get(op_name) if op_name else None
+    out = set()
+    for entry in (opdef.kernels.values() if opdef is not None else ()):
+        out.update(entry.dtypes or ())
+    return out
+
+
+def _empty_shapes(shapes):
+    """Shapes of size 0, one per input shape, that still broadcast together: axis 0 of
+    the broadcast shape becomes 0 (inputs of lower rank, or with a 1 there that is
+    broadcast, keep theirs); 0-d inputs together become ``(0,)``."""
+    try:
+        b = np.broadcast_shapes(*shapes)
+    except ValueError:                # not broadcastable: axis 0 of each
+        return [(0,) + tuple(s[1:]) for s in shapes]
+    if not b:
+        return [(0,)] * len(shapes)
+    return [(0,) + tuple(s[1:]) if len(s) == len(b) and (s[0] == b[0] or b[0] == 1)
+            else tuple(s) for s in shapes]
+
+
+def edge_samples(sample, index=0):
+    """A 0-d and an empty (size-0) sample derived from ``sample`` (the ``index``-th):
+    every NumPy array argument becomes its first element as a 0-d array, then an
+    empty array (:func:`_empty_shapes`: the inputs still broadcast together); other
+    arguments and the keywords are kept. The empty sample checks no gradients. For
+    ops that compute each output element from the matching input elements (see
+    :func:`opcheck`'s ``edge_cases``)."""
+    arrays = [a for a in sample.args if isinstance(a, np.ndarray)]
+    if not arrays:
+        return []
+    src = f"sample {index}{f' {sample.name!r}' if sample.name else ''}"
+    out = []
+    if all(a.size for a in arrays):
+        args = tuple(np.array(a.reshape(-1)[0]) if isinstance(a, np.ndarray) else a
+                     for a in sample.args)
+        out.append(dataclasses.replace(sample, args=args, name=f"0-d, from {src}"))
+    shapes = iter(_empty_shapes([a.shape for a in arrays]))
+    args = tuple(np.zeros(next(shapes), a.dtype) if isinstance(a, np.ndarray) else a
+                 for a in sample.args)
+    out.append(dataclasses.replace(sample, args=args, grad_argnums=(),
+                                   name=f"empty, from {src}"))
+    return out
+
+
+def _with_edge_cases(gen):
+    """``samples(dtype, rng)`` plus :func:`edge_samples` of its first sample."""
+    def samples(dtype, rng):
+        base = list(gen(dtype, rng) or [])
+        return base + edge_samples(base[0]) if base else base
+    samples.__name__ = getattr(gen, "__name__", "samples")
+    return samples
+
+
 def opcheck(spec_or_fn, samples=None, *, ref=None, check=None, errors=(), op=None, name=None,
             dtypes=None, grad_order=2, tol=None, grad_tol=(1e-4, 1e-5), devices=None,
-            check_dtype=True,
+            check_dtype=True, edge_cases=None,
             kinds=("forward", "noncontiguous", "gradients", "errors", "traced")):
     """Check an op in one call, on every available device: forward against a NumPy
     reference for every dtype, non-contiguous inputs, gradients to ``grad_order``
     (float64, finite differences), the error contract, and the op inside
     :func:`tapeflow.function` (traced, replayed, replayed with other values).
 
+    What runs:
+
+    * **dtypes**: every dtype the op's kernel on the device declares (``op``), or
+      ``dtypes``. A list of samples is cast to each: float arrays to the float dtypes,
+      and, for integer and bool dtypes the kernels (or ``dtypes``) declare, to rounded
+      integers (clipped to the dtype's range, absolute values for unsigned) and to
+      ``x > 0`` for bool. A ``samples`` function decides for itself: it receives each
+      dtype as a tapeflow ``DType`` (``dtype.np`` is its NumPy dtype, and NumPy accepts
+      the DType itself: ``np.ones(3, dtype)``) and returns ``[]`` for dtypes it has no
+      samples for. Gradients are checked in float64 only, never for integer or bool.
+    * **non-contiguous inputs** (:data:`LAYOUTS`), each sample with an array argument
+      of rank >= 1 once per layout: an ``"offset view"`` (the data does not start at
+      its buffer's first element), ``"transposed"`` (rank >= 2: memory order is not
+      index order, and strided) and ``"broadcast (stride 0)"`` (axis 0 has stride 0;
+      the values are the sample's first slice along axis 0 repeated, and the
+      reference gets the same; not for random ops, whose ``check`` needs distinct
+      values). A failure names the layout; a layout a device cannot hold is skipped.
+    * **edge cases**: a 0-d and an empty (size-0) sample derived from the first sample
+      of each dtype (:func:`edge_samples`), when ``edge_cases`` is True, or when it is
+      None (the default) and the op is declared ``elementwise=True`` (every output
+      element computed from the matching, broadcast, input elements: such an op accepts
+      any shape). Ops that are only ``broadcast=True`` (MatMul broadcasts its batch
+      dimensions but needs rank 2) get none unless asked.
+    * **references** may compute in any precision and return any array-like: a float
+      reference more precise than the case dtype (float64 for a float32 op) is rounded
+      to it, Python values take the result's dtype (:func:`reference_as_result`);
+      tolerances are those of the case dtype (:data:`DEFAULT_TOL`, ``tol``).
+    * **errors**: each :class:`ErrorSample` must raise its error type with ``[Op:``
+      and the device name in the message, and ``match``, a regular expression, found
+      in it (``re.search``, as ``pytest.raises(match=)``).
+
     Args:
-        spec_or_fn: an :class:`OpSpec` (the other arguments are then ignored), an
-            :class:`~tapeflow.plugins.OpDef` (called with its attrs as keywords), or
-            a function built on tapeflow ops.
-        samples: ``samples(dtype, rng) -> [Sample]``, or a list of Samples (or of
-            argument tuples), whose float arrays are cast to each float dtype.
+        spec_or_fn: an :class:`OpSpec` (the other arguments are then ignored, except
+            ``edge_cases=True``), an :class:`~tapeflow.plugins.OpDef` (called with its
+            attrs as keywords), or a function built on tapeflow ops (an op's public
+            function from ``@lib.op`` carries its OpDef).
+        samples: ``samples(dtype, rng) -> [Sample]`` (``dtype``: a tapeflow DType,
+            ``rng``: a seeded ``numpy.random.Generator``), or a list of Samples (or of
+            argument tuples), whose float arrays are cast to each dtype tested.
         ref: NumPy reference ``ref(*numpy_args, **kwargs)``; or ``check(out, *args,
             **kwargs)`` validating the (host) output of a random op.
         errors: :class:`ErrorSample` s, each must raise with ``[Op:``, the device
-            name and ``match`` in the message.
+            name and a match of the regular expression ``match`` in the message.
         op: the op name whose kernel dtypes decide which dtypes are tested
             (default: the OpDef's name, else every dtype the samples provide).
+        dtypes: dtype names to test instead of the kernels' (intersected with them).
         devices: device names (default: every available device).
+        edge_cases: add 0-d and empty samples (None: when the op is elementwise).
 
     Returns ``{"passed": [...], "skipped": [(check, reason)]}``; raises AssertionError
     listing every failed check.
@@ -1025,9 +1452,11 @@ def opcheck(spec_or_fn, samples=None, *, ref=None, check=None, errors=(), op=Non
     >>> "gradients[multiply-cpu:0]" in report["passed"]
     True
     """
-    from ..runtime.registry import OpDef
+    from ..runtime.registry import OPS, OpDef
     if isinstance(spec_or_fn, OpSpec):
         spec = spec_or_fn
+        if edge_cases:
+            spec = dataclasses.replace(spec, samples=_with_edge_cases(spec.samples))
     else:
         fn = spec_or_fn
         if isinstance(fn, OpDef):
@@ -1036,7 +1465,13 @@ def opcheck(spec_or_fn, samples=None, *, ref=None, check=None, errors=(), op=Non
             op = op or fn.op.name
         if samples is None:
             raise TypeError("opcheck needs samples (a list of Samples or samples(dtype, rng))")
-        gen = samples if callable(samples) else _fixed_samples(samples)
+        gen = (samples if callable(samples)
+               else _fixed_samples(samples, _declared_dtypes(op, dtypes)))
+        if edge_cases is None:
+            opdef = OPS.get(op) if op else None
+            edge_cases = bool(opdef is not None and opdef.elementwise)
+        if edge_cases:
+            gen = _with_edge_cases(gen)
         if ref is None and check is None:
             kinds = tuple(k for k in kinds if k not in ("forward", "noncontiguous", "traced"))
         if name is None:

@@ -307,6 +307,16 @@ def _materialise(v, device, variables):
     return v
 
 
+def _runs_on(call, device):
+    """Whether ``call`` can run on ``device`` at all: registry ops need a kernel for the
+    device type or a composite (public functions are assumed to run everywhere)."""
+    if not call.target.startswith("op:"):
+        return True
+    op = registry.OPS.get(call.target[3:])
+    dtype = tf.runtime.devices.get_device(device).type
+    return op is not None and (dtype in op.kernels or op.composite is not None)
+
+
 def _resolve(call):
     if call.target.startswith("op:"):
         return registry.OPS[call.target[3:]]
@@ -435,6 +445,8 @@ def run(calls, devices=("cpu:0",)):
         if ref.kind in BUGS:
             rep.add(ref.kind, call.target, ref.detail, call.describe())
         for dev in devices[1:]:
+            if not _runs_on(call, dev):
+                continue        # an op without a kernel or composite there: nothing to compare
             other = run_call(call, dev)
             if other.kind in BUGS and other.kind != ref.kind:
                 rep.add(f"{other.kind}@{dev}", call.target, other.detail, call.describe())

@@ -7,12 +7,27 @@ Each area of ops has a module ``tapeflow.testing.specs.<area>`` defining
   declares (or ``OpSpec.dtypes``), against ``ref`` (NumPy) on the host;
 * gradients: float64 samples through ``check_grads`` to ``grad_order``;
 * errors: each :class:`ErrorSample` raises its error type, whose message names
-  the op (``[Op:<name>]``) and the device.
+  the op (``[Op:<name>]``) and the device, and matches ``ErrorSample.match`` (a
+  regular expression, searched as ``pytest.raises(match=)`` does).
 
 A sample's ``args`` are NumPy arrays (turned into tensors on the device under
-test; the harness also feeds non-contiguous copies), or anything else (passed
+test; the harness also feeds them as non-contiguous views: an offset view,
+transposed, and broadcast with stride 0, see
+:data:`tapeflow.testing.conformance.LAYOUTS`), or anything else (passed
 unchanged: Python scalars, shapes, axes). ``kwargs`` go to both ``fn`` and
 ``ref``, unless ``ref_kwargs`` is given for the reference.
+
+``samples(dtype, rng)`` receives ``dtype`` as a tapeflow ``DType`` (``tf.float32``;
+``dtype.np`` is its NumPy dtype, ``dtype.is_floating`` / ``is_integer`` /
+``is_bool`` its kind, and ``dtype is tf.float32`` holds) and NumPy accepts it as a
+dtype while samples are drawn: ``np.ones(3, dtype)``, ``x.astype(dtype)``.
+
+>>> import numpy as np, tapeflow as tf
+>>> from tapeflow.testing import conformance
+>>> spec = OpSpec(name="neg", fn=tf.negative, ref=np.negative, op="Neg",
+...               samples=lambda dtype, rng: [Sample((np.arange(3, dtype=dtype),))])
+>>> [s.args[0].dtype.name for s in conformance.samples_for(spec, tf.int32)]
+['int32']
 """
 
 from __future__ import annotations
@@ -23,6 +38,10 @@ from typing import Any, Callable
 
 @dataclass
 class Sample:
+    """One set of arguments for an op: ``fn(*args, **kwargs)``, compared with
+    ``ref(*numpy_args, **(ref_kwargs or kwargs))``; NumPy array arguments become
+    tensors on the device under test."""
+
     args: tuple
     kwargs: dict = field(default_factory=dict)
     #: which positional args to differentiate (default: every float ndarray arg)
@@ -34,23 +53,34 @@ class Sample:
 
 @dataclass
 class ErrorSample:
+    """Arguments the op must reject: ``fn(*args, **kwargs)`` raises ``error`` (or a
+    subclass) with a message naming the op (``[Op:``) and the device, in which the
+    regular expression ``match`` is found (``re.search``, like
+    ``pytest.raises(match=)``: ``re.escape`` text that holds ``[ ] ( ) . * + ?``)."""
+
     args: tuple
     kwargs: dict = field(default_factory=dict)
     error: type = Exception
-    #: substring the message must contain (besides the op name and device)
+    #: regular expression searched in the message (besides the op name and device)
     match: str = ""
     name: str = ""
 
 
 @dataclass
 class OpSpec:
+    """How to test one op: its function, a NumPy reference and samples per dtype (see
+    the module docstring, and :func:`tapeflow.testing.opcheck` for one call)."""
+
     #: public name, e.g. "add" or "nn.relu" (used in test ids)
     name: str
     #: the tapeflow function under test
     fn: Callable
-    #: NumPy reference: ref(*numpy_args, **kwargs) -> ndarray or tuple of ndarrays
+    #: NumPy reference: ref(*numpy_args, **kwargs) -> ndarray (or a tuple of them, one per
+    #: output); any precision (a float64 reference for a float32 op is rounded to float32
+    #: before comparing) or Python values (they take the result's dtype)
     ref: Callable
-    #: samples(dtype: tapeflow DType, rng: numpy Generator) -> list[Sample]
+    #: samples(dtype: tapeflow DType, rng: numpy Generator) -> list[Sample]; NumPy takes
+    #: the DType as a dtype there (np.ones(3, dtype)); [] means "not for this dtype"
     samples: Callable
     #: the OpDef name whose kernel dtypes decide which dtypes are tested
     op: str = ""

@@ -108,7 +108,7 @@ def _tol(dtype_tol=(2e-3, 1e-3)):
 def test_gelu_forward_and_errors(tf_device, approximate):
     errors = [
         ErrorSample((np.arange(3, dtype=np.int32),), {"approximate": approximate},
-                    tf.errors.NotFoundError, "dtype in [float16, float32, float64]",
+                    tf.errors.NotFoundError, r"dtype in \[float16, float32, float64\]",
                     name="int32 has no kernel"),
         ErrorSample((np.ones(3, np.float32),), {"approximate": "sigmoid"},
                     tf.errors.InvalidArgumentError, "approximate must be True or False"),

@@ -10,6 +10,8 @@ float arguments; index arguments are never differentiated.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 import tapeflow as tf
@@ -48,7 +50,10 @@ def _i32(*a):
 
 
 def _err(args, match, kwargs=None, name="", error=InvalidArgumentError):
-    return ErrorSample(tuple(args), dict(kwargs or {}), error=error, match=match, name=name)
+    """An ErrorSample whose message contains ``match`` literally (escaped: ErrorSample.match
+    is a regular expression)."""
+    return ErrorSample(tuple(args), dict(kwargs or {}), error=error, match=re.escape(match),
+                       name=name)
 
 
 # --- creation ------------------------------------------------------------------------

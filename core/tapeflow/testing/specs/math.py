@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math as _pymath
 import operator
+import re
 
 import numpy as np
 
@@ -230,13 +231,14 @@ _MISMATCH = (np.ones((2, 3), _F32), np.ones((4,), _F32))
 
 def _incompatible(fn_name, dtype=_F32):
     return ErrorSample((np.ones((2, 3), dtype), np.ones((4,), dtype)),
-                       error=InvalidArgumentError, match="Incompatible shapes: [2, 3] vs. [4]",
+                       error=InvalidArgumentError,
+                       match=re.escape("Incompatible shapes: [2, 3] vs. [4]"),
                        name="broadcast_mismatch")
 
 
 def _no_kernel(dtype, registered, name):
     return ErrorSample((np.ones((2,), dtype),), error=NotFoundError,
-                       match=f"dtype in [{registered}]", name=name)
+                       match=re.escape(f"dtype in [{registered}]"), name=name)
 
 
 _FLOAT_LIST = "float16, float32, float64"
@@ -265,7 +267,7 @@ SPECS: list[OpSpec] = [
     # --- binary arithmetic
     _binary("add", tf.add, np.add, "Add", _binary_samples(),
             errors=[ErrorSample((np.ones(2, np.bool_), np.ones(2, np.bool_)), error=NotFoundError,
-                                match=f"dtype in [{_NUMERIC_LIST}]", name="bool")]),
+                                match=re.escape(f"dtype in [{_NUMERIC_LIST}]"), name="bool")]),
     _binary("subtract", tf.subtract, np.subtract, "Sub", _binary_samples()),
     _binary("multiply", tf.multiply, np.multiply, "Mul", _binary_samples()),
     _binary("divide", tf.divide, np.true_divide, "RealDiv",
@@ -294,7 +296,7 @@ SPECS: list[OpSpec] = [
     _binary("atan2", tf.atan2, np.arctan2, "Atan2",
             _binary_samples((0.5, 3.0), (-3.0, 3.0), y_nonzero=True),
             errors=[ErrorSample((np.ones(2, np.int32), np.ones(2, np.int32)),
-                                error=NotFoundError, match=f"dtype in [{_FLOAT_LIST}]",
+                                error=NotFoundError, match=re.escape(f"dtype in [{_FLOAT_LIST}]"),
                                 name="int")]),
     OpSpec(name="add_n", fn=lambda *xs: tf.add_n(list(xs)), ref=_addn_ref, op="AddN",
            samples=_addn_samples,
@@ -345,7 +347,7 @@ SPECS: list[OpSpec] = [
             _compare_samples, grad=0),
     _binary("logical_and", tf.logical_and, np.logical_and, "LogicalAnd", _logical_samples,
             mismatch=np.bool_, grad=0, errors=[ErrorSample(_MISMATCH[:1] * 2, error=NotFoundError,
-                                        match="dtype in [bool]", name="float")]),
+                                        match=re.escape("dtype in [bool]"), name="float")]),
     _binary("logical_or", tf.logical_or, np.logical_or, "LogicalOr", _logical_samples,
             mismatch=np.bool_, grad=0),
     _binary("logical_xor", tf.math.logical_xor, np.logical_xor, "LogicalXor", _logical_samples,
