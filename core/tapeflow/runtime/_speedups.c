@@ -1,7 +1,8 @@
 /*
  * tapeflow.runtime._speedups: the binary-operator fast path in C (optional).
  *
- * `a + b` on two Tensors of one device and dtype is the figure users compare an
+ * `a + b` on two Tensors of one device and dtype (or a Tensor and a Python scalar
+ * that keeps its dtype: `x * 2.0`) is the figure users compare an
  * eager runtime by. In Python the method frame, slot loads and the Tensor
  * allocation cost ~2x NumPy's own `a + b`; this module removes them. It does
  * exactly what `execute.make_binary_operator` does in Python, and falls back to
@@ -18,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <string.h>
 
 static PyTypeObject *TensorType = NULL;   /* tapeflow.tensor.Tensor */
 static Py_ssize_t off_data = -1, off_device = -1;
@@ -28,6 +30,22 @@ static PyObject *local_obj = NULL;        /* tape._local (threading.local) */
 static PyObject *empty_dict = NULL;
 static PyObject *str_dtype = NULL, *str_type = NULL, *str_recorders = NULL;
 static PyObject *str_differentiable = NULL;
+static PyObject *scalar_for = NULL;       /* dispatch._scalar_or_none(value, like) */
+
+/*
+ * Python scalars next to a Tensor (`x * 2.0`, Collatz's `a % 2`): a direct-mapped cache
+ * of the 0-d tensors the Python path makes for them (dispatch._scalar_like), keyed by
+ * the scalar's exact type and bits (so 0.0 and -0.0 differ), the Tensor's dtype object
+ * and its device. A miss asks dispatch._scalar_or_none, which returns None when NumPy 2's
+ * weak-scalar rule would not keep the Tensor's dtype (the Python path then decides).
+ */
+#define SCACHE_SIZE 64
+typedef struct {
+    PyObject *dtype, *dev, *tensor;   /* owned; tensor == NULL: empty slot */
+    int is_float;
+    unsigned long long bits;
+} ScalarSlot;
+static ScalarSlot scache[SCACHE_SIZE];
 
 /*
  * record(op, inputs, outputs, attrs, grad_fn): tape._record_py in C. For every
@@ -114,6 +132,61 @@ sp_record(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
+static int op_differentiable(PyObject *op);
+
+/* record(op, (a, b), (t,), {}, None) for a binary op, with nothing allocated when no
+   tape of this thread watches `a` or `b` (the common case with a tape open: most
+   tensors are not watched). 0 on success, -1 with an error set. */
+static int
+record_binary(PyObject *op, PyObject *a, PyObject *b, PyObject *t)
+{
+    PyObject *recs = PyObject_GetAttr(local_obj, str_recorders);
+    if (recs == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    int rc = 0;
+    PyObject *ka = NULL, *kb = NULL, *kt = NULL, *rec = NULL;
+    if (!PyList_Check(recs))
+        goto out;
+    ka = PyLong_FromVoidPtr(a);
+    kb = PyLong_FromVoidPtr(b);
+    if (ka == NULL || kb == NULL) { rc = -1; goto out; }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recs); i++) {
+        PyObject *pair = PyList_GET_ITEM(recs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)
+            continue;
+        PyObject *w = PyTuple_GET_ITEM(pair, 0), *lst = PyTuple_GET_ITEM(pair, 1);
+        int found = PyDict_Contains(w, ka);
+        if (found == 0)
+            found = PyDict_Contains(w, kb);
+        if (found < 0) { rc = -1; goto out; }
+        if (!found)
+            continue;
+        if (rec == NULL) {
+            if (!op_differentiable(op))
+                goto out;
+            PyObject *ins = PyTuple_Pack(2, a, b), *outs = PyTuple_Pack(1, t);
+            if (ins != NULL && outs != NULL)
+                rec = PyTuple_Pack(5, op, ins, outs, empty_dict, Py_None);
+            Py_XDECREF(ins);
+            Py_XDECREF(outs);
+            kt = PyLong_FromVoidPtr(t);
+            if (rec == NULL || kt == NULL) { rc = -1; goto out; }
+        }
+        if (PyList_Append(lst, rec) < 0 || PyDict_SetItem(w, kt, t) < 0) { rc = -1; goto out; }
+    }
+out:
+    Py_XDECREF(ka);
+    Py_XDECREF(kb);
+    Py_XDECREF(kt);
+    Py_XDECREF(rec);
+    Py_DECREF(recs);
+    return rc;
+}
+
 typedef struct {
     PyObject_HEAD
     PyObject *op;      /* the OpDef */
@@ -154,11 +227,77 @@ op_differentiable(PyObject *op)
     return r;
 }
 
+/* The cached 0-d tensor for Python scalar `v` next to Tensor `like`, a new reference;
+   NULL with no error set: take the Python path. */
+static PyObject *
+scalar_tensor(PyObject *v, PyObject *like, PyObject *dtype)
+{
+    unsigned long long bits;
+    int is_float;
+    if (PyFloat_CheckExact(v)) {
+        double d = PyFloat_AS_DOUBLE(v);
+        memcpy(&bits, &d, sizeof bits);
+        is_float = 1;
+    }
+    else if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || (i == -1 && PyErr_Occurred())) { PyErr_Clear(); return NULL; }
+        bits = (unsigned long long)i;
+        is_float = 0;
+    }
+    else
+        return NULL;
+    PyObject *dev = SLOT(like, off_device);
+    size_t h = (size_t)(bits ^ (bits >> 29) ^ ((size_t)dtype >> 4) ^ ((size_t)dev >> 6)
+                        ^ (size_t)is_float);
+    ScalarSlot *s = &scache[h % SCACHE_SIZE];
+    if (s->tensor != NULL && s->dtype == dtype && s->dev == dev && s->is_float == is_float
+        && s->bits == bits)
+        return Py_NewRef(s->tensor);
+    if (scalar_for == NULL)
+        return NULL;
+    PyObject *args[2] = {v, like};
+    PyObject *t = PyObject_Vectorcall(scalar_for, args, 2, NULL);
+    if (t == NULL) { PyErr_Clear(); return NULL; }
+    if (Py_TYPE(t) != TensorType) { Py_DECREF(t); return NULL; }
+    Py_XSETREF(s->tensor, Py_NewRef(t));
+    Py_XSETREF(s->dtype, Py_NewRef(dtype));
+    Py_XSETREF(s->dev, Py_NewRef(dev));
+    s->is_float = is_float;
+    s->bits = bits;
+    return t;
+}
+
+static PyObject *fast_tensors(BinOp *f, PyObject *a, PyObject *b);
+
 static PyObject *
 fast_binary(BinOp *f, PyObject *a, PyObject *b)
 {
-    if (Py_TYPE(a) != TensorType || Py_TYPE(b) != TensorType || !counter_is_zero(scopes_list))
+    if (!counter_is_zero(scopes_list))
         return NULL;
+    int ta = Py_TYPE(a) == TensorType, tb = Py_TYPE(b) == TensorType;
+    if (ta && tb)
+        return fast_tensors(f, a, b);
+    if (!ta && !tb)
+        return NULL;
+    PyObject *like = ta ? a : b, *data = SLOT(like, off_data);
+    if (data == NULL || SLOT(like, off_device) == NULL)
+        return NULL;
+    PyObject *dtype = PyObject_GetAttr(data, str_dtype);
+    if (dtype == NULL) { PyErr_Clear(); return NULL; }
+    PyObject *s = scalar_tensor(ta ? b : a, like, dtype);
+    Py_DECREF(dtype);
+    if (s == NULL)
+        return NULL;
+    PyObject *r = ta ? fast_tensors(f, a, s) : fast_tensors(f, s, a);
+    Py_DECREF(s);
+    return r;
+}
+
+static PyObject *
+fast_tensors(BinOp *f, PyObject *a, PyObject *b)
+{
     PyObject *dev = SLOT(a, off_device), *x = SLOT(a, off_data), *y = SLOT(b, off_data);
     if (dev == NULL || x == NULL || y == NULL || SLOT(b, off_device) != dev)
         return NULL;
@@ -185,15 +324,9 @@ fast_binary(BinOp *f, PyObject *a, PyObject *b)
         SLOT(t, off_data) = out;
         Py_INCREF(dev);
         SLOT(t, off_device) = dev;
-        if (!counter_is_zero(tapes_list) && op_differentiable(f->op)) {
-            PyObject *ins = PyTuple_Pack(2, a, b);
-            PyObject *outs = PyTuple_Pack(1, t);
-            PyObject *r = (ins && outs) ? record_impl(f->op, ins, outs, empty_dict, Py_None)
-                                        : NULL;
-            Py_XDECREF(ins);
-            Py_XDECREF(outs);
-            if (r == NULL) { Py_DECREF(t); goto done; }   /* error stays set */
-            Py_DECREF(r);
+        if (!counter_is_zero(tapes_list) && record_binary(f->op, a, b, t) < 0) {
+            Py_DECREF(t);
+            goto done;                                     /* error stays set */
         }
         result = t;
     }
@@ -274,13 +407,13 @@ slot_offset(PyTypeObject *type, const char *name)
     return ((PyMemberDescrObject *)d)->d_member->offset;
 }
 
-/* init(Tensor, scopes_list, tapes_list, binary, local) */
+/* init(Tensor, scopes_list, tapes_list, binary, local, scalar_or_none=None) */
 static PyObject *
 sp_init(PyObject *mod, PyObject *args)
 {
-    PyObject *tensor, *scopes, *tapes, *binary, *local;
-    if (!PyArg_ParseTuple(args, "O!O!O!OO", &PyType_Type, &tensor, &PyList_Type, &scopes,
-                          &PyList_Type, &tapes, &binary, &local))
+    PyObject *tensor, *scopes, *tapes, *binary, *local, *sfor = Py_None;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO|O", &PyType_Type, &tensor, &PyList_Type, &scopes,
+                          &PyList_Type, &tapes, &binary, &local, &sfor))
         return NULL;
     Py_ssize_t od = slot_offset((PyTypeObject *)tensor, "_data");
     Py_ssize_t ov = slot_offset((PyTypeObject *)tensor, "_device");
@@ -297,6 +430,12 @@ sp_init(PyObject *mod, PyObject *args)
     Py_XSETREF(tapes_list, Py_NewRef(tapes));
     Py_XSETREF(slow_binary, Py_NewRef(binary));
     Py_XSETREF(local_obj, Py_NewRef(local));
+    Py_XSETREF(scalar_for, sfor == Py_None ? NULL : Py_NewRef(sfor));
+    for (int i = 0; i < SCACHE_SIZE; i++) {       /* (re-)init: forget cached scalars */
+        Py_CLEAR(scache[i].tensor);
+        Py_CLEAR(scache[i].dtype);
+        Py_CLEAR(scache[i].dev);
+    }
     Py_RETURN_NONE;
 }
 

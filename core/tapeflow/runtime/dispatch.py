@@ -387,7 +387,9 @@ def _scalar_like(value, like):
     tensors are immutable, and loops reuse the same few constants)."""
     dev = like._device
     dt = like._data.dtype
-    key = (value, type(value), dt, dev)
+    tv = type(value)
+    # 0.0 == -0.0 (and hash alike): key zeros by their text, so -0.0 keeps its sign
+    key = (value, tv, dt, dev) if value or tv is not float else (repr(value), tv, dt, dev)
     t = _SCALARS.get(key)
     if t is None:
         a = np.array(value, dtype=dt)
@@ -396,6 +398,15 @@ def _scalar_like(value, like):
             _SCALARS.clear()
         _SCALARS[key] = t
     return t
+
+
+def _scalar_or_none(value, like):
+    """The cached 0-d tensor for Python scalar ``value`` next to Tensor ``like`` when it
+    keeps ``like``'s dtype, else None (the C operators' cache asks this on a miss)."""
+    tv = type(value)
+    if (tv is float or tv is int) and _keeps_dtype(value, tv, like):
+        return _scalar_like(value, like)
+    return None
 
 
 def make_binary_operator(op, reverse=False):
@@ -598,7 +609,7 @@ def _load_speedups():
     global record
     if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0") or _sp is None:
         return None
-    _sp.init(Tensor, _scopes, _tapes_active, binary, _ctx._local)
+    _sp.init(Tensor, _scopes, _tapes_active, binary, _ctx._local, _scalar_or_none)
     record = _ctx.record = _sp.record
     return _sp
 
