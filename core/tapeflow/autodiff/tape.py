@@ -28,7 +28,7 @@ from ..ops import math as _math
 from ..ops.array import unbroadcast as _unbroadcast
 from ..runtime import context as _ctx
 from ..runtime.context import stop_all_recording
-from ..runtime.dispatch import _run, constant, convert_to_tensor
+from ..runtime.dispatch import _run, _scalar_like, constant, convert_to_tensor
 from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError,
                               NotDifferentiableError, TapeflowError)
 from ..runtime.registry import GradContext
@@ -219,6 +219,8 @@ class GradientTape:
                 t = t._value if isinstance(t, Variable) else convert_to_tensor(t)
             if seeds is not None and seeds[i] is not None:
                 s = convert_to_tensor(seeds[i], dtype=t.dtype)
+            elif not t._data.shape:
+                s = _scalar_like(1, t)        # a scalar loss: the cached 0-d one
             else:
                 s = _run(_array._FILL, (), t._device,
                          {"shape": t._data.shape, "value": 1, "dtype": t.dtype})
@@ -253,7 +255,10 @@ class GradientTape:
             ctx.outputs = outs
             ctx.attrs = rec[3]
             ctx.grad_fn = rec[4]
-            ctx.needs = tuple([id(i) in watched for i in inputs])
+            n = len(inputs)
+            ctx.needs = ((id(inputs[0]) in watched,) if n == 1 else
+                         (id(inputs[0]) in watched, id(inputs[1]) in watched) if n == 2 else
+                         tuple([id(i) in watched for i in inputs]))
             in_grads = fn(ctx, *dys)
             if type(in_grads) is not tuple:
                 in_grads = tuple(in_grads) if isinstance(in_grads, list) else (in_grads,)

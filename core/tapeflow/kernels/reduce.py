@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
+
 from ..runtime.errors import InvalidArgumentError
 
 FLOATS = ("float16", "float32", "float64")
@@ -34,7 +36,11 @@ def build(xp):
     # NumPy warns on 0/0 and log(0); array modules without errstate (CuPy) do not
     errstate = getattr(xp, "errstate", None) or (lambda **kw: contextlib.nullcontext())
 
+    add_reduce = xp.add.reduce if xp is np else None     # NumPy: skip np.sum's layers
+
     def sum_(x, axis, keepdims):
+        if add_reduce is not None:
+            return add_reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
         return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
     def prod(x, axis, keepdims):

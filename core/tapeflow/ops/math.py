@@ -120,7 +120,8 @@ def _sub_grad(ctx, dy):
 
 def _mul_grad(ctx, dy):
     x, y = ctx.inputs
-    return multiply(dy, y), multiply(dy, x)
+    nx, ny = ctx.needs or (True, True)
+    return multiply(dy, y) if nx else None, multiply(dy, x) if ny else None
 
 
 def _div_grad(ctx, dy):

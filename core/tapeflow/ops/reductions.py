@@ -57,8 +57,10 @@ def _reduce(op, input_tensor, axis, keepdims, keep_dims, reduction_indices):
 
 
 def _keep(ctx, t):
-    """``t`` (shaped like the op's output) reshaped to the keepdims=True shape."""
-    if ctx.attrs["keepdims"]:
+    """``t`` (shaped like the op's output) reshaped to the keepdims=True shape, or as it
+    is when it broadcasts against the input already (keepdims, or a full reduction's
+    0-d result)."""
+    if ctx.attrs["keepdims"] or ctx.attrs["axis"] is None:
         return t
     return _a.reshape(t, _reduced_shape(tuple(ctx.inputs[0].shape), ctx.attrs["axis"]))
 
