@@ -876,17 +876,25 @@ else:
                 p.grad = None
         return loss
 import os
-def rss():        # resident bytes now (Linux), else the peak so far
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def status(key):  # /proc/self/status in bytes (Linux): VmRSS now, VmHWM the peak of this
+    # image; ru_maxrss would also count the forked parent's image (Linux keeps it across exec)
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(key)
+def rss():
+    return status("VmRSS")
+try:                          # reset VmHWM to the current RSS (Linux >= 4.0)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+except OSError:
+    pass
 before = rss()
 for _ in range(5):
     step()
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(max(peak, rss()) - before)
+peak = status("VmHWM")
+print(peak - before)
 """
 
 
