@@ -2,10 +2,12 @@
 
 Convolution is im2col: a strided *view* of the padded input with shape
 ``(N, Ho, Wo, kh, kw, C)`` (``as_strided``, the mechanism behind
-``sliding_window_view``, with strides and dilations folded in), one reshape copy and
-one GEMM against the HWIO filter reshaped to ``(kh*kw*C, O)`` (free: it is
-contiguous); the filter gradient is the transposed GEMM on the same columns. The
-input gradient (col2im) is ``kh*kw`` small GEMMs added into strided views.
+``sliding_window_view``, with strides and dilations folded in), copied a block of
+images at a time into a cache-sized buffer (``COLS_BYTES``) and multiplied by the HWIO
+filter reshaped to ``(kh*kw*C, O)`` (free: it is contiguous); the filter gradient is
+the transposed GEMM on the same columns. The input gradient is, for stride 1, the
+same blocked convolution of the padded output gradient with the filter flipped and
+transposed; for larger strides (col2im) ``kh*kw`` small GEMMs added into strided views.
 Pooling loops over the ``kh*kw`` window offsets with whole-array ufuncs. NCHW is
 handled by transposed views.
 
@@ -33,6 +35,13 @@ def _geom(size, k, s, d, padding, i):
         return max((size - eff) // s + 1, 0), 0, 0
     pb, pa = padding[i]
     return max((size + pb + pa - eff) // s + 1, 0), pb, pa
+
+
+#: On the CPU the im2col columns are built and multiplied a block of images at a time,
+#: in a reused buffer of about this many bytes, so that each block is still in cache
+#: when the GEMM reads it (the seeds' CNN: conv2d 3.7 -> 1.7 ms, its filter gradient
+#: 3.0 -> 1.8 ms). On a GPU one big GEMM beats many launches: the batch is one block.
+COLS_BYTES = 2 << 20
 
 
 def build(xp):
@@ -156,8 +165,10 @@ def build(xp):
         return xp.asarray(xp.vdot(y.ravel(), y.ravel()) / 2).astype(dt)
 
     # --- convolution -------------------------------------------------------------------
-    def _cols(x, kh, kw, strides, padding, dilations):
-        """im2col of an NHWC input: ((N*Ho*Wo, kh*kw*C) matrix, Ho, Wo, pads)."""
+    host = xp is np
+
+    def _windows(x, kh, kw, strides, padding, dilations):
+        """Strided view (N, Ho, Wo, kh, kw, C) of the padded NHWC input (no copy)."""
         n, h, w, c = x.shape
         sh, sw = strides
         dh, dw = dilations
@@ -165,25 +176,52 @@ def build(xp):
         wo, pl, pr = _geom(w, kw, sw, dw, padding, 1)
         xpd = pad(x, pt, pb, pl, pr)
         s0, s1, s2, s3 = xpd.strides
-        # read-only use: the view is copied by the reshape below
-        win = as_strided(xpd, (n, ho, wo, kh, kw, c),
-                         (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3))
-        return win.reshape(n * ho * wo, kh * kw * c), ho, wo
+        # read-only use: every consumer copies out of it
+        return as_strided(xpd, (n, ho, wo, kh, kw, c),
+                          (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3))
+
+    def _blocks(win):
+        """Yield (batch slice, contiguous (rows, kh*kw*C) columns) covering ``win``."""
+        n, ho, wo, kh, kw, c = win.shape
+        per_image = ho * wo * kh * kw * c
+        cols_bytes = COLS_BYTES if host else None
+        if cols_bytes is None:
+            yield slice(0, n), win.reshape(n * ho * wo, kh * kw * c)
+            return
+        b = max(1, cols_bytes // max(per_image * win.itemsize, 1))
+        buf = xp.empty(min(b, n) * per_image, dtype=win.dtype)
+        for i in range(0, n, b):
+            m = min(b, n - i)
+            cols = buf[:m * per_image].reshape(m, ho, wo, kh, kw, c)
+            if c < 4:
+                # a few channels: kh*kw strided block copies beat one copy whose
+                # innermost run is c elements long (C=1: 470 -> 170 us)
+                for p in range(kh):
+                    for q in range(kw):
+                        cols[:, :, :, p, q] = win[i:i + m, :, :, p, q]
+            else:
+                cols[...] = win[i:i + m]
+            yield slice(i, i + m), cols.reshape(m * ho * wo, kh * kw * c)
+
+    def _conv_nhwc(x, w, strides, padding, dilations):
+        """NHWC input, HWIO filter, both in the compute dtype: NHWC output."""
+        kh, kw, c, o = w.shape
+        win = _windows(x, kh, kw, strides, padding, dilations)
+        n, ho, wo = win.shape[:3]
+        wm = w.reshape(kh * kw * c, o)
+        out = xp.empty((n, ho, wo, o), dtype=x.dtype)
+        for sl, cols in _blocks(win):
+            xp.matmul(cols, wm, out=out[sl].reshape(-1, o))
+        return out
 
     def conv2d(x, w, strides, padding, data_format, dilations):
         dt = x.dtype
         cdt = compute_dtype(dt)
         x = nhwc(x, data_format).astype(cdt, copy=False)
-        kh, kw, c, o = w.shape
-        n = x.shape[0]
-        cols, ho, wo = _cols(x, kh, kw, strides, padding, dilations)
-        out = cols @ w.astype(cdt, copy=False).reshape(kh * kw * c, o)
-        return back(out.reshape(n, ho, wo, o).astype(dt, copy=False), data_format)
+        out = _conv_nhwc(x, w.astype(cdt, copy=False), strides, padding, dilations)
+        return back(out.astype(dt, copy=False), data_format)
 
     def conv2d_backprop_input(w, dy, input_sizes, strides, padding, data_format, dilations):
-        # col2im one window offset at a time: kh*kw small GEMMs (M, O) @ (O, C), each
-        # added into a strided view of the padded gradient. This beats one big GEMM
-        # into (M, kh*kw*C) columns: that intermediate is kh*kw times the input size.
         dt = dy.dtype
         cdt = compute_dtype(dt)
         n, h, wd, c = shape_nhwc(input_sizes, data_format)
@@ -195,6 +233,22 @@ def build(xp):
         dh, dw = dilations
         _, pt, pb = _geom(h, kh, sh, dh, padding, 0)
         _, pl, pr = _geom(wd, kw, sw, dw, padding, 1)
+        if dy.size == 0 or w.size == 0:
+            return back(xp.zeros((n, h, wd, c), dtype=dt), data_format)
+        if sh == sw == 1:
+            # stride 1: the input gradient is a VALID correlation of dy, padded by the
+            # dilated kernel extent less the forward pads, with the filter flipped in
+            # space and transposed (O <-> C): the forward kernel's blocked GEMM again
+            a, b = (kh - 1) * dh - pt, (kh - 1) * dh - pb
+            l, r = (kw - 1) * dw - pl, (kw - 1) * dw - pr
+            dyp = pad(dy, max(a, 0), max(b, 0), max(l, 0), max(r, 0))
+            dyp = dyp[:, max(-a, 0):dyp.shape[1] - max(-b, 0),
+                      max(-l, 0):dyp.shape[2] - max(-r, 0)]
+            wf = xp.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
+            dx = _conv_nhwc(dyp, wf, (1, 1), "VALID", dilations)
+            return back(dx.astype(dt, copy=False), data_format)
+        # strided: col2im one window offset at a time, kh*kw small GEMMs (M, O) @ (O, C)
+        # each added into a strided view of the padded gradient (no (M, kh*kw*C) buffer)
         dy2 = dy.reshape(n * ho * wo, o)
         dxp = xp.zeros((n, h + pt + pb, wd + pl + pr, c), dtype=cdt)
         for i in range(kh):
@@ -212,8 +266,10 @@ def build(xp):
         x = nhwc(x, data_format).astype(cdt, copy=False)
         dy = nhwc(dy, data_format).astype(cdt, copy=False)
         kh, kw, c, o = filter_sizes
-        cols, ho, wo = _cols(x, kh, kw, strides, padding, dilations)
-        dw = cols.T @ dy.reshape(-1, o)
+        win = _windows(x, kh, kw, strides, padding, dilations)
+        dw = xp.zeros((kh * kw * c, o), dtype=cdt)
+        for sl, cols in _blocks(win):
+            dw += cols.T @ dy[sl].reshape(-1, o)
         return dw.reshape(kh, kw, c, o).astype(dt, copy=False)
 
     # --- pooling ------------------------------------------------------------------------

@@ -37,9 +37,43 @@ def build(xp):
     errstate = getattr(xp, "errstate", None) or (lambda **kw: contextlib.nullcontext())
 
     add_reduce = xp.add.reduce if xp is np else None     # NumPy: skip np.sum's layers
+    ones = {}                                             # (length, dtype) -> ones vector
+
+    def gemv_sum(x, axis, keepdims):
+        """NumPy's sum over leading or middle axes of a contiguous float array walks the
+        kept inner axis a few elements at a time (a (32, 24, 24, 16) array summed to (16,)
+        takes 450 us); as ``ones @ x.reshape(outer, reduced, inner)`` BLAS does it in 45 us,
+        at least as accurately (NumPy adds outer axes one row at a time, not pairwise).
+        None where that does not apply."""
+        if (add_reduce is None or not axis or x.dtype.char not in "fd"
+                or not x.flags.c_contiguous or axis[-1] - axis[0] != len(axis) - 1
+                or axis[-1] == x.ndim - 1):
+            return None
+        shape = x.shape
+        outer = inner = red = 1
+        for i, d in enumerate(shape):
+            if i < axis[0]:
+                outer *= d
+            elif i > axis[-1]:
+                inner *= d
+            else:
+                red *= d
+        if red < 16 or inner == 1 or x.size == 0:
+            return None
+        key = (red, x.dtype.char)
+        v = ones.get(key)
+        if v is None:
+            v = ones[key] = np.ones(red, dtype=x.dtype)
+        r = np.matmul(v, x.reshape(outer, red, inner))
+        kept = [1 if axis[0] <= i <= axis[-1] else d for i, d in enumerate(shape)] \
+            if keepdims else [d for i, d in enumerate(shape) if not axis[0] <= i <= axis[-1]]
+        return r.reshape(kept)
 
     def sum_(x, axis, keepdims):
         if add_reduce is not None:
+            r = gemv_sum(x, axis, keepdims)
+            if r is not None:
+                return r
             return add_reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
         return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
@@ -47,6 +81,10 @@ def build(xp):
         return xp.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
     def mean(x, axis, keepdims):
+        r = gemv_sum(x, axis, keepdims)
+        if r is not None:
+            r /= count_reduced(x.shape, axis)
+            return r
         if x.dtype.kind == "f" and x.size:
             return xp.mean(x, axis=axis, keepdims=keepdims)
         s = xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
