@@ -85,6 +85,14 @@ def build(xp):
         if r is not None:
             r /= count_reduced(x.shape, axis)
             return r
+        if add_reduce is not None and x.dtype.char in "fd" and x.size:
+            # np.mean's own layers cost 6 us on a 64-vector; this is 1.5 us
+            r = add_reduce(x, axis=axis, keepdims=keepdims)
+            n = count_reduced(x.shape, axis)
+            if isinstance(r, np.ndarray):
+                r /= n
+                return r
+            return x.dtype.type(r / n)
         if x.dtype.kind == "f" and x.size:
             return xp.mean(x, axis=axis, keepdims=keepdims)
         s = xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
