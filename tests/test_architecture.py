@@ -33,6 +33,11 @@ ALLOWED_LOCAL_IMPORTS = {
     ("summary/_records.py", "crc32c"): "extra tapeflow[tensorboard]",
     ("summary/_records.py", "tensorboardX.proto"): "extra tapeflow[tensorboard]",
     ("summary/_png.py", "PIL"): "extra tapeflow[tensorboard]",
+    # importing mpi4py initialises MPI: only when a job of several processes starts
+    ("distributed/_world.py", "mpi4py"): "extra tapeflow[mpi]",
+    ("distributed/_world.py", "threadpoolctl"): "extra tapeflow[mpi]",
+    ("distributed/_collectives.py", "cupy"): "only for tensors on a cuda device",
+    ("distributed/_collectives.py", "cupy.cuda"): "NCCL, only for tensors on a cuda device",
     # the CLI and the pytest plugin import tapeflow only when they run: pytest loads the
     # plugin at start-up, before a test session sets TAPEFLOW_* variables
     ("__main__.py", "*"): "CLI",

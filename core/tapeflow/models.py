@@ -220,6 +220,8 @@ class Model(Layer):
         for cb in callbacks:
             _set_model(cb, self)
         _hook(callbacks, "on_train_begin", {})
+        batch_hooks = [cb for cb in callbacks if hasattr(cb, "on_train_batch_begin")
+                       or hasattr(cb, "on_train_batch_end")]
         mets = c["metrics"]
         for epoch in range(initial_epoch, epochs):
             _hook(callbacks, "on_epoch_begin", epoch, {})
@@ -227,8 +229,12 @@ class Model(Layer):
                 m.reset()
             agg = _Mean()
             bar = _progress(verbose, data.steps, f"Epoch {epoch + 1}/{epochs}")
-            for xb, yb in data.epoch():
+            for step, (xb, yb) in enumerate(data.epoch()):
+                if batch_hooks:
+                    _hook(batch_hooks, "on_train_batch_begin", step, {})
                 loss, yb, pred = self._train_step(c, xb, yb)
+                if batch_hooks:
+                    _hook(batch_hooks, "on_train_batch_end", step, {"loss": loss})
                 n = _batch_len(pred)
                 agg.add(loss, n)
                 for m in mets:
@@ -241,9 +247,9 @@ class Model(Layer):
                                     batch_size=(validation_batch_size or batch_size)
                                     if _is_array(vx) else None, return_dict=True)
                 logs.update({"val_" + k: v for k, v in val.items()})
+            _hook(callbacks, "on_epoch_end", epoch, logs)    # may average logs over ranks
             bar.close(logs)
             history._append(epoch, logs)
-            _hook(callbacks, "on_epoch_end", epoch, logs)
             if self.stop_training:
                 break
         _hook(callbacks, "on_train_end", {})
@@ -447,8 +453,13 @@ class _Tqdm:
         self.bar.close()
 
 
+#: functions asked before a progress bar is drawn; any False keeps it silent
+#: (tapeflow.distributed adds "this is rank 0": one bar per job, not one per process)
+progress_gates: list = []
+
+
 def _progress(verbose, total, desc):
-    if not verbose:
+    if not verbose or not all(gate() for gate in progress_gates):
         return _Silent()
     file = sys.stdout
     if verbose == 1:

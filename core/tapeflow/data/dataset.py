@@ -287,6 +287,19 @@ class Dataset:
         """All but the first ``count`` elements (-1: none)."""
         return _Skip(self, count)
 
+    def shard(self, num_shards, index):
+        """Every ``num_shards``-th element, starting at element ``index``: what one of
+        ``num_shards`` workers should read, as in TensorFlow. Shard before shuffling
+        and batching, so that the workers see disjoint data::
+
+            ds.shard(tf.distributed.size(), tf.distributed.rank()).shuffle(1000).batch(32)
+
+        >>> import tapeflow as tf
+        >>> [int(v) for v in tf.data.Dataset.range(10).shard(3, 1)]
+        [1, 4, 7]
+        """
+        return _Shard(self, num_shards, index)
+
     def concatenate(self, dataset):
         """This dataset's elements, then ``dataset``'s."""
         return _Concatenate(self, dataset)
@@ -655,6 +668,33 @@ class _Take(_Unary):
             close = getattr(it, "close", None)
             if close is not None:
                 close()
+
+
+class _Shard(_Unary):
+    def __init__(self, input_dataset, num_shards, index):
+        super().__init__(input_dataset)
+        for what, v in (("num_shards", num_shards), ("index", index)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InvalidArgumentError(
+                    f"Dataset.shard: {what} must be an int, got {type(v).__name__} {v!r}")
+        if num_shards < 1:
+            raise InvalidArgumentError(
+                f"Dataset.shard: num_shards must be at least 1, got {num_shards}")
+        if not 0 <= index < num_shards:
+            raise InvalidArgumentError(
+                f"Dataset.shard: index must be in [0, {num_shards}) for {num_shards} shards, "
+                f"got {index} (pass tf.distributed.rank() as the index and "
+                f"tf.distributed.size() as num_shards)")
+        self._n, self._i = int(num_shards), int(index)
+
+    def _cardinality(self):
+        n = self._input._cardinality()
+        if n < 0:
+            return n
+        return n // self._n + (1 if self._i < n % self._n else 0)
+
+    def _elements(self):
+        return itertools.islice(self._input._elements(), self._i, None, self._n)
 
 
 class _Skip(_Unary):

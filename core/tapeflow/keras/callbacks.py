@@ -10,7 +10,10 @@ __all__ = ["Callback", "History", "LambdaCallback", "EarlyStopping"]
 
 class Callback:
     """Override any of ``on_train_begin(logs)``, ``on_epoch_begin(epoch, logs)``,
-    ``on_epoch_end(epoch, logs)``, ``on_train_end(logs)``; ``self.model`` is the model."""
+    ``on_train_batch_begin(batch, logs)``, ``on_train_batch_end(batch, logs)``,
+    ``on_epoch_end(epoch, logs)``, ``on_train_end(logs)``; ``self.model`` is the model.
+    ``on_epoch_end`` may change ``logs`` in place: History records what it holds after
+    every callback ran."""
 
     model = None
 
@@ -27,6 +30,12 @@ class Callback:
         pass
 
     def on_epoch_end(self, epoch, logs=None):
+        pass
+
+    def on_train_batch_begin(self, batch, logs=None):
+        pass
+
+    def on_train_batch_end(self, batch, logs=None):
         pass
 
 

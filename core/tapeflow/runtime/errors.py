@@ -111,6 +111,11 @@ class PermissionDeniedError(OpError, PermissionError):
     directory it belongs to: refused, nothing is read, overwritten or deleted there."""
 
 
+class DeadlineExceededError(OpError, TimeoutError):
+    """An operation waited longer than its deadline (a collective whose peers did not
+    join: one rank died, diverged or is stuck). Also a ``TimeoutError``."""
+
+
 class PluginError(TapeflowError, RuntimeError):
     """A plugin failed to load or register."""
 
