@@ -81,6 +81,13 @@ _BINARY = {
     "Atan2": ("atan2(x0, x1)", None, np.arctan2),
     "Maximum": ("(isnan(x0) || x0 > x1) ? x0 : x1", "(x0 > x1) ? x0 : x1", None),
     "Minimum": ("(isnan(x0) || x0 < x1) ? x0 : x1", "(x0 < x1) ? x0 : x1", None),
+    "Copysign": ("copysign(x0, x1)", None, np.copysign),
+    "Hypot": ("hypot(x0, x1)", None, np.hypot),
+    # log(exp(x0) + exp(x1)); equal infinities would give inf - inf (nan) below; a nan
+    # input reaches log1p through fabs and propagates (fmax alone would drop it)
+    "LogAddExp": ("(isinf(x0) && x0 == x1) ? x0 : fmax(x0, x1) + log1p(exp(-fabs(x0 - x1)))",
+                  None, np.logaddexp),
+    "NextAfter": ("nextafter(x0, x1)", None, np.nextafter),
 }
 
 #: unary float ops (float32/float64 only), result of the input's dtype
@@ -90,6 +97,9 @@ _UNARY_FLOAT = {
     "Tan": "tan(x0)", "Tanh": "tanh(x0)", "Sigmoid": "1 / (1 + exp(-x0))",
     "Softplus": "(x0 > 0 ? x0 : 0) + log1p(exp(-fabs(x0)))", "Reciprocal": "1 / x0",
     "Floor": "floor(x0)", "Ceil": "ceil(x0)", "Erf": "erf(x0)",
+    "Asin": "asin(x0)", "Acos": "acos(x0)", "Atan": "atan(x0)", "Sinh": "sinh(x0)",
+    "Cosh": "cosh(x0)", "Asinh": "asinh(x0)", "Acosh": "acosh(x0)", "Atanh": "atanh(x0)",
+    "Log2": "log2(x0)", "Log10": "log10(x0)", "Trunc": "trunc(x0)",
 }
 
 #: unary ops on every numeric dtype: (float expression, integer expression); None as the
@@ -103,7 +113,8 @@ _UNARY_NUM = {
 }
 
 #: float predicates (bool result)
-_PREDICATES = {"IsNan": "isnan(x0)", "IsFinite": "isfinite(x0)", "IsInf": "isinf(x0)"}
+_PREDICATES = {"IsNan": "isnan(x0)", "IsFinite": "isfinite(x0)", "IsInf": "isinf(x0)",
+               "Signbit": "signbit(x0)"}
 
 #: comparisons (bool result): operator, dtypes
 _COMPARISONS = {"Equal": ("==", ALL), "NotEqual": ("!=", ALL), "Less": ("<", NUMERIC),

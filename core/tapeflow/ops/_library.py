@@ -65,7 +65,8 @@ ELEMENTWISE = frozenset({
     "Round", "Erf", "IsNan", "IsFinite", "IsInf", "Equal", "NotEqual", "Less", "LessEqual",
     "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalXor", "LogicalNot", "Cast",
     "SelectV2", "Relu", "ReluGrad", "Relu6", "Relu6Grad", "Elu", "EluGrad", "LeakyRelu",
-    "LeakyReluGrad",
+    "LeakyReluGrad", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Log2",
+    "Log10", "Trunc", "Signbit", "Copysign", "Hypot", "LogAddExp", "NextAfter",
 })
 
 

@@ -42,6 +42,9 @@ __all__ = [
     "abs", "sign", "square", "sqrt", "rsqrt", "exp", "log", "log1p", "expm1", "sin", "cos",
     "tan", "tanh", "sigmoid", "softplus", "reciprocal", "floor", "ceil", "round", "erf",
     "is_nan", "is_finite", "is_inf",
+    # inverse trigonometric, hyperbolic, logarithms, rounding, sign (the array API's set)
+    "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10",
+    "trunc", "signbit", "copysign", "hypot", "logaddexp", "nextafter",
     # comparison and logic
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
     "logical_and", "logical_or", "logical_xor", "logical_not",
@@ -689,6 +692,253 @@ def is_inf(x, name=None):
     tf.Tensor([False  True], shape=(2,), dtype=bool)
     """
     return execute(_IS_INF, (x,))
+
+
+# --- the array API's remaining elementwise functions (issue 18) -------------------------
+
+_LN2 = _pymath.log(2.0)
+_LN10 = _pymath.log(10.0)
+
+
+def _asin_grad(ctx, dy):
+    return multiply(dy, rsqrt(subtract(1, square(ctx.inputs[0]))))
+
+
+def _acos_grad(ctx, dy):
+    return negative(multiply(dy, rsqrt(subtract(1, square(ctx.inputs[0])))))
+
+
+def _atan_grad(ctx, dy):
+    return divide(dy, add(square(ctx.inputs[0]), 1))
+
+
+def _sinh_grad(ctx, dy):
+    return multiply(dy, cosh(ctx.inputs[0]))
+
+
+def _cosh_grad(ctx, dy):
+    return multiply(dy, sinh(ctx.inputs[0]))
+
+
+def _asinh_grad(ctx, dy):
+    return multiply(dy, rsqrt(add(square(ctx.inputs[0]), 1)))
+
+
+def _acosh_grad(ctx, dy):
+    return multiply(dy, rsqrt(subtract(square(ctx.inputs[0]), 1)))
+
+
+def _atanh_grad(ctx, dy):
+    return divide(dy, subtract(1, square(ctx.inputs[0])))
+
+
+def _log2_grad(ctx, dy):
+    return divide(dy, multiply(ctx.inputs[0], _LN2))
+
+
+def _log10_grad(ctx, dy):
+    return divide(dy, multiply(ctx.inputs[0], _LN10))
+
+
+def _copysign_grad(ctx, dy):
+    # d/dx copysign(x, y) = +-1: +1 where x and the result have the same sign
+    x = ctx.inputs[0]
+    same = equal(signbit(x), signbit(ctx.outputs[0]))
+    one = constant(1, dtype=x.dtype, device=x.device)
+    return multiply(dy, copysign(one, cast(same, x.dtype) - 0.5)), None
+
+
+def _hypot_grad(ctx, dy):
+    x, y = ctx.inputs
+    d = divide(dy, ctx.outputs[0])
+    return multiply(x, d), multiply(y, d)
+
+
+def _logaddexp_grad(ctx, dy):
+    x, y = ctx.inputs
+    out = ctx.outputs[0]
+    return multiply(dy, exp(subtract(x, out))), multiply(dy, exp(subtract(y, out)))
+
+
+_ASIN = _un("Asin", _asin_grad)
+_ACOS = _un("Acos", _acos_grad)
+_ATAN = _un("Atan", _atan_grad)
+_SINH = _un("Sinh", _sinh_grad)
+_COSH = _un("Cosh", _cosh_grad)
+_ASINH = _un("Asinh", _asinh_grad)
+_ACOSH = _un("Acosh", _acosh_grad)
+_ATANH = _un("Atanh", _atanh_grad)
+_LOG2 = _un("Log2", _log2_grad)
+_LOG10 = _un("Log10", _log10_grad)
+_TRUNC = _un("Trunc", differentiable=False)
+_SIGNBIT = _un("Signbit", differentiable=False)
+_COPYSIGN = _bin("Copysign", _copysign_grad)
+_HYPOT = _bin("Hypot", _hypot_grad)
+_LOGADDEXP = _bin("LogAddExp", _logaddexp_grad)
+_NEXTAFTER = _bin("NextAfter", differentiable=False)
+
+
+def asin(x, name=None):
+    """Inverse sine, in ``[-pi/2, pi/2]`` (floats; nan outside ``[-1, 1]``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.asin([0., 1.]))
+    tf.Tensor([0.        1.5707964], shape=(2,), dtype=float32)
+    """
+    return execute(_ASIN, (x,))
+
+
+def acos(x, name=None):
+    """Inverse cosine, in ``[0, pi]`` (floats; nan outside ``[-1, 1]``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.acos([1., -1.]))
+    tf.Tensor([0.        3.1415927], shape=(2,), dtype=float32)
+    """
+    return execute(_ACOS, (x,))
+
+
+def atan(x, name=None):
+    """Inverse tangent, in ``(-pi/2, pi/2)`` (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.atan([0., float("inf")]))
+    tf.Tensor([0.        1.5707964], shape=(2,), dtype=float32)
+    """
+    return execute(_ATAN, (x,))
+
+
+def sinh(x, name=None):
+    """Hyperbolic sine (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.sinh([0., 1.]))
+    tf.Tensor([0.        1.1752012], shape=(2,), dtype=float32)
+    """
+    return execute(_SINH, (x,))
+
+
+def cosh(x, name=None):
+    """Hyperbolic cosine (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.cosh([0., 1.]))
+    tf.Tensor([1.        1.5430806], shape=(2,), dtype=float32)
+    """
+    return execute(_COSH, (x,))
+
+
+def asinh(x, name=None):
+    """Inverse hyperbolic sine (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.asinh([0., 1.]))
+    tf.Tensor([0.        0.8813736], shape=(2,), dtype=float32)
+    """
+    return execute(_ASINH, (x,))
+
+
+def acosh(x, name=None):
+    """Inverse hyperbolic cosine (floats; nan below 1).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.acosh([1., 2.]))
+    tf.Tensor([0.       1.316958], shape=(2,), dtype=float32)
+    """
+    return execute(_ACOSH, (x,))
+
+
+def atanh(x, name=None):
+    """Inverse hyperbolic tangent (floats; +-inf at +-1, nan beyond).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.atanh([0., 0.5]))
+    tf.Tensor([0.         0.54930615], shape=(2,), dtype=float32)
+    """
+    return execute(_ATANH, (x,))
+
+
+def log2(x, name=None):
+    """Base-2 logarithm (floats), exact at powers of two.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.log2([1., 8.]))
+    tf.Tensor([0. 3.], shape=(2,), dtype=float32)
+    """
+    return execute(_LOG2, (x,))
+
+
+def log10(x, name=None):
+    """Base-10 logarithm (floats), exact at powers of ten.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.log10([1., 1000.]))
+    tf.Tensor([0. 3.], shape=(2,), dtype=float32)
+    """
+    return execute(_LOG10, (x,))
+
+
+def trunc(x, name=None):
+    """Round toward zero (floats; integers are their own truncation).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.trunc([-1.7, 1.7]))
+    tf.Tensor([-1.  1.], shape=(2,), dtype=float32)
+    """
+    x = convert_to_tensor(x)
+    if not x.dtype.is_floating:
+        return x
+    return execute(_TRUNC, (x,))
+
+
+def signbit(x, name=None):
+    """Where the sign bit of ``x`` is set: True for -0.0, negative numbers and -nan.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.signbit([-0., 0., -2.]))
+    tf.Tensor([ True False  True], shape=(3,), dtype=bool)
+    """
+    return execute(_SIGNBIT, (x,))
+
+
+def copysign(x, y, name=None):
+    """``|x|`` with the sign of ``y`` (floats; the sign of -0.0 and of nan counts).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.copysign([1., 2.], [-0., 3.]))
+    tf.Tensor([-1.  2.], shape=(2,), dtype=float32)
+    """
+    return binary(_COPYSIGN, x, y)
+
+
+def hypot(x, y, name=None):
+    """``sqrt(x**2 + y**2)`` without overflow or underflow in the squares (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.hypot(3., 4.))
+    tf.Tensor(5.0, shape=(), dtype=float32)
+    """
+    return binary(_HYPOT, x, y)
+
+
+def logaddexp(x, y, name=None):
+    """``log(exp(x) + exp(y))`` without overflow (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.logaddexp(1000., 1000.))
+    tf.Tensor(1000.6932, shape=(), dtype=float32)
+    """
+    return binary(_LOGADDEXP, x, y)
+
+
+def nextafter(x1, x2, name=None):
+    """The next representable float after ``x1`` toward ``x2`` (floats).
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.nextafter(1., 2.) > 1.)
+    tf.Tensor(True, shape=(), dtype=bool)
+    """
+    return binary(_NEXTAFTER, x1, x2)
 
 
 # --- comparison and logic (not differentiable; bool results) ---------------------------
