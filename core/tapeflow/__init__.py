@@ -76,7 +76,7 @@ _pm.ensure_loaded()
 # The training stack lives in subpackages loaded on first use (import stays fast):
 # tf.layers, tf.keras, tf.train, tf.losses, tf.metrics, tf.summary, tf.data, tf.datasets.
 _LAZY_MODULES = ("layers", "keras", "train", "losses", "metrics", "summary", "data",
-                 "datasets", "models", "profiler", "distributed")
+                 "datasets", "models", "profiler", "distributed", "numpy")
 # The seeds' `tfe.*` names that live in those subpackages: name -> (module, attribute)
 _LAZY_NAMES = {
     # tf.print: not a module global, so `print` in this module stays Python's
@@ -87,6 +87,16 @@ _LAZY_NAMES = {
     "restore_variables_on_create": ("train", "restore_variables_on_create"),
     "Checkpoint": ("train", "Checkpoint"),
 }
+
+
+def _array_namespace(api_version=None):
+    """Tensor.__array_namespace__: tapeflow.numpy, imported on first use."""
+    return _importlib.import_module(f"{__name__}.numpy")._check_version(api_version)
+
+
+from .runtime import tensor as _tensor_module  # noqa: E402
+
+_tensor_module.array_namespace[0] = _array_namespace
 
 
 def __getattr__(name):

@@ -196,6 +196,25 @@ class Tensor:
             a.flags.writeable = False   # NumPy cannot write through to an immutable Tensor
         return a
 
+    # --- the array API standard (tapeflow.numpy lives above the runtime: a hook) ---
+    def __array_namespace__(self, /, *, api_version=None):
+        """``tapeflow.numpy``, the array API namespace of tensors (revision 2024.12).
+
+        >>> import tapeflow as tf
+        >>> tf.constant([1.0]).__array_namespace__().__name__
+        'tapeflow.numpy'
+        """
+        return array_namespace[0](api_version)
+
+    @property
+    def mT(self) -> Tensor:
+        """The matrix transpose of the last two axes (the array API's ``x.mT``)."""
+        return array_namespace[0](None).matrix_transpose(self)
+
+    def to_device(self, device, /, *, stream=None) -> Tensor:
+        """This tensor on ``device`` (the array API's name for :meth:`to`)."""
+        return self.to(device)
+
     def __dlpack__(self, *args, **kwargs):
         data = self._data
         if not hasattr(data, "__dlpack__"):
@@ -310,6 +329,11 @@ class Tensor:
     def __repr__(self):
         return (f"<tf.Tensor: shape={tuple(self._data.shape)}, dtype={self.dtype.name}, "
                 f"device={self._device.name}, numpy={self._repr_value()}>")
+
+
+#: set by ``import tapeflow``: ``fn(api_version)`` returning the ``tapeflow.numpy``
+#: module (loaded on first use)
+array_namespace: list = [None]
 
 
 def _rebuild(value, device_name):
