@@ -121,6 +121,12 @@ _COMPARISONS = {"Equal": ("==", ALL), "NotEqual": ("!=", ALL), "Less": ("<", NUM
                 "LessEqual": ("<=", NUMERIC), "Greater": (">", NUMERIC),
                 "GreaterEqual": (">=", NUMERIC)}
 
+#: bitwise ops on integers (and bools, stored as 0/1): (expression, dtypes)
+_BITWISE = {"BitwiseAnd": ("x0 & x1", ALL[len(FLOATS):]), "BitwiseOr": ("x0 | x1", ALL[len(FLOATS):]),
+            "BitwiseXor": ("x0 ^ x1", ALL[len(FLOATS):]),
+            "LeftShift": ("x0 << x1", NUMERIC[len(FLOATS):]),
+            "RightShift": ("x0 >> x1", NUMERIC[len(FLOATS):])}
+
 #: logical ops on bools
 _LOGICAL = {"LogicalAnd": "x0 && x1", "LogicalOr": "x0 || x1",
             "LogicalXor": "(x0 != 0) != (x1 != 0)", "LogicalNot": "!x0"}
@@ -175,6 +181,13 @@ def expression(op_name, dtypes, attrs=None):
         return (ef if isf else ei), x, ""
     if op_name in _PREDICATES and len(dts) == 1:
         return (_PREDICATES[op_name], np.dtype(np.bool_), "") if x.name in FLOATS else None
+    if op_name in _BITWISE and len(dts) == 2:
+        expr, allowed = _BITWISE[op_name]
+        return (expr, x, "") if x.name in allowed else None
+    if op_name == "Invert" and len(dts) == 1:
+        if x.name == "bool":
+            return "!x0", x, ""
+        return ("~x0", x, "") if x.name in NUMERIC[len(FLOATS):] else None
     if op_name in _COMPARISONS and len(dts) == 2:
         cop, allowed = _COMPARISONS[op_name]
         return (f"x0 {cop} x1", np.dtype(np.bool_), "") if x.name in allowed else None
@@ -313,4 +326,12 @@ def build():
         table[name] = {"fn": cmp(cop), "dtypes": dts}
     for name, expr in _LOGICAL.items():
         table[name] = logical(expr)
+
+    def bitwise(expr):
+        return lambda x, y: ew(expr, x.dtype, x, y)
+
+    for name, (expr, dts) in _BITWISE.items():
+        table[name] = {"fn": bitwise(expr), "dtypes": dts}
+    table["Invert"] = {"fn": lambda x: ew("!x0" if x.dtype == np.bool_ else "~x0", x.dtype, x),
+                       "dtypes": ALL[len(FLOATS):]}
     return table

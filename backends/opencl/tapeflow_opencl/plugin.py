@@ -68,6 +68,23 @@ def tapeflow_register_kernels(registry):
                             needs_device=spec.get("needs_device", False))
 
 
+#: ops with no OpenCL kernel yet (issue 18 added them with NumPy/CuPy kernels): a scan,
+#: a sort and LAPACK factorisations need kernels of their own on OpenCL
+_NO_KERNEL_YET = {
+    "cumsum": "Cumsum (a scan kernel)", "cumprod": "Cumprod (a scan kernel)",
+    "argsort": "ArgSort (a sort kernel)", "sort": "ArgSort (a sort kernel)",
+    "linalg.cholesky": "Cholesky (LAPACK)", "linalg.eigh.values": "SelfAdjointEigV2 (LAPACK)",
+    "linalg.eigh.reconstruction": "SelfAdjointEigV2 (LAPACK)", "linalg.svd.values": "SvdValues (LAPACK)",
+    "linalg.qr.reconstruction": "Qr (LAPACK)",
+    "searchsorted": "SearchSorted (a binary search kernel)",
+    "unique_all": "UniqueAll (data-dependent output size)",
+    "nonzero": "NonZero (data-dependent output size)",
+}
+
+
 @hookimpl
 def tapeflow_known_gaps():
-    return {}
+    return {f"*[{name}-*opencl:*]": f"no OpenCL kernel for {what} yet"
+            for name, what in _NO_KERNEL_YET.items()} | {
+        f"*[{name}-opencl:*]": f"no OpenCL kernel for {what} yet"
+        for name, what in _NO_KERNEL_YET.items()}

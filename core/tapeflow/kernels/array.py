@@ -288,7 +288,57 @@ def build(xp):
         _add_at(out, ids, vals)
         return out
 
+    def _shift(out, axis, fill):
+        """``out`` shifted one place forward along ``axis``, ``fill`` first."""
+        idx = [slice(None)] * out.ndim
+        idx[axis] = slice(0, out.shape[axis] - 1)
+        first = xp.full(out.shape[:axis] + (1,) + out.shape[axis + 1:], fill, dtype=out.dtype)
+        return xp.concatenate([first, out[tuple(idx)]], axis=axis)
+
+    def scan(fn, fill):
+        def k(x, axis, exclusive, reverse):
+            if reverse:
+                x = xp.flip(x, axis)
+            dt = x.dtype
+            acc = np.float32 if dt == np.float16 else dt    # float16 adds up in float32
+            out = fn(x, axis=axis, dtype=acc)
+            if exclusive and out.shape[axis]:
+                out = _shift(out, axis, fill)
+            out = out.astype(dt, copy=False)
+            return xp.flip(out, axis) if reverse else out
+        return k
+
+    def argsort(x, axis, descending):
+        if not descending:
+            return xp.argsort(x, axis=axis, kind="stable").astype(np.int64)
+        # stable descending: sort the reversed array ascending, reverse, map back
+        i = xp.flip(xp.argsort(xp.flip(x, axis), axis=axis, kind="stable"), axis)
+        return (x.shape[axis] - 1 - i).astype(np.int64)
+
+    def searchsorted(a, v, side):
+        return xp.searchsorted(a, v, side=side).astype(np.int64)
+
+    def unique_all(x):
+        flat = x.reshape(-1)
+        try:
+            vals, idx, inv, counts = xp.unique(flat, return_index=True, return_inverse=True,
+                                               return_counts=True, equal_nan=False)
+        except TypeError:                       # an xp without equal_nan
+            vals, idx, inv, counts = xp.unique(flat, return_index=True, return_inverse=True,
+                                               return_counts=True)
+        return (vals, idx.astype(np.int64), inv.reshape(x.shape).astype(np.int64),
+                counts.astype(np.int64))
+
+    def nonzero(x):
+        return xp.argwhere(x).astype(np.int64)
+
     return {
+        "SearchSorted": {"fn": searchsorted, "dtypes": NUMERIC},
+        "UniqueAll": {"fn": unique_all, "dtypes": NUMERIC + ("bool",)},
+        "NonZero": {"fn": nonzero, "dtypes": NUMERIC + ("bool",)},
+        "Cumsum": {"fn": scan(xp.cumsum, 0), "dtypes": NUMERIC},
+        "Cumprod": {"fn": scan(xp.cumprod, 1), "dtypes": NUMERIC},
+        "ArgSort": {"fn": argsort, "dtypes": NUMERIC},
         "Fill": {"fn": fill, "needs_device": True},
         "ZerosLike": zeros_like,
         "OnesLike": ones_like,

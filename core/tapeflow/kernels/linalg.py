@@ -55,7 +55,31 @@ def build(xp):
         sign, logabs = xp.linalg.slogdet(x)
         return xp.asarray(sign, dtype=x.dtype), xp.asarray(logabs, dtype=x.dtype)
 
+    def cholesky(x):
+        try:
+            return xp.linalg.cholesky(x)
+        except LinAlgError:
+            raise InvalidArgumentError("Cholesky decomposition was not successful: the input "
+                                       "is not symmetric positive definite.") from None
+
+    def eigh(x):
+        w, v = xp.linalg.eigh(x)
+        return w, v
+
+    def svd(x, full_matrices):
+        u, s, vh = xp.linalg.svd(x, full_matrices=full_matrices)
+        return u, s, vh
+
+    def qr(x, full_matrices):
+        q, r = xp.linalg.qr(x, mode="complete" if full_matrices else "reduced")
+        return q, r
+
     return {
+        "Cholesky": {"fn": cholesky, "dtypes": LAPACK},
+        "SelfAdjointEigV2": {"fn": eigh, "dtypes": LAPACK},
+        "Svd": {"fn": svd, "dtypes": LAPACK},
+        "SvdValues": {"fn": lambda x: xp.linalg.svd(x, compute_uv=False), "dtypes": LAPACK},
+        "Qr": {"fn": qr, "dtypes": LAPACK},
         "MatMul": {"fn": matmul, "fresh": True, "dtypes": FLOATS + ("int32", "int64")},
         "Einsum": {"fn": einsum, "dtypes": NUMERIC},
         "MatrixInverse": {"fn": inv, "dtypes": LAPACK},

@@ -178,6 +178,12 @@ def build(xp):
         "Hypot": flt(xp.hypot),
         "LogAddExp": flt(xp.logaddexp),
         "NextAfter": flt(xp.nextafter),
+        "BitwiseAnd": {"fn": xp.bitwise_and, "dtypes": INTS + BOOL},
+        "BitwiseOr": {"fn": xp.bitwise_or, "dtypes": INTS + BOOL},
+        "BitwiseXor": {"fn": xp.bitwise_xor, "dtypes": INTS + BOOL},
+        "Invert": {"fn": xp.invert, "dtypes": INTS + BOOL},
+        "LeftShift": {"fn": xp.left_shift, "dtypes": INTS},
+        "RightShift": {"fn": xp.right_shift, "dtypes": INTS},
         # comparison and logic
         "Equal": xp.equal,                      # every dtype, bool included
         "NotEqual": xp.not_equal,

@@ -786,6 +786,161 @@ def take(x, indices, /, *, axis=None):
     return _A.gather(x, _t(indices), axis=axis)
 
 
+# --- bitwise, sorting, scans ----------------------------------------------------------------
+
+bitwise_and = _binary(_M.bitwise_and)
+bitwise_or = _binary(_M.bitwise_or)
+bitwise_xor = _binary(_M.bitwise_xor)
+bitwise_left_shift = _binary(_M.left_shift)
+bitwise_right_shift = _binary(_M.right_shift)
+
+
+def bitwise_invert(x, /):
+    """``~x`` (logical NOT for bools)."""
+    return _M.invert(_t(x))
+
+
+def argsort(x, /, *, axis=-1, descending=False, stable=True):
+    """Indices (int64) that sort ``x`` along ``axis``; always stable."""
+    return _A.argsort(_t(x), axis, "DESCENDING" if descending else "ASCENDING")
+
+
+def sort(x, /, *, axis=-1, descending=False, stable=True):
+    """``x`` sorted along ``axis`` (differentiable)."""
+    return _A.sort(_t(x), axis, "DESCENDING" if descending else "ASCENDING")
+
+
+def take_along_axis(x, indices, /, *, axis=-1):
+    """``x``'s elements at ``indices`` along ``axis`` (same rank; other axes broadcast)."""
+    x, idx = _t(x), _t(indices)
+    n = x.ndim
+    if idx.ndim != n:
+        raise InvalidArgumentError(f"take_along_axis: indices have rank {idx.ndim}, x has "
+                                   f"rank {n}; they must match")
+    ax = axis % n
+    xs = [int(d) for d in x.shape]
+    ishape = [int(d) for d in idx.shape]
+    lead = [_builtins.max(a, b) for i, (a, b) in enumerate(zip(xs, ishape)) if i != ax]
+    xt = moveaxis(x, ax, -1)
+    it = moveaxis(idx, ax, -1)
+    xt = broadcast_to(xt, tuple(lead) + (xs[ax],))
+    it = broadcast_to(it, tuple(lead) + (ishape[ax],))
+    rows = int(_np.prod(lead, dtype=_np.int64))
+    it = _M.cast(_A.reshape(it, [rows, ishape[ax]]), int64)
+    it = _M.add(_M.mod(it, xs[ax]), _constant((_np.arange(rows) * xs[ax])[:, None],
+                                             dtype=int64, device=x.device))
+    out = _A.gather(_A.reshape(xt, [-1]), it)
+    return moveaxis(_A.reshape(out, lead + [ishape[ax]]), -1, ax)
+
+
+def _cumulative(op, x, axis, dtype, include_initial, fill, name):
+    x = _t(x)
+    if axis is None:
+        if x.ndim > 1:
+            raise InvalidArgumentError(f"{name}: axis is required for arrays of more than 1 "
+                                       "dimension")
+        axis = 0
+    dt = _as_dtype(dtype)
+    if dt is None and x.dtype.is_integer and not x.dtype.is_unsigned:
+        dt = int64
+    if dt is not None and dt is not x.dtype:
+        x = _M.cast(x, dt)
+    out = op(x, axis)
+    if include_initial:
+        shape = [int(d) for d in x.shape]
+        shape[axis] = 1
+        out = _A.concat([_full(tuple(shape), fill, out.dtype, x.device), out], axis)
+    return out
+
+
+def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Running sums along ``axis`` (differentiable)."""
+    return _cumulative(_A.cumsum, x, axis, dtype, include_initial, 0, "cumulative_sum")
+
+
+def cumulative_prod(x, /, *, axis=None, dtype=None, include_initial=False):
+    """Running products along ``axis``."""
+    return _cumulative(_A.cumprod, x, axis, dtype, include_initial, 1, "cumulative_prod")
+
+
+# --- data-dependent shapes --------------------------------------------------------------------
+
+class UniqueAllResult(tuple):
+    """``(values, indices, inverse_indices, counts)``, also by name."""
+
+    def __new__(cls, values, indices, inverse_indices, counts):
+        return super().__new__(cls, (values, indices, inverse_indices, counts))
+
+    values = property(lambda self: self[0])
+    indices = property(lambda self: self[1])
+    inverse_indices = property(lambda self: self[2])
+    counts = property(lambda self: self[3])
+
+
+class UniqueCountsResult(tuple):
+    def __new__(cls, values, counts):
+        return super().__new__(cls, (values, counts))
+
+    values = property(lambda self: self[0])
+    counts = property(lambda self: self[1])
+
+
+class UniqueInverseResult(tuple):
+    def __new__(cls, values, inverse_indices):
+        return super().__new__(cls, (values, inverse_indices))
+
+    values = property(lambda self: self[0])
+    inverse_indices = property(lambda self: self[1])
+
+
+def unique_all(x, /):
+    """Sorted distinct values of the flattened ``x``, their first indices, each
+    element's index among them (shaped like ``x``) and their counts (nan: distinct)."""
+    return UniqueAllResult(*_A.unique_all(_t(x)))
+
+
+def unique_counts(x, /):
+    r = unique_all(x)
+    return UniqueCountsResult(r.values, r.counts)
+
+
+def unique_inverse(x, /):
+    r = unique_all(x)
+    return UniqueInverseResult(r.values, r.inverse_indices)
+
+
+def unique_values(x, /):
+    return unique_all(x).values
+
+
+def nonzero(x, /):
+    """A tuple of int64 index arrays, one per axis, of the non-zero elements."""
+    x = _t(x)
+    if x.ndim == 0:
+        raise InvalidArgumentError("nonzero: a 0-d array has no axes to index (the standard "
+                                   "leaves it undefined); reshape it to (1,)")
+    idx = _A.nonzero(x)
+    return tuple(idx[:, i] for i in range(x.ndim))
+
+
+def searchsorted(x1, x2, /, *, side="left", sorter=None):
+    """Insertion indices of ``x2`` into the 1-D ascending ``x1`` (``sorter``: indices
+    that sort ``x1``)."""
+    a, v = _pair(x1, x2)
+    if sorter is not None:
+        a = _A.gather(a, _t(sorter))
+    return _A.searchsorted(a, v, side=side)
+
+
+def isin(x1, x2, /, *, invert=False):
+    """Whether each element of ``x1`` occurs in ``x2`` (compared elementwise: every
+    backend, no sort)."""
+    a, b = _pair(x1, x2)
+    eq = _M.equal(_A.expand_dims(a, -1), _A.reshape(b, [-1]))
+    out = _ops.reductions.reduce_any(eq, axis=-1)
+    return _M.logical_not(out) if invert else out
+
+
 # --- the namespace's info object -------------------------------------------------------------
 
 class _NamespaceInfo:

@@ -12,10 +12,13 @@ from ..ops import linalg as _L
 from ..ops import math as _M
 from ..ops import reductions as _R
 from ..runtime.errors import InvalidArgumentError
-from . import (_float_input, _pair, _t, concat, matmul, matrix_transpose,  # noqa: F401
-               tensordot, vecdot)
+from . import (_float_input, _pair, _t, concat, int64, matmul,  # noqa: F401
+               matrix_transpose, tensordot, vecdot)
 
 SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
+EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
+SVDResult = namedtuple("SVDResult", ["U", "S", "Vh"])
+QRResult = namedtuple("QRResult", ["Q", "R"])
 
 
 def det(x, /):
@@ -141,3 +144,63 @@ def diagonal(x, /, *, offset=0):
     flat = rows * m + cols
     lead = [int(d) for d in x.shape[:-2]]
     return _A.gather(_A.reshape(x, lead + [n * m]), _t(flat.astype(_np.int64)), axis=x.ndim - 2)
+
+
+def cholesky(x, /, *, upper=False):
+    """``L`` (lower, ``L @ L.mT == x``) or, with ``upper``, ``U = L.mT``."""
+    ll = _L.cholesky(_float_input(x))
+    return matrix_transpose(ll) if upper else ll
+
+
+def eigh(x, /):
+    """Eigenvalues (ascending) and eigenvectors of symmetric matrices."""
+    w, v = _L.eigh(_float_input(x))
+    return EighResult(w, v)
+
+
+def eigvalsh(x, /):
+    """Eigenvalues (ascending) of symmetric matrices."""
+    return eigh(x).eigenvalues
+
+
+def svd(x, /, *, full_matrices=True):
+    """``U, S, Vh`` with ``x == U @ diag(S) @ Vh`` (singular values descending)."""
+    s, u, v = _L.svd(_float_input(x), full_matrices=full_matrices)
+    return SVDResult(u, s, matrix_transpose(v))
+
+
+def svdvals(x, /):
+    """Singular values, descending (differentiable)."""
+    return _L.svd(_float_input(x), compute_uv=False)
+
+
+def qr(x, /, *, mode="reduced"):
+    """``Q, R`` with ``x == Q @ R`` (``mode``: "reduced" or "complete")."""
+    if mode not in ("reduced", "complete"):
+        raise InvalidArgumentError(f"qr: mode must be 'reduced' or 'complete', got {mode!r}")
+    q, r = _L.qr(_float_input(x), full_matrices=mode == "complete")
+    return QRResult(q, r)
+
+
+def _cutoff(s, m, n, rtol):
+    eps = float(_np.finfo(s.dtype.np).eps)
+    r = max(m, n) * eps if rtol is None else rtol
+    return _M.multiply(_R.reduce_max(s, axis=-1, keepdims=True), r)
+
+
+def pinv(x, /, *, rtol=None):
+    """The Moore-Penrose pseudo-inverse (singular values below ``rtol * max`` dropped)."""
+    x = _float_input(x)
+    m, n = int(x.shape[-2]), int(x.shape[-1])
+    s, u, v = _L.svd(x, full_matrices=False)
+    keep = _M.greater(s, _cutoff(s, m, n, rtol))
+    sinv = _A.where(keep, _M.reciprocal(_A.where(keep, s, _M.add(s, 1.0))), _M.multiply(s, 0.0))
+    return matmul(_M.multiply(v, sinv[..., None, :]), matrix_transpose(u))
+
+
+def matrix_rank(x, /, *, rtol=None):
+    """How many singular values exceed ``rtol * max(singular values)``."""
+    x = _float_input(x)
+    m, n = int(x.shape[-2]), int(x.shape[-1])
+    s = _L.svd(x, compute_uv=False)
+    return _R.reduce_sum(_M.cast(_M.greater(s, _cutoff(s, m, n, rtol)), int64), axis=-1)

@@ -44,6 +44,8 @@ __all__ = [
     "where", "boolean_mask", "gather", "gather_nd", "scatter_nd", "unsorted_segment_sum",
     # values
     "identity", "stop_gradient", "clip_by_value", "clip_by_norm", "clip_by_global_norm",
+    # sorting and scans
+    "argsort", "sort", "cumsum", "cumprod", "searchsorted", "unique_all", "nonzero",
 ]
 
 # This module defines `range` and `slice`: keep the builtins under other names.
@@ -1641,3 +1643,142 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
     return out, use_norm
 
 
+
+
+# --- sorting and scans (issue 18) ---------------------------------------------------------
+
+def _cumsum_grad(ctx, dy):
+    a = ctx.attrs
+    return execute(_CUMSUM, (dy,), {"axis": a["axis"], "exclusive": a["exclusive"],
+                                    "reverse": not a["reverse"]})
+
+
+_SCAN_ATTRS = {"axis": 0, "exclusive": False, "reverse": False}
+_CUMSUM = defop("Cumsum", inputs=("x",), attrs=_SCAN_ATTRS, grad=_cumsum_grad)
+_CUMPROD = defop("Cumprod", inputs=("x",), attrs=_SCAN_ATTRS, differentiable=False)
+_ARGSORT = defop("ArgSort", inputs=("x",), attrs={"axis": -1, "descending": False},
+                 differentiable=False)
+
+
+def _scan_axis(x, axis, what):
+    n = len(x.shape)
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) or not -n <= axis < n:
+        raise InvalidArgumentError(f"{what}: axis must be an int in [{-n}, {n}) for a tensor of "
+                                   f"shape {list(x.shape)}, got {axis!r}")
+    return int(axis) % n
+
+
+def cumsum(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Running sums along ``axis`` (``exclusive``: each excludes its own element;
+    ``reverse``: from the end), as ``tf.math.cumsum``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.cumsum([1, 2, 3]), tf.cumsum([1, 2, 3], exclusive=True, reverse=True))
+    tf.Tensor([1 3 6], shape=(3,), dtype=int32) tf.Tensor([5 3 0], shape=(3,), dtype=int32)
+    """
+    x = _tensor(x)
+    return execute(_CUMSUM, (x,), {"axis": _scan_axis(x, axis, "cumsum"),
+                                   "exclusive": bool(exclusive), "reverse": bool(reverse)})
+
+
+def cumprod(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Running products along ``axis`` (not differentiable yet).
+
+    >>> import tapeflow as tf
+    >>> print(tf.cumprod([1, 2, 3]))
+    tf.Tensor([1 2 6], shape=(3,), dtype=int32)
+    """
+    x = _tensor(x)
+    return execute(_CUMPROD, (x,), {"axis": _scan_axis(x, axis, "cumprod"),
+                                    "exclusive": bool(exclusive), "reverse": bool(reverse)})
+
+
+def argsort(values, axis=-1, direction="ASCENDING", stable=True, name=None):
+    """The indices (int64) that sort ``values`` along ``axis``; always stable (equal
+    elements keep their order, in both directions).
+
+    >>> import tapeflow as tf
+    >>> print(tf.argsort([3, 1, 2]), tf.argsort([1, 3, 3, 2], direction="DESCENDING"))
+    tf.Tensor([1 2 0], shape=(3,), dtype=int64) tf.Tensor([1 2 3 0], shape=(4,), dtype=int64)
+    """
+    x = _tensor(values)
+    if direction not in ("ASCENDING", "DESCENDING"):
+        raise InvalidArgumentError(f"argsort: direction must be 'ASCENDING' or 'DESCENDING', "
+                                   f"got {direction!r}")
+    return execute(_ARGSORT, (x,), {"axis": _scan_axis(x, axis, "argsort"),
+                                    "descending": direction == "DESCENDING"})
+
+
+def sort(values, axis=-1, direction="ASCENDING", name=None):
+    """``values`` sorted along ``axis`` (differentiable: a gather by :func:`argsort`).
+
+    >>> import tapeflow as tf
+    >>> print(tf.sort([3., 1., 2.], direction="DESCENDING"))
+    tf.Tensor([3. 2. 1.], shape=(3,), dtype=float32)
+    """
+    x = _tensor(values)
+    ax = _scan_axis(x, axis, "sort")
+    idx = argsort(x, ax, direction)
+    return gather(x, idx, axis=ax, batch_dims=ax) if ax == len(x.shape) - 1 else \
+        transpose(sort(transpose(x, _swap_last(len(x.shape), ax)), -1, direction),
+                  _swap_last(len(x.shape), ax))
+
+
+def _swap_last(n, ax):
+    perm = list(builtins.range(n))
+    perm[ax], perm[-1] = perm[-1], perm[ax]
+    return perm
+
+
+# --- data-dependent shapes (not differentiable) ---------------------------------------------
+
+_SEARCHSORTED = defop("SearchSorted", inputs=("sorted_sequence", "values"),
+                      attrs={"side": "left"}, differentiable=False)
+_UNIQUE = defop("UniqueAll", inputs=("x",), num_outputs=4, differentiable=False)
+_NONZERO = defop("NonZero", inputs=("x",), differentiable=False)
+
+
+def searchsorted(sorted_sequence, values, side="left", out_type=None, name=None):
+    """Where ``values`` would go in the 1-D ascending ``sorted_sequence`` to keep it
+    sorted (int64 indices); ``side="right"`` puts equal values after their equals.
+
+    >>> import tapeflow as tf
+    >>> print(tf.searchsorted([1., 2., 3.], [2., 0.5], side="right"))
+    tf.Tensor([2 0], shape=(2,), dtype=int64)
+    """
+    a, v = _tensor(sorted_sequence), _tensor(values)
+    if len(a.shape) != 1:
+        raise InvalidArgumentError(f"searchsorted: sorted_sequence must be 1-D, got shape "
+                                   f"{list(a.shape)}", op="SearchSorted")
+    if side not in ("left", "right"):
+        raise InvalidArgumentError(f"searchsorted: side must be 'left' or 'right', got {side!r}",
+                                   op="SearchSorted")
+    if v.dtype is not a.dtype:
+        v = _m.cast(v, a.dtype)
+    return execute(_SEARCHSORTED, (a, v), {"side": side})
+
+
+def unique_all(x, name=None):
+    """``(values, indices, inverse_indices, counts)`` of the flattened ``x``: the sorted
+    distinct values, where each first occurs, each element's position among them
+    (shaped like ``x``) and how often each occurs; every nan is distinct.
+
+    >>> import tapeflow as tf
+    >>> v, i, inv, c = tf.unique_all([3, 1, 3, 2])
+    >>> print(v, c)
+    tf.Tensor([1 2 3], shape=(3,), dtype=int32) tf.Tensor([1 1 2], shape=(3,), dtype=int64)
+    """
+    return execute(_UNIQUE, (_tensor(x),))
+
+
+def nonzero(x, name=None):
+    """The indices of the non-zero elements of ``x``: an int64 ``[count, rank]`` tensor,
+    row-major order (``tf.where(x)`` in TensorFlow).
+
+    >>> import tapeflow as tf
+    >>> print(tf.nonzero([[0, 1], [2, 0]]))
+    tf.Tensor(
+    [[0 1]
+     [1 0]], shape=(2, 2), dtype=int64)
+    """
+    return execute(_NONZERO, (_tensor(x),))

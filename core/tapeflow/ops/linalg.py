@@ -24,7 +24,7 @@ import numpy as np
 
 from ..runtime import shapes as _shapes
 from ._library import defop
-from ..runtime.errors import InvalidArgumentError, UnimplementedError
+from ..runtime.errors import InvalidArgumentError, NotDifferentiableError, UnimplementedError
 from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execute
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -35,7 +35,7 @@ from . import array as _a
 #: names that are also ``tf.<name>``
 TOP_LEVEL = ["matmul", "tensordot", "einsum", "norm"]
 __all__ = TOP_LEVEL + ["inv", "solve", "det", "slogdet", "logdet", "trace",
-                       "matrix_transpose", "adjoint"]
+                       "matrix_transpose", "adjoint", "cholesky", "eigh", "svd", "qr"]
 
 
 def _fmt(shape):
@@ -564,3 +564,126 @@ def logdet(matrix, name=None):
     tf.Tensor(1.3862944, shape=(), dtype=float32)
     """
     return slogdet(matrix)[1]
+
+
+# --- decompositions (issue 18: the array API's linalg extension) -------------------------
+
+def _mm(a, b, attrs=_NN):
+    return execute(_MATMUL, (a, b), attrs)
+
+
+def _tril_half(m):
+    """The lower triangle of the last two axes with the diagonal halved (Cholesky's Phi)."""
+    n = int(m.shape[-1])
+    mask = np.tril(np.ones((n, n))) - 0.5 * np.eye(n)
+    return _m.multiply(m, constant(mask.astype(m.dtype.np), device=m.device))
+
+
+def _sym(g):
+    return _m.multiply(_m.add(g, matrix_transpose(g)), 0.5)
+
+
+def _cholesky_grad(ctx, dl):
+    # A = L L^T: dA = L^-T Phi(L^T dL) L^-1, symmetrised (Murray 2016; TensorFlow's rule)
+    ll = ctx.outputs[0]
+    linv = inv(ll)
+    middle = _tril_half(_mm(ll, dl, _TN))
+    return _sym(_mm(_mm(linv, middle, _TN), linv))
+
+
+def _eigh_grad(ctx, dw, dv):
+    # A = V diag(w) V^T: dA = V (diag(dw) + F o (V^T dV)) V^T, F_ij = 1/(w_j - w_i), i != j
+    w, v = ctx.outputs
+    n = int(w.shape[-1])
+    inner = None
+    if dv is not None:
+        eye = constant(np.eye(n, dtype=w.dtype.np), device=w.device)
+        diff = _m.subtract(w[..., None, :], w[..., :, None])
+        f = _m.multiply(_m.reciprocal(_m.add(diff, eye)), _m.subtract(1.0, eye))
+        inner = _m.multiply(f, _mm(v, dv, _TN))
+    if dw is not None:
+        d = _m.multiply(dw[..., None, :], constant(np.eye(n, dtype=w.dtype.np), device=w.device))
+        inner = d if inner is None else _m.add(inner, d)
+    if inner is None:
+        return None
+    return _sym(_mm(_mm(v, inner), v, _NT))
+
+
+def _svd_grad(ctx, du, ds, dvh):
+    if du is not None or dvh is not None:
+        raise NotDifferentiableError(
+            "the gradient through svd's singular vectors is not implemented (only through "
+            "the singular values: use tnp.linalg.svdvals or the S output alone)", op="Svd")
+    if ds is None:
+        return None
+    u, _, vh = ctx.outputs
+    k = int(ds.shape[-1])
+    return _mm(_m.multiply(u[..., :, :k], ds[..., None, :]), vh[..., :k, :])
+
+
+_CHOLESKY = defop("Cholesky", inputs=("input",), grad=_cholesky_grad, check=_check_square)
+_EIGH = defop("SelfAdjointEigV2", inputs=("input",), num_outputs=2, grad=_eigh_grad,
+              check=_check_square)
+_SVD = defop("Svd", inputs=("input",), attrs={"full_matrices": False}, num_outputs=3,
+             grad=_svd_grad)
+def _svd_values_grad(ctx, ds):
+    # dA = U diag(ds) V^T, with U and V from a second (reduced) decomposition
+    u, _, vh = execute(_SVD, (ctx.inputs[0],), {"full_matrices": False})
+    return _mm(_m.multiply(u, ds[..., None, :]), vh)
+
+
+_SVD_VALUES = defop("SvdValues", inputs=("input",), grad=_svd_values_grad)
+_QR = defop("Qr", inputs=("input",), attrs={"full_matrices": False}, num_outputs=2,
+            differentiable=False)
+
+
+def cholesky(input, name=None):
+    """The lower-triangular ``L`` with ``L @ L^T == input`` (symmetric positive
+    definite; a batch of them).
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.cholesky([[4., 2.], [2., 2.]]))
+    tf.Tensor(
+    [[2. 0.]
+     [1. 1.]], shape=(2, 2), dtype=float32)
+    """
+    return execute(_CHOLESKY, (_tensor(input),))
+
+
+def eigh(tensor, name=None):
+    """``(eigenvalues, eigenvectors)`` of a symmetric matrix, eigenvalues ascending.
+
+    >>> import tapeflow as tf
+    >>> w, v = tf.linalg.eigh([[2., 1.], [1., 2.]])
+    >>> print(w)
+    tf.Tensor([1. 3.], shape=(2,), dtype=float32)
+    """
+    return execute(_EIGH, (_tensor(tensor),))
+
+
+def svd(tensor, full_matrices=False, compute_uv=True, name=None):
+    """TensorFlow's order: ``(s, u, v)`` (``v``, not its transpose); ``s`` alone with
+    ``compute_uv=False``.
+
+    >>> import tapeflow as tf
+    >>> s, u, v = tf.linalg.svd([[3., 0.], [0., 4.]])
+    >>> print(s)
+    tf.Tensor([4. 3.], shape=(2,), dtype=float32)
+    """
+    if not compute_uv:
+        return execute(_SVD_VALUES, (_tensor(tensor),))
+    u, s, vh = execute(_SVD, (_tensor(tensor),), {"full_matrices": bool(full_matrices)})
+    return s, u, matrix_transpose(vh)
+
+
+def qr(input, full_matrices=False, name=None):
+    """``(q, r)`` with ``q`` orthonormal columns and ``r`` upper triangular.
+
+    >>> import tapeflow as tf
+    >>> q, r = tf.linalg.qr([[1., 0.], [0., 2.]])
+    >>> print(abs(r))
+    tf.Tensor(
+    [[1. 0.]
+     [0. 2.]], shape=(2, 2), dtype=float32)
+    """
+    return execute(_QR, (_tensor(input),), {"full_matrices": bool(full_matrices)})

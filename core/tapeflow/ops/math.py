@@ -45,6 +45,7 @@ __all__ = [
     # inverse trigonometric, hyperbolic, logarithms, rounding, sign (the array API's set)
     "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "log2", "log10",
     "trunc", "signbit", "copysign", "hypot", "logaddexp", "nextafter",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift",
     # comparison and logic
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
     "logical_and", "logical_or", "logical_xor", "logical_not",
@@ -939,6 +940,76 @@ def nextafter(x1, x2, name=None):
     tf.Tensor(True, shape=(), dtype=bool)
     """
     return binary(_NEXTAFTER, x1, x2)
+
+
+# --- bitwise (integers and bools; not differentiable) -----------------------------------
+
+_BITAND = _bin("BitwiseAnd", differentiable=False)
+_BITOR = _bin("BitwiseOr", differentiable=False)
+_BITXOR = _bin("BitwiseXor", differentiable=False)
+_INVERT = _un("Invert", differentiable=False)
+_LSHIFT = _bin("LeftShift", differentiable=False)
+_RSHIFT = _bin("RightShift", differentiable=False)
+
+
+def bitwise_and(x, y, name=None):
+    """Bitwise AND of integers (logical AND of bools).
+
+    >>> import tapeflow as tf
+    >>> print(tf.bitwise_and([12, 10], [10, 6]))
+    tf.Tensor([8 2], shape=(2,), dtype=int32)
+    """
+    return binary(_BITAND, x, y)
+
+
+def bitwise_or(x, y, name=None):
+    """Bitwise OR of integers (logical OR of bools).
+
+    >>> import tapeflow as tf
+    >>> print(tf.bitwise_or([12, 10], [10, 6]))
+    tf.Tensor([14 14], shape=(2,), dtype=int32)
+    """
+    return binary(_BITOR, x, y)
+
+
+def bitwise_xor(x, y, name=None):
+    """Bitwise XOR of integers (logical XOR of bools).
+
+    >>> import tapeflow as tf
+    >>> print(tf.bitwise_xor([12, 10], [10, 6]))
+    tf.Tensor([ 6 12], shape=(2,), dtype=int32)
+    """
+    return binary(_BITXOR, x, y)
+
+
+def invert(x, name=None):
+    """Bitwise NOT of integers (``~x``; logical NOT of bools).
+
+    >>> import tapeflow as tf
+    >>> print(tf.invert([0, 5]))
+    tf.Tensor([-1 -6], shape=(2,), dtype=int32)
+    """
+    return execute(_INVERT, (x,))
+
+
+def left_shift(x, y, name=None):
+    """``x << y`` for integers (``y`` in ``[0, bits)``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.left_shift([1, 3], [4, 1]))
+    tf.Tensor([16  6], shape=(2,), dtype=int32)
+    """
+    return binary(_LSHIFT, x, y)
+
+
+def right_shift(x, y, name=None):
+    """``x >> y`` for integers (arithmetic for signed types; ``y`` in ``[0, bits)``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.right_shift([16, -16], [2, 2]))
+    tf.Tensor([ 4 -4], shape=(2,), dtype=int32)
+    """
+    return binary(_RSHIFT, x, y)
 
 
 # --- comparison and logic (not differentiable; bool results) ---------------------------

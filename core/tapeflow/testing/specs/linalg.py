@@ -275,6 +275,32 @@ def _spd_samples(dtype, rng):
     return out
 
 
+def _sym(x):
+    """Symmetric decompositions read one triangle; the specs feed them (x + x^T) / 2 so
+    that finite differences (which perturb every entry) see the symmetric gradient."""
+    return (x + tf.linalg.matrix_transpose(x)) * 0.5
+
+
+def _sym_np(x):
+    return (x + np.swapaxes(x, -1, -2)) * 0.5
+
+
+def _eigh_reconstruct(x):
+    w, v = tf.linalg.eigh(_sym(x))
+    return tf.matmul(v * w[..., None, :], v, transpose_b=True)
+
+
+def _qr_reconstruct(x):
+    q, r = tf.linalg.qr(x)
+    return tf.matmul(q, r)
+
+
+def _rect_samples(dtype, rng):
+    v = lambda *s: _values(rng, s, dtype)   # noqa: E731
+    return [Sample((v(4, 3),), name="tall"), Sample((v(2, 3, 5),), name="wide_batch"),
+            Sample((v(3, 3),), name="square")]
+
+
 def _ref_logdet(x):
     return np.linalg.slogdet(x)[1]
 
@@ -306,4 +332,21 @@ SPECS = [
            _det_samples, op="LogMatrixDeterminant", tol=_LINALG_TOL),
     OpSpec("linalg.logdet", tf.linalg.logdet, _exact(_ref_logdet), _spd_samples,
            op="LogMatrixDeterminant", tol=_LINALG_TOL),
+    # decompositions: compared through what is unique (factors' signs are not)
+    OpSpec("linalg.cholesky", lambda x: tf.linalg.cholesky(_sym(x)),
+           _exact(lambda x: np.linalg.cholesky(_sym_np(x))), _spd_samples,
+           op="Cholesky", tol=_LINALG_TOL, dtypes=("float32", "float64"),
+           errors=[ErrorSample((-np.eye(2, dtype=np.float32),), {}, InvalidArgumentError,
+                               "not symmetric positive definite", "not_spd")]),
+    OpSpec("linalg.eigh.values", lambda x: tf.linalg.eigh(_sym(x))[0],
+           _exact(lambda x: np.linalg.eigvalsh(_sym_np(x))),
+           _spd_samples, op="SelfAdjointEigV2", tol=_LINALG_TOL, dtypes=("float32", "float64")),
+    OpSpec("linalg.eigh.reconstruction", _eigh_reconstruct, _exact(_sym_np), _spd_samples,
+           op="SelfAdjointEigV2", tol=_LINALG_TOL, dtypes=("float32", "float64")),
+    OpSpec("linalg.svd.values", lambda x: tf.linalg.svd(x, compute_uv=False),
+           _exact(lambda x: np.linalg.svd(x, compute_uv=False)), _rect_samples, op="SvdValues",
+           tol=_LINALG_TOL, dtypes=("float32", "float64"),
+           grad_order=1),   # the second order goes through the singular vectors: not yet
+    OpSpec("linalg.qr.reconstruction", _qr_reconstruct, _exact(lambda x: x), _rect_samples,
+           op="Qr", tol=_LINALG_TOL, dtypes=("float32", "float64"), grad_order=0),
 ]

@@ -249,6 +249,15 @@ _NUMERIC_LIST = "float16, float32, float64, int8, int16, int32, int64, uint8"
 _TOL_SPECIAL = {"float16": (4e-3, 4e-3), "float32": (1e-5, 1e-6), "float64": (1e-12, 1e-14)}
 
 
+def _bitwise_samples(shift):
+    def samples(dtype, rng):
+        x = rng.integers(0, 16, (3, 4)).astype(dtype.np)
+        y = rng.integers(0, 4 if shift else 16, (3, 4)).astype(dtype.np)
+        return [Sample((x, y), name="typical"), Sample((x, y[0]), name="broadcast"),
+                Sample((x[:0], y[:0]), name="empty")]
+    return samples
+
+
 def _unary(name, fn, ref, op, lo=-3.0, hi=3.0, grad=2, edge=True, tol=None, errors=()):
     return OpSpec(name=name, fn=fn, ref=ref, op=op,
                   samples=_unary_samples(lo, hi, edge=edge, smooth=grad > 0),
@@ -356,6 +365,19 @@ SPECS: list[OpSpec] = [
     _binary("logaddexp", tf.math.logaddexp, np.logaddexp, "LogAddExp", _binary_samples()),
     _binary("nextafter", tf.math.nextafter, np.nextafter, "NextAfter", _binary_samples(),
             grad=0),
+    # --- bitwise (integers)
+    *[OpSpec(name=n, fn=f, ref=r, op=o, samples=_bitwise_samples(shift), grad_order=0,
+             dtypes=("int8", "int16", "int32", "int64", "uint8"))
+      for n, f, r, o, shift in (
+          ("bitwise_and", tf.bitwise_and, np.bitwise_and, "BitwiseAnd", False),
+          ("bitwise_or", tf.bitwise_or, np.bitwise_or, "BitwiseOr", False),
+          ("bitwise_xor", tf.bitwise_xor, np.bitwise_xor, "BitwiseXor", False),
+          ("left_shift", tf.left_shift, np.left_shift, "LeftShift", True),
+          ("right_shift", tf.right_shift, np.right_shift, "RightShift", True))],
+    OpSpec(name="invert", fn=tf.invert, ref=np.invert, op="Invert",
+           samples=lambda d, rng: [Sample((rng.integers(0, 100, (3, 4)).astype(d.np),),
+                                          name="typical")],
+           grad_order=0, dtypes=("int8", "int16", "int32", "int64", "uint8")),
     # --- comparison and logic
     _binary("equal", tf.equal, np.equal, "Equal", _compare_samples, grad=0),
     _binary("not_equal", tf.not_equal, np.not_equal, "NotEqual", _compare_samples, grad=0),
