@@ -69,10 +69,11 @@ def test_plugin_registers_backend_and_kernels():
     from tapeflow_opencl.backend import BACKEND
     assert BACKEND in _table.backends
     assert (BACKEND.name, BACKEND.device_type) == ("opencl", "opencl")
-    # every op of the standard set has an opencl kernel
-    missing = [op.name for op in tf.runtime.registry.OPS.values()
-               if "cpu" in op.kernels and "opencl" not in op.kernels and "::" not in op.name]
-    assert missing == []
+    # every op of the standard set has an opencl kernel, but the declared ones (which the
+    # conformance suite marks as known gaps)
+    missing = {op.name for op in tf.runtime.registry.OPS.values()
+               if "cpu" in op.kernels and "opencl" not in op.kernels and "::" not in op.name}
+    assert missing == PLUGIN.OPS_WITHOUT_KERNEL
     assert PLUGIN.SKIPPED == []
 
 
