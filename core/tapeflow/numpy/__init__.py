@@ -28,6 +28,7 @@ from .. import ops as _ops
 from ..ops import array as _A
 from ..ops import linalg as _L
 from ..ops import math as _M
+from ..ops.operators import matmul_vectors as _matmul_vectors
 from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime.dispatch import constant as _constant
@@ -646,8 +647,10 @@ def repeat(x, repeats, /, *, axis=None):
 # --- linear algebra ------------------------------------------------------------------------------
 
 def matmul(x1, x2, /):
+    """Matrix product with the standard's rule for 1-D operands (a row on the left, a
+    column on the right, the axis dropped) and batch broadcasting."""
     a, b = _pair(x1, x2)
-    return _L.matmul(a, b)
+    return _matmul_vectors(a, b)
 
 
 def matrix_transpose(x, /):

@@ -27,7 +27,8 @@ from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ._library import defop
 from ..runtime.registry import REQUIRED
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..runtime import context as _ctx
+from ..runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
 from ..runtime.dispatch import _run, as_tensor_list, constant, convert_to_tensor, execute
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -1782,3 +1783,76 @@ def nonzero(x, name=None):
      [1 0]], shape=(2, 2), dtype=int64)
     """
     return execute(_NONZERO, (_tensor(x),))
+
+
+# --- x[key] = value (the array API's __setitem__) -------------------------------------------
+
+def _host_key(key):
+    """``key`` with tensors and Variables as host NumPy arrays (positions are metadata)."""
+    if isinstance(key, tuple):
+        return tuple(_host_key(k) for k in key)
+    if isinstance(key, Variable):
+        key = key.read_value()
+    if isinstance(key, Tensor):
+        return key.numpy()
+    return key
+
+
+def _setitem(self, key, value):
+    """``x[key] = value``: the elements ``x[key]`` selects (ints, slices, ``...``,
+    ``None``, boolean masks, integer arrays; NumPy's rules, the last write wins) take
+    ``value`` (broadcast, in ``x``'s dtype). A Variable is assigned; a tensor object is
+    given a new buffer (other tensors, and earlier results that shared its memory, keep
+    their values). Refused while this thread records a GradientTape or traces a
+    tf.function: the recorded values would change under the tape.
+
+    >>> import tapeflow as tf
+    >>> x = tf.zeros([2, 3])
+    >>> x[0, 1:] = 5.0
+    >>> print(x)
+    tf.Tensor(
+    [[0. 5. 5.]
+     [0. 0. 0.]], shape=(2, 3), dtype=float32)
+    """
+    from_var = isinstance(self, Variable)
+    x = self.read_value() if from_var else self
+    if not from_var and (_ctx.active_tapes() or _ctx.tracing[0]):
+        raise FailedPreconditionError(
+            "x[key] = value is not recorded by a GradientTape or traced by tf.function: "
+            "assign to a tf.Variable (v[key] = value), or build the result with "
+            "tf.where/tf.tensor_scatter_nd_update-style ops")
+    shape = tuple(int(d) for d in x.shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    try:
+        pos = np.arange(n, dtype=np.int64).reshape(shape)[_host_key(key)]
+    except (IndexError, TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"x[key] = value: index {key!r} is not valid for shape "
+                                   f"{list(shape)}: {e}") from None
+    pos = np.asarray(pos).reshape(-1)
+    v = convert_to_tensor(value)
+    if v.dtype is not x.dtype:
+        if not np.can_cast(v.dtype.np, x.dtype.np, casting="same_kind") and not (
+                v.dtype.is_integer and x.dtype.is_floating):
+            raise InvalidTypeError(f"x[key] = value: a {v.dtype.name} value does not fit a "
+                                   f"{x.dtype.name} tensor; cast it first")
+        v = _m.cast(v, x.dtype)
+    sel = tuple(int(d) for d in np.arange(n).reshape(shape)[_host_key(key)].shape)
+    if v.device != x.device:
+        v = v.to(x.device)
+    v = reshape(broadcast_to(v, sel), [-1])
+    if pos.size and len(np.unique(pos)) != pos.size:       # duplicates: the last write wins
+        last = pos.size - 1 - np.unique(pos[::-1], return_index=True)[1]
+        last.sort()
+        pos = pos[last]
+        v = gather(v, constant(last, device=x.device))
+    mask = np.zeros(n, np.bool_)
+    mask[pos] = True
+    dev = x.device
+    flat = reshape(x, [-1])
+    new = where(constant(mask, device=dev),
+                scatter_nd(constant(pos[:, None], device=dev), v, [n]), flat)
+    new = reshape(new, list(shape))
+    if from_var:
+        self.assign(new)
+    else:
+        self._data = new._data

@@ -16,11 +16,11 @@ tf.Tensor([False  True], shape=(2,), dtype=bool) tf.Tensor(4.0, shape=(), dtype=
 
 from __future__ import annotations
 
-from ..runtime.dispatch import binary, execute, make_binary_operator
+from ..runtime.dispatch import binary, convert_to_tensor, execute, make_binary_operator
 from ..runtime.errors import TapeflowError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from .array import _getitem
+from .array import _getitem, _setitem, expand_dims, squeeze
 from .linalg import _MATMUL, _NN
 from .math import (_ADD, _DIV, _EQUAL, _FLOORDIV, _GREATER, _GREATER_EQUAL, _LESS,
                    _LESS_EQUAL, _LOGICAL_AND, _LOGICAL_OR, _LOGICAL_XOR, _MOD, _MUL,
@@ -29,12 +29,32 @@ from .math import (_ADD, _DIV, _EQUAL, _FLOORDIV, _GREATER, _GREATER_EQUAL, _LES
 __all__: list = []
 
 
+def matmul_vectors(a, b):
+    """``a @ b`` with NumPy's (and the array API's) rule for 1-D operands: a vector on
+    the left is a row, on the right a column, and that axis is dropped from the result
+    (``tf.matmul`` itself keeps TensorFlow's "rank >= 2")."""
+    a, b = convert_to_tensor(a), convert_to_tensor(b)
+    va, vb = len(a.shape) == 1, len(b.shape) == 1
+    if not (va or vb):
+        return execute(_MATMUL, (a, b), _NN)
+    if va:
+        a = expand_dims(a, 0)
+    if vb:
+        b = expand_dims(b, -1)
+    out = execute(_MATMUL, (a, b), _NN)
+    if vb:
+        out = squeeze(out, [-1])
+    if va:
+        out = squeeze(out, [-1 if vb else -2])
+    return out
+
+
 def __matmul__(self, other):
-    return execute(_MATMUL, (self, other), _NN)
+    return matmul_vectors(self, other)
 
 
 def __rmatmul__(self, other):
-    return execute(_MATMUL, (other, self), _NN)
+    return matmul_vectors(other, self)
 
 
 def _install():
@@ -89,6 +109,7 @@ def _install():
         cls.__matmul__ = __matmul__
         cls.__rmatmul__ = __rmatmul__
         cls.__getitem__ = _getitem
+        cls.__setitem__ = _setitem
 
 
 _install()

@@ -211,6 +211,16 @@ class Tensor:
         """The matrix transpose of the last two axes (the array API's ``x.mT``)."""
         return array_namespace[0](None).matrix_transpose(self)
 
+    @property
+    def T(self) -> Tensor:
+        """The transpose of a 2-D tensor (the array API's ``x.T``; use ``mT`` or
+        ``tf.transpose`` for other ranks)."""
+        if len(self._data.shape) != 2:
+            raise InvalidArgumentError(
+                f"Tensor.T is the transpose of a 2-D tensor (the array API's rule); this "
+                f"one has shape {list(self._data.shape)}: use .mT or tf.transpose(x, perm)")
+        return array_namespace[0](None).matrix_transpose(self)
+
     def to_device(self, device, /, *, stream=None) -> Tensor:
         """This tensor on ``device`` (the array API's name for :meth:`to`)."""
         return self.to(device)
