@@ -1654,11 +1654,41 @@ def _cumsum_grad(ctx, dy):
                                     "reverse": not a["reverse"]})
 
 
+def _check_axis_attrs(op, tensors, attrs, device):
+    """Cumsum/Cumprod/ArgSort on every backend: an int axis of the input, bool flags."""
+    shape = tuple(tensors[0]._data.shape)
+    ax = attrs.get("axis")
+    n = len(shape)
+    if isinstance(ax, bool) or not isinstance(ax, (int, np.integer)) or not -n <= ax < n:
+        raise InvalidArgumentError(f"axis must be an int in [{-n}, {n}) for an input of shape "
+                                   f"{list(shape)}, got {ax!r}", op=op.name, device=device)
+    for flag in ("exclusive", "reverse", "descending"):
+        if flag in attrs and not isinstance(attrs[flag], (bool, np.bool_)):
+            raise InvalidTypeError(f"{flag} must be a bool, got {attrs[flag]!r}", op=op.name,
+                                   device=device)
+
+
+def _check_searchsorted(op, tensors, attrs, device):
+    a, v = tensors
+    if len(a._data.shape) != 1:
+        raise InvalidArgumentError(f"sorted_sequence must be 1-D, got shape "
+                                   f"{list(a._data.shape)}", op=op.name, device=device)
+    if attrs.get("side") not in ("left", "right"):
+        raise InvalidArgumentError(f"side must be 'left' or 'right', got {attrs.get('side')!r}",
+                                   op=op.name, device=device)
+    if a.dtype is not v.dtype:
+        raise InvalidArgumentError(f"sorted_sequence ({a.dtype.name}) and values "
+                                   f"({v.dtype.name}) must have one dtype", op=op.name,
+                                   device=device)
+
+
 _SCAN_ATTRS = {"axis": 0, "exclusive": False, "reverse": False}
-_CUMSUM = defop("Cumsum", inputs=("x",), attrs=_SCAN_ATTRS, grad=_cumsum_grad)
-_CUMPROD = defop("Cumprod", inputs=("x",), attrs=_SCAN_ATTRS, differentiable=False)
+_CUMSUM = defop("Cumsum", inputs=("x",), attrs=_SCAN_ATTRS, grad=_cumsum_grad,
+                check=_check_axis_attrs)
+_CUMPROD = defop("Cumprod", inputs=("x",), attrs=_SCAN_ATTRS, differentiable=False,
+                 check=_check_axis_attrs)
 _ARGSORT = defop("ArgSort", inputs=("x",), attrs={"axis": -1, "descending": False},
-                 differentiable=False)
+                 differentiable=False, check=_check_axis_attrs)
 
 
 def _scan_axis(x, axis, what):
@@ -1734,7 +1764,7 @@ def _swap_last(n, ax):
 # --- data-dependent shapes (not differentiable) ---------------------------------------------
 
 _SEARCHSORTED = defop("SearchSorted", inputs=("sorted_sequence", "values"),
-                      attrs={"side": "left"}, differentiable=False)
+                      attrs={"side": "left"}, differentiable=False, check=_check_searchsorted)
 _UNIQUE = defop("UniqueAll", inputs=("x",), num_outputs=4, differentiable=False)
 _NONZERO = defop("NonZero", inputs=("x",), differentiable=False)
 

@@ -1,0 +1,163 @@
+"""Scans (``Cumsum``, ``Cumprod``), a stable sort (``ArgSort``) and binary search
+(``SearchSorted``) on OpenCL.
+
+One work-item per *row*: the elements along the op's axis for one position of the
+other axes (``outer x inner`` rows of ``n`` elements, element ``j`` of row
+``(o, i)`` at ``(o * n + j) * inner + i`` in the contiguous input). A row is scanned
+sequentially, sorted by a bottom-up merge sort through a scratch buffer of indices
+(stable: equal keys keep their order; descending compares the other way round and
+is stable too), searched by bisection. Simple and exact; a work-group scan or a
+bitonic/radix sort would be faster for long rows.
+
+Float16 scans accumulate in float; NaN sorts last ascending and first descending
+(the CPU kernel's order: NumPy's argsort of the flipped array).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import runtime as rt
+from .runtime import NUMERIC
+
+_SCAN = """
+__kernel void scan(__global {T} *out, __global const {T} *x, const long n, const long inner,
+                   const int exclusive, const int reverse) {{
+    const long r = get_global_id(0);
+    const long o = r / inner, i = r % inner;
+    {A} acc = {INIT};
+    for (long k = 0; k < n; ++k) {{
+        const long j = reverse ? n - 1 - k : k;
+        const long at = (o * n + j) * inner + i;
+        const {A} v = ({A})x[at];
+        if (exclusive) {{ out[at] = ({T})acc; acc = acc {OP} v; }}
+        else {{ acc = acc {OP} v; out[at] = ({T})acc; }}
+    }}
+}}
+"""
+
+_SORT = """
+// a < b in the sort order; NaN after everything (ascending)
+inline int before(const {T} a, const {T} b, const int desc) {{
+    {NAN_RULE}
+    return desc ? (a > b) : (a < b);
+}}
+__kernel void argsort(__global long *out, __global long *tmp, __global const {T} *x,
+                      const long n, const long inner, const int desc) {{
+    const long r = get_global_id(0);
+    const long o = r / inner, i = r % inner;
+    #define KEY(j) x[(o * n + (j)) * inner + i]
+    __global long *a = out + r * n;           // row r's indices, then scratch
+    __global long *b = tmp + r * n;
+    for (long j = 0; j < n; ++j) a[j] = j;
+    for (long w = 1; w < n; w *= 2) {{
+        for (long lo = 0; lo < n; lo += 2 * w) {{
+            long mid = min(lo + w, n), hi = min(lo + 2 * w, n);
+            long p = lo, q = mid, k = lo;
+            while (p < mid && q < hi) {{
+                // take from the right run only when strictly before: stable
+                if (before(KEY(a[q]), KEY(a[p]), desc)) b[k++] = a[q++];
+                else b[k++] = a[p++];
+            }}
+            while (p < mid) b[k++] = a[p++];
+            while (q < hi) b[k++] = a[q++];
+        }}
+        __global long *t = a; a = b; b = t;
+    }}
+    if (a != out + r * n)
+        for (long j = 0; j < n; ++j) out[r * n + j] = a[j];
+    #undef KEY
+}}
+"""
+
+_SEARCH = """
+__kernel void search(__global long *out, __global const {T} *a, __global const {T} *v,
+                     const long n, const int right) {{
+    const long g = get_global_id(0);
+    const {T} x = v[g];
+    long lo = 0, hi = n;
+    while (lo < hi) {{
+        const long mid = (lo + hi) / 2;
+        const int go = right ? !(x < a[mid]) : (a[mid] < x);
+        if (go) lo = mid + 1; else hi = mid;
+    }}
+    out[g] = lo;
+}}
+"""
+
+
+def _rows(shape, axis):
+    n = shape[axis]
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    inner = int(np.prod(shape[axis + 1:], dtype=np.int64))
+    return outer, n, inner
+
+
+def _input(a):
+    """``a`` contiguous from its buffer's first element (tapeflow_opencl.kernel_input)."""
+    if a.offset == 0:
+        c = rt.contiguous(a)
+        if c.offset == 0:
+            return c
+    return rt.elementwise("x0", a.dtype, a, out_shape=a.shape)
+
+
+def build():
+    def scan(op, init):
+        def k(x, axis, exclusive, reverse):
+            dev = rt.device_of(x)
+            out = rt.empty(dev, x.shape, x.dtype)
+            outer, n, inner = _rows(x.shape, axis)
+            if out.size == 0:
+                return out
+            t = rt.CTYPES[np.dtype(x.dtype)]
+            acc = "float" if t == "half" else t
+            src = _SCAN.format(T=t, A=acc, OP=op, INIT=init)
+            kern = rt.kernel(dev, src, "scan", [None, None, np.int64, np.int64, np.int32,
+                                                 np.int32])
+            rt.launch(dev, kern, (outer * inner,), None, out.data, _input(x).data, n, inner,
+                      int(bool(exclusive)), int(bool(reverse)))
+            return out
+        return k
+
+    def argsort(x, axis, descending):
+        dev = rt.device_of(x)
+        outer, n, inner = _rows(x.shape, axis)
+        rows = outer * inner
+        out = rt.empty(dev, (rows, n), np.int64)
+        if rows * n == 0:
+            return rt.empty(dev, x.shape, np.int64)
+        tmp = rt.empty(dev, (rows, n), np.int64)
+        t = rt.CTYPES[np.dtype(x.dtype)]
+        nan_rule = ("if (isnan(a) || isnan(b)) return desc ? (isnan(a) && !isnan(b)) "
+                    ": (!isnan(a) && isnan(b));") if np.dtype(x.dtype).kind == "f" else ""
+        src = _SORT.format(T=t, NAN_RULE=nan_rule)
+        kern = rt.kernel(dev, src, "argsort", [None, None, None, np.int64, np.int64, np.int32])
+        rt.launch(dev, kern, (rows,), None, out.data, tmp.data, _input(x).data, n, inner,
+                  int(bool(descending)))
+        # rows are (outer, inner) with n along them: back to the input's layout
+        res = out.reshape(outer, inner, n)
+        perm = [0, 2, 1]
+        moved = rt.contiguous(res.transpose(perm))            # (outer, n, inner)
+        return moved.reshape(x.shape)
+
+    def searchsorted(a, v, side):
+        dev = rt.device_of(a)
+        out = rt.empty(dev, v.shape, np.int64)
+        if out.size == 0:
+            return out
+        t = rt.CTYPES[np.dtype(a.dtype)]
+        kern = rt.kernel(dev, _SEARCH.format(T=t), "search",
+                         [None, None, None, np.int64, np.int32])
+        rt.launch(dev, kern, (int(v.size),), None, out.data, _input(a).data, _input(v).data,
+                  int(a.shape[0]), int(side == "right"))
+        return out
+
+    ints = tuple(d for d in NUMERIC if not d.startswith("float"))
+    floats = tuple(d for d in NUMERIC if d.startswith("float"))
+    return {
+        "Cumsum": {"fn": scan("+", "0"), "dtypes": floats + ints},
+        "Cumprod": {"fn": scan("*", "1"), "dtypes": floats + ints},
+        "ArgSort": {"fn": argsort, "dtypes": floats + ints},
+        "SearchSorted": {"fn": searchsorted, "dtypes": floats + ints},
+    }
