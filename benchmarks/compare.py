@@ -419,6 +419,27 @@ def _tf_mlp_step(tf, params0, xn, yn):
     return params, step
 
 
+def _torch_mlp_step(torch, params0, xn, yn):
+    """``(parameters, step)``: the MLP SGD step in PyTorch eager on fresh parameters."""
+    F = torch.nn.functional
+    params = [torch.from_numpy(p.copy()).requires_grad_(True) for p in params0]
+    W1, b1, W2, b2, W3, b3 = params
+    x = torch.from_numpy(xn)
+    y = torch.from_numpy(yn)
+
+    def step():
+        h1 = F.relu(x @ W1 + b1)
+        h2 = F.relu(h1 @ W2 + b2)
+        loss = F.cross_entropy(h2 @ W3 + b3, y)
+        loss.backward()
+        with torch.no_grad():
+            for p in params:
+                p -= LR * p.grad
+                p.grad = None
+        return loss.detach()
+    return params, step
+
+
 def case_mlp_traced(tf, torch, batch):
     """The MLP step of case_mlp as a tf.function (forward, tape gradient and the
     assignments traced into one graph) against the hand-written NumPy step and the
@@ -522,23 +543,7 @@ def case_mlp(tf, torch, batch):
         return Impl(run)
 
     def build_torch():
-        F = torch.nn.functional
-        params = [torch.from_numpy(p.copy()).requires_grad_(True) for p in params0]
-        W1, b1, W2, b2, W3, b3 = params
-        x = torch.from_numpy(xn)
-        y = torch.from_numpy(yn)
-
-        def step():
-            h1 = F.relu(x @ W1 + b1)
-            h2 = F.relu(h1 @ W2 + b2)
-            loss = F.cross_entropy(h2 @ W3 + b3, y)
-            loss.backward()
-            with torch.no_grad():
-                for p in params:
-                    p -= LR * p.grad
-                    p.grad = None
-            return loss.detach()
-
+        params, step = _torch_mlp_step(torch, params0, xn, yn)
         loss = float(step())
         check("torch", loss, [p.detach().numpy() for p in params])
 
@@ -860,21 +865,7 @@ if fw == "tapeflow":
     params, step = C._tf_mlp_step(tf, params0, xn, yn)
 else:
     import torch
-    torch.set_num_threads(torch.get_num_threads())
-    F = torch.nn.functional
-    params = [torch.from_numpy(p.copy()).requires_grad_(True) for p in params0]
-    W1, b1, W2, b2, W3, b3 = params
-    x, y = torch.from_numpy(xn), torch.from_numpy(yn)
-    def step():
-        h1 = F.relu(x @ W1 + b1)
-        h2 = F.relu(h1 @ W2 + b2)
-        loss = F.cross_entropy(h2 @ W3 + b3, y)
-        loss.backward()
-        with torch.no_grad():
-            for p in params:
-                p -= C.LR * p.grad
-                p.grad = None
-        return loss
+    params, step = C._torch_mlp_step(torch, params0, xn, yn)
 import os
 def status(key):  # /proc/self/status in bytes (Linux): VmRSS now, VmHWM the peak of this
     # image; ru_maxrss would also count the forked parent's image (Linux keeps it across exec)

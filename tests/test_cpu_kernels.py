@@ -38,15 +38,21 @@ def _pads(size, k, s, d, padding):
     return (size + b + a - eff) // s + 1, b, a
 
 
+def geometry(x_shape, w_shape, strides, padding, dilations):
+    """(ho, wo, pt, pb, pl, pr) of an NHWC convolution."""
+    ph = padding if isinstance(padding, str) else padding[0]
+    pw = padding if isinstance(padding, str) else padding[1]
+    ho, pt, pb = _pads(x_shape[1], w_shape[0], strides[0], dilations[0], ph)
+    wo, pl, pr = _pads(x_shape[2], w_shape[1], strides[1], dilations[1], pw)
+    return ho, wo, pt, pb, pl, pr
+
+
 def conv_ref(x, w, strides, padding, dilations):
     """Direct float64 NHWC convolution (cross-correlation), loops over the window."""
     n, h, wd, c = x.shape
     kh, kw, _, o = w.shape
     (sh, sw), (dh, dw) = strides, dilations
-    ph = padding if isinstance(padding, str) else padding[0]
-    pw = padding if isinstance(padding, str) else padding[1]
-    ho, pt, pb = _pads(h, kh, sh, dh, ph)
-    wo, pl, pr = _pads(wd, kw, sw, dw, pw)
+    ho, wo, pt, pb, pl, pr = geometry(x.shape, w.shape, strides, padding, dilations)
     xp = np.pad(x.astype(np.float64), ((0, 0), (pt, pb), (pl, pr), (0, 0)))
     out = np.zeros((n, ho, wo, o))
     for i, j in itertools.product(range(kh), range(kw)):
@@ -97,10 +103,7 @@ def test_convolution_and_both_gradients_match_a_direct_reference(xs, ws, strides
     n, h, wd, c = xs
     kh, kw, _, o = ws
     (sh, sw), (dh, dw) = strides, dil
-    ph = padding if isinstance(padding, str) else padding[0]
-    pw = padding if isinstance(padding, str) else padding[1]
-    ho, pt, pb = _pads(h, kh, sh, dh, ph)
-    wo, pl, pr = _pads(wd, kw, sw, dw, pw)
+    ho, wo, pt, pb, pl, pr = geometry(xs, ws, strides, padding, dil)
     xpad = np.pad(x.astype(np.float64), ((0, 0), (pt, pb), (pl, pr), (0, 0)))
     gxp = np.zeros_like(xpad)
     gw_ref = np.zeros(ws)

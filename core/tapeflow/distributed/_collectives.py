@@ -27,7 +27,6 @@ import time
 
 import numpy as np
 
-from ..runtime import dtypes as _dt
 from ..runtime.dispatch import constant
 from ..runtime.errors import DeadlineExceededError, InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor, _wrap
@@ -337,7 +336,7 @@ def _reduce_bucket(w, bucket, op, pre, post, name):
         return [t * constant(f, dtype=t.dtype, device=dev.name) if f != 1.0 else t
                 for _, t in bucket]
     if _use_nccl(dev):
-        return _reduce_bucket_nccl(w, bucket, op, scale, post, dev)
+        return _reduce_bucket_cuda(w, bucket, op, scale, post, dev, _nccl_reduce(w, dev, op))
     work = np.float32 if dtype == np.float16 else dtype     # MPI has no float16 reduction
     sizes = [t.size for _, t in bucket]
     buf = np.empty(sum(sizes), dtype=work)
@@ -355,7 +354,8 @@ def _reduce_bucket(w, bucket, op, pre, post, name):
     mpi_op = _mpi_reduce_op(w, op, np.dtype(dtype))
     what = f"allreduce {name!r}"
     if dev.type == "cuda" and _cuda_aware_mpi(w):       # pragma: no cover - needs a GPU
-        return _reduce_bucket_cuda_mpi(w, bucket, op, scale, post, dev, mpi_op, what)
+        return _reduce_bucket_cuda(w, bucket, op, scale, post, dev,
+                                   _cuda_mpi_reduce(w, mpi_op, what))
     _allreduce_buf(w, buf, mpi_op, what)
     if op == Average and not floating:
         buf[...] = np.trunc(buf / n)
@@ -374,14 +374,16 @@ def _reduce_bucket(w, bucket, op, pre, post, name):
     return outs
 
 
-def _reduce_bucket_nccl(w, bucket, op, scale, post, dev):      # pragma: no cover - GPU
+def _reduce_bucket_cuda(w, bucket, op, scale, post, dev, reduce):  # pragma: no cover - GPU
+    """Pack the bucket's CuPy arrays into one device buffer, ``reduce(buf)`` it in place
+    (NCCL, or CUDA-aware MPI), scale, and hand out views of it as the results."""
     cp = _cupy()
     with cp.cuda.Device(dev.index):
         parts = [t._data.reshape(-1) for _, t in bucket]
         buf = cp.concatenate(parts) if len(parts) > 1 else parts[0].copy()
         if scale != 1.0:
             buf *= scale
-        _nccl_allreduce(w, dev, buf, op)
+        reduce(buf)
         if op == Average and buf.dtype.kind != "f":
             buf[...] = cp.trunc(buf / w.size).astype(buf.dtype)
         if post != 1.0:
@@ -394,25 +396,15 @@ def _reduce_bucket_nccl(w, bucket, op, scale, post, dev):      # pragma: no cove
     return outs
 
 
-def _reduce_bucket_cuda_mpi(w, bucket, op, scale, post, dev, mpi_op, what):  # pragma: no cover
-    cp = _cupy()
-    with cp.cuda.Device(dev.index):
-        parts = [t._data.reshape(-1) for _, t in bucket]
-        buf = cp.concatenate(parts) if len(parts) > 1 else parts[0].copy()
-        if scale != 1.0:
-            buf *= scale
-        cp.cuda.get_current_stream().synchronize()     # MPI reads the memory directly
+def _nccl_reduce(w, dev, op):                                     # pragma: no cover - GPU
+    return lambda buf: _nccl_allreduce(w, dev, buf, op)
+
+
+def _cuda_mpi_reduce(w, mpi_op, what):                            # pragma: no cover - GPU
+    def reduce(buf):
+        _cupy().cuda.get_current_stream().synchronize()    # MPI reads the memory directly
         _allreduce_buf(w, buf, mpi_op, what)
-        if op == Average and buf.dtype.kind != "f":
-            buf[...] = cp.trunc(buf / w.size).astype(buf.dtype)
-        if post != 1.0:
-            buf *= post
-        outs, off = [], 0
-        for _, t in bucket:
-            k = t.size
-            outs.append(_wrap(buf[off:off + k].reshape(tuple(t.shape)), dev))
-            off += k
-    return outs
+    return reduce
 
 
 # --- broadcast, allgather, alltoall, barrier ----------------------------------------------
@@ -570,7 +562,3 @@ def barrier():
         w.comm.Barrier()
     else:
         _wait(w, w.comm.Ibarrier(), "barrier")
-
-
-def _as_np_dtype(dt):
-    return _dt.as_dtype(dt).as_numpy_dtype

@@ -19,7 +19,7 @@ import sys
 import threading
 import traceback
 
-from ..runtime.errors import FailedPreconditionError, InvalidArgumentError, UnimplementedError
+from ..runtime.errors import InvalidArgumentError, UnimplementedError
 
 #: Environment variables an MPI launcher sets (Open MPI, MPICH/Hydra, PMIx, Slurm)
 LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK",
@@ -56,7 +56,6 @@ class World:
             self.local_rank = self.node_comm.Get_rank()
             self.local_size = self.node_comm.Get_size()
         self.blas_threads = None            # set when init() shares the cores out
-        self.lock = threading.Lock()        # one collective at a time per process
         self.counter = 0                    # collectives issued (names unnamed ones)
 
     def describe(self) -> str:
@@ -277,10 +276,3 @@ def _install_abort_hooks():
         abort(args.exc_type, args.exc_value, args.exc_traceback)
 
     threading.excepthook = thread_abort
-
-
-def require_world(op) -> World:
-    w = world()
-    if w.comm is None and w.size != 1:          # pragma: no cover - defensive
-        raise FailedPreconditionError(f"{op}: the distributed world is not initialised")
-    return w

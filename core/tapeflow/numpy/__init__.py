@@ -681,8 +681,8 @@ def _axis(axis):
 def sum(x, /, *, axis=None, dtype=None, keepdims=False):  # noqa: A001
     x = _t(x)
     dt = _as_dtype(dtype)
-    if dt is None and x.dtype.is_integer:
-        dt = uint8 if False else (int64 if not x.dtype.is_unsigned else x.dtype)
+    if dt is None and x.dtype.is_integer and not x.dtype.is_unsigned:
+        dt = int64                      # the default integer dtype (unsigned keep theirs)
     if dt is not None and dt is not x.dtype:
         x = _M.cast(x, dt)
     return _ops.reductions.reduce_sum(x, axis=_axis(axis), keepdims=keepdims)
@@ -750,22 +750,23 @@ def diff(x, /, *, axis=-1, n=1, prepend=None, append=None):
     return x
 
 
-def argmax(x, /, *, axis=None, keepdims=False):
+def _arg_reduce(fn, x, axis, keepdims):
     x = _t(x)
     if axis is None:
-        r = _ops.reductions.argmax(_A.reshape(x, [-1]), axis=0)
+        r = fn(_A.reshape(x, [-1]), axis=0)
         return _A.reshape(r, [1] * x.ndim) if keepdims else r
-    r = _ops.reductions.argmax(x, axis=axis)
+    r = fn(x, axis=axis)
     return _A.expand_dims(r, axis) if keepdims else r
+
+
+def argmax(x, /, *, axis=None, keepdims=False):
+    """Index (int64) of the first maximum, of the flattened array when ``axis`` is None."""
+    return _arg_reduce(_ops.reductions.argmax, x, axis, keepdims)
 
 
 def argmin(x, /, *, axis=None, keepdims=False):
-    x = _t(x)
-    if axis is None:
-        r = _ops.reductions.argmin(_A.reshape(x, [-1]), axis=0)
-        return _A.reshape(r, [1] * x.ndim) if keepdims else r
-    r = _ops.reductions.argmin(x, axis=axis)
-    return _A.expand_dims(r, axis) if keepdims else r
+    """Index (int64) of the first minimum, of the flattened array when ``axis`` is None."""
+    return _arg_reduce(_ops.reductions.argmin, x, axis, keepdims)
 
 
 def count_nonzero(x, /, *, axis=None, keepdims=False):

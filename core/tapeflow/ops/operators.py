@@ -33,8 +33,10 @@ def matmul_vectors(a, b):
     """``a @ b`` with NumPy's (and the array API's) rule for 1-D operands: a vector on
     the left is a row, on the right a column, and that axis is dropped from the result
     (``tf.matmul`` itself keeps TensorFlow's "rank >= 2")."""
+    if type(a) is Tensor and type(b) is Tensor and a._data.ndim > 1 and b._data.ndim > 1:
+        return execute(_MATMUL, (a, b), _NN)            # the common case, no conversions
     a, b = convert_to_tensor(a), convert_to_tensor(b)
-    va, vb = len(a.shape) == 1, len(b.shape) == 1
+    va, vb = a._data.ndim == 1, b._data.ndim == 1
     if not (va or vb):
         return execute(_MATMUL, (a, b), _NN)
     if va:
