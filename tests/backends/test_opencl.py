@@ -308,3 +308,88 @@ def test_kernel_input_gives_offset_zero_contiguous_arrays_where_views_have_offse
     assert tcl.kernel_input(fresh) is fresh
     h = tcl.device_of(fresh)
     assert h.name == "opencl:0" and h.queue is fresh.queue and h.ctx == fresh.context
+
+
+# --- factorisations and data-dependent sizes (k_lapack.py, k_scan.py) -----------------------
+
+def _orthonormal_columns(q, atol):
+    eye = np.eye(q.shape[-1])
+    np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q, np.broadcast_to(eye, q.shape[:-2] + eye.shape),
+                               atol=atol)
+
+
+@needs_device
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 2e-5), (np.float64, 1e-12)])
+@pytest.mark.parametrize("shape", [(4, 3), (3, 5), (2, 6, 4), (5, 5), (1, 1), (3, 0), (0, 3),
+                                   (80, 6)])
+def test_svd_and_qr_match_lapack(shape, dtype, tol):
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(dtype)
+    k = min(shape[-2:])
+    for full in (False, True):
+        with tf.device("opencl:0"):
+            s, u, v = (t.numpy() for t in tf.linalg.svd(x, full_matrices=full))
+            q, r = (t.numpy() for t in tf.linalg.qr(x, full_matrices=full))
+        ru, rs, rvh = np.linalg.svd(x, full_matrices=full)
+        assert (u.shape, s.shape, v.shape) == (ru.shape, rs.shape, np.swapaxes(rvh, -1, -2).shape)
+        np.testing.assert_allclose(s, rs, rtol=tol * 10, atol=tol * 10)
+        np.testing.assert_allclose((u[..., :k] * s[..., None, :]) @ np.swapaxes(v[..., :k], -1, -2),
+                                   x, atol=tol * 50)
+        _orthonormal_columns(u, tol * 50)            # full U: the completed columns too
+        _orthonormal_columns(v, tol * 50)
+        rq, rr = np.linalg.qr(x, mode="complete" if full else "reduced")
+        # Householder as LAPACK makes it: the same factors, signs included
+        np.testing.assert_allclose(q, rq, atol=tol * 50)
+        np.testing.assert_allclose(r, rr, atol=tol * 50)
+
+
+@needs_device
+def test_svd_of_rank_deficient_matrices_has_orthonormal_vectors():
+    for x in (np.ones((4, 3), np.float32), np.zeros((3, 3), np.float32),
+              np.outer(np.arange(1.0, 6.0), [1.0, -2.0, 0.5]).astype(np.float64)):
+        with tf.device("opencl:0"):
+            s, u, v = (t.numpy() for t in tf.linalg.svd(x))
+        np.testing.assert_allclose(s, np.linalg.svd(x, compute_uv=False), atol=1e-5)
+        _orthonormal_columns(u, 1e-5)
+        _orthonormal_columns(v, 1e-5)
+        np.testing.assert_allclose((u * s) @ v.T, x, atol=1e-5)
+
+
+@needs_device
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 1e-4), (np.float64, 1e-11)])
+def test_cholesky_and_eigh_match_lapack(dtype, tol):
+    x = np.random.default_rng(3).standard_normal((3, 6, 6)).astype(dtype)
+    a = x @ np.swapaxes(x, -1, -2) + np.eye(6, dtype=dtype)
+    a_lower = np.tril(a) + np.triu(np.full_like(a, 7.0), 1)    # only the lower triangle is read
+    with tf.device("opencl:0"):
+        chol = tf.linalg.cholesky(a_lower).numpy()
+        w, v = (t.numpy() for t in tf.linalg.eigh(a_lower))
+    np.testing.assert_allclose(chol, np.linalg.cholesky(a), rtol=tol, atol=tol)
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(a), rtol=tol, atol=tol)
+    np.testing.assert_allclose((v * w[..., None, :]) @ np.swapaxes(v, -1, -2), a, rtol=tol, atol=tol)
+    bad = np.stack([np.eye(2), -np.eye(2)]).astype(dtype)           # the second is not SPD
+    with tf.device("opencl:0"), pytest.raises(InvalidArgumentError, match="positive definite"):
+        tf.linalg.cholesky(bad)
+
+
+@needs_device
+@pytest.mark.parametrize("x", [
+    np.array([3, 1, 2, 3, 1, 1], np.int32),
+    np.array([np.nan, 1.0, np.nan, -0.0, 0.0, 1.0], np.float32),   # every NaN its own value
+    np.random.default_rng(1).integers(0, 5, (7, 9)).astype(np.int64),
+    np.random.default_rng(2).random((3, 4)) > 0.5,
+    np.random.default_rng(3).integers(0, 3, (100_001,)).astype(np.uint8),   # many chunks
+    np.array(5.0), np.zeros((0, 3), np.float32)], ids=lambda x: f"{x.dtype}{x.shape}")
+def test_unique_all_and_nonzero_match_numpy(x):
+    import tapeflow.numpy as tnp
+    with tf.device("opencl:0"):
+        t = tnp.asarray(x)
+        got = [a.numpy() for a in tnp.unique_all(t)]
+        nz = [a.numpy() for a in tnp.nonzero(t)] if x.ndim else None
+    want = np.unique(x.reshape(-1), return_index=True, return_inverse=True, return_counts=True,
+                     equal_nan=False)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.reshape(-1), np.asarray(w).reshape(-1))
+    assert got[2].shape == x.shape
+    if nz is not None:
+        for g, w in zip(nz, np.nonzero(x)):
+            np.testing.assert_array_equal(g, w)

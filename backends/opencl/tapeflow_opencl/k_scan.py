@@ -1,5 +1,6 @@
-"""Scans (``Cumsum``, ``Cumprod``), a stable sort (``ArgSort``) and binary search
-(``SearchSorted``) on OpenCL.
+"""Scans (``Cumsum``, ``Cumprod``), a stable sort (``ArgSort``), binary search
+(``SearchSorted``) and the ops whose output size depends on the data (``NonZero``,
+``UniqueAll``) on OpenCL.
 
 One work-item per *row*: the elements along the op's axis for one position of the
 other axes (``outer x inner`` rows of ``n`` elements, element ``j`` of row
@@ -11,6 +12,13 @@ bitonic/radix sort would be faster for long rows.
 
 Float16 scans accumulate in float; NaN sorts last ascending and first descending
 (the CPU kernel's order: NumPy's argsort of the flipped array).
+
+``NonZero`` counts per chunk, scans the counts and writes each chunk's coordinates
+from its offset (row-major order, NumPy's ``argwhere``). ``UniqueAll`` sorts the
+flattened input (stable), marks where a run of equal values starts (NaN differs from
+everything, so every NaN is its own value, as the standard says), numbers the runs
+with a scan and scatters values, first indices, counts and the inverse. Both read
+one number back to the host — the output's size — as CuPy's kernels do.
 """
 
 from __future__ import annotations
@@ -86,6 +94,61 @@ __kernel void search(__global long *out, __global const {T} *a, __global const {
 """
 
 
+_NONZERO = """
+__kernel void count(__global long *counts, __global const {T} *x, const long size,
+                    const long chunk) {{
+    const long g = get_global_id(0);
+    const long end = min(size, (g + 1) * chunk);
+    long c = 0;
+    for (long f = g * chunk; f < end; ++f) c += x[f] != 0;
+    counts[g] = c;
+}}
+__kernel void coords(__global long *out, __global const long *incl,
+                     __global const long *counts, __global const {T} *x,
+                     __global const long *shape, const long size, const long chunk,
+                     const int nd) {{
+    const long g = get_global_id(0);
+    const long end = min(size, (g + 1) * chunk);
+    long pos = incl[g] - counts[g];
+    for (long f = g * chunk; f < end; ++f) {{
+        if (x[f] == 0) continue;
+        long rest = f;
+        for (int d = nd - 1; d >= 0; --d) {{
+            out[pos * nd + d] = rest % shape[d];
+            rest /= shape[d];
+        }}
+        ++pos;
+    }}
+}}
+"""
+
+_UNIQUE = """
+__kernel void starts(__global long *flag, __global const {T} *x, __global const long *perm) {{
+    const long i = get_global_id(0);
+    flag[i] = i == 0 || x[perm[i]] != x[perm[i - 1]];
+}}
+__kernel void scatter(__global long *first, __global long *inverse,
+                      __global const long *flag, __global const long *group,
+                      __global const long *perm) {{
+    const long i = get_global_id(0);
+    if (flag[i]) first[group[i] - 1] = i;
+    inverse[perm[i]] = group[i] - 1;
+}}
+__kernel void gather(__global {T} *values, __global long *index, __global long *counts,
+                     __global const {T} *x, __global const long *perm,
+                     __global const long *first, const long k, const long size) {{
+    const long g = get_global_id(0);
+    const long at = first[g];
+    values[g] = x[perm[at]];
+    index[g] = perm[at];
+    counts[g] = (g + 1 < k ? first[g + 1] : size) - at;
+}}
+"""
+
+#: elements per NonZero work-item at least (fewer, longer chunks than elements)
+_NONZERO_CHUNK = 256
+
+
 def _rows(shape, axis):
     n = shape[axis]
     outer = int(np.prod(shape[:axis], dtype=np.int64))
@@ -102,22 +165,30 @@ def _input(a):
     return rt.elementwise("x0", a.dtype, a, out_shape=a.shape)
 
 
+def _scan(x, op, init, axis, exclusive, reverse):
+    dev = rt.device_of(x)
+    out = rt.empty(dev, x.shape, x.dtype)
+    outer, n, inner = _rows(x.shape, axis)
+    if out.size == 0:
+        return out
+    t = rt.CTYPES[np.dtype(x.dtype)]
+    acc = "float" if t == "half" else t
+    src = _SCAN.format(T=t, A=acc, OP=op, INIT=init)
+    kern = rt.kernel(dev, src, "scan", [None, None, np.int64, np.int64, np.int32, np.int32])
+    rt.launch(dev, kern, (outer * inner,), None, out.data, _input(x).data, n, inner,
+              int(bool(exclusive)), int(bool(reverse)))
+    return out
+
+
+def _last(a):
+    """The last element of the 1-D device array ``a``, on the host."""
+    return int(rt.download(a[a.shape[0] - 1:])[0])
+
+
 def build():
     def scan(op, init):
         def k(x, axis, exclusive, reverse):
-            dev = rt.device_of(x)
-            out = rt.empty(dev, x.shape, x.dtype)
-            outer, n, inner = _rows(x.shape, axis)
-            if out.size == 0:
-                return out
-            t = rt.CTYPES[np.dtype(x.dtype)]
-            acc = "float" if t == "half" else t
-            src = _SCAN.format(T=t, A=acc, OP=op, INIT=init)
-            kern = rt.kernel(dev, src, "scan", [None, None, np.int64, np.int64, np.int32,
-                                                 np.int32])
-            rt.launch(dev, kern, (outer * inner,), None, out.data, _input(x).data, n, inner,
-                      int(bool(exclusive)), int(bool(reverse)))
-            return out
+            return _scan(x, op, init, axis, exclusive, reverse)
         return k
 
     def argsort(x, axis, descending):
@@ -153,6 +224,55 @@ def build():
                   int(a.shape[0]), int(side == "right"))
         return out
 
+    def nonzero(x):
+        dev = rt.device_of(x)
+        size, nd = int(x.size), x.ndim
+        if size == 0:
+            return rt.empty(dev, (0, nd), np.int64)
+        t = rt.CTYPES[np.dtype(x.dtype)]
+        chunk = max(_NONZERO_CHUNK, -(-size // 4096))
+        groups = -(-size // chunk)
+        flat = _input(x)
+        counts = rt.empty(dev, (groups,), np.int64)
+        src = _NONZERO.format(T=t)
+        rt.launch(dev, rt.kernel(dev, src, "count", [None, None, np.int64, np.int64]),
+                  (groups,), None, counts.data, flat.data, size, chunk)
+        incl = _scan(counts, "+", "0", 0, False, False)
+        out = rt.empty(dev, (_last(incl), nd), np.int64)
+        if out.size:
+            shape = rt.upload(dev, np.asarray(x.shape, np.int64))
+            rt.launch(dev, rt.kernel(dev, src, "coords", [None, None, None, None, None,
+                                                          np.int64, np.int64, np.int32]),
+                      (groups,), None, out.data, incl.data, counts.data, flat.data,
+                      shape.data, size, chunk, nd)
+        return out
+
+    def unique_all(x):
+        dev = rt.device_of(x)
+        size = int(x.size)
+        if size == 0:
+            return (rt.empty(dev, (0,), x.dtype), rt.empty(dev, (0,), np.int64),
+                    rt.empty(dev, x.shape, np.int64), rt.empty(dev, (0,), np.int64))
+        flat = _input(x).reshape(size)
+        perm = argsort(flat, 0, False)
+        src = _UNIQUE.format(T=rt.CTYPES[np.dtype(x.dtype)])
+        flag = rt.empty(dev, (size,), np.int64)
+        rt.launch(dev, rt.kernel(dev, src, "starts"), (size,), None, flag.data, flat.data,
+                  perm.data)
+        group = _scan(flag, "+", "0", 0, False, False)            # 1-based run numbers
+        k = _last(group)
+        first = rt.empty(dev, (k,), np.int64)
+        inverse = rt.empty(dev, (size,), np.int64)
+        rt.launch(dev, rt.kernel(dev, src, "scatter"), (size,), None, first.data,
+                  inverse.data, flag.data, group.data, perm.data)
+        values = rt.empty(dev, (k,), x.dtype)
+        index = rt.empty(dev, (k,), np.int64)
+        counts = rt.empty(dev, (k,), np.int64)
+        rt.launch(dev, rt.kernel(dev, src, "gather", [None] * 6 + [np.int64, np.int64]),
+                  (k,), None, values.data, index.data, counts.data, flat.data, perm.data,
+                  first.data, k, size)
+        return values, index, inverse.reshape(x.shape), counts
+
     ints = tuple(d for d in NUMERIC if not d.startswith("float"))
     floats = tuple(d for d in NUMERIC if d.startswith("float"))
     return {
@@ -160,4 +280,6 @@ def build():
         "Cumprod": {"fn": scan("*", "1"), "dtypes": floats + ints},
         "ArgSort": {"fn": argsort, "dtypes": floats + ints},
         "SearchSorted": {"fn": searchsorted, "dtypes": floats + ints},
+        "NonZero": {"fn": nonzero, "dtypes": floats + ints + ("bool",)},
+        "UniqueAll": {"fn": unique_all, "dtypes": floats + ints + ("bool",)},
     }

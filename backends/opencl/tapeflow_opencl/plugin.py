@@ -25,7 +25,7 @@ __all__ = ["BACKEND", "OpenCLBackend", "unavailable_reason", "TAPEFLOW_PLUGIN_AP
            "KERNEL_MODULES", "SKIPPED"]
 
 KERNEL_MODULES = ("k_math", "k_reduce", "k_softmax", "k_linalg", "k_array", "k_index", "k_nn",
-                  "k_random", "k_scan")
+                  "k_random", "k_scan", "k_lapack")
 
 #: ops a kernel module defines that no loaded op declares (skipped, not fatal)
 SKIPPED: list = []
@@ -68,24 +68,10 @@ def tapeflow_register_kernels(registry):
                             needs_device=spec.get("needs_device", False))
 
 
-#: ops with no OpenCL kernel yet (issue 18 added them with NumPy/CuPy kernels): LAPACK
-#: factorisations and the data-dependent set ops need kernels of their own on OpenCL
-_NO_KERNEL_YET = {
-    "linalg.cholesky": "Cholesky (LAPACK)", "linalg.eigh.values": "SelfAdjointEigV2 (LAPACK)",
-    "linalg.eigh.reconstruction": "SelfAdjointEigV2 (LAPACK)",
-    "linalg.svd.values": "SvdValues (LAPACK)", "linalg.qr.reconstruction": "Qr (LAPACK)",
-    "unique_all": "UniqueAll (data-dependent output size)",
-    "nonzero": "NonZero (data-dependent output size)",
-}
-
-#: the ops behind them (tests/backends/test_opencl.py: every other op has a kernel here)
-OPS_WITHOUT_KERNEL = frozenset({"UniqueAll", "NonZero", "Cholesky", "SelfAdjointEigV2", "Svd",
-                                "SvdValues", "Qr"})
+#: ops with no OpenCL kernel (tests/backends/test_opencl.py: every other op has one here)
+OPS_WITHOUT_KERNEL = frozenset()
 
 
 @hookimpl
 def tapeflow_known_gaps():
-    return {f"*[{name}-*opencl:*]": f"no OpenCL kernel for {what} yet"
-            for name, what in _NO_KERNEL_YET.items()} | {
-        f"*[{name}-opencl:*]": f"no OpenCL kernel for {what} yet"
-        for name, what in _NO_KERNEL_YET.items()}
+    return {}
