@@ -83,7 +83,8 @@ def test_namespace_protocol():
     info = tnp.__array_namespace_info__()
     assert info.default_dtypes()["real floating"] is tnp.float32
     assert info.default_dtypes()["integral"] is tnp.asarray([1]).dtype
-    assert set(info.dtypes(kind="integral")) == {"int8", "int16", "int32", "int64", "uint8"}
+    assert set(info.dtypes(kind="integral")) == {"int8", "int16", "int32", "int64", "uint8",
+                                                 "uint16", "uint32", "uint64"}
     m = tnp.reshape(tnp.arange(6), (2, 3))
     assert m.mT.shape == (3, 2) and m.to_device("cpu:0").device == "cpu:0"
 
@@ -249,10 +250,11 @@ def test_creation_functions():
 
 # --- type promotion --------------------------------------------------------------------------
 
-OURS = ["bool", "int8", "int16", "int32", "int64", "uint8", "float32", "float64"]
+OURS = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+        "float32", "float64"]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=100, deadline=None, derandomize=True)
 @given(st.sampled_from(OURS), st.sampled_from(OURS), st.sampled_from(DEVICES))
 def test_promotion_follows_the_standard(d1, d2, dev):
     try:

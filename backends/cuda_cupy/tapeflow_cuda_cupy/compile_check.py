@@ -25,6 +25,7 @@ from . import k_cuda, philox
 
 _CTYPE = {"float16": "float16", "float32": "float", "float64": "double", "int8": "signed char",
           "int16": "short", "int32": "int", "int64": "long long", "uint8": "unsigned char",
+          "uint16": "unsigned short", "uint32": "unsigned int", "uint64": "unsigned long long",
           "bool": "bool"}
 _FLOATS = ("float16", "float32", "float64")
 

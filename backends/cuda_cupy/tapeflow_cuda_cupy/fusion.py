@@ -29,10 +29,11 @@ __all__ = ["cuda_expression", "kernel_definition", "fusible_op", "fuse_elementwi
 
 #: NumPy dtype name -> C++ type in CuPy kernels
 CTYPES = {"bool": "bool", "int8": "signed char", "int16": "short", "int32": "int",
-          "int64": "long long", "uint8": "unsigned char", "float32": "float",
+          "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
+          "uint32": "unsigned int", "uint64": "unsigned long long", "float32": "float",
           "float64": "double"}
 _FLOATS = ("float32", "float64")
-_INTS = ("int8", "int16", "int32", "int64", "uint8")
+_INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 _NUMERIC = _FLOATS + _INTS
 _ALL = _NUMERIC + ("bool",)
 _NAMES = re.compile(r"\bx(\d+)\b")
@@ -90,7 +91,7 @@ def cuda_expression(op_name, dtypes, attrs=None):
     if op_name == "RealDiv" and n == 2 and x in _NUMERIC:
         if isf:
             return "x0 / x1", x
-        if x in ("int8", "uint8", "int16"):
+        if x in ("int8", "uint8", "int16", "uint16"):
             return None                           # NumPy's result is float16/float32
         return "(double)x0 / (double)x1", "float64"
     if op_name in ("Maximum", "Minimum") and n == 2 and x in _NUMERIC:
@@ -110,7 +111,7 @@ def cuda_expression(op_name, dtypes, attrs=None):
         if op_name == "Square":
             return "x0 * x0", x
         if op_name == "Abs":
-            return ("fabs(x0)" if isf else "x0" if x == "uint8" else "(x0 < 0) ? -x0 : x0"), x
+            return ("fabs(x0)" if isf else "x0" if x.startswith("uint") else "(x0 < 0) ? -x0 : x0"), x
         if op_name == "Sign":
             return ("isnan(x0) ? x0 : (T)((x0 > 0) - (x0 < 0))" if isf
                     else "(x0 > 0) - (x0 < 0)"), x

@@ -17,7 +17,7 @@ compatibility namespace). The declared dtypes stay those of the CPU kernel.
   shared kernel runs and raises the CPU's exact message.
 * **cuSOLVER**: ``MatrixInverse`` / ``MatrixSolve`` run under
   ``cupyx.errstate(linalg="raise")`` so a singular matrix raises like NumPy's LAPACK.
-* **Atomics**: CUDA has no atomic add for int8/int16/uint8: ``ScatterNd`` and
+* **Atomics**: CUDA has no atomic add for int8/int16/uint8/uint16: ``ScatterNd`` and
   ``UnsortedSegmentSum`` accumulate those in int32 and cast back (the same wrap-around
   as NumPy's ``add.at``).
 * **Random** (:func:`build_random`): the shared transforms of
@@ -39,7 +39,7 @@ OVERRIDES = (
 )
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
-_SMALL_INTS = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.uint8))
+_SMALL_INTS = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.uint8), np.dtype(np.uint16))
 
 # --- row kernels ----------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ CTYPES = {
 #: dtypes every op family declares on ``opencl`` (float16 is not among them: PoCL and
 #: most GPUs' OpenCL drivers lack cl_khr_fp16 storage+arithmetic together)
 FLOATS = ("float32", "float64")
-INTS = ("int8", "int16", "int32", "int64", "uint8")
+INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 NUMERIC = FLOATS + INTS
 
 

@@ -195,7 +195,7 @@ def _use_nccl(dev):
 
 _NCCL_TYPES = {"float16": "NCCL_FLOAT16", "float32": "NCCL_FLOAT32", "float64": "NCCL_FLOAT64",
                "int8": "NCCL_INT8", "uint8": "NCCL_UINT8", "int32": "NCCL_INT32",
-               "int64": "NCCL_INT64"}
+               "int64": "NCCL_INT64", "uint32": "NCCL_UINT32", "uint64": "NCCL_UINT64"}
 _NCCL_OPS = {Sum: "NCCL_SUM", Average: "NCCL_SUM", Min: "NCCL_MIN", Max: "NCCL_MAX",
              Product: "NCCL_PROD"}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..runtime.errors import InvalidArgumentError
 
 FLOATS = ("float16", "float32", "float64")
-NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8")
+NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 LAPACK = ("float32", "float64")          # what xp.linalg supports
 
 

@@ -11,7 +11,7 @@ tf.Tensor(1.5032147, shape=(), dtype=float32)
 True
 
 Work in progress (issue 18): ``docs/array-api.md`` lists what is implemented, what is
-not yet, and the deviations (tapeflow has no complex, uint16/32/64 dtypes; binary
+not yet, and the deviations (tapeflow has no complex dtypes yet; binary
 operators on ``Tensor`` keep TensorFlow's "same dtype" rule, while the functions here
 promote as the standard says).
 """
@@ -46,6 +46,9 @@ int16 = _dt.as_dtype("int16")
 int32 = _dt.as_dtype("int32")
 int64 = _dt.as_dtype("int64")
 uint8 = _dt.as_dtype("uint8")
+uint16 = _dt.as_dtype("uint16")
+uint32 = _dt.as_dtype("uint32")
+uint64 = _dt.as_dtype("uint64")
 float16 = _dt.as_dtype("float16")      # an extension: not in the standard's set
 float32 = _dt.as_dtype("float32")
 float64 = _dt.as_dtype("float64")
@@ -57,7 +60,7 @@ pi = _math.pi
 newaxis = None
 
 _SIGNED = (int8, int16, int32, int64)
-_UNSIGNED = (uint8,)
+_UNSIGNED = (uint8, uint16, uint32, uint64)
 _FLOATS = (float16, float32, float64)
 _ALL = (bool,) + _SIGNED + _UNSIGNED + _FLOATS
 

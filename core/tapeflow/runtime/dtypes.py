@@ -25,7 +25,7 @@ from .errors import InvalidTypeError
 
 __all__ = [
     "DType", "as_dtype", "float16", "float32", "float64", "int8", "int16", "int32",
-    "int64", "uint8", "bool_", "half", "double", "ALL_DTYPES", "FLOAT_DTYPES",
+    "int64", "uint8", "uint16", "uint32", "uint64", "bool_", "half", "double", "ALL_DTYPES", "FLOAT_DTYPES",
     "INT_DTYPES", "NUMERIC_DTYPES", "result_type",
 ]
 
@@ -108,11 +108,15 @@ int16 = DType(np.int16)
 int32 = DType(np.int32)
 int64 = DType(np.int64)
 uint8 = DType(np.uint8)
+uint16 = DType(np.uint16)
+uint32 = DType(np.uint32)
+uint64 = DType(np.uint64)
 bool_ = DType(np.bool_)
 
-ALL_DTYPES = (float16, float32, float64, int8, int16, int32, int64, uint8, bool_)
+ALL_DTYPES = (float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
+              uint64, bool_)
 FLOAT_DTYPES = (float16, float32, float64)
-INT_DTYPES = (int8, int16, int32, int64, uint8)
+INT_DTYPES = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
 
 # NumPy dtype -> DType. Keyed by np.dtype objects *and* scalar types so that

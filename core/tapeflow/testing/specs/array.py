@@ -651,7 +651,7 @@ def _ref_scan(fn, fill):
 def _sort_samples(dtype, rng):
     def distinct(shape):
         n = int(np.prod(shape))
-        vals = rng.permutation(n).astype(np.float64) - n // 2
+        vals = rng.permutation(n).astype(np.float64) - (0 if dtype.is_unsigned else n // 2)
         return vals.reshape(shape).astype(dtype.np)
     return [Sample((distinct((6,)),), name="vector"),
             Sample((distinct((3, 4)),), {"axis": 0}, name="columns"),

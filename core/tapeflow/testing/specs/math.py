@@ -242,7 +242,7 @@ def _no_kernel(dtype, registered, name):
 
 
 _FLOAT_LIST = "float16, float32, float64"
-_NUMERIC_LIST = "float16, float32, float64, int8, int16, int32, int64, uint8"
+_NUMERIC_LIST = "float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64"
 
 # --- specs ------------------------------------------------------------------------------------
 
