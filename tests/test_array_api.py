@@ -37,12 +37,18 @@ _LINALG_HELPERS = {"Array", "DType", "EigResult", "EighResult", "Literal", "Name
                    "reshape"}
 
 
+_FFT_HELPERS = {"ALL_DEVICES", "Array", "DType", "Device", "Literal", "Sequence", "astype",
+                "complex64", "device_supports_dtype", "float32", "np", "requires_extension"}
+
+
 def standard_names():
     main = {n for n in dir(xps) if not n.startswith("_")} - _HELPERS
     main.add("__array_namespace_info__")
     lin = {"linalg." + n for n in dir(xps.linalg) if not n.startswith("_")} - {
         "linalg." + h for h in _LINALG_HELPERS}
-    return main | lin
+    fft = {"fft." + n for n in dir(xps.fft) if not n.startswith("_")} - {
+        "fft." + h for h in _FFT_HELPERS}
+    return main | lin | fft
 
 
 def implemented(name):

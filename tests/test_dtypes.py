@@ -44,8 +44,10 @@ def test_dtype_objects():
     assert tf.float32 != tf.float64
     assert tf.float32.is_floating and tf.int32.is_integer and tf.bool.is_bool
     assert repr(tf.int64) == "tf.int64"
+    assert tf.as_dtype("complex64") is tf.complex64 and tf.complex64.is_complex
+    assert tf.complex128.real_dtype is tf.float64 and not tf.complex64.is_floating
     with pytest.raises(TypeError, match="supported"):
-        tf.as_dtype("complex64")
+        tf.as_dtype("bfloat16")
 
 
 def test_unsupported_values_are_clear():

@@ -314,8 +314,8 @@ def test_kernel_input_gives_offset_zero_contiguous_arrays_where_views_have_offse
 
 def _orthonormal_columns(q, atol):
     eye = np.eye(q.shape[-1])
-    np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q, np.broadcast_to(eye, q.shape[:-2] + eye.shape),
-                               atol=atol)
+    np.testing.assert_allclose(np.swapaxes(q, -1, -2) @ q,
+                               np.broadcast_to(eye, q.shape[:-2] + eye.shape), atol=atol)
 
 
 @needs_device
@@ -365,7 +365,8 @@ def test_cholesky_and_eigh_match_lapack(dtype, tol):
         w, v = (t.numpy() for t in tf.linalg.eigh(a_lower))
     np.testing.assert_allclose(chol, np.linalg.cholesky(a), rtol=tol, atol=tol)
     np.testing.assert_allclose(w, np.linalg.eigvalsh(a), rtol=tol, atol=tol)
-    np.testing.assert_allclose((v * w[..., None, :]) @ np.swapaxes(v, -1, -2), a, rtol=tol, atol=tol)
+    np.testing.assert_allclose((v * w[..., None, :]) @ np.swapaxes(v, -1, -2), a, rtol=tol,
+                               atol=tol)
     bad = np.stack([np.eye(2), -np.eye(2)]).astype(dtype)           # the second is not SPD
     with tf.device("opencl:0"), pytest.raises(InvalidArgumentError, match="positive definite"):
         tf.linalg.cholesky(bad)

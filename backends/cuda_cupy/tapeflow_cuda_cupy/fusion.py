@@ -111,7 +111,8 @@ def cuda_expression(op_name, dtypes, attrs=None):
         if op_name == "Square":
             return "x0 * x0", x
         if op_name == "Abs":
-            return ("fabs(x0)" if isf else "x0" if x.startswith("uint") else "(x0 < 0) ? -x0 : x0"), x
+            return ("fabs(x0)" if isf else "x0" if x.startswith("uint")
+                    else "(x0 < 0) ? -x0 : x0"), x
         if op_name == "Sign":
             return ("isnan(x0) ? x0 : (T)((x0 > 0) - (x0 < 0))" if isf
                     else "(x0 > 0) - (x0 < 0)"), x

@@ -34,6 +34,7 @@ import numpy as np
 from tapeflow.errors import InvalidArgumentError
 
 from . import runtime as rt
+from .k_scan import _input
 from .runtime import FLOATS
 
 _I64, _I32 = np.int64, np.int32
@@ -188,7 +189,9 @@ __kernel void svd(__global {T} *Uo, __global {T} *So, __global {T} *Vo, __global
         for (long j = i + 1; j < n; ++j) if (s[j] > s[best]) best = j;
         if (best != i) {{
             const {T} t = s[i]; s[i] = s[best]; s[best] = t;
-            for (long k = 0; k < m; ++k) {{ const {T} x = U(k, i); U(k, i) = U(k, best); U(k, best) = x; }}
+            for (long k = 0; k < m; ++k) {{
+                const {T} x = U(k, i); U(k, i) = U(k, best); U(k, best) = x;
+            }}
             if (want_uv)
                 for (long k = 0; k < n; ++k) {{
                     const {T} x = v[k * n + i]; v[k * n + i] = v[k * n + best]; v[k * n + best] = x;
@@ -266,15 +269,6 @@ __kernel void qr(__global {T} *Qo, __global {T} *Ro, __global {T} *Wo, __global 
 """
 
 _MAX_SWEEPS = 60
-
-
-def _input(a):
-    """``a`` contiguous from its buffer's first element."""
-    if a.offset == 0:
-        c = rt.contiguous(a)
-        if c.offset == 0:
-            return c
-    return rt.elementwise("x0", a.dtype, a, out_shape=a.shape)
 
 
 def _eps(dtype):

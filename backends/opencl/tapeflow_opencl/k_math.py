@@ -257,6 +257,8 @@ def build():
         to = np.dtype(dtype.np)
         if to == x.dtype:
             return x
+        if to not in rt.CTYPES:                 # complex: the device's own clear error
+            rt.device_of(x).check_dtype(to, "casting to it")
         return ew(_cast_expr(to), to, x)
 
     def minmax(name):

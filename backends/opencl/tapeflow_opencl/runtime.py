@@ -173,6 +173,7 @@ class CLDevice:
         self.fp16 = "cl_khr_fp16" in ext
         self.is_gpu = bool(cl_device.type & c.device_type.GPU)
         self.max_wg = int(cl_device.max_work_group_size)
+        self.max_alloc = int(cl_device.max_mem_alloc_size)
         self.local_mem = int(cl_device.local_mem_size)
         self.compute_units = int(cl_device.max_compute_units)
         self.kernels: dict = {}       # (source hash, name) -> Kernel
@@ -233,6 +234,10 @@ def empty(dev: CLDevice, shape, dtype) -> object:
     shape = tuple(int(s) for s in shape)
     size = math.prod(shape)
     nbytes = size * dtype.itemsize
+    if nbytes > dev.max_alloc:        # (the dispatcher makes it a ResourceExhaustedError)
+        raise MemoryError(
+            f"Unable to allocate {nbytes:,} bytes for a {dtype.name} tensor of shape "
+            f"{list(shape)} on {dev.name} (its largest buffer: {dev.max_alloc:,} bytes)")
     data = dev.pool(nbytes) if nbytes else None
     return cla().Array(None, shape, dtype, data=data, strides=_cstrides(shape, dtype.itemsize),
                        _fast=True, _size=size, _context=dev.ctx, _queue=dev.queue)

@@ -306,7 +306,7 @@ class GradientTape:
             else:
                 raise InvalidArgumentError(
                     f"gradient() sources must be Tensors or Variables, got {type(s).__name__}")
-            if g is not None and not ref.dtype.is_floating:
+            if g is not None and not ref.dtype.is_inexact:
                 g = None
             if g is None and unconnected == "zero":
                 g = _array.zeros_like(ref)

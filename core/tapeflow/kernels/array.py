@@ -14,6 +14,7 @@ from ..runtime.errors import InvalidArgumentError
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 NUMERIC = FLOATS + INTS
+COMPLEX = ("complex64", "complex128")
 
 
 def _pos(flat, shape):
@@ -372,6 +373,6 @@ def build(xp):
         "ClipByValue": {"fn": clip, "dtypes": NUMERIC},
         "GatherV2": gather,
         "GatherNd": gather_nd,
-        "ScatterNd": {"fn": scatter_nd, "dtypes": NUMERIC},
-        "UnsortedSegmentSum": {"fn": unsorted_segment_sum, "dtypes": NUMERIC},
+        "ScatterNd": {"fn": scatter_nd, "dtypes": NUMERIC + COMPLEX},
+        "UnsortedSegmentSum": {"fn": unsorted_segment_sum, "dtypes": NUMERIC + COMPLEX},
     }

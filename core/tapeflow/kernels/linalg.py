@@ -11,6 +11,7 @@ from ..runtime.errors import InvalidArgumentError
 FLOATS = ("float16", "float32", "float64")
 NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 LAPACK = ("float32", "float64")          # what xp.linalg supports
+COMPLEX = ("complex64", "complex128")
 
 
 def build(xp):
@@ -70,6 +71,23 @@ def build(xp):
         u, s, vh = xp.linalg.svd(x, full_matrices=full_matrices)
         return u, s, vh
 
+    def _same_precision(out, like):
+        single = like.dtype in (xp.float32, xp.complex64)
+        want = (xp.complex64 if single else xp.complex128) if out.dtype.kind == "c" else (
+            xp.float32 if single else xp.float64)
+        return out.astype(want, copy=False)
+
+    def fft(x, axes, norm, inverse):
+        f = xp.fft.ifftn if inverse else xp.fft.fftn
+        return _same_precision(f(x, axes=axes, norm=norm), x)
+
+    def rfft(x, axes, norm):
+        return _same_precision(xp.fft.rfftn(x, axes=axes, norm=norm), x)
+
+    def irfft(x, axes, norm, n):
+        s = [x.shape[a] for a in axes[:-1]] + [n]
+        return _same_precision(xp.fft.irfftn(x, s=s, axes=axes, norm=norm), x)
+
     def qr(x, full_matrices):
         q, r = xp.linalg.qr(x, mode="complete" if full_matrices else "reduced")
         return q, r
@@ -80,8 +98,11 @@ def build(xp):
         "Svd": {"fn": svd, "dtypes": LAPACK},
         "SvdValues": {"fn": lambda x: xp.linalg.svd(x, compute_uv=False), "dtypes": LAPACK},
         "Qr": {"fn": qr, "dtypes": LAPACK},
-        "MatMul": {"fn": matmul, "fresh": True, "dtypes": FLOATS + ("int32", "int64")},
-        "Einsum": {"fn": einsum, "dtypes": NUMERIC},
+        "FFT": {"fn": fft, "dtypes": COMPLEX},
+        "RFFT": {"fn": rfft, "dtypes": LAPACK},
+        "IRFFT": {"fn": irfft, "dtypes": COMPLEX},
+        "MatMul": {"fn": matmul, "fresh": True, "dtypes": FLOATS + ("int32", "int64") + COMPLEX},
+        "Einsum": {"fn": einsum, "dtypes": NUMERIC + COMPLEX},
         "MatrixInverse": {"fn": inv, "dtypes": LAPACK},
         "MatrixSolve": {"fn": solve, "dtypes": LAPACK},
         "MatrixDeterminant": {"fn": det, "dtypes": LAPACK},

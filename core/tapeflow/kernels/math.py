@@ -14,6 +14,7 @@ FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 NUMERIC = FLOATS + INTS
 BOOL = ("bool",)
+COMPLEX = ("complex64", "complex128")
 
 
 def special(xp, op):
@@ -48,7 +49,22 @@ def build(xp):
     f32 = xp.float32
 
     def cast(x, dtype):
+        if x.dtype.kind == "c" and not dtype.is_complex:
+            x = x.real                  # TensorFlow's cast: the real part (no warning)
         return x.astype(dtype.np)
+
+    def sign(x):
+        if x.dtype.kind != "c" or xp.__name__ == "numpy":    # NumPy 2: z / |z|
+            return xp.sign(x)
+        a = xp.abs(x)                   # the standard's z / |z| (0 at 0) on every xp
+        return xp.where(a == 0, 0, x / xp.where(a == 0, 1, a)).astype(x.dtype, copy=False)
+
+    def make_complex(re, im):
+        out = xp.empty(xp.broadcast_shapes(re.shape, im.shape),
+                       xp.complex128 if re.dtype == xp.float64 else xp.complex64)
+        out.real = re
+        out.imag = im
+        return out
 
     def rsqrt(x):
         return xp.reciprocal(xp.sqrt(x))
@@ -119,59 +135,69 @@ def build(xp):
     def flt(fn):
         return {"fn": fn, "dtypes": FLOATS}
 
+    def num_c(fn):
+        return {"fn": fn, "dtypes": NUMERIC + COMPLEX}
+
+    def flt_c(fn):
+        return {"fn": fn, "dtypes": FLOATS + COMPLEX}
+
     def bln(fn):
         return {"fn": fn, "dtypes": BOOL}
 
     return {
         # arithmetic
-        "Add": num(xp.add),
-        "Sub": num(xp.subtract),
-        "Mul": num(xp.multiply),
-        "RealDiv": num(xp.true_divide),
+        "Add": num_c(xp.add),
+        "Sub": num_c(xp.subtract),
+        "Mul": num_c(xp.multiply),
+        "RealDiv": num_c(xp.true_divide),
         "FloorDiv": num(floordiv),
         "FloorMod": num(floormod),
-        "Pow": num(power),
+        "Pow": num_c(power),
         "Maximum": num(xp.maximum),
         "Minimum": num(xp.minimum),
         "SquaredDifference": num(squared_difference),
         "Atan2": flt(xp.arctan2),
-        "AddN": num(add_n),
-        "Neg": num(xp.negative),
+        "AddN": num_c(add_n),
+        "Neg": num_c(xp.negative),
         "Cast": cast,
+        "Complex": {"fn": make_complex, "dtypes": ("float32", "float64")},
+        "Real": {"fn": xp.real, "dtypes": COMPLEX},
+        "Imag": {"fn": xp.imag, "dtypes": COMPLEX},
+        "Conj": {"fn": xp.conj, "dtypes": COMPLEX},
         # unary
-        "Abs": num(xp.absolute),
-        "Sign": num(xp.sign),
-        "Square": num(xp.square),
-        "Sqrt": flt(xp.sqrt),
-        "Rsqrt": flt(rsqrt),
-        "Exp": flt(xp.exp),
-        "Log": flt(xp.log),
-        "Log1p": flt(xp.log1p),
-        "Expm1": flt(xp.expm1),
-        "Sin": flt(xp.sin),
-        "Cos": flt(xp.cos),
-        "Tan": flt(xp.tan),
-        "Tanh": flt(xp.tanh),
+        "Abs": num_c(xp.absolute),
+        "Sign": num_c(sign),
+        "Square": num_c(xp.square),
+        "Sqrt": flt_c(xp.sqrt),
+        "Rsqrt": flt_c(rsqrt),
+        "Exp": flt_c(xp.exp),
+        "Log": flt_c(xp.log),
+        "Log1p": flt_c(xp.log1p),
+        "Expm1": flt_c(xp.expm1),
+        "Sin": flt_c(xp.sin),
+        "Cos": flt_c(xp.cos),
+        "Tan": flt_c(xp.tan),
+        "Tanh": flt_c(xp.tanh),
         "Sigmoid": flt(sigmoid),
         "Softplus": flt(softplus),
-        "Reciprocal": flt(xp.reciprocal),
+        "Reciprocal": flt_c(xp.reciprocal),
         "Floor": flt(xp.floor),
         "Ceil": flt(xp.ceil),
         "Round": num(round_),
         "Erf": flt(erf),
-        "IsNan": flt(xp.isnan),
-        "IsFinite": flt(xp.isfinite),
-        "IsInf": flt(xp.isinf),
-        "Asin": flt(xp.arcsin),
-        "Acos": flt(xp.arccos),
-        "Atan": flt(xp.arctan),
-        "Sinh": flt(xp.sinh),
-        "Cosh": flt(xp.cosh),
-        "Asinh": flt(xp.arcsinh),
-        "Acosh": flt(xp.arccosh),
-        "Atanh": flt(xp.arctanh),
-        "Log2": flt(xp.log2),
-        "Log10": flt(xp.log10),
+        "IsNan": flt_c(xp.isnan),
+        "IsFinite": flt_c(xp.isfinite),
+        "IsInf": flt_c(xp.isinf),
+        "Asin": flt_c(xp.arcsin),
+        "Acos": flt_c(xp.arccos),
+        "Atan": flt_c(xp.arctan),
+        "Sinh": flt_c(xp.sinh),
+        "Cosh": flt_c(xp.cosh),
+        "Asinh": flt_c(xp.arcsinh),
+        "Acosh": flt_c(xp.arccosh),
+        "Atanh": flt_c(xp.arctanh),
+        "Log2": flt_c(xp.log2),
+        "Log10": flt_c(xp.log10),
         "Trunc": flt(xp.trunc),
         "Signbit": flt(xp.signbit),
         "Copysign": flt(xp.copysign),

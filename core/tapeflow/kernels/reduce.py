@@ -14,6 +14,7 @@ from ..runtime.errors import InvalidArgumentError
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 NUMERIC = FLOATS + INTS
+COMPLEX = ("complex64", "complex128")
 
 
 def count_reduced(shape, axis):
@@ -159,9 +160,9 @@ def build(xp):
             raise empty_reduction("argmin", x, (axis,)) from None
 
     return {
-        "Sum": {"fn": sum_, "fresh": True, "dtypes": NUMERIC},
-        "Prod": {"fn": prod, "dtypes": NUMERIC},
-        "Mean": {"fn": mean, "fresh": True, "dtypes": NUMERIC},
+        "Sum": {"fn": sum_, "fresh": True, "dtypes": NUMERIC + COMPLEX},
+        "Prod": {"fn": prod, "dtypes": NUMERIC + COMPLEX},
+        "Mean": {"fn": mean, "fresh": True, "dtypes": NUMERIC + COMPLEX},
         "Max": {"fn": max_, "dtypes": NUMERIC},
         "Min": {"fn": min_, "dtypes": NUMERIC},
         "ReduceLogSumExp": {"fn": logsumexp, "dtypes": FLOATS},

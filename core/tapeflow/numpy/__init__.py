@@ -50,6 +50,8 @@ uint16 = _dt.as_dtype("uint16")
 uint32 = _dt.as_dtype("uint32")
 uint64 = _dt.as_dtype("uint64")
 float16 = _dt.as_dtype("float16")      # an extension: not in the standard's set
+complex64 = _dt.as_dtype("complex64")
+complex128 = _dt.as_dtype("complex128")
 float32 = _dt.as_dtype("float32")
 float64 = _dt.as_dtype("float64")
 
@@ -62,7 +64,8 @@ newaxis = None
 _SIGNED = (int8, int16, int32, int64)
 _UNSIGNED = (uint8, uint16, uint32, uint64)
 _FLOATS = (float16, float32, float64)
-_ALL = (bool,) + _SIGNED + _UNSIGNED + _FLOATS
+_COMPLEX = (complex64, complex128)
+_ALL = (bool,) + _SIGNED + _UNSIGNED + _FLOATS + _COMPLEX
 
 
 def _as_dtype(d):
@@ -87,7 +90,7 @@ def result_type(*arrays_and_dtypes):
     for x in arrays_and_dtypes:
         if isinstance(x, (_Tensor, _Variable)):
             dts.append(x.dtype)
-        elif isinstance(x, (_builtins.bool, int, float)):
+        elif isinstance(x, (_builtins.bool, int, float, complex)):
             scalars.append(x)
         else:
             dts.append(_dt.as_dtype(x))
@@ -99,7 +102,9 @@ def result_type(*arrays_and_dtypes):
     for d in dts[1:]:
         out = _promote2(out, d)
     for s in scalars:
-        if isinstance(s, float) and not out.is_floating:
+        if isinstance(s, complex) and not out.is_complex:
+            out = complex128 if out is float64 or out.is_integer else complex64
+        elif isinstance(s, float) and not out.is_inexact:
             out = _dt.as_dtype(_np.promote_types(out.np, _np.float64)) if not out.is_bool \
                 else float32
     return out
@@ -108,6 +113,8 @@ def result_type(*arrays_and_dtypes):
 def _scalar_dtype(s):
     if isinstance(s, _builtins.bool):
         return bool
+    if isinstance(s, complex):
+        return complex64
     return int64 if isinstance(s, int) else float32
 
 
@@ -133,8 +140,8 @@ def isdtype(dtype, kind):
         return d is _dt.as_dtype(kind)
     table = {"bool": d.is_bool, "signed integer": d.is_integer and not d.is_unsigned,
              "unsigned integer": d.is_unsigned, "integral": d.is_integer,
-             "real floating": d.is_floating, "complex floating": False,
-             "numeric": d.is_integer or d.is_floating}
+             "real floating": d.is_floating, "complex floating": d.is_complex,
+             "numeric": d.is_integer or d.is_inexact}
     if kind not in table:
         raise InvalidArgumentError(f"isdtype: unknown kind {kind!r}; one of {sorted(table)}")
     return table[kind]
@@ -144,6 +151,7 @@ def finfo(type, /):  # noqa: A002
     """Machine limits of a floating-point dtype: bits, eps, max, min, smallest_normal, dtype."""
     d = type.dtype if isinstance(type, (_Tensor, _Variable)) else _dt.as_dtype(type)
     fi = _np.finfo(d.np)
+    d = d.real_dtype                # complex: the limits (and dtype) of its parts
     return _Info(bits=fi.bits, eps=float(fi.eps), max=float(fi.max), min=float(fi.min),
                  smallest_normal=float(fi.smallest_normal), dtype=d)
 
@@ -195,7 +203,7 @@ def _float_input(x):
     the implementation; we compute in the default float (float32), as TensorFlow's
     NumPy API does for int32 (and float64 for int64)."""
     x = _t(x)
-    if x.dtype.is_floating:
+    if x.dtype.is_inexact:
         return x
     return _M.cast(x, float64 if x.dtype in (int64,) else float32)
 
@@ -231,7 +239,7 @@ logical_xor = _binary(_M.logical_xor)
 def divide(x1, x2, /):
     """True division (integers divide in float)."""
     a, b = _pair(x1, x2)
-    if not a.dtype.is_floating:
+    if not a.dtype.is_inexact:
         a, b = _float_input(a), _float_input(b)
     return _M.divide(a, b)
 
@@ -316,17 +324,17 @@ trunc = _rounding(_M.trunc, "trunc")
 
 def isfinite(x, /):
     x = _t(x)
-    return _M.is_finite(x) if x.dtype.is_floating else ones_like(x, dtype=bool)
+    return _M.is_finite(x) if x.dtype.is_inexact else ones_like(x, dtype=bool)
 
 
 def isinf(x, /):
     x = _t(x)
-    return _M.is_inf(x) if x.dtype.is_floating else zeros_like(x, dtype=bool)
+    return _M.is_inf(x) if x.dtype.is_inexact else zeros_like(x, dtype=bool)
 
 
 def isnan(x, /):
     x = _t(x)
-    return _M.is_nan(x) if x.dtype.is_floating else zeros_like(x, dtype=bool)
+    return _M.is_nan(x) if x.dtype.is_inexact else zeros_like(x, dtype=bool)
 
 
 def logical_not(x, /):
@@ -345,17 +353,17 @@ def clip(x, /, min=None, max=None):  # noqa: A002
 
 def conj(x, /):
     """The complex conjugate: real tensors are their own."""
-    return _t(x)
+    return _M.conj(_t(x))
 
 
 def real(x, /):
     """The real part: real tensors are their own."""
-    return _t(x)
+    return _M.real(_t(x))
 
 
 def imag(x, /):
     """The imaginary part: zeros for real tensors."""
-    return zeros_like(_t(x))
+    return _M.imag(_t(x))
 
 
 # --- creation --------------------------------------------------------------------------------
@@ -965,7 +973,7 @@ class _NamespaceInfo:
             else [self.default_device()]
 
     def default_dtypes(self, *, device=None):
-        return {"real floating": float32, "complex floating": None, "integral": int64,
+        return {"real floating": float32, "complex floating": complex64, "integral": int64,
                 "indexing": int64}
 
     def dtypes(self, *, device=None, kind=None):
@@ -988,3 +996,4 @@ def _check_version(api_version):
 
 
 from . import linalg  # noqa: E402  (the extension; it uses the functions above)
+from . import fft  # noqa: E402

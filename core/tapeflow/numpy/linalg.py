@@ -204,3 +204,8 @@ def matrix_rank(x, /, *, rtol=None):
     m, n = int(x.shape[-2]), int(x.shape[-1])
     s = _L.svd(x, compute_uv=False)
     return _R.reduce_sum(_M.cast(_M.greater(s, _cutoff(s, m, n, rtol)), int64), axis=-1)
+
+
+def conj(x, /):
+    """The complex conjugate (the 2025.12 revision's ``linalg.conj``)."""
+    return _M.conj(_t(x))

@@ -1347,7 +1347,7 @@ def boolean_mask(tensor, mask, axis=None, name="boolean_mask"):
 
 def _gather_grad(ctx, dy):
     params, indices = ctx.inputs
-    if not params.dtype.is_floating:
+    if not params.dtype.is_inexact:
         return None, None
     axis = ctx.attrs["axis"]
     b = ctx.attrs["batch_dims"]
@@ -1421,7 +1421,7 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
 
 def _gather_nd_grad(ctx, dy):
     params, indices = ctx.inputs
-    if not params.dtype.is_floating:
+    if not params.dtype.is_inexact:
         return None, None
     return execute(_SCATTER_ND, (indices, dy), {"shape": params._data.shape}), None
 
@@ -1463,7 +1463,7 @@ def gather_nd(params, indices, batch_dims=0, name=None):
 
 def _scatter_nd_grad(ctx, dy):
     indices, updates = ctx.inputs
-    if not updates.dtype.is_floating:
+    if not updates.dtype.is_inexact:
         return None, None
     return None, execute(_GATHER_ND, (dy, indices))
 
@@ -1488,7 +1488,7 @@ def scatter_nd(indices, updates, shape, name=None):
 
 def _segment_sum_grad(ctx, dy):
     data, ids = ctx.inputs
-    if not data.dtype.is_floating:
+    if not data.dtype.is_inexact:
         return None, None
     n = ctx.attrs["num_segments"]
     if n == 0:

@@ -60,7 +60,7 @@ def _matmul_grad(ctx, dy):
     """TF's rule: every case is one matmul with transpose flags (no explicit transposes);
     broadcast batch dimensions are summed back by the core (``broadcast=True``). An
     input the tape does not need (``ctx.needs``: a first layer's data) costs nothing."""
-    if not dy.dtype.is_floating:
+    if not dy.dtype.is_inexact:
         return None, None
     a, b = ctx.inputs
     ta = ctx.attrs["transpose_a"]
@@ -105,7 +105,8 @@ def _matmul_infer(shapes, dtypes, attrs):
     return [(tuple(batch) + (m, n), dtypes[0])]
 
 
-_MATMUL = defop("MatMul", inputs=("a", "b"), attrs=_NN, broadcast=True, grad=_matmul_grad,
+_MATMUL = defop("MatMul", inputs=("a", "b"), attrs=_NN, broadcast=True,
+                grad=_m._holomorphic(_matmul_grad),
                 infer=_matmul_infer)
 
 
@@ -217,7 +218,7 @@ def _einsum_grad(ctx, dy):
     repeated in operand k (a diagonal) gets a fresh label tied to it by an identity
     matrix, so one einsum gives the full-shape gradient.
     """
-    if not dy.dtype.is_floating:
+    if not dy.dtype.is_inexact:
         return (None,) * len(ctx.inputs)
     eq = ctx.attrs["equation"]
     lhs, _, out = eq.partition("->")
@@ -253,7 +254,7 @@ def _einsum_grad(ctx, dy):
 
 
 _EINSUM = defop("Einsum", inputs=("*inputs",), attrs={"equation": ""}, broadcast=True,
-                grad=_einsum_grad, infer=_einsum_infer)
+                grad=_m._holomorphic(_einsum_grad), infer=_einsum_infer)
 
 
 def einsum(equation, *inputs, **kwargs):
@@ -687,3 +688,98 @@ def qr(input, full_matrices=False, name=None):
      [0. 2.]], shape=(2, 2), dtype=float32)
     """
     return execute(_QR, (_tensor(input),), {"full_matrices": bool(full_matrices)})
+
+
+# --- discrete Fourier transforms (the array API's fft extension) ---------------------------
+# Three ops over a tuple of axes; sizes ("n"/"s") are the callers' crops and zero pads
+# (ordinary, differentiable slice/pad ops), so each op's gradient is one transform:
+# for y = c F x (F the DFT matrix, c the norm's scale), TensorFlow's convention gives
+# dx = c conj(F) dy: the inverse transform with the other norm ("backward" <-> "forward").
+
+_SWAP_NORM = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
+
+
+def _fft_grad(ctx, dy):
+    a = ctx.attrs
+    return execute(_FFT, (dy,), {"axes": a["axes"], "norm": _SWAP_NORM[a["norm"]],
+                                 "inverse": not a["inverse"]})
+
+
+def _rfft_grad(ctx, dy):
+    # rfft(x) is the first n//2 + 1 entries (last axis) of fft(x) for a real x
+    x = ctx.inputs[0]
+    a = ctx.attrs
+    last = a["axes"][-1]
+    n = int(x.shape[last])
+    pads = [[0, 0] for _ in range(x.ndim)]
+    pads[last][1] = n - int(dy.shape[last])
+    full = _a.pad(dy, pads)
+    g = execute(_FFT, (full,), {"axes": a["axes"], "norm": _SWAP_NORM[a["norm"]],
+                                "inverse": True})
+    return _m.real(g)
+
+
+def _irfft_grad(ctx, dy):
+    # irfft's input is a half spectrum: entries 1 .. (n-1)//2 stand for two (themselves
+    # and their conjugate), so they get twice the gradient of rfft(dy)
+    a = ctx.attrs
+    x = ctx.inputs[0]
+    last = a["axes"][-1]
+    n = a["n"]
+    g = execute(_RFFT, (dy,), {"axes": a["axes"], "norm": _SWAP_NORM[a["norm"]]})
+    k = int(g.shape[last])
+    w = np.full(k, 2.0)
+    w[0] = 1.0
+    if n % 2 == 0:
+        w[-1] = 1.0
+    shape = [1] * x.ndim
+    shape[last] = k
+    return _m.multiply(g, constant(w.reshape(shape).astype(x.dtype.real_dtype.np),
+                                   device=g.device))
+
+
+_FFT = defop("FFT", inputs=("x",), attrs={"axes": (-1,), "norm": "backward", "inverse": False},
+             grad=_fft_grad)
+_RFFT = defop("RFFT", inputs=("x",), attrs={"axes": (-1,), "norm": "backward"},
+              grad=_rfft_grad)
+_IRFFT = defop("IRFFT", inputs=("x",), attrs={"axes": (-1,), "norm": "backward", "n": 0},
+               grad=_irfft_grad)
+
+
+def fft_transform(x, axes, norm="backward", inverse=False, kind="c2c", n=None):
+    """The transform ``kind`` ("c2c", "r2c", "c2r") of ``x`` over ``axes`` (sizes
+    already cropped/padded; for "c2r", ``n`` is the output's length on the last axis).
+    The building block of ``tapeflow.numpy.fft``."""
+    x = _tensor(x)
+    if kind not in ("c2c", "r2c", "c2r"):
+        raise InvalidArgumentError(f"fft: kind must be 'c2c', 'r2c' or 'c2r', got {kind!r}",
+                                   op="FFT")
+    if isinstance(axes, (int, np.integer)):
+        axes = (axes,)
+    if not isinstance(axes, (list, tuple)) or not all(
+            isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes):
+        raise InvalidArgumentError(f"fft: axes must be a sequence of ints, got {axes!r}",
+                                   op="FFT")
+    if x.ndim == 0 or any(not -x.ndim <= a < x.ndim for a in axes):
+        raise InvalidArgumentError(f"fft: axes {tuple(axes)} out of range for an input of "
+                                   f"shape {list(x.shape)}", op="FFT")
+    axes = tuple(int(a) % x.ndim for a in axes)
+    if kind == "c2r" and (not isinstance(n, (int, np.integer)) or isinstance(n, bool)
+                          or n < 1):
+        raise InvalidArgumentError(f"irfft: n must be a positive int, got {n!r}", op="IRFFT")
+    if norm not in _SWAP_NORM:
+        raise InvalidArgumentError(f"fft: norm must be 'backward', 'ortho' or 'forward', got "
+                                   f"{norm!r}", op="FFT")
+    if len(set(axes)) != len(axes) or not axes:
+        raise InvalidArgumentError(f"fft: axes must be distinct and not empty, got {axes}",
+                                   op="FFT")
+    if kind == "r2c":
+        if x.dtype.is_complex:
+            raise InvalidArgumentError(f"rfft needs a real input, got {x.dtype.name}", op="RFFT")
+        return execute(_RFFT, (x,), {"axes": axes, "norm": norm})
+    if not x.dtype.is_complex:
+        raise InvalidArgumentError(f"fft needs a complex input, got {x.dtype.name}",
+                                   op="FFT" if kind == "c2c" else "IRFFT")
+    if kind == "c2r":
+        return execute(_IRFFT, (x,), {"axes": axes, "norm": norm, "n": int(n)})
+    return execute(_FFT, (x,), {"axes": axes, "norm": norm, "inverse": bool(inverse)})

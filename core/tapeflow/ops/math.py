@@ -49,14 +49,16 @@ __all__ = [
     # comparison and logic
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
     "logical_and", "logical_or", "logical_xor", "logical_not",
+    # complex numbers
+    "complex", "real", "imag", "conj", "angle",
 ]
 
 _E: dict = {}
 
 
 def _fl(t):
-    """True when ``t`` (an op input) is floating point, i.e. has a gradient."""
-    return t._data.dtype.kind == "f"
+    """True when ``t`` (an op input) is floating point or complex, i.e. has a gradient."""
+    return t._data.dtype.kind in "fc"
 
 
 # --- shape inference for broadcasting binary ops (used to explain bad input) ----------
@@ -107,7 +109,39 @@ def _no_grad(ctx, *dys):
     return (None,) * len(ctx.inputs)
 
 
+#: ops whose complex kernels compute a holomorphic function, so that TensorFlow's
+#: convention for complex gradients (``dz = dy * conj(f'(z))``) is the real rule applied
+#: to ``conj(dy)`` and conjugated (see :func:`_holomorphic`); the linear ops (Add, Sub,
+#: Neg, sums, reshapes...) need nothing, and Abs/Real/Imag/Conj/Complex have own rules
+_HOLOMORPHIC = {"Mul", "RealDiv", "Pow", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p",
+                "Expm1", "Sin", "Cos", "Tan", "Tanh", "Reciprocal", "Asin", "Acos", "Atan",
+                "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Log2", "Log10"}
+
+
+def _conj(t):
+    """``conj(t)`` for a complex ``t``; ``t`` itself otherwise (nothing recorded)."""
+    return execute(_CONJ, (t,)) if t.dtype.is_complex else t
+
+
+def _holomorphic(grad):
+    """The gradient rule of a holomorphic op for complex inputs from its real rule
+    ``grad`` (linear in ``dy``): TensorFlow's ``dz = dy * conj(f'(z))`` is
+    ``conj(grad(conj(dy)))``. Real gradients go straight to ``grad``."""
+    def rule(ctx, *dys):
+        if not any(d is not None and d.dtype.is_complex for d in dys):
+            return grad(ctx, *dys)
+        out = grad(ctx, *[None if d is None else _conj(d) for d in dys])
+        if isinstance(out, (tuple, list)):
+            return type(out)(None if g is None else _conj(g) for g in out)
+        return None if out is None else _conj(out)
+    rule.__name__ = getattr(grad, "__name__", "rule")
+    rule.__wrapped__ = grad
+    return rule
+
+
 def _bin(name, grad=None, infer=_SAME, differentiable=True):
+    if name in _HOLOMORPHIC:
+        grad = _holomorphic(grad)
     return defop(name, inputs=("x", "y"), broadcast=True, grad=grad or _no_grad, infer=infer,
                  differentiable=differentiable)
 
@@ -157,7 +191,7 @@ def _pow_grad(ctx, dy):
         return None, None
     z = ctx.outputs[0]
     gx = multiply(dy, multiply(y, pow(x, subtract(y, 1))))
-    gy = multiply(dy, multiply(z, _log_pos(x)))
+    gy = multiply(dy, multiply(z, log(x) if x.dtype.is_complex else _log_pos(x)))
     return gx, gy
 
 
@@ -354,6 +388,8 @@ def _neg_grad(ctx, dy):
 
 def _abs_grad(ctx, dy):
     x = ctx.inputs[0]
+    if x.dtype.is_complex:          # d|z| = z / |z| (0 at 0), TensorFlow's convention
+        return multiply(cast(dy, x.dtype), sign(x))     # (sign(z) = z / |z|, the standard's)
     return multiply(dy, sign(x)) if _fl(x) else None
 
 
@@ -425,6 +461,8 @@ def _erf_grad(ctx, dy):
 
 
 def _un(name, grad=None, differentiable=True):
+    if name in _HOLOMORPHIC:
+        grad = _holomorphic(grad)
     return defop(name, inputs=("x",), grad=grad or _no_grad, differentiable=differentiable)
 
 
@@ -452,6 +490,104 @@ _ERF = _un("Erf", _erf_grad)
 _IS_NAN = _un("IsNan", differentiable=False)
 _IS_FINITE = _un("IsFinite", differentiable=False)
 _IS_INF = _un("IsInf", differentiable=False)
+
+
+# --- complex numbers -------------------------------------------------------------------
+# Gradients follow TensorFlow's convention for a real loss L of z = x + iy: the gradient
+# is dL/dx + i dL/dy (PyTorch's too; JAX returns its conjugate).
+
+def _complex_grad(ctx, dz):
+    return real(dz), imag(dz)
+
+
+def _real_grad(ctx, dy):
+    return cast(dy, ctx.inputs[0].dtype)
+
+
+def _imag_grad(ctx, dy):
+    return execute(_COMPLEX, (_zeros_of(dy), dy))
+
+
+def _conj_grad(ctx, dy):
+    return _conj(dy)
+
+
+def _zeros_of(t):
+    return constant(np.zeros(tuple(t.shape), t.dtype.np), device=t.device)
+
+
+def _complex_infer(shapes, dtypes, attrs):
+    s = _broadcast_shape(shapes[0], shapes[1])
+    if s is None:
+        raise InvalidArgumentError(f"Incompatible shapes: {list(shapes[0])} vs. {list(shapes[1])}")
+    return [(s, _dt.complex128 if dtypes[0] is _dt.float64 else _dt.complex64)]
+
+
+_COMPLEX = defop("Complex", inputs=("real", "imag"), broadcast=True, grad=_complex_grad,
+                 infer=_complex_infer)
+_REAL = _un("Real", _real_grad)
+_IMAG = _un("Imag", _imag_grad)
+_CONJ = _un("Conj", _conj_grad)
+
+
+def complex(real, imag, name=None):  # noqa: A001 (tf.complex)
+    """``real + 1j * imag``: float32 parts give complex64, float64 parts complex128.
+
+    >>> import tapeflow as tf
+    >>> print(tf.complex([1.0, 2.0], [0.5, -1.0]))
+    tf.Tensor([1.+0.5j 2.-1.j ], shape=(2,), dtype=complex64)
+    """
+    re, im = convert_to_tensor(real), convert_to_tensor(imag)
+    for what, t in (("real", re), ("imag", im)):
+        if t.dtype not in (_dt.float32, _dt.float64):
+            raise InvalidArgumentError(
+                f"tf.complex: the {what} part must be float32 or float64, got "
+                f"{t.dtype.name}; tf.cast it first", op="Complex")
+    return execute(_COMPLEX, (re, im))
+
+
+def real(input, name=None):  # noqa: A002
+    """The real part of a complex tensor; a real tensor comes back as it is.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.real(tf.constant([1 + 2j, -3j])))
+    tf.Tensor([ 1. -0.], shape=(2,), dtype=float64)
+    """
+    x = convert_to_tensor(input)
+    return execute(_REAL, (x,)) if x.dtype.is_complex else x
+
+
+def imag(input, name=None):  # noqa: A002
+    """The imaginary part of a complex tensor; zeros of the same dtype for a real one.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.imag(tf.constant([1 + 2j, -3j])))
+    tf.Tensor([ 2. -3.], shape=(2,), dtype=float64)
+    """
+    x = convert_to_tensor(input)
+    return execute(_IMAG, (x,)) if x.dtype.is_complex else _zeros_of(x)
+
+
+def conj(x, name=None):
+    """The complex conjugate; a real tensor comes back as it is.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.conj(tf.constant([1 + 2j])))
+    tf.Tensor([1.-2.j], shape=(1,), dtype=complex128)
+    """
+    x = convert_to_tensor(x)
+    return execute(_CONJ, (x,)) if x.dtype.is_complex else x
+
+
+def angle(input, name=None):  # noqa: A002
+    """The argument (phase) of each element, ``atan2(imag, real)``: 0 or pi for reals.
+
+    >>> import tapeflow as tf
+    >>> print(tf.math.angle(tf.constant([1j, -1 + 0j])))
+    tf.Tensor([1.57079633 3.14159265], shape=(2,), dtype=float64)
+    """
+    x = convert_to_tensor(input)
+    return atan2(imag(x), real(x))
 
 
 def negative(x, name=None):
@@ -1130,7 +1266,7 @@ def logical_not(x, name=None):
 
 def _cast_grad(ctx, dy):
     x = ctx.inputs[0]
-    if not x.dtype.is_floating or not dy.dtype.is_floating:
+    if not x.dtype.is_inexact or not dy.dtype.is_inexact:
         return None
     return cast(dy, x.dtype)
 

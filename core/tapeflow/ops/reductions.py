@@ -82,7 +82,7 @@ def _sum_grad(ctx, dy):
 
 def _mean_grad(ctx, dy):
     x = ctx.inputs[0]
-    if not x.dtype.is_floating:
+    if not x.dtype.is_inexact:
         return None
     shape = tuple(x.shape)
     n = _count(shape, ctx.attrs["axis"])
@@ -102,7 +102,7 @@ def _minmax_grad(ctx, dy):
 def _prod_grad(ctx, dy):
     """Product of the other elements; exact also for inputs containing zeros."""
     x = ctx.inputs[0]
-    if not x.dtype.is_floating:
+    if not x.dtype.is_inexact:
         return None
     axis = ctx.attrs["axis"]
     dt = x.dtype
@@ -135,7 +135,7 @@ _SUM = defop("Sum", inputs=("x",), attrs=_R, grad=_sum_grad)
 _MEAN = defop("Mean", inputs=("x",), attrs=_R, grad=_mean_grad)
 _MAX = defop("Max", inputs=("x",), attrs=_R, grad=_minmax_grad)
 _MIN = defop("Min", inputs=("x",), attrs=_R, grad=_minmax_grad)
-_PROD = defop("Prod", inputs=("x",), attrs=_R, grad=_prod_grad)
+_PROD = defop("Prod", inputs=("x",), attrs=_R, grad=_m._holomorphic(_prod_grad))
 _LSE = defop("ReduceLogSumExp", inputs=("x",), attrs=_R, grad=_logsumexp_grad)
 _ENORM = defop("EuclideanNorm", inputs=("x",), attrs=_R, grad=_euclidean_norm_grad)
 _ANY = defop("Any", inputs=("x",), attrs=_R, differentiable=False)

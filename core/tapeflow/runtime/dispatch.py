@@ -94,7 +94,8 @@ def _check_lossless(value, dtype):
     complex, string and object values into any dtype, and integers outside the
     dtype's range are refused instead of truncated or wrapped."""
     tv = type(value)
-    if tv is int or tv is bool or (tv is float and dtype.np.kind == "f"):
+    if tv is int or tv is bool or (tv is float and dtype.np.kind in "fc") or (
+            tv is complex and dtype.np.kind == "c"):
         return
     kind = value.dtype.kind if isinstance(value, (np.ndarray, np.generic)) else None
     if kind is None:
@@ -102,13 +103,15 @@ def _check_lossless(value, dtype):
             kind = np.asarray(value).dtype.kind
         except (ValueError, TypeError, OverflowError):
             return                          # the conversion itself reports it
-    if kind in "cUSO" or (kind == "f" and dtype.np.kind in "iub"):
+    if kind in "USO" or (kind == "f" and dtype.np.kind in "iub") or (
+            kind == "c" and dtype.np.kind != "c"):
         what = {"f": "floating-point", "c": "complex", "U": "string", "S": "bytes",
                 "O": "non-numeric"}[kind]
         raise InvalidArgumentError(
             f"Cannot convert {_short(value)} to a tensor of dtype {dtype.name}: it holds "
             f"{what} values, and tapeflow does not truncate or coerce them silently. Convert "
-            "it to a tensor and tf.cast it (after tf.round, if rounding is what you mean).")
+            "it to a tensor and tf.cast it (after tf.round, if rounding is what you mean; "
+            "tf.math.real for a complex value's real part).")
     if kind in "iu" and dtype.np.kind in "iu" and isinstance(value, np.ndarray) and value.size:
         info = np.iinfo(dtype.np)
         lo, hi = value.min(), value.max()
@@ -266,7 +269,7 @@ def _weak(value):
     """Python bool/int/float (or a list of them) -> a representative weak scalar,
     else None (the value is strong: Tensor, NumPy array or NumPy scalar)."""
     tv = type(value)
-    if tv is float or tv is int or tv is bool:
+    if tv is float or tv is int or tv is bool or tv is complex:
         return value
     if tv is list or tv is tuple:
         try:
@@ -279,6 +282,8 @@ def _weak(value):
             return 0
         if a.dtype.kind == "b":
             return False
+        if a.dtype.kind == "c":
+            return 0j
     return None
 
 
@@ -375,8 +380,8 @@ def binary(op, a, b):
 def _keeps_dtype(value, tv, like):
     """Whether Python scalar ``value`` (of type ``tv``) next to ``like`` keeps its dtype."""
     k = like._data.dtype.kind
-    return k == "f" or (tv is int and k in "iu" and -128 <= value <= 127
-                        and (value >= 0 or k == "i"))
+    return k == "c" or (k == "f" and tv is not complex) or (
+        tv is int and k in "iu" and -128 <= value <= 127 and (value >= 0 or k == "i"))
 
 
 _SCALARS: dict = {}

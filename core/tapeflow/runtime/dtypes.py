@@ -6,7 +6,7 @@ dtypes (CuPy and PyOpenCL do too), so the mapping is one dict lookup.
 Promotion follows NumPy 2 (NEP 50): Python scalars are *weak* and take the dtype of
 the tensor they meet (``float32_tensor * 2.0`` stays float32). A Python scalar that
 becomes a tensor on its own follows the seeds' convention: ``float`` -> float32,
-``int`` -> int32, ``bool`` -> bool, ``complex`` is not supported.
+``int`` -> int32, ``bool`` -> bool, ``complex`` -> complex128 (TensorFlow's).
 
 >>> import tapeflow as tf
 >>> tf.float32.name, tf.as_dtype("int64") is tf.int64
@@ -25,8 +25,9 @@ from .errors import InvalidTypeError
 
 __all__ = [
     "DType", "as_dtype", "float16", "float32", "float64", "int8", "int16", "int32",
-    "int64", "uint8", "uint16", "uint32", "uint64", "bool_", "half", "double", "ALL_DTYPES", "FLOAT_DTYPES",
-    "INT_DTYPES", "NUMERIC_DTYPES", "result_type",
+    "int64", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "bool_",
+    "half", "double", "ALL_DTYPES", "FLOAT_DTYPES",
+    "INT_DTYPES", "COMPLEX_DTYPES", "NUMERIC_DTYPES", "result_type",
 ]
 
 
@@ -36,7 +37,7 @@ class DType:
     ``t.dtype == np.float32`` both work."""
 
     __slots__ = ("name", "np", "is_floating", "is_integer", "is_bool", "is_unsigned",
-                 "size", "_hash")
+                 "is_complex", "is_inexact", "size", "_hash")
 
     def __init__(self, np_dtype):
         self.np = np.dtype(np_dtype)
@@ -45,6 +46,9 @@ class DType:
         self.is_integer = self.np.kind in "iu"
         self.is_unsigned = self.np.kind == "u"
         self.is_bool = self.np.kind == "b"
+        self.is_complex = self.np.kind == "c"
+        #: floating or complex: the dtypes gradients flow through
+        self.is_inexact = self.np.kind in "fc"
         self.size = self.np.itemsize
         self._hash = hash(self.np)
 
@@ -65,13 +69,22 @@ class DType:
         return self
 
     @property
+    def real_dtype(self):
+        """float32 for complex64, float64 for complex128, the dtype itself otherwise."""
+        return _FROM_NP[self.np.type(0).real.dtype] if self.is_complex else self
+
+    @property
     def min(self):
+        if self.is_complex:
+            raise TypeError(f"{self.name} has no ordering, hence no min or max")
         if self.is_bool:
             return False
         return (np.finfo if self.is_floating else np.iinfo)(self.np).min
 
     @property
     def max(self):
+        if self.is_complex:
+            raise TypeError(f"{self.name} has no ordering, hence no min or max")
         if self.is_bool:
             return True
         return (np.finfo if self.is_floating else np.iinfo)(self.np).max
@@ -111,12 +124,15 @@ uint8 = DType(np.uint8)
 uint16 = DType(np.uint16)
 uint32 = DType(np.uint32)
 uint64 = DType(np.uint64)
+complex64 = DType(np.complex64)
+complex128 = DType(np.complex128)
 bool_ = DType(np.bool_)
 
 ALL_DTYPES = (float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
-              uint64, bool_)
+              uint64, complex64, complex128, bool_)
 FLOAT_DTYPES = (float16, float32, float64)
 INT_DTYPES = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
+COMPLEX_DTYPES = (complex64, complex128)
 NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
 
 # NumPy dtype -> DType. Keyed by np.dtype objects *and* scalar types so that
@@ -128,7 +144,7 @@ for _d in ALL_DTYPES:
 _FROM_NAME = {d.name: d for d in ALL_DTYPES}
 _FROM_NAME.update({"half": float16, "float": float32, "double": float64, "bool_": bool_,
                    "int": int32, "long": int64})
-_FROM_PY = {float: float32, int: int32, bool: bool_}
+_FROM_PY = {float: float32, int: int32, bool: bool_, complex: complex128}
 
 
 def as_dtype(x) -> DType:
@@ -159,7 +175,7 @@ def from_numpy(np_dtype) -> DType:
     """DType for a NumPy dtype (hot path: one dict lookup)."""
     d = _FROM_NP.get(np_dtype)
     if d is None:
-        if np_dtype == np.dtype(object) or np.dtype(np_dtype).kind in "USOcV":
+        if np_dtype == np.dtype(object) or np.dtype(np_dtype).kind in "USOV":
             raise InvalidTypeError(f"tapeflow has no dtype for NumPy dtype {np.dtype(np_dtype)}; "
                             "supported: " + ", ".join(d.name for d in ALL_DTYPES))
         return as_dtype(np_dtype)
@@ -176,5 +192,6 @@ def result_type(*args) -> DType:
     weak = [a for a in args if type(a) is not DType]
     if not strong:
         kinds = {type(w) for w in weak}
-        return float32 if float in kinds else int32 if int in kinds else bool_
+        return (complex128 if complex in kinds else float32 if float in kinds else
+                int32 if int in kinds else bool_)
     return _FROM_NP[np.result_type(*strong, *weak)]

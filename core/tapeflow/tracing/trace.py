@@ -610,7 +610,7 @@ class ConcreteFunction:
             return outs
         saved = [_wrap(a, g.meta[v][2]) for a, v in zip(res[k:], saved_vids)]
         n_in = len(inputs)
-        float_outs = [i for i, o in enumerate(outs) if o.dtype.is_floating]
+        float_outs = [i for i, o in enumerate(outs) if o.dtype.is_inexact]
 
         def backward(ctx, *dys):
             dys = [dys[i] for i in float_outs]
@@ -668,7 +668,7 @@ class ConcreteFunction:
             srcs = [env.get(v) for v in sources]
             with GradientTape(watch_accessed_variables=False) as tape:
                 for t in srcs:
-                    if t is not None and t.dtype.is_floating:
+                    if t is not None and t.dtype.is_inexact:
                         tape.watch(t)
                 for n in nodes:
                     if n.kind == "op" and n.op.differentiable and n.inputs:
@@ -677,10 +677,10 @@ class ConcreteFunction:
                     elif n.kind == "copy":
                         _tape.record(_COPY, (env[n.inputs[0]],), (env[n.outputs[0]],), {},
                                      None)
-            outs = [env[o] for o in g.outputs if env[o].dtype.is_floating]
-            live = [t for t in srcs if t is not None and t.dtype.is_floating]
+            outs = [env[o] for o in g.outputs if env[o].dtype.is_inexact]
+            live = [t for t in srcs if t is not None and t.dtype.is_inexact]
             gs = iter(tape.gradient(outs, live, output_gradients=list(dys)))
-            return [next(gs) if t is not None and t.dtype.is_floating else None for t in srcs]
+            return [next(gs) if t is not None and t.dtype.is_inexact else None for t in srcs]
         self._bwd_saved = function(backward, name=f"{g.name}_backward")
         return self._bwd_saved
 
@@ -703,13 +703,13 @@ class ConcreteFunction:
                     for i in range(len(g.args))]
             with GradientTape(watch_accessed_variables=False) as tape:
                 for x in xs:
-                    if x.dtype.is_floating:
+                    if x.dtype.is_inexact:
                         tape.watch(x)
                 outs = cf._eager(full, vargs=full, reads=reads)
-            outs = [o for o in outs if o.dtype.is_floating]
-            srcs = [x for x in xs if x.dtype.is_floating]
+            outs = [o for o in outs if o.dtype.is_inexact]
+            srcs = [x for x in xs if x.dtype.is_inexact]
             gs = iter(tape.gradient(outs, srcs, output_gradients=list(dys)))
-            return [next(gs) if x.dtype.is_floating else None for x in xs]
+            return [next(gs) if x.dtype.is_inexact else None for x in xs]
         self._bwd = function(backward, name=f"{g.name}_backward_recompute")
         return self._bwd
 
@@ -1103,10 +1103,10 @@ def record_node_gradient(eager_fn, inputs, outputs, variables=()):
     global _NODE_OP
     if _NODE_OP is None:
         _NODE_OP = OpDef("TracedNode", inputs=("*inputs",), dtype_rule="none")
-    variables = [v for v in variables if v.trainable and v.dtype.is_floating]
+    variables = [v for v in variables if v.trainable and v.dtype.is_inexact]
     var_values = [v.read_value() for v in variables]      # the tapes watch these reads
     inputs = list(inputs)
-    diff = [i for i, t in enumerate(inputs) if t.dtype.is_floating]
+    diff = [i for i, t in enumerate(inputs) if t.dtype.is_inexact]
     if not diff and not variables:
         return
     n = len(inputs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-AREAS = ("math", "reductions", "linalg", "array", "nn", "random")
+AREAS = ("math", "reductions", "linalg", "array", "nn", "random", "complex")
 
 
 def all_specs():

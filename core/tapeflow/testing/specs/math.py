@@ -241,8 +241,10 @@ def _no_kernel(dtype, registered, name):
                        match=re.escape(f"dtype in [{registered}]"), name=name)
 
 
-_FLOAT_LIST = "float16, float32, float64"
-_NUMERIC_LIST = "float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64"
+_REAL_FLOAT_LIST = "float16, float32, float64"
+_FLOAT_LIST = _REAL_FLOAT_LIST + ", complex64, complex128"
+_NUMERIC_LIST = ("float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, "
+                 "uint64, complex64, complex128")
 
 # --- specs ------------------------------------------------------------------------------------
 
@@ -305,8 +307,8 @@ SPECS: list[OpSpec] = [
     _binary("atan2", tf.atan2, np.arctan2, "Atan2",
             _binary_samples((0.5, 3.0), (-3.0, 3.0), y_nonzero=True),
             errors=[ErrorSample((np.ones(2, np.int32), np.ones(2, np.int32)),
-                                error=NotFoundError, match=re.escape(f"dtype in [{_FLOAT_LIST}]"),
-                                name="int")]),
+                                error=NotFoundError,
+                                match=re.escape(f"dtype in [{_REAL_FLOAT_LIST}]"), name="int")]),
     OpSpec(name="add_n", fn=lambda *xs: tf.add_n(list(xs)), ref=_addn_ref, op="AddN",
            samples=_addn_samples,
            errors=[ErrorSample((np.ones((2, 3), _F32), np.ones((3, 2), _F32)),
