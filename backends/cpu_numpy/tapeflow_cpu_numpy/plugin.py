@@ -30,6 +30,9 @@ class NumpyBackend(Backend):
     def from_host(self, array, device):
         return array
 
+    def from_dlpack(self, obj, device):
+        return np.from_dlpack(obj)          # host memory (NumPy, PyTorch on CPU...): no copy
+
     def copy_from(self, array, src, dst):
         if src.backend is self:
             return array   # one host device: tensors are immutable, sharing is safe

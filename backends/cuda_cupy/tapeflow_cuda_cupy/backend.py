@@ -72,6 +72,13 @@ class CupyBackend(Backend):
         except cp.cuda.memory.OutOfMemoryError as e:
             raise _oom(e, device, f"copying {_nbytes(array)} bytes from the host") from None
 
+    def from_dlpack(self, obj, device):
+        cp = _cupy.cupy()
+        if self.multi_device:
+            with device.handle:
+                return cp.from_dlpack(obj)
+        return cp.from_dlpack(obj)              # zero-copy (the producer's stream is synced)
+
     def _scalar(self, cp, array, device):
         a = np.asarray(array)
         key = (device.index, a.dtype, a.tobytes())

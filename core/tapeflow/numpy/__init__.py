@@ -34,6 +34,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.dispatch import constant as _constant
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
 from ..runtime.tensor import Tensor as _Tensor
+from ..runtime.tensor import _wrap
 from ..runtime.variable import Variable as _Variable
 
 __array_api_version__ = "2024.12"
@@ -520,10 +521,46 @@ def meshgrid(*arrays, indexing="xy"):
     return out
 
 
+#: DLPack device types -> tapeflow device types (kDLCPU, kDLCUDA, kDLCUDAHost)
+_DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cpu"}
+
+
 def from_dlpack(x, /, *, device=None, copy=None):
-    """A tensor sharing ``x``'s memory (NumPy, CuPy, PyTorch... through DLPack)."""
-    with _on(device):
-        return _constant(_np.from_dlpack(x))
+    """A tensor over ``x``'s memory through DLPack (NumPy, CuPy, PyTorch, JAX...): host
+    memory becomes a ``cpu:0`` tensor, CUDA memory a ``cuda:N`` one, with no copy unless
+    ``copy=True`` or ``device`` names another device. Without a copy the tensor *shares*
+    the producer's memory (writes to the source show in it, as for every DLPack
+    consumer); ``copy=False`` refuses to copy.
+
+    >>> import numpy as np, tapeflow.numpy as tnp
+    >>> a = np.arange(3.0)
+    >>> t = tnp.from_dlpack(a)
+    >>> print(t)
+    tf.Tensor([0. 1. 2.], shape=(3,), dtype=float64)
+    """
+    if not hasattr(x, "__dlpack__"):
+        raise InvalidArgumentError(f"from_dlpack needs an object with __dlpack__, got "
+                                   f"{type(x).__name__}")
+    kind, index = (int(v) for v in x.__dlpack_device__())
+    if kind not in _DLPACK_DEVICES:
+        raise UnimplementedError(f"from_dlpack: DLPack device type {kind} (index {index}) has "
+                                 "no tapeflow backend; copy it to the host first")
+    src = _devs.get_device(f"{_DLPACK_DEVICES[kind]}:{0 if kind == 3 else index}")
+    dst = src if device is None else _devs.get_device(str(device))
+    try:
+        data = src.backend.from_dlpack(x, src)
+    except NotImplementedError as e:
+        raise UnimplementedError(f"from_dlpack on {src.name}: {e}") from None
+    except (BufferError, TypeError, ValueError) as e:      # the producer's refusal
+        raise InvalidArgumentError(f"from_dlpack: {type(x).__name__} cannot be imported: "
+                                   f"{e}") from None
+    _dt.from_numpy(data.dtype)                    # a dtype tapeflow has, or a clear error
+    if dst is not src:
+        if copy is False:
+            raise InvalidArgumentError(f"from_dlpack(copy=False) cannot move {src.name} memory "
+                                       f"to {dst.name}")
+        return _wrap(data, src).to(dst.name)
+    return _wrap(data.copy() if copy else data, src)
 
 
 # --- data types --------------------------------------------------------------------------------

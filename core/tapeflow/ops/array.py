@@ -1685,7 +1685,19 @@ def _check_searchsorted(op, tensors, attrs, device):
 _SCAN_ATTRS = {"axis": 0, "exclusive": False, "reverse": False}
 _CUMSUM = defop("Cumsum", inputs=("x",), attrs=_SCAN_ATTRS, grad=_cumsum_grad,
                 check=_check_axis_attrs)
-_CUMPROD = defop("Cumprod", inputs=("x",), attrs=_SCAN_ATTRS, differentiable=False,
+def _cumprod_grad(ctx, dy):
+    # TensorFlow's rule: the reversed cumulative sum of dy * y, over x (inputs with a
+    # zero give inf/nan there, as in TensorFlow)
+    x = ctx.inputs[0]
+    if not x.dtype.is_inexact:
+        return None
+    a = ctx.attrs
+    s = execute(_CUMSUM, (_m.multiply(dy, ctx.outputs[0]),),
+                {"axis": a["axis"], "exclusive": a["exclusive"], "reverse": not a["reverse"]})
+    return _m.divide(s, x)
+
+
+_CUMPROD = defop("Cumprod", inputs=("x",), attrs=_SCAN_ATTRS, grad=_cumprod_grad,
                  check=_check_axis_attrs)
 _ARGSORT = defop("ArgSort", inputs=("x",), attrs={"axis": -1, "descending": False},
                  differentiable=False, check=_check_axis_attrs)

@@ -610,16 +610,81 @@ def _eigh_grad(ctx, dw, dv):
     return _sym(_mm(_mm(v, inner), v, _NT))
 
 
+def _eye_like(t, n):
+    return constant(np.eye(n, dtype=t.dtype.np), device=t.device)
+
+
+def _diag(v):
+    """``v`` (..., k) -> the (..., k, k) diagonal matrices."""
+    return _m.multiply(v[..., None, :], _eye_like(v, int(v.shape[-1])))
+
+
+def _safe_reciprocal(x):
+    # 1/x away from 0, and 0 (not inf) at 0: repeated singular values, zero cotangents
+    return _m.divide(x, _m.add(_m.square(x), 1e-20))
+
+
+def _right_solve_rt(x, r):
+    """``x @ inv(r)^T`` for square ``r``."""
+    return matrix_transpose(solve(r, matrix_transpose(x)))
+
+
 def _svd_grad(ctx, du, ds, dvh):
-    if du is not None or dvh is not None:
+    """The reduced SVD's gradient through values and vectors (Townsend 2016; TensorFlow's
+    rule): ``A = U diag(s) V^T`` with V = vh^T. Singular values must be distinct for the
+    vectors' part (repeated ones give a finite but arbitrary answer, as in TensorFlow)."""
+    a = ctx.inputs[0]
+    u, s, vh = ctx.outputs
+    m, n = int(a.shape[-2]), int(a.shape[-1])
+    if ctx.attrs["full_matrices"] and m != n:
         raise NotDifferentiableError(
-            "the gradient through svd's singular vectors is not implemented (only through "
-            "the singular values: use tnp.linalg.svdvals or the S output alone)", op="Svd")
-    if ds is None:
-        return None
-    u, _, vh = ctx.outputs
-    k = int(ds.shape[-1])
-    return _mm(_m.multiply(u[..., :, :k], ds[..., None, :]), vh[..., :k, :])
+            "the gradient of svd(full_matrices=True) of a non-square matrix is not defined by "
+            "the reduced factors alone; use full_matrices=False", op="Svd")
+    v, gv = matrix_transpose(vh), matrix_transpose(dvh)
+    gu = du
+    adjoint = m > n                     # work on A^T = V S U^T: then m <= n
+    if adjoint:
+        u, v, gu, gv = v, u, gv, gu
+        m, n = n, m
+    k = int(s.shape[-1])
+    s2 = _m.square(s)
+    off = _m.subtract(1.0, _eye_like(s, k))
+    f = _m.multiply(_safe_reciprocal(_m.subtract(s2[..., None, :], s2[..., :, None])), off)
+    s_mat = _diag(s)
+    f_u = _m.multiply(f, _mm(u, gu, _TN))
+    f_v = _m.multiply(f, _mm(v, gv, _TN))
+    inner = _m.add(_m.add(_diag(ds), _mm(_m.add(f_u, matrix_transpose(f_u)), s_mat)),
+                   _mm(s_mat, _m.add(f_v, matrix_transpose(f_v))))
+    g = _mm(_mm(u, inner), v, _NT)
+    if m != n:                          # V has more rows than columns: its complement
+        gvt_v = _mm(gv, v, _TN)
+        term = _m.subtract(matrix_transpose(gv), _mm(gvt_v, v, _NT))
+        g = _m.add(g, _mm(_mm(u, _diag(_safe_reciprocal(s))), term))
+    return matrix_transpose(g) if adjoint else g
+
+
+def _qr_grad(ctx, dq, dr):
+    """The reduced QR's gradient (m >= n, or square; TensorFlow's rule)."""
+    a = ctx.inputs[0]
+    q, r = ctx.outputs
+    m, n = int(a.shape[-2]), int(a.shape[-1])
+    if m < n:
+        raise NotDifferentiableError(
+            f"the gradient of qr of a wide matrix ({m}x{n}: R is not square) is not "
+            "implemented; differentiate the qr of its transpose", op="Qr")
+    if ctx.attrs["full_matrices"] and m != n:
+        raise NotDifferentiableError(
+            "the gradient of qr(full_matrices=True) of a non-square matrix is not defined by "
+            "the factors alone; use full_matrices=False", op="Qr")
+    qdq = _mm(q, dq, _TN)
+    qdq_ = _m.subtract(qdq, matrix_transpose(qdq))
+    rdr = _mm(r, dr, _NT)
+    rdr_ = _m.subtract(rdr, matrix_transpose(rdr))
+    lower = constant(np.tril(np.ones((n, n))).astype(a.dtype.np), device=a.device)
+    tril = _m.multiply(_m.add(qdq_, rdr_), lower)
+    grad_a = _mm(q, _m.add(dr, _right_solve_rt(tril, r)))
+    grad_b = _right_solve_rt(_m.subtract(dq, _mm(q, qdq)), r)
+    return _m.add(grad_a, grad_b)
 
 
 _CHOLESKY = defop("Cholesky", inputs=("input",), grad=_cholesky_grad, check=_check_square)
@@ -635,7 +700,7 @@ def _svd_values_grad(ctx, ds):
 
 _SVD_VALUES = defop("SvdValues", inputs=("input",), grad=_svd_values_grad)
 _QR = defop("Qr", inputs=("input",), attrs={"full_matrices": False}, num_outputs=2,
-            differentiable=False)
+            grad=_qr_grad)
 
 
 def cholesky(input, name=None):

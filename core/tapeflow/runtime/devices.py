@@ -64,6 +64,12 @@ class Backend:
         """``numpy.ndarray`` -> native array on ``device``."""
         raise NotImplementedError(f"backend {self.name} must implement from_host")
 
+    def from_dlpack(self, obj, device: Device):
+        """A native array on ``device`` sharing the memory of ``obj`` (a DLPack producer
+        whose ``__dlpack_device__`` is this device), without a copy. The default says
+        the backend cannot; the host backend and CUDA (CuPy) implement it."""
+        raise NotImplementedError(f"backend {self.name} cannot import DLPack tensors")
+
     def copy_from(self, array, src: Device, dst: Device):
         """Copy a native array of ``src`` (any backend) to ``dst`` (this backend).
         The default goes through the host."""

@@ -226,15 +226,24 @@ class Tensor:
         return self.to(device)
 
     def __dlpack__(self, *args, **kwargs):
+        """DLPack export (the array API's keywords: ``stream``, ``max_version``,
+        ``dl_device``, ``copy``). Host and CUDA tensors export their memory; a backend
+        without DLPack (OpenCL) exports a host copy, or raises BufferError for
+        ``copy=False``."""
         data = self._data
         if not hasattr(data, "__dlpack__"):
-            data = np.asarray(data)
+            if kwargs.get("copy") is False:
+                raise BufferError(
+                    f"a tensor on {self._device} cannot be exported without a copy (its "
+                    "backend has no DLPack); pass copy=None or copy=True for a host copy")
+            data = self._host()
+            kwargs.pop("stream", None)                  # a host array takes no stream
         return data.__dlpack__(*args, **kwargs)
 
     def __dlpack_device__(self):
         data = self._data
         if not hasattr(data, "__dlpack_device__"):
-            data = np.asarray(data)
+            return (1, 0)                   # kDLCPU: what __dlpack__ exports (a host copy)
         return data.__dlpack_device__()
 
     def _scalar(self, what):

@@ -710,7 +710,7 @@ SPECS = [
     OpSpec(name="cumsum", fn=tf.cumsum, ref=_ref_scan(np.cumsum, 0), op="Cumsum",
            samples=_scan_samples),
     OpSpec(name="cumprod", fn=tf.cumprod, ref=_ref_scan(np.cumprod, 1), op="Cumprod",
-           samples=_scan_samples, grad_order=0),
+           samples=_scan_samples),
     OpSpec(name="argsort", fn=tf.argsort, ref=_ref_argsort, op="ArgSort", samples=_sort_samples,
            grad_order=0, check_dtype=False),
     OpSpec(name="sort", fn=tf.sort, ref=_ref_sort, op="ArgSort", samples=_sort_samples),
