@@ -495,3 +495,25 @@ def test_from_dlpack_of_a_torch_tensor():
     x[0] = 5.0
     assert t.numpy().tolist() == [5.0, 1.0, 2.0, 3.0]
     assert torch.from_dlpack(t).tolist() == [5.0, 1.0, 2.0, 3.0]
+
+
+def test_complex_functions_follow_the_standard():
+    z = np.array([3 + 4j, 0j, 1.5 - 2.5j])
+    t = tnp.asarray(z)
+    np.testing.assert_allclose(tnp.vecdot(t, t).numpy(), np.vdot(z, z))     # conj(x1) . x2
+    np.testing.assert_allclose(tnp.std(t).numpy(), np.std(z))
+    assert tnp.var(t).dtype == tnp.float64
+    np.testing.assert_allclose(tnp.mean(t).numpy(), z.mean())
+    assert tnp.astype(tnp.asarray([2j, 0j, 1]), tnp.bool).numpy().tolist() == [True, False, True]
+    with pytest.raises(TypeError, match="imaginary part"):
+        tnp.astype(t, tnp.float32)
+    np.testing.assert_allclose(tnp.round(t).numpy(), np.round(z))
+    with pytest.raises(TypeError, match="complex"):
+        tnp.floor(t)
+    assert tnp.full((2,), 1j).dtype == tnp.complex64
+    assert tnp.linspace(0, 1j, 3).dtype == tnp.complex64
+    with pytest.raises(TypeError, match="integer dtype"):
+        tnp.iinfo(tnp.complex64)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="out of range"):
+        tnp.fft.fft(tnp.asarray([1.0, 2.0]), axis=5)
+    assert tnp.fft.rfft(tnp.asarray([1.0, 2.0], dtype=tnp.float16)).dtype == tnp.complex64

@@ -47,6 +47,8 @@ CASES = {
     "complex_of_parts": (lambda t: tf.reduce_sum(tf.abs(tf.complex(tf.math.real(t) * 2.0,
                                                                    tf.math.imag(t)))),
                          lambda z: np.abs(2 * z.real + 1j * z.imag).sum()),
+    "acosh_left_half_plane": (lambda t: tf.reduce_sum(tf.math.real(tf.math.acosh(t - 2.0))),
+                              lambda z: np.real(np.arccosh(z - 2.0)).sum()),
     "fft2": (lambda t: tf.reduce_sum(tf.abs(tnp.fft.fftn(t, norm="ortho")) ** 3),
              lambda z: (np.abs(np.fft.fftn(z, norm="ortho")) ** 3).sum()),
     "ifft_padded": (lambda t: tf.reduce_sum(tf.math.real(tnp.fft.ifft(t, n=5) ** 2)),
@@ -101,6 +103,15 @@ def test_complex_grads_traced_match_eager():
         tape.watch(z)
         y = tf.reduce_sum(tf.abs(tf.exp(z) * z))
     np.testing.assert_allclose(grad(z).numpy(), tape.gradient(y, z).numpy(), rtol=1e-12)
+
+
+def test_pow_gradient_at_a_zero_base_is_finite():
+    x = tf.constant([0j, 1 + 1j])
+    y = tf.Variable([2 + 0j, 2 + 0j])
+    with tf.GradientTape() as tape:
+        z = tf.reduce_sum(tf.math.real(x ** y))
+    g = tape.gradient(z, y).numpy()
+    assert g[0] == 0 and np.isfinite(g).all()
 
 
 def test_conversions_and_promotion():

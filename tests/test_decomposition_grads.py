@@ -70,9 +70,45 @@ def test_undefined_decomposition_gradients_say_so():
     with pytest.raises(tf.errors.NotDifferentiableError, match="wide matrix"):
         tape.gradient(y, x)
     with tf.GradientTape() as tape:
-        y = tf.reduce_sum(tnp.linalg.svd(x, full_matrices=True).U)
+        y = tf.reduce_sum(tnp.linalg.svd(x, full_matrices=True).Vh)    # the completion
     with pytest.raises(tf.errors.NotDifferentiableError, match="full_matrices=False"):
         tape.gradient(y, x)
+
+
+def test_full_svd_is_differentiable_through_what_is_defined():
+    a = RNG.standard_normal((4, 3))
+    w = RNG.standard_normal(3)
+
+    def f_t(x):                          # tnp's default: full_matrices=True
+        u, s, vh = tnp.linalg.svd(x)
+        return tf.reduce_sum(s * w) + tf.reduce_sum(tf.matmul(u[:, :3] * s, vh))
+
+    def f_np(x):
+        u, s, vh = np.linalg.svd(x)
+        return (s * w).sum() + ((u[:, :3] * s) @ vh).sum()
+    _check(f_t, f_np, a)
+
+
+def test_svd_gradient_keeps_its_accuracy_for_tiny_matrices():
+    a = RNG.standard_normal((4, 3)) * 1e-7
+    c = RNG.standard_normal((3, 3))
+
+    def f_t(x):
+        return tf.reduce_sum(tnp.linalg.svd(x, full_matrices=False).Vh ** 2 * c)
+
+    def f_np(x):
+        return (np.linalg.svd(x, full_matrices=False)[2] ** 2 * c).sum()
+    v = tf.Variable(a)
+    with tf.GradientTape() as tape:
+        y = f_t(v)
+    got = tape.gradient(y, v).numpy()
+    eps = 1e-13
+    want = np.zeros_like(a)
+    for idx in np.ndindex(a.shape):
+        e = np.zeros_like(a)
+        e[idx] = eps
+        want[idx] = (f_np(a + e) - f_np(a - e)) / (2 * eps)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("kw", [dict(axis=1), dict(axis=0, exclusive=True),

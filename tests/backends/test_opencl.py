@@ -394,3 +394,19 @@ def test_unique_all_and_nonzero_match_numpy(x):
     if nz is not None:
         for g, w in zip(nz, np.nonzero(x)):
             np.testing.assert_array_equal(g, w)
+
+
+@needs_device
+@pytest.mark.parametrize("scale,dtype", [(1.0, np.float32), (1e-42, np.float32),
+                                         (1e140, np.float64), (1e-300, np.float64)])
+def test_factorisations_of_huge_and_tiny_matrices(scale, dtype):
+    """The kernels work on A / max|A|: no overflow or underflow where LAPACK has none."""
+    a = (np.array([[1e20, 2e20], [3e20, 5e20], [1e20, 0.0]]) * scale).astype(dtype)
+    with tf.device("opencl:0"):
+        s = tf.linalg.svd(a, compute_uv=False).numpy()
+        q, r = (t.numpy() for t in tf.linalg.qr(a))
+    want = np.linalg.svd(a.astype(np.float64), compute_uv=False)
+    np.testing.assert_allclose(s, want, rtol=1e-5)
+    np.testing.assert_allclose(r, np.linalg.qr(a.astype(np.float64))[1], rtol=1e-5,
+                               atol=1e-5 * np.abs(a).max())
+    np.testing.assert_allclose(q @ r, a, rtol=1e-5, atol=1e-5 * np.abs(a).max())

@@ -14,12 +14,13 @@ LDA on tall data matrices with few columns) are small in the factorised dimensio
   ``eps * sqrt(|a_pp| |a_qq|)``; eigenvalues ascending, vectors in the columns.
 * SVD: one-sided (Hestenes) Jacobi on the tall orientation (``A`` or ``A^T``):
   column pairs are rotated until every pair is orthogonal to ``eps`` relative to their
-  norms, so singular values come out with high *relative* accuracy, then sorted
+  norms (on the matrix divided by its largest magnitude, so that neither huge nor tiny
+  entries overflow or underflow), then sorted
   descending. The columns a full or rank-deficient ``U`` still needs are completed by
   Gram–Schmidt (twice) against the standard basis vectors.
 * QR: Householder reflections as LAPACK's ``geqrf``/``orgqr`` make them
   (``beta = -sign(alpha) * norm``, no reflection where the column below the diagonal
-  is zero), so ``R``'s signs match NumPy's.
+  is zero; on the scaled matrix, as the SVD), so ``R``'s signs match NumPy's.
 
 Singular vectors and eigenvectors are unique only up to sign (and within repeated
 values): the conformance suite compares what is unique (values, reconstructions).
@@ -50,7 +51,7 @@ __kernel void cholesky(__global {T} *L, __global const {T} *A, __global int *bad
         for (long i = 0; i < j; ++i) l[i * n + j] = 0;
         {T} s = a[j * n + j];
         for (long k = 0; k < j; ++k) s -= l[j * n + k] * l[j * n + k];
-        if (!(s > 0)) {{ fail = 1; s = NAN; }}
+        if (s <= 0) {{ fail = 1; s = NAN; }}      // (NaN input: NaN out, as LAPACK's)
         const {T} d = sqrt(s);
         l[j * n + j] = d;
         for (long i = j + 1; i < n; ++i) {{
@@ -154,8 +155,12 @@ __kernel void svd(__global {T} *Uo, __global {T} *So, __global {T} *Vo, __global
     const long b = get_global_id(0);
     __global const {T} *a = A + b * m * n;
     __global {T} *u = Uo + b * m * ku, *s = So + b * n, *v = Vo + (want_uv ? b * n * n : 0);
+    {T} scale = 0;                     // work on A / max|A|: no overflow or underflow
     for (long i = 0; i < m; ++i)
-        for (long j = 0; j < n; ++j) U(i, j) = a[i * rs + j * cs];
+        for (long j = 0; j < n; ++j) scale = fmax(scale, fabs(a[i * rs + j * cs]));
+    if (!(scale > 0) || isinf(scale)) scale = 1;
+    for (long i = 0; i < m; ++i)
+        for (long j = 0; j < n; ++j) U(i, j) = a[i * rs + j * cs] / scale;
     if (want_uv)
         for (long i = 0; i < n; ++i)
             for (long j = 0; j < n; ++j) v[i * n + j] = i == j;
@@ -198,7 +203,10 @@ __kernel void svd(__global {T} *Uo, __global {T} *So, __global {T} *Vo, __global
                 }}
         }}
     }}
-    if (!want_uv) return;
+    if (!want_uv) {{
+        for (long j = 0; j < n; ++j) s[j] *= scale;
+        return;
+    }}
     long filled = 0;                                    // columns with a direction of their own
     while (filled < n && s[filled] > 0) {{
         const {T} r = 1 / s[filled];
@@ -220,6 +228,7 @@ __kernel void svd(__global {T} *Uo, __global {T} *So, __global {T} *Vo, __global
         const {T} r = 1 / sqrt(coldot(u, m, ku, j, j));
         for (long k = 0; k < m; ++k) U(k, j) *= r;
     }}
+    for (long j = 0; j < n; ++j) s[j] *= scale;
 }}
 #undef U
 """
@@ -232,7 +241,10 @@ __kernel void qr(__global {T} *Qo, __global {T} *Ro, __global {T} *Wo, __global 
     __global const {T} *a = A + b * m * n;
     __global {T} *w = Wo + b * m * n, *q = Qo + b * m * kq, *r = Ro + b * kr * n,
                  *tau = To + b * k;
-    for (long i = 0; i < m * n; ++i) w[i] = a[i];
+    {T} scale = 0;                     // work on A / max|A| (R is scaled back): no overflow
+    for (long i = 0; i < m * n; ++i) scale = fmax(scale, fabs(a[i]));
+    if (!(scale > 0) || isinf(scale)) scale = 1;
+    for (long i = 0; i < m * n; ++i) w[i] = a[i] / scale;
     for (long j = 0; j < k; ++j) {{                     // geqrf: H_j zeroes column j below
         const {T} alpha = w[j * n + j];
         {T} xn2 = 0;
@@ -252,7 +264,7 @@ __kernel void qr(__global {T} *Qo, __global {T} *Ro, __global {T} *Wo, __global 
         }}
     }}
     for (long i = 0; i < kr; ++i)
-        for (long c = 0; c < n; ++c) r[i * n + c] = c >= i ? w[i * n + c] : 0;
+        for (long c = 0; c < n; ++c) r[i * n + c] = c >= i ? w[i * n + c] * scale : 0;
     for (long i = 0; i < m; ++i)
         for (long c = 0; c < kq; ++c) q[i * kq + c] = i == c;
     for (long j = k - 1; j >= 0; --j) {{                // orgqr: Q = H_0 ... H_{{k-1}} I

@@ -179,8 +179,9 @@ def reducer(op, dtype, out_dtype=None):
         if op == "norm":
             final = "sqrt(a)"
         elif op == "mean":
+            i = "ulong" if np.dtype(dtype).kind == "u" else "long"   # unsigned: divide so
             final = (f"a / ({A})n" if isf else
-                     "(n == 0) ? (long)(O)a : ((long)(O)a) / n")
+                     f"(n == 0) ? ({i})(O)a : (({i})(O)a) / n")
         return Reducer(A, "0", load, "a + b", final)
     if op == "prod":
         A = _acc_type(ct)

@@ -94,15 +94,17 @@ def build(xp):
                 r /= n
                 return r
             return x.dtype.type(r / n)
-        if x.dtype.kind == "f" and x.size:
+        if x.dtype.kind in "fc" and x.size:
             return xp.mean(x, axis=axis, keepdims=keepdims)
         s = xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
         n = count_reduced(x.shape, axis)
-        if x.dtype.kind == "f":                     # empty: 0 / 0 -> nan, quietly
+        if x.dtype.kind in "fc":                    # empty: 0 / 0 -> nan, quietly
             with errstate(invalid="ignore"):
                 return xp.true_divide(s, n, dtype=x.dtype)
         if n == 0:
             return s
+        if x.dtype.kind == "u":                     # unsigned: no sign to truncate toward
+            return (s.astype(xp.uint64) // n).astype(x.dtype)
         s = s.astype(xp.int64)                      # n may not fit the input dtype
         q = xp.abs(s) // n                          # truncate toward zero, as TF
         return xp.where(s < 0, -q, q).astype(x.dtype)

@@ -11,7 +11,7 @@ tf.Tensor(1.5032147, shape=(), dtype=float32)
 True
 
 Work in progress (issue 18): ``docs/array-api.md`` lists what is implemented, what is
-not yet, and the deviations (tapeflow has no complex dtypes yet; binary
+not yet, and the deviations (complex numbers have no OpenCL kernels; binary
 operators on ``Tensor`` keep TensorFlow's "same dtype" rule, while the functions here
 promote as the standard says).
 """
@@ -160,6 +160,9 @@ def finfo(type, /):  # noqa: A002
 def iinfo(type, /):  # noqa: A002
     """Machine limits of an integer dtype: bits, max, min, dtype."""
     d = type.dtype if isinstance(type, (_Tensor, _Variable)) else _dt.as_dtype(type)
+    if not d.is_integer:
+        raise InvalidTypeError(f"iinfo needs an integer dtype, got {d.name} (finfo is for "
+                               "floating and complex ones)")
     ii = _np.iinfo(d.np)
     return _Info(bits=ii.bits, max=int(ii.max), min=int(ii.min), dtype=d)
 
@@ -206,7 +209,7 @@ def _float_input(x):
     x = _t(x)
     if x.dtype.is_inexact:
         return x
-    return _M.cast(x, float64 if x.dtype in (int64,) else float32)
+    return _M.cast(x, float64 if x.dtype in (int64, uint32, uint64) else float32)
 
 
 def _float_unary(fn, name):
@@ -311,6 +314,11 @@ def signbit(x, /):
 def _rounding(fn, name):
     def f(x, /):
         x = _t(x)
+        if x.dtype.is_complex:
+            if name != "round":
+                raise InvalidTypeError(f"{name} is not defined for complex numbers (the "
+                                       f"standard's); got {x.dtype.name}")
+            return _M.complex(fn(_M.real(x)), fn(_M.imag(x)))     # each part, as NumPy
         return fn(x) if x.dtype.is_floating else x
     f.__name__ = name
     f.__doc__ = f"``{name}`` (integers are returned as they are)."
@@ -432,8 +440,7 @@ def empty(shape, *, dtype=None, device=None):
 
 
 def full(shape, fill_value, *, dtype=None, device=None):
-    dt = _as_dtype(dtype) or (bool if isinstance(fill_value, _builtins.bool) else
-                              int64 if isinstance(fill_value, int) else float32)
+    dt = _as_dtype(dtype) or _scalar_dtype(fill_value)
     return _full(shape, fill_value, dt, device)
 
 
@@ -465,6 +472,10 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     """Evenly spaced values in ``[start, stop)``."""
     if stop is None:
         start, stop = 0, start
+    if _builtins.any(isinstance(v, (complex, _np.complexfloating)) or not isinstance(
+            v, (int, float, _np.integer, _np.floating)) for v in (start, stop, step)):
+        raise InvalidTypeError(f"arange needs real numbers, got start={start!r}, "
+                               f"stop={stop!r}, step={step!r}")
     dt = _as_dtype(dtype) or (float32 if _builtins.any(isinstance(v, float)
                                                       for v in (start, stop, step)) else int64)
     n = _builtins.max(0, int(_math.ceil((stop - start) / step)))
@@ -474,7 +485,8 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
 
 
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
-    dt = _as_dtype(dtype) or float32
+    dt = _as_dtype(dtype) or (complex64 if _builtins.any(isinstance(v, complex)
+                                                         for v in (start, stop)) else float32)
     with _on(device):
         return _constant(_np.linspace(start, stop, num, endpoint=endpoint), dtype=dt)
 
@@ -568,7 +580,14 @@ def from_dlpack(x, /, *, device=None, copy=None):
 def astype(x, dtype, /, *, copy=True, device=None):
     x = _t(x)
     dt = _dt.as_dtype(dtype)
-    out = x if x.dtype is dt else _M.cast(x, dt)
+    if x.dtype.is_complex and not dt.is_complex:
+        if not dt.is_bool:
+            raise InvalidTypeError(
+                f"astype: complex ({x.dtype.name}) to {dt.name} is not allowed by the standard "
+                "(it would drop the imaginary part); take tnp.real(x) or tnp.abs(x) first")
+        out = _M.not_equal(x, 0)                                   # nonzero, as NumPy
+    else:
+        out = x if x.dtype is dt else _M.cast(x, dt)
     if device is not None:
         out = out.to(str(device))
     return out
@@ -715,7 +734,7 @@ def tensordot(x1, x2, /, *, axes=2):
 
 def vecdot(x1, x2, /, *, axis=-1):
     a, b = _pair(x1, x2)
-    return _ops.reductions.reduce_sum(_M.multiply(a, b), axis=axis)
+    return _ops.reductions.reduce_sum(_M.multiply(_M.conj(a), b), axis=axis)   # conj(x1)
 
 
 # --- statistics, utility, searching ---------------------------------------------------------
@@ -761,11 +780,12 @@ def mean(x, /, *, axis=None, keepdims=False):
 def var(x, /, *, axis=None, correction=0.0, keepdims=False):
     x = _float_input(x)
     m = _ops.reductions.reduce_mean(x, axis=_axis(axis), keepdims=True)
-    ss = _ops.reductions.reduce_sum(_M.square(_M.subtract(x, m)), axis=_axis(axis),
-                                    keepdims=keepdims)
+    d = _M.subtract(x, m)
+    sq = _M.real(_M.multiply(_M.conj(d), d)) if x.dtype.is_complex else _M.square(d)  # |d|^2
+    ss = _ops.reductions.reduce_sum(sq, axis=_axis(axis), keepdims=keepdims)
     n = _np.prod([int(x.shape[a]) for a in (range(x.ndim) if axis is None else
                   ((axis,) if isinstance(axis, int) else axis))], dtype=_np.int64)
-    return _M.divide(ss, _constant(_builtins.max(float(n) - correction, 0.0), dtype=x.dtype,
+    return _M.divide(ss, _constant(_builtins.max(float(n) - correction, 0.0), dtype=ss.dtype,
                                    device=x.device))
 
 

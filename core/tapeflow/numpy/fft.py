@@ -28,7 +28,7 @@ from . import _t, asarray, roll
 __all__ = ["fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft",
            "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
 
-_SWAP = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
+_SWAP = _L._SWAP_NORM          # the other norm: "backward" <-> "forward", "ortho" stays
 
 
 def _complex_input(x, what):
@@ -46,7 +46,7 @@ def _real_input(x, what):
     if not x.dtype.is_floating:
         raise InvalidArgumentError(f"fft.{what} needs a real floating input, got "
                                    f"{x.dtype.name}", op="RFFT")
-    return x
+    return _M.cast(x, _dt.float32) if x.dtype is _dt.float16 else x
 
 
 def _fit(x, axis, n):
@@ -72,6 +72,10 @@ def _axes_sizes(x, s, axes):
         raise InvalidArgumentError("fft needs an input of rank >= 1", op="FFT")
     if axes is None:
         axes = tuple(range(x.ndim - len(s), x.ndim)) if s is not None else tuple(range(x.ndim))
+    bad = [a for a in axes if not -x.ndim <= int(a) < x.ndim]
+    if bad:
+        raise InvalidArgumentError(f"fft: axis {bad[0]} is out of range for an input of shape "
+                                   f"{list(x.shape)}", op="FFT")
     axes = tuple(int(a) % x.ndim for a in axes)
     if s is None:
         s = [None] * len(axes)

@@ -26,7 +26,7 @@ from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ._library import defop
-from ..runtime.registry import REQUIRED
+from ..runtime.registry import REQUIRED, Linear
 from ..runtime import context as _ctx
 from ..runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
 from ..runtime.dispatch import _run, as_tensor_list, constant, convert_to_tensor, execute
@@ -1898,3 +1898,17 @@ def _setitem(self, key, value):
         self.assign(new)
     else:
         self._data = new._data
+
+
+# --- forward-mode rules (JVPs): data movement is linear in the data ------------------------
+for _op in (_RESHAPE, _BROADCAST_TO, _TRANSPOSE, _EXPAND_DIMS, _SQUEEZE, _CONCAT, _STACK,
+            _UNSTACK, _SPLIT, _TILE, _MIRROR_PAD, _SLICE, _STRIDED_SLICE, _STRIDED_SLICE_GRAD,
+            _IDENTITY, _CUMSUM):
+    _op.jvp = Linear()
+_PAD.jvp = Linear((0,), constant_values=0)          # the tangent pads with zeros
+_GATHER.jvp = Linear((0,))
+_GATHER_ND.jvp = Linear((0,))
+_SCATTER_ND.jvp = Linear((1,))
+_SEGMENT_SUM.jvp = Linear((0,))
+_SELECT.jvp = Linear((1, 2))
+_CLIP.jvp = _m._elementwise_jvp(_CLIP)

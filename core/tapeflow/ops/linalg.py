@@ -26,6 +26,7 @@ from ..runtime import shapes as _shapes
 from ._library import defop
 from ..runtime.errors import InvalidArgumentError, NotDifferentiableError, UnimplementedError
 from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execute
+from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import math as _m
@@ -598,12 +599,12 @@ def _eigh_grad(ctx, dw, dv):
     n = int(w.shape[-1])
     inner = None
     if dv is not None:
-        eye = constant(np.eye(n, dtype=w.dtype.np), device=w.device)
+        eye = _eye_like(w, n)
         diff = _m.subtract(w[..., None, :], w[..., :, None])
         f = _m.multiply(_m.reciprocal(_m.add(diff, eye)), _m.subtract(1.0, eye))
         inner = _m.multiply(f, _mm(v, dv, _TN))
     if dw is not None:
-        d = _m.multiply(dw[..., None, :], constant(np.eye(n, dtype=w.dtype.np), device=w.device))
+        d = _diag(dw)
         inner = d if inner is None else _m.add(inner, d)
     if inner is None:
         return None
@@ -620,8 +621,9 @@ def _diag(v):
 
 
 def _safe_reciprocal(x):
-    # 1/x away from 0, and 0 (not inf) at 0: repeated singular values, zero cotangents
-    return _m.divide(x, _m.add(_m.square(x), 1e-20))
+    # 1/x, and 0 (not inf) at an exact 0 (repeated singular values, zero cotangents):
+    # x / (x^2 + [x == 0]), with no absolute epsilon (tiny matrices keep their scale)
+    return _m.divide(x, _m.add(_m.square(x), _m.cast(_m.equal(x, 0), x.dtype)))
 
 
 def _right_solve_rt(x, r):
@@ -637,9 +639,17 @@ def _svd_grad(ctx, du, ds, dvh):
     u, s, vh = ctx.outputs
     m, n = int(a.shape[-2]), int(a.shape[-1])
     if ctx.attrs["full_matrices"] and m != n:
-        raise NotDifferentiableError(
-            "the gradient of svd(full_matrices=True) of a non-square matrix is not defined by "
-            "the reduced factors alone; use full_matrices=False", op="Svd")
+        # the completed basis vectors are arbitrary: only a loss that ignores them has a
+        # gradient (the usual case: S alone, or the first min(m, n) vectors)
+        k = min(m, n)
+        extra = du[..., :, k:] if m > n else dvh[..., k:, :]
+        if float(_m.reduce_max(_m.abs(extra))) != 0.0:
+            raise NotDifferentiableError(
+                "the gradient of svd(full_matrices=True) through the completed singular "
+                "vectors of a non-square matrix is not defined (any orthonormal completion "
+                "is a valid factor); use full_matrices=False", op="Svd")
+        u, du = u[..., :, :k], du[..., :, :k]
+        vh, dvh = vh[..., :k, :], dvh[..., :k, :]
     v, gv = matrix_transpose(vh), matrix_transpose(dvh)
     gu = du
     adjoint = m > n                     # work on A^T = V S U^T: then m <= n
@@ -848,3 +858,71 @@ def fft_transform(x, axes, norm="backward", inverse=False, kind="c2c", n=None):
     if kind == "c2r":
         return execute(_IRFFT, (x,), {"axes": axes, "norm": norm, "n": int(n)})
     return execute(_FFT, (x,), {"axes": axes, "norm": norm, "inverse": bool(inverse)})
+
+
+# --- forward-mode rules (JVPs) -------------------------------------------------------------
+_MATMUL.jvp = _EINSUM.jvp = Multilinear()
+_FFT.jvp = _RFFT.jvp = _IRFFT.jvp = Linear()
+
+
+def _inv_jvp(ctx, t):
+    y = ctx.outputs[0]                 # d inv(A) = -inv(A) dA inv(A)
+    ta = matrix_transpose(t) if ctx.attrs["adjoint"] else t
+    return _m.negative(_mm(_mm(y, ta), y))
+
+
+def _solve_jvp(ctx, ta, tb):
+    a = ctx.inputs[0]                  # x = A^-1 b: dx = A^-1 (db - dA x)
+    x = ctx.outputs[0]
+    rhs = tb if tb is not None else None
+    if ta is not None:
+        da = matrix_transpose(ta) if ctx.attrs["adjoint"] else ta
+        ax = _mm(da, x)
+        rhs = _m.negative(ax) if rhs is None else _m.subtract(rhs, ax)
+    return solve(a, rhs, adjoint=ctx.attrs["adjoint"])
+
+
+_INV.jvp = _inv_jvp
+_SOLVE.jvp = _solve_jvp
+
+
+def _trace_inv_times(a, t):
+    """``trace(A^-1 dA)`` per matrix: ``sum(A^-T * dA)``."""
+    return _m.reduce_sum(_m.multiply(matrix_transpose(inv(a)), t), axis=[-2, -1])
+
+
+def _det_jvp(ctx, t):
+    return _m.multiply(ctx.outputs[0], _trace_inv_times(ctx.inputs[0], t))
+
+
+def _slogdet_jvp(ctx, t):
+    return None, _trace_inv_times(ctx.inputs[0], t)
+
+
+def _cholesky_jvp(ctx, t):
+    ll = ctx.outputs[0]                # dL = L Phi(L^-1 dA L^-T)
+    linv = inv(ll)
+    return _mm(ll, _tril_half(_mm(_mm(linv, _sym(t)), linv, _NT)))
+
+
+def _eigh_jvp(ctx, t):
+    w, v = ctx.outputs                 # dw = diag(V^T dA V), dV = V (F o V^T dA V)
+    n = int(w.shape[-1])
+    m = _mm(_mm(v, _sym(t), _TN), v)
+    eye = _eye_like(w, n)
+    dw = _m.reduce_sum(_m.multiply(m, eye), axis=-1)
+    diff = _m.subtract(w[..., None, :], w[..., :, None])
+    f = _m.multiply(_m.reciprocal(_m.add(diff, eye)), _m.subtract(1.0, eye))
+    return dw, _mm(v, _m.multiply(f, m))
+
+
+def _svd_values_jvp(ctx, t):
+    u, _, vh = execute(_SVD, (ctx.inputs[0],), {"full_matrices": False})
+    return _m.reduce_sum(_m.multiply(u, _mm(t, vh, _NT)), axis=-2)      # diag(U^T dA V)
+
+
+_DET.jvp = _det_jvp
+_SLOGDET.jvp = _slogdet_jvp
+_CHOLESKY.jvp = _cholesky_jvp
+_EIGH.jvp = _eigh_jvp
+_SVD_VALUES.jvp = _svd_values_jvp

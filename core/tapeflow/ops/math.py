@@ -30,6 +30,7 @@ from ..runtime import dtypes as _dt
 from ._library import defop
 from ..runtime.errors import InvalidArgumentError, TapeflowError
 from ..runtime.dispatch import as_tensor_list, binary, constant, convert_to_tensor, execute
+from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 
@@ -191,7 +192,12 @@ def _pow_grad(ctx, dy):
         return None, None
     z = ctx.outputs[0]
     gx = multiply(dy, multiply(y, pow(x, subtract(y, 1))))
-    gy = multiply(dy, multiply(z, log(x) if x.dtype.is_complex else _log_pos(x)))
+    if x.dtype.is_complex:              # log(0) = -inf where z = 0: 0 there (TensorFlow's)
+        nz = not_equal(x, 0)
+        lg = multiply(log(add(x, cast(logical_not(nz), x.dtype))), cast(nz, x.dtype))
+    else:
+        lg = _log_pos(x)
+    gy = multiply(dy, multiply(z, lg))
     return gx, gy
 
 
@@ -862,7 +868,8 @@ def _asinh_grad(ctx, dy):
 
 
 def _acosh_grad(ctx, dy):
-    return multiply(dy, rsqrt(subtract(square(ctx.inputs[0]), 1)))
+    # 1 / sinh(acosh(x)): sqrt(x^2 - 1) for real x > 1, and the right branch for complex
+    return divide(dy, sinh(ctx.outputs[0]))
 
 
 def _atanh_grad(ctx, dy):
@@ -1303,6 +1310,53 @@ def _compare_fallback(op, self, other, err):
         return constant(op is _NOT_EQUAL)
     raise err
 
+
+
+# --- forward-mode rules (JVPs; tf.autodiff.ForwardAccumulator) ----------------------------
+# Linear ops apply themselves to the tangents; products are multilinear; every other
+# elementwise op has a diagonal Jacobian, so its JVP is its (real) gradient rule applied
+# to the tangent: d f(x) = f'(x) t (binary: one partial per input with a tangent).
+
+def _real_rule(grad):
+    return getattr(grad, "__wrapped__", grad)
+
+
+def _elementwise_jvp(op):
+    """The JVP of the elementwise op ``op`` from its gradient rule (diagonal Jacobian)."""
+    grad = _real_rule(op.grad)
+
+    def jvp(ctx, *tangents):
+        out = None
+        for i, t in enumerate(tangents):
+            if t is None:
+                continue
+            ctx.needs = tuple(j == i for j in range(len(tangents)))
+            g = grad(ctx, *([t] + [None] * (len(ctx.outputs) - 1)))
+            g = g[i] if isinstance(g, (tuple, list)) else g
+            if g is None:
+                continue
+            out = g if out is None else add(out, g)
+        return out
+    jvp.__name__ = f"{op.name}_jvp"
+    return jvp
+
+
+for _op in (_ADD, _SUB, _NEG, _ADDN, _CAST, _REAL, _IMAG, _CONJ, _COMPLEX):
+    _op.jvp = Linear()
+_MUL.jvp = Multilinear()
+_MOD.jvp = _elementwise_jvp(_MOD)
+
+
+def _abs_jvp(ctx, t):
+    x = ctx.inputs[0]
+    if not x.dtype.is_complex:
+        return multiply(t, sign(x))
+    a = ctx.outputs[0]                  # d|z| = Re(conj(z) dz) / |z|, 0 at 0
+    safe = add(a, cast(equal(a, 0), a.dtype))
+    return divide(real(multiply(conj(x), t)), safe)
+
+
+_ABS.jvp = _abs_jvp
 
 
 # Reductions live in their own module but belong to the tf.math namespace.

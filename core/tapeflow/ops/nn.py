@@ -30,6 +30,7 @@ from ..runtime import shapes as _shapes
 from ._library import defop
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.dispatch import convert_like, convert_to_tensor, execute
+from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import math as _m
@@ -904,3 +905,34 @@ def dropout(x, rate=None, noise_shape=None, seed=None, name=None, keep_prob=None
         u = _r.uniform(shape, dtype=x.dtype, seed=seed)
     keep = _m.cast(_m.greater_equal(u, rate), x.dtype)
     return _m.multiply(x, _m.multiply(keep, 1.0 / (1.0 - rate)))
+
+
+# --- forward-mode rules (JVPs) -------------------------------------------------------------
+def _log_softmax_jvp(ctx, t):
+    # d log_softmax(x) = t - sum(softmax(x) * t)  (its Jacobian is not symmetric)
+    sm = _m.exp(ctx.outputs[0])
+    return _m.subtract(t, _m.reduce_sum(_m.multiply(sm, t), axis=ctx.attrs["axis"],
+                                        keepdims=True))
+
+
+_SOFTMAX.jvp = _softmax_grad                # J = diag(y) - y y^T is symmetric
+_LOG_SOFTMAX.jvp = _log_softmax_jvp
+_BIAS_ADD.jvp = _AVG_POOL.jvp = Linear()
+_CONV2D.jvp = _CONV_BP_INPUT.jvp = _CONV_BP_FILTER.jvp = Multilinear()
+
+
+def _l2_loss_jvp(ctx, t):
+    return _m.reduce_sum(_m.multiply(ctx.inputs[0], t))         # d sum(x^2) / 2
+
+
+_L2_LOSS.jvp = _l2_loss_jvp
+
+
+def _max_pool_jvp(ctx, t):
+    # the tangent at each window's maximum: what MaxPoolGradGrad picks
+    return execute(_MAX_POOL_GRAD_GRAD, (ctx.inputs[0], ctx.outputs[0], t), ctx.attrs)
+
+
+_MAX_POOL.jvp = _max_pool_jvp
+_AVG_POOL_GRAD.jvp = Linear()
+_MAX_POOL_GRAD.jvp = _MAX_POOL_GRAD_GRAD.jvp = Linear((2,))     # piecewise linear in grad

@@ -22,6 +22,7 @@ from ..runtime import shapes as _shapes
 from ._library import defop
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.dispatch import convert_to_tensor, execute
+from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from . import array as _a
 from . import math as _m
@@ -135,6 +136,7 @@ _SUM = defop("Sum", inputs=("x",), attrs=_R, grad=_sum_grad)
 _MEAN = defop("Mean", inputs=("x",), attrs=_R, grad=_mean_grad)
 _MAX = defop("Max", inputs=("x",), attrs=_R, grad=_minmax_grad)
 _MIN = defop("Min", inputs=("x",), attrs=_R, grad=_minmax_grad)
+_SUM.jvp = _MEAN.jvp = Linear((0,))                 # forward mode: linear
 _PROD = defop("Prod", inputs=("x",), attrs=_R, grad=_m._holomorphic(_prod_grad))
 _LSE = defop("ReduceLogSumExp", inputs=("x",), attrs=_R, grad=_logsumexp_grad)
 _ENORM = defop("EuclideanNorm", inputs=("x",), attrs=_R, grad=_euclidean_norm_grad)
@@ -323,3 +325,38 @@ def count_nonzero(input, axis=None, keepdims=None, dtype=_dt.int64, name=None,
     nonzero = _m.cast(input, _dt.bool_)
     return _reduce(_SUM, _m.cast(nonzero, dtype), axis, bool(keepdims), keep_dims,
                    reduction_indices)
+
+
+# --- forward-mode rules (JVPs) -------------------------------------------------------------
+def _reduce_like(ctx, t):
+    return reduce_sum(t, axis=ctx.attrs["axis"], keepdims=ctx.attrs["keepdims"])
+
+
+def _minmax_jvp(ctx, t):
+    # the tangent of the (tied) extreme elements, shared as the gradient shares dy
+    x = ctx.inputs[0]
+    mask = _m.cast(_m.equal(x, _keep(ctx, ctx.outputs[0])), x.dtype)
+    return _m.divide(_reduce_like(ctx, _m.multiply(t, mask)), _reduce_like(ctx, mask))
+
+
+def _logsumexp_jvp(ctx, t):
+    w = _m.exp(_m.subtract(ctx.inputs[0], _keep(ctx, ctx.outputs[0])))     # softmax
+    return _reduce_like(ctx, _m.multiply(w, t))
+
+
+def _euclidean_norm_jvp(ctx, t):
+    out = ctx.outputs[0]               # (0 at a zero norm, as the gradient's rule)
+    safe = _m.add(out, _m.cast(_m.equal(out, 0), out.dtype))
+    return _m.divide(_reduce_like(ctx, _m.multiply(ctx.inputs[0], t)), safe)
+
+
+def _prod_jvp(ctx, t):
+    # sum of t times the product of the other elements (zero-safe: the gradient rule's)
+    others = _prod_grad(ctx, _a.ones_like(ctx.outputs[0]))   # (the unconjugated real rule)
+    return _reduce_like(ctx, _m.multiply(t, others))
+
+
+_MAX.jvp = _MIN.jvp = _minmax_jvp
+_PROD.jvp = _prod_jvp
+_LSE.jvp = _logsumexp_jvp
+_ENORM.jvp = _euclidean_norm_jvp

@@ -16,8 +16,8 @@ implements some of the hooks in :mod:`tapeflow.plugins.hookspecs` and calls the
 
 from ..runtime.devices import Backend, Device
 from ..runtime.errors import PluginConflictError, PluginError
-from ..runtime.registry import (REQUIRED, GradContext, KernelEntry, OpDef, get_op,
-                                rebind_kernel)
+from ..runtime.registry import (REQUIRED, GradContext, KernelEntry, Linear, Multilinear, OpDef,
+                                get_op, rebind_kernel)
 from .hookspecs import API_VERSION, hookimpl, hookspec
 from .library import Library
 from .manager import (ENTRY_POINT_GROUP, PluginInfo, Registry, ensure_loaded, known_gaps,
@@ -25,6 +25,6 @@ from .manager import (ENTRY_POINT_GROUP, PluginInfo, Registry, ensure_loaded, kn
 from .manager import _manager as plugin_manager
 
 __all__ = ["API_VERSION", "Backend", "Device", "ENTRY_POINT_GROUP", "GradContext", "KernelEntry",
-           "Library", "OpDef", "PluginConflictError", "PluginError", "PluginInfo", "REQUIRED",
+           "Library", "Linear", "Multilinear", "OpDef", "PluginConflictError", "PluginError", "PluginInfo", "REQUIRED",
            "Registry", "ensure_loaded", "get_op", "hookimpl", "hookspec", "known_gaps",
            "plugin_manager", "plugin_report", "rebind_kernel", "register"]

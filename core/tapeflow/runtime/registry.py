@@ -38,7 +38,8 @@ class _Dispatcher:
 
 dispatcher = _Dispatcher()
 
-__all__ = ["OpDef", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext"]
+__all__ = ["OpDef", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext", "Linear",
+           "Multilinear"]
 
 
 class _Required:
@@ -145,15 +146,19 @@ class OpDef:
     """
 
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
-                 "broadcast", "grad", "differentiable", "infer", "composite", "kernels",
+                 "broadcast", "grad", "jvp", "differentiable", "infer", "composite", "kernels",
                  "variadic", "source", "doc", "fast", "check", "attr_types", "elementwise",
                  "__weakref__")
 
     def __init__(self, name, inputs=("x",), attrs=None, num_outputs=1, dtype_rule="same",
                  dtype_from=0, broadcast=False, grad=None, differentiable=True, infer=None,
                  composite=None, doc=None, source="tapeflow", check=None, attr_types=None,
-                 elementwise=False):
+                 elementwise=False, jvp=None):
         self.name = name
+        #: forward-mode rule: ``fn(ctx, *input_tangents) -> output tangent(s)`` (None for
+        #: inputs without a tangent), a :class:`Linear` or :class:`Multilinear`, or None
+        #: (tf.autodiff.ForwardAccumulator then uses the double-VJP of ``grad``)
+        self.jvp = jvp
         self.elementwise = bool(elementwise)
         self.inputs = tuple(inputs)
         self.variadic = any(i.startswith("*") for i in self.inputs)
@@ -226,6 +231,27 @@ class OpDef:
     def n_outputs(self, attrs, n_inputs):
         n = self.num_outputs
         return n if type(n) is int else n(attrs, n_inputs)
+
+
+class Linear:
+    """A JVP rule: the op is linear in the inputs at ``positions`` (all when None), so an
+    output's tangent is the op itself applied to the tangents there (zeros for those
+    without one; the other inputs as they are), with ``attrs`` overriding attributes
+    (``Linear((0,), constant_values=0)``: a pad's tangent pads with zeros)."""
+
+    __slots__ = ("positions", "attrs")
+
+    def __init__(self, positions=None, **attrs):
+        self.positions = None if positions is None else tuple(positions)
+        self.attrs = attrs
+
+
+class Multilinear:
+    """A JVP rule: the op is linear in each of its inputs separately (Mul, MatMul,
+    Conv2D, Einsum), so ``d op(a, b) = op(da, b) + op(a, db)`` (one term per input
+    with a tangent)."""
+
+    __slots__ = ()
 
 
 class GradContext:

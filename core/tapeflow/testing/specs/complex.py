@@ -128,6 +128,8 @@ SPECS = [
     _spec("complex.reduce_sum", lambda x: tf.reduce_sum(x, axis=1), lambda x: x.sum(axis=1),
           _positive, "Sum"),
     _spec("complex.reduce_prod", tf.reduce_prod, np.prod, _positive, "Prod"),
+    _spec("complex.reduce_mean", lambda x: tf.reduce_mean(x, axis=0), lambda x: x.mean(axis=0),
+          _unary, "Mean"),
     _spec("fft.fft", tnp.fft.fft, _np_fft("fft"), _spectrum, "FFT"),
     _spec("fft.ifft", tnp.fft.ifft, _np_fft("ifft"), _spectrum, "FFT"),
     _spec("fft.fftn", tnp.fft.fftn, _np_fft("fftn"), _spectra, "FFT"),
