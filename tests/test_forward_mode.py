@@ -1,7 +1,8 @@
 """tf.autodiff.ForwardAccumulator: the API, nesting with GradientTape (both ways),
 Variables, tf.function, the bad-input contract, and which ops have no JVP rule of
 their own (the double-VJP fallback), each with its reason. Every differentiable op's
-JVP is checked on every device by tests/conformance/test_forward_mode.py."""
+JVP (real float64 samples) is checked on every device by
+tests/conformance/test_conformance_forward_mode.py; complex JVPs here."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ FALLBACK_EXPLAINED = {
 
 
 def test_every_op_has_a_jvp_rule_or_is_explained():
-    missing = {op.name for op in LIB.ops
+    from tapeflow.runtime.dispatch import _COPY          # the runtime's own op
+    missing = {op.name for op in [*LIB.ops, _COPY]
                if op.differentiable and op.grad is not None and op.jvp is None}
     assert missing == set(FALLBACK_EXPLAINED), missing ^ set(FALLBACK_EXPLAINED)
 
@@ -112,6 +114,53 @@ def test_complex_jvps_match_finite_differences():
                                    err_msg=name)
 
 
+def test_nesting_and_later_changes_after_the_block():
+    x = tf.constant(2.0)
+    with tf.autodiff.ForwardAccumulator(x, tf.constant(1.0)) as outer:
+        with tf.autodiff.ForwardAccumulator(x, tf.constant(1.0)) as inner:
+            y = x ** 3
+        dy = inner.jvp(y)                                   # 3 x^2
+    assert float(dy) == 12.0 and float(outer.jvp(dy)) == 12.0       # 6 x
+    with tf.GradientTape() as tape:                          # reverse over forward, jvp late
+        tape.watch(x)
+        with tf.autodiff.ForwardAccumulator(x, tf.constant(1.0)) as acc:
+            y = x ** 3
+    assert float(tape.gradient(acc.jvp(y), x)) == 12.0
+    z = tf.constant([1.0, 2.0])
+    with tf.autodiff.ForwardAccumulator(z, tf.constant([1.0, 1.0])) as acc:
+        y = z * z
+    z[0] = 5.0                                               # after the block: not seen
+    assert acc.jvp(y).numpy().tolist() == [2.0, 4.0]
+
+
+def test_a_failed_replay_fails_again():
+    @tf.custom_gradient
+    def f(x):
+        return x * 2.0, lambda dy: dy * 2.0
+    z = tf.constant([1 + 1j], tf.complex64)
+    acc = tf.autodiff.ForwardAccumulator(z, tf.constant([1 + 0j], tf.complex64))
+    acc.__enter__()
+    y = f(z) * z
+    for _ in range(2):
+        with pytest.raises(tf.errors.NotDifferentiableError, match="complex tangents"):
+            acc.jvp(y)
+    acc._recording and tf.runtime.context.pop_tape(acc)
+
+
+def test_replay_runs_where_the_ops_ran():
+    if not any(str(d).startswith("opencl") for d in tf.list_devices()):
+        pytest.skip("no OpenCL device")
+    with tf.device("opencl:0"):
+        x = tf.constant([1.0, 2.0])
+        t = tf.constant([1.0, 1.0])
+    with tf.autodiff.ForwardAccumulator(x, t) as acc:
+        y = tf.sin(x)
+        c = y.to("cpu:0")                                    # a Copy: its own rule
+    with tf.device("cpu:0"):
+        np.testing.assert_allclose(acc.jvp(y).numpy(), np.cos([1.0, 2.0]), rtol=1e-6)
+        np.testing.assert_allclose(acc.jvp(c).numpy(), np.cos([1.0, 2.0]), rtol=1e-6)
+
+
 def test_bad_input_is_a_clear_error():
     x = tf.constant([1.0, 2.0])
     with pytest.raises(tf.errors.InvalidArgumentError, match="must match"):
@@ -122,6 +171,14 @@ def test_bad_input_is_a_clear_error():
         tf.autodiff.ForwardAccumulator(tf.constant([1, 2]), tf.constant([1, 2]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="Tensors or Variables"):
         tf.autodiff.ForwardAccumulator([1.0], [1.0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="given twice"):
+        tf.autodiff.ForwardAccumulator([x, x], [x, x])
+    v = tf.Variable([1.0, 2.0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="given twice"):
+        tf.autodiff.ForwardAccumulator([v, v], [x, x])
+    with tf.autodiff.ForwardAccumulator(v, tf.constant([1.0, 0.0])) as acc:
+        v.assign([3.0, 3.0])
+    assert acc.jvp(v).numpy().tolist() == [1.0, 0.0]        # the Variable's own tangent
     with tf.autodiff.ForwardAccumulator(x, tf.ones([2])) as acc:
         y = x * 2
     with pytest.raises(tf.errors.InvalidArgumentError, match="unconnected_gradients"):

@@ -13,10 +13,13 @@ tangents:
   (the gradient rule run under an inner tape; :data:`FALLBACK_OPS` lists the ops
   that went this way).
 
-Replaying later computes exactly what an eager accumulator would (tensors are
-immutable), and nests both ways: ops that a ``GradientTape.gradient`` runs inside the
-accumulator are recorded too, so forward-over-reverse gives Hessian-vector products;
-tangent ops run through the dispatcher, so an outer ``GradientTape`` records them.
+The replay happens at the latest when the ``with`` block ends (so tangents are those of
+the values the ops saw, and enclosing tapes and accumulators, still active then, record
+the tangent computations), each op on its own device. It nests both ways: ops that a
+``GradientTape.gradient`` runs inside the accumulator are recorded too, so
+forward-over-reverse gives Hessian-vector products; tangent ops run through the
+dispatcher, so an outer ``GradientTape`` records them. Like a persistent tape, the
+accumulator keeps what it recorded until it is garbage collected.
 
 >>> import tapeflow as tf
 >>> x = tf.constant([1.0, 2.0])
@@ -33,6 +36,7 @@ from ..ops import math as _math
 from ..ops import reductions as _reductions
 from ..ops.array import unbroadcast as _unbroadcast
 from ..runtime import context as _ctx
+from ..runtime import devices as _devs
 from ..runtime.dispatch import convert_to_tensor, execute
 from ..runtime.errors import InvalidArgumentError, NotDifferentiableError
 from ..runtime.registry import Multilinear, GradContext, Linear
@@ -118,6 +122,10 @@ class ForwardAccumulator:
                 raise InvalidArgumentError(
                     f"ForwardAccumulator: primal {i} has dtype {value.dtype.name}; only float "
                     "and complex tensors have tangents")
+            if id(value) in self._tangents or (var is not None and id(var) in self._var_tangents):
+                raise InvalidArgumentError(
+                    f"ForwardAccumulator: primal {i} is given twice; list it once, with the "
+                    "sum of its tangents")
             if var is not None:
                 self._var_tangents[id(var)] = t
                 self._keep.append(var)
@@ -139,10 +147,12 @@ class ForwardAccumulator:
         self._recording = True
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
         if self._recording:
             _ctx.pop_tape(self)
             self._recording = False
+        if exc_type is None:
+            self._advance()            # while enclosing tapes/accumulators still record
         return False
 
     def jvp(self, primals, unconnected_gradients="none"):
@@ -157,6 +167,9 @@ class ForwardAccumulator:
         flat = [primals] if single else _nest_flatten(primals, [])
         out = []
         for p in flat:
+            if isinstance(p, Variable) and id(p) in self._var_tangents:
+                out.append(self._var_tangents[id(p)])
+                continue
             v = p._value if isinstance(p, Variable) else p
             t = self._tangents.get(id(v)) if isinstance(v, Tensor) else None
             if t is None and unconnected_gradients == "zero" and isinstance(v, Tensor):
@@ -174,10 +187,15 @@ class ForwardAccumulator:
         if paused:
             _ctx.pop_tape(self)
         try:
+            scoped = _devs.current_device() is not None
             while self._done < len(self._records):
                 rec = self._records[self._done]
-                self._done += 1
-                self._step(rec)
+                if scoped:                  # a device scope: run where the op ran
+                    with _devs.device(rec[2][0]._device.name):
+                        self._step(rec)
+                else:                       # (no scope: ops follow their inputs anyway)
+                    self._step(rec)
+                self._done += 1             # (a record that failed is tried again)
         finally:
             if paused:
                 _ctx.push_tape(self)

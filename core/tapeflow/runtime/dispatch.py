@@ -606,7 +606,11 @@ def _translate(e, op, dev, tensors, attrs):
 
 
 # The device-copy op: recorded so gradients flow back across devices.
-_COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad)
+def _copy_jvp(ctx, t):
+    return copy_to_device(t, ctx.outputs[0]._device)
+
+
+_COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad, jvp=_copy_jvp)
 
 
 def _load_speedups():
