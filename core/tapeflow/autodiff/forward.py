@@ -102,7 +102,8 @@ class ForwardAccumulator:
         self._records: list = []
         self._tangents: dict = {}          # id(tensor) -> tangent
         self._var_tangents: dict = {}      # id(Variable) -> tangent
-        self._keep: list = []              # the watched tensors (their ids must stay valid)
+        self._vars: list = []              # the Variable primals (their ids must stay valid;
+                                           # tensors stay alive in _watched and the records)
         self._watch_vars = False           # the runtime calls _watch_var on reads if True
         self._done = 0
         self._recording = False
@@ -128,14 +129,13 @@ class ForwardAccumulator:
                     "sum of its tangents")
             if var is not None:
                 self._var_tangents[id(var)] = t
-                self._keep.append(var)
+                self._vars.append(var)
                 self._watch_vars = True
             self._watch(value, t)
 
     def _watch(self, value, tangent):
         self._watched[id(value)] = value
         self._tangents[id(value)] = tangent
-        self._keep.append(value)
 
     def _watch_var(self, var, value):
         t = self._var_tangents.get(id(var))
@@ -220,7 +220,6 @@ class ForwardAccumulator:
         for o, t in zip(outputs, tout):
             if t is not None and o.dtype.is_inexact:
                 self._tangents[id(o)] = _fit(t, o)
-                self._keep.append(o)
 
     @staticmethod
     def _linear(op, inputs, attrs, tin, rule):

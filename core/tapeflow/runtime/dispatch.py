@@ -380,7 +380,7 @@ def binary(op, a, b):
 def _keeps_dtype(value, tv, like):
     """Whether Python scalar ``value`` (of type ``tv``) next to ``like`` keeps its dtype."""
     k = like._data.dtype.kind
-    return k == "c" or (k == "f" and tv is not complex) or (
+    return k == "f" or k == "c" or (        # (callers pass Python floats and ints only)
         tv is int and k in "iu" and -128 <= value <= 127 and (value >= 0 or k == "i"))
 
 
