@@ -25,7 +25,8 @@ from .runtime.tensor import Dimension, Tensor, TensorShape
 from .runtime.variable import Variable
 from .runtime.dispatch import constant, convert_to_tensor
 from .autodiff.tape import GradientTape
-from .autodiff.functions import (custom_gradient, gradients_function, implicit_gradients,
+from .autodiff.functions import (custom_gradient, gradients_function, hessians,
+                                 implicit_gradients,
                                  implicit_value_and_gradients, val_and_grad_function,
                                  value_and_gradients_function)
 from .ops import math, array, reductions, linalg, nn, random
@@ -38,6 +39,7 @@ from .runtime import config
 from . import plugins, ops
 from .tracing.trace import function, defun, py_function
 from .tracing.control_flow import cond, while_loop
+from .tracing.vectorize import vectorized_map
 from .runtime import devices as _devices_mod
 
 # The public module paths of TensorFlow's namespaces (``from tapeflow.errors import ...``,

@@ -16,11 +16,11 @@ is data the runtime fills through its eager context
 
 from .tape import GradientTape, stop_all_recording, stop_recording
 from .forward import ForwardAccumulator
-from .functions import (custom_gradient, gradients_function, implicit_gradients,
+from .functions import (custom_gradient, gradients_function, hessians, implicit_gradients,
                         implicit_value_and_gradients, val_and_grad_function,
                         value_and_gradients_function)
 
 __all__ = ["GradientTape", "ForwardAccumulator", "stop_all_recording", "stop_recording",
            "custom_gradient",
-           "gradients_function", "implicit_gradients", "implicit_value_and_gradients",
+           "gradients_function", "hessians", "implicit_gradients", "implicit_value_and_gradients",
            "val_and_grad_function", "value_and_gradients_function"]

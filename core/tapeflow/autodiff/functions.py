@@ -29,7 +29,8 @@ from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 
 __all__ = ["gradients_function", "value_and_gradients_function", "implicit_gradients",
-           "implicit_value_and_gradients", "custom_gradient", "grad", "val_and_grad_function"]
+           "implicit_value_and_gradients", "custom_gradient", "grad", "val_and_grad_function",
+           "hessians"]
 
 
 def _param_indices(f, params, nargs):
@@ -211,3 +212,45 @@ def custom_gradient(f):
         return outs[0]
 
     return decorated
+
+
+def hessians(f, xs, unconnected_gradients="zero"):
+    """The Hessian of ``reduce_sum(f(*xs))`` with respect to each of ``xs``:
+    ``[d2y/dx_i2 for x_i in xs]``, each of shape ``x_i.shape + x_i.shape`` (as
+    ``tf.hessians``: the diagonal blocks; the cross terms are not computed).
+
+    TensorFlow's ``tf.hessians(ys, xs)`` differentiates a graph; eagerly ``ys`` is a
+    value, so tapeflow takes the function that computes it: ``f`` is called with
+    ``xs`` (a Tensor, a Variable or a list of them). The rows of each Hessian come from
+    one vectorised backward pass of the gradient (``GradientTape.jacobian``,
+    reverse-over-reverse); ``docs/autodiff.md`` compares it with forward-over-reverse.
+
+    >>> import tapeflow as tf
+    >>> x = tf.constant([1.0, 2.0])
+    >>> (h,) = tf.hessians(lambda x: tf.reduce_sum(x ** 3), x)
+    >>> print(h)
+    tf.Tensor(
+    [[ 6.  0.]
+     [ 0. 12.]], shape=(2, 2), dtype=float32)
+    """
+    if isinstance(f, (Tensor, Variable)) or not callable(f):
+        raise InvalidArgumentError(
+            "tf.hessians(f, xs) takes the function computing ys, not ys: eagerly a value "
+            "cannot be differentiated after the fact (write tf.hessians(lambda x: "
+            "loss(x), x), or use two GradientTapes)")
+    single = not isinstance(xs, (list, tuple))
+    xs = [xs] if single else list(xs)
+    for i, x in enumerate(xs):
+        if not isinstance(x, (Tensor, Variable)):
+            raise InvalidArgumentError(
+                f"tf.hessians: xs[{i}] is a {type(x).__name__}; pass Tensors or Variables")
+    with GradientTape(persistent=True) as outer:
+        for x in xs:
+            outer.watch(x)
+        with GradientTape() as inner:
+            for x in xs:
+                inner.watch(x)
+            y = f(*xs)
+        grads = inner.gradient(y, xs, unconnected_gradients="zero")
+    return [outer.jacobian(g, x, unconnected_gradients=unconnected_gradients)
+            for g, x in zip(grads, xs)]

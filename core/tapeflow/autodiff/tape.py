@@ -37,6 +37,11 @@ from ..runtime.variable import Variable
 
 __all__ = ["GradientTape", "stop_recording", "stop_all_recording"]
 
+#: ``rows(f, seeds) -> [f's output leaves, each with the batch of seeds in front]``:
+#: tapeflow.tracing.vectorize installs tf.vectorized_map's runner here (it sits above
+#: this module); jacobian() and batch_jacobian() use it for all rows at once
+VECTORIZE = [None]
+
 _new = object.__new__
 #: (the per-thread tape stacks and the recorder live in the eager context)
 _tapes_active = _ctx.tapes_active
@@ -326,15 +331,14 @@ class GradientTape:
         n = 1
         for d in tshape:
             n *= d
-        rows = [[] for _ in flat_sources]
         try:
-            for i in range(n):
-                seed = np.zeros(n, dtype=target.dtype.np)
-                seed[i] = 1
-                seed = _array.reshape(_const_like(seed, target), tshape)
-                gs = self._backprop([target], flat_sources, [seed], "none")
-                for r, g in zip(rows, gs):
-                    r.append(g)
+            if experimental_use_pfor and VECTORIZE[0] is not None and n:
+                seeds = _const_like(np.eye(n, dtype=target.dtype.np).reshape((n,) + tshape),
+                                    target)
+                rows = VECTORIZE[0](
+                    lambda s: tuple(self._backprop([target], flat_sources, [s], "none")), seeds)
+            else:
+                rows = self._jacobian_loop(target, flat_sources, tshape, n)
         finally:
             if not self._persistent:
                 self._used = True
@@ -342,14 +346,32 @@ class GradientTape:
         result = []
         for s, r in zip(flat_sources, rows):
             sshape = tuple(s.shape)
-            if all(g is None for g in r):
+            if r is None:
                 # unconnected (or an empty target): None, or zeros when asked
                 result.append(_array.zeros(tshape + sshape, dtype=s.dtype)
                               if unconnected_gradients == "zero" or n == 0 else None)
                 continue
-            r = [_array.zeros_like(s) if g is None else g for g in r]
-            result.append(_array.reshape(_array.stack(r), tshape + sshape))
+            result.append(_array.reshape(r, tshape + sshape))
         return _nest_pack(sources, iter(result))
+
+    def _jacobian_loop(self, target, flat_sources, tshape, n):
+        """The rows of a Jacobian one backward pass at a time (stacked per source; None
+        for a source no row reaches)."""
+        rows = [[] for _ in flat_sources]
+        for i in range(n):
+            seed = np.zeros(n, dtype=target.dtype.np)
+            seed[i] = 1
+            seed = _array.reshape(_const_like(seed, target), tshape)
+            gs = self._backprop([target], flat_sources, [seed], "none")
+            for r, g in zip(rows, gs):
+                r.append(g)
+        out = []
+        for s, r in zip(flat_sources, rows):
+            if all(g is None for g in r):
+                out.append(None)
+            else:
+                out.append(_array.stack([_array.zeros_like(s) if g is None else g for g in r]))
+        return out
 
     def batch_jacobian(self, target, source, unconnected_gradients="none",
                        parallel_iterations=None, experimental_use_pfor=True):
@@ -365,20 +387,30 @@ class GradientTape:
         m = 1
         for d in rest:
             m *= d
-        cols = []
+        sshape = tuple(source.shape)
         try:
-            for j in range(m):
-                seed = np.zeros((b, m), dtype=target.dtype.np)
-                seed[:, j] = 1
-                seed = _array.reshape(_const_like(seed, target), tshape)
-                (g,) = self._backprop([target], [source], [seed], "zero")
-                cols.append(g)
+            if experimental_use_pfor and VECTORIZE[0] is not None and m and b:
+                eye = np.zeros((m, b, m), dtype=target.dtype.np)
+                eye[np.arange(m), :, np.arange(m)] = 1
+                seeds = _const_like(eye.reshape((m,) + tshape), target)
+                (cols,) = VECTORIZE[0](
+                    lambda s: (self._backprop([target], [source], [s], "zero")[0],), seeds)
+                # (m, b, ...) -> (b, m, ...)
+                out = _array.transpose(cols, (1, 0) + tuple(range(2, len(cols.shape))))
+            else:
+                cols = []
+                for j in range(m):
+                    seed = np.zeros((b, m), dtype=target.dtype.np)
+                    seed[:, j] = 1
+                    seed = _array.reshape(_const_like(seed, target), tshape)
+                    (g,) = self._backprop([target], [source], [seed], "zero")
+                    cols.append(g)
+                out = _array.stack(cols, axis=1) if cols else _array.zeros(
+                    (b, 0) + sshape[1:], dtype=source.dtype)
         finally:
             if not self._persistent:
                 self._used = True
                 self._release()
-        sshape = tuple(source.shape)
-        out = _array.stack(cols, axis=1)
         return _array.reshape(out, (b,) + rest + sshape[1:])
 
 

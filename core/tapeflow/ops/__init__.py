@@ -31,6 +31,8 @@ for _op in _LIB.ops:
     if _op.elementwise and _op.jvp is None and _op.grad is not None and _op.differentiable:
         _op.jvp = math._elementwise_jvp(_op)
 
+from . import batching  # noqa: E402,F401  (tf.vectorized_map's rules: every op module is defined)
+
 _HANDLES = _reg.HANDLES
 
 

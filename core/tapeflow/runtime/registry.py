@@ -39,7 +39,7 @@ class _Dispatcher:
 dispatcher = _Dispatcher()
 
 __all__ = ["OpDef", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext", "Linear",
-           "Multilinear"]
+           "Multilinear", "BatchContext", "Broadcasting"]
 
 
 class _Required:
@@ -146,15 +146,19 @@ class OpDef:
     """
 
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
-                 "broadcast", "grad", "jvp", "differentiable", "infer", "composite", "kernels",
-                 "variadic", "source", "doc", "fast", "check", "attr_types", "elementwise",
-                 "__weakref__")
+                 "broadcast", "grad", "jvp", "batch", "differentiable", "infer", "composite",
+                 "kernels", "variadic", "source", "doc", "fast", "check", "attr_types",
+                 "elementwise", "__weakref__")
 
     def __init__(self, name, inputs=("x",), attrs=None, num_outputs=1, dtype_rule="same",
                  dtype_from=0, broadcast=False, grad=None, differentiable=True, infer=None,
                  composite=None, doc=None, source="tapeflow", check=None, attr_types=None,
-                 elementwise=False, jvp=None):
+                 elementwise=False, jvp=None, batch=None):
         self.name = name
+        #: batching rule for tf.vectorized_map: ``fn(ctx, *inputs) -> output(s)`` (a
+        #: :class:`BatchContext`; batched inputs carry the batch as dimension 0), a
+        #: :class:`Broadcasting`, or None (the op then runs once per example in a loop)
+        self.batch = batch
         #: forward-mode rule: ``fn(ctx, *input_tangents) -> output tangent(s)`` (None for
         #: inputs without a tangent), a :class:`Linear` or :class:`Multilinear`, or None
         #: (tf.autodiff.ForwardAccumulator then uses the double-VJP of ``grad``)
@@ -252,6 +256,36 @@ class Multilinear:
     with a tangent)."""
 
     __slots__ = ()
+
+
+class Broadcasting:
+    """A batching rule: the op maps over any leading dimensions of its inputs and
+    broadcasts them as NumPy does (elementwise ops, softmax over the last axis, the
+    linear algebra of the last two dimensions), so a batched input keeps its batch as a
+    new leading dimension (aligned to the other inputs by size-1 dimensions) and an
+    unbatched one is used as it is."""
+
+    __slots__ = ()
+
+
+class BatchContext:
+    """What a batching rule sees: ``op``, ``attrs``, ``batched`` (one bool per input:
+    does it carry the batch, as its dimension 0?) and ``size`` (the batch). The rule
+    returns the op's output(s) with the batch as dimension 0; a rule whose outputs do
+    not depend on the batch (``Shape``) sets ``out_batched`` to a tuple of bools."""
+
+    __slots__ = ("op", "attrs", "batched", "size", "out_batched")
+
+    def __init__(self, op, attrs, batched, size):
+        self.op = op
+        self.attrs = attrs
+        self.batched = batched
+        self.size = size
+        self.out_batched = None
+
+    def rank(self, x, i):
+        """The rank of one example of input ``i`` (``x``)."""
+        return len(x.shape) - (1 if self.batched[i] else 0)
 
 
 class GradContext:

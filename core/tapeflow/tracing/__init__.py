@@ -15,7 +15,8 @@ from .trace import (ConcreteFunction, Function, TracingError, defun, function, o
                     print_, py_function)
 from .control_flow import cond, while_loop
 from . import graph_fusion, graph_passes
+from .vectorize import vectorized_map
 
 __all__ = ["Graph", "Node", "ConcreteFunction", "Function", "TracingError", "defun", "function",
            "opaque_call", "print_", "py_function", "cond", "while_loop", "graph_fusion",
-           "graph_passes"]
+           "graph_passes", "vectorized_map"]
