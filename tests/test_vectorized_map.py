@@ -277,3 +277,38 @@ def test_hessians():
         tf.hessians(tf.reduce_sum(x), x)
     with pytest.raises(tf.errors.InvalidArgumentError, match="xs\\[0\\] is a list"):
         tf.hessians(lambda a: a, [[1.0]])
+
+
+def test_jacobian_inside_tf_function():
+    w = tf.constant(RNG.standard_normal((3, 3)).astype(np.float32))
+
+    @tf.function
+    def jac(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.tanh(tf.matmul(x, w))
+        return tape.batch_jacobian(y, x)
+    for _ in range(2):
+        xn = RNG.standard_normal((4, 3)).astype(np.float32)
+        d = 1 - np.tanh(xn @ w.numpy()) ** 2
+        want = d[:, :, None] * w.numpy().T[None]
+        np.testing.assert_allclose(jac(tf.constant(xn)).numpy(), want, rtol=1e-5, atol=1e-6)
+    assert jac.experimental_get_tracing_count() == 1
+
+
+def test_a_plugins_elementwise_op_is_batched_without_a_rule():
+    lib = Library("vmaptest2")
+    op = lib.define("triple", inputs=("x",), elementwise=True)
+    calls = []
+
+    @lib.kernel(op, "cpu")
+    def _triple(x):
+        calls.append(x.shape)
+        return x * 3
+    tf.plugins.register(lib)
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = tf.vectorized_map(lambda e: op(e), x)
+    np.testing.assert_allclose(out.numpy(), x * 3)
+    assert calls[-1] == (3, 4)

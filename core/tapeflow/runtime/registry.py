@@ -143,6 +143,15 @@ class OpDef:
             ``"perm"`` (a permutation of the first input's dimensions),
             ``"paddings"`` (one (before, after) pair of non-negative ints per
             dimension). A Library op's attrs are typed from their defaults.
+        jvp: optional forward-mode rule (``tf.autodiff.ForwardAccumulator``):
+            ``jvp(ctx, *input_tangents) -> output tangent(s)``, a :class:`Linear` or a
+            :class:`Multilinear`; without one, tangents come from ``grad`` by the
+            double-VJP trick (about twice the cost).
+        batch: optional batching rule (``tf.vectorized_map``, ``GradientTape.jacobian``):
+            :class:`Broadcasting` for an op that maps over leading dimensions, or
+            ``batch(ctx, *inputs) -> output(s)`` (a :class:`BatchContext`: batched
+            inputs carry the batch as dimension 0, and so must the outputs); without
+            one, the op runs once per example, with a warning.
     """
 
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",

@@ -58,6 +58,7 @@ __all__ = ["vectorized_map", "FALLBACK_OPS", "VectorizationWarning", "recording_
 FALLBACK_OPS: set = set()
 
 _scopes = _devs._active_scopes
+_BROADCASTING = Broadcasting()
 
 
 class VectorizationWarning(UserWarning):
@@ -277,6 +278,8 @@ def _batched_op(node, tensors, flags, n, g, warn):
     attrs = node.attrs
     if node.stateful and "key" in attrs:
         attrs = _fresh_random_attrs(attrs)()        # fresh numbers, as a replay draws
+    if rule is None and op.elementwise:
+        rule = _BROADCASTING              # a plugin's elementwise op needs no rule
     if rule is None:
         _warn(f"op {op.name}", "has no batching rule", warn)
         return _loop_op(node, tensors, flags, n, g), (True,) * len(node.outputs)
