@@ -5,11 +5,12 @@
    (``experimental_use_pfor=False``, what jacobian did before), and vs PyTorch's
    ``torch.func.jacrev`` (which vmaps the backward pass) when torch is installed.
 2. Per-example gradients of an MLP at batch 64 (``vectorized_map`` over a
-   ``GradientTape`` per example) vs ONE batched gradient of the same batch, and vs
+   ``GradientTape`` per example) vs ONE batched gradient of the same batch, eagerly
+   and both inside ``tf.function`` (where the per-example trace happens once), and vs
    ``torch.func.vmap(torch.func.grad(...))``; for two MLPs: the digits-sized
    64-128-10 and the 784-256-256-10 of benchmarks/compare.py.
 
-Timings are medians of ``--rounds`` rounds (each the best of ``--repeat`` calls), the
+NumPy's BLAS and torch both run one thread. Timings are medians of ``--rounds`` rounds (each the best of ``--repeat`` calls), the
 cases interleaved round by round so machine noise hits them alike.
 
     .venv/bin/python benchmarks/vectorized_map.py [--rounds 15]
@@ -25,6 +26,12 @@ import warnings
 import numpy as np
 
 import tapeflow as tf
+
+try:                         # one BLAS thread, as torch below: a fair comparison, and no
+    import threadpoolctl      # OpenBLAS threads spinning against torch's on a small machine
+    threadpoolctl.threadpool_limits(1)
+except ImportError:
+    pass
 
 try:
     import torch
@@ -115,8 +122,13 @@ def per_example_cases(sizes, batch=64):
     pe = per_example()
     for g, b_ in zip(pe, batched()):
         np.testing.assert_allclose(g.numpy().mean(0), b_.numpy(), rtol=1e-4, atol=1e-5)
+    pe_traced, b_traced = tf.function(per_example), tf.function(batched)
+    for g, b_ in zip(pe_traced(), b_traced()):
+        np.testing.assert_allclose(g.numpy().mean(0), b_.numpy(), rtol=1e-4, atol=1e-5)
     cases = {"tapeflow per-example (vectorized_map)": per_example,
              "tapeflow one batched gradient": batched,
+             "tapeflow per-example, tf.function": pe_traced,
+             "tapeflow one batched gradient, tf.function": b_traced,
              "tapeflow per-example (Python loop)": loop}
     if torch is not None:
         tp = [torch.from_numpy(a) for pair in zip(wn, bn) for a in pair]
@@ -164,8 +176,11 @@ def main():
         for k, v in t.items():
             print(f"  {k:40s} {v * 1e6:10.1f} us")
         pe, one = t["tapeflow per-example (vectorized_map)"], t["tapeflow one batched gradient"]
-        print(f"  per-example / one batched gradient: {pe / one:.2f}x; Python loop / "
-              f"vectorized: {t['tapeflow per-example (Python loop)'] / pe:.1f}x")
+        pet, onet = (t["tapeflow per-example, tf.function"],
+                     t["tapeflow one batched gradient, tf.function"])
+        print(f"  per-example / one batched gradient: eager {pe / one:.2f}x, tf.function "
+              f"{pet / onet:.2f}x; Python loop / vectorized: "
+              f"{t['tapeflow per-example (Python loop)'] / pe:.1f}x")
         if torch is not None:
             tv, tb = t["torch.func vmap(grad)"], t["torch one batched gradient"]
             print(f"  torch: vmap(grad) / batched {tv / tb:.2f}x; tapeflow per-example / "

@@ -37,7 +37,8 @@ from ..runtime.variable import Variable
 
 __all__ = ["GradientTape", "stop_recording", "stop_all_recording"]
 
-#: ``rows(f, seeds) -> [f's output leaves, each with the batch of seeds in front]``:
+#: ``rows(f, seeds, first seed) -> [f's output leaves, each with the batch of seeds in
+#: front]``:
 #: tapeflow.tracing.vectorize installs tf.vectorized_map's runner here (it sits above
 #: this module); jacobian() and batch_jacobian() use it for all rows at once
 VECTORIZE = [None]
@@ -333,10 +334,10 @@ class GradientTape:
             n *= d
         try:
             if experimental_use_pfor and VECTORIZE[0] is not None and n:
-                seeds = _const_like(np.eye(n, dtype=target.dtype.np).reshape((n,) + tshape),
-                                    target)
+                eye = np.eye(n, dtype=target.dtype.np).reshape((n,) + tshape)
                 rows = VECTORIZE[0](
-                    lambda s: tuple(self._backprop([target], flat_sources, [s], "none")), seeds)
+                    lambda s: tuple(self._backprop([target], flat_sources, [s], "none")),
+                    _const_like(eye, target), _const_like(eye[0], target))
             else:
                 rows = self._jacobian_loop(target, flat_sources, tshape, n)
         finally:
@@ -351,7 +352,8 @@ class GradientTape:
                 result.append(_array.zeros(tshape + sshape, dtype=s.dtype)
                               if unconnected_gradients == "zero" or n == 0 else None)
                 continue
-            result.append(_array.reshape(r, tshape + sshape))
+            want = tshape + sshape
+            result.append(r if tuple(r.shape) == want else _array.reshape(r, want))
         return _nest_pack(sources, iter(result))
 
     def _jacobian_loop(self, target, flat_sources, tshape, n):
@@ -392,9 +394,10 @@ class GradientTape:
             if experimental_use_pfor and VECTORIZE[0] is not None and m and b:
                 eye = np.zeros((m, b, m), dtype=target.dtype.np)
                 eye[np.arange(m), :, np.arange(m)] = 1
-                seeds = _const_like(eye.reshape((m,) + tshape), target)
+                eye = eye.reshape((m,) + tshape)
                 (cols,) = VECTORIZE[0](
-                    lambda s: (self._backprop([target], [source], [s], "zero")[0],), seeds)
+                    lambda s: (self._backprop([target], [source], [s], "zero")[0],),
+                    _const_like(eye, target), _const_like(eye[0], target))
                 # (m, b, ...) -> (b, m, ...)
                 out = _array.transpose(cols, (1, 0) + tuple(range(2, len(cols.shape))))
             else:

@@ -147,11 +147,13 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
     return _pack(out_struct, outs)
 
 
-def vectorize(f, xs, fallback=True, warn=True):
+def vectorize(f, xs, fallback=True, warn=True, examples=None):
     """``f(*examples)`` for every example of the tensors ``xs`` (batch in dimension 0),
-    vectorised: ``(output leaves, their structure)``; a ``None`` leaf stays None."""
+    vectorised: ``(output leaves, their structure)``; a ``None`` leaf stays None.
+    ``examples``: the tensors to trace ``f`` with (default: the first example)."""
     n = int(xs[0].shape[0])
-    examples = [x[0] if n else _zeros(tuple(x.shape[1:]), x.dtype, x._device) for x in xs]
+    if examples is None:
+        examples = [x[0] if n else _zeros(tuple(x.shape[1:]), x.dtype, x._device) for x in xs]
     g = Graph("vectorized_map")
     parent = _current()
     tr = _Tracer(g, parent)
@@ -207,6 +209,10 @@ def vectorize(f, xs, fallback=True, warn=True):
 def _run(g: Graph, tr, xs, n, out_vids, warn):
     """Run graph ``g`` on the batch: batched values carry it as dimension 0."""
     env = {}
+    # values that depend on neither the batch nor state were computed by the trace: reuse
+    # them, unless a tape or accumulator must see the ops that make them
+    known = {} if _ctx.tapes_active[0] else {
+        vid: t for t in tr.keep if (vid := tr.ids.get(id(t))) not in tr.dynamic}
     k = len(xs)
     for vid, x in zip(g.args[:k], xs):
         env[vid] = (x, True)
@@ -215,6 +221,10 @@ def _run(g: Graph, tr, xs, n, out_vids, warn):
     for node in g.nodes:
         kind = node.kind
         if kind == "op":
+            if known and node.outputs[0] in known:
+                for o in node.outputs:
+                    env[o] = (known[o], False)
+                continue
             ins = [env[i] for i in node.inputs]
             tensors = tuple(t for t, _ in ins)
             flags = tuple(b for _, b in ins)
@@ -347,8 +357,8 @@ def _loop(f, xs, n):
     return outs, struct
 
 
-def _jacobian_rows(f, seeds):
-    outs, _ = vectorize(f, [seeds], fallback=True, warn=True)
+def _jacobian_rows(f, seeds, first):
+    outs, _ = vectorize(f, [seeds], fallback=True, warn=True, examples=[first])
     return outs
 
 
