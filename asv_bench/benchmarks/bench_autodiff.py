@@ -92,3 +92,54 @@ class TapeMemory:
 
     def peakmem_non_persistent_tape(self, name):
         self._run(False)
+
+
+class Jacobian:
+    """``tape.jacobian`` of a 100->100 tanh layer (a 100x100 Jacobian): all rows in one
+    vectorised backward pass (the default) against the row-by-row loop."""
+
+    params = [DEVICES, [True, False]]
+    param_names = ["device", "vectorized"]
+
+    def setup(self, name, vectorized):
+        self.dev = dev = device(name)
+        with tf.device(name):
+            w = tf.constant(rand((100, 100)) * 0.1)
+            b = tf.constant(rand((100,)))
+            self.x = x = tf.constant(rand((100,)))
+            with tf.GradientTape(persistent=True) as self.tape:
+                self.tape.watch(x)
+                self.y = tf.tanh(tf.reshape(tf.matmul(x[None], w), (100,)) + b)
+        warm(dev, lambda: self.tape.jacobian(self.y, self.x, experimental_use_pfor=vectorized))
+
+    def time_jacobian(self, name, vectorized):
+        self.tape.jacobian(self.y, self.x, experimental_use_pfor=vectorized)
+        sync(self.dev)
+
+
+class PerExampleGradients:
+    """Gradients of the MLP's loss for each of 64 examples (``tf.vectorized_map`` over a
+    per-example ``GradientTape``), against one gradient of the batch."""
+
+    params = [DEVICES]
+    param_names = ["device"]
+
+    def setup(self, name):
+        self.dev = dev = device(name)
+        self.mlp = MLP(dev, 64)
+        mlp = self.mlp
+
+        def one(e):
+            with tf.GradientTape() as tape:
+                loss = mlp.loss_of(e[0][None], e[1][None])
+            return tape.gradient(loss, mlp.params)
+        self.one = one
+        warm(dev, self.per_example)
+
+    def per_example(self):
+        with tf.device(self.dev.name):
+            return tf.vectorized_map(self.one, (self.mlp.x, self.mlp.y))
+
+    def time_per_example(self, name):
+        self.per_example()
+        sync(self.dev)

@@ -88,12 +88,15 @@ class MLP:
             self.y = tf.constant(rng.integers(0, MLP_SIZES[-1], batch).astype(np.int64))
 
     def loss(self):
+        return self.loss_of(self.x, self.y)
+
+    def loss_of(self, x, y):
         W1, b1, W2, b2, W3, b3 = self.params
-        h1 = tf.nn.relu(tf.matmul(self.x, W1) + b1)
+        h1 = tf.nn.relu(tf.matmul(x, W1) + b1)
         h2 = tf.nn.relu(tf.matmul(h1, W2) + b2)
         logits = tf.matmul(h2, W3) + b3
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-            labels=self.y, logits=logits))
+            labels=y, logits=logits))
 
     def sgd_step(self):
         with tf.device(self.dev.name):
