@@ -47,9 +47,11 @@ inline ushort f_to_bf16(float f) {
 
 #: ops whose OpenCL kernels only move, select or report the shape of elements: they
 #: run on bfloat16 words unchanged (the NumPy backend's BF16_NATIVE, less the
-#: comparisons: -0 == +0 and NaN != NaN need float compares, and Where of a float)
+#: comparisons: -0 == +0 and NaN != NaN need float compares, and Where of a float; and
+#: Tile, whose kernel goes through PyOpenCL's own array code, which cannot format a
+#: bfloat16 scalar: "bad char in struct format")
 NATIVE = frozenset({"Reshape", "BroadcastTo", "Transpose", "ExpandDims", "Squeeze",
-                    "ConcatV2", "Pack", "Unpack", "SplitV", "Tile", "Slice", "StridedSlice",
+                    "ConcatV2", "Pack", "Unpack", "SplitV", "Slice", "StridedSlice",
                     "GatherV2", "GatherNd", "Identity", "StopGradient", "Shape", "Size",
                     "Rank", "SelectV2", "RandomShuffle"})
 
