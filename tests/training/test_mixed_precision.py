@@ -172,3 +172,68 @@ def test_loss_scale_state_in_checkpoints(tmp_path):
     opt.apply_gradients([(tf.constant([0.5, 0.5]), v)])
     np.testing.assert_allclose(v2.numpy(), v.numpy(), rtol=1e-6)   # Adam slots restored
     assert int(opt2.iterations) == int(opt.iterations) == 3
+
+
+def _opencl_reason():
+    try:
+        from tapeflow_opencl import plugin
+    except ImportError as e:
+        return f"tapeflow-opencl is not installed ({e})"
+    reason = plugin.unavailable_reason()
+    if reason:
+        return f"opencl:0 unavailable: {reason}"
+    if not any(d.name == "opencl:0" for d in tf.list_devices()):
+        return "opencl:0 unavailable: the backend listed no devices"
+    return None
+
+
+def _train_bf16_mlp(device, steps=4):
+    """A mixed_bfloat16 Dense MLP (relu, softmax cross-entropy, Adam) trained on
+    ``device`` from fixed weights; (losses, final weights, hidden activations)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 10)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(np.int32)
+    init = [rng.normal(scale=0.3, size=s).astype(np.float32)
+            for s in [(10, 16), (16,), (16, 2), (2,)]]
+    mp.set_global_policy("mixed_bfloat16")
+    try:
+        with tf.device(device):
+            model = tf.keras.Sequential([
+                tf.keras.layers.Dense(16, activation="relu", input_shape=(10,)),
+                tf.keras.layers.Dense(2, dtype="float32")])
+            model.build((None, 10))
+            for v, w in zip(model.trainable_variables, init):
+                v.assign(w)
+            opt = tf.keras.optimizers.Adam(0.01)
+            xt, yt = tf.constant(x), tf.constant(y)
+            losses = []
+            for _ in range(steps):
+                with tf.GradientTape() as tape:
+                    logits = model(xt)
+                    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                        labels=yt, logits=logits))
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+                losses.append(float(loss))
+            hidden = model.layers[0](xt)
+            assert hidden.dtype is tf.bfloat16 and hidden.device == device
+            assert all(g.dtype is tf.float32 for g in grads)
+            return (np.array(losses), [v.numpy() for v in model.trainable_variables],
+                    hidden.numpy().astype(np.float32))
+    finally:
+        mp.set_global_policy("float32")
+
+
+def test_mixed_bfloat16_mlp_trains_on_opencl_like_on_cpu():
+    """bfloat16 on OpenCL (16-bit storage, float32 compute): forward, backward and Adam
+    steps of a mixed_bfloat16 MLP give cpu:0's numbers up to bfloat16 rounding."""
+    reason = _opencl_reason()
+    if reason:
+        pytest.skip(reason)
+    cpu = _train_bf16_mlp("cpu:0")
+    ocl = _train_bf16_mlp("opencl:0")
+    assert cpu[0][-1] < cpu[0][0]                       # it learns
+    np.testing.assert_allclose(ocl[0], cpu[0], rtol=2e-2, atol=2e-2)
+    for a, b in zip(ocl[1], cpu[1]):
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(ocl[2], cpu[2], rtol=2e-2, atol=2e-2)
