@@ -5,8 +5,8 @@ tensor on ``cuda:N`` holds a :class:`BF16Array`: its bits in a ``uint16`` CuPy a
 (``.bits``) and ``dtype`` bfloat16, which is all the core reads of a native array. Host
 copies are ``ml_dtypes.bfloat16`` arrays with the same bits.
 
-Every op declared for bfloat16 on ``cuda`` (:func:`declare`: the ones declaring float32
-or any dtype, less :data:`NOT_DECLARED`) runs its float32 kernel
+Every op declared for bfloat16 on ``cuda`` (:func:`declare`: as on the NumPy backend, the
+ones declaring float16 or any dtype, less :data:`NOT_DECLARED`) runs its float32 kernel
 (:func:`compute_in_float32`): bfloat16 inputs widened exactly (:func:`bits_to_float32`,
 the bits shifted left by 16), float32 results rounded back (:func:`float32_to_bits`:
 nearest, ties to even; NaN stays NaN) -- the OpenCL and NumPy backends' float32 round
@@ -169,13 +169,14 @@ def cast(fn, xp):
 
 def declare(op_name, dtypes):
     """The dtypes the CUDA kernel of ``op_name`` declares, given the shared kernel's
-    ``dtypes`` (None: any): bfloat16 added where float32 (or any dtype) is taken, except
-    :data:`NOT_DECLARED`; a bfloat16 the shared NumPy declaration carries is dropped there
-    (it is computed by NumPy's ml_dtypes, which CuPy cannot hold)."""
+    ``dtypes`` (None: any): the NumPy backend's rule (bfloat16 wherever float16 is
+    taken, so both backends declare the same), except :data:`NOT_DECLARED`, where a
+    bfloat16 the shared NumPy declaration carries is dropped (NumPy draws it with
+    ml_dtypes, which CuPy cannot hold)."""
     if dtypes is None:
-        return None if op_name not in NOT_DECLARED else dtypes
+        return None
     dts = tuple(d for d in dtypes if d != "bfloat16")
-    if "float32" in dts and op_name not in NOT_DECLARED:
+    if "float16" in dts and op_name not in NOT_DECLARED:
         return ("bfloat16",) + dts
     return dts
 
