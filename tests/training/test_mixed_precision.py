@@ -9,6 +9,15 @@ import tapeflow as tf
 mp = tf.keras.mixed_precision
 
 
+def _needs_float16():
+    """Skip where the default device cannot hold float16 (OpenCL without cl_khr_fp16:
+    tests/backends/test_opencl.py runs this file with opencl:0 as the default)."""
+    dev = tf.runtime.devices.get_device(tf.constant(0.0).device)
+    why = dev.backend.dtype_unsupported(dev, tf.float16)
+    if why:
+        pytest.skip(why)
+
+
 @pytest.fixture(autouse=True)
 def _reset_policy():
     yield
@@ -44,6 +53,7 @@ def test_global_policy_applies_to_new_layers_only():
 
 
 def test_layer_dtype_argument_takes_policy_names():
+    _needs_float16()
     layer = tf.keras.layers.Dense(3, dtype="mixed_float16")
     assert layer(np.ones([2, 5], np.float32)).dtype is tf.float16
     assert layer.kernel.dtype is tf.float32
@@ -66,6 +76,8 @@ def test_gradients_reach_float32_variables():
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_mixed_policy_model_trains(policy):
+    if policy == "mixed_float16":
+        _needs_float16()
     tf.set_random_seed(1)
     rng = np.random.default_rng(0)
     x = rng.normal(size=(256, 10)).astype(np.float32)
@@ -125,6 +137,7 @@ def test_scaled_loss_and_unscaled_gradients():
 
 
 def test_float16_small_gradients_survive_only_with_loss_scaling():
+    _needs_float16()
     w = tf.Variable(1.0)
     with tf.GradientTape(persistent=True) as tape:
         small = tf.constant(1e-4, tf.float16)

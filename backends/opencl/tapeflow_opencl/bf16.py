@@ -75,21 +75,31 @@ def from_float32(a):
     return rt.elementwise("f_to_bf16(x0)", BF16, a, preamble=PREAMBLE, out_shape=a.shape)
 
 
-def _is_bf16(a):
-    return getattr(a, "dtype", None) == BF16 and hasattr(a, "queue")
+def _low(args):
+    """Whether an argument (or an element of a list argument) is a bfloat16 array (the
+    dtype is a singleton: ``is`` keeps this test at ~0.1 us per argument)."""
+    for a in args:
+        t = type(a)
+        if t is list or t is tuple:
+            for b in a:
+                if getattr(b, "dtype", None) is BF16:
+                    return True
+        elif getattr(a, "dtype", None) is BF16:
+            return True
+    return False
 
 
 def _up(a):
-    if _is_bf16(a):
-        return to_float32(a)
-    if type(a) in (list, tuple) and any(_is_bf16(b) for b in a):
-        return type(a)(_up(b) for b in a)
-    return a
+    t = type(a)
+    if t is list or t is tuple:
+        return t(_up(b) for b in a) if _low(a) else a
+    return to_float32(a) if getattr(a, "dtype", None) is BF16 else a
 
 
 def _down(out):
-    if type(out) in (list, tuple):
-        return type(out)(_down(o) for o in out)
+    t = type(out)
+    if t is list or t is tuple:
+        return t(_down(o) for o in out)
     if getattr(out, "dtype", None) == _F32 and hasattr(out, "queue"):
         return from_float32(out)
     return out
@@ -99,17 +109,21 @@ def compute_in_float32(fn):
     """An OpenCL kernel running ``fn`` (a float32 kernel) in float32 where an input array
     (or a ``dtype`` attr) is bfloat16, its float32 results rounded to bfloat16; other
     calls go to ``fn`` unchanged."""
+    bf16 = _dt.bfloat16
+
     def kernel(*args, **attrs):
-        low = False
-        for a in args:
-            if _is_bf16(a) or (type(a) in (list, tuple) and any(_is_bf16(b) for b in a)):
-                low = True
-                break
-        if attrs.get("dtype") is _dt.bfloat16:
+        for a in args:              # (inlined: this runs before every float32 call too)
+            try:
+                if a.dtype is BF16:
+                    break
+            except AttributeError:
+                if type(a) in (list, tuple) and _low(a):
+                    break
+        else:
+            if not attrs or attrs.get("dtype") is not bf16:
+                return fn(*args, **attrs)
+        if attrs.get("dtype") is bf16:
             attrs["dtype"] = _dt.float32
-            low = True
-        if not low:
-            return fn(*args, **attrs)
         return _down(fn(*[_up(a) for a in args], **attrs))
     kernel.__name__ = kernel.__qualname__ = getattr(fn, "__name__", "kernel") + "_bf16"
     kernel.__wrapped__ = fn
@@ -120,7 +134,7 @@ def cast(fn):
     """``Cast`` with bfloat16 on either side (one kernel); other casts go to ``fn``."""
     def kernel(x, dtype):
         to = np.dtype(dtype.np)
-        if x.dtype == BF16:
+        if x.dtype is BF16:
             if to == BF16:
                 return x
             expr = "bf16_to_f(x0) != 0" if to == np.bool_ else "bf16_to_f(x0)"
