@@ -28,7 +28,7 @@ array([3.])
 (True, True)
 >>> import ml_dtypes
 >>> x = np.ones(1000, ml_dtypes.bfloat16)
->>> table["Sum"]["fn"](x, axis=None, keepdims=False)    # float32 accumulation
+>>> table["Sum"]["variants"]["bfloat16"](x, axis=None, keepdims=False)   # float32 sums
 array(1000, dtype=bfloat16)
 """
 
@@ -65,7 +65,8 @@ def module(name):
 def iter_kernels(xp, modules=MODULES, **build_kwargs):
     """``(op name, spec dict)`` for every kernel of ``modules`` built for array module
     ``xp`` (a spec given as a bare function becomes ``{"fn": fn}``). For NumPy, a kernel
-    declaring float16 also declares bfloat16, computed in float32."""
+    declaring float16 also declares bfloat16, computed in float32 by its
+    ``spec["variants"]["bfloat16"]`` (dispatch calls it for bfloat16 only)."""
     for name in modules:
         for op_name, spec in module(name).build(xp, **build_kwargs.get(name, {})).items():
             spec = dict(spec) if isinstance(spec, dict) else {"fn": spec}
@@ -73,7 +74,8 @@ def iter_kernels(xp, modules=MODULES, **build_kwargs):
             if xp is np and dts is not None and "float16" in dts and "bfloat16" not in dts:
                 spec["dtypes"] = ("bfloat16",) + tuple(dts)
                 if op_name not in BF16_NATIVE:
-                    spec["fn"] = compute_in_float32(spec["fn"])
+                    # a variant: the other dtypes call the NumPy kernel with no wrapper
+                    spec["variants"] = {"bfloat16": compute_in_float32(spec["fn"])}
             yield op_name, spec
 
 
