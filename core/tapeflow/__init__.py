@@ -17,9 +17,9 @@ import sys as _sys
 import types as _types
 
 from .runtime import dtypes, errors
-from .runtime.dtypes import (DType, as_dtype, bool_, double, float16, float32, float64, half, int8,
-                             int16, int32, int64, uint8, uint16, uint32, uint64, complex64,
-                             complex128)
+from .runtime.dtypes import (DType, as_dtype, bfloat16, bool_, double, float16, float32, float64,
+                             half, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
+                             complex64, complex128)
 from .runtime.devices import device, list_devices, num_gpus
 from .runtime.tensor import Dimension, Tensor, TensorShape
 from .runtime.variable import Variable

@@ -158,6 +158,8 @@ class Model(Layer):
         return self._compiled
 
     def _loss(self, loss_fn, y, pred):
+        if isinstance(pred, Tensor) and pred.dtype.is_floating and pred.dtype.size == 2:
+            pred = _m.cast(pred, "float32")     # losses compute in float32, as in Keras
         value = loss_fn(y, pred)
         if value.ndim:
             value = _r.reduce_mean(value)
@@ -172,13 +174,20 @@ class Model(Layer):
                                 _tensor(y, None))[0]
 
     def _train_step(self, c, x, y):
+        opt = c["optimizer"]
+        scaled = getattr(opt, "get_scaled_loss", None)     # a LossScaleOptimizer
         with GradientTape() as tape:
             pred = self(x, training=True)
             y = _follow(y, pred)
             loss = self._loss(c["loss"], y, pred)
+            if scaled is not None:
+                scaled = scaled(loss)
         tvars = self.trainable_variables
-        grads = tape.gradient(loss, tvars)
-        c["optimizer"].apply_gradients(zip(grads, tvars))
+        if scaled is not None:
+            grads = opt.get_unscaled_gradients(tape.gradient(scaled, tvars))
+        else:
+            grads = tape.gradient(loss, tvars)
+        opt.apply_gradients(zip(grads, tvars))
         return loss, y, pred
 
     def test_on_batch(self, x, y):

@@ -48,6 +48,9 @@ def _status():
 
 
 PLUGIN, REASON = _status()
+if PLUGIN is not None:
+    from tapeflow_cuda_cupy import bf16 as cuda_bf16
+    NOT_BF16_ON_CUDA = cuda_bf16.NOT_DECLARED
 
 needs_plugin = pytest.mark.skipif(PLUGIN is None, reason=str(REASON))
 needs_gpu = pytest.mark.skipif(REASON is not None, reason=str(REASON))
@@ -99,9 +102,12 @@ def test_every_cpu_op_has_a_cuda_kernel_with_the_same_declaration():
         if cpu is None or cpu.source.startswith("<in-process"):
             continue                    # test ops other tests register in this process
         cuda = op.kernels.get("cuda")
+        want = cpu.dtypes
+        if want is not None and name in NOT_BF16_ON_CUDA:   # NumPy draws it with ml_dtypes
+            want = tuple(d for d in want if d != "bfloat16")
         if cuda is None:
             missing.append(name)
-        elif (cuda.dtypes, cuda.needs_device) != (cpu.dtypes, cpu.needs_device):
+        elif (cuda.dtypes, cuda.needs_device) != (want, cpu.needs_device):
             differ.append(name)
     assert not missing, f"ops with a cpu kernel but no cuda kernel: {missing}"
     assert not differ, f"cuda kernels declaring other dtypes than the cpu's: {differ}"
@@ -239,6 +245,78 @@ def test_cuda_sources_compile_with_nvrtc():
     failed = [f"{label}:\n{log}" for label, ok, log in results if not ok]
     assert not failed, "\n".join(failed)
     assert len(results) >= 40
+
+
+@needs_plugin
+def test_bfloat16_conversions_match_ml_dtypes_with_numpy_as_xp():
+    """CUDA's bfloat16 conversions, written against an array module, run here with NumPy
+    for CuPy: every one of the 65536 bfloat16 bit patterns widens exactly, and float32
+    rounds to nearest even like ml_dtypes (ties, overflow to inf, subnormals, NaN kept)."""
+    import ml_dtypes
+    bits = np.arange(2 ** 16, dtype=np.uint32).astype(np.uint16)
+    wide = cuda_bf16.bits_to_float32(np, bits)
+    assert wide.dtype == np.float32
+    want = bits.view(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(wide.view(np.uint32), want.view(np.uint32))
+    rng = np.random.default_rng(0)
+    f = np.concatenate([
+        rng.standard_normal(20000).astype(np.float32) * np.float32(10.0) ** rng.integers(
+            -40, 38, 20000).astype(np.float32),
+        np.array([0.0, -0.0, 1.00390625, 1.01171875, -1.00390625, 3.4e38, -3.4e38, np.inf,
+                  -np.inf, 1e-40, -1e-45, 2.0 ** -133], np.float32),
+        rng.integers(0, 2 ** 32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    got = cuda_bf16.float32_to_bits(np, f)
+    assert got.dtype == np.uint16
+    ok = ~np.isnan(f)
+    np.testing.assert_array_equal(got[ok], f[ok].astype(ml_dtypes.bfloat16).view(np.uint16))
+    assert np.isnan(got[~ok].view(ml_dtypes.bfloat16).astype(np.float32)).all()
+    assert cuda_bf16.float32_to_bits(np, np.float32(1.5).reshape(())).shape == ()   # 0-d stays
+    t = cuda_bf16.float32_to_bits(np, np.ones((3, 4), np.float32).T)               # strided
+    assert t.shape == (4, 3) and (t == 0x3F80).all()
+
+
+@needs_plugin
+def test_bfloat16_kernel_wrappers_with_numpy_as_xp():
+    """The wrappers CUDA kernels get for bfloat16, around NumPy functions: BF16Array in,
+    float32 compute, BF16Array out (other dtypes pass through); Cast both ways; the
+    shared random kernels' bfloat16 (ml_dtypes) is not declared on CUDA."""
+    import ml_dtypes
+    B = cuda_bf16.BF16Array
+
+    def arr(values):
+        return B(np.asarray(values, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16))
+
+    def host(b):                # (BF16Array.get() calls CuPy's get(): here, its bits)
+        return b.bits.view(ml_dtypes.bfloat16)
+
+    x, y = arr([[1.0, 2.0], [3.0, 4.0]]), arr([[0.5, 0.25], [1.0, 1.0]])
+    mm = cuda_bf16.compute_in_float32(np.matmul, np)
+    out = mm(x, y)
+    assert type(out) is B and out.dtype == cuda_bf16.BF16 and out.shape == (2, 2)
+    np.testing.assert_array_equal(host(out).astype(np.float32), [[2.5, 2.25], [5.5, 4.75]])
+    assert mm(np.ones((1, 2), np.float32), np.ones((2, 1), np.float32)).dtype == np.float32
+    concat = cuda_bf16.compute_in_float32(lambda xs, axis: np.concatenate(xs, axis), np)
+    assert host(concat([x, y], axis=0)).shape == (4, 2)
+    fill = cuda_bf16.compute_in_float32(lambda shape, dtype: np.zeros(shape, dtype.np), np)
+    assert type(fill((2,), dtype=tf.bfloat16)) is B
+    eq = cuda_bf16.compute_in_float32(np.equal, np)
+    assert eq(arr([0.0, np.nan]), arr([-0.0, np.nan])).tolist() == [True, False]
+
+    def cast_kernel(a, dtype):
+        return a.astype(dtype.np)
+    cast = cuda_bf16.cast(cast_kernel, np)
+    c = cast(np.array([1.00390625, 2.5, -3.0], np.float64), dtype=tf.bfloat16)
+    assert type(c) is B and host(c).astype(np.float32).tolist() == [1.0, 2.5, -3.0]
+    assert cast(c, dtype=tf.int32).tolist() == [1, 2, -3]
+    assert cast(c, dtype=tf.float32).dtype == np.float32
+    assert cast(c, dtype=tf.bfloat16) is c
+    decl = {"RandomUniform": ("bfloat16", "float16", "float32"), "Exp": ("float16", "float32"),
+            "Atan2": ("float32", "float64"), "Reshape": None}
+    assert cuda_bf16.declare("RandomUniform", decl["RandomUniform"]) == ("float16", "float32")
+    assert cuda_bf16.declare("Exp", decl["Exp"]) == ("bfloat16", "float16", "float32")
+    assert cuda_bf16.declare("Atan2", decl["Atan2"]) == ("float32", "float64")
+    assert cuda_bf16.declare("Reshape", None) is None
+    assert cuda_bf16.wrap("Atan2", np.arctan2, np, ("float32", "float64")) is np.arctan2
 
 
 def test_python_layer_on_a_numpy_stand_in_for_cupy():
@@ -564,6 +642,41 @@ def test_training_step_matches_the_cpu():
     assert abs(lc - lg) < 1e-4
     np.testing.assert_allclose(gag, gac, rtol=1e-3, atol=1e-5)
     np.testing.assert_allclose(gbg, gbc, rtol=1e-3, atol=1e-5)
+
+
+@needs_gpu
+def test_bfloat16_on_cuda_matches_the_cpu():
+    """bfloat16 tensors on cuda:0 (uint16 bits, float32 compute): copies, casts,
+    elementwise, MatMul, reductions, softmax cross-entropy and its gradient, as on cpu:0."""
+    import ml_dtypes
+    rng = np.random.default_rng(0)
+    host = rng.standard_normal((4, 5)).astype(ml_dtypes.bfloat16)
+    labels = np.array([0, 1, 2, 4], np.int32)
+
+    def run():
+        x = tf.constant(host)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            h = tf.nn.relu(tf.matmul(x, tf.transpose(x)) * 0.5 + 1.0)
+            logits = tf.concat([h, tf.reshape(tf.reduce_max(h, 1), [4, 1])], 1)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=tf.constant(labels), logits=logits))
+        g = tape.gradient(loss, x)
+        return [t.numpy().astype(np.float32) for t in
+                (x, tf.cast(x, tf.float32), h, tf.reduce_sum(x, 0), loss, g,
+                 tf.cast(tf.cast(x, tf.int32), tf.bfloat16))] + [x.dtype, g.dtype, x.device]
+
+    cpu = run()
+    with tf.device("cuda:0"):
+        gpu = run()
+    assert gpu[-3:] == [tf.bfloat16, tf.bfloat16, "cuda:0"]
+    np.testing.assert_array_equal(gpu[0], cpu[0])
+    np.testing.assert_array_equal(gpu[1], cpu[1])
+    for a, b in zip(gpu[2:7], cpu[2:7]):
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-2)
+    with tf.device("cuda:0"):
+        with pytest.raises(NotFoundError, match="RandomUniform.*cuda.*bfloat16"):
+            tf.random.uniform([3], dtype=tf.bfloat16)
 
 
 @needs_two_gpus

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow.errors import InvalidArgumentError, UnimplementedError
+from tapeflow.errors import InvalidArgumentError, NotFoundError, UnimplementedError
 
 
 def _status():
@@ -177,6 +177,47 @@ def test_float16_is_a_clear_unimplemented_error():
         x.to("opencl:0")
     assert "float16" in dev.backend.dtype_unsupported(dev, tf.float16)
     assert dev.backend.dtype_unsupported(dev, tf.float32) is None
+
+
+_BF16_EDGES = np.array([0.0, -0.0, 1.0, 1.00390625, 1.01171875, -1.01171875, 3.0e38, 3.4e38,
+                        np.inf, -np.inf, np.nan, -np.nan, 1e-40, -1e-45, 65504.0, 2.0 ** -133],
+                       np.float32)
+
+
+@needs_device
+def test_bfloat16_rounds_like_ml_dtypes_both_ways():
+    """bfloat16 is 16-bit words on the device: float32 -> bfloat16 rounds to nearest even
+    (ties 1 + 2**-8 down, 1 + 3 * 2**-8 up), overflows to inf, keeps NaN a NaN and
+    subnormals exact; back to float32 is exact; every dtype casts both ways."""
+    import ml_dtypes
+    want = _BF16_EDGES.astype(ml_dtypes.bfloat16)
+    with tf.device("opencl:0"):
+        t = tf.cast(tf.constant(_BF16_EDGES), tf.bfloat16)
+        assert t.dtype is tf.bfloat16 and t.device == "opencl:0"
+        got = t.numpy()
+        np.testing.assert_array_equal(got.view(np.uint16)[~np.isnan(_BF16_EDGES)],
+                                      want.view(np.uint16)[~np.isnan(_BF16_EDGES)])
+        assert np.isnan(got.astype(np.float32)[np.isnan(_BF16_EDGES)]).all()
+        np.testing.assert_array_equal(tf.cast(t, tf.float32).numpy(), want.astype(np.float32))
+        # the host's bits go up unchanged and come back unchanged
+        np.testing.assert_array_equal(tf.constant(want).numpy().view(np.uint16)[:10],
+                                      want.view(np.uint16)[:10])
+        small = tf.constant(np.array([0, 1, -2, 3.5, 100.25], np.float32))
+        for dt in ("float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+                   "uint16", "uint32", "uint64", "bool"):
+            src = tf.cast(tf.abs(small) if dt.startswith("uint") else small, dt)
+            b = tf.cast(src, tf.bfloat16)
+            np.testing.assert_array_equal(b.numpy(), src.numpy().astype(ml_dtypes.bfloat16))
+            np.testing.assert_array_equal(tf.cast(b, dt).numpy(),
+                                          b.numpy().astype(np.float32).astype(dt))
+
+
+@needs_device
+def test_bfloat16_ops_without_an_opencl_kernel_say_so():
+    with tf.device("opencl:0"):
+        a = tf.cast(tf.eye(3) * 2.0, tf.bfloat16)
+        with pytest.raises(NotFoundError, match=r"Cholesky.*opencl.*bfloat16"):
+            tf.linalg.cholesky(a)
 
 
 @needs_device

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tapeflow import dtypes as tf_dtypes
 from tapeflow.errors import NotFoundError, UnimplementedError
 from tapeflow.kernels.math import special
 from tapeflow.plugins import get_op
@@ -40,6 +41,7 @@ from tapeflow.plugins import get_op
 __all__ = ["compile_spec", "fusible_op"]
 
 _F16 = np.dtype(np.float16)
+_BF16 = tf_dtypes.bfloat16.np
 
 
 def _ufunc_table():
@@ -90,6 +92,8 @@ def fusible_op(op_name, in_dtypes, attrs):
     False
     """
     dts = [np.dtype(d) for d in in_dtypes]
+    if _BF16 in dts:
+        return False        # NumPy's bfloat16 loops are slow: the kernels run in float32
     if any(d == _F16 for d in dts) and op_name in ("Sigmoid", "Erf"):
         return False        # the unfused kernels compute those in float32
     if op_name == "Pow":

@@ -4,7 +4,8 @@ Arrays are ``cupy.ndarray`` s allocated from CuPy's memory pool: a tensor's memo
 goes back to the pool when the tensor is no longer referenced (``memory_info``
 reports the pool's bytes in use), and CuPy returns cached blocks to the driver and
 retries before it reports an allocation failure. Work is queued on CuPy's current
-stream; ``to_host`` (``.numpy()``, printing, ``bool()``) waits for it.
+stream; ``to_host`` (``.numpy()``, printing, ``bool()``) waits for it. bfloat16 tensors
+hold a :class:`.bf16.BF16Array` (CuPy has no bfloat16: its bits as uint16).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tapeflow.errors import ResourceExhaustedError
 from tapeflow.plugins import Backend
 
 from . import _cupy
+from .bf16 import BF16, BF16Array
 
 #: 0-d host values uploaded at most once per device (Python scalars in ``x * 2.0``
 #: become 0-d arrays; tensors are immutable, so sharing the upload is safe)
@@ -56,12 +58,16 @@ class CupyBackend(Backend):
     # --- data movement ----------------------------------------------------------------
     def to_host(self, array, device):
         cp = _cupy.cupy()
+        if type(array) is BF16Array:
+            return array.get()
         if isinstance(array, cp.ndarray):
             return array.get()          # waits for the work queued before it
         return np.asarray(array)
 
     def from_host(self, array, device):
         cp = _cupy.cupy()
+        if getattr(array, "dtype", None) == BF16:     # CuPy has no bfloat16: its bits
+            return BF16Array(self.from_host(np.asarray(array).view(np.uint16), device))
         try:
             if getattr(array, "ndim", 1) == 0:
                 return self._scalar(cp, array, device)
@@ -97,6 +103,8 @@ class CupyBackend(Backend):
 
     def copy_from(self, array, src, dst):
         cp = _cupy.cupy()
+        if type(array) is BF16Array and src.backend is self:
+            return array if src is dst else BF16Array(self.copy_from(array.bits, src, dst))
         try:
             if src.backend is self:
                 if src is dst:

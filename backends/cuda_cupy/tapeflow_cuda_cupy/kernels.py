@@ -12,7 +12,9 @@ machine where a CUDA device exists) builds the whole table once (:func:`table`):
 1. every shared kernel module's ``build(xp)`` with ``xp`` the CuPy compatibility
    namespace (one source for both backends where NumPy and CuPy agree);
 2. ``tapeflow.kernels.random`` built around the GPU Philox (:mod:`.philox`);
-3. the CUDA-specific kernels of :mod:`.k_cuda` on top.
+3. the CUDA-specific kernels of :mod:`.k_cuda` on top;
+4. bfloat16 (CuPy has none): the kernels :func:`.bf16.declare` offers it for are wrapped
+   to take and return :class:`.bf16.BF16Array` (uint16 bits) and compute in float32.
 
 then rebinds the op's registered kernel to the real function
 (``tapeflow.plugins.rebind_kernel``), so later calls cost nothing extra.
@@ -29,7 +31,7 @@ import numpy as np
 from tapeflow import kernels
 from tapeflow.errors import UnimplementedError
 
-from . import _cupy, k_cuda, philox
+from . import _cupy, bf16, k_cuda, philox
 
 DEVICE_TYPE = "cuda"
 
@@ -63,7 +65,7 @@ def declared() -> dict:
             continue      # the CPU plugin reports its own failure
         for op, s in tbl.items():
             s = _spec(s)
-            decl[op] = (s.get("dtypes"), bool(s.get("needs_device", False)))
+            decl[op] = (bf16.declare(op, s.get("dtypes")), bool(s.get("needs_device", False)))
     return decl
 
 
@@ -125,9 +127,10 @@ def _build() -> _Built:
     for op, fn in overrides.items():
         fns[op] = fn
         b.origin[op] = "cuda"
+    decl = declared()
+    fns = {op: bf16.wrap(op, fn, xp, decl.get(op, ((), False))[0]) for op, fn in fns.items()}
     from .backend import BACKEND
     if BACKEND.multi_device:
-        decl = declared()
         fns = {op: _on_device(fn, decl.get(op, (None, False))[1]) for op, fn in fns.items()}
     b.fns = fns
     return b

@@ -257,7 +257,9 @@ def build():
         to = np.dtype(dtype.np)
         if to == x.dtype:
             return x
-        if to not in rt.CTYPES:                 # complex: the device's own clear error
+        if to not in rt.CTYPES or to == np.float16:
+            # complex, or float16 without cl_khr_fp16: the device's own clear error (not
+            # a compile error of a kernel casting to half)
             rt.device_of(x).check_dtype(to, "casting to it")
         return ew(_cast_expr(to), to, x)
 

@@ -7,7 +7,8 @@ coverage shows in ``python -m tapeflow info`` everywhere.
 
 Each kernel module ``k_*.py`` exposes ``build() -> {op name: spec}`` where a spec is
 a callable or ``dict(fn=..., dtypes=..., needs_device=...)``, the CPU backend's
-convention.
+convention. bfloat16 is added to the kernels that declare float32 by
+:func:`tapeflow_opencl.bf16.declare` (16-bit storage, float32 compute).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib
 from tapeflow.errors import NotFoundError
 from tapeflow.plugins import get_op, hookimpl
 
+from . import bf16
 from .backend import BACKEND, OpenCLBackend
 
 TAPEFLOW_PLUGIN_API = 1
@@ -47,7 +49,7 @@ def iter_kernels():
         for op_name, spec in mod.build().items():
             if callable(spec):
                 spec = {"fn": spec}
-            yield op_name, spec
+            yield op_name, bf16.declare(op_name, spec)
 
 
 @hookimpl

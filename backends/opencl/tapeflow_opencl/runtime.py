@@ -40,6 +40,7 @@ import math
 import os
 import threading
 
+import ml_dtypes
 import numpy as np
 
 
@@ -47,14 +48,15 @@ _cl = None
 _cla = None
 _lock = threading.RLock()
 
-#: NumPy dtype -> OpenCL C type (bool is one byte, read as uchar)
+#: NumPy dtype -> OpenCL C type (bool is one byte, read as uchar; bfloat16 is its 16-bit
+#: word, which only ``tapeflow_opencl.bf16``'s conversions read as a number)
 CTYPES = {
     np.dtype(np.bool_): "uchar", np.dtype(np.int8): "char", np.dtype(np.uint8): "uchar",
     np.dtype(np.int16): "short", np.dtype(np.uint16): "ushort",
     np.dtype(np.int32): "int", np.dtype(np.uint32): "uint",
     np.dtype(np.int64): "long", np.dtype(np.uint64): "ulong",
     np.dtype(np.float16): "half", np.dtype(np.float32): "float",
-    np.dtype(np.float64): "double",
+    np.dtype(np.float64): "double", np.dtype(ml_dtypes.bfloat16): "ushort",
 }
 
 #: dtypes every op family declares on ``opencl`` (float16 is not among them: PoCL and

@@ -3,7 +3,8 @@
 ``Model``, ``Sequential`` (:mod:`tapeflow.models`), ``layers`` (:mod:`tapeflow.layers`),
 ``optimizers`` (Keras names ``SGD``, ``Adam``, ``RMSprop`` over the optimizers of
 :mod:`tapeflow.train`), ``losses``, ``metrics``, ``activations``, ``initializers``,
-``regularizers``, ``backend`` and ``datasets`` (:mod:`tapeflow.datasets`, e.g.
+``regularizers``, ``backend``, ``mixed_precision`` (dtype policies and the
+``LossScaleOptimizer``: docs/mixed_precision.md) and ``datasets`` (:mod:`tapeflow.datasets`, e.g.
 ``tf.keras.datasets.mnist.load_data()``). Submodules that need other parts of the
 training stack load them on first use.
 
@@ -25,10 +26,11 @@ models = _importlib.import_module("tapeflow.models")
 
 __all__ = ["Model", "Sequential", "Network", "History", "layers", "models", "optimizers",
            "losses", "metrics", "datasets", "activations", "initializers", "regularizers",
-           "backend"]
+           "backend", "mixed_precision"]
 
 _LAZY = {"metrics": "tapeflow.keras.metrics", "datasets": "tapeflow.keras.datasets",
-         "callbacks": "tapeflow.keras.callbacks"}
+         "callbacks": "tapeflow.keras.callbacks",
+         "mixed_precision": "tapeflow.keras.mixed_precision"}
 
 
 def __getattr__(name):

@@ -79,6 +79,9 @@ def build(xp, raw64=None):
         if npdt == np.float16:
             return ((words >> np.uint32(21)).astype(np.float32) * np.float32(2.0 ** -11)
                     ).astype(np.float16)
+        if npdt.itemsize == 2:      # bfloat16: 8 bits, so that rounding never reaches 1
+            return ((words >> np.uint32(24)).astype(np.float32) * np.float32(2.0 ** -8)
+                    ).astype(npdt)
         return (words >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
 
     def random_uniform(shape, dtype, key, counter, minval, maxval, device=None):
@@ -87,7 +90,11 @@ def build(xp, raw64=None):
         u = unit_uniform(n, npdt, key, counter)
         if minval != 0.0 or maxval != 1.0:
             t = npdt.type
-            u = u * t(maxval - minval) + t(minval)
+            if npdt.itemsize == 2 and npdt != np.float16:   # bfloat16: scale in float32
+                u = u.astype(np.float32) * np.float32(maxval - minval) + np.float32(minval)
+                u = u.astype(npdt)
+            else:
+                u = u * t(maxval - minval) + t(minval)
             if npdt != np.float64:
                 # rounding may reach maxval in low precision: keep the interval half-open
                 u = xp.minimum(u, xp.nextafter(t(maxval), t(minval)))
@@ -151,11 +158,13 @@ def build(xp, raw64=None):
         perm = xp.argsort(raw, kind="stable")
         return x[perm]
 
+    # bfloat16 (NumPy only: ml_dtypes) draws as above, in float32 then rounded
+    floats = ("bfloat16",) + FLOATS if xp is np else FLOATS
     return {
-        "RandomStandardNormal": {"fn": random_normal, "dtypes": FLOATS, "needs_device": True},
-        "RandomUniform": {"fn": random_uniform, "dtypes": FLOATS, "needs_device": True},
+        "RandomStandardNormal": {"fn": random_normal, "dtypes": floats, "needs_device": True},
+        "RandomUniform": {"fn": random_uniform, "dtypes": floats, "needs_device": True},
         "RandomUniformInt": {"fn": random_uniform_int, "dtypes": ("int32", "int64"),
                              "needs_device": True},
-        "TruncatedNormal": {"fn": truncated_normal, "dtypes": FLOATS, "needs_device": True},
+        "TruncatedNormal": {"fn": truncated_normal, "dtypes": floats, "needs_device": True},
         "RandomShuffle": {"fn": random_shuffle, "dtypes": None, "needs_device": True},
     }

@@ -43,6 +43,7 @@ from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import initializers
 from . import regularizers
+from .policy import as_policy
 from ..ops import math as _math_mod
 
 __all__ = ["Layer", "variable_creator_scope", "reset_uids", "unique_layer_name"]
@@ -230,7 +231,9 @@ class Layer:
     ``add_weight``/``add_variable`` once the input's shape is known) and
     ``call(inputs[, training])``. Constructor keywords: ``trainable``, ``name``
     (default: the class name in snake case, made unique: ``dense``, ``dense_1``),
-    ``dtype`` (of the variables; default float32), and ``input_shape`` /
+    ``dtype`` (a dtype policy or its name, e.g. ``"mixed_bfloat16"``: compute in
+    bfloat16, keep float32 variables; or a dtype, for both; default: the global policy,
+    ``tf.keras.mixed_precision.global_policy()``), and ``input_shape`` /
     ``batch_input_shape`` / ``input_dim`` (used by ``Sequential`` to build at once).
     """
 
@@ -255,7 +258,11 @@ class Layer:
         d["built"] = False
         d["trainable"] = bool(trainable)
         d["_name"] = name if name else unique_layer_name(_snake(type(self).__name__))
-        d["_dtype"] = _dt.as_dtype(dtype) if dtype is not None else _dt.float32
+        policy = as_policy(dtype)
+        d["_policy"] = policy
+        d["_dtype"] = policy._variable            # of the variables
+        d["_compute"] = policy._compute           # of the computation
+        d["_mixed"] = policy._compute is not policy._variable
         if batch_input_shape is None and input_shape is not None:
             batch_input_shape = (None,) + tuple(input_shape)
         if batch_input_shape is None and input_dim is not None:
@@ -351,7 +358,30 @@ class Layer:
 
     @property
     def dtype(self):
+        """The dtype of the layer's variables (``variable_dtype``, as in Keras)."""
         return self._dtype
+
+    @property
+    def dtype_policy(self):
+        """The layer's :class:`~tapeflow.keras.mixed_precision.Policy`."""
+        return self._policy
+
+    @property
+    def compute_dtype(self):
+        """The dtype the layer computes in: its float inputs and variables are cast to it."""
+        return self._compute
+
+    @property
+    def variable_dtype(self):
+        return self._dtype
+
+    def _read(self, var):
+        """``var``'s value for the computation: cast to the compute dtype under a mixed
+        policy (the cast is differentiable: the gradient reaches the float32 Variable)."""
+        v = var.read_value()
+        if self._mixed and v.dtype is self._dtype:
+            return _math_mod.cast(v, self._compute)
+        return v
 
     @property
     def variables(self) -> list:
@@ -468,9 +498,19 @@ class Layer:
         if x is None:
             return None
         t = convert_to_tensor(x)
-        if t.dtype.is_floating and t.dtype is not self._dtype:
+        if t.dtype.is_floating and t.dtype is not self._compute:
             cast = _math_mod.cast
-            t = cast(t, self._dtype)
+            t = cast(t, self._compute)
+        return t
+
+    def _autocast(self, t):
+        """A float Tensor input in the compute dtype: under a mixed policy any float
+        input, otherwise a 16-bit float input of a wider layer (a float32 softmax after
+        bfloat16 layers)."""
+        dt = t.dtype
+        if dt.is_floating and dt is not self._compute and (
+                self._mixed or (dt.size == 2 and self._compute.is_floating)):
+            return _math_mod.cast(t, self._compute)
         return t
 
     def _own_device(self):
@@ -512,6 +552,8 @@ class Layer:
                 inputs = kwargs.pop("inputs")
             if type(inputs) is not Tensor:
                 inputs = self._convert_input(inputs)
+            else:
+                inputs = self._autocast(inputs)
             if not self.built:
                 self._build_on_call(inputs)
             dev = self._input_device

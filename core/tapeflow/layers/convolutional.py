@@ -95,11 +95,11 @@ class Conv2D(Layer):
 
     def call(self, inputs):
         fmt = self._fmt
-        y = _nn.conv2d(inputs, self.kernel.read_value(), strides=self.strides,
+        y = _nn.conv2d(inputs, self._read(self.kernel), strides=self.strides,
                        padding=self.padding, data_format=fmt, dilations=self.dilation_rate)
         b = self.bias
         if b is not None:
-            y = y + b.read_value() if fmt == "NHWC" else _nn.bias_add(y, b.read_value(), "NCHW")
+            y = y + self._read(b) if fmt == "NHWC" else _nn.bias_add(y, self._read(b), "NCHW")
         act = self.activation
         return y if act is None else act(y)
 

@@ -79,10 +79,10 @@ class Dense(Layer):
         self.built = True
 
     def call(self, inputs):
-        y = _matmul(inputs, self.kernel.read_value())
+        y = _matmul(inputs, self._read(self.kernel))
         b = self.bias
         if b is not None:
-            y = y + b.read_value()
+            y = y + self._read(b)
         act = self.activation
         return y if act is None else act(y)
 
@@ -200,7 +200,7 @@ class Embedding(Layer):
     def call(self, inputs):
         if not inputs.dtype.is_integer:
             inputs = _m.cast(inputs, "int32")
-        return _a.gather(self.embeddings.read_value(), inputs)
+        return _a.gather(self._read(self.embeddings), inputs)
 
 
 def dense(*args, **kwargs):

@@ -110,12 +110,12 @@ class BatchNormalization(Layer):
             if bshape is not None:
                 mean, var = _a.reshape(mean, bshape), _a.reshape(var, bshape)
         else:
-            mean = self.moving_mean.read_value()
-            var = self.moving_variance.read_value()
+            mean = self._read(self.moving_mean)
+            var = self._read(self.moving_variance)
             if bshape is not None:
                 mean, var = _a.reshape(mean, bshape), _a.reshape(var, bshape)
-        gamma = None if self.gamma is None else self.gamma.read_value()
-        beta = None if self.beta is None else self.beta.read_value()
+        gamma = None if self.gamma is None else self._read(self.gamma)
+        beta = None if self.beta is None else self._read(self.beta)
         if bshape is not None:
             gamma = None if gamma is None else _a.reshape(gamma, bshape)
             beta = None if beta is None else _a.reshape(beta, bshape)

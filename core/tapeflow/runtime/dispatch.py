@@ -525,32 +525,35 @@ def _run(op, tensors, dev, attrs):
         if op.composite is not None:
             return op.composite(*tensors, **attrs)
         raise kernel_not_found(op, dev, _key_dtype(op, tensors, attrs))
+    fn = entry.fn
     if entry.np_dtypes is not None:
         kd = _key_dtype(op, tensors, attrs)
         if kd not in entry.np_dtypes:
             if op.composite is not None:
                 return op.composite(*tensors, **attrs)
             raise kernel_not_found(op, dev, kd)
+        if entry.variants is not None:
+            fn = entry.variants.get(kd, fn)
     arrays = [t._data for t in tensors]
     try:
         if entry.needs_device:
-            out = entry.fn(*arrays, device=dev, **attrs)
+            out = fn(*arrays, device=dev, **attrs)
         elif attrs:
-            out = entry.fn(*arrays, **attrs)
+            out = fn(*arrays, **attrs)
         else:
-            out = entry.fn(*arrays)
+            out = fn(*arrays)
     except Exception as e:
         raise _translate(e, op, dev, tensors, attrs) from None
     if op.num_outputs == 1:
         res = _wrap(out, dev)
         if _tracing[0]:
-            _ctx.tracer.trace_op(op, tensors, (res,), attrs, entry.fn, dev, entry.needs_device)
+            _ctx.tracer.trace_op(op, tensors, (res,), attrs, fn, dev, entry.needs_device)
         if _tapes_active[0] and op.differentiable and tensors:
             record(op, tensors, (res,), attrs)
         return res
     outs = tuple(_wrap(o, dev) for o in out)
     if _tracing[0]:
-        _ctx.tracer.trace_op(op, tensors, outs, attrs, entry.fn, dev, entry.needs_device)
+        _ctx.tracer.trace_op(op, tensors, outs, attrs, fn, dev, entry.needs_device)
     if _tapes_active[0] and op.differentiable and tensors:
         record(op, tensors, outs, attrs)
     return outs

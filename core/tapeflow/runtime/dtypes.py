@@ -15,20 +15,37 @@ becomes a tensor on its own follows the seeds' convention: ``float`` -> float32,
 True
 >>> result_type(int32, 2.5) is float64      # NumPy 2: int tensor with a weak float
 True
+
+``bfloat16`` (8 bits of mantissa, float32's exponent range) is stored in NumPy with the
+``ml_dtypes`` package, as JAX and TensorFlow do. It promotes as in JAX: with float16 to
+float32, with a wider float to that float, with an integer tensor to bfloat16; a weak
+Python float keeps it.
+
+>>> result_type(bfloat16, float16) is float32, result_type(bfloat16, 2.0) is bfloat16
+(True, True)
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from .errors import InvalidTypeError
 
 __all__ = [
-    "DType", "as_dtype", "float16", "float32", "float64", "int8", "int16", "int32",
+    "DType", "as_dtype", "bfloat16", "float16", "float32", "float64", "int8", "int16", "int32",
     "int64", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "bool_",
     "half", "double", "ALL_DTYPES", "FLOAT_DTYPES",
     "INT_DTYPES", "COMPLEX_DTYPES", "NUMERIC_DTYPES", "result_type",
 ]
+
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _finfo(np_dtype):
+    """np.finfo, or ml_dtypes.finfo for bfloat16 (NumPy's does not know it)."""
+    return ml_dtypes.finfo(np_dtype) if np_dtype == _BF16 else np.finfo(np_dtype)
 
 
 class DType:
@@ -42,13 +59,14 @@ class DType:
     def __init__(self, np_dtype):
         self.np = np.dtype(np_dtype)
         self.name = "bool" if self.np == np.bool_ else self.np.name
-        self.is_floating = self.np.kind == "f"
+        # ml_dtypes' bfloat16 has kind "V" (a NumPy user dtype): it is a float all the same
+        self.is_floating = self.np.kind == "f" or self.np == _BF16
         self.is_integer = self.np.kind in "iu"
         self.is_unsigned = self.np.kind == "u"
         self.is_bool = self.np.kind == "b"
         self.is_complex = self.np.kind == "c"
         #: floating or complex: the dtypes gradients flow through
-        self.is_inexact = self.np.kind in "fc"
+        self.is_inexact = self.is_floating or self.is_complex
         self.size = self.np.itemsize
         self._hash = hash(self.np)
 
@@ -79,7 +97,7 @@ class DType:
             raise TypeError(f"{self.name} has no ordering, hence no min or max")
         if self.is_bool:
             return False
-        return (np.finfo if self.is_floating else np.iinfo)(self.np).min
+        return (_finfo if self.is_floating else np.iinfo)(self.np).min
 
     @property
     def max(self):
@@ -87,7 +105,7 @@ class DType:
             raise TypeError(f"{self.name} has no ordering, hence no min or max")
         if self.is_bool:
             return True
-        return (np.finfo if self.is_floating else np.iinfo)(self.np).max
+        return (_finfo if self.is_floating else np.iinfo)(self.np).max
 
     def __repr__(self):
         return f"tf.{self.name}"
@@ -113,6 +131,7 @@ class DType:
         return (as_dtype, (self.name,))
 
 
+bfloat16 = DType(_BF16)
 float16 = half = DType(np.float16)
 float32 = DType(np.float32)
 float64 = double = DType(np.float64)
@@ -128,9 +147,9 @@ complex64 = DType(np.complex64)
 complex128 = DType(np.complex128)
 bool_ = DType(np.bool_)
 
-ALL_DTYPES = (float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
+ALL_DTYPES = (bfloat16, float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
               uint64, complex64, complex128, bool_)
-FLOAT_DTYPES = (float16, float32, float64)
+FLOAT_DTYPES = (bfloat16, float16, float32, float64)
 INT_DTYPES = (int8, int16, int32, int64, uint8, uint16, uint32, uint64)
 COMPLEX_DTYPES = (complex64, complex128)
 NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
@@ -194,4 +213,20 @@ def result_type(*args) -> DType:
         kinds = {type(w) for w in weak}
         return (complex128 if complex in kinds else float32 if float in kinds else
                 int32 if int in kinds else bool_)
+    if _BF16 in strong:
+        return _bf16_result_type(strong, weak)
     return _FROM_NP[np.result_type(*strong, *weak)]
+
+
+def _bf16_result_type(strong, weak) -> DType:
+    """JAX's lattice where bfloat16 meets another dtype: with float16 -> float32; with a
+    wider float (or complex) -> that dtype; with integers and bools -> bfloat16; a weak
+    Python float or int keeps bfloat16, a weak complex gives complex64. (NumPy itself
+    refuses bfloat16 with float16, and would make bfloat16 with int32 a float64.)"""
+    others = [d for d in strong if d != _BF16]
+    floats = [d for d in others if d.kind in "fc"]
+    if not floats:
+        return complex64 if any(type(w) is complex for w in weak) else bfloat16
+    if all(d == np.float16 for d in floats):
+        floats = [np.dtype(np.float32)]
+    return _FROM_NP[np.result_type(*floats, *weak)]

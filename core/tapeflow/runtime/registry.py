@@ -75,14 +75,18 @@ def _overridden(op_name, device_type, old, new):
 class KernelEntry:
     """A registered kernel. ``fresh``: the backend declares that the kernel returns
     new host arrays sharing memory with nothing and keeps no reference to its inputs
-    (tf.function's buffer reuse may then recycle its inputs and outputs)."""
+    (tf.function's buffer reuse may then recycle its inputs and outputs). ``variants``:
+    None, or ``{np.dtype: fn}`` for declared dtypes that run another function than ``fn``
+    (dispatch picks it by the op's key dtype; the others call ``fn`` with no wrapper)."""
 
     __slots__ = ("fn", "dtypes", "np_dtypes", "needs_device", "source", "device_type",
-                 "fresh")
+                 "fresh", "variants")
 
     def __init__(self, fn, device_type, dtypes=None, needs_device=False, source=None,
-                 fresh=False):
+                 fresh=False, variants=None):
         self.fn = fn
+        self.variants = None if not variants else {
+            _dt.as_dtype(d).np: f for d, f in variants.items()}
         self.fresh = bool(fresh)
         self.device_type = device_type
         self.dtypes = None if dtypes is None else tuple(_dt.as_dtype(d) for d in dtypes)
@@ -356,7 +360,7 @@ def add_op(op: OpDef, source=None, override=False):
 
 
 def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None, override=False,
-               fresh=False):
+               fresh=False, variants=None):
     if isinstance(op, str):
         op = get_op(op)
     prev = op.kernels.get(device_type)
@@ -364,7 +368,7 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
         raise PluginConflictError(
             f"Kernel for ({op.name}, {device_type}) is registered by both {prev.source!r} and "
             f"{source!r}. Pass override=True in the second registration to replace it.")
-    entry = KernelEntry(fn, device_type, dtypes, needs_device, source, fresh)
+    entry = KernelEntry(fn, device_type, dtypes, needs_device, source, fresh, variants)
     if prev is not None and prev.source != source:
         _overridden(op.name, device_type, prev.source, source)
     op.kernels[device_type] = entry
@@ -394,7 +398,8 @@ def _refresh_fast(op, device_type):
         op.fast.pop(device_type, None)
         return
     dts = entry.dtypes if entry.dtypes is not None else _dt.ALL_DTYPES
-    op.fast[device_type] = {d.np: entry.fn for d in dts}
+    var = entry.variants or {}
+    op.fast[device_type] = {d.np: var.get(d.np, entry.fn) for d in dts}
 
 
 def kernel_not_found(op: OpDef, device, dtype) -> NotFoundError:

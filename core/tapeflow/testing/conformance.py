@@ -69,6 +69,7 @@ import functools
 import re
 import zlib
 
+import ml_dtypes
 import numpy as np
 
 from .gradcheck import check_grads
@@ -85,6 +86,9 @@ __all__ = ["KNOWN_DEVICE_TYPES", "unavailable_devices", "DEFAULT_TOL", "Case", "
 
 #: (rtol, atol) per result dtype when the spec gives none; integers and bools compare exactly
 DEFAULT_TOL = {
+    # bfloat16 keeps 8 significant bits: one rounding is 2**-9 ~ 2e-3 relative, and an op
+    # computed in float32 from rounded inputs and rounded again is off by a few of those
+    "bfloat16": (2e-2, 2e-2),
     "float16": (1e-2, 1e-2),
     "float32": (1e-5, 1e-5),
     "float64": (1e-7, 1e-7),
@@ -186,6 +190,20 @@ def _seed(*parts):
     return zlib.crc32("/".join(str(p) for p in parts).encode())
 
 
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _kind(np_dtype):
+    """NumPy's dtype kind, with ml_dtypes' bfloat16 (kind "V") a float ("f")."""
+    return "f" if np_dtype == _BF16 else np_dtype.kind
+
+
+def _bf16_to_f32(a):
+    """A bfloat16 array as float32 (exactly), for references: NumPy has bfloat16 loops
+    for elementwise ufuncs only, and reductions there accumulate in bfloat16."""
+    return a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == _BF16 else a
+
+
 def samples_for(spec, dtype):
     """``spec.samples(dtype, rng)`` with a deterministic rng per (spec, dtype).
 
@@ -197,7 +215,23 @@ def samples_for(spec, dtype):
     tf = _tf()
     dtype = tf.as_dtype(dtype)
     rng = np.random.default_rng(_seed(spec.name, dtype.name))
+    if dtype is tf.bfloat16:
+        # specs write samples with NumPy's float kinds ("f"); bfloat16 is kind "V": the
+        # float32 samples, rounded to bfloat16 (a ``dtype`` kwarg float32 becomes bfloat16)
+        return [_to_bf16(s, tf) for s in _draw(spec, tf.float32, rng)]
     return _draw(spec, dtype, rng)
+
+
+def _to_bf16(sample, tf):
+    def conv(a):
+        if isinstance(a, np.ndarray) and a.dtype == np.float32:
+            return a.astype(_BF16)
+        return tf.bfloat16 if a is tf.float32 else a
+    kw = {k: conv(v) for k, v in sample.kwargs.items()}
+    ref_kw = (None if sample.ref_kwargs is None else
+              {k: conv(v) for k, v in sample.ref_kwargs.items()})
+    return dataclasses.replace(sample, args=tuple(conv(a) for a in sample.args), kwargs=kw,
+                               ref_kwargs=ref_kw)
 
 
 def _draw(spec, dtype, rng):
@@ -215,7 +249,7 @@ def tolerance(spec, case_dtype, out_dtype):
     """
     od = np.dtype(out_dtype)
     odn = "bool" if od.kind == "b" else od.name
-    if od.kind == "f":
+    if _kind(od) == "f":
         cd = getattr(case_dtype, "name", case_dtype)
         key = cd if cd in DEFAULT_TOL else odn
         return spec.tol.get(key) or DEFAULT_TOL.get(key, (1e-5, 1e-5))
@@ -272,7 +306,7 @@ def broadcast_values(x):
 def _filler(dtype):
     """What fills the part of an offset view's buffer before the view: a value that makes
     a kernel reading it (ignoring the offset) visibly wrong."""
-    if dtype.kind in "fc":
+    if _kind(dtype) in "fc":
         return np.nan
     if dtype.kind == "b":
         return True
@@ -345,7 +379,7 @@ def noncontiguous_tensor(x, device, via_ops=None, layout=TRANSPOSED):
         raise ValueError(f"a {layout} needs an array of rank >= "
                          f"{2 if layout == TRANSPOSED else 1}, got shape {x.shape}")
     if layout == BROADCAST and not np.array_equal(x, broadcast_values(x),
-                                                  equal_nan=x.dtype.kind in "fc"):
+                                                  equal_nan=_kind(x.dtype) in "fc"):
         raise ValueError("a stride-0 view holds its first slice along axis 0 repeated: "
                          "pass broadcast_values(x)")
     if via_ops is None:
@@ -384,7 +418,7 @@ def noncontiguous_tensor(x, device, via_ops=None, layout=TRANSPOSED):
         else:
             t = broadcast_to(base, x.shape)
     got = t.numpy()
-    if got.shape != x.shape or not np.array_equal(got, x, equal_nan=x.dtype.kind in "fc"):
+    if got.shape != x.shape or not np.array_equal(got, x, equal_nan=_kind(x.dtype) in "fc"):
         raise AssertionError(f"building a non-contiguous tensor ({layout}) on {dev} with "
                              f"tapeflow ops gave wrong values (shape {got.shape}, expected "
                              f"{x.shape}); see the slicing/transpose/broadcast_to conformance "
@@ -468,13 +502,14 @@ def reference_as_result(expected, result_dtype, case_dtype=None):
     rd = np.dtype(result_dtype)
     weak = not isinstance(expected, (np.ndarray, np.generic))
     exp = np.asarray(expected)
-    if exp.dtype == rd or exp.dtype.kind not in _KIND_ORDER or rd.kind not in _KIND_ORDER:
+    ek, rk = _kind(exp.dtype), _kind(rd)
+    if exp.dtype == rd or ek not in _KIND_ORDER or rk not in _KIND_ORDER:
         return exp
-    if weak and _KIND_ORDER[exp.dtype.kind] <= _KIND_ORDER[rd.kind]:
+    if weak and _KIND_ORDER[ek] <= _KIND_ORDER[rk]:
         with np.errstate(all="ignore"):
             return exp.astype(rd)
     cd = _np_case_dtype(case_dtype)
-    if (exp.dtype.kind == "f" and rd.kind == "f" and rd == cd
+    if (ek == "f" and rk == "f" and rd == cd
             and exp.dtype.itemsize > rd.itemsize):
         with np.errstate(all="ignore"):     # (beyond the dtype's range: inf, as the op)
             return exp.astype(rd)
@@ -505,7 +540,7 @@ def _compare_one(actual, expected, spec, case_dtype, dev, what):
                              "produce the right dtype)")
     tol = tolerance(spec, case_dtype, got.dtype)
     if tol is None:
-        if exp.dtype.kind in "fc":
+        if _kind(exp.dtype) in "fc":
             ok = np.array_equal(got.astype(exp.dtype), exp, equal_nan=True)
         else:
             ok = np.array_equal(got, exp)
@@ -626,7 +661,8 @@ def _run_sample(spec, sample, dev, dtype, index, layout):
 def _reference_runs(spec, sample):
     """Whether ``spec.ref`` accepts ``sample`` (values made for a layout may be outside
     the op's domain, e.g. a singular matrix, where the reference raises)."""
-    np_args = [a.copy() if isinstance(a, np.ndarray) else a for a in sample.args]
+    np_args = [_bf16_to_f32(a.copy()) if isinstance(a, np.ndarray) else a
+               for a in sample.args]
     ref_kwargs = sample.kwargs if sample.ref_kwargs is None else sample.ref_kwargs
     try:
         with np.errstate(all="ignore"):
@@ -664,7 +700,7 @@ def _verify(spec, sample, out, dev, dtype, what):
         return
     ref_kwargs = sample.kwargs if sample.ref_kwargs is None else sample.ref_kwargs
     with np.errstate(all="ignore"):
-        expected = spec.ref(*np_args, **ref_kwargs)
+        expected = spec.ref(*[_bf16_to_f32(a) for a in np_args], **ref_kwargs)
     multi = isinstance(out, (list, tuple))
     if not multi and isinstance(expected, (list, tuple)) and _one_array(expected):
         expected = np.asarray(expected)        # a list for one output: its values
@@ -776,7 +812,7 @@ def _arrays(x):
 
 
 def _same_values(a, b):
-    return all(np.array_equal(x, y, equal_nan=x.dtype.kind in "fc")
+    return all(np.array_equal(x, y, equal_nan=_kind(x.dtype) in "fc")
                for x, y in zip(_arrays(a.args), _arrays(b.args)))
 
 
@@ -869,7 +905,7 @@ def check_traced_sample(spec, sample, device, dtype=None, index=None, other=None
             if h is None:
                 continue
             now = o.numpy()
-            if not np.array_equal(now, h, equal_nan=h.dtype.kind in "fc"):
+            if not np.array_equal(now, h, equal_nan=_kind(h.dtype) in "fc"):
                 raise AssertionError(
                     f"{what}: the result{f' {j}' if len(hosts) > 1 else ''} of {step} changed "
                     "after the later calls: a replay wrote into a buffer it had returned "
@@ -877,7 +913,7 @@ def check_traced_sample(spec, sample, device, dtype=None, index=None, other=None
         for j, (t, a) in enumerate(zip(targs, s.args)):
             if isinstance(a, np.ndarray):
                 now = t.numpy()
-                if not np.array_equal(now, a, equal_nan=a.dtype.kind in "fc"):
+                if not np.array_equal(now, a, equal_nan=_kind(a.dtype) in "fc"):
                     raise AssertionError(
                         f"{what}: input {j} of {step} was modified by the traced function "
                         f"(an input buffer was reused)\n  given: {_fmt(a)}\n  now:   "

@@ -241,10 +241,10 @@ def _no_kernel(dtype, registered, name):
                        match=re.escape(f"dtype in [{registered}]"), name=name)
 
 
-_REAL_FLOAT_LIST = "float16, float32, float64"
+_REAL_FLOAT_LIST = "bfloat16, float16, float32, float64"
 _FLOAT_LIST = _REAL_FLOAT_LIST + ", complex64, complex128"
-_NUMERIC_LIST = ("float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, "
-                 "uint64, complex64, complex128")
+_NUMERIC_LIST = ("bfloat16, float16, float32, float64, int8, int16, int32, int64, uint8, uint16, "
+                 "uint32, uint64, complex64, complex128")
 
 # --- specs ------------------------------------------------------------------------------------
 
