@@ -67,7 +67,8 @@ def tapeflow_register_kernels(registry):
             SKIPPED.append(op_name)
             continue
         registry.add_kernel(op_name, "opencl", spec["fn"], dtypes=spec.get("dtypes"),
-                            needs_device=spec.get("needs_device", False))
+                            needs_device=spec.get("needs_device", False),
+                            variants=spec.get("variants"))
 
 
 #: ops with no OpenCL kernel (tests/backends/test_opencl.py: every other op has one here):
