@@ -118,9 +118,9 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
     ...     return tape.gradient(loss, w)
     >>> print(tf.reshape(tf.vectorized_map(grad_of, xs), (3, 2)))
     tf.Tensor(
-    [[ 2.  0.]
-     [ 0.  4.]
-     [ 6.  6.]], shape=(3, 2), dtype=float32)
+    [[2. 0.]
+     [0. 4.]
+     [6. 6.]], shape=(3, 2), dtype=float32)
     """
     leaves = []
     struct = _flatten(elems, leaves, "", [])
