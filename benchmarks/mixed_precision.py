@@ -5,7 +5,7 @@ Prints the test accuracy of each and the mean training step time (median of the
 epochs' per-step times; a benchmark, not a test). Issue 21 asks mixed precision to
 come within 1 accuracy point of float32 on the CPU.
 
-    PYTHONPATH=... python benchmarks/mixed_precision.py [--epochs 30] [--device cpu:0]
+    .venv/bin/python benchmarks/mixed_precision.py [--epochs 30] [--device cpu:0]
 
 On the NumPy backend bfloat16 and float16 are computed in float32 (NumPy has no
 16-bit BLAS): the step time shows the cost of the casts, not a speed-up; on a GPU
