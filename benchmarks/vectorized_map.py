@@ -10,8 +10,9 @@
    ``torch.func.vmap(torch.func.grad(...))``; for two MLPs: the digits-sized
    64-128-10 and the 784-256-256-10 of benchmarks/compare.py.
 
-NumPy's BLAS and torch both run one thread. Timings are medians of ``--rounds`` rounds (each the best of ``--repeat`` calls), the
-cases interleaved round by round so machine noise hits them alike.
+NumPy's BLAS and torch both run one thread. Timings are medians of ``--rounds``
+rounds (each the best of ``--repeat`` calls), the cases interleaved round by round so
+machine noise hits them alike.
 
     .venv/bin/python benchmarks/vectorized_map.py [--rounds 15]
 """
