@@ -312,3 +312,9 @@ def test_a_plugins_elementwise_op_is_batched_without_a_rule():
         out = tf.vectorized_map(lambda e: op(e), x)
     np.testing.assert_allclose(out.numpy(), x * 3)
     assert calls[-1] == (3, 4)
+
+
+def test_nested_vectorized_map():
+    x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+    out = tf.vectorized_map(lambda a: tf.vectorized_map(lambda r: tf.reduce_max(r) * r, a), x)
+    np.testing.assert_allclose(out.numpy(), x.max(-1, keepdims=True) * x, rtol=1e-6)

@@ -171,8 +171,8 @@ def vectorize(f, xs, fallback=True, warn=True, examples=None):
             result = f(*examples)
     except TracingError:
         if not fallback:
-            for vid, var in tr.assigned.items():
-                var._value = tr.var_before[vid]
+            for key, var in tr.assigned.items():
+                var._value = tr.var_before[key]
             raise
         why = "needs tensor values in Python (control flow or a host conversion)"
     finally:
@@ -182,8 +182,8 @@ def vectorize(f, xs, fallback=True, warn=True, examples=None):
     if why is None and tr.assigned:
         why = "assigns Variables"
     if why is not None:
-        for vid, var in tr.assigned.items():            # undo the trace's assignments
-            var._value = tr.var_before[vid]
+        for key, var in tr.assigned.items():            # undo the trace's assignments
+            var._value = tr.var_before[key]
         if not fallback:
             raise InvalidArgumentError(
                 "tf.vectorized_map: the function assigns Variable(s) "
