@@ -434,6 +434,17 @@ def _prepare(op, inputs):
     if op.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
         inputs = tuple(inputs[0])
     scope = _devs.current_device()
+    if scope is None and inputs and type(inputs[0]) is Tensor:
+        # Tensors on one device, of one dtype where the op promotes: nothing to do (the
+        # path of every op while tf.function or vectorized_map traces)
+        dev = inputs[0]._device
+        dt = inputs[0]._data.dtype
+        for x in inputs:
+            if type(x) is not Tensor or x._device is not dev or (
+                    x._data.dtype != dt and op.dtype_rule == "same"):
+                break
+        else:
+            return tuple(inputs), dev
     vals = []
     strong = []
     weak = []

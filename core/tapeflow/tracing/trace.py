@@ -154,9 +154,16 @@ class _Tracer:
     # hooks ------------------------------------------------------------------------------
     def op(self, op, tensors, outs, attrs, fn, dev, needs_device):
         g = self.graph
-        ins = [self.vid_of(t) for t in tensors]
-        stateful = bool(getattr(op, "stateful", False)) or ("key" in attrs and "counter" in attrs)
-        dyn = stateful or any(i in self.dynamic for i in ins)
+        ids = self.ids
+        ins = []
+        for t in tensors:
+            vid = ids.get(id(t))
+            ins.append(vid if vid is not None else self.vid_of(t))
+        # random ops carry a key and a counter; an OpDef subclass may declare `stateful`
+        stateful = ("key" in attrs and "counter" in attrs) or (
+            type(op) is not OpDef and bool(getattr(op, "stateful", False)))
+        dynamic = self.dynamic
+        dyn = stateful or any(i in dynamic for i in ins)
         ovids = []
         for t in outs:
             vid = g.new_value(t._data.shape, t._data.dtype, dev)
