@@ -318,3 +318,14 @@ def test_nested_vectorized_map():
     x = RNG.standard_normal((3, 4, 5)).astype(np.float32)
     out = tf.vectorized_map(lambda a: tf.vectorized_map(lambda r: tf.reduce_max(r) * r, a), x)
     np.testing.assert_allclose(out.numpy(), x.max(-1, keepdims=True) * x, rtol=1e-6)
+
+
+def test_a_case_a_rule_does_not_cover_loops_with_a_warning():
+    seqs = np.sort(RNG.standard_normal((3, 6)).astype(np.float32), axis=1)
+    vals = RNG.standard_normal((3, 4)).astype(np.float32)
+    vz.FALLBACK_OPS.discard("op SearchSorted")
+    with pytest.warns(vz.VectorizationWarning, match="SearchSorted has no batching rule for "
+                                                     "these inputs"):
+        out = tf.vectorized_map(lambda e: tf.searchsorted(e[0], e[1]), (seqs, vals))
+    want = np.stack([np.searchsorted(s, v) for s, v in zip(seqs, vals)])
+    np.testing.assert_array_equal(out.numpy(), want)

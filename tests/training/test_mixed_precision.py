@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
+from tapeflow.testing import conformance
 
 mp = tf.keras.mixed_precision
 
@@ -187,19 +188,6 @@ def test_loss_scale_state_in_checkpoints(tmp_path):
     assert int(opt2.iterations) == int(opt.iterations) == 3
 
 
-def _opencl_reason():
-    try:
-        from tapeflow_opencl import plugin
-    except ImportError as e:
-        return f"tapeflow-opencl is not installed ({e})"
-    reason = plugin.unavailable_reason()
-    if reason:
-        return f"opencl:0 unavailable: {reason}"
-    if not any(d.name == "opencl:0" for d in tf.list_devices()):
-        return "opencl:0 unavailable: the backend listed no devices"
-    return None
-
-
 def _train_bf16_mlp(device, steps=4):
     """A mixed_bfloat16 Dense MLP (relu, softmax cross-entropy, Adam) trained on
     ``device`` from fixed weights; (losses, final weights, hidden activations)."""
@@ -240,7 +228,7 @@ def _train_bf16_mlp(device, steps=4):
 def test_mixed_bfloat16_mlp_trains_on_opencl_like_on_cpu():
     """bfloat16 on OpenCL (16-bit storage, float32 compute): forward, backward and Adam
     steps of a mixed_bfloat16 MLP give cpu:0's numbers up to bfloat16 rounding."""
-    reason = _opencl_reason()
+    reason = conformance.unavailable_devices().get("opencl:0")
     if reason:
         pytest.skip(reason)
     cpu = _train_bf16_mlp("cpu:0")

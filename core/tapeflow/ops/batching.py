@@ -12,7 +12,9 @@ with the batch (gathers, scatters, segment sums).
 
 Rules live in one module (rather than next to each gradient) because they use ops of
 every op module: here all of them are defined. An op without a rule runs once per
-example in a loop; :data:`NO_RULE` lists the built-in ops that have none, and why.
+example in a loop; :data:`NO_RULE` lists the built-in ops that have none, and why. A
+rule that covers only some cases returns ``NotImplemented`` for the others, which then
+loop the same way (:data:`PARTIAL_RULE` lists those ops and the cases).
 
 >>> from tapeflow.runtime.registry import OPS, Broadcasting
 >>> isinstance(OPS["Add"].batch, Broadcasting), OPS["Sum"].batch.__name__
@@ -29,7 +31,7 @@ from . import array as _a
 from . import math as _m
 from ._library import LIB
 
-__all__ = ["NO_RULE"]
+__all__ = ["NO_RULE", "PARTIAL_RULE"]
 
 _OPS = {op.name: op for op in LIB.ops}
 
@@ -41,6 +43,15 @@ NO_RULE = {
     "RandomShuffle": "each example needs its own permutation",
     "Conv2DBackpropFilter": ("a per-example filter gradient is a grouped convolution, which "
                              "tapeflow has no kernel for"),
+}
+
+
+#: the built-in ops whose rule covers only some cases; the others return NotImplemented
+#: and run once per example
+PARTIAL_RULE = {
+    "Conv2D": "a filter per example: a grouped convolution, which tapeflow has no kernel for",
+    "Conv2DBackpropInput": "a filter per example (as Conv2D)",
+    "SearchSorted": "a sorted sequence per example: the kernels take one 1-D sequence",
 }
 
 
@@ -302,7 +313,7 @@ def _segment_sum(ctx, data, ids):
 @_rule("SearchSorted")
 def _searchsorted(ctx, seq, values):
     if ctx.batched[0]:          # the kernel takes one 1-D sequence: one per example
-        return _loop_rule(ctx, (seq, values))
+        return NotImplemented
     return execute(ctx.op, (seq, values), ctx.attrs)      # values of any shape
 
 
@@ -367,7 +378,7 @@ def _random(ctx):
 @_rule("Conv2D", "MaxPool", "AvgPool", "MaxPoolGrad", "MaxPoolGradGrad")
 def _fold_first(ctx, *xs):
     if len(xs) == 2 and ctx.batched[1]:             # Conv2D with a filter per example
-        return _loop_rule(ctx, xs)
+        return NotImplemented
     if len(xs) == 2:
         y = execute(ctx.op, (_fold(xs[0]), xs[1]), ctx.attrs)
     else:
@@ -385,15 +396,8 @@ def _avg_pool_grad(ctx, dy):
 @_rule("Conv2DBackpropInput")
 def _conv_backprop_input(ctx, filt, dy):
     if ctx.batched[0]:
-        return _loop_rule(ctx, (filt, dy))
+        return NotImplemented
     shape = tuple(ctx.attrs["input_sizes"])
     y = _run(ctx, (filt, _fold(dy)), input_sizes=(ctx.size * shape[0],) + shape[1:])
     return _unfold(y, ctx.size)
 
-
-def _loop_rule(ctx, xs):
-    """The op once per example (a case of an op whose other cases have a rule)."""
-    cols = [_a.unstack(x, num=ctx.size) if b else None for x, b in zip(xs, ctx.batched)]
-    rows = [execute(ctx.op, tuple(x if c is None else c[i] for x, c in zip(xs, cols)),
-                    ctx.attrs) for i in range(ctx.size)]
-    return _a.stack(rows)

@@ -285,7 +285,9 @@ class BatchContext:
     """What a batching rule sees: ``op``, ``attrs``, ``batched`` (one bool per input:
     does it carry the batch, as its dimension 0?) and ``size`` (the batch). The rule
     returns the op's output(s) with the batch as dimension 0; a rule whose outputs do
-    not depend on the batch (``Shape``) sets ``out_batched`` to a tuple of bools."""
+    not depend on the batch (``Shape``) sets ``out_batched`` to a tuple of bools, and a
+    rule that does not cover these inputs returns ``NotImplemented`` (the op then runs
+    once per example)."""
 
     __slots__ = ("op", "attrs", "batched", "size", "out_batched")
 

@@ -299,6 +299,9 @@ def _batched_op(node, tensors, flags, n, g, warn):
         return outs, (True,) * len(outs)
     ctx = BatchContext(op, attrs, flags, n)
     out = rule(ctx, *tensors)
+    if out is NotImplemented:               # a case the rule does not cover
+        _warn(f"op {op.name}", "has no batching rule for these inputs", warn)
+        return _loop_op(node, tensors, flags, n, g), (True,) * len(node.outputs)
     outs = out if isinstance(out, tuple) else (out,)
     return outs, ctx.out_batched or (True,) * len(outs)
 
