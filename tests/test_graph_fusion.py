@@ -339,9 +339,12 @@ def _host_run(fusion, spec, arrays):
 
 
 def test_cuda_operation_computes_the_unfused_results_on_the_host():
+    """The CUDA fused kernel's C++ body, compiled for the host, against the traced
+    function's results; traced on cpu:0 (the fusion spec is the same on every device;
+    the host run needs host values, whatever the default device)."""
     fusion = _cuda_fusion()
-    x = tf.constant(_rand((50,)))
-    i = tf.constant(np.arange(-25, 25, dtype=np.int32))
+    x = tf.constant(_rand((50,)), device="cpu:0")
+    i = tf.constant(np.arange(-25, 25, dtype=np.int32), device="cpu:0")
 
     def f(x, i):
         y = tf.maximum(x * 1.5 + 0.5, tf.cast(i, tf.float32) * 0.1)
@@ -355,8 +358,8 @@ def test_cuda_operation_computes_the_unfused_results_on_the_host():
     spec = node.attrs["_spec"]
     env = {g.args[0]: x.numpy(), g.args[1]: i.numpy()}
     for n in g.nodes:
-        if n.kind == "const":
-            env[n.outputs[0]] = np.asarray(n.value)
+        if n.kind == "const":      # (a device array on a GPU: fetched, never np.asarray)
+            env[n.outputs[0]] = n.device.backend.to_host(n.value, n.device)
     got = _host_run(fusion, spec, [env[v] for v in node.inputs])
     for a, o in zip(got, node.outputs):
         np.testing.assert_array_equal(a, want[g.outputs.index(o)])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -48,7 +49,11 @@ def test_info_plugins(info_text):
 def test_info_devices(info_text):
     lines = info_text.splitlines()
     cpu = [line for line in lines if line.strip().startswith("cpu:0 ")]
-    assert cpu and "smoke test: ok" in cpu[0] and "[default" in cpu[0], info_text
+    assert cpu and "smoke test: ok" in cpu[0], info_text
+    # the default device (cpu:0, or a GPU where there is one) is marked, and named
+    default = re.search(r"^  default device: (\S+)$", info_text, re.M).group(1)
+    marked = [line for line in lines if line.strip().startswith(default + " ")]
+    assert marked and "[default" in marked[0] and "smoke test: ok" in marked[0], info_text
     assert "numpy (device type 'cpu'): available" in info_text
     # a well-known device type is listed either as a device or as unavailable, with why
     assert "cuda:0" in info_text and "opencl:0" in info_text

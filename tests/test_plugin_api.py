@@ -17,6 +17,18 @@ from tapeflow.errors import (InvalidArgumentError, NotDifferentiableError, NotFo
 from tapeflow.plugins import REQUIRED, Library, register
 from tapeflow.testing import Sample, check_grads, opcheck
 
+
+@pytest.fixture(autouse=True)
+def _on_cpu(request):
+    """The libraries defined here have CPU kernels only: every test runs on cpu:0,
+    whatever the default device (a GPU, or TAPEFLOW_DEFAULT_DEVICE=opencl:0); the
+    fast-path test places its tensors itself (a device scope takes the slow path)."""
+    if request.function.__name__ == "test_the_op_function_dispatches_exactly_like_a_builtin":
+        yield
+        return
+    with tf.device("cpu:0"):
+        yield
+
 FLOATS = ("float32", "float64")
 
 
@@ -106,7 +118,7 @@ def test_the_op_function_dispatches_exactly_like_a_builtin():
     lib.kernel(tanh, "cpu", dtypes=FLOATS)(np.tanh)
     lib.kernel(add, "cpu")(np.add)
     register(lib)
-    x = tf.constant([0.5])
+    x = tf.constant([0.5], device="cpu:0")
     tanh(x), tf.tanh(x), add(x, x), tf.add(x, x)           # warm caches
     # one frame for the public function, then the dispatcher, nothing in between
     assert _calls(lambda: tanh(x)) == ["<lambda>", "tanh", "execute"]
@@ -115,7 +127,8 @@ def test_the_op_function_dispatches_exactly_like_a_builtin():
     assert _calls(lambda: tf.add(x, x)) == ["<lambda>", "add", "binary"]
     # and the same semantics: weak Python scalars, promotion, conversion
     assert add(x, 2.0).dtype == tf.float32 and add(2, x).numpy().tolist() == [2.5]
-    assert add([1.0], np.array([2.0])).numpy().tolist() == [3.0]
+    with tf.device("cpu:0"):            # (host values go to the default device)
+        assert add([1.0], np.array([2.0])).numpy().tolist() == [3.0]
 
 
 def test_signature_forms():
@@ -385,6 +398,7 @@ print("TWICE", twice(tf.constant([3.0])).numpy().tolist(), twice.__module__)
 def _run(root, code=CHECK):
     env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEFLOW_")}
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    env["TAPEFLOW_DEFAULT_DEVICE"] = "cpu:0"      # the libraries have CPU kernels only
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=120)
 

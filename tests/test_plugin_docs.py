@@ -221,9 +221,10 @@ def test_hook_form_example_runs(tmp_path):
     block = next(b for b in re.findall(r"```python[^\n]*\n(.*?)```", _doc_text(), re.S)
                  if "def tapeflow_register_ops" in b)
     (tmp_path / "hookform.py").write_text(block)
+    # (the example's op has a CPU kernel only: cpu:0, whatever the default device)
     code = ("import numpy as np, tapeflow as tf, hookform\n"
             "tf.plugins.register(hookform)\n"
-            "x = tf.constant([2.0])\n"
+            "x = tf.constant([2.0], device='cpu:0')\n"
             "print(hookform.cube(x).numpy(), tf.gradients_function(hookform.cube)(x)[0].numpy())")
     r = _py(["-c", code], tmp_path, tmp_path)
     assert r.returncode == 0, r.stderr

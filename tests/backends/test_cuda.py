@@ -232,6 +232,37 @@ def test_row_kernel_sources_match_numpy_on_the_cpu(dtype):
     np.testing.assert_array_equal(np.isnan(em.softmax_rows(bad)), np.isnan(want))
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_floordiv_and_mod_kernel_bodies_are_numpys_on_the_cpu(dtype):
+    """The CUDA FloorDiv/FloorMod kernel bodies (NumPy's npy_divmod; CuPy's own
+    floor_divide/remainder differ at infinities and signed zeros), compiled for the host:
+    every pair of +-0, +-1, +-2.5, +-inf, nan, extremes and a tiny value, bit for bit
+    including the sign of zero."""
+    em = _emulator()
+    fi = np.finfo(dtype)
+    v = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, -7.0, np.inf, -np.inf, np.nan,
+                  fi.max, -fi.max, fi.tiny, 3.0], dtype)
+    x, y = (a.ravel() for a in np.meshgrid(v, v))
+    for name, ref in (("floordiv", np.floor_divide), ("floormod", np.remainder)):
+        got = em.elementwise(name, x, y)
+        with np.errstate(all="ignore"):
+            want = ref(x, y)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} {dtype}")
+        nz = ~np.isnan(want)
+        np.testing.assert_array_equal(np.signbit(got[nz]), np.signbit(want[nz]),
+                                      err_msg=f"{name} {dtype}: sign of zero")
+
+
+def test_solve_shapes_broadcast_like_numpy():
+    from tapeflow_cuda_cupy import k_cuda
+    for a, b in [((2, 3, 3), (3, 4)), ((3, 3), (5, 3, 2)), ((2, 1, 3, 3), (4, 3, 1)),
+                 ((4, 2, 2), (4, 2, 5))]:
+        sa, sb = k_cuda.solve_shapes(a, b)
+        want = np.linalg.solve(np.ones(a) + np.eye(a[-1]), np.ones(b)).shape
+        assert sa[:-2] == sb[:len(sa) - 2] and sb == want, (a, b, sa, sb, want)
+
+
 def test_cuda_sources_compile_with_nvrtc():
     """Every CUDA source (raw kernels, and CuPy's generated source for each fused kernel
     and dtype) compiles with NVRTC; needs libnvrtc and the CUDA headers, not a GPU."""
@@ -342,6 +373,15 @@ def test_python_layer_on_a_numpy_stand_in_for_cupy():
         assert " passed" in tail and "failed" not in tail, tail
         if n == "2":
             assert "needs two GPUs" not in tail, tail
+    # and the conformance cases of the ops whose CUDA kernels wrap CuPy where it differs
+    # from NumPy (the stand-in's linalg.solve keeps CuPy's restriction on batch shapes)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         os.path.join(os.path.dirname(here), "conformance", "test_conformance.py"),
+         "--tapeflow-device", "cuda:0", "-k", "floordiv or mod or linalg.solve"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=here)
+    tail = (r.stdout + r.stderr)[-3000:]
+    assert r.returncode == 0 and " passed" in tail, tail
 
 
 # --- with a GPU ------------------------------------------------------------------------
@@ -642,6 +682,51 @@ def test_training_step_matches_the_cpu():
     assert abs(lc - lg) < 1e-4
     np.testing.assert_allclose(gag, gac, rtol=1e-3, atol=1e-5)
     np.testing.assert_allclose(gbg, gbc, rtol=1e-3, atol=1e-5)
+
+
+@needs_gpu
+def test_floordiv_and_mod_at_the_edges_match_the_cpu():
+    """One semantics on every device: NumPy's (inf // 3 is nan, 0 // -1 is -0, ...),
+    for every float dtype and every pair of edge values, sign of zero included."""
+    for dtype in (tf.float16, tf.float32, tf.float64):
+        fi = np.finfo(dtype.as_numpy_dtype)
+        v = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, np.inf, -np.inf, np.nan, fi.max,
+                      -fi.max, fi.tiny], dtype.as_numpy_dtype)
+        x, y = (a.ravel() for a in np.meshgrid(v, v))
+        for fn in (tf.math.floordiv, tf.math.mod):
+            out = {}
+            for dev in ("cpu:0", "cuda:0"):
+                with tf.device(dev):
+                    r = fn(tf.constant(x), tf.constant(y))
+                assert r.device == dev
+                out[dev] = r.numpy()
+            np.testing.assert_array_equal(out["cuda:0"], out["cpu:0"])
+            nz = ~np.isnan(out["cpu:0"])
+            np.testing.assert_array_equal(np.signbit(out["cuda:0"][nz]),
+                                          np.signbit(out["cpu:0"][nz]))
+
+
+@needs_gpu
+def test_solve_broadcasts_like_numpy_forward_and_gradient():
+    """cuSOLVER through CuPy wants equal batch dimensions; tf.linalg.solve on cuda:0
+    broadcasts them as NumPy (and cpu:0) do, and its gradient reduces them back."""
+    rng = np.random.default_rng(3)
+    for sa, sb in [((2, 3, 3), (3, 4)), ((3, 3), (2, 3, 2)), ((2, 1, 3, 3), (4, 3, 1))]:
+        a0 = rng.standard_normal(sa) + 3 * np.eye(sa[-1])
+        b0 = rng.standard_normal(sb)
+        res = {}
+        for dev in ("cpu:0", "cuda:0"):
+            with tf.device(dev):
+                a, b = tf.constant(a0), tf.constant(b0)
+                with tf.GradientTape() as tape:
+                    tape.watch([a, b])
+                    x = tf.linalg.solve(a, b)
+                    loss = tf.reduce_sum(x * x)
+                ga, gb = tape.gradient(loss, [a, b])
+            assert x.device == ga.device == dev
+            res[dev] = (x.numpy(), ga.numpy(), gb.numpy())
+        for got, want in zip(res["cuda:0"], res["cpu:0"]):
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
 
 
 @needs_gpu

@@ -164,7 +164,15 @@ def test_check_grads_passes_on_a_correct_gradient():
     check_grads(GOOD, (X,), order=2)
 
 
-def test_check_grads_catches_a_wrong_gradient():
+@pytest.fixture
+def on_cpu():
+    """The testing:: ops have CPU kernels only: pin cpu:0 whatever the default device
+    (TAPEFLOW_DEFAULT_DEVICE, a GPU)."""
+    with tf.device("cpu:0"):
+        yield
+
+
+def test_check_grads_catches_a_wrong_gradient(on_cpu):
     with pytest.raises(AssertionError) as ei:
         check_grads(BAD_GRAD, (X,), order=1)
     msg = str(ei.value)
@@ -174,13 +182,13 @@ def test_check_grads_catches_a_wrong_gradient():
     assert "d<u, f>/dx from the tape" in msg
 
 
-def test_check_grads_catches_a_wrong_second_order_gradient():
+def test_check_grads_catches_a_wrong_second_order_gradient(on_cpu):
     check_grads(BAD_GRAD2, (X,), order=1)              # the first order is right
     with pytest.raises(AssertionError, match="order-2 gradient of testing::bad_second_order"):
         check_grads(BAD_GRAD2, (X,), order=2)
 
 
-def test_check_grads_handles_several_outputs_and_arguments():
+def test_check_grads_handles_several_outputs_and_arguments(on_cpu):
     def f(x, y):
         return [tf.multiply(x, y), tf.reduce_sum(x * x, axis=0)]
 
@@ -268,7 +276,11 @@ def test_random_ops_are_validated_by_check():
 def test_traced_passes_on_a_correct_op_on_every_device():
     spec = _spec(GOOD)
     for d in tf.list_devices():
-        assert conformance.check_traced(spec, d.name, tf.float32) == 3
+        if _has_kernel(GOOD, d):
+            assert conformance.check_traced(spec, d.name, tf.float32) == 3
+        else:
+            with pytest.raises(conformance.SkipCase, match="no kernel for op"):
+                conformance.check_traced(spec, d.name, tf.float32)
 
 
 def test_traced_catches_a_kernel_whose_later_calls_are_stale():
@@ -420,11 +432,39 @@ def test_errors_catch_a_missing_error_and_a_wrong_type_or_message():
 
 # --- opcheck and check_spec ---------------------------------------------------------------
 
+def _has_kernel(op, dev):
+    return dev.type in op.kernels
+
+
 def test_opcheck_passes_a_correct_op_on_every_device():
+    """Every available device whose type has a kernel passes; the others (cuda:0 on a GPU
+    machine: GOOD has cpu and opencl kernels) are skipped naming the kernels there are."""
     report = opcheck(GOOD, _samples, ref=np.square, errors=[])
+    skipped = dict(report["skipped"])
     for d in tf.list_devices():
-        assert f"forward[testing::good_square-float32-{d.name}]" in report["passed"]
-        assert f"gradients[testing::good_square-{d.name}]" in report["passed"]
+        if _has_kernel(GOOD, d):
+            assert f"forward[testing::good_square-float32-{d.name}]" in report["passed"]
+            assert f"gradients[testing::good_square-{d.name}]" in report["passed"]
+        else:
+            why = skipped[f"forward[testing::good_square-{d.name}]"]
+            assert f"no kernel for op testing::good_square on device type '{d.type}'" in why
+            assert "registered kernels: device='cpu'" in why
+
+
+def test_opcheck_skips_a_device_without_a_kernel_but_fails_one_it_was_asked_for():
+    # BAD_GRAD: a right forward, cpu kernel only
+    other = next((d.name for d in tf.list_devices() if not _has_kernel(BAD_GRAD, d)), None)
+    if other is None:
+        pytest.skip("needs a device type without the testing ops' kernels (opencl:0, cuda:0)")
+    spec = _spec(BAD_GRAD)
+    report = conformance.check_spec(spec, kinds=("forward",))
+    assert "forward[testing::bad-float32-cpu:0]" in report["passed"]
+    assert any(f"no kernel for op testing::bad on device type '{other.split(':')[0]}'" in why
+               for _, why in report["skipped"])
+    with pytest.raises(AssertionError, match="no kernel for op testing::bad"):
+        conformance.check_spec(spec, devices=[other], kinds=("forward",))
+    with pytest.raises(conformance.SkipCase, match="no kernel for op testing::bad"):
+        conformance.check_traced(spec, other, tf.float32)
 
 
 def test_opcheck_lists_every_failure():
@@ -498,7 +538,9 @@ def _run_pytest(tmp_path, *args):
     (tmp_path / "conftest.py").write_text(textwrap.dedent(_CONFTEST))
     (tmp_path / "test_suite.py").write_text(textwrap.dedent(_SUITE))
     # (PYOPENCL_CTX selecting no device makes opencl:0 absent even where PoCL is installed)
-    env = dict(os.environ, PYOPENCL_CTX="99")
+    # (and TAPEFLOW_CUDA_DISABLE cuda:0, on a GPU machine)
+    env = dict(os.environ, PYOPENCL_CTX="99", TAPEFLOW_CUDA_DISABLE="1")
+    env.pop("TAPEFLOW_DEFAULT_DEVICE", None)
     r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rsxX",
                         *args], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                        env=env)

@@ -466,8 +466,9 @@ def test_seed_000_minimize_lambda_on_device():
     y = tf.one_hot(tf.argmax(tf.matmul(x, tf.constant(np.eye(4, 3, dtype=np.float32))), 1), 3)
     optimizer = tf.train.GradientDescentOptimizer(learning_rate=0.5)
     before = float(loss_function(x, y))
-    # (the data lives on the default device: the first GPU when there is one)
-    with tf.device("/gpu:0" if tfe.num_gpus() else x.device):
+    # (the seed's `"/gpu:0" if tfe.num_gpus() else "/cpu:0"`: where the data lives, the
+    # default device: the first GPU when there is one, or TAPEFLOW_DEFAULT_DEVICE)
+    with tf.device(x.device):
         for _ in range(20):
             optimizer.minimize(lambda: loss_function(x, y))
     assert float(loss_function(x, y)) < 0.7 * before

@@ -1,6 +1,7 @@
 """Run this backend's raw CUDA kernels on the CPU, one OS thread per CUDA thread.
 
-The row kernels (softmax, log-softmax, both cross-entropies) and the Philox kernel are
+The row kernels (softmax, log-softmax, both cross-entropies), the Philox kernel and the
+bodies of the fused ``ElementwiseKernel`` s (:func:`elementwise`) are
 plain CUDA C; their logic (block reductions through warp shuffles and shared memory,
 grid-stride loops, the Philox rounds) is what could be wrong without a compile error.
 This module compiles the *same source text* with the host C++ compiler, with the CUDA
@@ -211,4 +212,44 @@ def philox_raw64(n, key, counter, grid=None, threads=philox._THREADS):
     lib.emu_philox(_ptr(out), ctypes.c_longlong(n), ctypes.c_ulonglong(int(key) & (2**64 - 1)),
                    ctypes.c_ulonglong(int(counter) & (2**64 - 1)), ctypes.c_uint(g),
                    ctypes.c_uint(threads))
+    return out
+
+
+#: CuPy's names of the scalar types an ElementwiseKernel's parameters may use
+_EW_TYPES = {"float16": "_Float16", "float32": "float", "float64": "double",
+             "int32": "int", "int64": "long long"}
+
+
+def _ew_param(p):
+    typ, name = p.split()
+    return typ, name
+
+
+def elementwise(name, *arrays):
+    """Run the body of ``k_cuda.ELEMENTWISE[name]`` (the source CuPy compiles into an
+    ``ElementwiseKernel``) over ``arrays`` (same shape; ``T`` from the first), compiled
+    for the host with ``float16`` as ``_Float16``: one loop iteration per CUDA thread.
+    Returns the output array."""
+    in_params, out_params, body = k_cuda.ELEMENTWISE[name]
+    ins = [_ew_param(p) for p in in_params.split(",")]
+    (out_typ, out_name), = [_ew_param(p) for p in out_params.split(",")]
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    t = arrays[0].dtype
+    n = arrays[0].size
+    args, loads = [], []
+    for i, (typ, pname) in enumerate(ins):
+        ct = "T" if typ == "T" else _EW_TYPES[typ]
+        args.append(f"const {ct}* in{i}")
+        loads.append(f"{ct} {pname} = in{i}[i];")
+    oct_ = "T" if out_typ == "T" else _EW_TYPES[out_typ]
+    src = ("#include <cmath>\n#include <cstdint>\ntypedef _Float16 float16;\n"
+           f"typedef {_EW_TYPES[t.name]} T;\nusing std::fmod; using std::floor; "
+           "using std::copysign; using std::exp; using std::log1p; using std::sqrt; "
+           "using std::expm1; using std::fabs;\n" + k_cuda.ELEMENTWISE_PREAMBLE
+           + f'extern "C" void emu_ew({", ".join(args)}, {oct_}* out, long long n) {{\n'
+           f"  for (long long i = 0; i < n; ++i) {{ {' '.join(loads)} {oct_} {out_name}; "
+           f"{{ {body}; }} out[i] = {out_name}; }}\n}}\n")
+    lib = _build(f"ew-{name}-{t.name}", src)
+    out = np.empty(arrays[0].shape, t if out_typ == "T" else np.dtype(out_typ))
+    lib.emu_ew(*[_ptr(a) for a in arrays], _ptr(out), ctypes.c_longlong(n))
     return out

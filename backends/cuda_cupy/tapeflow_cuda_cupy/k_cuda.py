@@ -35,7 +35,7 @@ OVERRIDES = (
     "SparseSoftmaxCrossEntropyWithLogits", "ReluGrad", "Relu6Grad", "LeakyRelu",
     "LeakyReluGrad", "Elu", "EluGrad", "Sigmoid", "Rsqrt", "SquaredDifference",
     "SigmoidCrossEntropyWithLogits", "L2Loss", "GatherV2", "MatrixInverse", "MatrixSolve",
-    "ScatterNd", "UnsortedSegmentSum",
+    "ScatterNd", "UnsortedSegmentSum", "FloorDiv", "FloorMod",
 )
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -200,6 +200,20 @@ ELEMENTWISE = {
                 "else { A e = exp(v); y = (T)(e / ((A)1 + e)); }"),
     "rsqrt": ("T x", "T y", "typedef tapeflow_acc<T>::type A; y = (T)((A)1 / sqrt((A)x))"),
     "squared_difference": ("T x, T y", "T z", "T d = x - y; z = d * d"),
+    # NumPy's float floor division and modulo (npy_divmod), exactly: CuPy's own
+    # floor_divide/remainder differ at infinities and signed zeros (inf // 3 is nan in
+    # NumPy, -inf // 3 too; 0 // -1 is -0). float16 computes in float32, as NumPy does.
+    "floordiv": ("T x, T y", "T z",
+                 "typedef tapeflow_acc<T>::type A; A a = (A)x, b = (A)y; "
+                 "if (b == (A)0) { z = (T)(a / b); } else { "
+                 "A m = fmod(a, b); A d = (a - m) / b; "
+                 "if (m != (A)0 && ((b < (A)0) != (m < (A)0))) d -= (A)1; "
+                 "A f; if (d != (A)0) { f = floor(d); if (d - f > (A)0.5) f += (A)1; } "
+                 "else { f = copysign((A)0, a / b); } z = (T)f; }"),
+    "floormod": ("T x, T y", "T z",
+                 "typedef tapeflow_acc<T>::type A; A a = (A)x, b = (A)y; A m = fmod(a, b); "
+                 "if (b != (A)0) { if (m != (A)0) { if ((b < (A)0) != (m < (A)0)) m += b; } "
+                 "else { m = copysign((A)0, b); } } z = (T)m;"),
     "sigmoid_xent": ("T x, T z", "T out",
                      "typedef tapeflow_acc<T>::type A; A xv = (A)x, zv = (A)z; "
                      "out = (T)((xv > (A)0 ? xv : (A)0) - xv * zv + log1p(exp(-fabs(xv))))"),
@@ -320,6 +334,18 @@ def build(cp, xp, shared):
     elu_k, elu_grad_k, sigmoid_k = ek["elu"], ek["elu_grad"], ek["sigmoid"]
     rsqrt_k, sqdiff_k, sigmoid_xent_k = ek["rsqrt"], ek["squared_difference"], ek["sigmoid_xent"]
     l2_k = rk["l2_loss"]
+    floordiv_k, floormod_k = ek["floordiv"], ek["floormod"]
+    sh_floordiv, sh_floormod = shared["FloorDiv"], shared["FloorMod"]
+
+    def floordiv(x, y):
+        if x.dtype not in (_F16, _F32, _F64) or y.dtype != x.dtype:
+            return sh_floordiv(x, y)        # integers: CuPy agrees with NumPy (and the check)
+        return floordiv_k(x, y)
+
+    def floormod(x, y):
+        if x.dtype not in (_F16, _F32, _F64) or y.dtype != x.dtype:
+            return sh_floormod(x, y)
+        return floormod_k(x, y)
 
     def relu_grad(dy, x):
         return relu_grad_k(dy, x)
@@ -393,16 +419,47 @@ def build(cp, xp, shared):
         "SquaredDifference": squared_difference,
         "SigmoidCrossEntropyWithLogits": sigmoid_xent,
         "L2Loss": l2_loss,
+        "FloorDiv": floordiv,
+        "FloorMod": floormod,
     }
-    for name in ("MatrixInverse", "MatrixSolve"):
-        if name in shared:
-            out[name] = checked(shared[name])
+    if "MatrixInverse" in shared:
+        out["MatrixInverse"] = checked(shared["MatrixInverse"])
+    if "MatrixSolve" in shared:
+        out["MatrixSolve"] = checked(broadcast_solve(cp, shared["MatrixSolve"]))
     if "ScatterNd" in shared:
         out["ScatterNd"] = widened(shared["ScatterNd"], 1)
     if "UnsortedSegmentSum" in shared:
         out["UnsortedSegmentSum"] = widened(shared["UnsortedSegmentSum"], 0)
     # an override only replaces an op the shared table has (same declaration)
     return {k: v for k, v in out.items() if k in shared}
+
+
+def solve_shapes(a_shape, b_shape):
+    """The shapes ``a`` (..., M, M) and ``b`` (..., M, K) of ``solve(a, b)`` are
+    broadcast to before cuSOLVER, which (in CuPy) wants equal batch dimensions; NumPy
+    and the CPU broadcast them (the op's signature has already checked M).
+
+    >>> solve_shapes((2, 3, 3), (3, 4))
+    ((2, 3, 3), (2, 3, 4))
+    >>> solve_shapes((3, 3), (5, 3, 1))
+    ((5, 3, 3), (5, 3, 1))
+    """
+    a_shape, b_shape = tuple(a_shape), tuple(b_shape)
+    batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    return batch + a_shape[-2:], batch + b_shape[-2:]
+
+
+def broadcast_solve(cp, solve):
+    """``solve`` with NumPy's broadcasting of the batch dimensions (:func:`solve_shapes`)."""
+    def k(a, b, adjoint):
+        sa, sb = solve_shapes(a.shape, b.shape)
+        if sa != a.shape:
+            a = cp.ascontiguousarray(cp.broadcast_to(a, sa))
+        if sb != b.shape:
+            b = cp.ascontiguousarray(cp.broadcast_to(b, sb))
+        return solve(a, b, adjoint=adjoint)
+    k.__name__ = "solve"
+    return k
 
 
 def build_random(cp, xp, k_random_module, raw64):

@@ -538,6 +538,15 @@ def _compare_one(actual, expected, spec, case_dtype, dev, what):
                              "is rounded to the case dtype, Python values take the result's; "
                              "set check_dtype=False in the spec only if the reference cannot "
                              "produce the right dtype)")
+    if spec.signed_zeros and _kind(exp.dtype) == "f":
+        zero = (exp == 0) & (got.astype(exp.dtype) == 0)
+        bad = zero & (np.signbit(got) != np.signbit(exp))
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0]) if bad.ndim else ()
+            raise AssertionError(
+                f"{what}: the sign of a zero result differs from the NumPy reference "
+                f"({int(bad.sum())} element(s), first at index {first})\n"
+                f"  actual:   {_fmt(got)}\n  expected: {_fmt(exp)}")
     tol = tolerance(spec, case_dtype, got.dtype)
     if tol is None:
         if _kind(exp.dtype) in "fc":
@@ -948,6 +957,10 @@ def check_traced(spec, device, dtype):
     tf = _tf()
     from ..tracing.trace import TracingError
     dtype = tf.as_dtype(dtype)
+    missing = _missing_kernel(tf.runtime.registry.OPS.get(spec.op) if spec.op else None,
+                              tf.runtime.devices.get_device(device))
+    if missing:
+        raise SkipCase(f"{missing}: not traced on {device}")
     samples = samples_for(spec, dtype)
     if not samples:
         raise SkipCase(f"spec {spec.name} has no samples for dtype {dtype.name}")
@@ -1232,11 +1245,15 @@ def _spec_skip(spec, kind, dtype_name, device_type, case_id):
     return None
 
 
-def cases(specs, devices, kind):
+def cases(specs, devices, kind, missing_kernels="fail"):
     """The cases of ``kind`` for ``specs`` on ``devices``.
 
     ``devices``: names of available devices, or ``(name, skip_reason)`` pairs
-    (an unavailable device gets one skipped case per kind).
+    (an unavailable device gets one skipped case per kind). ``missing_kernels``: what a
+    device type with no kernel (and no composite) for the spec's op gets: ``"fail"``
+    (one failing forward case: a backend's conformance) or ``"skip"`` (one skipped case
+    naming the kernels there are: :func:`opcheck` on every available device, where a
+    plugin's op need not run everywhere).
     """
     tf = _tf()
     out = []
@@ -1247,11 +1264,21 @@ def cases(specs, devices, kind):
             continue
         dev = tf.runtime.devices.get_device(name)
         for spec in specs:
-            out.extend(_spec_cases(spec, dev, kind))
+            out.extend(_spec_cases(spec, dev, kind, missing_kernels))
     return out
 
 
-def _spec_cases(spec, dev, kind):
+def _missing_kernel(op, dev):
+    """Why ``op`` cannot run on ``dev`` at all (no kernel for its device type and no
+    composite), or None."""
+    if op is None or dev.type in op.kernels or op.composite is not None:
+        return None
+    have = "; ".join(e.describe() for e in op.kernels.values()) or "none"
+    return (f"no kernel for op {op.name} on device type '{dev.type}' and no composite "
+            f"implementation (registered kernels: {have})")
+
+
+def _spec_cases(spec, dev, kind, missing_kernels="fail"):
     tf = _tf()
     try:
         dts, explicit, excluded = dtypes_under_test(spec, dev.type)
@@ -1259,15 +1286,16 @@ def _spec_cases(spec, dev, kind):
         return [Case(kind, spec, dev.name, skip=str(e))]
     res = []
     op = _tf().runtime.registry.OPS.get(spec.op) if spec.op else None
-    if op is not None and dev.type not in op.kernels and op.composite is None:
+    missing = _missing_kernel(op, dev)
+    if missing and missing_kernels == "skip":
+        res.append(Case(kind, spec, dev.name, skip=f"{missing}: not tested on {dev.name}"))
+    elif missing:
         # Nothing declared here: one failing case says so (a backend that lacks the
         # kernel on purpose declares a known gap, e.g. "*[exp-opencl:*]").
         if kind == "forward":
-            have = "; ".join(e.describe() for e in op.kernels.values()) or "none"
             res.append(Case(kind, spec, dev.name, fail=(
-                f"no kernel for op {op.name} on device type '{dev.type}' and no composite "
-                f"implementation (registered kernels: {have}); register one, or declare a "
-                "known gap (tapeflow_known_gaps hook)")))
+                f"{missing}; register one, or declare a known gap (tapeflow_known_gaps "
+                "hook)")))
         elif kind in ("noncontiguous", "traced"):
             pass          # the forward case reports the missing kernel
         elif (kind == "gradients" and spec.grad_order > 0) or (kind == "errors" and spec.errors):
@@ -1316,14 +1344,17 @@ def _spec_cases(spec, dev, kind):
 
 def check_spec(spec, devices=None,
                kinds=("forward", "noncontiguous", "gradients", "errors", "traced")):
-    """Run every case of ``spec`` on ``devices`` (default: every available device);
-    collect all failures into one AssertionError. Returns ``{"passed": [...],
-    "skipped": [(case id, reason)]}`` otherwise."""
+    """Run every case of ``spec`` on ``devices`` (default: every available device,
+    skipping, with the reason, those whose device type has no kernel for the op; a
+    device named in ``devices`` without one fails); collect all failures into one
+    AssertionError. Returns ``{"passed": [...], "skipped": [(case id, reason)]}``
+    otherwise."""
     tf = _tf()
+    missing = "skip" if devices is None else "fail"
     devices = [d.name for d in tf.list_devices()] if devices is None else list(devices)
     passed, skipped, failed = [], [], []
     for kind in kinds:
-        for c in cases([spec], devices, kind):
+        for c in cases([spec], devices, kind, missing):
             label = f"{kind}[{c.id}]"
             try:
                 c.check()

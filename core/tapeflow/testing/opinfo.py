@@ -103,3 +103,6 @@ class OpSpec:
     extra: Any = None
     #: compare the result dtype with the reference's (False: values and shape only)
     check_dtype: bool = True
+    #: also compare the sign of zero results (0.0 vs -0.0) with the reference's, for ops
+    #: whose NumPy semantics define it (floor division and modulo)
+    signed_zeros: bool = False

@@ -96,9 +96,10 @@ def _unary_samples(lo=-3.0, hi=3.0, edge=True, smooth=True):
 
 
 def _binary_samples(x_range=(-3.0, 3.0), y_range=(-3.0, 3.0), y_nonzero=False, scalar=2,
-                    edge=True, fix=None, scalar_lhs=None):
+                    edge=True, fix=None, scalar_lhs=None, edge_pairs=False):
     """Samples for a broadcasting binary op. ``fix(x, y, dtype)`` may adjust the
-    drawn values (to keep them away from kinks); it returns ``(x, y)``."""
+    drawn values (to keep them away from kinks); it returns ``(x, y)``. ``edge_pairs``:
+    also every pair of the float dtype's edge values."""
     def draw(rng, xs, ys, dtype):
         x = _vals(rng, xs, dtype, *x_range)
         y = _vals(rng, ys, dtype, *y_range, nonzero=y_nonzero)
@@ -125,6 +126,10 @@ def _binary_samples(x_range=(-3.0, 3.0), y_range=(-3.0, 3.0), y_nonzero=False, s
             if y_nonzero and e.dtype.kind in "iu":
                 ey[ey == 0] = 1        # integer division by zero is an error (tested apart)
             out.append(Sample((e, ey), grad_argnums=(), name="edge"))
+            if edge_pairs and e.dtype.kind == "f":
+                # every pair of edge values: +-0, +-inf, nan, negative divisors, extremes
+                x, y = np.meshgrid(e, e)
+                out.append(Sample((x.ravel(), y.ravel()), grad_argnums=(), name="edge_pairs"))
         return out
     return samples
 
@@ -266,12 +271,13 @@ def _unary(name, fn, ref, op, lo=-3.0, hi=3.0, grad=2, edge=True, tol=None, erro
                   grad_order=grad, tol=tol or {}, errors=list(errors))
 
 
-def _binary(name, fn, ref, op, samples, grad=2, errors=(), tol=None, mismatch=_F32):
+def _binary(name, fn, ref, op, samples, grad=2, errors=(), tol=None, mismatch=_F32,
+            signed_zeros=False):
     """``mismatch``: the dtype of the broadcast-mismatch error sample (None: no such
     sample, e.g. ``==``, where TF2 answers False for shapes that do not broadcast)."""
     errs = [] if mismatch is None else [_incompatible(name, mismatch)]
     return OpSpec(name=name, fn=fn, ref=ref, op=op, samples=samples, grad_order=grad,
-                  errors=[*errs, *errors], tol=tol or {})
+                  errors=[*errs, *errors], tol=tol or {}, signed_zeros=signed_zeros)
 
 
 SPECS: list[OpSpec] = [
@@ -284,12 +290,13 @@ SPECS: list[OpSpec] = [
     _binary("divide", tf.divide, np.true_divide, "RealDiv",
             _binary_samples(y_range=(-3.0, 3.0), y_nonzero=True)),
     _binary("floordiv", tf.math.floordiv, np.floor_divide, "FloorDiv",
-            _binary_samples(y_nonzero=True), grad=0,
+            _binary_samples(y_nonzero=True, edge_pairs=True), grad=0, signed_zeros=True,
             errors=[ErrorSample((np.array([1, 2], np.int32), np.array([1, 0], np.int32)),
                                 error=InvalidArgumentError, match="Integer division by zero",
                                 name="int_div_by_zero")]),
     _binary("mod", tf.math.mod, np.remainder, "FloorMod",
-            _binary_samples(y_nonzero=True, fix=_mod_points, scalar=2.0, scalar_lhs=2.5),
+            _binary_samples(y_nonzero=True, fix=_mod_points, scalar=2.0, scalar_lhs=2.5,
+                            edge_pairs=True), signed_zeros=True,
             errors=[ErrorSample((np.array([1, 2], np.int64), np.array([0, 1], np.int64)),
                                 error=InvalidArgumentError, match="Integer division by zero",
                                 name="int_mod_by_zero")]),
@@ -402,9 +409,10 @@ SPECS: list[OpSpec] = [
     _binary("operator.truediv", operator.truediv, np.true_divide, "RealDiv",
             _binary_samples(y_nonzero=True)),
     _binary("operator.floordiv", operator.floordiv, np.floor_divide, "FloorDiv",
-            _binary_samples(y_nonzero=True), grad=0),
+            _binary_samples(y_nonzero=True, edge_pairs=True), grad=0, signed_zeros=True),
     _binary("operator.mod", operator.mod, np.remainder, "FloorMod",
-            _binary_samples(y_nonzero=True, fix=_mod_points, scalar=2.0, scalar_lhs=2.5)),
+            _binary_samples(y_nonzero=True, fix=_mod_points, scalar=2.0, scalar_lhs=2.5,
+                            edge_pairs=True), signed_zeros=True),
     _binary("operator.pow", operator.pow, np.power, "Pow", _pow_samples),
     _binary("operator.lt", operator.lt, np.less, "Less", _compare_samples, grad=0),
     _binary("operator.ge", operator.ge, np.greater_equal, "GreaterEqual", _compare_samples,

@@ -13,10 +13,11 @@ Put this directory first on ``sys.path`` (``PYTHONPATH``) to use it.
 
 import contextlib as _contextlib
 import os as _os
+import types as _types
 
 import numpy as _np
 from numpy import *  # noqa: F401,F403
-from numpy import lib, linalg  # noqa: F401
+from numpy import lib  # noqa: F401
 
 __version__ = "0.0-fake"
 FAKE = True
@@ -233,9 +234,31 @@ def _ew_impls():
         "sigmoid": sigmoid,
         "rsqrt": lambda x: (1 / _np.sqrt(acc(x))).astype(x.dtype),
         "squared_difference": lambda x, y: _np.subtract(x, y) * _np.subtract(x, y),
+        "floordiv": _np.floor_divide,
+        "floormod": _np.remainder,
         "sigmoid_xent": lambda x, z: (_np.maximum(acc(x), 0) - acc(x) * acc(z)
                                       + _np.log1p(_np.exp(-_np.abs(acc(x))))).astype(x.dtype),
     }
+
+
+class _Linalg(_types.ModuleType):
+    """``cupy.linalg``: NumPy's, but ``solve`` keeps CuPy's restriction (equal batch
+    dimensions, b of shape (..., M) or (..., M, K); no broadcasting), which the
+    backend must work around."""
+
+    def __getattr__(self, name):
+        return getattr(_np.linalg, name)
+
+    @staticmethod
+    def solve(a, b):
+        if not ((a.ndim == b.ndim or a.ndim == b.ndim + 1)
+                and a.shape[:-1] == b.shape[:a.ndim - 1]):
+            raise ValueError("a must have (..., M, M) shape and b must have (..., M) "
+                             "or (..., M, K)")
+        return _out(_np.linalg.solve(a, b))
+
+
+linalg = _Linalg("cupy.linalg")
 
 
 class ElementwiseKernel:
