@@ -84,6 +84,7 @@ def cl():
                 os.environ.setdefault("POCL_CACHE_DIR", os.path.join(cache_dir(), "pocl"))
                 import pyopencl
                 import pyopencl.array
+                import pyopencl.characterize
                 import pyopencl.tools  # noqa: F401
                 _cla = pyopencl.array
                 _cl = pyopencl
@@ -338,10 +339,8 @@ def kernel(dev: CLDevice, source: str, name: str, scalar_dtypes=None, options=()
             return k
         c = cl()
         src = (_HEADER if dev.fp64 else "") + source
-        opts = list(options)
         try:
-            prg = c.Program(dev.ctx, src).build(options=opts,
-                                                cache_dir=os.path.join(cache_dir(), "opencl"))
+            prg = _build(c, dev, src, list(options))
         except c.RuntimeError as e:
             raise RuntimeError(f"OpenCL compilation of kernel {name} failed on {dev.name}: {e}\n"
                                f"--- source ---\n{src}") from None
@@ -350,6 +349,28 @@ def kernel(dev: CLDevice, source: str, name: str, scalar_dtypes=None, options=()
             k.set_scalar_arg_dtypes(scalar_dtypes)
         dev.kernels[key] = k
         return k
+
+
+def _build(c, dev: CLDevice, src: str, opts: list):
+    """``src`` built for ``dev`` with exactly ``opts``, through the driver's own cache.
+
+    PyOpenCL's ``Program.build`` adds ``-I <PyOpenCL's header directory>`` to every
+    build, a path inside the virtual environment. Drivers that cache compiled programs
+    themselves (PoCL: PyOpenCL's ``has_src_build_cache``) key that cache on the build
+    options too, so every checkout's ``.venv`` (every fresh CI clone) missed a warm
+    cache and recompiled all ~3200 kernels the tests use (about 1 s each on PoCL).
+    tapeflow's kernels include no PyOpenCL header, so for such drivers the program is
+    built through the OpenCL program object PyOpenCL wraps, with our options only;
+    elsewhere (NVIDIA: no driver cache) PyOpenCL's binary cache in the tapeflow cache
+    directory is used, as before. (``PYOPENCL_BUILD_OPTIONS`` is not applied on the
+    first path.)"""
+    from_src = getattr(getattr(c, "_cl", None), "_Program", None)
+    if from_src is not None and c.characterize.has_src_build_cache(dev.cl_device):
+        raw = from_src(dev.ctx, src)
+        raw.build(" ".join(opts).encode(), [dev.cl_device])   # (its error has the build log)
+        return c.Program(raw)
+    return c.Program(dev.ctx, src).build(options=opts,
+                                         cache_dir=os.path.join(cache_dir(), "opencl"))
 
 
 def launch(dev: CLDevice, k, gsize, lsize, *args):
