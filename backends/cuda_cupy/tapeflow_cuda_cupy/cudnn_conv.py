@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import logging
+import sys
 import threading
 from typing import NamedTuple
 
@@ -83,6 +84,17 @@ def _import_frontend():
         return None, ("the module 'cudnn' is not NVIDIA's cuDNN frontend (it has no "
                       f"pygraph); {INSTALL_HINT}")
     return cudnn, None
+
+
+def _installed() -> bool:
+    """Whether ``import cudnn`` would find a module (without importing it: the import
+    loads libcudnn)."""
+    if sys.modules.get("cudnn") is not None:
+        return True
+    try:
+        return importlib.util.find_spec("cudnn") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def versions(cudnn) -> str:
@@ -476,7 +488,7 @@ def describe() -> str:
     """One line for ``python -m tapeflow info``: which conv path is active on cuda."""
     prec = f"float32 precision: {precision.label()}"
     if not tapeflow.config.cudnn_convolutions_enabled():
-        found = importlib.util.find_spec("cudnn") is not None
+        found = _installed()
         return (f"convolutions: im2col + cuBLAS GEMM; cuDNN path off (opt-in, not yet run "
                 f"on a GPU in CI; {'frontend installed' if found else INSTALL_HINT}; enable "
                 f"with {HOW_TO_ENABLE}); {prec}")
