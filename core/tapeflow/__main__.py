@@ -3,11 +3,11 @@
 Versions; plugins loaded, failed or skipped (with distribution, version and
 reason); backends and their devices, available or not and why, each device
 smoke-tested, with the notes a backend gives about itself (``info_notes()``, optional:
-e.g. the CUDA backend's convolution path and float32 precision); every plugin's ops with their kernels per device type, gradient and
-overrides; and the op x device-type kernel coverage, for the device types this
-machine can run (``--all-device-types``: also those whose backend is unavailable or
-not installed, marked so). ``--json`` prints the same as one JSON object, for scripts
-and bug reports.
+e.g. the CUDA backend's convolution path and float32 precision); every plugin's ops
+with their kernels per device type, gradient and overrides; and the op x device-type
+kernel coverage, for the device types this machine can run (``--all-device-types``:
+also those whose backend is unavailable or not installed, marked so). ``--json``
+prints the same as one JSON object, for scripts and bug reports.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ from __future__ import annotations
 import ctypes
 import itertools
 import logging
+import os
+import subprocess
 import sys
 import types
 
@@ -729,6 +731,13 @@ def test_python_m_tapeflow_info_prints_the_conv_path(switches):
 
 # --- on a real GPU ----------------------------------------------------------------------------
 
+if os.environ.get("TAPEFLOW_TEST_FAKE_CUDNN") == "1":
+    # test_gpu_tests_on_stand_ins_for_cupy_and_cudnn runs this file with the fake CuPy
+    # first on the path and FakeCudnn as `cudnn`: the GPU tests then go through the whole
+    # stack (tf.nn.conv2d, the tape, the lazy kernel table, the wrappers) to FakeCudnn
+    sys.modules["cudnn"] = FakeCudnn()
+
+
 def _gpu_reason():
     from tapeflow_cuda_cupy import plugin
     why = plugin.unavailable_reason()
@@ -773,3 +782,27 @@ def test_gpu_cudnn_forward_and_gradients_match_the_cpu_in_strict_float32(switche
         assert conv.last[op][2] == "strict float32"
     for g, wnt, name in zip(got, want, ("y", "dx", "dw")):
         np.testing.assert_allclose(g, wnt, rtol=2e-5, atol=2e-4, err_msg=name)
+
+
+def test_gpu_tests_on_stand_ins_for_cupy_and_cudnn():
+    """The GPU tests above, run in a subprocess on tests/backends/fake_cupy (NumPy as
+    CuPy) with FakeCudnn as ``cudnn``: tf.nn.conv2d and its gradients on ``cuda:0`` reach
+    the cuDNN path through the real kernel table, and agree with the CPU. Checks our
+    plumbing, not CuPy or cuDNN."""
+    from tapeflow_cuda_cupy import emulate
+    why = emulate.available()
+    if why:   # the kernel table's Philox needs the host build of the CUDA source
+        pytest.skip(f"CUDA kernels cannot be emulated on the CPU here: {why}")
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(here, "fake_cupy"), os.environ.get("PYTHONPATH", "")]),
+        FAKE_CUPY_DEVICES="1", TAPEFLOW_CUDA_DISABLE="", TAPEFLOW_TEST_FAKE_CUDNN="1")
+    env.pop("TAPEFLOW_DEFAULT_DEVICE", None)
+    env.pop("TAPEFLOW_CUDNN", None)
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x",
+         os.path.abspath(__file__), "-k", "test_gpu_cudnn"],
+        capture_output=True, text=True, timeout=600, env=env, cwd=here)
+    tail = (r.stdout + r.stderr)[-3000:]
+    assert r.returncode == 0, tail
+    assert f"{len(GEOMETRIES[:7])} passed" in tail and "skipped" not in tail, tail
