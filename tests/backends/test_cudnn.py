@@ -729,6 +729,47 @@ def test_python_m_tapeflow_info_prints_the_conv_path(switches):
     assert "    convolutions: im2col + cuBLAS GEMM; cuDNN path off" in text
 
 
+# --- docs/gpu.md ------------------------------------------------------------------------------
+
+def test_gpu_doc_commands_match_the_extras_and_tests():
+    """docs/gpu.md's install lines pair each CUDA extra with the cuDNN extra of the same
+    CUDA major version (as declared in backends/cuda_cupy/pyproject.toml), and its GPU
+    test command selects this file and the conformance suite's Conv2D specs."""
+    import pathlib
+    import re
+    import shlex
+    import tomllib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "gpu.md").read_text()
+    blocks = re.findall(r"```sh tested-by=tests/backends/test_cudnn.py::"
+                        r"test_gpu_doc_commands_match_the_extras_and_tests\n(.*?)```", doc, re.S)
+    assert len(blocks) == 2, blocks
+    extras = tomllib.loads((root / "backends" / "cuda_cupy" / "pyproject.toml").read_text())[
+        "project"]["optional-dependencies"]
+    pairs = re.findall(r"pip install -e 'backends/cuda_cupy\[(\w+),([\w-]+)\]'", blocks[0])
+    assert sorted(pairs) == [("cuda12", "cudnn-cu12"), ("cuda13", "cudnn")]
+    for cuda, cudnn in pairs:
+        major = cuda[-2:]
+        assert any(r.startswith(f"cupy-cuda{major}x") for r in extras[cuda])
+        assert any(r.startswith(f"nvidia-cudnn-cu{major}") for r in extras[cudnn])
+        assert any(r.startswith("nvidia-cudnn-frontend") for r in extras[cudnn])
+    words = shlex.split(blocks[1])
+    assert words[:4] == ["TAPEFLOW_CUDNN=1", "python", "-m", "pytest"]
+    paths = [w for w in words if w.startswith("tests/")]
+    assert "tests/backends/test_cudnn.py" in paths and all((root / p).is_file() for p in paths)
+    k = words[words.index("-k") + 1]
+    assert words[words.index("--tapeflow-device") + 1] == "cuda:0"
+    # the same selection on cpu:0 (here) picks the conformance suite's conv specs
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                        "-p", "no:cacheprovider", "tests/conformance/test_conformance.py",
+                        "-k", k, "--tapeflow-device", "cpu:0"],
+                       capture_output=True, text=True, timeout=300, cwd=root)
+    for test in ("test_forward[nn.conv2d-", "test_gradients[nn.conv2d-",
+                 "test_forward[nn.conv2d_backprop_input-",
+                 "test_forward[nn.conv2d_backprop_filter-"):
+        assert test in r.stdout, (test, r.stdout[-2000:] + r.stderr[-2000:])
+
+
 # --- on a real GPU ----------------------------------------------------------------------------
 
 if os.environ.get("TAPEFLOW_TEST_FAKE_CUDNN") == "1":
