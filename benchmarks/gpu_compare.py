@@ -5,8 +5,13 @@ Cases (each implementation written the way a good engineer would in that framewo
 
 * ``matmul``  4096x4096 @ 4096x4096 float32
 * ``conv``    conv2d, batch 64, 56x56x64 -> 64 channels, 3x3, SAME, float32
-  (tapeflow: NHWC im2col + GEMM; raw CuPy: the same im2col + GEMM by hand;
-  PyTorch: cuDNN, NCHW)
+  (tapeflow: NHWC, cuDNN when enabled else im2col + GEMM; raw CuPy: im2col + GEMM by
+  hand; PyTorch: cuDNN, channels_last)
+* ``convbwd`` the same conv2d forward + backward (input and filter gradients through
+  GradientTape / autograd), the issue's figure: at most 1.1x PyTorch's time
+* ``cnn32``   one Adam training step of the seeds' CNN (Conv2D(16,3x3,relu) x2,
+  GlobalAveragePooling2D, Dense(10)) on 28x28x1, batch 32: tapeflow vs PyTorch
+  (channels_last), from the same weights
 * ``add``     per-op overhead: ``a + b`` on 1,000 float32 elements, 1,000 calls
 * ``mlp64`` / ``mlp1024``  an MLP 784-256-256-10 SGD step (forward, softmax
   cross-entropy, backward, update): tapeflow with GradientTape, PyTorch autograd,
@@ -19,9 +24,14 @@ rounds of the per-round ratio ``other / tapeflow`` (> 1: tapeflow is faster). Be
 timing, each case checks that its implementations compute the same thing.
 
 TF32 is disabled in PyTorch (``allow_tf32 = False`` for cuBLAS and cuDNN) so all three
-compute in full float32, as CuPy does.
+compute in full float32, as CuPy does, and tapeflow runs with its default strict float32
+(``--tf32`` turns TF32 on in tapeflow *and* PyTorch). tapeflow's convolutions use cuDNN
+only when enabled (opt-in: ``--cudnn``, or ``TAPEFLOW_CUDNN=1``); the report says which
+path and engine each conv op took, and at which precision. Without a GPU the script
+prints why and the conv path it would take, and exits 0.
 
     python benchmarks/gpu_compare.py            # about a minute
+    python benchmarks/gpu_compare.py --cudnn --cases conv,convbwd,cnn32
     python benchmarks/gpu_compare.py --quick    # a few seconds, noisier
     python benchmarks/gpu_compare.py --cases matmul,add --json out.json
 """
@@ -38,28 +48,52 @@ import numpy as np
 from interleave import measure
 
 
-def _load():
+class NoGPU(Exception):
+    """Why the GPU rows cannot run here."""
+
+
+def _load(tf32=False):
+    import tapeflow as tf
     try:
         import cupy as cp
     except Exception as e:
-        sys.exit(f"gpu_compare: CuPy is not importable ({type(e).__name__}: {e}); "
-                 "pip install -e 'backends/cuda_cupy[cuda13]'")
-    import tapeflow as tf
+        raise NoGPU(f"CuPy is not importable ({type(e).__name__}: {e}); "
+                    "pip install -e 'backends/cuda_cupy[cuda13]'") from None
     if not any(d.type == "cuda" for d in tf.list_devices()):
         from tapeflow.runtime.devices import _table
-        sys.exit("gpu_compare: tapeflow has no cuda device: "
-                 f"{_table.unavailable.get('cupy', 'tapeflow-cuda-cupy not loaded')}")
+        raise NoGPU("tapeflow has no cuda device: "
+                    f"{_table.unavailable.get('cupy', 'tapeflow-cuda-cupy not loaded')}")
     try:
         import torch
         if not torch.cuda.is_available():
             raise RuntimeError("torch.cuda.is_available() is False")
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
         torch.backends.cudnn.benchmark = True
         why = None
     except Exception as e:
         torch, why = None, f"{type(e).__name__}: {e}"
     return tf, cp, torch, why
+
+
+def conv_path_lines(tf):
+    """Which path tapeflow's conv ops take on cuda (cuDNN engine or im2col and why),
+    and the float32 precision."""
+    try:
+        from tapeflow_cuda_cupy import cudnn_conv
+    except ImportError as e:
+        return [f"conv path: tapeflow-cuda-cupy not importable ({e})"]
+    lines = [f"conv path on cuda: {cudnn_conv.describe()}"]
+    conv = cudnn_conv.ACTIVE[0]
+    for op, last in sorted((conv.last if conv is not None else {}).items()):
+        if last[0] == "cudnn":
+            lines.append(f"  {op}: cuDNN engine {last[1]}, {last[2]}")
+        else:
+            lines.append(f"  {op}: im2col ({last[1]})")
+    prec = "TF32" if tf.config.experimental.tensor_float_32_execution_enabled() \
+        else "strict float32"
+    lines.append(f"tapeflow float32 precision: {prec} (PyTorch allow_tf32 set to match)")
+    return lines
 
 
 #: where tapeflow runs (tests of this script may point it elsewhere)
@@ -165,8 +199,9 @@ def case_conv(tf, cp, torch):
 
     def build_torch():
         f = torch.nn.functional
-        x = torch.from_numpy(xn).cuda().permute(0, 3, 1, 2).contiguous()
-        w = torch.from_numpy(wn).cuda().permute(3, 2, 0, 1).contiguous()
+        cl = torch.channels_last
+        x = torch.from_numpy(xn).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)
+        w = torch.from_numpy(wn).cuda().permute(3, 2, 0, 1).contiguous(memory_format=cl)
         y = f.conv2d(x, w, padding=1)
         np.testing.assert_allclose(y.permute(0, 2, 3, 1).cpu().numpy(), ref, rtol=1e-3,
                                    atol=1e-3)
@@ -179,6 +214,140 @@ def case_conv(tf, cp, torch):
     _guard(c, "tapeflow", build_tf)
     _guard(c, "cupy", build_cp)
     if torch is not None:
+        _guard(c, "torch", build_torch)
+    return c
+
+
+def case_conv_backward(tf, cp, torch):
+    """conv2d forward + backward (dL/dx and dL/dw for an upstream gradient dy)."""
+    c = Case("convbwd", "conv2d 64x56x56x64 -> 64, 3x3 SAME, forward + backward", "step", 3)
+    rng = np.random.default_rng(1)
+    xn = rng.standard_normal((64, 56, 56, 64), dtype=np.float32)
+    wn = (rng.standard_normal((3, 3, 64, 64)) * 0.05).astype(np.float32)
+    dyn = rng.standard_normal((64, 56, 56, 64), dtype=np.float32)
+    out = {}
+
+    def build_tf():
+        with tf.device(DEVICE):
+            x, w, dy = tf.constant(xn), tf.constant(wn), tf.constant(dyn)
+
+        def step():
+            with tf.GradientTape() as tape:
+                tape.watch([x, w])
+                y = tf.nn.conv2d(x, w, strides=1, padding="SAME")
+            return tape.gradient(y, [x, w], output_gradients=dy)
+        out["tapeflow"] = [g.numpy() for g in step()]
+
+        def run(k):
+            for _ in range(k):
+                step()
+        return run
+
+    def build_torch():
+        f = torch.nn.functional
+        cl = torch.channels_last
+        x = torch.from_numpy(xn).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)
+        w = torch.from_numpy(wn).cuda().permute(3, 2, 0, 1).contiguous(memory_format=cl)
+        dy = torch.from_numpy(dyn).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)
+        x.requires_grad_(True)
+        w.requires_grad_(True)
+
+        def step():
+            y = f.conv2d(x, w, padding=1)
+            return torch.autograd.grad(y, [x, w], dy)
+        gx, gw = step()
+        out["torch"] = [gx.permute(0, 2, 3, 1).cpu().numpy(), gw.permute(2, 3, 1, 0).cpu().numpy()]
+
+        def run(k):
+            for _ in range(k):
+                step()
+        return run
+
+    _guard(c, "tapeflow", build_tf)
+    if torch is not None:
+        _guard(c, "torch", build_torch)
+    if "tapeflow" in out and "torch" in out:
+        for name, a, b in zip(("dx", "dw"), out["tapeflow"], out["torch"]):
+            scale = max(1.0, float(np.abs(b).max()))
+            if not np.allclose(a, b, rtol=1e-3, atol=1e-3 * scale):
+                c.errors["torch"] = f"{name} differs from tapeflow's by " \
+                                    f"{float(np.abs(a - b).max()):.3g}"
+                c.impls.pop("torch", None)
+    return c
+
+
+def case_cnn(tf, cp, torch, batch=32):
+    """One Adam step of the seeds' CNN, tapeflow vs PyTorch from the same weights."""
+    c = Case(f"cnn{batch}", f"seeds' CNN Adam step, batch {batch}, 28x28x1", "step", 5)
+    rng = np.random.default_rng(0)
+    xn = rng.random((batch, 28, 28, 1), dtype=np.float32)
+    yn = rng.integers(0, 10, batch).astype(np.int64)
+    state = {}
+
+    def build_tf():
+        with tf.device(DEVICE):
+            tf.random.set_seed(0)
+            model = tf.keras.Sequential([
+                tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
+                tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
+                tf.keras.layers.GlobalAveragePooling2D(),
+                tf.keras.layers.Dense(10)])
+            opt = tf.train.AdamOptimizer()
+            x, y = tf.constant(xn), tf.constant(yn)
+            model(x)
+        state["weights"] = [v.numpy() for v in model.trainable_variables]
+
+        def step():
+            with tf.device(DEVICE):
+                with tf.GradientTape() as tape:
+                    loss = tf.losses.sparse_softmax_cross_entropy(y, model(x, training=True))
+                grads = tape.gradient(loss, model.trainable_variables)
+                opt.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+        state["tf_loss"] = float(step())
+
+        def run(k):
+            for _ in range(k):
+                step()
+        return run
+
+    def build_torch():
+        nn = torch.nn
+        k1, b1, k2, b2, w3, b3 = state["weights"]
+        c1, c2, d = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 16, 3), nn.Linear(16, 10)
+        with torch.no_grad():                       # HWIO -> OIHW, (in, out) -> (out, in)
+            c1.weight.copy_(torch.from_numpy(k1.transpose(3, 2, 0, 1).copy()))
+            c1.bias.copy_(torch.from_numpy(b1))
+            c2.weight.copy_(torch.from_numpy(k2.transpose(3, 2, 0, 1).copy()))
+            c2.bias.copy_(torch.from_numpy(b2))
+            d.weight.copy_(torch.from_numpy(w3.T.copy()))
+            d.bias.copy_(torch.from_numpy(b3))
+        cl = torch.channels_last
+        c1, c2, d = (m.cuda().to(memory_format=cl) for m in (c1, c2, d))
+        params = list(c1.parameters()) + list(c2.parameters()) + list(d.parameters())
+        opt = torch.optim.Adam(params, lr=1e-3, eps=1e-8)
+        x = torch.from_numpy(xn).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)
+        y = torch.from_numpy(yn).cuda()
+        F = torch.nn.functional
+
+        def step():
+            h = F.relu(c2(F.relu(c1(x))))
+            loss = F.cross_entropy(d(h.mean(dim=(2, 3))), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss.detach()
+        loss = float(step())
+        assert abs(loss - state["tf_loss"]) <= 1e-4 * max(1.0, abs(loss)), \
+            f"torch loss {loss} != tapeflow's {state['tf_loss']}"
+
+        def run(k):
+            for _ in range(k):
+                step()
+        return run
+
+    _guard(c, "tapeflow", build_tf)
+    if torch is not None and "weights" in state:
         _guard(c, "torch", build_torch)
     return c
 
@@ -340,6 +509,8 @@ def case_mlp(tf, cp, torch, batch):
 CASES = {
     "matmul": case_matmul,
     "conv": case_conv,
+    "convbwd": case_conv_backward,
+    "cnn32": case_cnn,
     "add": case_add,
     "mlp64": lambda tf, cp, torch: case_mlp(tf, cp, torch, 64),
     "mlp1024": lambda tf, cp, torch: case_mlp(tf, cp, torch, 1024),
@@ -386,8 +557,21 @@ def main(argv=None):
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " +
                     ", ".join(CASES))
     ap.add_argument("--json", help="write the raw timings here")
+    ap.add_argument("--cudnn", action="store_true",
+                    help="tapeflow convolutions through cuDNN (opt-in; else TAPEFLOW_CUDNN)")
+    ap.add_argument("--tf32", action="store_true",
+                    help="allow TF32 in tapeflow and PyTorch (default: strict float32)")
     args = ap.parse_args(argv)
-    tf, cp, torch, torch_why = _load()
+    import tapeflow
+    if args.cudnn:
+        tapeflow.config.experimental.enable_cudnn_convolutions(True)
+    tapeflow.config.experimental.enable_tensor_float_32_execution(args.tf32)
+    try:
+        tf, cp, torch, torch_why = _load(args.tf32)
+    except NoGPU as e:
+        print(f"gpu_compare: every row skipped, no GPU here: {e}")
+        print("\n".join(conv_path_lines(tapeflow)))
+        return 0
     dev = tf.runtime.devices.get_device(DEVICE)
     print(f"tapeflow {tf.__version__} on {dev.name} ({dev.description}); CuPy {cp.__version__}"
           + (f"; PyTorch {torch.__version__}" if torch is not None else ""))
@@ -410,6 +594,7 @@ def main(argv=None):
         if torch is not None:
             torch.cuda.empty_cache()
     report(cases, torch_why)
+    print("\n".join(conv_path_lines(tf)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({c.key: {"times": c.times, "ratios": c.ratios, "errors": c.errors}

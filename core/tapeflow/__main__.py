@@ -2,11 +2,12 @@
 
 Versions; plugins loaded, failed or skipped (with distribution, version and
 reason); backends and their devices, available or not and why, each device
-smoke-tested; every plugin's ops with their kernels per device type, gradient and
-overrides; and the op x device-type kernel coverage, for the device types this
-machine can run (``--all-device-types``: also those whose backend is unavailable or
-not installed, marked so). ``--json`` prints the same as one JSON object, for scripts
-and bug reports.
+smoke-tested, with the notes a backend gives about itself (``info_notes()``, optional:
+e.g. the CUDA backend's convolution path and float32 precision); every plugin's ops
+with their kernels per device type, gradient and overrides; and the op x device-type
+kernel coverage, for the device types this machine can run (``--all-device-types``:
+also those whose backend is unavailable or not installed, marked so). ``--json``
+prints the same as one JSON object, for scripts and bug reports.
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ def collect(ops_glob=None, smoke=True) -> dict:
                          "default": d.name == default,
                          **({"smoke_test": _smoke(d)} if smoke else {})}
                         for d in sorted(devs, key=lambda d: d.index)],
+            "notes": _backend_notes(be),
         })
 
     dtypes_seen = []
@@ -143,6 +145,18 @@ def collect(ops_glob=None, smoke=True) -> dict:
         "coverage": {"device_types": dtypes_seen, "device_type_status": status, "ops": ops},
         "distributed": _distributed_info(dtypes_seen, status),
     }
+
+
+def _backend_notes(be):
+    """The lines a backend's optional ``info_notes()`` returns (how it runs some ops:
+    libraries, precision); a failure is reported, not raised."""
+    fn = getattr(be, "info_notes", None)
+    if fn is None:
+        return []
+    try:
+        return [str(line) for line in fn()]
+    except Exception as e:  # diagnostics must report, not crash
+        return [f"info_notes() failed: {type(e).__name__}: {e}"]
 
 
 def _distributed_info(device_types, status):
@@ -219,6 +233,8 @@ def render(data, all_device_types=False) -> str:
             smoke = f"  smoke test: {d['smoke_test']}" if "smoke_test" in d else ""
             lines.append(f"    {d['name']:<10} {d['description']}"
                          + (f" [{', '.join(tags)}]" if tags else "") + smoke)
+        for note in be.get("notes", ()):
+            lines.append(f"    {note}")
     for name, reason in data["unavailable_devices"].items():
         lines.append(f"  {name}: unavailable: {reason}")
     lines.append(f"  default device: {data['default_device']}")

@@ -15,7 +15,7 @@ import numpy as np
 from tapeflow.errors import ResourceExhaustedError
 from tapeflow.plugins import Backend
 
-from . import _cupy
+from . import _cupy, cudnn_conv, precision
 from .bf16 import BF16, BF16Array
 
 #: 0-d host values uploaded at most once per device (Python scalars in ``x * 2.0``
@@ -54,6 +54,13 @@ class CupyBackend(Backend):
             out.append({"index": i, "is_gpu": True, "description": _describe(cp, i),
                         "handle": cp.cuda.Device(i)})
         return out
+
+    def info_notes(self):
+        """Lines ``python -m tapeflow info`` prints under this backend: the convolution
+        path (cuDNN or im2col, and why) and the float32 precision of cuBLAS."""
+        cublas = precision.applied["cupy"] or f"{precision.label()} (applied when the " \
+                                              "kernel table is built)"
+        return [cudnn_conv.describe(), f"matmul (cuBLAS through CuPy): {cublas}"]
 
     # --- data movement ----------------------------------------------------------------
     def to_host(self, array, device):

@@ -13,6 +13,9 @@ machine where a CUDA device exists) builds the whole table once (:func:`table`):
    namespace (one source for both backends where NumPy and CuPy agree);
 2. ``tapeflow.kernels.random`` built around the GPU Philox (:mod:`.philox`);
 3. the CUDA-specific kernels of :mod:`.k_cuda` on top;
+   ``Conv2D`` and its gradients wrapped by :mod:`.cudnn_conv` (cuDNN when enabled and
+   supported, else the shared im2col kernel), and the TF32 switch applied to CuPy
+   (:mod:`.precision`);
 4. bfloat16 (CuPy has none): the kernels :func:`.bf16.declare` offers it for are wrapped
    to take and return :class:`.bf16.BF16Array` (uint16 bits) and compute in float32.
 
@@ -31,7 +34,7 @@ import numpy as np
 from tapeflow import kernels
 from tapeflow.errors import UnimplementedError
 
-from . import _cupy, bf16, k_cuda, philox
+from . import _cupy, bf16, cudnn_conv, k_cuda, philox, precision
 
 DEVICE_TYPE = "cuda"
 
@@ -127,6 +130,16 @@ def _build() -> _Built:
     for op, fn in overrides.items():
         fns[op] = fn
         b.origin[op] = "cuda"
+    try:
+        for op, fn in cudnn_conv.build(cp, fns).items():
+            fns[op] = fn
+            b.origin[op] = "cuda:cudnn-or-shared:nn"
+    except Exception as e:  # the im2col kernels stay
+        b.errors["cudnn_conv"] = f"cudnn_conv.build failed: {type(e).__name__}: {e}"
+    try:
+        precision.install(cp)
+    except Exception as e:
+        b.errors["precision"] = f"applying the TF32 switch to CuPy failed: {type(e).__name__}: {e}"
     decl = declared()
     fns = {op: bf16.wrap(op, fn, xp, decl.get(op, ((), False))[0]) for op, fn in fns.items()}
     from .backend import BACKEND
@@ -204,7 +217,9 @@ def coverage() -> dict:
     CuPy, from the declarations only."""
     decl = declared()
     if _cupy.probe()[0] is None:
-        return {op: ("cuda" if op in k_cuda.OVERRIDES else "shared") for op in decl}
+        return {op: ("cuda" if op in k_cuda.OVERRIDES else
+                     "cuda:cudnn-or-shared:nn" if op in cudnn_conv.OPS else "shared")
+                for op in decl}
     b = table()
     return {op: b.origin.get(op, "missing: " + "; ".join(sorted(set(b.errors.values()))))
             for op in decl}

@@ -7,6 +7,9 @@
 
 from __future__ import annotations
 
+import os as _os
+import types as _types
+
 from .errors import InvalidArgumentError
 from . import devices as _devs
 from .dispatch import policy as _policy
@@ -57,3 +60,67 @@ def list_physical_devices(device_type=None):
         t = device_type.lower()
         ds = [d for d in ds if d.type == t or (t == "gpu" and d.is_gpu)]
     return [d.name for d in ds]
+
+
+# --- numerical precision and cuDNN convolutions (tf.config.experimental) -------------------
+# One block, read by accelerator backends at call time (or through the observer), so
+# the core never imports a backend.
+
+_tf32 = [False]                 # TensorFloat-32 allowed for float32 matmul/convolutions
+_tf32_observers: list = []
+_cudnn = [None]                 # None: the environment variable TAPEFLOW_CUDNN decides
+
+
+def enable_tensor_float_32_execution(enabled: bool) -> None:
+    """Allow (True) or forbid (False, the default) TensorFloat-32 for float32 matrix
+    multiplications and convolutions on GPUs that have it (NVIDIA Ampere and later):
+    inputs rounded to a 10-bit mantissa, about 1e-3 relative error, often several times
+    faster. As ``tf.config.experimental.enable_tensor_float_32_execution``; tapeflow's
+    default is strict float32. Backends are told at once (``observe_tensor_float_32``)."""
+    on = bool(enabled)
+    _tf32[0] = on
+    for fn in list(_tf32_observers):
+        fn(on)
+
+
+def tensor_float_32_execution_enabled() -> bool:
+    """Whether TensorFloat-32 is allowed (see ``enable_tensor_float_32_execution``)."""
+    return _tf32[0]
+
+
+def observe_tensor_float_32(fn) -> None:
+    """For backends: call ``fn(enabled)`` now and whenever the TensorFloat-32 switch
+    changes (the CUDA backend sets cuBLAS's compute type through CuPy this way)."""
+    if fn not in _tf32_observers:
+        _tf32_observers.append(fn)
+    fn(_tf32[0])
+
+
+def enable_cudnn_convolutions(enabled) -> None:
+    """Route ``Conv2D`` and its gradients on CUDA devices through NVIDIA's cuDNN
+    frontend (``pip install 'tapeflow-cuda-cupy[cudnn]'``) instead of im2col + GEMM.
+    Opt-in while the path has not yet passed the conformance suite on a real GPU;
+    ``None`` goes back to the environment variable ``TAPEFLOW_CUDNN`` (``1`` = on).
+    Cases cuDNN cannot run fall back to im2col (``python -m tapeflow info`` and the
+    ``tapeflow.cuda`` debug log say which path ran)."""
+    _cudnn[0] = None if enabled is None else bool(enabled)
+
+
+def cudnn_convolutions_enabled() -> bool:
+    """Whether convolutions on CUDA devices may use cuDNN (see ``enable_cudnn_convolutions``)."""
+    if _cudnn[0] is not None:
+        return _cudnn[0]
+    return _os.environ.get("TAPEFLOW_CUDNN", "").strip().lower() not in ("", "0", "false", "no",
+                                                                        "off")
+
+
+#: ``tf.config.experimental.*``
+experimental = _types.SimpleNamespace(
+    enable_tensor_float_32_execution=enable_tensor_float_32_execution,
+    tensor_float_32_execution_enabled=tensor_float_32_execution_enabled,
+    enable_cudnn_convolutions=enable_cudnn_convolutions,
+    cudnn_convolutions_enabled=cudnn_convolutions_enabled)
+
+__all__ += ["enable_tensor_float_32_execution", "tensor_float_32_execution_enabled",
+            "observe_tensor_float_32", "enable_cudnn_convolutions",
+            "cudnn_convolutions_enabled", "experimental"]

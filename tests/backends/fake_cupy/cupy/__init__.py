@@ -86,6 +86,11 @@ class _Ptr:
     def __init__(self, arr):
         self.arr = arr
 
+    @property
+    def ptr(self):
+        """The host address of the first element (CuPy: the device address)."""
+        return self.arr.__array_interface__["data"][0]
+
     def copy_from_device(self, src, nbytes):
         dst = self.arr.view(_np.ndarray).reshape(-1).view(_np.uint8)
         dst[:nbytes] = src.arr.view(_np.ndarray).reshape(-1).view(_np.uint8)[:nbytes]
@@ -173,9 +178,26 @@ class _Runtime:
         pass
 
 
+class _Stream:
+    ptr = 0                     # the legacy default stream
+
+
+class _Allocation:
+    """``cupy.cuda.alloc``'s MemoryPointer: host bytes kept alive with their address."""
+
+    def __init__(self, nbytes):
+        self.buf = _np.zeros(int(nbytes) or 1, _np.uint8)
+        self.ptr = self.buf.__array_interface__["data"][0]
+
+
 class cuda:  # noqa: N801  (a namespace, as cupy.cuda)
     runtime = _Runtime
     Device = _Device
+    alloc = _Allocation
+
+    @staticmethod
+    def get_current_stream():
+        return _Stream()
 
     class memory:  # noqa: N801
         OutOfMemoryError = _OutOfMemoryError
