@@ -17,6 +17,7 @@ from tapeflow.plugins import Backend
 
 from . import _cupy, cudnn_conv, precision
 from .bf16 import BF16, BF16Array
+from .cuda_graphs import CudaGraphCapturer
 
 #: 0-d host values uploaded at most once per device (Python scalars in ``x * 2.0``
 #: become 0-d arrays; tensors are immutable, so sharing the upload is safe)
@@ -136,6 +137,12 @@ class CupyBackend(Backend):
         """One ``cupy.ElementwiseKernel`` for a group of elementwise ops (:mod:`.fusion`)."""
         from .fusion import fuse_elementwise
         return fuse_elementwise(spec, self.multi_device)
+
+    # --- CUDA graphs (tapeflow.tracing.capture; experimental) -------------------------
+    def graph_capture(self, device):
+        """A :class:`.cuda_graphs.CudaGraphCapturer` for ``device`` (a new one per traced
+        signature: each owns its stream and memory pool)."""
+        return CudaGraphCapturer(device)
 
     # --- synchronisation and memory ---------------------------------------------------
     def synchronize(self, device):

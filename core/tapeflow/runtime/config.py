@@ -15,7 +15,8 @@ from . import devices as _devs
 from .dispatch import policy as _policy
 
 __all__ = ["set_default_device", "get_default_device", "set_device_policy", "get_device_policy",
-           "silent_copies", "memory_info", "list_devices", "list_physical_devices"]
+           "silent_copies", "memory_info", "list_devices", "list_physical_devices",
+           "experimental"]
 
 set_default_device = _devs.set_default_device
 
@@ -114,13 +115,33 @@ def cudnn_convolutions_enabled() -> bool:
                                                                         "off")
 
 
+# --- CUDA graphs (tapeflow.tracing.capture) ------------------------------------------------
+#: read by tf.function when it traces a signature (and by a captured replay at each call)
+cuda_graphs = [_os.environ.get("TAPEFLOW_CUDA_GRAPHS", "") not in ("", "0")]
+
+
+def enable_cuda_graphs(enabled: bool = True) -> None:
+    """Replay ``tf.function`` s on a CUDA device as one captured CUDA graph (off by
+    default; ``TAPEFLOW_CUDA_GRAPHS=1`` turns it on at start-up). Experimental: it has
+    not yet run on a GPU. Signatures traced while it is on capture on their second
+    call; turning it off makes them replay plainly again. See docs/backends.md."""
+    cuda_graphs[0] = bool(enabled)
+
+
+def cuda_graphs_enabled() -> bool:
+    """Whether :func:`enable_cuda_graphs` is on."""
+    return cuda_graphs[0]
+
+
 #: ``tf.config.experimental.*``
 experimental = _types.SimpleNamespace(
     enable_tensor_float_32_execution=enable_tensor_float_32_execution,
     tensor_float_32_execution_enabled=tensor_float_32_execution_enabled,
     enable_cudnn_convolutions=enable_cudnn_convolutions,
-    cudnn_convolutions_enabled=cudnn_convolutions_enabled)
+    cudnn_convolutions_enabled=cudnn_convolutions_enabled,
+    enable_cuda_graphs=enable_cuda_graphs,
+    cuda_graphs_enabled=cuda_graphs_enabled)
 
 __all__ += ["enable_tensor_float_32_execution", "tensor_float_32_execution_enabled",
             "observe_tensor_float_32", "enable_cudnn_convolutions",
-            "cudnn_convolutions_enabled", "experimental"]
+            "cudnn_convolutions_enabled", "enable_cuda_graphs", "cuda_graphs_enabled"]

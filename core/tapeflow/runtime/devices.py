@@ -102,6 +102,13 @@ class Backend:
         unfused."""
         return None
 
+    def graph_capture(self, device: Device):
+        """An object that records the kernel launches of a traced function on
+        ``device`` and replays them as one unit (a CUDA graph), or ``None`` (the
+        default): the backend cannot. What the object provides is documented in
+        :mod:`tapeflow.tracing.capture` (``tf.config.experimental.enable_cuda_graphs``)."""
+        return None
+
 
 class Device:
     """One device of one backend. Compare by identity or by name."""

@@ -82,6 +82,8 @@ from ..runtime import dtypes as _dt
 from ..runtime import variable as _variable_mod
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.registry import OpDef
+from ..runtime.config import cuda_graphs as _cuda_graphs
+from . import capture as _capture
 from . import graph_passes
 from .graph import Graph, Node
 
@@ -461,7 +463,13 @@ def _ident(name):
 
 class ConcreteFunction:
     """One traced signature of a :class:`Function`: ``graph`` (the traced ops, printable)
-    and its compiled replay. Call it with the same arguments as the Function."""
+    and its compiled replay. Call it with the same arguments as the Function.
+
+    ``cuda_graph_info``: None when ``tf.config.experimental.enable_cuda_graphs`` was
+    off when its Function traced it, else a :class:`tapeflow.tracing.capture.CaptureInfo`
+    (whether it replays as a CUDA graph, and if not, why)."""
+
+    cuda_graph_info = None
 
     def __init__(self, graph, optimize=True, passes=None):
         self.graph = graph
@@ -903,6 +911,8 @@ class Function:
                 g.py_outputs.append(("py", x))
         g.captured_variables = list(tr.vars)
         cf = ConcreteFunction(g, self.optimize, self.passes)
+        if _cuda_graphs[0]:   # (replaces cf._run when the graph may be captured; not for
+            _capture.install(cf, _compile)     # the sub-graphs of cond / while_loop)
         return cf, result
 
     def __call__(self, *args, **kwargs):

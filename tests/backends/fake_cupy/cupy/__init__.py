@@ -178,10 +178,6 @@ class _Runtime:
         pass
 
 
-class _Stream:
-    ptr = 0                     # the legacy default stream
-
-
 class _Allocation:
     """``cupy.cuda.alloc``'s MemoryPointer: host bytes kept alive with their address."""
 
@@ -190,14 +186,120 @@ class _Allocation:
         self.ptr = self.buf.__array_interface__["data"][0]
 
 
+# --- streams, events, memory pools and graphs (for tapeflow_cuda_cupy.cuda_graphs) --------
+# Logic checks only: a "capture" here RUNS the kernels (NumPy cannot defer them), except
+# that ``copyto`` writes nothing while a stream captures (so in-place updates of Variables
+# happen once, as on a GPU, where the capture runs nothing); ``Graph.launch`` runs
+# nothing and counts. Values after a fake capture are therefore not meaningful: what
+# this checks is which CuPy calls the capturer makes, in which order, on which stream.
+
+_stream_stack = []
+_capturing = []
+calls = []                      # ("begin_capture" | "end_capture" | "launch" | ..., detail)
+
+
+class _Event:
+    pass
+
+
+class _Stream:
+    null = None
+    ptr = 0                     # (the handle cuDNN is given; the legacy stream's is 0)
+
+    def __init__(self, null=False, non_blocking=False, ptr=None):
+        self.non_blocking = non_blocking
+        self.is_null = null
+
+    def __enter__(self):
+        _stream_stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _stream_stack.pop()
+        return False
+
+    def record(self, event=None):
+        return _Event()
+
+    def wait_event(self, event):
+        calls.append(("wait_event", self))
+
+    def synchronize(self):
+        pass
+
+    def begin_capture(self, mode=None):
+        if self.is_null:
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: the legacy stream")
+        if _capturing:
+            raise RuntimeError("cudaErrorIllegalState: already capturing")
+        _capturing.append(self)
+        calls.append(("begin_capture", self))
+
+    def is_capturing(self):
+        return bool(_capturing) and _capturing[-1] is self
+
+    def end_capture(self):
+        if not self.is_capturing():
+            raise RuntimeError("cudaErrorIllegalState: not capturing")
+        _capturing.pop()
+        calls.append(("end_capture", self))
+        return _Graph()
+
+
+_NULL_STREAM = _Stream(null=True)
+_Stream.null = _NULL_STREAM
+
+
+def _get_current_stream(device_id=None):
+    return _stream_stack[-1] if _stream_stack else _NULL_STREAM
+
+
+class _Graph:
+    def __init__(self):
+        self.launches = 0
+
+    def launch(self, stream=None):
+        if stream is not None and _capturing:
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported")
+        self.launches += 1
+        calls.append(("launch", stream))
+
+
+class _MemoryPool(_Pool):
+    def malloc(self, nbytes):
+        raise NotImplementedError("the NumPy stand-in allocates with NumPy")
+
+
+_allocators = []
+
+
+@_contextlib.contextmanager
+def _using_allocator(allocator=None):
+    _allocators.append(allocator)
+    calls.append(("using_allocator", allocator))
+    try:
+        yield
+    finally:
+        _allocators.pop()
+
+
+def copyto(dst, src, casting="same_kind", where=True):
+    if _capturing:
+        calls.append(("copyto (captured, not run)", dst.shape))
+        return
+    _np.copyto(dst, src, casting=casting, where=where)
+
+
 class cuda:  # noqa: N801  (a namespace, as cupy.cuda)
     runtime = _Runtime
     Device = _Device
+    Stream = _Stream
+    Event = _Event
+    Graph = _Graph
+    MemoryPool = _MemoryPool
+    get_current_stream = staticmethod(_get_current_stream)
+    using_allocator = staticmethod(_using_allocator)
     alloc = _Allocation
-
-    @staticmethod
-    def get_current_stream():
-        return _Stream()
 
     class memory:  # noqa: N801
         OutOfMemoryError = _OutOfMemoryError
