@@ -79,6 +79,8 @@ class _Built:
         self.fns: dict = {}            # op -> callable (final)
         self.origin: dict = {}         # op -> "shared:math" | "cuda"
         self.errors: dict = {}         # op or module -> "what failed"
+        self.variants: dict = {}       # op -> (kernel for every dtype but bfloat16,
+        #                                       {"bfloat16": its float32 round trip})
         self.raw64 = None
 
 
@@ -141,11 +143,18 @@ def _build() -> _Built:
     except Exception as e:
         b.errors["precision"] = f"applying the TF32 switch to CuPy failed: {type(e).__name__}: {e}"
     decl = declared()
-    fns = {op: bf16.wrap(op, fn, xp, decl.get(op, ((), False))[0]) for op, fn in fns.items()}
+    raw = fns
+    fns = {op: bf16.wrap(op, fn, xp, decl.get(op, ((), False))[0]) for op, fn in raw.items()}
     from .backend import BACKEND
     if BACKEND.multi_device:
+        raw = {op: _on_device(fn, decl.get(op, (None, False))[1]) for op, fn in raw.items()}
         fns = {op: _on_device(fn, decl.get(op, (None, False))[1]) for op, fn in fns.items()}
     b.fns = fns
+    # bfloat16 as a variant: dispatch runs the float32 round trip for bfloat16 calls only
+    # and the other dtypes reach the kernel with no wrapper in front (Cast keeps its
+    # wrapper: its key dtype is the input's, the bfloat16 may be the target)
+    b.variants = {op: (raw[op], {"bfloat16": fns[op]}) for op in fns
+                  if op != "Cast" and fns[op] is not raw[op]}
     return b
 
 
@@ -202,7 +211,11 @@ class LazyKernel:
     def _rebind(self, real):
         try:
             from tapeflow.plugins import rebind_kernel
-            rebind_kernel(self.op_name, DEVICE_TYPE, self, real)
+            split = table().variants.get(self.op_name)
+            if split is not None:
+                rebind_kernel(self.op_name, DEVICE_TYPE, self, split[0], variants=split[1])
+            else:
+                rebind_kernel(self.op_name, DEVICE_TYPE, self, real)
         except Exception:   # the lazy object keeps forwarding: slower, still correct
             pass
 

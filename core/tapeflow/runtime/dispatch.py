@@ -545,6 +545,8 @@ def _run(op, tensors, dev, attrs):
             raise kernel_not_found(op, dev, kd)
         if entry.variants is not None:
             fn = entry.variants.get(kd, fn)
+    elif entry.variants is not None:            # (an any-dtype kernel with variants)
+        fn = entry.variants.get(_key_dtype(op, tensors, attrs), fn)
     arrays = [t._data for t in tensors]
     try:
         if entry.needs_device:

@@ -377,17 +377,21 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
     _refresh_fast(op, device_type)
 
 
-def rebind_kernel(op, device_type, old, new) -> bool:
+def rebind_kernel(op, device_type, old, new, variants=None) -> bool:
     """Replace kernel ``old`` of ``op`` (name or OpDef) on ``device_type`` by ``new``
     (a backend whose kernels compile on first use registers a stand-in and rebinds the
-    real function once it exists). Returns False, changing nothing, when ``old`` is no
-    longer the registered kernel (another plugin replaced it)."""
+    real function once it exists); ``variants``: ``{dtype: fn}`` for declared dtypes
+    that run another function (as :func:`add_kernel`'s). Returns False, changing
+    nothing, when ``old`` is no longer the registered kernel (another plugin replaced
+    it)."""
     if isinstance(op, str):
         op = get_op(op)
     entry = op.kernels.get(device_type)
     if entry is None or entry.fn is not old:
         return False
     entry.fn = new
+    if variants:
+        entry.variants = {_dt.as_dtype(d).np: f for d, f in variants.items()}
     _refresh_fast(op, device_type)
     return True
 
