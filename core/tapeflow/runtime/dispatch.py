@@ -291,17 +291,20 @@ def execute(op, inputs, attrs=_EMPTY):
     """Run ``op`` on ``inputs`` (a tuple) with complete ``attrs``; returns a Tensor
     or a tuple of Tensors.
 
-    The one fast path: with no device scope, when every input is a Tensor on one
-    device with one dtype and the op has a fast kernel for it (``op.fast``: filled by
-    the registry for kernels that need no device argument and ops without a
-    ``check``), one dict lookup finds the kernel, and the result is wrapped and
-    recorded on the active tapes here. Everything else -- conversion, promotion,
-    placement, checks, composites, several outputs, tracing -- goes through
-    ``_prepare`` and ``_run``.
+    The one fast path: when every input is a Tensor on one device with one dtype --
+    outside a device scope, or on the scope's device (the seeds' training loops run
+    under ``with tf.device("/gpu:0")``; placement has nothing to do then), and no
+    tracer is recording (tf.function and vectorized_map count as a scope) -- and the op
+    has a fast kernel for it (``op.fast``: filled by the registry for kernels that need
+    no device argument and ops without a ``check``), one dict lookup finds the kernel,
+    and the result is wrapped and recorded on the active tapes here. Everything else --
+    conversion, promotion, placement, checks, composites, several outputs, tracing --
+    goes through ``_prepare`` and ``_run``.
     """
-    if not _scopes[0] and inputs:
+    if inputs:
         first = inputs[0]
-        if type(first) is Tensor:
+        if type(first) is Tensor and (not _scopes[0] or (
+                not _tracing[0] and first._device is _devs.current_device())):
             dev = first._device
             dt = first._data.dtype
             if len(inputs) == 1:
@@ -343,8 +346,10 @@ def binary(op, a, b):
     """``execute(op, (a, b))`` for Tensor operators and two-operand functions, the path
     users time (``a + b``): the C extension mirrors it and falls back to it. A Python
     scalar next to a Tensor becomes a cached 0-d tensor of the Tensor's dtype when NumPy
-    2's weak-scalar rule keeps that dtype (the seeds' ``x * 2.0``, Collatz's ``a % 2``)."""
-    if not _scopes[0]:
+    2's weak-scalar rule keeps that dtype (the seeds' ``x * 2.0``, Collatz's ``a % 2``).
+    Inside a device scope this path is taken when the Tensor operands are on the
+    scope's device (the C operators leave scopes to this function)."""
+    if not _scopes[0] or _on_scope_device(a, b):
         ta = type(a)
         tb = type(b)
         if ta is Tensor:
@@ -375,6 +380,17 @@ def binary(op, a, b):
                 record(op, (a, b), (t,), _EMPTY)
             return t
     return _run(op, *_prepare(op, (a, b)), _EMPTY)
+
+
+def _on_scope_device(a, b):
+    """Whether the Tensor operands of ``a``, ``b`` (one at least) are on the device of
+    this thread's innermost device scope."""
+    if _tracing[0]:             # (tracers count as a scope: their hook is on the slow path)
+        return False
+    scope = _devs.current_device()
+    ta = type(a) is Tensor
+    tb = type(b) is Tensor
+    return ((ta or tb) and (not ta or a._device is scope) and (not tb or b._device is scope))
 
 
 def _keeps_dtype(value, tv, like):
