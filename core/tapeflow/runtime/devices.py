@@ -102,6 +102,12 @@ class Backend:
         unfused."""
         return None
 
+    def info_notes(self) -> list:
+        """Lines ``python -m tapeflow info`` prints under this backend: how it runs some
+        ops and why (the CUDA backend: cuDNN or im2col convolutions, float32 precision).
+        Default: none."""
+        return []
+
     def graph_capture(self, device: Device):
         """An object that records the kernel launches of a traced function on
         ``device`` and replays them as one unit (a CUDA graph), or ``None`` (the
