@@ -199,9 +199,7 @@ def case_conv(tf, cp, torch):
 
     def build_torch():
         f = torch.nn.functional
-        cl = torch.channels_last
-        x = torch.from_numpy(xn).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)
-        w = torch.from_numpy(wn).cuda().permute(3, 2, 0, 1).contiguous(memory_format=cl)
+        x, w = _torch_channels_last(torch, xn, wn)
         y = f.conv2d(x, w, padding=1)
         np.testing.assert_allclose(y.permute(0, 2, 3, 1).cpu().numpy(), ref, rtol=1e-3,
                                    atol=1e-3)
@@ -216,6 +214,17 @@ def case_conv(tf, cp, torch):
     if torch is not None:
         _guard(c, "torch", build_torch)
     return c
+
+
+def _torch_channels_last(torch, x_nhwc, w_hwio=None):
+    """NHWC images (and an HWIO filter) as PyTorch CUDA tensors in channels_last memory:
+    the same bytes order as tapeflow's NHWC, so both libraries run their NHWC kernels."""
+    cl = torch.channels_last
+    out = [torch.from_numpy(x_nhwc).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)]
+    if w_hwio is not None:
+        out.append(torch.from_numpy(w_hwio).cuda().permute(3, 2, 0, 1)
+                   .contiguous(memory_format=cl))
+    return out
 
 
 def case_conv_backward(tf, cp, torch):
@@ -245,10 +254,8 @@ def case_conv_backward(tf, cp, torch):
 
     def build_torch():
         f = torch.nn.functional
-        cl = torch.channels_last
-        x = torch.from_numpy(xn).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)
-        w = torch.from_numpy(wn).cuda().permute(3, 2, 0, 1).contiguous(memory_format=cl)
-        dy = torch.from_numpy(dyn).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)
+        x, w = _torch_channels_last(torch, xn, wn)
+        dy = _torch_channels_last(torch, dyn)[0]
         x.requires_grad_(True)
         w.requires_grad_(True)
 

@@ -42,6 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 import tapeflow
+from tapeflow.kernels.nn import window_geometry
 
 from . import precision
 
@@ -110,20 +111,6 @@ def versions(cudnn) -> str:
 
 
 # --- geometry: tapeflow attrs -> a cuDNN convolution ---------------------------------------
-
-def _geom(size, k, s, d, padding, i):
-    """(output size, pad before, pad after) of one spatial dimension: the rule of
-    ``tapeflow.kernels.nn`` (the im2col kernel), which the tests check this against."""
-    eff = (k - 1) * d + 1
-    if padding == "SAME":
-        out = -(-size // s)
-        total = max((out - 1) * s + eff - size, 0)
-        return out, total // 2, total - total // 2
-    if padding == "VALID":
-        return max((size - eff) // s + 1, 0), 0, 0
-    pb, pa = padding[i]
-    return max((size + pb + pa - eff) // s + 1, 0), int(pb), int(pa)
-
 
 def layout_strides(n, c, h, w, fmt):
     """Element strides, in NCHW dim order, of a packed NHWC or NCHW tensor."""
@@ -208,8 +195,8 @@ def spec_of(op, a_shape, b_shape, dtype, attrs):
     strides = tuple(int(v) for v in attrs.get("strides", (1, 1)))
     dils = tuple(int(v) for v in attrs.get("dilations", (1, 1)))
     padding = attrs.get("padding", "VALID")
-    ho, pt, pb = _geom(h, r, strides[0], dils[0], padding, 0)
-    wo, pl, pr = _geom(w, s, strides[1], dils[1], padding, 1)
+    ho, pt, pb = window_geometry(h, r, strides[0], dils[0], padding, 0)
+    wo, pl, pr = window_geometry(w, s, strides[1], dils[1], padding, 1)
     if min(pt, pb, pl, pr) < 0:
         return f"negative padding {((pt, pb), (pl, pr))}"
     if ho <= 0 or wo <= 0:

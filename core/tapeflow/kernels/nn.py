@@ -24,8 +24,15 @@ from ..runtime.errors import InvalidArgumentError
 FLOATS = ("float16", "float32", "float64")
 
 
-def _geom(size, k, s, d, padding, i):
-    """(output size, pad before, pad after) of one spatial dimension."""
+def window_geometry(size, k, s, d, padding, i):
+    """(output size, pad before, pad after) of one spatial dimension of a window op
+    (convolution, pooling): input ``size``, window ``k``, stride ``s``, dilation ``d``,
+    ``padding`` "SAME", "VALID" or explicit ``[(before, after), ...]`` (``i``: which).
+    Backends that run convolutions another way (cuDNN) use it to agree with this one.
+
+    >>> window_geometry(7, 3, 2, 1, "SAME", 0)
+    (4, 1, 1)
+    """
     eff = (k - 1) * d + 1
     if padding == "SAME":
         out = -(-size // s)
@@ -172,8 +179,8 @@ def build(xp):
         n, h, w, c = x.shape
         sh, sw = strides
         dh, dw = dilations
-        ho, pt, pb = _geom(h, kh, sh, dh, padding, 0)
-        wo, pl, pr = _geom(w, kw, sw, dw, padding, 1)
+        ho, pt, pb = window_geometry(h, kh, sh, dh, padding, 0)
+        wo, pl, pr = window_geometry(w, kw, sw, dw, padding, 1)
         xpd = pad(x, pt, pb, pl, pr)
         s0, s1, s2, s3 = xpd.strides
         # read-only use: every consumer copies out of it
@@ -231,8 +238,8 @@ def build(xp):
         _, ho, wo, _ = dy.shape
         sh, sw = strides
         dh, dw = dilations
-        _, pt, pb = _geom(h, kh, sh, dh, padding, 0)
-        _, pl, pr = _geom(wd, kw, sw, dw, padding, 1)
+        _, pt, pb = window_geometry(h, kh, sh, dh, padding, 0)
+        _, pl, pr = window_geometry(wd, kw, sw, dw, padding, 1)
         if dy.size == 0 or w.size == 0:
             return back(xp.zeros((n, h, wd, c), dtype=dt), data_format)
         if sh == sw == 1:
@@ -282,8 +289,8 @@ def build(xp):
 
     def _pool_geom(shape, ksize, strides, padding):
         n, h, w, c = shape
-        ho, pt, pb = _geom(h, ksize[0], strides[0], 1, padding, 0)
-        wo, pl, pr = _geom(w, ksize[1], strides[1], 1, padding, 1)
+        ho, pt, pb = window_geometry(h, ksize[0], strides[0], 1, padding, 0)
+        wo, pl, pr = window_geometry(w, ksize[1], strides[1], 1, padding, 1)
         return ho, wo, (pt, pb, pl, pr)
 
     def _lowest(dt):
