@@ -50,6 +50,13 @@ class RecordingCapturer:
         if not self.dry:
             np.copyto(dst, src)
 
+    def device_counter(self):
+        return _Word()
+
+    def set_counter(self, counter, value):
+        self.events.append("set_counter")
+        counter.value = value
+
     def warmup(self, fn):
         self.events.append("warmup")
         return fn()
@@ -74,6 +81,16 @@ class RecordingCapturer:
 class _Graph:
     def __init__(self, fn, outs):
         self.fn, self.outs = fn, outs
+
+
+class _Word:
+    """A counter "in device memory": the CPU's random kernels read it when they run
+    (``__index__``), as the CUDA kernel reads its word at each launch."""
+
+    value = -1
+
+    def __index__(self):
+        return self.value
 
 
 @pytest.fixture
@@ -191,6 +208,31 @@ def test_random_ops_are_eligible_when_the_capturer_advances_the_counter(capturer
         return x + tf.random.uniform([3])
     f(_c([0.0, 1.0, 2.0]))
     assert _info(f, _c([0.0, 1.0, 2.0])).state == "pending"
+
+
+def test_captured_random_ops_draw_the_plain_replays_numbers(capturer):
+    """Each random node reads its Philox counter from a word set before every launch:
+    call after call, the same numbers as the plain replay (and a new draw each call)."""
+    capturer.supports_random = True
+    x = _c([0.0, 1.0, 2.0])
+
+    def run(on):
+        tf.config.experimental.enable_cuda_graphs(on)
+        tf.random.set_seed(7)
+
+        @tf.function
+        def f(x):
+            return x + tf.random.uniform([3]), tf.random.normal([2]) * 2.0
+        return f, [[t.numpy() for t in f(x)] for _ in range(5)]
+    _, plain = run(False)
+    f, captured = run(True)
+    info = _info(f, x)
+    assert info.state == "captured" and len(info.plan.counters) == 2, info
+    assert capturer.events.count("launch") == 3
+    for got, want in zip(captured, plain):
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    assert not np.array_equal(captured[3][0], captured[4][0])
 
 
 def test_an_op_the_capturer_refuses(capturer):
@@ -462,7 +504,7 @@ from tapeflow.tracing import capture as cap
 tf.config.experimental.enable_cuda_graphs(True)
 d = tf.runtime.devices.get_device("cuda:0")
 c = d.backend.graph_capture(d)
-assert c is not None and c.op_unsupported("GatherV2") and not c.supports_random
+assert c is not None and c.op_unsupported("GatherV2") and c.supports_random
 v = tf.Variable(np.zeros(3, np.float32), device="cuda:0")
 @tf.function
 def f(x):
@@ -492,6 +534,18 @@ with warnings.catch_warnings(record=True) as w:
 info = g.get_concrete_function(x, tf.constant([0, 1], device="cuda:0")).cuda_graph_info
 assert info.state == "fallback" and "GatherV2" in info.reason, info
 assert any("GatherV2" in str(m.message) for m in w)
+# random ops: the Philox kernel that reads its counter from a device word is captured,
+# and every launch writes the next counter into that word first
+@tf.function
+def r(x):
+    return x + tf.random.uniform([3])
+r(x); r(x)
+info = r.get_concrete_function(x).cuda_graph_info
+assert info.state == "captured" and len(info.plan.counters) == 1, info
+(_, word), = info.plan.counters
+before = int(word)
+r(x)
+assert int(word) == before + 1 and info.launches == 1
 print("OK")
 """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -584,3 +638,29 @@ def test_gpu_recapture_after_an_outside_assign():
         assert info.state == "captured" and info.captures == 2, info
     finally:
         tf.config.experimental.enable_cuda_graphs(was)
+
+
+@needs_gpu
+def test_gpu_captured_random_ops_draw_the_plain_replays_numbers():
+    """Dropout-like random draws inside a captured graph: the counter word written
+    before each launch gives the plain replay's numbers, call after call."""
+    was = tf.config.experimental.cuda_graphs_enabled()
+    x = tf.constant(np.arange(1000, dtype=np.float32), device="cuda:0")
+
+    def run(on):
+        tf.config.experimental.enable_cuda_graphs(on)
+        tf.random.set_seed(11)
+
+        @tf.function
+        def f(x):
+            keep = tf.cast(tf.random.uniform([1000]) > 0.5, tf.float32)
+            return x * keep + tf.random.normal([1000])
+        return f, [f(x).numpy() for _ in range(5)]
+    try:
+        _, plain = run(False)
+        f, captured = run(True)
+    finally:
+        tf.config.experimental.enable_cuda_graphs(was)
+    assert f.get_concrete_function(x).cuda_graph_info.state == "captured"
+    for got, want in zip(captured, plain):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

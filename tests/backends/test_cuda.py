@@ -186,14 +186,19 @@ def _emulator():
 
 def test_philox_kernel_source_is_numpys_philox_on_the_cpu():
     """The CUDA Philox kernel's source, compiled for the host (one thread per CUDA
-    thread), reproduces numpy.random.Philox bit for bit, across grid-stride loops."""
+    thread), reproduces numpy.random.Philox bit for bit, across grid-stride loops; so
+    does its variant that reads the counter from device memory (captured graphs)."""
     em = _emulator()
     for key, counter, n, grid, threads in [(0, 0, 1, None, 256), (1, 2, 5, None, 32),
                                            (2**64 - 1, 7, 4097, None, 256),
                                            (99, 2**63, 3001, 1, 64)]:
         bg = np.random.Philox(key=key, counter=counter << 64)
+        want = bg.random_raw(n)
         got = em.philox_raw64(n, key, counter, grid=grid, threads=threads)
-        np.testing.assert_array_equal(got, bg.random_raw(n))
+        np.testing.assert_array_equal(got, want)
+        got = em.philox_raw64(n, key, counter, grid=grid, threads=threads,
+                              device_counter=True)
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -23,8 +23,11 @@ before them and the output copies after them.
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import _cupy
 from .bf16 import BF16Array
+from .philox import DeviceCounter
 
 #: ops whose CUDA kernels read a device value on the host (a synchronisation, which
 #: stream capture forbids): functions using them replay without a graph
@@ -39,8 +42,9 @@ HOST_SYNC_OPS = {
 class CudaGraphCapturer:
     """Capture and replay on one CUDA device (see the module doc)."""
 
-    #: random ops pass their Philox counter as a host value (frozen by a capture)
-    supports_random = False
+    #: random ops in a captured program read their Philox counter from a device word
+    #: (:class:`.philox.DeviceCounter`) written before each launch
+    supports_random = True
 
     def __init__(self, device):
         self.device = device
@@ -58,6 +62,19 @@ class CudaGraphCapturer:
         return self._stream
 
     # --- buffers (outside capture: the default pool) ---------------------------------
+    def device_counter(self):
+        cp = _cupy.cupy()
+        with self.device.handle:
+            return DeviceCounter(cp.zeros(1, dtype=np.uint64))
+
+    def set_counter(self, counter, value):
+        """Write ``value`` into ``counter``'s word, ordered on the current stream before
+        the launch that follows (8 bytes from the host)."""
+        cp = _cupy.cupy()
+        host = np.array([int(value) & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
+        with self.device.handle:
+            counter.buf.set(host, stream=cp.cuda.get_current_stream())
+
     def empty(self, shape, dtype):
         cp = _cupy.cupy()
         with self.device.handle:

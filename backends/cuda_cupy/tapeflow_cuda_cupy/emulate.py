@@ -109,6 +109,10 @@ extern "C" void emu_philox(unsigned long long* out, long long n, unsigned long l
                            unsigned long long ctr, unsigned grid, unsigned block) {
     tf_launch(grid, block, [&] { tapeflow_philox4x64_10(out, n, key, ctr); });
 }
+extern "C" void emu_philox_dev(unsigned long long* out, long long n, unsigned long long key,
+                               const unsigned long long* ctr, unsigned grid, unsigned block) {
+    tf_launch(grid, block, [&] { tapeflow_philox4x64_10_dev(out, n, key, ctr); });
+}
 """
 
 
@@ -203,13 +207,21 @@ def sparse_xent_rows(x, labels, grid=None):
     return loss
 
 
-def philox_raw64(n, key, counter, grid=None, threads=philox._THREADS):
-    """``tapeflow_philox4x64_10``: ``n`` words of the stream of ``(key, counter)``."""
+def philox_raw64(n, key, counter, grid=None, threads=philox._THREADS, device_counter=False):
+    """``tapeflow_philox4x64_10``: ``n`` words of the stream of ``(key, counter)``
+    (``device_counter``: through ``tapeflow_philox4x64_10_dev``, the counter read from
+    memory)."""
     out = np.zeros(n, np.uint64)
     nblocks = (n + 3) // 4
     g = grid if grid is not None else max(1, (nblocks + threads - 1) // threads)
     lib = _build("philox", _PRELUDE + philox._SOURCE + _PHILOX_API)
-    lib.emu_philox(_ptr(out), ctypes.c_longlong(n), ctypes.c_ulonglong(int(key) & (2**64 - 1)),
+    k = ctypes.c_ulonglong(int(key) & (2**64 - 1))
+    if device_counter:
+        word = np.array([int(counter) & (2**64 - 1)], np.uint64)
+        lib.emu_philox_dev(_ptr(out), ctypes.c_longlong(n), k, _ptr(word), ctypes.c_uint(g),
+                           ctypes.c_uint(threads))
+        return out
+    lib.emu_philox(_ptr(out), ctypes.c_longlong(n), k,
                    ctypes.c_ulonglong(int(counter) & (2**64 - 1)), ctypes.c_uint(g),
                    ctypes.c_uint(threads))
     return out

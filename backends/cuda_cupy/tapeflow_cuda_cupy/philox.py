@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 _SOURCE = r"""
-extern "C" __global__ void tapeflow_philox4x64_10(
+__device__ __forceinline__ void tapeflow_philox_blocks(
         unsigned long long* __restrict__ out, const long long n,
         const unsigned long long key0, const unsigned long long ctr1) {
     const long long nblocks = (n + 3) / 4;
@@ -55,10 +55,45 @@ extern "C" __global__ void tapeflow_philox4x64_10(
         }
     }
 }
+
+extern "C" __global__ void tapeflow_philox4x64_10(
+        unsigned long long* __restrict__ out, const long long n,
+        const unsigned long long key0, const unsigned long long ctr1) {
+    tapeflow_philox_blocks(out, n, key0, ctr1);
+}
+
+// the counter read from device memory: a captured CUDA graph draws the counter written
+// into that word before each launch (tapeflow.tracing.capture)
+extern "C" __global__ void tapeflow_philox4x64_10_dev(
+        unsigned long long* __restrict__ out, const long long n,
+        const unsigned long long key0, const unsigned long long* __restrict__ ctr) {
+    tapeflow_philox_blocks(out, n, key0, ctr[0]);
+}
 """
 
 _THREADS = 256
 _M64 = (1 << 64) - 1
+
+
+class DeviceCounter:
+    """A Philox counter held on the device (``buf``: a 1-element uint64 CuPy array).
+    The random kernels accept it as ``counter`` and the Philox kernel reads it there, so
+    a CUDA graph that captured them draws, at each launch, the counter written into the
+    buffer before it (``CudaGraphCapturer.set_counter``). ``int()`` reads it back (a
+    synchronisation: the host fallback only)."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self, buf):
+        self.buf = buf
+
+    def __index__(self):
+        return int(self.buf.get()[0])
+
+    __int__ = __index__
+
+    def __repr__(self):
+        return "<Philox counter on the device>"
 
 
 def make_raw64(cp, host_raw64):
@@ -76,6 +111,7 @@ def make_raw64(cp, host_raw64):
         return on_host
 
     kernel = cp.RawKernel(_SOURCE, "tapeflow_philox4x64_10")
+    kernel_dev = cp.RawKernel(_SOURCE, "tapeflow_philox4x64_10_dev")
     state = {"failed": None}
     sm_count = {}
 
@@ -84,8 +120,9 @@ def make_raw64(cp, host_raw64):
         out = cp.empty(n, dtype=np.uint64)
         if n == 0:
             return out
+        on_device = type(counter) is DeviceCounter
         if state["failed"] is not None:
-            return on_host(n, key, counter)
+            return on_host(n, key, int(counter))
         nblocks = (n + 3) // 4
         dev = cp.cuda.runtime.getDevice()
         cap = sm_count.get(dev)
@@ -93,13 +130,17 @@ def make_raw64(cp, host_raw64):
             cap = sm_count[dev] = 32 * cp.cuda.Device(dev).attributes["MultiProcessorCount"]
         grid = min((nblocks + _THREADS - 1) // _THREADS, cap)
         try:
-            kernel((grid,), (_THREADS,),
-                   (out, np.int64(n), np.uint64(int(key) & _M64), np.uint64(int(counter) & _M64)))
+            if on_device:
+                kernel_dev((grid,), (_THREADS,),
+                           (out, np.int64(n), np.uint64(int(key) & _M64), counter.buf))
+            else:
+                kernel((grid,), (_THREADS,), (out, np.int64(n), np.uint64(int(key) & _M64),
+                                              np.uint64(int(counter) & _M64)))
         except Exception as e:   # NVRTC missing or broken: stay correct, on the host
             if host_raw64 is None:
                 raise
             state["failed"] = e
-            return on_host(n, key, counter)
+            return on_host(n, key, int(counter))
         return out
 
     raw64.kernel = kernel

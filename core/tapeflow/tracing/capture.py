@@ -40,16 +40,22 @@ a ``RuntimeWarning`` and kept in ``ConcreteFunction.cuda_graph_info.reason`` —
 :func:`eligibility` finds a node that needs the host (``py_function``, ``tf.print``,
 ``tf.cond``, ``tf.while_loop``), a copy between devices, more than one device, an op
 whose output shape depends on the values (:data:`DATA_DEPENDENT_SHAPES`, or an
-OpDef with ``data_dependent_shape = True``), a random op (its Philox counter is a
-host value that would be frozen into the graph, unless the capturer says
-``supports_random``), an op the capturer refuses (``op_unsupported``: the CUDA
-backend's kernels that check indices on the host), a Variable read after it is
+OpDef with ``data_dependent_shape = True``), a random op when the capturer cannot
+take its Philox counter from a device buffer (``supports_random`` False; the CUDA
+capturer can: each random node of the program reads its counter from a one-word
+device buffer that every call sets, before the launch, to the counter the plain
+replay would have used — same stream, same numbers), an op the capturer refuses
+(``op_unsupported``: the CUDA backend's kernels that check indices on the host), a
+Variable read after it is
 assigned, or when the warm-up or the capture raises (e.g.
 ``cudaErrorStreamCaptureUnsupported`` from a kernel that synchronises).
 
 What a capturer (returned by ``Backend.graph_capture(device)``) provides:
 
-``supports_random`` (bool); ``op_unsupported(op_name) -> reason | None``;
+``supports_random`` (bool; when True also ``device_counter()`` -> an object the
+backend's random kernels accept as ``counter`` and read on the device, and
+``set_counter(c, value)``, an asynchronous write ordered before the next launch);
+``op_unsupported(op_name) -> reason | None``;
 ``empty(shape, dtype)``; ``copy(a)`` (a new array, outside the private pool);
 ``copy_into(dst, src)`` (in place, a capturable kernel); ``warmup(fn)`` (run ``fn()``
 for real with the private pool, ordered with the current stream's work, and return
@@ -64,6 +70,7 @@ import warnings
 
 import numpy as np
 
+from ..ops import random as _random_mod
 from ..runtime import config as _config
 from ..runtime.tensor import _wrap
 from .graph import Graph, Node
@@ -120,17 +127,20 @@ class BufferPlan:
     (static input buffers), ``variables`` ``[(key, shape, dtype, "read" | "write" |
     "read+write")]`` (key: an int for a Variable argument, else the Variable),
     ``snapshots`` (the values copied because they may alias a Variable's buffer),
-    ``outputs`` ``[(shape, dtype)]``."""
+    ``outputs`` ``[(shape, dtype)]``, ``counters`` ``[(key, device counter)]`` (one
+    per random node, in program order: set before every launch)."""
 
     def __init__(self):
         self.inputs = []
         self.variables = []
         self.snapshots = []
         self.outputs = []
+        self.counters = []
 
     def __repr__(self):
         return (f"<BufferPlan {len(self.inputs)} input(s), {len(self.variables)} variable(s), "
-                f"{len(self.snapshots)} snapshot(s), {len(self.outputs)} output(s)>")
+                f"{len(self.snapshots)} snapshot(s), {len(self.outputs)} output(s), "
+                f"{len(self.counters)} random counter(s)>")
 
 
 # --- eligibility ----------------------------------------------------------------------------
@@ -261,9 +271,15 @@ def capture_graph(graph, capturer):
     for n in graph.nodes:
         if n.kind in ("read", "assign"):
             continue
-        m = Node(n.kind, [r(i) for i in n.inputs], list(n.outputs), op=n.op, attrs=n.attrs,
+        attrs, stateful = n.attrs, n.stateful
+        if n.kind == "op" and stateful and "key" in attrs and "counter" in attrs:
+            # a random node: its counter comes from a device buffer set before each launch
+            ctr = capturer.device_counter()
+            plan.counters.append((attrs["key"], ctr))
+            attrs, stateful = {**attrs, "counter": ctr}, False
+        m = Node(n.kind, [r(i) for i in n.inputs], list(n.outputs), op=n.op, attrs=attrs,
                  fn=n.fn, device=n.device, var=n.var, value=n.value,
-                 needs_device=n.needs_device, stateful=n.stateful, label=n.label)
+                 needs_device=n.needs_device, stateful=stateful, label=n.label)
         body.append(m)
         if n.kind == "op" and not _fresh(n):
             src = set()
@@ -331,6 +347,7 @@ class CapturedRun:
         self.info = cf.cuda_graph_info
         g, plan, var_refs = capture_graph(cf.graph, capturer)
         self.info.plan = plan
+        self.counters = plan.counters
         self.program = compile_fn(g)[0]
         self.var_refs = var_refs
         self.written = [m in ("write", "read+write") for _, _, _, m in plan.variables]
@@ -392,9 +409,19 @@ class CapturedRun:
             if a is not b:
                 copy_into(b, a)
 
+    def _set_counters(self):
+        """Each random node's next counter (drawn as the plain replay draws it, in
+        program order) into its device buffer: right before the program runs."""
+        if self.counters:
+            next_counter = _random_mod._next_counter
+            set_counter = self.capturer.set_counter
+            for key, ctr in self.counters:
+                set_counter(ctr, next_counter(key))
+
     def _launch(self, arrays):
         c = self.capturer
         self._copy_in(arrays)
+        self._set_counters()
         c.launch(self.graph)
         self.info.launches += 1
         copy = c.copy
@@ -409,7 +436,8 @@ class CapturedRun:
             self._copy_in(arrays)
             args = self._args(self._bind(self._variables(vargs)))
             program = self.program
-            res = c.warmup(lambda: program(args, ()))
+            self._set_counters()        # (if the warm-up fails, the plain replay draws
+            res = c.warmup(lambda: program(args, ()))      # the next counters: a skip)
         except Exception as e:  # the assignments run last: the Variables are as they were
             self._fallback(f"the warm-up run raised {type(e).__name__}: {e}")
             return self.plain(arrays, vargs)
@@ -442,8 +470,7 @@ class CapturedRun:
                            f"{info.captures} times (each replacement needs a new capture)")
             return self.plain(arrays, vargs)
         args = self._args(self._bind(variables))
-        self._copy_in(arrays)
-        if not self._capture(args):
+        if not self._capture(args):        # (records only: the launch copies the inputs)
             return self.plain(arrays, vargs)
         return self._launch(arrays)
 

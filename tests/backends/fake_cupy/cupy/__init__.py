@@ -34,6 +34,9 @@ class ndarray(_np.ndarray):
     def get(self, stream=None):
         return _np.array(self.view(_np.ndarray), copy=True)
 
+    def set(self, arr, stream=None):
+        self[...] = arr
+
     def __array_finalize__(self, obj):
         self._dev = _current[-1]
 
@@ -455,12 +458,15 @@ class RawModule:
 
 class RawKernel:
     def __init__(self, code, name, **kw):
-        assert name == "tapeflow_philox4x64_10", name
+        assert name in ("tapeflow_philox4x64_10", "tapeflow_philox4x64_10_dev"), name
+        self.dev = name.endswith("_dev")
 
     def __call__(self, grid, block, args):
         out, n, key, ctr = args
+        if self.dev:                        # (the counter's word, read at launch)
+            ctr = ctr[0]
         out[...] = _emulate().philox_raw64(int(n), int(key), int(ctr), grid=grid[0],
-                                           threads=block[0])
+                                           threads=block[0], device_counter=self.dev)
 
 
 @_contextlib.contextmanager
