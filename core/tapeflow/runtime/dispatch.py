@@ -553,16 +553,14 @@ def _run(op, tensors, dev, attrs):
             return op.composite(*tensors, **attrs)
         raise kernel_not_found(op, dev, _key_dtype(op, tensors, attrs))
     fn = entry.fn
-    if entry.np_dtypes is not None:
+    if entry.np_dtypes is not None or entry.variants is not None:
         kd = _key_dtype(op, tensors, attrs)
-        if kd not in entry.np_dtypes:
+        if entry.np_dtypes is not None and kd not in entry.np_dtypes:
             if op.composite is not None:
                 return op.composite(*tensors, **attrs)
             raise kernel_not_found(op, dev, kd)
-        if entry.variants is not None:
+        if entry.variants is not None:      # (declared dtypes that run another function)
             fn = entry.variants.get(kd, fn)
-    elif entry.variants is not None:            # (an any-dtype kernel with variants)
-        fn = entry.variants.get(_key_dtype(op, tensors, attrs), fn)
     arrays = [t._data for t in tensors]
     try:
         if entry.needs_device:

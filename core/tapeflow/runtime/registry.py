@@ -72,6 +72,12 @@ def _overridden(op_name, device_type, old, new):
                   stacklevel=4)
 
 
+def _np_keyed(variants):
+    """``{dtype (any spelling): fn}`` -> ``{np.dtype: fn}`` (what dispatch looks up), or
+    None for no variants."""
+    return None if not variants else {_dt.as_dtype(d).np: f for d, f in variants.items()}
+
+
 class KernelEntry:
     """A registered kernel. ``fresh``: the backend declares that the kernel returns
     new host arrays sharing memory with nothing and keeps no reference to its inputs
@@ -85,8 +91,7 @@ class KernelEntry:
     def __init__(self, fn, device_type, dtypes=None, needs_device=False, source=None,
                  fresh=False, variants=None):
         self.fn = fn
-        self.variants = None if not variants else {
-            _dt.as_dtype(d).np: f for d, f in variants.items()}
+        self.variants = _np_keyed(variants)
         self.fresh = bool(fresh)
         self.device_type = device_type
         self.dtypes = None if dtypes is None else tuple(_dt.as_dtype(d) for d in dtypes)
@@ -391,7 +396,7 @@ def rebind_kernel(op, device_type, old, new, variants=None) -> bool:
         return False
     entry.fn = new
     if variants:
-        entry.variants = {_dt.as_dtype(d).np: f for d, f in variants.items()}
+        entry.variants = _np_keyed(variants)
     _refresh_fast(op, device_type)
     return True
 
