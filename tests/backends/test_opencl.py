@@ -112,6 +112,81 @@ def test_pyopencl_ctx_selects_devices():
     assert "PYOPENCL_CTX='7' selects none" in r.stdout, r.stdout + r.stderr
 
 
+@needs_device
+def test_a_device_whose_driver_cannot_compile_is_left_out_with_the_reason(tmp_path):
+    # a probe kernel no compiler accepts fakes a driver that cannot compile for this CPU
+    # (the PoCL 3.0 wheel on CPUs newer than its LLVM 14); an empty cache: no marker
+    code = """
+        import tapeflow_opencl.runtime as rt
+        rt.PROBE_SOURCE = "__kernel void tapeflow_probe(__global float *a) { a[0] = nope(); }"
+        import tapeflow as tf
+        from tapeflow_opencl import plugin
+        print("DEVICES", [d.name for d in tf.list_devices()])
+        print("PHYSICAL", tf.config.list_physical_devices())
+        print("REASON", plugin.unavailable_reason())
+    """
+    r = _run(code, TAPEFLOW_CACHE_DIR=str(tmp_path), POCL_CACHE_DIR=None)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "DEVICES ['cpu:0']" in out and "PHYSICAL ['cpu:0']" in out
+    reason = out.split("REASON ")[1]
+    assert reason.startswith("no usable OpenCL device: ")
+    assert "cannot compile or run a one-line kernel: " in reason and "nope" in reason
+    assert "pip install 'tapeflow-opencl[intel]'" in reason
+    assert "__kernel" not in reason                    # the compiler's error, not the source
+    assert not (tmp_path / "opencl-probe").exists() or not any(
+        (tmp_path / "opencl-probe").iterdir())         # a failure is not remembered
+    info = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import tapeflow_opencl.runtime as rt
+        rt.PROBE_SOURCE = "__kernel void tapeflow_probe(__global float *a) { a[0] = nope(); }"
+        import sys
+        from tapeflow.__main__ import main
+        sys.exit(main(["info"]))
+    """)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "TAPEFLOW_CACHE_DIR": str(tmp_path)})
+    assert "opencl (device type 'opencl'): UNAVAILABLE: no usable OpenCL device" in info.stdout
+    assert "opencl:0   " not in info.stdout
+
+
+@needs_device
+def test_the_probe_passes_once_and_is_remembered(tmp_path):
+    code = """
+        import tapeflow as tf
+        print("DEVICES", [d.name for d in tf.list_devices() if d.type == "opencl"])
+    """
+    r = _run(code, TAPEFLOW_CACHE_DIR=str(tmp_path), POCL_CACHE_DIR=None)
+    assert r.returncode == 0 and "opencl:0" in r.stdout, r.stdout + r.stderr
+    markers = list((tmp_path / "opencl-probe").iterdir())
+    n = r.stdout.count("opencl:")
+    assert len(markers) == n                           # one per device that passed
+    from tapeflow_opencl import runtime as rt
+    h = tf.runtime.devices.get_device("opencl:0").handle
+    assert rt.probe(h) is None
+
+
+def test_drivers_installed_by_pip_are_registered_without_root(tmp_path, monkeypatch):
+    from tapeflow_opencl import runtime as rt
+    prefix, system = tmp_path / "venv", tmp_path / "vendors"
+    (prefix / "lib").mkdir(parents=True)
+    system.mkdir()
+    (system / "nvidia.icd").write_text("libnvidia-opencl.so.1\n")
+    monkeypatch.setenv("TAPEFLOW_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("OCL_ICD_VENDORS", raising=False)
+    # no pip driver in the environment: nothing to do
+    assert rt.register_pip_drivers(str(prefix), str(system)) is None
+    assert "OCL_ICD_VENDORS" not in os.environ
+    (prefix / "lib" / "libintelocl.so").write_bytes(b"")
+    d = rt.register_pip_drivers(str(prefix), str(system))
+    assert os.environ["OCL_ICD_VENDORS"] == d
+    files = {n: open(os.path.join(d, n)).read() for n in os.listdir(d)}
+    assert files == {"tapeflow-pip-libintelocl.icd": f"{prefix}/lib/libintelocl.so\n",
+                     "nvidia.icd": "libnvidia-opencl.so.1\n"}   # system drivers kept
+    # the user's own choice wins
+    monkeypatch.setenv("OCL_ICD_VENDORS", "/somewhere")
+    assert rt.register_pip_drivers(str(prefix), str(system)) is None
+    assert os.environ["OCL_ICD_VENDORS"] == "/somewhere"
+
+
 # --- with a device --------------------------------------------------------------------------
 
 @needs_device

@@ -37,14 +37,17 @@ class OpenCLBackend(Backend):
 
     # --- availability and devices ---------------------------------------------------
     def _enumerate(self):
-        """``(list of (platform, cl device), reason or None)``, computed once."""
+        """``(handles, reason or None, skipped)``, computed once: the :class:`.CLDevice`
+        of every device that opened and passed :func:`.runtime.probe`, numbered
+        ``opencl:0..`` without gaps; why the backend has no device (or None); and
+        ``[(description, reason)]`` for the devices left out."""
         if self._probe is not None:
             return self._probe
         try:
             rt.cl()
         except ImportError as e:
             self._probe = ([], f"PyOpenCL is not installed ({e}); "
-                               "pip install 'tapeflow-opencl[pocl]'")
+                               "pip install 'tapeflow-opencl[pocl]'", [])
             return self._probe
         try:
             platforms = rt.platforms()
@@ -52,7 +55,8 @@ class OpenCLBackend(Backend):
             raise                # in a fork()ed child: say so, do not call it "no platform"
         except Exception as e:   # no ICD loader / no platform
             self._probe = ([], f"no OpenCL platform found ({type(e).__name__}: {e}); install "
-                               "a driver, or PoCL for the CPU: pip install 'pyopencl[pocl]'")
+                               "a driver, or one for the CPU without root: pip install "
+                               "'tapeflow-opencl[intel]' (or [pocl])", [])
             return self._probe
         found = []
         for p in platforms:
@@ -63,29 +67,47 @@ class OpenCLBackend(Backend):
         sel = os.environ.get("PYOPENCL_CTX", "").strip()
         if sel:
             found = _select(platforms, found, sel)
-        reason = None if found else ("no OpenCL device found" + (
-            f" (PYOPENCL_CTX={sel!r} selects none)" if sel else
-            " on any platform: install a driver, or PoCL: pip install 'pyopencl[pocl]'"))
-        self._probe = (found, reason)
+        handles, skipped = [], []
+        for p, d in found:
+            what = f"{d.name.strip()} ({' '.join(p.version.split()[:4])})"
+            try:
+                h = rt.CLDevice(len(handles), d, p)
+            except Exception as e:   # a device we cannot open is skipped, not fatal
+                skipped.append((what, f"cannot be opened: {type(e).__name__}: {e}"))
+                continue
+            why = rt.probe(h)
+            if why is not None:
+                rt.forget(h)
+                skipped.append((what, why))
+                continue
+            handles.append(h)
+        reason = None
+        if not handles:
+            if skipped:
+                reason = "no usable OpenCL device: " + "; ".join(
+                    f"{w}: {r}" for w, r in skipped) + ". " + DRIVER_FIX
+            else:
+                reason = "no OpenCL device found" + (
+                    f" (PYOPENCL_CTX={sel!r} selects none)" if sel else
+                    " on any platform: install a driver, or one for the CPU without root: "
+                    "pip install 'tapeflow-opencl[intel]' (or [pocl])")
+        self._probe = (handles, reason, skipped)
         return self._probe
 
     def unavailable_reason(self):
         return self._enumerate()[1]
 
     def list_devices(self):
-        found, reason = self._enumerate()
-        out = []
-        for i, (p, d) in enumerate(found):
-            try:
-                h = rt.CLDevice(i, d, p)
-            except Exception as e:   # a device we cannot open is skipped, not fatal
-                import warnings
-                warnings.warn(f"tapeflow-opencl: cannot open OpenCL device {d.name!r}: {e}",
-                              stacklevel=2)
-                continue
-            out.append({"index": i, "is_gpu": h.is_gpu, "description": h.describe(),
-                        "handle": h})
-        return out
+        return [{"index": h.index, "is_gpu": h.is_gpu, "description": h.describe(),
+                 "handle": h} for h in self._enumerate()[0]]
+
+    def info_notes(self):
+        """A line per OpenCL device left out (it could not open, or failed the probe),
+        with the reason and the fix; ``python -m tapeflow info`` prints them."""
+        handles, _, skipped = self._enumerate()
+        if not handles:
+            return []             # (the unavailable reason says it all)
+        return [f"left out: {w}: {r}. {DRIVER_FIX}" for w, r in skipped]
 
     # --- data movement ----------------------------------------------------------------
     def to_host(self, array, device):
@@ -155,6 +177,13 @@ class OpenCLBackend(Backend):
             if device is None or h is device.handle:
                 h.pool.free_held()
                 h.scalars.clear()
+
+
+#: what to do about a driver that failed the probe
+DRIVER_FIX = ("Fix: update that OpenCL driver (a PoCL built on an LLVM older than the "
+              "processor fails so: Debian's pocl-opencl-icd >= 3.1 works), or install "
+              "Intel's OpenCL CPU runtime, no root needed: pip install "
+              "'tapeflow-opencl[intel]'")
 
 
 def _select(platforms, found, sel):

@@ -36,8 +36,10 @@ multiprocessing's ``'spawn'`` or ``'forkserver'`` method.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
+import sys
 import threading
 
 import ml_dtypes
@@ -76,12 +78,14 @@ def cache_dir() -> str:
 
 
 def cl():
-    """The ``pyopencl`` module (imported once; PoCL's cache set up before)."""
+    """The ``pyopencl`` module (imported once; PoCL's cache and drivers installed by pip
+    into this environment (:func:`register_pip_drivers`) set up before)."""
     global _cl, _cla
     if _cl is None:
         with _lock:
             if _cl is None:
                 os.environ.setdefault("POCL_CACHE_DIR", os.path.join(cache_dir(), "pocl"))
+                register_pip_drivers()
                 import pyopencl
                 import pyopencl.array
                 import pyopencl.characterize
@@ -89,6 +93,55 @@ def cl():
                 _cla = pyopencl.array
                 _cl = pyopencl
     return _cl
+
+
+#: OpenCL drivers that pip installs into an environment's ``lib/`` with an ICD file the
+#: loader cannot use as shipped (Intel's CPU runtime, ``intel-opencl-rt``: its
+#: ``etc/OpenCL/vendors/intel-cpu.icd`` names a build machine's path)
+PIP_DRIVERS = ("libintelocl.so",)
+
+
+def register_pip_drivers(prefix=None, system_dir="/etc/OpenCL/vendors"):
+    """Make the OpenCL drivers installed by pip into this environment visible to the ICD
+    loader, without root: when ``$OCL_ICD_VENDORS`` is unset and ``<prefix>/lib`` holds
+    one of :data:`PIP_DRIVERS`, write a vendors directory (in the tapeflow cache
+    directory) with an ICD file naming that library plus a copy of every system ICD file
+    (``/etc/OpenCL/vendors``, which the variable replaces), and point
+    ``$OCL_ICD_VENDORS`` at it. The directory's drivers come first in PyOpenCL's
+    platform order. Returns that directory, or None when nothing was done (the variable
+    was set by the user, or no such driver is installed). ``prefix``: the environment
+    (default ``sys.prefix``)."""
+    if os.environ.get("OCL_ICD_VENDORS"):
+        return None
+    prefix = sys.prefix if prefix is None else prefix
+    libs = [os.path.join(prefix, "lib", n) for n in PIP_DRIVERS]
+    libs = [p for p in libs if os.path.exists(p)]
+    if not libs:
+        return None
+    files = {f"tapeflow-pip-{os.path.basename(p).split('.')[0]}.icd": p + "\n" for p in libs}
+    try:
+        for n in sorted(os.listdir(system_dir)):
+            if n.endswith(".icd"):
+                with open(os.path.join(system_dir, n)) as f:
+                    files[n] = f.read()
+    except OSError:
+        pass                      # (no system drivers)
+    tag = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:16]
+    d = os.path.join(cache_dir(), "opencl-vendors", tag)
+    if not os.path.isdir(d):      # (written once per set of drivers; atomic for xdist workers)
+        tmp = f"{d}.tmp{os.getpid()}"
+        os.makedirs(tmp, exist_ok=True)
+        for n, text in files.items():
+            with open(os.path.join(tmp, n), "w") as f:
+                f.write(text)
+        try:
+            os.rename(tmp, d)
+        except OSError:           # another process won the race: same content
+            for n in os.listdir(tmp):
+                os.unlink(os.path.join(tmp, n))
+            os.rmdir(tmp)
+    os.environ["OCL_ICD_VENDORS"] = d
+    return d
 
 
 def cla():
@@ -211,6 +264,72 @@ class CLDevice:
 
 
 _BY_QUEUE: dict = {}
+
+
+# --- the probe: a device that cannot compile is not a device ---------------------------------
+
+#: the kernel :func:`probe` builds and runs (a module attribute: a test replaces it with
+#: a broken one to fake a driver that cannot compile)
+PROBE_SOURCE = ("__kernel void tapeflow_probe(__global float *a) {\n"
+                "    size_t i = get_global_id(0);\n    a[i] = a[i] * 2.0f + 1.0f;\n}\n")
+
+
+def forget(dev: CLDevice):
+    """Drop ``dev`` (a device left out after :func:`probe`) from the queue index."""
+    _BY_QUEUE.pop(dev.queue.int_ptr, None)
+
+
+def _probe_marker(dev: CLDevice) -> str:
+    d, p = dev.cl_device, dev.platform
+    ident = "\0".join(str(x).strip() for x in (
+        p.name, p.version, d.name, d.version, getattr(d, "driver_version", ""),
+        PROBE_SOURCE))
+    return os.path.join(cache_dir(), "opencl-probe",
+                        hashlib.sha256(ident.encode()).hexdigest()[:24] + ".ok")
+
+
+def probe(dev: CLDevice):
+    """None when ``dev`` builds and runs a one-line kernel correctly; else the reason, in
+    one line (the compiler's first error, not its whole log). A success is remembered
+    in the tapeflow cache directory (keyed by platform, device, driver and the probe
+    kernel), so a later process skips the build; a failure is probed again each time.
+
+    Why: a driver that cannot compile for this processor (the PoCL 3.0 wheel's LLVM 14
+    on CPUs newer than it: "unknown target CPU") still lists its device, and every op on
+    it would then fail with a compiler error."""
+    marker = _probe_marker(dev)
+    if os.path.exists(marker):
+        return None
+    c = cl()
+    try:
+        prg = _build(c, dev, PROBE_SOURCE, [])
+        host = np.arange(4, dtype=np.float32)
+        buf_ = c.Buffer(dev.ctx, c.mem_flags.READ_WRITE | c.mem_flags.COPY_HOST_PTR,
+                        hostbuf=host)
+        prg.tapeflow_probe(dev.queue, (4,), None, buf_)
+        out = np.empty_like(host)
+        c.enqueue_copy(dev.queue, out, buf_, is_blocking=True)
+    except Exception as e:  # any driver failure means "not usable", with its reason
+        return f"cannot compile or run a one-line kernel: {_first_error(e)}"
+    if not np.array_equal(out, host * 2 + 1):
+        return f"a one-line kernel computed {out.tolist()} instead of {(host * 2 + 1).tolist()}"
+    try:
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        with open(marker, "w") as f:
+            f.write(dev.describe() + "\n")
+    except OSError:
+        pass                      # (a read-only cache: probe again next time)
+    return None
+
+
+def _first_error(e) -> str:
+    """The first line of a driver error that says what is wrong (the build log's first
+    ``error:`` line when there is one), shortened."""
+    text = str(e)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    pick = next((ln for ln in lines if "error:" in ln), None) or (lines[0] if lines else
+                                                                   type(e).__name__)
+    return pick if len(pick) <= 300 else pick[:297] + "..."
 
 
 def device_of(a) -> CLDevice:
