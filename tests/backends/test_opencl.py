@@ -110,6 +110,13 @@ def test_pyopencl_ctx_selects_devices():
     assert "None ['opencl:0']" in r.stdout, r.stdout + r.stderr
     r = _run(code, PYOPENCL_CTX="7")
     assert "PYOPENCL_CTX='7' selects none" in r.stdout, r.stdout + r.stderr
+    # a part of the platform's name, as PyOpenCL's own PYOPENCL_CTX takes it
+    from tapeflow_opencl import runtime as rt
+    name = rt.platforms()[0].name
+    r = _run(code, PYOPENCL_CTX=name.split()[0].upper())
+    assert "None ['opencl:0'" in r.stdout, r.stdout + r.stderr
+    r = _run(code, PYOPENCL_CTX="no such platform")
+    assert "selects none" in r.stdout, r.stdout + r.stderr
 
 
 @needs_device

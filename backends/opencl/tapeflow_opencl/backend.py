@@ -1,8 +1,10 @@
 """The OpenCL :class:`~tapeflow.plugins.Backend`: devices ``opencl:N``.
 
 Devices are numbered across every platform in PyOpenCL's order (platform, then
-device). ``PYOPENCL_CTX`` (PyOpenCL's own variable: ``"0"`` = platform 0, ``"0:1"``
-= device 1 of platform 0) restricts the list when set. OpenCL GPUs are also
+device), counting only those that pass :func:`.runtime.probe` (a driver that cannot
+compile is left out, with its reason in ``python -m tapeflow info``). ``PYOPENCL_CTX``
+(PyOpenCL's own variable: ``"0"`` = platform 0, ``"0:1"`` = device 1 of platform 0,
+``"intel"`` = the platform whose name contains it) restricts the list when set. OpenCL GPUs are also
 ``gpu:N`` (after CUDA devices); a CPU device such as PoCL is ``opencl:N`` only.
 
 Native arrays are ``pyopencl.array.Array`` (see :mod:`.runtime`); each device has
@@ -187,16 +189,20 @@ DRIVER_FIX = ("Fix: update that OpenCL driver (a PoCL built on an LLVM older tha
 
 
 def _select(platforms, found, sel):
-    """PyOpenCL's ``PYOPENCL_CTX`` syntax: ``P`` or ``P:D`` (indices), several joined by ','."""
+    """PyOpenCL's ``PYOPENCL_CTX`` syntax: ``P`` or ``P:D``, several joined by ','; ``P`` is
+    a platform index or, as in PyOpenCL, a case-insensitive part of its name (``intel``,
+    ``portable``), ``D`` a device index."""
     keep = []
     for part in sel.split(","):
         bits = part.split(":")
+        want = bits[0].strip()
         try:
-            pi = int(bits[0])
-            plat = platforms[pi]
-        except (ValueError, IndexError):
+            plats = [platforms[int(want)]]
+        except IndexError:
             continue
-        devs = [(p, d) for p, d in found if p == plat]
+        except ValueError:
+            plats = [p for p in platforms if want and want.lower() in p.name.lower()]
+        devs = [(p, d) for p, d in found if p in plats]
         if len(bits) > 1 and bits[1].strip():
             try:
                 devs = [devs[int(bits[1])]]
