@@ -20,11 +20,19 @@ On a machine without a CUDA GPU it says so and exits 0 (nothing to time).
 
     python benchmarks/cuda_graphs.py            # about a minute
     python benchmarks/cuda_graphs.py --quick
+    python benchmarks/cuda_graphs.py --json out.json   # also the figures, machine-readable
+    python benchmarks/cuda_graphs.py --tiny --json out.json   # tiny sizes, and runs on the
+                                                  # CuPy stand-in: checks the script only
+
+``--json FILE`` writes ``{"device", "mlp64": {row: seconds per step}, "mlp64_graph":
+the capture's state, "chain": {row: {"seconds", "GBps"}}, "skipped": why or null}``;
+``scripts/gpu_check.py`` reads it for its summary.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -32,10 +40,10 @@ import time
 import numpy as np
 
 
-def _gpu():
+def _gpu(allow_stand_in=False):
     try:
         import cupy as cp
-        if getattr(cp, "FAKE", False):
+        if getattr(cp, "FAKE", False) and not allow_stand_in:
             return None, None, "CuPy is the NumPy stand-in (tests/backends/fake_cupy)"
         import tapeflow as tf
         if not any(d.startswith("cuda:") for d in tf.config.list_devices()):
@@ -77,14 +85,25 @@ def interleaved(rows, sync, rounds, inner):
     return {n: statistics.median(v) for n, v in times.items()}
 
 
-def mlp_rows(tf, torch, batch=64, lr=0.01):
+#: keyword arguments of every tf.function here (``--tiny`` on the stand-in drops the
+#: fusion pass: the stand-in cannot run the fused kernels it writes)
+FUNCTION_KW: dict = {}
+
+
+class _Rows(dict):
+    """``{name: fn}``, plus the CUDA-graph capture's info (``.info``)."""
+    info = None
+
+
+def mlp_rows(tf, torch, batch=64, lr=0.01, width=(784, 256, 10)):
     rng = np.random.default_rng(0)
-    shapes = ((784, 256), (256, 256), (256, 10))
+    d_in, hidden, d_out = width
+    shapes = ((d_in, hidden), (hidden, hidden), (hidden, d_out))
     ws = [rng.standard_normal(s).astype(np.float32) * 0.05 for s in shapes]
     bs = [np.zeros(s[1], np.float32) for s in shapes]
-    xn = rng.standard_normal((batch, 784)).astype(np.float32)
+    xn = rng.standard_normal((batch, d_in)).astype(np.float32)
     yn = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
-    rows = {}
+    rows = _Rows()
 
     def tf_step_fn():
         with tf.device("cuda:0"):
@@ -109,15 +128,16 @@ def mlp_rows(tf, torch, batch=64, lr=0.01):
     eager = tf_step_fn()
     rows["tapeflow eager"] = lambda: eager(x, y)
     tf.config.experimental.enable_cuda_graphs(False)
-    traced = tf.function(tf_step_fn())
+    traced = tf.function(tf_step_fn(), **FUNCTION_KW)
     traced(x, y)                                   # traced with the switch off
     rows["tapeflow tf.function"] = lambda: traced(x, y)
     tf.config.experimental.enable_cuda_graphs(True)
-    graphed = tf.function(tf_step_fn())
+    graphed = tf.function(tf_step_fn(), **FUNCTION_KW)
     graphed(x, y)
     graphed(x, y)                                  # captured
     info = graphed.get_concrete_function(x, y).cuda_graph_info
     print(f"  tf.function + CUDA graph: {info}")
+    rows.info = info
     rows["tapeflow tf.function + CUDA graph"] = lambda: graphed(x, y)
     if torch is not None:
         dev = torch.device("cuda:0")
@@ -178,46 +198,77 @@ def chain_rows(tf, n=1 << 24):
 
     rows = {}
     tf.config.experimental.enable_cuda_graphs(False)
-    plain = tf.function(chain)
+    plain = tf.function(chain, **FUNCTION_KW)
     plain(x)
     rows["chain tf.function"] = lambda: plain(x)
     tf.config.experimental.enable_cuda_graphs(True)
-    graphed = tf.function(chain)
+    graphed = tf.function(chain, **FUNCTION_KW)
     graphed(x)
     graphed(x)
     rows["chain tf.function + CUDA graph"] = lambda: graphed(x)
     return rows, 2 * n * 4
 
 
+def _write(path, res):
+    if path:
+        with open(path, "w") as f:
+            json.dump(res, f, indent=1)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--tiny", action="store_true",
+                    help="tiny sizes, two rounds, and allowed on the CuPy stand-in "
+                         "(tests/backends/fake_cupy): checks the script, measures nothing")
     a = ap.parse_args(argv)
-    tf, cp, why = _gpu()
+    res = {"device": None, "mlp64": {}, "mlp64_graph": None, "chain": {}, "skipped": None,
+           "torch": None, "tiny": a.tiny}
+    tf, cp, why = _gpu(allow_stand_in=a.tiny)
     if tf is None:
         print(f"cuda_graphs: no CUDA GPU here ({why}); the GPU rows are skipped.")
+        res["skipped"] = f"no CUDA GPU here ({why})"
+        _write(a.json, res)
         return 0
-    torch = _torch()
+    torch = None if a.tiny else _torch()
     if torch is None:
         print("cuda_graphs: PyTorch with CUDA is not available; its rows are skipped.")
+    else:
+        res["torch"] = torch.__version__
     sync = cp.cuda.Device(0).synchronize
     rounds, inner = (5, 20) if a.quick else (21, 50)
+    n = 1 << 24
+    mlp_kw = {}
+    if a.tiny:
+        rounds, inner, n = 2, 2, 1 << 10
+        mlp_kw = {"batch": 4, "width": (16, 8, 10)}
+        if getattr(cp, "FAKE", False):
+            from tapeflow.tracing import graph_passes
+            FUNCTION_KW["passes"] = [p for p in graph_passes.PASSES if p != "fuse"]
     was = tf.config.experimental.cuda_graphs_enabled()
     try:
-        print(f"device: {tf.runtime.devices.get_device('cuda:0').description}")
-        print("MLP 784-256-256-10 SGD step, batch 64:")
-        t = interleaved(mlp_rows(tf, torch), sync, rounds, inner)
+        res["device"] = tf.runtime.devices.get_device('cuda:0').description
+        print(f"device: {res['device']}")
+        d_in, hidden, d_out = mlp_kw.get("width", (784, 256, 10))
+        print(f"MLP {d_in}-{hidden}-{hidden}-{d_out} SGD step, batch {mlp_kw.get('batch', 64)}:")
+        rows = mlp_rows(tf, torch, **mlp_kw)
+        res["mlp64_graph"] = str(rows.info)
+        t = interleaved(rows, sync, rounds, inner)
         ref = t.get("pytorch eager")
         for name, s in t.items():
             ratio = f"  {s / ref:5.2f}x PyTorch eager" if ref else ""
             print(f"  {name:<36} {s * 1e6:9.1f} us{ratio}")
-        print("10-op elementwise chain, 16M float32, traced:")
-        rows, nbytes = chain_rows(tf)
+        res["mlp64"] = t
+        print(f"10-op elementwise chain, {n / (1 << 20):g}M float32, traced:")
+        rows, nbytes = chain_rows(tf, n)
         t = interleaved(rows, sync, rounds, max(2, inner // 10))
         for name, s in t.items():
             print(f"  {name:<36} {s * 1e3:9.3f} ms  {nbytes / s / 1e9:8.1f} GB/s")
+            res["chain"][name] = {"seconds": s, "GBps": nbytes / s / 1e9}
     finally:
         tf.config.experimental.enable_cuda_graphs(was)
+        _write(a.json, res)
     return 0
 
 

@@ -11,7 +11,8 @@ Cases (each implementation written the way a good engineer would in that framewo
   GradientTape / autograd), the issue's figure: at most 1.1x PyTorch's time
 * ``cnn32``   one Adam training step of the seeds' CNN (Conv2D(16,3x3,relu) x2,
   GlobalAveragePooling2D, Dense(10)) on 28x28x1, batch 32: tapeflow vs PyTorch
-  (channels_last), from the same weights
+  (channels_last), from the same weights, and tapeflow on ``cpu:0`` (the row
+  ``tapeflow-cpu``: the GPU must beat it)
 * ``add``     per-op overhead: ``a + b`` on 1,000 float32 elements, 1,000 calls
 * ``mlp64`` / ``mlp1024``  an MLP 784-256-256-10 SGD step (forward, softmax
   cross-entropy, backward, update): tapeflow with GradientTape, PyTorch autograd,
@@ -34,6 +35,12 @@ prints why and the conv path it would take, and exits 0.
     python benchmarks/gpu_compare.py --cudnn --cases conv,convbwd,cnn32
     python benchmarks/gpu_compare.py --quick    # a few seconds, noisier
     python benchmarks/gpu_compare.py --cases matmul,add --json out.json
+    python benchmarks/gpu_compare.py --tiny --json out.json   # tiny shapes: the script's
+                                                              # own check (CuPy stand-in)
+
+``--json FILE`` writes, per case, the raw times, the per-round ratios, the errors and
+the median seconds per framework, plus ``_meta`` (device, versions, the conv path and
+the float32 precision); ``scripts/gpu_check.py`` reads it for its summary.
 """
 
 from __future__ import annotations
@@ -99,6 +106,11 @@ def conv_path_lines(tf):
 #: where tapeflow runs (tests of this script may point it elsewhere)
 DEVICE = "gpu:0"
 
+#: the cases' sizes; ``--tiny`` shrinks them (a run in seconds on the CuPy stand-in, to
+#: check the script itself, e.g. ``scripts/gpu_check.py check --dry-run``)
+SIZES = {"matmul": 4096, "conv": (64, 56, 56, 64, 64), "cnn": None, "add": 1000}
+TINY_SIZES = {"matmul": 64, "conv": (2, 8, 8, 4, 4), "cnn": (2, 8), "add": 100}
+
 
 class Case:
     def __init__(self, key, title, unit, per_run):
@@ -119,7 +131,7 @@ def _guard(case, fw, build):
 # --- cases ------------------------------------------------------------------------------
 
 def case_matmul(tf, cp, torch):
-    n = 4096
+    n = SIZES["matmul"]
     c = Case("matmul", f"matmul {n}x{n} float32", "call", 5)
     rng = np.random.default_rng(0)
     an = rng.standard_normal((n, n), dtype=np.float32)
@@ -172,10 +184,11 @@ def _im2col_conv(cp, x, w):
 
 
 def case_conv(tf, cp, torch):
-    c = Case("conv", "conv2d 64x56x56x64 -> 64, 3x3 SAME, float32", "call", 5)
+    b, h, w_, ci, co = SIZES["conv"]
+    c = Case("conv", f"conv2d {b}x{h}x{w_}x{ci} -> {co}, 3x3 SAME, float32", "call", 5)
     rng = np.random.default_rng(1)
-    xn = rng.standard_normal((64, 56, 56, 64), dtype=np.float32)
-    wn = (rng.standard_normal((3, 3, 64, 64)) * 0.05).astype(np.float32)
+    xn = rng.standard_normal((b, h, w_, ci), dtype=np.float32)
+    wn = (rng.standard_normal((3, 3, ci, co)) * 0.05).astype(np.float32)
     ref = cp.asnumpy(_im2col_conv(cp, cp.asarray(xn), cp.asarray(wn)))
 
     def build_tf():
@@ -229,11 +242,13 @@ def _torch_channels_last(torch, x_nhwc, w_hwio=None):
 
 def case_conv_backward(tf, cp, torch):
     """conv2d forward + backward (dL/dx and dL/dw for an upstream gradient dy)."""
-    c = Case("convbwd", "conv2d 64x56x56x64 -> 64, 3x3 SAME, forward + backward", "step", 3)
+    b, h, w_, ci, co = SIZES["conv"]
+    c = Case("convbwd", f"conv2d {b}x{h}x{w_}x{ci} -> {co}, 3x3 SAME, forward + backward",
+             "step", 3)
     rng = np.random.default_rng(1)
-    xn = rng.standard_normal((64, 56, 56, 64), dtype=np.float32)
-    wn = (rng.standard_normal((3, 3, 64, 64)) * 0.05).astype(np.float32)
-    dyn = rng.standard_normal((64, 56, 56, 64), dtype=np.float32)
+    xn = rng.standard_normal((b, h, w_, ci), dtype=np.float32)
+    wn = (rng.standard_normal((3, 3, ci, co)) * 0.05).astype(np.float32)
+    dyn = rng.standard_normal((b, h, w_, co), dtype=np.float32)
     out = {}
 
     def build_tf():
@@ -284,15 +299,18 @@ def case_conv_backward(tf, cp, torch):
 
 
 def case_cnn(tf, cp, torch, batch=32):
-    """One Adam step of the seeds' CNN, tapeflow vs PyTorch from the same weights."""
-    c = Case(f"cnn{batch}", f"seeds' CNN Adam step, batch {batch}, 28x28x1", "step", 5)
+    """One Adam step of the seeds' CNN: tapeflow on the GPU, tapeflow on cpu:0 and
+    PyTorch, all from the same weights."""
+    key = f"cnn{batch}"
+    batch, hw = SIZES["cnn"] or (batch, 28)
+    c = Case(key, f"seeds' CNN Adam step, batch {batch}, {hw}x{hw}x1", "step", 5)
     rng = np.random.default_rng(0)
-    xn = rng.random((batch, 28, 28, 1), dtype=np.float32)
+    xn = rng.random((batch, hw, hw, 1), dtype=np.float32)
     yn = rng.integers(0, 10, batch).astype(np.int64)
     state = {}
 
-    def build_tf():
-        with tf.device(DEVICE):
+    def tf_step(device, weights=None):
+        with tf.device(device):
             tf.random.set_seed(0)
             model = tf.keras.Sequential([
                 tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
@@ -302,16 +320,34 @@ def case_cnn(tf, cp, torch, batch=32):
             opt = tf.train.AdamOptimizer()
             x, y = tf.constant(xn), tf.constant(yn)
             model(x)
-        state["weights"] = [v.numpy() for v in model.trainable_variables]
+            if weights is not None:
+                for v, w in zip(model.trainable_variables, weights):
+                    v.assign(w)
 
         def step():
-            with tf.device(DEVICE):
+            with tf.device(device):
                 with tf.GradientTape() as tape:
                     loss = tf.losses.sparse_softmax_cross_entropy(y, model(x, training=True))
                 grads = tape.gradient(loss, model.trainable_variables)
                 opt.apply_gradients(zip(grads, model.trainable_variables))
             return loss
+        return model, step
+
+    def build_tf():
+        model, step = tf_step(DEVICE)
+        state["weights"] = [v.numpy() for v in model.trainable_variables]
         state["tf_loss"] = float(step())
+
+        def run(k):
+            for _ in range(k):
+                step()
+        return run
+
+    def build_tf_cpu():
+        _, step = tf_step("cpu:0", state["weights"])
+        loss = float(step())
+        assert abs(loss - state["tf_loss"]) <= 1e-4 * max(1.0, abs(loss)), \
+            f"cpu:0 loss {loss} != {DEVICE}'s {state['tf_loss']}"
 
         def run(k):
             for _ in range(k):
@@ -354,13 +390,15 @@ def case_cnn(tf, cp, torch, batch=32):
         return run
 
     _guard(c, "tapeflow", build_tf)
+    if "weights" in state:
+        _guard(c, "tapeflow-cpu", build_tf_cpu)
     if torch is not None and "weights" in state:
         _guard(c, "torch", build_torch)
     return c
 
 
 def case_add(tf, cp, torch):
-    calls = 1000
+    calls = SIZES["add"]
     c = Case("add", f"per-op overhead: a + b, float32 (1000,), {calls} calls", "call", calls)
     an = np.arange(1000, dtype=np.float32)
     bn = np.ones(1000, dtype=np.float32)
@@ -532,21 +570,25 @@ def _fmt(s):
     return f"{s * 1e6:8.2f} us"
 
 
+#: the report's rows per case, in order (``tapeflow-cpu``: tapeflow on cpu:0)
+FRAMEWORKS = ("tapeflow", "tapeflow-cpu", "cupy", "torch")
+
+
 def report(cases, torch_why, out=sys.stdout):
     w = out.write
-    w(f"{'case':<10} {'framework':<9} {'median':>11} {'best':>11} {'other/tapeflow':>15}\n")
-    w("-" * 62 + "\n")
+    w(f"{'case':<10} {'framework':<12} {'median':>11} {'best':>11} {'other/tapeflow':>15}\n")
+    w("-" * 65 + "\n")
     for c in cases:
-        for fw in ("tapeflow", "cupy", "torch"):
+        for fw in FRAMEWORKS:
             if fw in c.times:
                 ts = c.times[fw]
                 ratio = ""
                 if fw in c.ratios:
                     ratio = f"{statistics.median(c.ratios[fw]):14.2f}x"
-                w(f"{c.key:<10} {fw:<9} {_fmt(statistics.median(ts)):>11} {_fmt(min(ts)):>11} "
+                w(f"{c.key:<10} {fw:<12} {_fmt(statistics.median(ts)):>11} {_fmt(min(ts)):>11} "
                   f"{ratio:>15}\n")
             elif fw in c.errors:
-                w(f"{c.key:<10} {fw:<9} ERROR: {c.errors[fw]}\n")
+                w(f"{c.key:<10} {fw:<12} ERROR: {c.errors[fw]}\n")
         w("\n")
     if torch_why:
         w(f"PyTorch CUDA columns skipped: {torch_why}\n")
@@ -563,12 +605,17 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
     ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " +
                     ", ".join(CASES))
-    ap.add_argument("--json", help="write the raw timings here")
+    ap.add_argument("--json", help="write the timings here (raw, medians, and _meta)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="tiny shapes and two rounds: checks the script (e.g. on the CuPy "
+                         "stand-in), measures nothing")
     ap.add_argument("--cudnn", action="store_true",
                     help="tapeflow convolutions through cuDNN (opt-in; else TAPEFLOW_CUDNN)")
     ap.add_argument("--tf32", action="store_true",
                     help="allow TF32 in tapeflow and PyTorch (default: strict float32)")
     args = ap.parse_args(argv)
+    if args.tiny:
+        SIZES.update(TINY_SIZES)
     import tapeflow
     if args.cudnn:
         tapeflow.config.experimental.enable_cudnn_convolutions(True)
@@ -578,6 +625,10 @@ def main(argv=None):
     except NoGPU as e:
         print(f"gpu_compare: every row skipped, no GPU here: {e}")
         print("\n".join(conv_path_lines(tapeflow)))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"_meta": {"skipped": str(e),
+                                     "conv_path": conv_path_lines(tapeflow)}}, f, indent=1)
         return 0
     dev = tf.runtime.devices.get_device(DEVICE)
     print(f"tapeflow {tf.__version__} on {dev.name} ({dev.description}); CuPy {cp.__version__}"
@@ -587,6 +638,8 @@ def main(argv=None):
         cp.cuda.runtime.deviceSynchronize()
 
     rounds, min_time = (5, 0.02) if args.quick else (15, 0.1)
+    if args.tiny:
+        rounds, min_time = 2, 0.0
     cases = []
     for key in args.cases.split(","):
         key = key.strip()
@@ -603,9 +656,19 @@ def main(argv=None):
     report(cases, torch_why)
     print("\n".join(conv_path_lines(tf)))
     if args.json:
+        res = {c.key: {"title": c.title, "unit": c.unit, "times": c.times,
+                       "ratios": c.ratios, "errors": c.errors,
+                       "median": {fw: statistics.median(ts) for fw, ts in c.times.items()
+                                  if ts}}
+               for c in cases}
+        res["_meta"] = {
+            "device": f"{dev.name} ({dev.description})", "tapeflow": tf.__version__,
+            "cupy": cp.__version__, "torch": getattr(torch, "__version__", None),
+            "torch_skipped": torch_why, "cudnn_switch": bool(args.cudnn),
+            "tf32": bool(args.tf32), "tiny": bool(args.tiny),
+            "conv_path": conv_path_lines(tf)}
         with open(args.json, "w") as f:
-            json.dump({c.key: {"times": c.times, "ratios": c.ratios, "errors": c.errors}
-                       for c in cases}, f, indent=1)
+            json.dump(res, f, indent=1)
     failed = [f"{c.key}/{fw}" for c in cases for fw in c.errors]
     return 1 if failed else 0
 
