@@ -260,6 +260,7 @@ def main(argv=None):
             ratio = f"  {s / ref:5.2f}x PyTorch eager" if ref else ""
             print(f"  {name:<36} {s * 1e6:9.1f} us{ratio}")
         res["mlp64"] = t
+        _write(a.json, res)            # (kept if a time cap kills the run later)
         print(f"10-op elementwise chain, {n / (1 << 20):g}M float32, traced:")
         rows, nbytes = chain_rows(tf, n)
         t = interleaved(rows, sync, rounds, max(2, inner // 10))

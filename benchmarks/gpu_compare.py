@@ -600,6 +600,21 @@ def report(cases, torch_why, out=sys.stdout):
       "(> 1: tapeflow faster)\n")
 
 
+def _dump(args, tf, cp, torch, torch_why, dev, cases):
+    res = {c.key: {"title": c.title, "unit": c.unit, "times": c.times,
+                   "ratios": c.ratios, "errors": c.errors,
+                   "median": {fw: statistics.median(ts) for fw, ts in c.times.items() if ts}}
+           for c in cases}
+    res["_meta"] = {
+        "device": f"{dev.name} ({dev.description})", "tapeflow": tf.__version__,
+        "cupy": cp.__version__, "torch": getattr(torch, "__version__", None),
+        "torch_skipped": torch_why, "cudnn_switch": bool(args.cudnn),
+        "tf32": bool(args.tf32), "tiny": bool(args.tiny),
+        "conv_path": conv_path_lines(tf)}
+    with open(args.json, "w") as f:
+        json.dump(res, f, indent=1)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer, shorter rounds")
@@ -653,22 +668,10 @@ def main(argv=None):
         cp.get_default_memory_pool().free_all_blocks()
         if torch is not None:
             torch.cuda.empty_cache()
+        if args.json:       # after every case: a run killed later keeps what it measured
+            _dump(args, tf, cp, torch, torch_why, dev, cases)
     report(cases, torch_why)
     print("\n".join(conv_path_lines(tf)))
-    if args.json:
-        res = {c.key: {"title": c.title, "unit": c.unit, "times": c.times,
-                       "ratios": c.ratios, "errors": c.errors,
-                       "median": {fw: statistics.median(ts) for fw, ts in c.times.items()
-                                  if ts}}
-               for c in cases}
-        res["_meta"] = {
-            "device": f"{dev.name} ({dev.description})", "tapeflow": tf.__version__,
-            "cupy": cp.__version__, "torch": getattr(torch, "__version__", None),
-            "torch_skipped": torch_why, "cudnn_switch": bool(args.cudnn),
-            "tf32": bool(args.tf32), "tiny": bool(args.tiny),
-            "conv_path": conv_path_lines(tf)}
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
     failed = [f"{c.key}/{fw}" for c in cases for fw in c.errors]
     return 1 if failed else 0
 
