@@ -208,9 +208,14 @@ def _opencl_queue():
     except ImportError as e:
         pytest.skip(f"PyOpenCL is not installed ({e}); pip install 'tapeflow-gelu[opencl]'")
     try:
-        return cl.CommandQueue(cl.create_some_context(interactive=False))
+        ctx = cl.create_some_context(interactive=False)
+        _KEEP.append(ctx)   # (Intel's OpenCL runtime invalidates a queue whose context was released)
+        return cl.CommandQueue(ctx)
     except Exception as e:
         pytest.skip(f"no OpenCL device: {type(e).__name__}: {e}")
+
+
+_KEEP: list = []
 
 
 def _cupy():
