@@ -15,6 +15,15 @@ are ``ml_dtypes.bfloat16`` arrays (the same bits). Kernels see it one of two way
 
 ``Cast`` converts in one kernel each way (:func:`cast`).
 
+float16 (``half``, on devices with cl_khr_fp16 only: ``runtime.CLDevice.check_dtype``
+decides whether float16 reaches a device at all) goes the same way: every op that
+declares float32, except the decompositions (:data:`F16_NOT_DECLARED`), runs its float32
+kernel on inputs widened exactly (``(float)x``) and rounds each float32 result once to
+nearest even (``convert_half_rte``), as NumPy computes float16 (in float, rounded once
+per op); reductions and MatMul accumulate in float32. ``NextAfter`` has a float16
+kernel of its own (:data:`F16_KERNELS`: the step is a float16 ulp), and the random
+draws declare float16 in ``k_random`` (the CPU backend's recipes, bit for bit).
+
 An op that does not declare bfloat16 here keeps the dispatcher's NotFoundError ("No
 kernel for op X on device type 'opencl' with dtype bfloat16"), never wrong numbers.
 """
@@ -32,6 +41,7 @@ __all__ = ["BF16", "PREAMBLE", "NATIVE", "NOT_DECLARED", "to_float32", "from_flo
            "compute_in_float32", "cast", "declare"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
+F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
 
 #: OpenCL C: bfloat16 bits (ushort) <-> float; ``f_to_bf16`` rounds to nearest even and
@@ -65,101 +75,172 @@ NOT_DECLARED = frozenset({"Cholesky", "LogMatrixDeterminant", "MatrixDeterminant
                           "TruncatedNormal"})
 
 
+#: OpenCL C for float16 (``half``, only on devices with cl_khr_fp16): widened exactly,
+#: rounded to nearest even once (``convert_half_rte``: overflow to inf, NaN stays NaN)
+F16_PREAMBLE = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+
+
 def to_float32(a):
-    """A bfloat16 device array widened to a new contiguous float32 array (exact)."""
+    """A bfloat16 or float16 device array widened to a new contiguous float32 array
+    (exact)."""
+    if a.dtype is F16 or a.dtype == F16:
+        return rt.elementwise("(float)x0", _F32, a, preamble=F16_PREAMBLE, out_shape=a.shape)
     return rt.elementwise("bf16_to_f(x0)", _F32, a, preamble=PREAMBLE, out_shape=a.shape)
 
 
-def from_float32(a):
-    """A float32 device array rounded to a new contiguous bfloat16 array (nearest even)."""
+def from_float32(a, low=BF16):
+    """A float32 device array rounded to a new contiguous ``low`` (bfloat16 or float16)
+    array (nearest even)."""
+    if low == F16:
+        return rt.elementwise("convert_half_rte(x0)", F16, a, preamble=F16_PREAMBLE,
+                              out_shape=a.shape)
     return rt.elementwise("f_to_bf16(x0)", BF16, a, preamble=PREAMBLE, out_shape=a.shape)
 
 
-def _low(args):
-    """Whether an argument (or an element of a list argument) is a bfloat16 array (the
+def _low(args, low=BF16):
+    """Whether an argument (or an element of a list argument) is a ``low`` array (the
     dtype is a singleton: ``is`` keeps this test at ~0.1 us per argument)."""
     for a in args:
         t = type(a)
         if t is list or t is tuple:
             for b in a:
-                if getattr(b, "dtype", None) is BF16:
+                if getattr(b, "dtype", None) is low:
                     return True
-        elif getattr(a, "dtype", None) is BF16:
+        elif getattr(a, "dtype", None) is low:
             return True
     return False
 
 
-def _up(a):
+def _up(a, low=BF16):
     t = type(a)
     if t is list or t is tuple:
-        return t(_up(b) for b in a) if _low(a) else a
-    return to_float32(a) if getattr(a, "dtype", None) is BF16 else a
+        return t(_up(b, low) for b in a) if _low(a, low) else a
+    return to_float32(a) if getattr(a, "dtype", None) is low else a
 
 
-def _down(out):
+def _down(out, low=BF16):
     t = type(out)
     if t is list or t is tuple:
-        return t(_down(o) for o in out)
+        return t(_down(o, low) for o in out)
     if getattr(out, "dtype", None) == _F32 and hasattr(out, "queue"):
-        return from_float32(out)
+        return from_float32(out, low)
     return out
 
 
-def compute_in_float32(fn):
+def compute_in_float32(fn, low=BF16):
     """An OpenCL kernel running ``fn`` (a float32 kernel) in float32 where an input array
-    (or a ``dtype`` attr) is bfloat16, its float32 results rounded to bfloat16; other
-    calls go to ``fn`` unchanged."""
-    bf16 = _dt.bfloat16
+    (or a ``dtype`` attr) is ``low`` (bfloat16 or float16), its float32 results rounded
+    to ``low``; other calls go to ``fn`` unchanged."""
+    lowt = _dt.as_dtype(low)
 
     def kernel(*args, **attrs):
         for a in args:              # (inlined: this runs before every float32 call too)
             try:
-                if a.dtype is BF16:
+                if a.dtype is low:
                     break
             except AttributeError:
-                if type(a) in (list, tuple) and _low(a):
+                if type(a) in (list, tuple) and _low(a, low):
                     break
         else:
-            if not attrs or attrs.get("dtype") is not bf16:
+            if not attrs or attrs.get("dtype") is not lowt:
                 return fn(*args, **attrs)
-        if attrs.get("dtype") is bf16:
+        if attrs.get("dtype") is lowt:
             attrs["dtype"] = _dt.float32
-        return _down(fn(*[_up(a) for a in args], **attrs))
-    kernel.__name__ = kernel.__qualname__ = getattr(fn, "__name__", "kernel") + "_bf16"
+        return _down(fn(*[_up(a, low) for a in args], **attrs), low)
+    suffix = "_f16" if low == F16 else "_bf16"
+    kernel.__name__ = kernel.__qualname__ = getattr(fn, "__name__", "kernel") + suffix
     kernel.__wrapped__ = fn
     return kernel
 
 
+def _half_expr(to, src):
+    """OpenCL C converting the float ``src`` to ``to`` as NumPy converts float16 (every
+    float16 is exactly a float): a bool tests != 0, an integer truncates."""
+    if to == np.bool_:
+        return f"({src}) != 0"
+    return f"({rt.CTYPES[to]})({src})"
+
+
 def cast(fn):
-    """``Cast`` with bfloat16 on either side (one kernel); other casts go to ``fn``."""
+    """``Cast`` with bfloat16 or float16 on either side (one kernel); other casts go to
+    ``fn``."""
     def kernel(x, dtype):
         to = np.dtype(dtype.np)
-        if x.dtype is BF16:
-            if to == BF16:
+        xd = x.dtype
+        if xd is BF16 or xd == F16:
+            if to == xd:
                 return x
-            expr = "bf16_to_f(x0) != 0" if to == np.bool_ else "bf16_to_f(x0)"
             if to not in rt.CTYPES:
                 rt.device_of(x).check_dtype(to, "casting to it")
-            return rt.elementwise(expr, to, x, preamble=PREAMBLE)
+            if xd is BF16:
+                src, pre = "bf16_to_f(x0)", PREAMBLE
+            else:
+                src, pre = "(float)x0", F16_PREAMBLE
+            if to == BF16:
+                return rt.elementwise(f"f_to_bf16({src})", BF16, x, preamble=PREAMBLE + pre)
+            if to == F16:       # bfloat16 -> float16: the float is exact, one rounding
+                return rt.elementwise(f"convert_half_rte({src})", F16, x,
+                                      preamble=PREAMBLE + F16_PREAMBLE)
+            return rt.elementwise(_half_expr(to, src), to, x, preamble=pre)
         if to == BF16:
             return rt.elementwise("f_to_bf16((float)x0)", BF16, x, preamble=PREAMBLE)
+        if to == F16:
+            rt.device_of(x).check_dtype(to, "casting to it")
+            # one rounding from the source (float64 -> float16 directly, as NumPy does)
+            expr = "convert_half_rte((float)x0)" if xd == np.bool_ else "convert_half_rte(x0)"
+            return rt.elementwise(expr, F16, x, preamble=F16_PREAMBLE)
         return fn(x, dtype=dtype)
     kernel.__name__ = kernel.__qualname__ = "cast_bf16"
     kernel.__wrapped__ = fn
     return kernel
 
 
+#: float32 OpenCL kernels not offered for float16: the decompositions (the NumPy
+#: backend has no float16 for them either); the random draws declare float16 themselves
+#: (``k_random``: the CPU backend's float16 recipes, on the device)
+F16_NOT_DECLARED = NOT_DECLARED - {"RandomUniform", "RandomStandardNormal", "TruncatedNormal"}
+
+
+_NEXTAFTER_F16 = F16_PREAMBLE + """
+inline half nextafter_h(half x, half y) {
+    if (isnan(x) || isnan(y)) return x + y;
+    if (x == y) return y;
+    if (x == (half)0) return as_half((ushort)((as_ushort(y) & 0x8000) | 1));
+    ushort u = as_ushort(x);
+    return as_half((ushort)(((x < y) == (x > (half)0)) ? u + 1 : u - 1));
+}
+"""
+
+
+def _nextafter_f16(x, y):
+    """``NextAfter`` of float16: the next float16 (on the bits; in float32 and rounded
+    back, the step of a float32 would vanish)."""
+    return rt.elementwise("nextafter_h(x0, x1)", F16, x, y, preamble=_NEXTAFTER_F16)
+
+
+#: float16 kernels of their own: ops whose float32 result rounded is not the float16 one
+F16_KERNELS = {"NextAfter": _nextafter_f16}
+
+
 def declare(op_name, spec):
-    """``spec`` (an OpenCL kernel spec dict) with bfloat16 added where the op supports
-    it on OpenCL (see the module doc), else ``spec`` unchanged."""
+    """``spec`` (an OpenCL kernel spec dict) with bfloat16 and float16 added where the
+    op supports them on OpenCL (see the module doc), else ``spec`` unchanged."""
     dts = spec.get("dtypes")
-    if dts is None or "float32" not in dts or "bfloat16" in dts or op_name in NOT_DECLARED:
+    if dts is None or "float32" not in dts:
         return spec
-    spec = dict(spec, dtypes=("bfloat16",) + tuple(dts))
-    if op_name == "Cast":           # bfloat16 on either side: the key dtype is the input's
+    add = [low for low, skip in (("bfloat16", NOT_DECLARED), ("float16", F16_NOT_DECLARED))
+           if low not in dts and op_name not in skip]
+    if not add:
+        return spec
+    spec = dict(spec, dtypes=tuple(add) + tuple(dts))
+    if op_name == "Cast":           # 16 bits on either side: the key dtype is the input's
         spec["fn"] = cast(spec["fn"])
     elif op_name not in NATIVE:
-        # a variant: dispatch runs the float32 round trip for bfloat16 calls only, so
-        # the float32 calls reach the kernel with no wrapper in front
-        spec["variants"] = {"bfloat16": compute_in_float32(spec["fn"])}
+        # a variant: dispatch runs the float32 round trip for bfloat16/float16 calls only,
+        # so the float32 calls reach the kernel with no wrapper in front
+        variants = dict(spec.get("variants") or {})
+        for low in add:
+            variants[low] = (F16_KERNELS.get(op_name) if low == "float16" else None) or \
+                compute_in_float32(spec["fn"], np.dtype(_dt.as_dtype(low).np))
+        spec["variants"] = variants
     return spec

@@ -126,6 +126,16 @@ def _f64(x):
 # Per op: (outputs per block, body). The body sees the block's words ``w[0..3]``, the
 # block's first output ``base`` and ``n``, and calls EMIT(index, value).
 def _body_uniform(ct, affine):
+    if ct == "half":
+        # the CPU's float16 recipe: 11 bits (exact in half); an affine map in float16
+        # arithmetic (each product and sum rounded to half, as NumPy's float16 ops do)
+        post = ("u = (float)convert_half_rte(u * sc); u = (float)convert_half_rte(u + sh); "
+                "u = (isnan(u) || u < hi) ? u : hi;" if affine else "")
+        return 8, (
+            "for (int t = 0; t < 8; ++t) {\n"
+            "        uint wd = (t & 1) ? (uint)(w[t >> 1] >> 32) : (uint)w[t >> 1];\n"
+            f"        float u = (float)(wd >> 21) * 0x1p-11f; {post}\n"
+            "        EMIT(base + t, u);\n    }")
     if ct == "float":
         val = "(float)(wd >> 8) * 0x1p-24f"
         post = ("u = u * sc + sh; u = (isnan(u) || u < hi) ? u : hi;" if affine else "")
@@ -149,7 +159,7 @@ def _body_uniform_int(ct):
 
 
 def _body_normal(ct, affine):
-    if ct == "float":
+    if ct in ("float", "half"):      # float16: the float32 draw, rounded once (the CPU's)
         post = "z0 = z0 * sc + sh; z1 = z1 * sc + sh;" if affine else ""
         return 8, (
             "for (int t = 0; t < 4; ++t) {\n"
@@ -177,14 +187,18 @@ def _body_truncated(ct, affine):
         "        R u = ((R)(w[t] >> 11) + (R)0.5) * (R)0x1p-53;\n"
         "        R z = ndtri(u * span + phim2);\n"
         f"        z = fmin(fmax(z, (R)-2), (R)2); {post}\n"
-        f"        EMIT(base + t, ({ct})z);\n    }}")
+        f"        EMIT(base + t, {'z' if ct == 'half' else f'({ct})z'});\n    }}")
 
 
 def _source(name, ct, per, body, extra_params, fp64, ndtri=False):
     r = "double" if fp64 else "float"
     pre = _PHILOX + (f"#define R {r}\n" + _NDTRI if ndtri else "")
     params = [f"__global {ct} *out", "long n", "ulong key", "ulong ctr"] + extra_params
-    return (f"{pre}\n#define EMIT(i, v) if ((i) < n) out[i] = (v)\n"
+    emit = "out[i] = (v)"
+    if ct == "half":     # float16: one rounding to nearest even from the computed value
+        pre = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" + pre
+        emit = "out[i] = convert_half_rte(v)"
+    return (f"{pre}\n#define EMIT(i, v) if ((i) < n) {emit}\n"
             f"__kernel void {name}({', '.join(params)}) {{\n"
             f"    long j = get_global_id(0);\n    long base = j * {per};\n"
             "    if (base >= n) return;\n    ulong w[4];\n"
@@ -218,6 +232,14 @@ def raw_words(dev, n, key, counter):
 def _affine_args(npdt, scale, shift, hi=None):
     """Kernel parameters of ``u * scale + shift`` in the output precision (the CPU
     casts the Python-float parameters to the dtype first)."""
+    if npdt == np.float16:
+        # the CPU computes in float16: the parameters rounded to float16 (exact as floats)
+        ex = [("float", "sc", np.float32), ("float", "sh", np.float32)]
+        vals = [np.float32(np.float16(scale)), np.float32(np.float16(shift))]
+        if hi is not None:
+            ex.append(("float", "hi", np.float32))
+            vals.append(np.float32(hi))
+        return ex, vals
     if npdt == np.float32:
         ex = [("float", "sc", np.float32), ("float", "sh", np.float32)]
         vals = [np.float32(scale), np.float32(shift)]
@@ -242,8 +264,8 @@ def build():
         extra, vals = [], []
         if affine:
             hi = None
-            if npdt == np.float32:
-                t = np.float32
+            if npdt in (np.float16, np.float32):
+                t = npdt.type
                 hi = np.nextafter(t(maxval), t(minval))
             extra, vals = _affine_args(npdt, maxval - minval, minval, hi)
         return _launch(dev, "uniform", shape, npdt, key, counter, per, body, extra, vals)
@@ -263,7 +285,9 @@ def build():
         dev.check_dtype(npdt, "RandomStandardNormal")
         affine = mean != 0.0 or stddev != 1.0
         per, body = _body_normal(rt.CTYPES[npdt], affine)
-        extra, vals = _affine_args(npdt, stddev, mean) if affine else ([], [])
+        # (float16: the float32 draw and affine map, rounded once, as the CPU does)
+        adt = np.dtype(np.float32) if npdt == np.float16 else npdt
+        extra, vals = _affine_args(adt, stddev, mean) if affine else ([], [])
         return _launch(dev, "normal", shape, npdt, key, counter, per, body, extra, vals)
 
     def truncated_normal(shape, dtype, key, counter, mean, stddev, device=None):
@@ -290,11 +314,13 @@ def build():
         _, perm = stable_argsort_u64(raw_words(dev, n, key, counter))
         return gather_axis(x, perm, 0, 0, check=False)
 
+    # float16 (devices with cl_khr_fp16): the CPU backend's float16 recipes
+    f16 = ("float16",) + FLOATS
     return {
-        "RandomStandardNormal": {"fn": random_normal, "dtypes": FLOATS, "needs_device": True},
-        "RandomUniform": {"fn": random_uniform, "dtypes": FLOATS, "needs_device": True},
+        "RandomStandardNormal": {"fn": random_normal, "dtypes": f16, "needs_device": True},
+        "RandomUniform": {"fn": random_uniform, "dtypes": f16, "needs_device": True},
         "RandomUniformInt": {"fn": random_uniform_int, "dtypes": ("int32", "int64"),
                              "needs_device": True},
-        "TruncatedNormal": {"fn": truncated_normal, "dtypes": FLOATS, "needs_device": True},
+        "TruncatedNormal": {"fn": truncated_normal, "dtypes": f16, "needs_device": True},
         "RandomShuffle": {"fn": random_shuffle, "dtypes": ALL, "needs_device": True},
     }
