@@ -255,12 +255,10 @@ class CLDevice:
             raise UnimplementedError(
                 f"float64 is not supported on {self.name} ({dname}: no cl_khr_fp64){ctx}; "
                 "use float32, or a device with fp64 (PoCL has it)")
-        if dt == np.float16:      # (no kernel of ours declares it, whatever the driver has)
-            why = ("no cl_khr_fp16" if not self.fp16 else
-                   "it has cl_khr_fp16, but tapeflow's OpenCL kernels do not implement float16")
+        if dt == np.float16 and not self.fp16:
             raise UnimplementedError(
-                f"float16 is not supported on {self.name} ({dname}: {why}){ctx}; "
-                "cast to float32 first (or bfloat16, stored in 16 bits)")
+                f"float16 is not supported on {self.name} ({dname}: no cl_khr_fp16){ctx}; "
+                "cast to float32 first (or bfloat16, which every OpenCL device stores)")
         if dt not in CTYPES:
             raise UnimplementedError(f"{dt} is not supported on {self.name} ({dname}){ctx}")
 
