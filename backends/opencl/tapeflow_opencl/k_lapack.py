@@ -305,7 +305,7 @@ def build():
             return out
         bad = rt.empty(dev, (z,), np.int32)
         kern = rt.kernel(dev, _CHOLESKY.format(T=rt.CTYPES[np.dtype(x.dtype)]), "cholesky",
-                         [None, None, None, _I64])
+                         [None, None, None, _I64], options=dev.exact_div)
         rt.launch(dev, kern, (z,), None, out.data, _input(x).data, bad.data, n)
         if rt.download(bad).any():
             raise InvalidArgumentError("Cholesky decomposition was not successful: the input "
@@ -324,7 +324,7 @@ def build():
         scratch = rt.empty(dev, x.shape, x.dtype)
         t = np.dtype(x.dtype)
         kern = rt.kernel(dev, _EIGH.format(T=rt.CTYPES[t]), "eigh",
-                         [None, None, None, None, _I64, t.type, _I32])
+                         [None, None, None, None, _I64, t.type, _I32], options=dev.exact_div)
         rt.launch(dev, kern, (z,), None, w.data, v.data, scratch.data, _input(x).data, n,
                   _eps(t), _MAX_SWEEPS)
         return w, v
@@ -345,7 +345,7 @@ def build():
             rs, cs = (n, 1) if tall else (1, n)
             kern = rt.kernel(dev, _SVD.format(T=rt.CTYPES[t]), "svd",
                              [None, None, None, None, _I64, _I64, _I64, _I64, _I64, t.type,
-                              _I32, _I32])
+                              _I32, _I32], options=dev.exact_div)
             rt.launch(dev, kern, (z,), None, rt.buf(dev, u), rt.buf(dev, s), rt.buf(dev, v),
                       rt.buf(dev, _input(x)), mt, nt, ku, rs, cs, _eps(t), _MAX_SWEEPS,
                       int(want_uv))
@@ -375,7 +375,8 @@ def build():
             work = rt.empty(dev, x.shape, x.dtype)
             tau = rt.empty(dev, bshape + (k,), x.dtype)
             kern = rt.kernel(dev, _QR.format(T=rt.CTYPES[np.dtype(x.dtype)]), "qr",
-                             [None, None, None, None, None, _I64, _I64, _I64, _I64])
+                             [None, None, None, None, None, _I64, _I64, _I64, _I64],
+                             options=dev.exact_div)
             rt.launch(dev, kern, (z,), None, rt.buf(dev, q), rt.buf(dev, r), rt.buf(dev, work),
                       rt.buf(dev, tau), rt.buf(dev, _input(x)), m, n, kq, kr)
         return q, r

@@ -647,7 +647,7 @@ def _lu(x, bshape, mode):
     sr, sc = rt.layout(x)[0][-2:]
     kern = rt.kernel(dev, _lu_factor_src(dt, nd, mode), "lu_factor",
                      [None, _I64, _I64, _I64, None, None, None, None, None, _I64]
-                     + [_I64] * (max(nd - 1, 0) + nd))
+                     + [_I64] * (max(nd - 1, 0) + nd), options=dev.exact_div)
     lw = 1
     while lw < min(n, 64 if not dev.is_gpu else 256, dev.max_wg):
         lw *= 2
@@ -681,7 +681,7 @@ def _solve_lu(w, piv, b, bshape, n, nrhs, dtype):
         src = _lu_solve_src(dtype, nd, False)
         bbuf = rt.buf(dev, b)
     kern = rt.kernel(dev, src, "lu_solve", [None, None, None, None] + [_I64] * (5 + (
-        max(nd - 1, 0) + nd)))
+        max(nd - 1, 0) + nd)), options=dev.exact_div)
     rt.launch(dev, kern, (nrhs, z), None, w.base_data, piv.base_data, out.base_data, bbuf, off,
               sr, sc, n, nrhs, *bargs)
     return out

@@ -232,6 +232,12 @@ class CLDevice:
         self.max_alloc = int(cl_device.max_mem_alloc_size)
         self.local_mem = int(cl_device.local_mem_size)
         self.compute_units = int(cl_device.max_compute_units)
+        # build options for kernels whose float32 divisions must be correctly rounded (LU
+        # pivots: OpenCL allows 2.5 ulp, and NVIDIA's driver takes it, so a/a != 1 there
+        # and a singular matrix got a nonzero determinant), where the device offers it
+        crdiv = getattr(c.device_fp_config, "CORRECTLY_ROUNDED_DIVIDE_SQRT", 0)
+        self.exact_div = (("-cl-fp32-correctly-rounded-divide-sqrt",)
+                          if crdiv and int(cl_device.single_fp_config) & crdiv else ())
         self.kernels: dict = {}       # (source hash, name) -> Kernel
         self.scalars: dict = {}       # 0-d uploads (immutable, shared)
         self.lock = threading.RLock()
