@@ -644,11 +644,21 @@ def test_function_with_device_scope_inside():
         with tf.device("opencl:0"):
             y = x * 3.0
         return y + 1.0
-    x = tf.constant([1.0, 2.0])
+    # host inputs: a device scope copies those in; an input on another accelerator
+    # (the default device with TAPEFLOW_DEFAULT_DEVICE=cuda:0) is a DeviceMismatchError
+    # under the explicit device policy, by design (tested below)
+    with tf.device("cpu:0"):
+        x = tf.constant([1.0, 2.0])
+        x2 = tf.constant([0.0, -1.0])
     y = f(x)
     assert str(y._device) == "opencl:0"
     _close(y, [4.0, 7.0])
-    _close(f(tf.constant([0.0, -1.0])), [1.0, -2.0])
+    _close(f(x2), [1.0, -2.0])
+    if tf.config.get_device_policy() == "explicit" and "cuda:0" in tf.config.list_devices():
+        with tf.device("cuda:0"):
+            xg = tf.constant([1.0, 2.0])
+        with pytest.raises(tf.errors.DeviceMismatchError):
+            f(xg)
 
 
 # --- methods and nesting ------------------------------------------------------------------

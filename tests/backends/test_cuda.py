@@ -259,6 +259,67 @@ def test_floordiv_and_mod_kernel_bodies_are_numpys_on_the_cpu(dtype):
                                       err_msg=f"{name} {dtype}: sign of zero")
 
 
+def test_nextafter_float16_kernel_body_is_numpys_on_the_cpu():
+    """The CUDA float16 NextAfter body (NumPy's npy_half_nextafter on the bits; CuPy
+    14.2's float16 nextafter gave NaN for nextafter(+-inf, finite) on an H100), compiled
+    for the host: every pair of float16 edge values and 20000 random bit patterns, bit
+    for bit (NaNs as NaN)."""
+    em = _emulator()
+    f16 = np.float16
+    v = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -2.5, np.inf, -np.inf, np.nan, 65504.0,
+                  -65504.0, 6.104e-05, -6.104e-05, 5.96e-08, -5.96e-08, 1024.0], f16)
+    x, y = (a.ravel() for a in np.meshgrid(v, v))
+    rng = np.random.default_rng(0)
+    bx = rng.integers(0, 2**16, 20000).astype(np.uint16)
+    by = np.where(rng.random(20000) < 0.1, bx, rng.integers(0, 2**16, 20000)).astype(np.uint16)
+    x = np.concatenate([x, bx.view(f16)])
+    y = np.concatenate([y, by.view(f16)])
+    got = em.elementwise("nextafter_f16", x.view(np.uint16), y.view(np.uint16)).view(f16)
+    with np.errstate(all="ignore"):
+        want = np.nextafter(x, y)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got.view(np.uint16)[~nan], want.view(np.uint16)[~nan])
+
+
+@needs_plugin
+def test_complex_sign_off_numpy_is_numpy2s_sign():
+    """``Sign`` of complex numbers on a non-NumPy ``xp`` (CuPy) is NumPy 2's loop: the
+    plain ``x / |x|`` it was gave NaN for inf + 0j (NumPy: 1) on the H100; checked here
+    with NumPy's functions under another module name, on every pair of special parts."""
+    import itertools
+    import types
+    from tapeflow import kernels
+    xp = types.ModuleType("not_numpy")
+    xp.__dict__.update(vars(np))
+    xp.__name__ = "not_numpy"
+    sign = kernels.module("math").build(xp)["Sign"]["fn"]
+    parts = [0.0, -0.0, 1.0, -1.0, 2.5, -3.0, np.inf, -np.inf, np.nan, 1e-310, 3e38, -3e38,
+             1.7e308, -1.7e308, 1e-45]
+    for dt in (np.complex64, np.complex128):
+        with np.errstate(all="ignore"):
+            z = np.array([complex(a, b) for a, b in itertools.product(parts, parts)], dt)
+            got, want = sign(z), np.sign(z)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6 if dt == np.complex64 else 1e-15,
+                                   atol=0, equal_nan=True, err_msg=str(dt))
+        assert sign(z[:1].reshape(())).shape == ()
+
+
+def test_searchsorted_samples_are_sorted_in_every_dtype():
+    """searchsorted is defined for a sorted sequence only: the conformance samples were
+    sorted before the cast to unsigned dtypes (-5 wrapped to 251), and NumPy's and
+    CuPy's binary searches disagreed on the unsorted result (the H100's 8 searchsorted
+    failures)."""
+    from tapeflow.testing.specs import array as specs
+    for dt in (tf.uint8, tf.uint16, tf.uint32, tf.uint64, tf.int8, tf.int32, tf.float16,
+               tf.float32, tf.float64):
+        for s in specs._searchsorted_samples(dt, np.random.default_rng(0)):
+            a = s.args[0]
+            assert a.dtype == np.dtype(dt.name), (dt, a.dtype)
+            assert np.all(a[:-1] <= a[1:]), (dt, a)
+
+
 def test_solve_shapes_broadcast_like_numpy():
     from tapeflow_cuda_cupy import k_cuda
     for a, b in [((2, 3, 3), (3, 4)), ((3, 3), (5, 3, 2)), ((2, 1, 3, 3), (4, 3, 1)),
@@ -383,13 +444,43 @@ def test_python_layer_on_a_numpy_stand_in_for_cupy():
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          os.path.join(os.path.dirname(here), "conformance", "test_conformance.py"),
-         "--tapeflow-device", "cuda:0", "-k", "floordiv or mod or linalg.solve"],
+         "--tapeflow-device", "cuda:0", "-k",
+         "floordiv or mod or linalg.solve or searchsorted or nextafter or complex.sign or "
+         "(linalg.cholesky and not test_traced)"],
         capture_output=True, text=True, timeout=600, env=env, cwd=here)
     tail = (r.stdout + r.stderr)[-3000:]
     assert r.returncode == 0 and " passed" in tail, tail
 
 
 # --- with a GPU ------------------------------------------------------------------------
+
+@needs_gpu
+def test_gpu_results_where_cupy_differs_from_numpy():
+    """The 2026-11-26 H100 run's conformance failures, as direct checks: CuPy's
+    cholesky returned NaNs for a matrix that is not positive definite (no devInfo check
+    by default), its float16 nextafter gave NaN at infinities, the complex sign was NaN
+    at inf + 0j, and the gelu plugin's gradient kernel broadcast mismatched shapes."""
+    with tf.device("cuda:0"):
+        with pytest.raises(InvalidArgumentError, match="not symmetric positive definite"):
+            tf.linalg.cholesky(tf.constant([[1.0, 2.0], [2.0, 1.0]]))
+        ok = tf.linalg.cholesky(tf.constant([[4.0, 2.0], [2.0, 3.0]]))
+        np.testing.assert_allclose(ok.numpy(), np.linalg.cholesky([[4.0, 2.0], [2.0, 3.0]]),
+                                   rtol=1e-6)
+        x = np.array([np.inf, -np.inf, np.nan, 0.0, 65504.0, 1.0], np.float16)
+        y = np.array([-1.0, 0.5, 1.0, -1.0, np.inf, 2.0], np.float16)
+        got = tf.math.nextafter(tf.constant(x), tf.constant(y)).numpy()
+        np.testing.assert_array_equal(got, np.nextafter(x, y))
+        z = np.array([0, 1j, -1, complex(np.inf, 0), complex(np.nan, 0),
+                      complex(0, -np.inf), complex(np.inf, np.inf), 3 + 4j], np.complex64)
+        with np.errstate(all="ignore"):
+            np.testing.assert_allclose(tf.sign(tf.constant(z)).numpy(), np.sign(z),
+                                       rtol=1e-6, equal_nan=True)
+        for dt in (np.uint8, np.uint16, np.uint32, np.uint64):
+            a = np.array([0, 2, 4, 251, 253], dt)
+            v = np.array([[0, 3, 252], [255, 1, 4]], dt)
+            for side in ("left", "right"):
+                got = tf.searchsorted(tf.constant(a), tf.constant(v), side=side).numpy()
+                np.testing.assert_array_equal(got, np.searchsorted(a, v, side=side))
 
 @needs_gpu
 def test_devices_and_gpu_alias():

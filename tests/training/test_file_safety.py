@@ -166,7 +166,12 @@ def test_data_file_symlinked_to_dev_zero_is_refused_before_reading(tmp_path):
         import json, os, resource, tapeflow as tf
         # a read of /dev/zero would run into this limit instead of the machine's memory
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-        ckpt = tf.train.Checkpoint(v=tf.Variable([1.0]))
+        # on the host: with a GPU default device (TAPEFLOW_DEFAULT_DEVICE=cuda:0) the
+        # CUDA context needs far more address space than this limit (cudaMalloc fails
+        # with cudaErrorDevicesUnavailable); what is tested is the file check, on the host
+        with tf.device("cpu:0"):
+            v = tf.Variable([1.0])
+        ckpt = tf.train.Checkpoint(v=v)
         path = ckpt.save(os.path.join("ckpts", "ckpt"))
         data = path + ".safetensors"
         os.unlink(data)

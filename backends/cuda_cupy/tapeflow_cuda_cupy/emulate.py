@@ -229,7 +229,7 @@ def philox_raw64(n, key, counter, grid=None, threads=philox._THREADS, device_cou
 
 #: CuPy's names of the scalar types an ElementwiseKernel's parameters may use
 _EW_TYPES = {"float16": "_Float16", "float32": "float", "float64": "double",
-             "int32": "int", "int64": "long long"}
+             "int32": "int", "int64": "long long", "uint16": "unsigned short"}
 
 
 def _ew_param(p):

@@ -15,8 +15,13 @@ compatibility namespace). The declared dtypes stay those of the CPU kernel.
 * **Checks that read data**: ``GatherV2`` and the sparse cross-entropy count
   out-of-range indices in one reduction (one device sync); when there are any, the
   shared kernel runs and raises the CPU's exact message.
-* **cuSOLVER**: ``MatrixInverse`` / ``MatrixSolve`` run under
-  ``cupyx.errstate(linalg="raise")`` so a singular matrix raises like NumPy's LAPACK.
+* **cuSOLVER**: ``MatrixInverse`` / ``MatrixSolve`` / ``Cholesky`` run under
+  ``cupyx.errstate(linalg="raise")`` so a singular (or, for Cholesky, not positive
+  definite) matrix raises like NumPy's LAPACK: CuPy's default (``linalg="ignore"``)
+  never reads cuSOLVER's ``devInfo`` and returns a NaN-filled factor instead.
+* **NextAfter float16** (``nextafter_f16``): NumPy's ``npy_half_nextafter`` on the
+  bits; CuPy's float16 ``nextafter`` gave NaN for ``nextafter(+-inf, finite)``
+  (NumPy: the largest finite half) on CuPy 14.2.
 * **Atomics**: CUDA has no atomic add for int8/int16/uint8/uint16: ``ScatterNd`` and
   ``UnsortedSegmentSum`` accumulate those in int32 and cast back (the same wrap-around
   as NumPy's ``add.at``).
@@ -35,7 +40,7 @@ OVERRIDES = (
     "SparseSoftmaxCrossEntropyWithLogits", "ReluGrad", "Relu6Grad", "LeakyRelu",
     "LeakyReluGrad", "Elu", "EluGrad", "Sigmoid", "Rsqrt", "SquaredDifference",
     "SigmoidCrossEntropyWithLogits", "L2Loss", "GatherV2", "MatrixInverse", "MatrixSolve",
-    "ScatterNd", "UnsortedSegmentSum", "FloorDiv", "FloorMod",
+    "ScatterNd", "UnsortedSegmentSum", "FloorDiv", "FloorMod", "Cholesky", "NextAfter",
 )
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -214,6 +219,20 @@ ELEMENTWISE = {
                  "typedef tapeflow_acc<T>::type A; A a = (A)x, b = (A)y; A m = fmod(a, b); "
                  "if (b != (A)0) { if (m != (A)0) { if ((b < (A)0) != (m < (A)0)) m += b; } "
                  "else { m = copysign((A)0, b); } } z = (T)m;"),
+    # NumPy's npy_half_nextafter on the float16 bits (uint16 views): CuPy's float16
+    # nextafter gave NaN for nextafter(+-inf, finite) (NumPy: +-65504) on CuPy 14.2
+    "nextafter_f16": ("uint16 x, uint16 y", "uint16 z",
+                      "unsigned int a = x, b = y, r; "
+                      "bool nan_a = (a & 0x7c00u) == 0x7c00u && (a & 0x03ffu) != 0u; "
+                      "bool nan_b = (b & 0x7c00u) == 0x7c00u && (b & 0x03ffu) != 0u; "
+                      "if (nan_a || nan_b) { r = 0x7e00u; } "
+                      "else if (a == b || ((a | b) & 0x7fffu) == 0u) { r = a; } "
+                      "else if ((a & 0x7fffu) == 0u) { r = (b & 0x8000u) + 1u; } "
+                      "else if ((a & 0x8000u) == 0u) { "
+                      "r = ((short)a > (short)b) ? a - 1u : a + 1u; } "
+                      "else { r = ((b & 0x8000u) == 0u || (a & 0x7fffu) > (b & 0x7fffu)) "
+                      "? a - 1u : a + 1u; } "
+                      "z = (unsigned short)r"),
     "sigmoid_xent": ("T x, T z", "T out",
                      "typedef tapeflow_acc<T>::type A; A xv = (A)x, zv = (A)z; "
                      "out = (T)((xv > (A)0 ? xv : (A)0) - xv * zv + log1p(exp(-fabs(xv))))"),
@@ -337,6 +356,14 @@ def build(cp, xp, shared):
     floordiv_k, floormod_k = ek["floordiv"], ek["floormod"]
     sh_floordiv, sh_floormod = shared["FloorDiv"], shared["FloorMod"]
 
+    nextafter_k = ek["nextafter_f16"]
+    sh_nextafter = shared["NextAfter"]
+
+    def nextafter(x, y):
+        if x.dtype == _F16 and y.dtype == _F16:
+            return nextafter_k(x.view(np.uint16), y.view(np.uint16)).view(_F16)
+        return sh_nextafter(x, y)
+
     def floordiv(x, y):
         if x.dtype not in (_F16, _F32, _F64) or y.dtype != x.dtype:
             return sh_floordiv(x, y)        # integers: CuPy agrees with NumPy (and the check)
@@ -421,9 +448,12 @@ def build(cp, xp, shared):
         "L2Loss": l2_loss,
         "FloorDiv": floordiv,
         "FloorMod": floormod,
+        "NextAfter": nextafter,
     }
     if "MatrixInverse" in shared:
         out["MatrixInverse"] = checked(shared["MatrixInverse"])
+    if "Cholesky" in shared:
+        out["Cholesky"] = checked(shared["Cholesky"])
     if "MatrixSolve" in shared:
         out["MatrixSolve"] = checked(broadcast_solve(cp, shared["MatrixSolve"]))
     if "ScatterNd" in shared:

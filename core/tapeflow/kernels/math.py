@@ -42,6 +42,39 @@ def _sigmoid_formula(xp):
     return expit
 
 
+def complex_sign(xp, x):
+    """NumPy 2's ``sign`` of a complex array (its ``CFLOAT_sign`` loop) on any ``xp``:
+    ``z / |z|`` with ``|z| = hypot(re, im)`` in the input's precision and each part
+    divided by that real number, 0 at 0, NaN where ``|z|`` is NaN, and at an infinite
+    ``|z|``: NaN when both parts are infinite, ``(+-1, 0)`` when the real part is,
+    else ``(0, +-1)`` -- also when ``|z|`` overflows with finite parts (complex64
+    ``3e38 + 3e38j`` gives ``1j`` in NumPy) -- so ``inf + 0j`` is ``1`` and
+    ``inf + nan j`` is ``1`` too (``hypot(inf, nan)`` is inf). A plain complex division
+    ``x / |x|`` (what this did on CuPy) gives NaN for every infinite input."""
+    re, im = x.real, x.imag
+    a = xp.hypot(re, im)
+    zero = a == 0
+    safe = xp.where(zero, xp.ones_like(a), a)
+    rr, ri = re / safe, im / safe                  # NaN |z| -> NaN parts
+    rr = xp.where(zero, xp.zeros_like(rr), rr)
+    ri = xp.where(zero, xp.zeros_like(ri), ri)
+    big = xp.isinf(a)
+    re_inf, im_inf = xp.isinf(re), xp.isinf(im)
+    nan = xp.full_like(rr, float("nan"))
+    one = xp.ones_like(rr)
+    zeros = xp.zeros_like(rr)
+    rr = xp.where(big & re_inf & im_inf, nan,
+                  xp.where(big & re_inf, xp.where(re > 0, one, -one),
+                           xp.where(big, zeros, rr)))
+    ri = xp.where(big & re_inf & im_inf, nan,
+                  xp.where(big & re_inf, zeros,
+                           xp.where(big, xp.where(im > 0, one, -one), ri)))
+    out = xp.empty(x.shape, x.dtype)
+    out.real = rr
+    out.imag = ri
+    return out
+
+
 def build(xp):
     # SciPy's special functions are bound on the first sigmoid/erf, not at import
     expit = erf_ = None
@@ -56,8 +89,7 @@ def build(xp):
     def sign(x):
         if x.dtype.kind != "c" or xp.__name__ == "numpy":    # NumPy 2: z / |z|
             return xp.sign(x)
-        a = xp.abs(x)                   # the standard's z / |z| (0 at 0) on every xp
-        return xp.where(a == 0, 0, x / xp.where(a == 0, 1, a)).astype(x.dtype, copy=False)
+        return complex_sign(xp, x)
 
     def make_complex(re, im):
         out = xp.empty(xp.broadcast_shapes(re.shape, im.shape),

@@ -76,5 +76,9 @@ def gelu(x, approximate=False):
 
 
 def gelu_grad(dy, x, approximate=False):
+    # an ElementwiseKernel broadcasts (a 0-d dy would pass): check as k_cpu and k_opencl
+    # do, so the dispatcher reports the op's shape rule on every device
+    if dy.shape != x.shape:
+        raise ValueError(f"shapes {dy.shape} and {x.shape} differ")
     with x.device:
         return _kernel("gelu_grad")(dy, x, tanh_form(approximate))

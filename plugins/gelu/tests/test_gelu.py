@@ -312,3 +312,15 @@ def test_cuda_sources_compile_with_nvrtc():
             finally:
                 nvrtc.destroyProgram(prog)
     assert not failed, "\n".join(failed)
+
+
+def test_cuda_gelu_grad_refuses_mismatched_shapes_before_launching():
+    """The CUDA kernel checks shapes as the CPU and OpenCL ones do (an ElementwiseKernel
+    would broadcast a 0-d gradient: on the H100 the bad-input fuzzer's
+    ``gelu_grad(float32[2, 2, 3], float32[])`` returned on cuda:0 and raised on cpu:0);
+    the check comes before CuPy is touched, so NumPy arrays show it here."""
+    from tapeflow_gelu import k_cuda
+    with pytest.raises(ValueError, match="differ"):
+        k_cuda.gelu_grad(np.ones((2, 2, 3), np.float32), np.ones((), np.float32))
+    with pytest.raises(ValueError, match="differ"):
+        k_cuda.gelu_grad(np.ones((), np.float32), np.ones((3,), np.float32))

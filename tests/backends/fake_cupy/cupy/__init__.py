@@ -361,6 +361,8 @@ def _ew_impls():
         "sigmoid": sigmoid,
         "rsqrt": lambda x: (1 / _np.sqrt(acc(x))).astype(x.dtype),
         "squared_difference": lambda x, y: _np.subtract(x, y) * _np.subtract(x, y),
+        "nextafter_f16": lambda x, y: _np.nextafter(x.view(_np.float16),
+                                                    y.view(_np.float16)).view(_np.uint16),
         "floordiv": _np.floor_divide,
         "floormod": _np.remainder,
         "sigmoid_xent": lambda x, z: (_np.maximum(acc(x), 0) - acc(x) * acc(z)
@@ -368,13 +370,40 @@ def _ew_impls():
     }
 
 
+#: CuPy's ``cupyx.errstate(linalg=...)`` setting (``cupyx.linalg`` config): "ignore" by
+#: default, when CuPy does not read cuSOLVER's devInfo and a failed factorisation
+#: returns NaNs instead of raising
+_linalg_mode = ["ignore"]
+
+
+def nextafter(x1, x2, *args, **kwargs):
+    """NumPy's, except float16 at infinities as CuPy 14.2 computed it on an H100
+    (``nextafter(+-inf, finite)`` gave NaN, NumPy gives +-65504): the backend must not
+    reach CuPy's float16 nextafter."""
+    r = _np.nextafter(x1, x2, *args, **kwargs)
+    if _np.result_type(x1, x2) == _np.float16:
+        x1, x2 = _np.asarray(x1), _np.asarray(x2)
+        r = _np.where(_np.isinf(x1) & _np.isfinite(x2), _np.float16("nan"), r)
+    return _out(_np.asarray(r))
+
+
 class _Linalg(_types.ModuleType):
     """``cupy.linalg``: NumPy's, but ``solve`` keeps CuPy's restriction (equal batch
     dimensions, b of shape (..., M) or (..., M, K); no broadcasting), which the
-    backend must work around."""
+    backend must work around; and ``cholesky`` raises for a matrix that is not
+    positive definite only under ``cupyx.errstate(linalg="raise")``, as CuPy's."""
 
     def __getattr__(self, name):
         return getattr(_np.linalg, name)
+
+    @staticmethod
+    def cholesky(a):
+        try:
+            return _out(_np.linalg.cholesky(a))
+        except _np.linalg.LinAlgError:
+            if _linalg_mode[-1] == "raise":
+                raise
+            return _out(_np.full(a.shape, _np.nan, a.dtype))
 
     @staticmethod
     def solve(a, b):
