@@ -557,6 +557,130 @@ print("OK")
     assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr
 
 
+def _run_on_stand_in(code):
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.join(here, "backends", "fake_cupy"), os.environ.get("PYTHONPATH", "")]),
+        FAKE_CUPY_DEVICES="1", TAPEFLOW_CUDA_DISABLE="")
+    env.pop("TAPEFLOW_DEFAULT_DEVICE", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, timeout=300, cwd=here)
+    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr
+
+
+_MLP_ON_STAND_IN = r"""
+import warnings
+import numpy as np, cupy, tapeflow as tf
+from tapeflow_cuda_cupy import capture_gemm
+from tapeflow.tracing import graph_passes
+del graph_passes.PASSES["fuse"]     # (the stand-in has no generated ElementwiseKernels)
+tf.config.experimental.enable_cuda_graphs(True)
+rng = np.random.default_rng(0)
+with tf.device("cuda:0"):
+    ws = [tf.Variable(rng.standard_normal(s).astype(np.float32) * 0.1)
+          for s in ((20, 16), (16, 3))]
+@tf.function
+def step(x, y):
+    with tf.GradientTape() as tape:
+        h = tf.nn.relu(tf.matmul(x, ws[0]))
+        loss = tf.reduce_mean(tf.nn.softmax_cross_entropy_with_logits(
+            labels=y, logits=tf.matmul(h, ws[1])))
+    for v, g in zip(ws, tape.gradient(loss, ws)):
+        v.assign_sub(0.1 * g)
+    return loss
+x = tf.constant(rng.standard_normal((8, 20)).astype(np.float32), device="cuda:0")
+y = tf.constant(np.eye(3, dtype=np.float32)[rng.integers(0, 3, 8)], device="cuda:0")
+# the stand-in refuses cuBLAS on a capturing stream exactly as CuPy does
+s = cupy.cuda.Stream(non_blocking=True)
+with s:
+    s.begin_capture()
+    try:
+        cupy.matmul(cupy.ones((2, 2), np.float32), cupy.ones((2, 2), np.float32))
+        raise AssertionError("not refused")
+    except NotImplementedError as e:
+        assert str(e) == "calling cuBLAS API during stream capture is currently unsupported"
+    finally:
+        s.end_capture()
+assert cupy.cublas_refusals == ["matmul"]
+del cupy.cublas_refusals[:]
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    for _ in range(4):
+        step(x, y)
+info = step.get_concrete_function(x, y).cuda_graph_info
+assert info.state == "captured" and info.launches >= 1, info
+assert not cupy.cublas_refusals and not [m for m in w if "CUDA graph" in str(m.message)]
+gemms = [n for k, n in cupy.calls if k == "raw kernel"]
+assert gemms and all(n.startswith("tapeflow_gemm_f32_") for n in gemms), gemms
+# the route CuPy refuses: MatMul through cupy.matmul (cuBLAS) inside the capture
+capture_gemm.graph_mode = lambda: __import__("contextlib").nullcontext()
+import tapeflow_cuda_cupy.cuda_graphs as cg
+cg.capture_gemm = capture_gemm
+@tf.function
+def step2(x, y):
+    return tf.reduce_sum(tf.matmul(x, ws[0]))
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    step2(x, y); step2(x, y)
+info = step2.get_concrete_function(x, y).cuda_graph_info
+assert info.state == "fallback" and "calling cuBLAS API during stream capture" in info.reason, info
+assert cupy.cublas_refusals == ["matmul"], cupy.cublas_refusals
+print("OK")
+"""
+
+
+def test_matmul_under_capture_takes_the_gemm_kernel_not_cublas_on_the_stand_in():
+    """CuPy raises NotImplementedError for any cuBLAS call on a capturing stream (its
+    cublas.setStream checks runtime.streamIsCapturing); the stand-in does the same. A
+    training step with MatMuls (forward and gradients) captures: inside the warm-up and
+    the capture MatMul launches capture_gemm's kernel, and nothing reaches cuBLAS;
+    with the kernel switched off the capture falls back with CuPy's reason."""
+    _run_on_stand_in(_MLP_ON_STAND_IN)
+
+
+_GEMM_ON_STAND_IN = r"""
+import numpy as np, cupy
+from tapeflow_cuda_cupy import capture_gemm, emulate
+assert emulate.available() is None, emulate.available()
+rng = np.random.default_rng(1)
+mm = capture_gemm.wrap_matmul(cupy, lambda *a: (_ for _ in ()).throw(AssertionError("cuBLAS")))
+def dev(a):
+    return cupy.asarray(a)
+cases = [((5, 7), (7, 3), False, False), ((33, 17), (33, 40), True, False),
+         ((64, 784), (784, 256), False, False), ((64, 256), (10, 256), False, True),
+         ((2, 3, 9, 5), (5, 11), False, False), ((4, 1, 6, 7), (3, 7, 2), False, False),
+         ((3, 0), (0, 4), False, False), ((150, 20), (20, 130), False, False)]
+with capture_gemm.graph_mode():
+    for dt, tol in ((np.float32, 1e-5), (np.float64, 1e-12), (np.float16, 2e-3)):
+        for sa, sb, ta, tb in cases:
+            a = rng.standard_normal(sa).astype(dt)
+            b = rng.standard_normal(sb).astype(dt)
+            want = np.matmul(np.swapaxes(a, -1, -2) if ta else a,
+                             np.swapaxes(b, -1, -2) if tb else b)
+            got = np.asarray(mm(dev(a), dev(b), ta, tb))
+            assert got.dtype == dt and got.shape == want.shape, (got.shape, want.shape)
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                       rtol=tol, atol=tol * max(sa[-1], 1), err_msg=str((dt, sa, sb)))
+assert {capture_gemm.pick_regs(1, 64, 256), capture_gemm.pick_regs(1, 784, 256),
+        capture_gemm.pick_regs(1, 4096, 4096)} == {1, 2, 4}
+# outside a capture MatMul is the shared kernel (cuBLAS)
+seen = []
+mm2 = capture_gemm.wrap_matmul(cupy, lambda *a: seen.append(1) or "shared")
+assert mm2(dev(np.ones((2, 2), np.float32)), dev(np.ones((2, 2), np.float32)), False, False) == "shared"
+print("OK")
+"""
+
+
+def test_the_capture_gemm_kernel_matches_numpy_through_the_emulation():
+    """capture_gemm's CUDA source, compiled for the host by tapeflow_cuda_cupy.emulate
+    (one thread per CUDA thread, __syncthreads as a barrier): transposes, broadcast
+    batch dimensions, edges that are not multiples of the tile, K = 0, each R."""
+    from tapeflow_cuda_cupy import emulate
+    if emulate.available() is not None:
+        pytest.skip(emulate.available())
+    _run_on_stand_in(_GEMM_ON_STAND_IN)
+
+
 # --- on a GPU ----------------------------------------------------------------------------------
 
 def _real_gpu():
@@ -632,7 +756,8 @@ def test_gpu_recapture_after_an_outside_assign():
             v.assign_add(x)
             return tf.reduce_sum(v.read_value())
         assert [float(f(x)) for _ in range(3)] == [2000.0, 3000.0, 4000.0]
-        v.assign(tf.zeros([1000], device="cuda:0"))
+        with tf.device("cuda:0"):                   # (tf.zeros takes no device=)
+            v.assign(tf.zeros([1000]))
         assert float(f(x)) == 1000.0
         info = f.get_concrete_function(x).cuda_graph_info
         assert info.state == "captured" and info.captures == 2, info
@@ -655,7 +780,8 @@ def test_gpu_captured_random_ops_draw_the_plain_replays_numbers():
         def f(x):
             keep = tf.cast(tf.random.uniform([1000]) > 0.5, tf.float32)
             return x * keep + tf.random.normal([1000])
-        return f, [f(x).numpy() for _ in range(5)]
+        with tf.device("cuda:0"):       # the random ops have no input to place them by
+            return f, [f(x).numpy() for _ in range(5)]
     try:
         _, plain = run(False)
         f, captured = run(True)

@@ -1,8 +1,10 @@
 """CUDA graph capture for ``tf.function`` (``CupyBackend.graph_capture``): the capturer
 :mod:`tapeflow.tracing.capture` drives. EXPERIMENTAL: written against CuPy's API
 (``cupy.cuda.Stream.begin_capture`` / ``end_capture`` -> ``cupy.cuda.Graph``,
-``Graph.launch``), and it has not yet run on a GPU (the tests run it against the
-NumPy stand-in in tests/backends/fake_cupy, which checks the calls, not CUDA).
+``Graph.launch``). Its first GPU run (H100, CuPy 14.2, docs/gpu-runs/2026-11-26-h100)
+captured nothing with a MatMul (CuPy's cuBLAS refusal, see :mod:`.capture_gemm`); the
+tests run it against the NumPy stand-in in tests/backends/fake_cupy, which checks the
+calls (and refuses cuBLAS under capture as CuPy does), not CUDA.
 
 One capturer per traced signature, each with
 
@@ -10,6 +12,9 @@ One capturer per traced signature, each with
   legacy default stream), on which the warm-up runs and the capture records; the
   warm-up waits for the current stream's work and the current stream waits for it
   (events);
+* MatMul through :mod:`.capture_gemm` (a tapeflow GEMM kernel, not cuBLAS: CuPy
+  raises ``NotImplementedError`` for any cuBLAS call on a capturing stream) during
+  the warm-up and the capture, so both run the same kernels;
 * a private ``cupy.cuda.MemoryPool``, the allocator (``using_allocator``) during the
   warm-up and the capture: CuPy's pool keeps free blocks per stream, so the warm-up's
   blocks, freed on the capture stream, are the ones the capture reuses, and the
@@ -25,7 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _cupy
+from . import _cupy, capture_gemm
 from .bf16 import BF16Array
 from .philox import DeviceCounter
 
@@ -98,7 +103,7 @@ class CudaGraphCapturer:
         with self.device.handle:
             cur = cp.cuda.get_current_stream()
             s.wait_event(cur.record())
-            with s, cp.cuda.using_allocator(self._pool.malloc):
+            with s, cp.cuda.using_allocator(self._pool.malloc), capture_gemm.graph_mode():
                 res = fn()
             cur.wait_event(s.record())
         return res
@@ -107,7 +112,7 @@ class CudaGraphCapturer:
         cp = _cupy.cupy()
         s = self._setup(cp)
         with self.device.handle:
-            with s, cp.cuda.using_allocator(self._pool.malloc):
+            with s, cp.cuda.using_allocator(self._pool.malloc), capture_gemm.graph_mode():
                 s.begin_capture()
                 try:
                     res = fn()

@@ -265,3 +265,32 @@ def elementwise(name, *arrays):
     out = np.empty(arrays[0].shape, t if out_typ == "T" else np.dtype(out_typ))
     lib.emu_ew(*[_ptr(a) for a in arrays], _ptr(out), ctypes.c_longlong(n))
     return out
+
+
+_GEMM_API = r"""
+extern "C" void emu_gemm(const T* a, const T* b, T* c, int m, int n, int k, int tm, int tn,
+                         long long sab, long long sam, long long sak, long long sbb,
+                         long long sbk, long long sbn, unsigned grid, unsigned block) {
+    tf_launch(grid, block, [&] {
+        KERNEL(a, b, c, m, n, k, tm, tn, sab, sam, sak, sbb, sbk, sbn);
+    });
+}
+"""
+
+
+def gemm_launch(name, grid, block, args):
+    """Launch ``capture_gemm``'s kernel ``name`` (``tapeflow_gemm_<f32|f64>_r<R>``) with
+    CuPy ``RawKernel`` arguments ``args`` on host arrays (strided views allowed: the
+    kernel takes element strides)."""
+    from . import capture_gemm
+    a, b, c, *scalars = args
+    tag, regs = name.split("_")[2], int(name.split("_r")[-1])
+    dt = {"f32": np.float32, "f64": np.float64}[tag]
+    src, kname = capture_gemm.source(dt, regs)
+    lib = _build(kname, _PRELUDE + src + f"#define KERNEL {kname}\n" + _GEMM_API)
+    m, n, k, tm, tn, sab, sam, sak, sbb, sbk, sbn = (int(v) for v in scalars)
+    assert a.dtype == dt and b.dtype == dt and c.dtype == dt and c.flags.c_contiguous
+    lib.emu_gemm(_ptr(a), _ptr(b), _ptr(c), ctypes.c_int(m), ctypes.c_int(n),
+                 ctypes.c_int(k), ctypes.c_int(tm), ctypes.c_int(tn),
+                 *(ctypes.c_longlong(v) for v in (sab, sam, sak, sbb, sbk, sbn)),
+                 ctypes.c_uint(int(grid)), ctypes.c_uint(int(block)))

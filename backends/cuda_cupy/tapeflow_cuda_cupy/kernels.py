@@ -34,7 +34,7 @@ import numpy as np
 from tapeflow import kernels
 from tapeflow.errors import UnimplementedError
 
-from . import _cupy, bf16, cudnn_conv, k_cuda, philox, precision
+from . import _cupy, bf16, capture_gemm, cudnn_conv, k_cuda, philox, precision
 
 DEVICE_TYPE = "cuda"
 
@@ -138,6 +138,11 @@ def _build() -> _Built:
             b.origin[op] = "cuda:cudnn-or-shared:nn"
     except Exception as e:  # the im2col kernels stay
         b.errors["cudnn_conv"] = f"cudnn_conv.build failed: {type(e).__name__}: {e}"
+    try:    # MatMul inside a CUDA-graph capture: not cuBLAS, which CuPy refuses there
+        for op, fn in capture_gemm.build(cp, fns).items():
+            fns[op] = fn
+    except Exception as e:  # cuBLAS stays: a capture with a MatMul then falls back
+        b.errors["capture_gemm"] = f"capture_gemm.build failed: {type(e).__name__}: {e}"
     try:
         precision.install(cp)
     except Exception as e:

@@ -239,7 +239,7 @@ class _Stream:
         calls.append(("begin_capture", self))
 
     def is_capturing(self):
-        return bool(_capturing) and _capturing[-1] is self
+        return len(_capturing) > 0 and _capturing[-1] is self   # (bool is NumPy's here)
 
     def end_capture(self):
         if not self.is_capturing():
@@ -291,6 +291,50 @@ def copyto(dst, src, casting="same_kind", where=True):
         calls.append(("copyto (captured, not run)", dst.shape))
         return
     _np.copyto(dst, src, casting=casting, where=where)
+
+
+# --- cuBLAS under capture -------------------------------------------------------------------
+# CuPy (13, 14 and main as of 2026-08) refuses every cuBLAS call while the current stream
+# captures: each wrapper in cupy_backends/cuda/libs/cublas.pyx starts with
+# ``_setStream(handle)``, whose ``setStream`` raises this when
+# ``runtime.streamIsCapturing(stream)``. matmul, dot, tensordot, inner, vdot and einsum
+# reach cuBLAS for float and complex dtypes (integer ones use CuPy's own kernels).
+
+_CUBLAS_REFUSAL = "calling cuBLAS API during stream capture is currently unsupported"
+cublas_refusals = []            # the functions refused (for tests)
+
+
+def _cublas(fn):
+    def f(*args, **kwargs):
+        if _get_current_stream().is_capturing() and any(
+                getattr(a, "dtype", _np.dtype(int)).kind in "fc"
+                              for a in args if isinstance(a, _np.ndarray)):
+            cublas_refusals.append(fn.__name__)
+            raise NotImplementedError(_CUBLAS_REFUSAL)
+        return _out(fn(*args, **kwargs))
+    f.__name__ = fn.__name__
+    f.__wrapped__ = fn
+    return f
+
+
+matmul = _cublas(_np.matmul)
+dot = _cublas(_np.dot)
+tensordot = _cublas(_np.tensordot)
+inner = _cublas(_np.inner)
+vdot = _cublas(_np.vdot)
+_np_einsum = _np.einsum
+
+
+def einsum(subscripts, *operands, **kwargs):
+    if _get_current_stream().is_capturing() and len(operands) >= 2 and any(
+            getattr(a, "dtype", _np.dtype(int)).kind in "fc" for a in operands):
+        cublas_refusals.append("einsum")
+        raise NotImplementedError(_CUBLAS_REFUSAL)
+    return _out(_np_einsum(subscripts, *operands, **kwargs))
+
+
+ndarray.__matmul__ = lambda self, other: matmul(self, other)
+ndarray.dot = lambda self, other, out=None: dot(self, other)
 
 
 class cuda:  # noqa: N801  (a namespace, as cupy.cuda)
@@ -487,10 +531,16 @@ class RawModule:
 
 class RawKernel:
     def __init__(self, code, name, **kw):
-        assert name in ("tapeflow_philox4x64_10", "tapeflow_philox4x64_10_dev"), name
+        assert name in ("tapeflow_philox4x64_10", "tapeflow_philox4x64_10_dev") or \
+            name.startswith("tapeflow_gemm_"), name
+        self.name = name
         self.dev = name.endswith("_dev")
 
     def __call__(self, grid, block, args):
+        if self.name.startswith("tapeflow_gemm_"):     # capture_gemm: strided views allowed
+            calls.append(("raw kernel", self.name))
+            _emulate().gemm_launch(self.name, grid[0], block[0], args)
+            return
         out, n, key, ctr = args
         if self.dev:                        # (the counter's word, read at launch)
             ctr = ctr[0]
