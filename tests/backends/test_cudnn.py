@@ -365,8 +365,9 @@ def test_switches_default_off_and_follow_env_and_config(switches, monkeypatch):
     exp = tf.config.experimental
     assert exp.tensor_float_32_execution_enabled() is False     # strict float32 by default
     tf.config.enable_cudnn_convolutions(None)
-    assert exp.cudnn_convolutions_enabled() is False            # opt-in
-    for value, want in (("1", True), ("0", False), ("", False), ("yes", True), ("off", False)):
+    monkeypatch.delenv("TAPEFLOW_CUDNN", raising=False)
+    assert exp.cudnn_convolutions_enabled() is True             # on where installed
+    for value, want in (("1", True), ("0", False), ("yes", True), ("off", False), ("no", False)):
         monkeypatch.setenv("TAPEFLOW_CUDNN", value)
         assert exp.cudnn_convolutions_enabled() is want, value
     monkeypatch.setenv("TAPEFLOW_CUDNN", "1")
@@ -700,8 +701,8 @@ def test_runs_on_cupys_current_stream_with_a_pool_workspace(fake):
 def test_info_line_says_which_path(fake):
     tf.config.experimental.enable_cudnn_convolutions(False)
     off = cudnn_conv.describe()
-    assert "im2col" in off and "off" in off and "TAPEFLOW_CUDNN=1" in off \
-        and "not yet run on a GPU" in off and "strict float32" in off
+    assert "im2col" in off and "switched off" in off and "TAPEFLOW_CUDNN=1" in off \
+        and "strict float32" in off
     tf.config.experimental.enable_cudnn_convolutions(True)
     rng = np.random.default_rng(11)
     x, wt, a = _case(rng, 1, 5, 5, 2, 2, 3, 3, "NHWC")
@@ -721,7 +722,7 @@ def test_python_m_tapeflow_info_prints_the_conv_path(switches):
     cuda = [b for b in data["backends"] if b["device_type"] == "cuda"]
     assert cuda and cuda[0]["notes"][0].startswith("convolutions: im2col")
     text = render(data)
-    assert "    convolutions: im2col + cuBLAS GEMM; cuDNN path off" in text
+    assert "    convolutions: im2col + cuBLAS GEMM; cuDNN path switched off" in text
 
 
 # --- docs/gpu.md ------------------------------------------------------------------------------
