@@ -21,7 +21,9 @@ compatibility namespace). The declared dtypes stay those of the CPU kernel.
   never reads cuSOLVER's ``devInfo`` and returns a NaN-filled factor instead.
 * **NextAfter float16** (``nextafter_f16``): NumPy's ``npy_half_nextafter`` on the
   bits; CuPy's float16 ``nextafter`` gave NaN for ``nextafter(+-inf, finite)``
-  (NumPy: the largest finite half) on CuPy 14.2.
+  (NumPy: the largest finite half) on CuPy 14.2. Equal arguments give ``y``, as C's
+  ``nextafter`` and NumPy 2.5's float16 do (``nextafter(-0., 0.)`` is ``+0.``; NumPy
+  2.4's float16 loop returned ``x``).
 * **Atomics**: CUDA has no atomic add for int8/int16/uint8/uint16: ``ScatterNd`` and
   ``UnsortedSegmentSum`` accumulate those in int32 and cast back (the same wrap-around
   as NumPy's ``add.at``).
@@ -226,7 +228,7 @@ ELEMENTWISE = {
                       "bool nan_a = (a & 0x7c00u) == 0x7c00u && (a & 0x03ffu) != 0u; "
                       "bool nan_b = (b & 0x7c00u) == 0x7c00u && (b & 0x03ffu) != 0u; "
                       "if (nan_a || nan_b) { r = 0x7e00u; } "
-                      "else if (a == b || ((a | b) & 0x7fffu) == 0u) { r = a; } "
+                      "else if (a == b || ((a | b) & 0x7fffu) == 0u) { r = b; } "
                       "else if ((a & 0x7fffu) == 0u) { r = (b & 0x8000u) + 1u; } "
                       "else if ((a & 0x8000u) == 0u) { "
                       "r = ((short)a > (short)b) ? a - 1u : a + 1u; } "

@@ -22,7 +22,7 @@ import numpy as np
 from . import context as _ctx
 from . import devices as _devs
 from . import dtypes as _dt
-from .dispatch import convert_to_tensor, copy_to_device, execute
+from .dispatch import constant, convert_to_tensor, copy_to_device, execute
 from .errors import InvalidArgumentError
 from .registry import get_op
 from .tensor import Tensor, VariableBase, _wrap
@@ -214,7 +214,11 @@ class Variable(VariableBase):
                 f"{cur.dtype.name} silently; {advice}. The variable was left unchanged.",
                 op=op, device=cur._device)
         try:
-            t = convert_to_tensor(value, dtype=dt)
+            # a host value (Python number, list, NumPy array) goes straight to the
+            # Variable's device, not through the default one (on a GPU machine a cpu:0
+            # counter's assign_add(1) made a CUDA tensor and copied it back)
+            t = (convert_to_tensor(value, dtype=dt) if isinstance(value, Tensor)
+                 else constant(value, dtype=dt, device=cur._device))
         except (TypeError, ValueError) as e:
             msg = e.message if isinstance(e, InvalidArgumentError) else str(e)
             raise InvalidArgumentError(
