@@ -497,7 +497,6 @@ def test_cuda_capturer_calls_on_the_numpy_stand_in():
     """The CuPy calls of tapeflow_cuda_cupy.cuda_graphs, run in a subprocess with
     tests/backends/fake_cupy first on the path (the fake records the calls; it
     cannot replay kernels, so the values after a launch are not checked there)."""
-    here = os.path.dirname(os.path.abspath(__file__))
     code = r"""
 import numpy as np, cupy, tapeflow as tf
 from tapeflow.tracing import capture as cap
@@ -548,13 +547,7 @@ r(x)
 assert int(word) == before + 1 and info.launches == 1
 print("OK")
 """
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.join(here, "backends", "fake_cupy"), os.environ.get("PYTHONPATH", "")]),
-        FAKE_CUPY_DEVICES="1", TAPEFLOW_CUDA_DISABLE="")
-    env.pop("TAPEFLOW_DEFAULT_DEVICE", None)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env=env, timeout=300, cwd=here)
-    assert r.returncode == 0 and r.stdout.strip().endswith("OK"), r.stdout + r.stderr
+    _run_on_stand_in(code)
 
 
 def _run_on_stand_in(code):
