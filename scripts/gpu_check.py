@@ -1013,6 +1013,9 @@ def install(ctx, wheelhouse, cap) -> Result:
 # --- the summary -------------------------------------------------------------------------------
 
 def _commit():
+    # (set wins: a device machine may get the working tree with a stale .git beside it)
+    if os.environ.get("TAPEFLOW_COMMIT"):
+        return os.environ["TAPEFLOW_COMMIT"]
     try:
         c = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
                            capture_output=True, text=True, timeout=10)
