@@ -368,8 +368,9 @@ def atan2(y, x, name=None):
     """The angle of the point ``(x, y)``: ``arctan(y / x)`` in the right quadrant.
 
     >>> import tapeflow as tf
-    >>> print(tf.atan2(1., -1.))
-    tf.Tensor(2.3561945, shape=(), dtype=float32)
+    >>> y = tf.atan2(1., -1.)                   # 3 pi / 4
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
+    tf.Tensor(2.3562, shape=(), dtype=float32)
     """
     return binary(_ATAN2, y, x)
 
@@ -753,8 +754,9 @@ def softplus(x, name=None):
     """``log(1 + exp(x))``, stable for large ``|x|``.
 
     >>> import tapeflow as tf
-    >>> print(tf.math.softplus([0., 1000., -1000.]))
-    tf.Tensor([6.931472e-01 1.000000e+03 0.000000e+00], shape=(3,), dtype=float32)
+    >>> y = tf.math.softplus([0., 1000., -1000.])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
+    tf.Tensor([6.931e-01 1.000e+03 0.000e+00], shape=(3,), dtype=float32)
     """
     return execute(_SOFTPLUS, (x,))
 
@@ -929,8 +931,9 @@ def asin(x, name=None):
     """Inverse sine, in ``[-pi/2, pi/2]`` (floats; nan outside ``[-1, 1]``).
 
     >>> import tapeflow as tf
-    >>> print(tf.math.asin([0., 1.]))
-    tf.Tensor([0.        1.5707964], shape=(2,), dtype=float32)
+    >>> y = tf.math.asin([0., 1.])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
+    tf.Tensor([0.     1.5708], shape=(2,), dtype=float32)
     """
     return execute(_ASIN, (x,))
 
@@ -939,8 +942,9 @@ def acos(x, name=None):
     """Inverse cosine, in ``[0, pi]`` (floats; nan outside ``[-1, 1]``).
 
     >>> import tapeflow as tf
-    >>> print(tf.math.acos([1., -1.]))
-    tf.Tensor([0.        3.1415927], shape=(2,), dtype=float32)
+    >>> y = tf.math.acos([1., -1.])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
+    tf.Tensor([0.     3.1416], shape=(2,), dtype=float32)
     """
     return execute(_ACOS, (x,))
 
@@ -949,8 +953,9 @@ def atan(x, name=None):
     """Inverse tangent, in ``(-pi/2, pi/2)`` (floats).
 
     >>> import tapeflow as tf
-    >>> print(tf.math.atan([0., float("inf")]))
-    tf.Tensor([0.        1.5707964], shape=(2,), dtype=float32)
+    >>> y = tf.math.atan([0., float("inf")])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
+    tf.Tensor([0.     1.5708], shape=(2,), dtype=float32)
     """
     return execute(_ATAN, (x,))
 
@@ -959,8 +964,9 @@ def sinh(x, name=None):
     """Hyperbolic sine (floats).
 
     >>> import tapeflow as tf
-    >>> print(tf.math.sinh([0., 1.]))
-    tf.Tensor([0.        1.1752012], shape=(2,), dtype=float32)
+    >>> y = tf.math.sinh([0., 1.])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
+    tf.Tensor([0.     1.1752], shape=(2,), dtype=float32)
     """
     return execute(_SINH, (x,))
 
@@ -969,8 +975,8 @@ def cosh(x, name=None):
     """Hyperbolic cosine (floats).
 
     >>> import tapeflow as tf
-    >>> y = tf.math.cosh([0., 1.])     # (the last digit of cosh(1) differs between CPUs)
-    >>> print(tf.round(y * 1e4) / 1e4)
+    >>> y = tf.math.cosh([0., 1.])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
     tf.Tensor([1.     1.5431], shape=(2,), dtype=float32)
     """
     return execute(_COSH, (x,))
@@ -980,8 +986,9 @@ def asinh(x, name=None):
     """Inverse hyperbolic sine (floats).
 
     >>> import tapeflow as tf
-    >>> print(tf.math.asinh([0., 1.]))
-    tf.Tensor([0.        0.8813736], shape=(2,), dtype=float32)
+    >>> y = tf.math.asinh([0., 1.])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
+    tf.Tensor([0.     0.8814], shape=(2,), dtype=float32)
     """
     return execute(_ASINH, (x,))
 
@@ -990,8 +997,9 @@ def acosh(x, name=None):
     """Inverse hyperbolic cosine (floats; nan below 1).
 
     >>> import tapeflow as tf
-    >>> print(tf.math.acosh([1., 2.]))
-    tf.Tensor([0.       1.316958], shape=(2,), dtype=float32)
+    >>> y = tf.math.acosh([1., 2.])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
+    tf.Tensor([0.    1.317], shape=(2,), dtype=float32)
     """
     return execute(_ACOSH, (x,))
 
@@ -1000,17 +1008,20 @@ def atanh(x, name=None):
     """Inverse hyperbolic tangent (floats; +-inf at +-1, nan beyond).
 
     >>> import tapeflow as tf
-    >>> print(tf.math.atanh([0., 0.5]))
-    tf.Tensor([0.         0.54930615], shape=(2,), dtype=float32)
+    >>> y = tf.math.atanh([0., 0.5])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
+    tf.Tensor([0.     0.5493], shape=(2,), dtype=float32)
     """
     return execute(_ATANH, (x,))
 
 
 def log2(x, name=None):
-    """Base-2 logarithm (floats), exact at powers of two.
+    """Base-2 logarithm (floats), within a few ulp as NumPy's (exact at powers of two
+    on the usual kernels, but no backend guarantees it).
 
     >>> import tapeflow as tf
-    >>> print(tf.math.log2([1., 8.]))
+    >>> y = tf.math.log2([1., 8.])
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
     tf.Tensor([0. 3.], shape=(2,), dtype=float32)
     """
     return execute(_LOG2, (x,))
@@ -1022,7 +1033,7 @@ def log10(x, name=None):
 
     >>> import tapeflow as tf
     >>> y = tf.math.log10([1., 1000.])
-    >>> print(tf.round(y * 1e4) / 1e4)
+    >>> print(tf.round(y * 1e4) / 1e4)          # 4 decimals: the last digit depends on the CPU
     tf.Tensor([0. 3.], shape=(2,), dtype=float32)
     """
     return execute(_LOG10, (x,))
