@@ -139,12 +139,15 @@ class Device:
     __str__ = __repr__
 
     def __eq__(self, other):
+        # never raises: a bool, or NotImplemented for what is neither a Device nor a
+        # string. The hash is the identity's, so ``d == "cpu:0"`` does not imply equal
+        # hashes (a dict keyed by devices is looked up with devices).
         if isinstance(other, Device):
             return other is self
         if isinstance(other, str):
             try:
                 return get_device(other) is self
-            except (NotFoundError, InvalidArgumentError):
+            except Exception:  # noqa: BLE001 - not a device name (or a str subclass that raises)
                 return False
         return NotImplemented
 
@@ -163,7 +166,8 @@ def canonical_name(spec: str) -> str:
     parts = low.split(":")
     if len(parts) == 1 and parts[0]:
         return f"{parts[0]}:0"
-    if len(parts) == 2 and parts[0] and parts[1].isdigit():
+    # isascii: str.isdigit() is also true of "²", which int() refuses
+    if len(parts) == 2 and parts[0] and parts[1].isascii() and parts[1].isdigit():
         return f"{parts[0]}:{int(parts[1])}"
     raise InvalidArgumentError(
         f"Cannot parse device name {spec!r}: expected 'cpu:0', 'gpu:1', 'cuda:0', "

@@ -27,6 +27,9 @@ Python float keeps it.
 
 from __future__ import annotations
 
+import re
+import warnings
+
 import ml_dtypes
 import numpy as np
 
@@ -51,7 +54,17 @@ def _finfo(np_dtype):
 class DType:
     """A tensor element type (``tf.float32`` ...). Compares equal to its name and
     to the matching NumPy dtype, so ``t.dtype == "float32"`` and
-    ``t.dtype == np.float32`` both work."""
+    ``t.dtype == np.float32`` both work.
+
+    Comparing with anything else is False, never an error (``tf.float32 == "a,b"``,
+    ``== None``, ``== [1]``, ``== tensor``): ``__eq__`` returns a bool or
+    ``NotImplemented``. The hash is the NumPy dtype's, so a DType and its NumPy dtype
+    find each other in dicts and sets; a name or a scalar type (``"float32"``,
+    ``np.float32``) compares equal but hashes differently, as with NumPy's own dtypes.
+
+    >>> float32 == "a,b", float32 == None, float32 == np.dtype("float32")
+    (False, False, True)
+    """
 
     __slots__ = ("name", "np", "is_floating", "is_integer", "is_bool", "is_unsigned",
                  "is_complex", "is_inexact", "size", "_hash")
@@ -117,7 +130,7 @@ class DType:
             return True
         try:
             return as_dtype(other) is self
-        except TypeError:
+        except Exception:   # anything else (a raising __hash__ or .dtype included)
             return NotImplemented
 
     def __ne__(self, other):
@@ -166,28 +179,50 @@ _FROM_NAME.update({"half": float16, "float": float32, "double": float64, "bool_"
 _FROM_PY = {float: float32, int: int32, bool: bool_, complex: complex128}
 
 
+#: strings NumPy's dtype parser is asked about: a type code or name ("<f4", "i8",
+#: "float"), never a structured spec ("f4,i4"), which it parses with eval-like rules
+#: and raises ValueError/SyntaxError on
+_NP_SPEC = re.compile(r"[<>=|]?[A-Za-z_][A-Za-z_0-9]*")
+
+
 def as_dtype(x) -> DType:
     """Convert a DType, NumPy dtype/type, name string or Python type to a DType.
+
+    Anything else raises InvalidTypeError (a ``TypeError``), whatever the object:
+    values (arrays, NumPy scalars, tensors) are not dtypes.
 
     >>> as_dtype("float64") is float64, as_dtype(float) is float32
     (True, True)
     """
     if type(x) is DType:
         return x
-    d = _FROM_NP.get(x) if not isinstance(x, str) else _FROM_NAME.get(x)
-    if d is not None:
-        return d
-    if x in _FROM_PY:
-        return _FROM_PY[x]
     try:
-        d = _FROM_NP.get(np.dtype(x))
-    except TypeError:
+        d = _FROM_NP.get(x) if not isinstance(x, str) else _FROM_NAME.get(x)
+        if d is not None:
+            return d
+        if x in _FROM_PY:
+            return _FROM_PY[x]
+        d = None
+        if (_NP_SPEC.fullmatch(x) is not None if isinstance(x, str)
+                else not hasattr(x, "shape")):
+            with warnings.catch_warnings():    # NumPy's deprecated aliases ("a")
+                warnings.simplefilter("ignore")
+                d = _FROM_NP.get(np.dtype(x))
+    except Exception:  # noqa: BLE001 - unhashable, a raising .dtype, NumPy's parser
         d = None
     if d is None:
         raise InvalidTypeError(
-            f"Cannot convert {x!r} to a tapeflow dtype; supported: "
+            f"Cannot convert {_short(x)} to a tapeflow dtype; supported: "
             + ", ".join(d.name for d in ALL_DTYPES))
     return d
+
+
+def _short(x):
+    try:
+        r = repr(x)
+    except Exception:  # noqa: BLE001 - a repr that raises
+        r = f"<{type(x).__name__} object>"
+    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def from_numpy(np_dtype) -> DType:
