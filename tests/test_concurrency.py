@@ -344,6 +344,118 @@ def test_threads_sharing_an_optimizer_lose_no_step(switch_often):
     assert int(gs) == 900
 
 
+# --- tf.function replays write Variables under the Variable's lock (issue 30) ----------------
+
+def _traced_adder(v, k):
+    @tf.function
+    def add_k():
+        for _ in range(k):           # unrolled: k reads, adds and assigns in the graph
+            v.assign_add(1.0)
+        return v.read_value()
+    add_k()                          # trace (and run) once, before the threads start
+    return add_k
+
+
+def test_threads_replaying_a_traced_update_lose_no_update(switch_often):
+    # before: the replay read, added and wrote back without the lock (2 x 1000 x 3 ended
+    # near 4,000 instead of 6,000)
+    v = tf.Variable(0.0)
+    k, calls = 3, 1000
+    add_k = _traced_adder(v, k)
+    v.assign(0.0)
+
+    def work(i):
+        for _ in range(calls):
+            add_k()
+
+    _run_threads(work, 2)
+    assert add_k.experimental_get_tracing_count() == 1
+    assert float(v) == 2 * calls * k
+
+
+def test_traced_updates_and_eager_updates_mix_without_loss(switch_often):
+    v = tf.Variable(0.0)
+    k, calls = 2, 1000
+    add_k = _traced_adder(v, k)
+    v.assign(0.0)
+
+    def work(i):
+        for _ in range(calls):
+            if i == 0:
+                add_k()
+            else:
+                v.assign_add(1.0)
+
+    _run_threads(work, 2)
+    assert float(v) == calls * k + calls
+
+
+def test_traced_update_of_a_variable_argument_is_atomic(switch_often):
+    # the Variable is an argument (read and written through its position), and two
+    # Variables are updated by one function: locks taken in one order, no deadlock
+    a, b = tf.Variable(0.0), tf.Variable(0.0)
+
+    @tf.function
+    def step(x, y):
+        x.assign_add(1.0)
+        y.assign_add(2.0)
+
+    step(a, b)
+    step(b, a)
+    a.assign(0.0)
+    b.assign(0.0)
+
+    def work(i):
+        for _ in range(800):
+            if i == 0:
+                step(a, b)
+            elif i == 1:
+                step(b, a)
+            else:
+                a.assign_add(1.0)
+
+    _run_threads(work, 3)
+    assert (float(a), float(b)) == (800 * 3 + 800, 800 * 3)
+
+
+def test_traced_update_under_a_tape_is_atomic(switch_often):
+    # with a GradientTape recording, a function that assigns replays op by op
+    v = tf.Variable(0.0)
+    add_k = _traced_adder(v, 2)
+    v.assign(0.0)
+
+    def work(i):
+        with tf.GradientTape():
+            for _ in range(400):
+                add_k()
+
+    _run_threads(work, 2)
+    assert float(v) == 2 * 400 * 2
+
+
+def test_traced_update_inside_a_while_loop_is_atomic(switch_often):
+    # the assignment is in a tf.while_loop body (a sub-graph): its Variable is locked too
+    v = tf.Variable(0.0)
+
+    @tf.function
+    def add_n(n):
+        def body(i):
+            v.assign_add(1.0)
+            return (i + 1,)
+        tf.while_loop(lambda i: i < n, body, (tf.constant(0),))
+
+    n = tf.constant(3)
+    add_n(n)
+    v.assign(0.0)
+
+    def work(i):
+        for _ in range(300):
+            add_n(n)
+
+    _run_threads(work, 2)
+    assert float(v) == 2 * 300 * 3
+
+
 # --- fork() -----------------------------------------------------------------------------------
 
 _FORK_SCRIPT = textwrap.dedent(r"""

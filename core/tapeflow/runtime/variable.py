@@ -56,7 +56,9 @@ class Variable(VariableBase):
     Thread safety (docs/concurrency.md): ``assign``/``assign_add``/``assign_sub`` on one
     Variable are atomic with respect to each other (a per-Variable lock around the
     read-modify-write), and reads (``read_value()``, ``numpy()``, using the Variable in
-    an op) see the value before or after an update, never a half-written buffer.
+    an op) see the value before or after an update, never a half-written buffer. A
+    ``tf.function`` replay that assigns the Variable holds the same lock (``_lock``)
+    from before its first read of it to after its last write.
 
     >>> import tapeflow as tf
     >>> v = tf.Variable(1.0)

@@ -457,6 +457,14 @@ def _compile(graph: Graph):
     return fn, src, linemap, filename
 
 
+def _ordered_locks(variables):
+    """The locks of ``variables`` (each once), ordered by creation of the Variable."""
+    by_id = {}
+    for var in variables:
+        by_id[var._id] = var._lock
+    return [by_id[k] for k in sorted(by_id)]
+
+
 def _ident(name):
     return "".join(c if c.isalnum() else "_" for c in name) or "f"
 
@@ -478,7 +486,59 @@ class ConcreteFunction:
             self.passes_run = graph_passes.optimize(graph, passes)
         self._run, self.source, self._linemap, self._filename = _compile(graph)
 
+    #: the Variables the function writes (its own assignments and those of its
+    #: tf.cond / tf.while_loop branches): a position in the Variable arguments, or a
+    #: captured Variable. Empty: the replay takes no lock.
+    _writes = ()
+    _static_locks = None
+
+    def _set_writes(self, tracer):
+        """Record the Variables ``tracer`` saw assigned (Function._trace)."""
+        refs = []
+        for var in tracer.assigned.values():
+            ref = tracer.var_args.get(id(var), var)
+            if not any(r is ref for r in refs):
+                refs.append(ref)
+        self._writes = tuple(refs)
+        if all(not isinstance(r, int) for r in refs):
+            self._static_locks = _ordered_locks(refs)
+
+    def _locks(self, vargs):
+        """The locks of the Variables this call writes, in one global order (the
+        Variables' creation order), so two replays never wait on each other in a cycle."""
+        locks = self._static_locks
+        if locks is None:
+            locks = _ordered_locks([vargs[r] if isinstance(r, int) else r
+                                    for r in self._writes])
+        return locks
+
     def _replay(self, arrays, vargs):
+        if self._writes:
+            # A function that assigns Variables holds each written Variable's lock -- the
+            # one eager assign/assign_add take -- from before its first read to after its
+            # last write, so a concurrent eager update or another replay never falls
+            # between them (docs/concurrency.md).
+            locks = self._static_locks
+            if locks is None:
+                locks = self._locks(vargs)
+            if len(locks) == 1:
+                lock = locks[0]
+                lock.acquire()
+                try:
+                    return self._run(arrays, vargs)
+                except Exception as e:
+                    raise self._error(e, arrays, vargs) from None
+                finally:
+                    lock.release()
+            for lock in locks:
+                lock.acquire()
+            try:
+                return self._run(arrays, vargs)
+            except Exception as e:
+                raise self._error(e, arrays, vargs) from None
+            finally:
+                for lock in reversed(locks):
+                    lock.release()
         try:
             return self._run(arrays, vargs)
         except Exception as e:
@@ -501,7 +561,20 @@ class ConcreteFunction:
     def _eager(self, leaves, vargs=None, reads=None):
         """Replay op by op through the dispatcher (a GradientTape outside is recording).
         ``vargs``: the Variable arguments of the enclosing function (for sub-graphs);
-        ``reads``: {read node: tensor} values to use instead of reading the Variables."""
+        ``reads``: {read node: tensor} values to use instead of reading the Variables.
+        A call that writes Variables holds their locks throughout, as the fast replay."""
+        if self._writes and vargs is None:
+            locks = self._locks([x for x in leaves if isinstance(x, (Tensor, Variable))])
+            for lock in locks:
+                lock.acquire()
+            try:
+                return self._eager_unlocked(leaves, vargs, reads)
+            finally:
+                for lock in reversed(locks):
+                    lock.release()
+        return self._eager_unlocked(leaves, vargs, reads)
+
+    def _eager_unlocked(self, leaves, vargs=None, reads=None):
         copy_to_device = _dispatch_mod.copy_to_device
         execute = _dispatch_mod.execute
         g = self.graph
@@ -911,6 +984,7 @@ class Function:
                 g.py_outputs.append(("py", x))
         g.captured_variables = list(tr.vars)
         cf = ConcreteFunction(g, self.optimize, self.passes)
+        cf._set_writes(tr)
         if _cuda_graphs[0]:   # (replaces cf._run when the graph may be captured; not for
             _capture.install(cf, _compile)     # the sub-graphs of cond / while_loop)
         return cf, result
