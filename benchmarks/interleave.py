@@ -7,14 +7,21 @@ implementation once, in an order that rotates from round to round, with ``sync()
 (the device's queue drained) before the clock starts and before it stops. It fills
 ``case.times[impl]`` (seconds per unit) and ``case.ratios[other]`` (per-round
 ``other / ref`` time ratios: > 1 means ``ref`` is faster).
+
+``settle_s`` (default 0): before each sample, collect garbage and sleep that long, so
+the thread pools of the implementation timed just before (OpenBLAS and OpenMP workers
+spin for a while after a call) are idle and do not steal the cores. The ratio
+benchmarks (``ratio_cases.py``: asv's ``bench_ratios`` and ``scripts/bench_check.py``)
+time through this function too.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 
 
-def measure(case, sync, rounds, min_time, ref, per_run=1, max_repeat=1 << 14):
+def measure(case, sync, rounds, min_time, ref, per_run=1, max_repeat=1 << 14, settle_s=0.0):
     """Time ``case.impls`` (``{name: run(n)}``, ``run(n)`` does ``n`` units)."""
     impls = list(case.impls)
     for name in impls:                      # warm-up: compile kernels, fill caches
@@ -35,6 +42,9 @@ def measure(case, sync, rounds, min_time, ref, per_run=1, max_repeat=1 << 14):
         order = impls[r % len(impls):] + impls[:r % len(impls)]
         this = {}
         for name in order:
+            if settle_s:
+                gc.collect()
+                time.sleep(settle_s)
             sync()
             t0 = time.perf_counter()
             case.impls[name](n)

@@ -72,6 +72,8 @@ def test_every_asv_benchmark_runs_once(tmp_path):
     env.setdefault("TAPEFLOW_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache",
                                                       "tapeflow"))
     env["HOME"] = str(tmp_path / "home")
+    # the ratio benchmarks (bench_ratios) time 2 short rounds: a smoke run, not a figure
+    env.update(TAPEFLOW_RATIO_ROUNDS="2", TAPEFLOW_RATIO_MIN_TIME="0.002")
     os.makedirs(env["HOME"])
     asv = [sys.executable, "-m", "asv"]
     subprocess.run(asv + ["machine", "--yes", "--machine", "asv-smoke"], cwd=tmp_path, env=env,
