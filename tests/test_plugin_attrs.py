@@ -74,3 +74,137 @@ def test_good_attrs_reach_the_kernel_as_given():
     assert CALLS == [(2, 1, True, "sum")]
     assert scaled_sum.op.attr_types == {"scale": "float", "axis": "any", "keepdims": "bool",
                                         "mode": "str"}
+
+
+# --- issue 30: the error names the device and what to do; an op's own check first --------
+
+def test_the_attr_error_names_the_device_and_what_to_do():
+    with pytest.raises(InvalidTypeError) as e:
+        scaled_sum(tf.constant(X, device="cpu:0"), scale="2")
+    assert str(e.value) == (
+        "attr 'scale' of attrdoc::scaled_sum must be a real number, got str '2'; pass such a "
+        "value as scale (the default is 1.0) [Op:attrdoc::scaled_sum] on cpu:0")
+    with pytest.raises(InvalidTypeError, match=r"got int 1; pass such a value as "
+                                               r"keepdims \(the default is False\) "
+                                               r"\[Op:.*\] on cpu:0$"):
+        scaled_sum.op(tf.constant(X, device="cpu:0"), keepdims=1)      # OpDef.__call__
+
+
+def test_the_attr_error_names_the_device_the_op_would_run_on():
+    devices = tf.config.list_devices()
+    other = next((d for d in devices if not d.startswith("cpu")), None)
+    x = tf.constant(X, device="cpu:0")
+    with tf.device("cpu:0"):
+        with pytest.raises(InvalidTypeError, match=r"\] on cpu:0$"):
+            scaled_sum(x, mode=3)
+    if other is None:
+        pytest.skip(f"only {devices} here: the scope case needs a second device")
+    with tf.device(other):                          # a scope places the op, as dispatch does
+        with pytest.raises(InvalidTypeError, match=rf"\] on {other}$"):
+            scaled_sum(x, mode=3)
+
+
+old = Library("attrold")
+SEEN = []
+
+
+def _own_check(op, tensors, attrs, device):
+    SEEN.append(("check", attrs["steps"]))
+    steps = attrs["steps"]
+    if isinstance(steps, bool) or not isinstance(steps, (int, float)) or steps != int(steps):
+        raise tf.errors.InvalidArgumentError(f"steps must be a whole number, got {steps!r}")
+
+
+@old.op(check=_own_check)
+def shift(x, steps=1, name=None):
+    """x + steps, with the op's own check of steps (as plugins wrote before 0.2)."""
+
+
+@old.kernel(shift, "cpu", dtypes=("float32", "float64"))
+def _shift(x, steps):
+    SEEN.append(("kernel", steps))
+    return x + np.asarray(steps, x.dtype)
+
+
+def _crashing_check(op, tensors, attrs, device):
+    if attrs["width"] > 3:          # TypeError for a str: a check written for ints only
+        raise tf.errors.InvalidArgumentError("width must be at most 3")
+
+
+@old.op(check=_crashing_check)
+def widen(x, width=1, name=None):
+    """x * width."""
+
+
+@old.kernel(widen, "cpu", dtypes=("float32", "float64"))
+def _widen(x, width):
+    return x * np.asarray(width, x.dtype)
+
+
+def _declared_check(op, tensors, attrs, device):
+    raise AssertionError("unreachable: declared attr types are validated first")
+
+
+@old.op(check=_declared_check, attr_types={"steps": "int"})
+def shift_declared(x, steps=1, name=None):
+    """A check and declared attr_types: the core's validation runs first."""
+
+
+register(old)
+
+
+@pytest.mark.parametrize("traced", [False, True], ids=["eager", "traced"])
+def test_an_ops_own_check_runs_before_the_kinds_read_from_defaults(traced):
+    call = (lambda x, **kw: shift(x, **kw))
+    if traced:
+        call = tf.function(call)
+    del SEEN[:]
+    with pytest.raises(tf.errors.InvalidArgumentError) as e:
+        call(tf.constant([1.0], device="cpu:0"), steps="a")
+    assert str(e.value) == "steps must be a whole number, got 'a' [Op:attrold::shift] on cpu:0"
+    assert SEEN == [("check", "a")]                 # the check ran, the kernel did not
+    with pytest.raises(tf.errors.InvalidArgumentError, match="got 2.5 .Op:attrold::shift. on"):
+        call(tf.constant([1.0], device="cpu:0"), steps=2.5)
+
+
+def test_a_value_the_check_accepts_but_the_default_kind_does_not_warns_and_runs():
+    del SEEN[:]
+    with pytest.warns(DeprecationWarning) as w:
+        y = shift(tf.constant([1.0], device="cpu:0"), steps=2.0)
+    np.testing.assert_array_equal(y.numpy(), [3.0])
+    assert SEEN == [("check", 2.0), ("kernel", 2.0)]
+    (msg,) = [str(r.message) for r in w]
+    assert msg.startswith("attrold::shift: attr 'steps' got float 2.0, which the op's check "
+                          "accepts but the kind read from its default (int) does not. "
+                          "tapeflow 0.3 refuses it")
+    assert "attr_types={'steps': ...}" in msg and msg.endswith("on cpu:0")
+    assert w[0].filename == __file__                # attributed to the caller's line
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")              # a value of the default's kind: silent
+        np.testing.assert_array_equal(shift(tf.constant([1.0]), steps=3).numpy(), [4.0])
+
+
+def test_a_tensor_attr_the_check_accepts_is_refused_after_it():
+    with pytest.raises(InvalidTypeError, match=r"attr 'width' of attrold::widen must be a "
+                                               r"Python value .* on cpu:0$"):
+        widen(tf.constant([1.0], device="cpu:0"), width=np.array(2))     # (2 > 3 is False)
+
+
+def test_a_check_that_crashes_on_a_wrong_kind_gives_the_cores_error():
+    with pytest.raises(InvalidTypeError) as e:
+        widen(tf.constant([1.0], device="cpu:0"), width="wide")
+    assert str(e.value) == ("attr 'width' of attrold::widen must be an int, got str 'wide'; "
+                            "pass such a value as width (the default is 1) "
+                            "[Op:attrold::widen] on cpu:0")
+    assert isinstance(e.value.__context__, TypeError)       # what the check tripped over
+    with pytest.raises(tf.errors.InvalidArgumentError, match="width must be at most 3"):
+        widen(tf.constant([1.0], device="cpu:0"), width=4)
+
+
+def test_declared_attr_types_are_validated_before_the_check():
+    with pytest.raises(InvalidTypeError, match=r"attr 'steps' of attrold::shift_declared must "
+                                               r"be an int, got float 2.0.* on cpu:0$"):
+        shift_declared(tf.constant([1.0], device="cpu:0"), steps=2.0)
+    assert shift_declared.op.check is _declared_check and not shift_declared.op.attrs_after_check
+    assert shift.op.check.__wrapped__ is _own_check and shift.op.attrs_after_check

@@ -29,11 +29,11 @@ import dis
 import inspect
 import linecache
 
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError, OpError
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import binary, execute
-from ..runtime.registry import CORE_NAMESPACE, HANDLES, REQUIRED, OpDef, get_op
+from ..runtime.registry import CORE_NAMESPACE, HANDLES, REQUIRED, OpDef, attr_error, get_op
 from .hookspecs import API_VERSION, hookimpl
 from .manager import Registry, _manager
 
@@ -78,9 +78,14 @@ class Library:
         explicitly instead. ``name`` defaults to the function's name, prefixed with
         the namespace. Other keywords go to :class:`~tapeflow.plugins.OpDef`
         (``grad``, ``infer``, ``composite``, ``differentiable``, ``broadcast``,
-        ``num_outputs``, ``dtype_rule``, ``dtype_from``); ``override=True`` replaces
-        another plugin's op of the same name. The returned function carries the
-        OpDef as ``.op``.
+        ``num_outputs``, ``dtype_rule``, ``dtype_from``, ``check``, ``attr_types``);
+        ``override=True`` replaces another plugin's op of the same name. The returned
+        function carries the OpDef as ``.op``.
+
+        Attributes are typed from their defaults unless ``attr_types=`` is given, and
+        validated before the op runs; an op with its own ``check`` and no
+        ``attr_types=`` has its check run first, then the kinds read from the defaults
+        (a value the check accepts but the kind does not warns: DeprecationWarning).
         """
         if callable(name):                   # bare @lib.op
             return self.op()(name)
@@ -97,8 +102,15 @@ class Library:
             if attrs is not None:
                 ats, kwonly = dict(attrs), set()
             kwonly |= {k for k, v in ats.items() if v is REQUIRED}
-            opdef_kwargs.setdefault("attr_types", _attr_types_of(ats))
-            op = OpDef(full, inputs=ins, attrs=ats, doc=fn.__doc__, **opdef_kwargs)
+            inferred = "attr_types" not in opdef_kwargs
+            kw = dict(opdef_kwargs, attr_types=opdef_kwargs.get("attr_types",
+                                                                _attr_types_of(ats)))
+            op = OpDef(full, inputs=ins, attrs=ats, doc=fn.__doc__, **kw)
+            if inferred and op.check is not None:
+                # the op's own check validated its attrs before tapeflow 0.2 read their
+                # kinds from the defaults: it still runs first (docs/plugins.md, "What the
+                # plugin API promises")
+                op._attrs_after_check()
             handle = _make_function(op, kwonly, fn)
             HANDLES.setdefault(full, []).append(handle)
             self.ops.append(op)
@@ -268,17 +280,23 @@ def _make_function(op, kwonly, fn):
         args = names[0] if op.variadic else "(" + "".join(n + ", " for n in names) + ")"
         attrs = ", {" + ", ".join(f"{k!r}: {k}" for k in op.attrs) + "}" if op.attrs else ""
         call = f"_tf_execute(_tf_op, {args}{attrs})"
-        if op.attr_types:       # typed attrs: checked here, eagerly and when traced alike
-            check = f"_tf_check(_tf_op, {args}{attrs})\n        "
+        if op.attr_types and not op.attrs_after_check:
+            # typed attrs: checked here, eagerly and when traced alike; the error path
+            # adds the device and what to do (try costs nothing until it raises)
+            check = (f"try:\n            _tf_check(_tf_op, {args}{attrs})\n        "
+                     f"except _tf_OpError as _tf_e:\n            raise _tf_attr_error("
+                     f"_tf_op, {args}{attrs}, _tf_e) from None\n        ")
     defaults = {f"_tf_a_{k}": v for k, v in op.attrs.items() if v is not REQUIRED}
-    src = (f"def _factory(_tf_op, _tf_execute, _tf_binary, _tf_check, {', '.join(defaults)}):\n"
+    src = (f"def _factory(_tf_op, _tf_execute, _tf_binary, _tf_check, _tf_OpError, "
+           f"_tf_attr_error, {', '.join(defaults)}):\n"
            f"    def {fn.__name__}({', '.join(params)}):\n        {check}return {call}\n"
            f"    return {fn.__name__}\n")
     filename = f"<tapeflow op {op.name}>"          # tracebacks show the generated line
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     ns: dict = {}
     exec(compile(src, filename, "exec"), ns)
-    inner = ns["_factory"](op, execute, binary, _shapes.check_attrs, **defaults)
+    inner = ns["_factory"](op, execute, binary, _shapes.check_attrs, OpError, attr_error,
+                           **defaults)
     # rebuilt in the plugin module's globals, so doctest and inspect see it as the module's
     f = type(inner)(inner.__code__, fn.__globals__, fn.__name__, inner.__defaults__,
                     inner.__closure__)

@@ -20,9 +20,12 @@ import warnings
 
 import numpy as np
 
+from . import devices as _devs
 from . import dtypes as _dt
 from . import shapes as _shapes
-from .errors import InvalidArgumentError, NotFoundError, PluginConflictError, PluginOverrideWarning
+from .errors import (InvalidArgumentError, NotFoundError, OpError, PluginConflictError,
+                     PluginOverrideWarning, TapeflowError)
+from .tensor import Tensor, VariableBase
 
 
 #: op name -> the public functions Libraries made for it (tapeflow.plugins.library); the
@@ -151,7 +154,11 @@ class OpDef:
             (a shape with at most one -1), ``"sizes"`` (a tuple of positive ints),
             ``"perm"`` (a permutation of the first input's dimensions),
             ``"paddings"`` (one (before, after) pair of non-negative ints per
-            dimension). A Library op's attrs are typed from their defaults.
+            dimension). A Library op's attrs are typed from their defaults. The error
+            names the op, the device, the attr, the value and the type expected.
+            Where a ``Library.op`` has its own ``check`` and no ``attr_types=``, the
+            check runs first (its messages stand) and the types read from the defaults
+            are validated after it (docs/plugins.md, "What the plugin API promises").
         jvp: optional forward-mode rule (``tf.autodiff.ForwardAccumulator``):
             ``jvp(ctx, *input_tangents) -> output tangent(s)``, a :class:`Linear` or a
             :class:`Multilinear`; without one, tangents come from ``grad`` by the
@@ -166,7 +173,7 @@ class OpDef:
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
                  "broadcast", "grad", "jvp", "batch", "differentiable", "infer", "composite",
                  "kernels", "variadic", "source", "doc", "fast", "check", "attr_types",
-                 "elementwise", "__weakref__")
+                 "elementwise", "attrs_after_check", "__weakref__")
 
     def __init__(self, name, inputs=("x",), attrs=None, num_outputs=1, dtype_rule="same",
                  dtype_from=0, broadcast=False, grad=None, differentiable=True, infer=None,
@@ -195,6 +202,9 @@ class OpDef:
         self.composite = composite
         self.check = check
         self.attr_types = dict(attr_types or {})
+        #: the attr types are validated after ``check`` (inside it, on the op's device)
+        #: instead of before the op runs: see :meth:`_attrs_after_check`
+        self.attrs_after_check = False
         unknown = set(self.attr_types) - set(self.attrs)
         if unknown:
             raise InvalidArgumentError(
@@ -214,8 +224,8 @@ class OpDef:
         full = self.bind_attrs(attrs)
         if self.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
-        if self.attr_types:
-            _shapes.check_attrs(self, inputs, full)
+        if self.attr_types and not self.attrs_after_check:
+            validate_attrs(self, inputs, full)
         return dispatcher.execute(self, inputs, full)
 
     def bind_attrs(self, attrs):
@@ -253,6 +263,36 @@ class OpDef:
     def n_outputs(self, attrs, n_inputs):
         n = self.num_outputs
         return n if type(n) is int else n(attrs, n_inputs)
+
+    def _attrs_after_check(self):
+        """(``Library.op``, for an op with its own ``check`` whose attr types the core
+        read from the defaults.) The op's check runs first, so its messages stand, as
+        they did before tapeflow 0.2 typed such attrs; then the types are validated:
+        a tensor or an array is refused, and a value the check accepted but the type
+        read from the default does not (``steps=2.0`` for ``steps=1``) reaches the
+        kernel as before, with a DeprecationWarning (an error from tapeflow 0.3; the
+        author declares ``attr_types=`` to accept it). A check that fails with a plain
+        Python exception on an attr of the wrong type gives the core's error instead."""
+        own = self.check
+        if own is None or self.attrs_after_check:
+            return
+
+        def check(op, tensors, attrs, device):
+            try:
+                own(op, tensors, attrs, device)
+            except TapeflowError:
+                raise
+            except Exception:
+                validate_attrs(op, tensors, attrs, device)     # the core's error, if any
+                raise
+            _validate_after_check(op, tensors, attrs, device)
+        check.__wrapped__ = own
+        check.__name__ = getattr(own, "__name__", "check")
+        check.__qualname__ = getattr(own, "__qualname__", "check")
+        self.check = check
+        self.attrs_after_check = True
+        for dt in list(self.kernels):
+            _refresh_fast(self, dt)
 
 
 class Linear:
@@ -399,6 +439,90 @@ def rebind_kernel(op, device_type, old, new, variants=None) -> bool:
         entry.variants = _np_keyed(variants)
     _refresh_fast(op, device_type)
     return True
+
+
+class _OneAttr:
+    """One attr of an op, as :func:`tapeflow.runtime.shapes.check_attrs` takes an op."""
+
+    __slots__ = ("name", "attr_types")
+
+    def __init__(self, name, attr, kind):
+        self.name = name
+        self.attr_types = {attr: kind}
+
+
+def _placement(inputs):
+    """The device an op called with ``inputs`` runs on, as dispatch places it: the
+    innermost device scope, else the inputs' device (an accelerator's before the
+    host's), else the default device; None if that cannot be said."""
+    try:
+        dev = _devs.current_device()
+        if dev is not None:
+            return dev
+        for x in inputs if isinstance(inputs, (list, tuple)) else (inputs,):
+            d = getattr(x, "_device", None) if isinstance(x, (Tensor, VariableBase)) else None
+            if d is not None and (dev is None or (dev.is_host and not d.is_host)):
+                dev = d
+        return dev if dev is not None else _devs.default_device()
+    except Exception:                 # (an error message must not fail to be made)
+        return None
+
+
+def _attr_ok(op, name, kind, inputs, value):
+    try:
+        _shapes.check_attrs(_OneAttr(op.name, name, kind), inputs, {name: value})
+    except OpError:
+        return False
+    return True
+
+
+def attr_error(op, inputs, attrs, error, device=None):
+    """``error``, raised by the attr validation of ``op``, completed with the device the
+    op runs on (``device``, or where dispatch would place it) and what to do."""
+    if op.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+        inputs = tuple(inputs[0])
+    for name, kind in op.attr_types.items():
+        v = attrs.get(name)
+        if _attr_ok(op, name, kind, inputs, v):
+            continue
+        if not isinstance(v, (Tensor, VariableBase, np.ndarray)):  # (that one says what to do)
+            default = op.attrs.get(name)
+            error.message += f"; pass such a value as {name}"
+            if default is not None and default is not REQUIRED and _attr_ok(
+                    op, name, kind, inputs, default):
+                error.message += f" (the default is {default!r})"
+        break
+    return error.with_context(op.name, device if device is not None else _placement(inputs))
+
+
+def validate_attrs(op, inputs, attrs, device=None):
+    """Validate ``attrs`` against ``op.attr_types`` (see OpDef): the error names the op,
+    the device, the attr, the value received, the kind expected and what to do."""
+    try:
+        _shapes.check_attrs(op, inputs, attrs)
+    except OpError as e:
+        raise attr_error(op, inputs, attrs, e, device) from None
+
+
+def _validate_after_check(op, tensors, attrs, device):
+    """The attr validation of an op whose own check ran first (see
+    ``OpDef._attrs_after_check``): tensors and arrays are errors; a value of another
+    kind than its default's, which the check accepted, warns."""
+    for name, kind in op.attr_types.items():
+        one = _OneAttr(op.name, name, kind)
+        try:
+            _shapes.check_attrs(one, tensors, attrs)
+        except OpError as e:
+            v = attrs.get(name)
+            if isinstance(v, (Tensor, VariableBase, np.ndarray)):
+                raise attr_error(op, tensors, attrs, e, device) from None
+            warnings.warn(
+                f"{op.name}: attr '{name}' got {type(v).__name__} {v!r}, which the op's check "
+                f"accepts but the kind read from its default ({kind}) does not. tapeflow 0.3 "
+                f"refuses it: its author declares attr_types={{{name!r}: ...}} (\"any\" "
+                "to keep the check in charge; docs/plugins.md, \"What the plugin API "
+                f"promises\") [Op:{op.name}] on {device}", DeprecationWarning,
+                stacklevel=6)        # (the op's caller: check, _run, execute, the op's function)
 
 
 def _refresh_fast(op, device_type):
