@@ -97,14 +97,15 @@ def test_index_naming_a_data_file_elsewhere_is_never_deleted(tmp_path):
     victim = _victim(tmp_path)
     d, ckpt, v, path = _saved(tmp_path)
     # the next save of the same prefix deletes the old index's data file: point it out
+    # (issue 30: the save goes on, and deletes nothing that is not its own)
     for name in ("../victim/notes.txt", str(victim / "notes.txt"), "..", ""):
         idx = json.loads(open(path + ".index.json").read())
         idx["data_file"] = name
         with open(path + ".index.json", "w") as f:
             json.dump(idx, f)
-        with pytest.raises((errors.PermissionDeniedError, errors.DataLossError)):
-            ckpt.write(path)
+        ckpt.write(path)
         _assert_untouched(victim)
+        _assert_restores(ckpt, v, path)
 
 
 def test_index_data_file_symlinked_outside_is_never_deleted_or_read(tmp_path):
@@ -117,12 +118,22 @@ def test_index_data_file_symlinked_outside_is_never_deleted_or_read(tmp_path):
         json.dump(idx, f)
     with pytest.raises(errors.PermissionDeniedError, match="outside"):
         ckpt.restore(path)
-    with pytest.raises(errors.PermissionDeniedError):
-        ckpt.write(path)
     m = tf.train.CheckpointManager(ckpt, str(d), max_to_keep=1)
-    with pytest.raises(errors.PermissionDeniedError):
-        m.save()
+    m.save()                          # rotates ckpt-1 out: its index names the link
+    assert os.path.islink(d / "evil.safetensors")
     _assert_untouched(victim)
+    ckpt.write(path)
+    assert os.path.islink(d / "evil.safetensors")
+    _assert_untouched(victim)
+    _assert_restores(ckpt, v, path)
+
+
+def _assert_restores(ckpt, v, path):
+    """``path`` holds ``v``'s current value and restores it."""
+    want = v.numpy().copy()
+    v.assign(np.full(want.shape, -7.0, want.dtype))
+    ckpt.restore(path)
+    np.testing.assert_array_equal(v.numpy(), want)
 
 
 def _in_subprocess(code, tmp_path, timeout=60):
@@ -255,3 +266,222 @@ def test_idx_fifo_is_refused(tmp_path):
             print("refused:", e)
     """, tmp_path)
     assert "refused:" in out and "FIFO" in out
+
+
+# --- a checkpoint deletes only its own files (issue 30) ------------------------------------
+#
+# A stale or planted ``<prefix>.index.json`` names a file as "the previous data file";
+# re-saving the prefix, CheckpointManager rotation and Saver rotation used to delete
+# whatever it named inside the directory. Now they delete only files the checkpoint
+# wrote: by name (derived from its prefix) and by content (its own header). Each test
+# failed before: the file was deleted (or replaced), or the save raised.
+
+def _plant(index_path, data_file):
+    """Make the index at ``index_path`` name ``data_file`` (keeping its format)."""
+    idx = json.loads(open(index_path).read())
+    idx["data_file"] = data_file
+    with open(index_path, "w") as f:
+        json.dump(idx, f)
+
+
+def _user_dir(tmp_path):
+    d = tmp_path / "work"
+    d.mkdir()
+    (d / "important.txt").write_text("the user's data")
+    return d
+
+
+def _one_ckpt(d, value=(1.0, 2.0)):
+    v = tf.Variable(list(value))
+    return tf.train.Checkpoint(v=v), v
+
+
+def test_rewrite_keeps_a_sibling_a_planted_index_names(tmp_path):
+    # the issue's case: before, important.txt was deleted as "the previous data file"
+    d = _user_dir(tmp_path)
+    ckpt, v = _one_ckpt(d)
+    path = ckpt.write(str(d / "ckpt"))
+    _plant(path + ".index.json", "important.txt")
+    v.assign([3.0, 4.0])
+    ckpt.write(path)
+    assert (d / "important.txt").read_text() == "the user's data"
+    _assert_restores(ckpt, v, path)
+    # a planted index written from scratch, with no checkpoint there before
+    (d / "fresh.index.json").write_text(json.dumps(
+        {"format": "tapeflow-checkpoint", "version": 1, "data_file": "important.txt"}))
+    ckpt.write(str(d / "fresh"))
+    assert (d / "important.txt").read_text() == "the user's data"
+    _assert_restores(ckpt, v, str(d / "fresh"))
+
+
+@pytest.mark.parametrize("named", ["..", "../x", "absolute", "sub", "."])
+def test_rewrite_keeps_parents_escapes_and_absolute_paths(tmp_path, named):
+    d = _user_dir(tmp_path)
+    (tmp_path / "x").write_text("outside")
+    (d / "sub").mkdir()
+    (d / "sub" / "inner.txt").write_text("inner")
+    ckpt, v = _one_ckpt(d)
+    path = ckpt.write(str(d / "ckpt"))
+    _plant(path + ".index.json", str(d / "important.txt") if named == "absolute" else named)
+    ckpt.write(path)                      # before: PermissionDeniedError / DataLossError
+    assert (d / "important.txt").read_text() == "the user's data"
+    assert (tmp_path / "x").read_text() == "outside"
+    assert (d / "sub" / "inner.txt").read_text() == "inner"
+    _assert_restores(ckpt, v, path)
+
+
+@posix_only
+@pytest.mark.parametrize("target", ["file", "directory"])
+@pytest.mark.parametrize("link_name", ["link", "ckpt.safetensors"])
+def test_rewrite_keeps_symlinks_the_index_names(tmp_path, target, link_name):
+    # before: a link inside the directory (to a file or a directory in it) was unlinked
+    d = _user_dir(tmp_path)
+    (d / "sub").mkdir()
+    (d / "sub" / "inner.txt").write_text("inner")
+    ckpt, v = _one_ckpt(d)
+    path = ckpt.write(str(d / "other"))          # (the prefix "ckpt" has no data file yet)
+    path = str(d / "ckpt")
+    os.replace(d / "other.index.json", path + ".index.json")
+    os.replace(d / "other.safetensors", d / "kept.safetensors")
+    os.symlink(d / ("important.txt" if target == "file" else "sub"), d / link_name)
+    _plant(path + ".index.json", link_name)
+    ckpt.write(path)
+    assert os.path.islink(d / link_name)
+    assert (d / "important.txt").read_text() == "the user's data"
+    assert (d / "sub" / "inner.txt").read_text() == "inner"
+    _assert_restores(ckpt, v, path)
+    ckpt.write(path)                             # and once more: alternates around the link
+    assert os.path.islink(d / link_name)
+    _assert_restores(ckpt, v, path)
+
+
+def test_a_file_with_the_data_name_but_foreign_content_is_kept(tmp_path):
+    # before: an index naming ckpt.safetensors (the prefix's own data name) got it deleted
+    # even when it held someone else's bytes; and with no index, the save replaced it
+    d = _user_dir(tmp_path)
+    ckpt, v = _one_ckpt(d)
+    path = str(d / "ckpt")
+    (d / "ckpt.safetensors").write_bytes(b"not a checkpoint: the user's bytes")
+    ckpt.write(path)                             # no index yet: must not replace it
+    assert (d / "ckpt.safetensors").read_bytes() == b"not a checkpoint: the user's bytes"
+    _assert_restores(ckpt, v, path)
+    _plant(path + ".index.json", "ckpt.safetensors")
+    ckpt.write(path)
+    assert (d / "ckpt.safetensors").read_bytes() == b"not a checkpoint: the user's bytes"
+    _assert_restores(ckpt, v, path)
+
+
+def test_another_prefixs_data_file_is_never_deleted_or_replaced(tmp_path):
+    # a tapeflow data file of the prefix "ckpt.1" named by an index of the prefix "ckpt":
+    # right format, wrong owner. Before, re-saving "ckpt" also wrote its second data file
+    # over "ckpt.1.safetensors", the data of the checkpoint "ckpt.1"
+    d = _user_dir(tmp_path)
+    a, va = _one_ckpt(d, (1.0, 1.0))
+    b, vb = _one_ckpt(d, (2.0, 2.0))
+    pa, pb = a.write(str(d / "ckpt.1")), b.write(str(d / "ckpt"))
+    b.write(pb)
+    b.write(pb)
+    _plant(pb + ".index.json", "ckpt.1.safetensors")
+    b.write(pb)
+    _assert_restores(a, va, pa)
+    _assert_restores(b, vb, pb)
+
+
+def test_a_users_file_at_the_index_name_is_refused_not_replaced(tmp_path):
+    d = _user_dir(tmp_path)
+    ckpt, v = _one_ckpt(d)
+    (d / "ckpt.index.json").write_text("my notes, not JSON")
+    with pytest.raises(errors.FailedPreconditionError, match="never replaces"):
+        ckpt.write(str(d / "ckpt"))
+    assert (d / "ckpt.index.json").read_text() == "my notes, not JSON"
+    os.unlink(d / "ckpt.index.json")
+    if hasattr(os, "symlink"):
+        os.symlink(d / "important.txt", d / "ckpt.index.json")
+        with pytest.raises(errors.FailedPreconditionError, match="symbolic link"):
+            ckpt.write(str(d / "ckpt"))
+        assert os.path.islink(d / "ckpt.index.json")
+    assert (d / "important.txt").read_text() == "the user's data"
+    assert sorted(os.listdir(d)) == ["ckpt.index.json", "important.txt"][
+        0 if hasattr(os, "symlink") else 1:]
+
+
+def test_a_users_file_named_checkpoint_is_refused_not_replaced(tmp_path):
+    d = _user_dir(tmp_path)
+    (d / "checkpoint").write_text("my notes about the run\n")
+    ckpt, v = _one_ckpt(d)
+    with pytest.raises(errors.FailedPreconditionError, match="checkpoint"):
+        ckpt.save(str(d / "ckpt"))
+    assert (d / "checkpoint").read_text() == "my notes about the run\n"
+    assert int(ckpt.save_counter) == 0
+    assert sorted(os.listdir(d)) == ["checkpoint", "important.txt"]
+
+
+def test_manager_rotation_keeps_what_a_planted_index_names(tmp_path):
+    # before: rotating ckpt-1 out deleted important.txt
+    d = _user_dir(tmp_path)
+    ckpt, v = _one_ckpt(d)
+    m = tf.train.CheckpointManager(ckpt, str(d), max_to_keep=1)
+    first = m.save()
+    _plant(first + ".index.json", "important.txt")
+    second = m.save()
+    assert not os.path.exists(first + ".index.json")
+    assert (d / "important.txt").read_text() == "the user's data"
+    _assert_restores(ckpt, v, second)
+
+
+def test_manager_rotates_only_its_own_checkpoints(tmp_path):
+    # a state file listing another checkpoint of the directory ("best", written by
+    # Checkpoint.write): before, the manager's rotation deleted it
+    d = _user_dir(tmp_path)
+    ckpt, v = _one_ckpt(d)
+    best = ckpt.write(str(d / "best"))
+    (d / "checkpoint").write_text('model_checkpoint_path: "best"\n'
+                                  'all_model_checkpoint_paths: "best"\n')
+    m = tf.train.CheckpointManager(ckpt, str(d), max_to_keep=1)
+    m.save()
+    m.save()
+    assert os.path.exists(best + ".index.json") and os.path.exists(best + ".safetensors")
+    _assert_restores(ckpt, v, best)
+    assert [os.path.basename(p) for p in m.checkpoints] == ["ckpt-2"]
+
+
+def test_saver_rotation_keeps_what_a_planted_index_names(tmp_path):
+    d = _user_dir(tmp_path)
+    x = tf.Variable(1.0, name="x")
+    saver = tf.Saver([x], max_to_keep=1)
+    first = saver.save(str(d / "model"), global_step=1)
+    _plant(first + ".index.json", "important.txt")
+    second = saver.save(str(d / "model"), global_step=2)
+    assert (d / "important.txt").read_text() == "the user's data"
+    assert not os.path.exists(first + ".index.json")
+    x.assign(5.0)
+    saver.restore(second)
+    assert float(x) == 1.0
+
+
+def test_rotation_still_deletes_its_own_files(tmp_path):
+    # the checks do not stop real clean-up: rotated and re-saved data files go away
+    d = tmp_path / "run"
+    ckpt, v = _one_ckpt(d)
+    m = tf.train.CheckpointManager(ckpt, str(d), max_to_keep=2)
+    for _ in range(4):
+        m.save()
+    path = str(d / "solo")
+    for _ in range(3):
+        ckpt.write(path)
+    assert sorted(os.listdir(d)) == ["checkpoint", "ckpt-3.index.json", "ckpt-3.safetensors",
+                                     "ckpt-4.index.json", "ckpt-4.safetensors",
+                                     "solo.index.json", "solo.safetensors"]
+    _assert_restores(ckpt, v, path)
+
+
+def test_a_killed_saves_temp_file_is_not_deleted(tmp_path):
+    # the temporary file of a killed save is left for the user (it could be anyone's)
+    d = _user_dir(tmp_path)
+    ckpt, v = _one_ckpt(d)
+    tmp = d / ".ckpt-1.safetensors.99999.0badc0de.tmp"
+    tmp.write_bytes(b"partial")
+    m = tf.train.CheckpointManager(ckpt, str(d), max_to_keep=1)
+    m.save()
+    m.save()
+    assert tmp.read_bytes() == b"partial"

@@ -20,8 +20,20 @@ Atomic saves: every file is written to a temporary file in the same directory,
 flushed, fsynced and renamed over its final name, and the directory is fsynced; the
 data file goes first, then the index, then the state file. A crash at any point leaves
 the previous checkpoint complete and ``latest_checkpoint`` naming it. (Saving twice to
-the same prefix alternates between two data-file names, so the old index keeps its data
-until the new index replaces it.)
+the same prefix alternates between two data-file names, ``<prefix>.safetensors`` and
+``<prefix>.safetensors.1`` -- or ``.2``, ... when a foreign file holds one of them -- so
+the old index keeps its data until the new index replaces it.)
+
+Only its own files: a save, a re-save of a prefix, ``CheckpointManager`` and ``Saver``
+rotation delete or replace only files a checkpoint wrote, recognised by name (derived
+from the prefix) and by content (an index whose JSON names this format; a data file
+whose safetensors header names this format and this prefix). Whatever else a stale or
+planted index names -- a user's file, ``..``, an absolute path, a symbolic link -- is
+left in place, and a file at one of the checkpoint's names that is not the checkpoint's
+(a user's ``ckpt.index.json``, a symbolic link) makes the save fail with
+``FailedPreconditionError`` instead of being replaced. ``CheckpointManager`` rotates only
+its own ``<checkpoint_name>-<n>`` checkpoints. The temporary file of a killed save
+(``.<name>.<pid>.<random>.tmp``) is never deleted by a later save.
 
 Validated restores: the index is parsed, the data file's size and SHA-256 checked, the
 safetensors header checked against the index, and every tensor's shape and dtype
@@ -69,7 +81,8 @@ from ..runtime import dtypes as _dt
 from ..runtime import errors as _errors
 from . import files as _files
 from ..runtime import variable as _variable
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError, NotFoundError
+from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
+                              NotFoundError)
 from ..runtime.dispatch import constant as _constant
 from ..runtime.variable import Variable
 from .. import runtime as _runtime_mod
@@ -82,6 +95,8 @@ FORMAT = "tapeflow-checkpoint"
 VERSION = 1
 INDEX_SUFFIX = ".index.json"
 DATA_SUFFIX = ".safetensors"
+#: the second data-file name, used by every second save of one prefix
+ALT_DATA_SUFFIX = ".safetensors.1"
 STATE_FILE = "checkpoint"
 _SLOT = ".OPTIMIZER_SLOT"
 #: the largest index and state file read (a real index is ~150 bytes per tensor)
@@ -258,46 +273,145 @@ def _write(path, entries, kind):
                          "such as os.path.join(directory, 'ckpt')")
     if directory:
         os.makedirs(directory, exist_ok=True)
+    index_path = path + INDEX_SUFFIX
+    # Overwriting a checkpoint: the old index must be one (never replace a user's file
+    # of that name), and the data goes under the other of the two data-file names, so
+    # the old index keeps pointing at intact data until the new index replaces it.
+    old = _existing_index(index_path)
+    if old is _FOREIGN:
+        raise FailedPreconditionError(
+            f"Cannot write checkpoint '{path}': '{index_path}' exists and is not a tapeflow "
+            "checkpoint index (a symbolic link, not a regular file, or not an index); "
+            "tapeflow never replaces a file it did not write. Choose another prefix, or "
+            "move that file away.")
+    old_name = old[0].get("data_file") if old is not None else None
+    data_name = _new_data_name(directory, base, old_name)
     arrays, tensors = {}, {}
     for key, (var, info) in entries.items():
         a = _host_array(var)
         arrays[key] = a
         tensors[key] = dict(info, dtype=var.dtype.name, shape=list(a.shape))
-    blob = _st().save(arrays, metadata={"format": FORMAT})
-    index_path = path + INDEX_SUFFIX
-    # Overwriting a checkpoint: write the data under the other of two names, so the old
-    # index keeps pointing at intact data until the new index replaces it.
-    old_data = _old_data_file(index_path)
-    data_name = base + DATA_SUFFIX
-    if old_data == data_name:
-        data_name = base + ".1" + DATA_SUFFIX
+    # the data file says whose it is: only a file whose header names this prefix is
+    # ever deleted or replaced by a later save (see _own_data_file)
+    blob = _st().save(arrays, metadata={"format": FORMAT, "checkpoint": base})
     _atomic_write(os.path.join(directory, data_name), blob)
     index = {"format": FORMAT, "version": VERSION, "kind": kind, "data_file": data_name,
              "data_bytes": len(blob), "data_sha256": hashlib.sha256(blob).hexdigest(),
              "tensors": tensors}
     _atomic_write(index_path, json.dumps(index, indent=1).encode("utf-8"))
-    if old_data and old_data != data_name:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(directory, old_data))
+    if isinstance(old_name, str) and old_name != data_name:
+        own = _own_data_file(directory, old_name, base)
+        if own is not None:
+            _files.unlink_same(*own)
     return path
 
 
-def _old_data_file(index_path):
-    """The data file named by the index at ``index_path`` (an earlier save), checked
-    to be a plain name in the index's directory -- it is deleted once the new data is
-    written -- or None when there is no readable index."""
+# --- which files are a checkpoint's own ----------------------------------------------
+#
+# A checkpoint deletes or replaces only files it wrote, recognised by name AND content:
+# its index ``<prefix>.index.json`` (a regular file whose JSON says format FORMAT) and
+# its data files ``<prefix>.safetensors`` / ``<prefix>.safetensors.1`` (regular files
+# whose safetensors header says format FORMAT and checkpoint <prefix>). A symbolic link,
+# a FIFO, a directory, a user's file, a file another prefix wrote, or whatever a stale
+# or planted index names (``important.txt``, ``../x``, an absolute path) is left alone.
+
+_FOREIGN = "foreign"
+#: how many data-file names a prefix may try when others are taken by foreign files
+_MAX_DATA_NAMES = 8
+#: the largest safetensors header read to check whose a data file is
+_MAX_HEADER_BYTES = 100 << 20
+
+
+def _data_names(base):
+    """The data-file names of prefix ``base``: ``<base>.safetensors``, then
+    ``<base>.safetensors.1``, ``.2``, ... (a re-save takes the first one that is not the
+    current index's and is free or the checkpoint's own). No other prefix can own one
+    of them: what follows the last ``.safetensors`` fixes the prefix (the name
+    ``<prefix>.1.safetensors`` used before issue 30 was also the first data file of
+    the prefix ``<prefix>.1``)."""
+    return [base + DATA_SUFFIX] + [f"{base}{ALT_DATA_SUFFIX[:-1]}{i}"
+                                   for i in range(1, _MAX_DATA_NAMES)]
+
+
+def _is_data_name(name, base):
+    if name == base + DATA_SUFFIX:
+        return True
+    head = base + DATA_SUFFIX + "."
+    return name.startswith(head) and re.fullmatch(r"[1-9][0-9]{0,2}", name[len(head):]) is not None
+
+
+def _json_or_none(raw):
     try:
-        raw = _files.read_regular(index_path, MAX_INDEX_BYTES, "checkpoint index")
-        name = json.loads(raw.decode("utf-8")).get("data_file")
-    except (FileNotFoundError, NotADirectoryError, ValueError, AttributeError):
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
-    if name is None:
+
+
+def _existing_index(index_path):
+    """What is at ``index_path``: None (nothing), ``(index dict, os.stat_result)`` for a
+    tapeflow checkpoint index (a regular file, not a symbolic link, whose JSON names
+    our format), else ``_FOREIGN``."""
+    if not os.path.lexists(index_path):
         return None
-    source = f"The checkpoint index '{index_path}'"
-    _files.plain_name(name, source)
-    _files.confine(os.path.dirname(index_path), os.path.join(os.path.dirname(index_path), name),
-                   source)
-    return name
+    try:
+        f, size = _files.open_regular(index_path, "checkpoint index", follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    except (OSError, DataLossError):
+        return _FOREIGN
+    with f:
+        st = os.fstat(f.fileno())
+        if size > MAX_INDEX_BYTES:
+            return _FOREIGN
+        raw = f.read(MAX_INDEX_BYTES + 1)
+    index = _json_or_none(raw)
+    if not (isinstance(index, dict) and index.get("format") == FORMAT):
+        return _FOREIGN
+    return index, st
+
+
+def _own_data_file(directory, name, base):
+    """``(path, os.stat_result)`` when ``name`` is a data file the checkpoint ``base``
+    wrote -- one of its two names, a regular file (not a symbolic link) whose
+    safetensors header says ``{"format": FORMAT, "checkpoint": base}`` -- else None."""
+    if not isinstance(name, str) or not _is_data_name(name, base):
+        return None
+    path = os.path.join(directory, name)
+    try:
+        f, size = _files.open_regular(path, "checkpoint data file", follow_symlinks=False)
+    except (OSError, DataLossError):
+        return None
+    with f:
+        st = os.fstat(f.fileno())
+        head = f.read(8)
+        if len(head) < 8:
+            return None
+        n = int.from_bytes(head, "little")
+        if n > min(size - 8, _MAX_HEADER_BYTES):
+            return None
+        header = _json_or_none(f.read(n))
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    if not (isinstance(meta, dict) and meta.get("format") == FORMAT
+            and meta.get("checkpoint") == base):
+        return None
+    return path, st
+
+
+def _new_data_name(directory, base, old_name):
+    """The data-file name for a new save of ``base``: one of its two names, not the one
+    the current index uses, and free or holding this checkpoint's own old data."""
+    for name in _data_names(base):
+        if name == old_name:
+            continue
+        path = os.path.join(directory, name)
+        if not os.path.lexists(path) or _own_data_file(directory, name, base) is not None:
+            return name
+    raise FailedPreconditionError(
+        f"Cannot write checkpoint '{os.path.join(directory, base)}': its data-file names "
+        f"'{base}{DATA_SUFFIX}' and '{base}{ALT_DATA_SUFFIX[:-1]}1' to "
+        f"'...{_MAX_DATA_NAMES - 1}' in '{directory or '.'}' are all taken by files that are "
+        "not this checkpoint's data (symbolic links, or other files); tapeflow never "
+        "replaces a file it did not write. Choose another prefix, or move those files away.")
 
 
 class _Loaded:
@@ -378,6 +492,10 @@ def _read(path) -> _Loaded:
         index = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise _loss(path, f"has a corrupt or truncated index '{index_path}' ({e})") from None
+    except RecursionError:
+        # (JSON nested thousands deep: a real index nests 4 levels)
+        raise _loss(path, f"has a corrupt index '{index_path}' (JSON nested too deeply to "
+                          "be a checkpoint index)") from None
     _check_index(index, path)
     data_path = os.path.join(os.path.dirname(index_path), index["data_file"])
     # a data file that is a symlink out of the directory is refused, as is one that is
@@ -474,8 +592,35 @@ def _read_state(directory, latest_filename=None):
     return latest, everything
 
 
+def _check_state_file(directory):
+    """Refuse (FailedPreconditionError) to replace a ``checkpoint`` file that is not a
+    checkpoint state file: a symbolic link, not a regular file, or other content."""
+    fname = os.path.join(directory or ".", STATE_FILE)
+    if not os.path.lexists(fname):
+        return
+    why = None
+    try:
+        raw = _files.read_regular(fname, MAX_STATE_BYTES, "checkpoint state file")
+        if os.path.islink(fname):
+            why = "a symbolic link"
+        else:
+            lines = [ln for ln in raw.decode("utf-8").splitlines() if ln.strip()]
+            if not all(_STATE_LINE.match(ln) for ln in lines):
+                why = "not a checkpoint state file"
+    except FileNotFoundError:
+        return
+    except (OSError, DataLossError, UnicodeDecodeError):
+        why = "not a regular file, too large or not text"
+    if why is not None:
+        raise FailedPreconditionError(
+            f"Cannot record a checkpoint in '{fname}': that file exists and is {why}; "
+            "tapeflow never replaces a file it did not write. Save into another "
+            "directory, or move that file away.")
+
+
 def _write_state(directory, latest, all_paths):
     directory = directory or "."
+    _check_state_file(directory)
 
     def rel(p):
         d = os.path.dirname(p) or "."
@@ -813,6 +958,7 @@ class Checkpoint:
     def save(self, file_prefix):
         """Save to ``<file_prefix>-<save_counter>`` and record it as the directory's latest
         checkpoint. Returns the path (seed: ``checkpoint.save('./ckpt/')`` -> ``'./ckpt/-1'``)."""
+        _check_state_file(os.path.dirname(os.fspath(file_prefix)))
         counter = self.save_counter
         counter.assign_add(1)
         path = f"{os.fspath(file_prefix)}-{int(counter)}"
@@ -857,7 +1003,16 @@ class CheckpointManager:
         self._checkpoints = []
         if state is not None:
             paths = state[1] or [state[0]]
-            self._checkpoints = [p for p in paths if os.path.exists(p + INDEX_SUFFIX)]
+            # only this manager's own checkpoints (<checkpoint_name>-<n> in its directory)
+            # are rotated: any other path the state file lists is left alone
+            self._checkpoints = [p for p in paths if self._manages(p)
+                                 and os.path.exists(p + INDEX_SUFFIX)]
+
+    def _manages(self, path):
+        directory, base = os.path.split(path)
+        own = re.fullmatch(re.escape(os.path.basename(self._prefix)) + r"-\d+", base)
+        return own is not None and (os.path.realpath(directory or ".")
+                                    == os.path.realpath(self._directory or "."))
 
     @property
     def directory(self):
@@ -872,6 +1027,7 @@ class CheckpointManager:
         return self._checkpoints[-1] if self._checkpoints else None
 
     def save(self, checkpoint_number=None):
+        _check_state_file(self._directory)
         if checkpoint_number is None:
             counter = self._checkpoint.save_counter
             counter.assign_add(1)
@@ -890,15 +1046,19 @@ class CheckpointManager:
 
 
 def _delete_checkpoint(path):
-    """Delete a checkpoint: the index first (it stops being one), then its data --
-    only when the index names a plain file in the same directory (checked before
-    anything is deleted)."""
-    data = _old_data_file(path + INDEX_SUFFIX)
-    with contextlib.suppress(OSError):
-        os.unlink(path + INDEX_SUFFIX)
-    if data:
-        with contextlib.suppress(OSError):
-            os.unlink(os.path.join(os.path.dirname(path), data))
+    """Delete the checkpoint ``path``: its index if it is a tapeflow index, then the
+    data file that index names if it is this checkpoint's own (by name and header).
+    Anything else -- a symbolic link, a user's file, a file the index names elsewhere
+    -- is left in place."""
+    directory, base = os.path.split(path)
+    old = _existing_index(path + INDEX_SUFFIX)
+    if old is None or old is _FOREIGN:
+        return
+    index, st = old
+    own = _own_data_file(directory, index.get("data_file"), base)
+    _files.unlink_same(path + INDEX_SUFFIX, st)
+    if own is not None:
+        _files.unlink_same(*own)
 
 
 # --- name-based: the seeds' tfe.Saver and restore_variables_on_create ----------------
@@ -956,6 +1116,7 @@ class Saver:
         path = os.fspath(file_prefix)
         if global_step is not None:
             path = f"{path}-{int(global_step)}"
+        _check_state_file(os.path.dirname(path))
         _write(path, {n: (v, {"kind": "variable", "name": v.name})
                       for n, v in self._vars.items()}, "names")
         self._last = [p for p in self._last if p != path] + [path]

@@ -33,15 +33,19 @@ import stat
 
 from ..runtime.errors import DataLossError, PermissionDeniedError
 
-__all__ = ["open_regular", "read_regular", "confine", "plain_name"]
+__all__ = ["open_regular", "read_regular", "confine", "plain_name", "unlink_same"]
 
 _FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
-def open_regular(path, what="file"):
-    """Open ``path`` for binary reading if it is a regular file (after symlinks);
+def open_regular(path, what="file", follow_symlinks=True):
+    """Open ``path`` for binary reading if it is a regular file (after symlinks;
+    with ``follow_symlinks=False`` a symlink is refused, as ``OSError``);
     returns ``(file object, size in bytes)``. FileNotFoundError passes through."""
-    fd = os.open(path, _FLAGS)
+    if not follow_symlinks and os.path.islink(path):     # (and O_NOFOLLOW, where it exists)
+        raise OSError(f"'{path}' is a symbolic link")
+    fd = os.open(path, _FLAGS if follow_symlinks else _FLAGS | _NOFOLLOW)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -101,3 +105,20 @@ def plain_name(name, source):
         raise DataLossError(f"{source} names an invalid file {name!r} (a plain file name "
                             "in the same directory is expected)")
     return name
+
+
+def unlink_same(path, st):
+    """Delete ``path`` only if it is still the regular file (not a symlink) that
+    ``st`` (an ``os.fstat`` of the file that was checked) describes: a file swapped in
+    since the check is left alone. Returns whether it deleted it."""
+    try:
+        now = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(now.st_mode) or (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        return False
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
