@@ -522,3 +522,146 @@ def test_factorisations_of_huge_and_tiny_matrices(scale, dtype):
     np.testing.assert_allclose(r, np.linalg.qr(a.astype(np.float64))[1], rtol=1e-5,
                                atol=1e-5 * np.abs(a).max())
     np.testing.assert_allclose(q @ r, a, rtol=1e-5, atol=1e-5 * np.abs(a).max())
+
+
+# --- complex numbers and the Fourier transforms -----------------------------------------------
+
+def _cplx(rng, shape, dtype, lo=-2.0, hi=2.0):
+    return (rng.uniform(lo, hi, shape) + 1j * rng.uniform(lo, hi, shape)).astype(dtype)
+
+
+_CTOL = {np.complex64: 2e-5, np.complex128: 1e-12}
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_elementwise_beyond_the_conformance_specs_match_numpy(dtype):
+    """The complex functions the conformance specs do not sample (float2/double2 kernels,
+    tapeflow_opencl.cplx), on values off the branch cuts."""
+    import tapeflow.numpy as tnp
+    rng = np.random.default_rng(3)
+    a = _cplx(rng, (3, 4), dtype, 0.1, 0.9)
+    b = _cplx(rng, (3, 4), dtype, 0.1, 0.9)
+    ops = {"cos": np.cos, "tan": np.tan, "sinh": np.sinh, "cosh": np.cosh,
+           "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+           "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+           "expm1": np.expm1, "log1p": np.log1p, "log2": np.log2, "log10": np.log10,
+           "reciprocal": np.reciprocal}
+    with tf.device("opencl:0"):
+        x, y = tnp.asarray(a), tnp.asarray(b)
+        for name, ref in ops.items():
+            got = getattr(tnp, name)(x).numpy()
+            assert got.dtype == dtype, name
+            np.testing.assert_allclose(got, ref(a), rtol=_CTOL[dtype], atol=_CTOL[dtype],
+                                       err_msg=name)
+        np.testing.assert_allclose(tnp.pow(x, y).numpy(), a ** b, rtol=_CTOL[dtype] * 10)
+        np.testing.assert_allclose(tnp.pow(x, 3 + 0j).numpy(), a ** 3, rtol=_CTOL[dtype])
+        special = tnp.asarray(np.array([1, np.inf, 1j * np.nan, 2 + 1j], dtype))
+        assert tnp.isfinite(special).numpy().tolist() == [True, False, False, True]
+        assert tnp.isinf(special).numpy().tolist() == [False, True, False, False]
+        assert (x != y).numpy().all() and not (x != x).numpy().any()
+        assert (x == tnp.asarray(a)).numpy().all()
+        # casts: complex -> real keeps the real part (TensorFlow's rule, as on cpu:0)
+        np.testing.assert_array_equal(tf.cast(x, tf.float64).numpy(), a.real.astype(np.float64))
+        np.testing.assert_array_equal(tf.cast(x, tf.bfloat16).numpy().astype(np.float32),
+                                      a.real.astype(tf.bfloat16.np).astype(np.float32))
+        np.testing.assert_array_equal(
+            tf.cast(tf.constant([1.5, -2.0], tf.bfloat16), tf.as_dtype(dtype)).numpy(),
+            np.array([1.5, -2.0], dtype))
+        other = np.complex128 if dtype == np.complex64 else np.complex64
+        np.testing.assert_array_equal(tf.cast(x, tf.as_dtype(other)).numpy(), a.astype(other))
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_tensors_move_like_on_the_cpu(dtype):
+    """Reshapes, transposes, slices, gathers, pads, fills, eye... of float2/double2
+    buffers give cpu:0's results bit for bit."""
+    rng = np.random.default_rng(4)
+    a = _cplx(rng, (3, 4), dtype)
+    res = {}
+    for dev in ("cpu:0", "opencl:0"):
+        with tf.device(dev):
+            x = tf.constant(a)
+            r = [tf.reshape(x, [4, 3]), tf.transpose(x), tf.concat([x, x], 1), tf.stack([x, x]),
+                 *tf.unstack(x), *tf.split(x, 2, axis=1), tf.tile(x, [2, 1]),
+                 tf.pad(x, [[1, 0], [0, 2]]), x[1:, ::2], tf.gather(x, [2, 0]),
+                 tf.gather_nd(x, [[1, 2]]),
+                 tf.where(tf.constant([True, False, True, True]), x, tf.zeros_like(x)),
+                 tf.ones_like(x), tf.eye(3, dtype=tf.as_dtype(dtype)),
+                 tf.fill([2], tf.constant(1 + 2j, dtype=tf.as_dtype(dtype))),
+                 tf.broadcast_to(x[0], [2, 4]), tf.squeeze(tf.expand_dims(x, 0))]
+            res[dev] = [t.numpy() for t in r]
+    for i, (want, got) in enumerate(zip(res["cpu:0"], res["opencl:0"])):
+        assert got.dtype == want.dtype and got.shape == want.shape, i
+        np.testing.assert_array_equal(got, want, err_msg=str(i))
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_reductions_and_products_of_many_elements(dtype):
+    """Sums, means and products long enough for the work-group and two-pass reductions,
+    and matmul/einsum beyond the specs' small samples."""
+    rng = np.random.default_rng(5)
+    a = _cplx(rng, (40, 3000), dtype)
+    m = _cplx(rng, (2, 30, 40), dtype)
+    tol = _CTOL[dtype] * 10
+    with tf.device("opencl:0"):
+        x = tf.constant(a)
+        np.testing.assert_allclose(tf.reduce_sum(x).numpy(), a.sum(), rtol=tol)
+        np.testing.assert_allclose(tf.reduce_sum(x, axis=0).numpy(), a.sum(0), rtol=tol)
+        np.testing.assert_allclose(tf.reduce_mean(x, axis=1).numpy(), a.mean(1), rtol=tol)
+        p = a[:, :8] / np.abs(a[:, :8])
+        np.testing.assert_allclose(tf.reduce_prod(tf.constant(p)).numpy(), p.prod(), rtol=tol)
+        np.testing.assert_allclose(tf.matmul(tf.constant(m), x[:, :50]).numpy(),
+                                   m @ a[:, :50], rtol=tol, atol=tol)
+        np.testing.assert_allclose(tf.einsum("bij,jk->bik", tf.constant(m), x[:, :5]).numpy(),
+                                   np.einsum("bij,jk->bik", m, a[:, :5]), rtol=tol, atol=tol)
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize("n", [1, 2, 7, 16, 60, 64, 97, 1000, 1024])
+def test_fft_lengths_match_pocketfft(dtype, n):
+    """Every path of the 1-D transform (tapeflow_opencl.k_fft): radix-2 Stockham (powers
+    of two), the direct DFT (other lengths up to DIRECT_MAX) and Bluestein (longer ones),
+    forward and inverse, real-to-complex and back."""
+    import tapeflow.numpy as tnp
+    from tapeflow_opencl import k_fft
+    assert k_fft.DIRECT_MAX < 97
+    rng = np.random.default_rng(n)
+    a = _cplx(rng, (3, n), dtype)
+    r = a.real.copy()
+    tol = 40 * np.finfo(r.dtype).eps * max(1.0, np.log2(n))
+    with tf.device("opencl:0"):
+        x, xr = tnp.asarray(a), tnp.asarray(r)
+        for got, want in [(tnp.fft.fft(x), np.fft.fft(a)), (tnp.fft.ifft(x), np.fft.ifft(a)),
+                          (tnp.fft.rfft(xr), np.fft.rfft(r)),
+                          (tnp.fft.irfft(x, n=2 * n - 1), np.fft.irfft(a, n=2 * n - 1)),
+                          (tnp.fft.irfft(x, n=n + 2), np.fft.irfft(a, n=n + 2)),
+                          (tnp.fft.fft(x, norm="ortho"), np.fft.fft(a, norm="ortho"))]:
+            got = got.numpy()
+            assert got.shape == want.shape
+            assert got.dtype == (dtype if want.dtype.kind == "c" else r.dtype)
+            err = np.abs(got - want).max() / max(np.abs(want).max(), 1e-30)
+            assert err < tol, (n, err)
+
+
+@needs_device
+def test_fft_over_several_and_negative_axes_of_strided_views():
+    import tapeflow.numpy as tnp
+    rng = np.random.default_rng(6)
+    a = _cplx(rng, (6, 5, 8), np.complex128)
+    with tf.device("opencl:0"):
+        x = tnp.asarray(a)
+        v = tf.transpose(x, [2, 0, 1])[1:]               # a strided view with an offset
+        av = np.transpose(a, [2, 0, 1])[1:]
+        np.testing.assert_allclose(tnp.fft.fftn(v, axes=(0, -1)).numpy(),
+                                   np.fft.fftn(av, axes=(0, -1)), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(tnp.fft.irfftn(v, s=(4, 9), axes=(-2, 0)).numpy(),
+                                   np.fft.irfftn(av, s=(4, 9), axes=(-2, 0)),
+                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(tnp.fft.rfftn(tf.math.real(v), axes=(1, 2),
+                                                 norm="forward").numpy(),
+                                   np.fft.rfftn(av.real, axes=(1, 2), norm="forward"),
+                                   rtol=1e-12, atol=1e-12)

@@ -68,11 +68,12 @@ NATIVE = frozenset({"Reshape", "BroadcastTo", "Transpose", "ExpandDims", "Squeez
 #: float32 OpenCL kernels not offered for bfloat16: the decompositions (the NumPy
 #: backend has no bfloat16 for them either: 8 bits are too few for a factorisation)
 #: and the random draws (float32 draws rounded would reach ``maxval``; the NumPy
-#: backend draws bfloat16 with its own bit recipe, not reproduced here yet)
+#: backend draws bfloat16 with its own bit recipe, not reproduced here yet); ``Complex``
+#: and ``RFFT``, whose results are complex (the NumPy backend takes float32/float64 only)
 NOT_DECLARED = frozenset({"Cholesky", "LogMatrixDeterminant", "MatrixDeterminant",
                           "MatrixInverse", "MatrixSolve", "Qr", "SelfAdjointEigV2", "Svd",
                           "SvdValues", "RandomUniform", "RandomStandardNormal",
-                          "TruncatedNormal"})
+                          "TruncatedNormal", "Complex", "RFFT"})
 
 
 #: OpenCL C for float16 (``half``, only on devices with cl_khr_fp16): widened exactly,
@@ -158,6 +159,9 @@ def _half_expr(to, src):
     float16 is exactly a float): a bool tests != 0, an integer truncates."""
     if to == np.bool_:
         return f"({src}) != 0"
+    if to.kind == "c":              # (a zero imaginary part)
+        t = rt.CTYPES[to][:-1]
+        return f"({t}2)(({t})({src}), ({t})0)"
     return f"({rt.CTYPES[to]})({src})"
 
 
@@ -182,12 +186,14 @@ def cast(fn):
                 return rt.elementwise(f"convert_half_rte({src})", F16, x,
                                       preamble=PREAMBLE + F16_PREAMBLE)
             return rt.elementwise(_half_expr(to, src), to, x, preamble=pre)
+        re = "x0.x" if xd.kind == "c" else "x0"     # (complex: the real part, as on cpu)
         if to == BF16:
-            return rt.elementwise("f_to_bf16((float)x0)", BF16, x, preamble=PREAMBLE)
+            return rt.elementwise(f"f_to_bf16((float){re})", BF16, x, preamble=PREAMBLE)
         if to == F16:
             rt.device_of(x).check_dtype(to, "casting to it")
             # one rounding from the source (float64 -> float16 directly, as NumPy does)
-            expr = "convert_half_rte((float)x0)" if xd == np.bool_ else "convert_half_rte(x0)"
+            expr = ("convert_half_rte((float)x0)" if xd == np.bool_ else
+                    f"convert_half_rte({re})")
             return rt.elementwise(expr, F16, x, preamble=F16_PREAMBLE)
         return fn(x, dtype=dtype)
     kernel.__name__ = kernel.__qualname__ = "cast_bf16"

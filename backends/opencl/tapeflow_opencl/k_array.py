@@ -345,10 +345,12 @@ def build():
         n = out.size
         if n:
             ct = rt.CTYPES[dt]
+            one = (f"({ct})(row == col ? 1 : 0, 0)" if dt.kind == "c" else   # (float2: 1 + 0j)
+                   f"({ct})(row == col ? 1 : 0)")
             src = (f"__kernel void eye(__global {ct} *out, long r, long c, long n) {{\n"
                    "    long i = get_global_id(0); if (i >= n) return;\n"
                    "    long col = i % c; long row = (i / c) % r;\n"
-                   f"    out[i] = ({ct})(row == col ? 1 : 0);\n}}\n")
+                   f"    out[i] = {one};\n}}\n")
             _run(h, src, "eye", [None, np.int64, np.int64, np.int64], n, out.base_data,
                  num_rows, num_columns, n)
         return out

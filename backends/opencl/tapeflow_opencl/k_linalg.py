@@ -41,6 +41,7 @@ import numpy as np
 
 from tapeflow.errors import InvalidArgumentError
 
+from . import cplx
 from . import runtime as rt
 from .runtime import FLOATS, NUMERIC
 
@@ -61,9 +62,10 @@ def _ct(dtype):
 
 
 def _acc_type(dtype):
-    """Accumulator C type: the float itself; unsigned (wrapping, no UB) for integers."""
+    """Accumulator C type: the float (or complex pair) itself; unsigned (wrapping, no UB)
+    for integers."""
     dt = np.dtype(dtype)
-    if dt.kind == "f":
+    if dt.kind in "fc":
         return _ct(dt)
     return "ulong" if dt.itemsize == 8 else "uint"
 
@@ -104,13 +106,22 @@ def _bstrides(a, bshape):
 
 # --- MatMul ---------------------------------------------------------------------------------
 
+def _madd(dtype, acc, a, b):
+    """C: ``s`` plus the product of ``a`` and ``b`` (complex: the library's product)."""
+    dt = np.dtype(dtype)
+    if dt.kind == "c":
+        return f"s += cmul{cplx.PARTS[dt][1]}({a}, {b});"
+    return f"s += ({acc}){a} * ({acc}){b};"
+
+
 def _direct_src(dtype, nd):
     t, acc = _ct(dtype), _acc_type(dtype)
+    pre = cplx.preamble(dtype) if np.dtype(dtype).kind == "c" else ""
     decl, bcode = _batch_src(nd, ["a", "b"])
     params = [f"__global {t} *c", f"__global const {t} *pa", "long o_a", f"__global const {t} *pb",
               "long o_b", "long M", "long N", "long K", "long sam", "long sak", "long sbk",
               "long sbn"] + decl
-    return f"""
+    return pre + f"""
 __kernel void mm_direct({', '.join(params)}) {{
     long col = get_global_id(0), row = get_global_id(1), z = get_global_id(2);
     if (col >= N || row >= M) return;
@@ -118,8 +129,8 @@ __kernel void mm_direct({', '.join(params)}) {{
     {bcode}
     __global const {t} *ar = pa + off_a + row * sam;
     __global const {t} *bc = pb + off_b + col * sbn;
-    {acc} s = 0;
-    for (long k = 0; k < K; k++) s += ({acc})ar[k * sak] * ({acc})bc[k * sbk];
+    {acc} s = ({acc})(0);
+    for (long k = 0; k < K; k++) {_madd(dtype, acc, "ar[k * sak]", "bc[k * sbk]")}
     c[(z * M + row) * N + col] = ({t})s;
 }}
 """
@@ -331,7 +342,7 @@ def _swap_last(a):
 # --- sums over axes (einsum) -------------------------------------------------------------------
 
 def _sum_src(dtype, nk, nr):
-    t, acc = _ct(dtype), (_ct(dtype) if np.dtype(dtype).kind == "f" else _acc_type(dtype))
+    t, acc = _ct(dtype), (_ct(dtype) if np.dtype(dtype).kind in "fc" else _acc_type(dtype))
     kdecl = rt.strided_args_decl(nk, ["x"], "d") if nk else []
     rdecl = rt.strided_args_decl(nr, ["y"], "e") if nr else []
     kcode = ("{ long i = g; " + rt.index_code(nk, ["x"], "d") + " }") if nk else ""
@@ -344,7 +355,7 @@ __kernel void sum_axes({', '.join(params)}) {{
     if (g >= n) return;
     long off_x = o_x;
     {kcode}
-    {acc} s = 0;
+    {acc} s = ({acc})(0);
     for (long t = 0; t < R; t++) {{
         long off_y = off_x;
         {rcode}
@@ -445,7 +456,12 @@ def _contract(x, y, keep, sizes):
             pos = {c: i for i, c in enumerate(t.labels)}
             views.append(rt.view(t.arr, tuple(sizes[c] for c in out_labels),
                                  tuple(st[pos[c]] if c in pos else 0 for c in out_labels), off))
-        arr = rt.elementwise("x0 * x1", x.arr.dtype, *views,
+        dt = x.arr.dtype
+        if dt.kind == "c":
+            expr, _, pre = cplx.expression("Mul", (dt, dt))
+        else:
+            expr, pre = "x0 * x1", ""
+        arr = rt.elementwise(expr, dt, *views, preamble=pre,
                              out_shape=tuple(sizes[c] for c in out_labels))
         return _Term(arr, "".join(out_labels), True)
     ops = []
@@ -731,8 +747,8 @@ def build():
         return sign, logabs
 
     return {
-        "MatMul": {"fn": matmul, "dtypes": FLOATS + ("int32", "int64")},
-        "Einsum": {"fn": einsum, "dtypes": NUMERIC},
+        "MatMul": {"fn": matmul, "dtypes": FLOATS + ("int32", "int64") + cplx.COMPLEX},
+        "Einsum": {"fn": einsum, "dtypes": NUMERIC + cplx.COMPLEX},
         "MatrixInverse": {"fn": inv, "dtypes": FLOATS},
         "MatrixSolve": {"fn": solve, "dtypes": FLOATS},
         "MatrixDeterminant": {"fn": det, "dtypes": FLOATS},

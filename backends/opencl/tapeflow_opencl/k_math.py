@@ -5,7 +5,8 @@ inputs included), chosen per dtype where C and NumPy differ: integer floor
 division and modulo round toward negative infinity, float ``maximum``/``minimum``
 propagate NaN, ``round`` is half-to-even (``rint``), ``abs`` of a signed integer
 stays signed. Result dtypes are NumPy's (so ``RealDiv`` of integers gives float64,
-as on ``cpu``).
+as on ``cpu``). Complex inputs (``float2``/``double2`` pairs) take the expressions of
+:mod:`tapeflow_opencl.cplx` through the same generated kernel.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 
 from tapeflow.errors import InvalidArgumentError
 
+from . import cplx
 from . import runtime as rt
 from .runtime import FLOATS, NUMERIC
 
@@ -155,6 +157,10 @@ def expression(op_name, dtypes, attrs=None):
         return None
     x = dts[0]
     isf = x.kind == "f"
+    if op_name == "Complex" or any(d.kind == "c" for d in dts) or (
+            op_name == "Cast" and attrs is not None and "dtype" in attrs
+            and np.dtype(getattr(attrs["dtype"], "np", attrs["dtype"])).kind == "c"):
+        return cplx.expression(op_name, dts, attrs)
     if op_name == "Cast":
         if len(dts) != 1 or x.name not in ALL or attrs is None or "dtype" not in attrs:
             return None
@@ -257,6 +263,9 @@ def build():
         to = np.dtype(dtype.np)
         if to == x.dtype:
             return x
+        if to.kind == "c" or x.dtype.kind == "c":
+            rt.device_of(x).check_dtype(to, "casting to it")
+            return ew(cplx.cast_expr(x.dtype, to), to, x)
         if to not in rt.CTYPES or to == np.float16:
             # complex, or float16 without cl_khr_fp16: the device's own clear error (not
             # a compile error of a kernel casting to half)
@@ -338,4 +347,39 @@ def build():
         table[name] = {"fn": bitwise(expr), "dtypes": dts}
     table["Invert"] = {"fn": lambda x: ew("!x0" if x.dtype == np.bool_ else "~x0", x.dtype, x),
                        "dtypes": ALL[len(FLOATS):]}
+    _add_complex(table)
     return table
+
+
+def _complex_kernel(op_name):
+    """The kernel of ``op_name`` on complex inputs: :func:`cplx.expression`'s expression
+    through the generated elementwise kernel."""
+    def k(*xs):
+        expr, dt, pre = cplx.expression(op_name, tuple(x.dtype for x in xs))
+        return rt.elementwise(expr, dt, *xs, preamble=pre)
+    k.__name__ = k.__qualname__ = f"{op_name.lower()}_complex"
+    return k
+
+
+def _add_complex(table):
+    """Declare complex64/complex128 on the ops :mod:`.cplx` computes: a variant per
+    complex dtype (the dispatcher calls it for complex inputs only, so the real kernels
+    run as before); ``Cast`` converts complex on either side in its own kernel;
+    ``Complex`` (two real inputs) is a kernel of its own."""
+    for name in cplx.OPS:
+        spec = table.get(name)
+        if spec is None:
+            if name not in ("Real", "Imag", "Conj"):
+                continue
+            spec = {"fn": _complex_kernel(name), "dtypes": ()}
+        fn = _complex_kernel(name)
+        variants = dict(spec.get("variants") or {})
+        variants.update({c: fn for c in cplx.COMPLEX})
+        table[name] = dict(spec, dtypes=tuple(spec["dtypes"]) + cplx.COMPLEX,
+                           variants=variants)
+    table["Cast"] = dict(table["Cast"], dtypes=tuple(table["Cast"]["dtypes"]) + cplx.COMPLEX)
+
+    def make_complex(re, im):
+        expr, dt, _ = cplx.expression("Complex", (re.dtype, im.dtype))
+        return rt.elementwise(expr, dt, re, im)
+    table["Complex"] = {"fn": make_complex, "dtypes": FLOATS}

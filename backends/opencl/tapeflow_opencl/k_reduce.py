@@ -41,6 +41,7 @@ import numpy as np
 # the CPU backend's element count and empty-reduction error: one wording on every device
 from tapeflow.kernels.reduce import count_reduced, empty_reduction
 
+from . import cplx
 from . import runtime as rt
 from .runtime import FLOATS, NUMERIC
 
@@ -104,8 +105,9 @@ class Reducer:
 # --- the reducers of the ops ------------------------------------------------------------
 
 def _acc_type(ct):
-    """Accumulator of sums/products: the float type itself, ``ulong`` for integers."""
-    return ct if ct in ("float", "double") else "ulong"
+    """Accumulator of sums/products: the float (or complex: float2/double2) type itself,
+    ``ulong`` for integers."""
+    return ct if ct in ("float", "double", "float2", "double2") else "ulong"
 
 
 def _lse(ct):
@@ -172,6 +174,14 @@ def reducer(op, dtype, out_dtype=None):
     (``out_dtype``: the output's dtype, where it matters)."""
     ct = rt.CTYPES[np.dtype(dtype)]
     isf = ct in ("float", "double")
+    if np.dtype(dtype).kind == "c":
+        t, sfx = cplx.PARTS[np.dtype(dtype)]
+        if op in ("sum", "mean"):
+            return Reducer(ct, "0", "v", "a + b", f"a / ({t})n" if op == "mean" else "a")
+        if op == "prod":        # (the library's complex product)
+            return Reducer(ct, f"({t})1, ({t})0", "v", f"cmul{sfx}(a, b)",
+                           preamble=cplx.preamble(dtype))
+        raise ValueError(f"no complex reduction {op!r}")
     if op in ("sum", "mean", "sumsq", "norm"):
         A = _acc_type(ct)
         load = f"({A})v * ({A})v" if op in ("sumsq", "norm") else f"({A})v"
@@ -490,10 +500,13 @@ def build():
     def flt(fn):
         return {"fn": fn, "dtypes": FLOATS}
 
+    def num_c(fn):
+        return {"fn": fn, "dtypes": NUMERIC + cplx.COMPLEX}
+
     return {
-        "Sum": num(plain("sum")),
-        "Prod": num(plain("prod")),
-        "Mean": num(plain("mean")),
+        "Sum": num_c(plain("sum")),
+        "Prod": num_c(plain("prod")),
+        "Mean": num_c(plain("mean")),
         "Max": num(extreme("max")),
         "Min": num(extreme("min")),
         "ReduceLogSumExp": flt(plain("logsumexp")),

@@ -18,7 +18,7 @@ import importlib
 from tapeflow.errors import NotFoundError
 from tapeflow.plugins import get_op, hookimpl
 
-from . import bf16
+from . import bf16, cplx
 from .backend import BACKEND, OpenCLBackend
 
 TAPEFLOW_PLUGIN_API = 1
@@ -27,7 +27,7 @@ __all__ = ["BACKEND", "OpenCLBackend", "unavailable_reason", "TAPEFLOW_PLUGIN_AP
            "KERNEL_MODULES", "SKIPPED"]
 
 KERNEL_MODULES = ("k_math", "k_reduce", "k_softmax", "k_linalg", "k_array", "k_index", "k_nn",
-                  "k_random", "k_scan", "k_lapack")
+                  "k_random", "k_scan", "k_lapack", "k_fft")
 
 #: ops a kernel module defines that no loaded op declares (skipped, not fatal)
 SKIPPED: list = []
@@ -49,7 +49,7 @@ def iter_kernels():
         for op_name, spec in mod.build().items():
             if callable(spec):
                 spec = {"fn": spec}
-            yield op_name, bf16.declare(op_name, spec)
+            yield op_name, cplx.declare(op_name, bf16.declare(op_name, spec))
 
 
 @hookimpl
@@ -71,17 +71,12 @@ def tapeflow_register_kernels(registry):
                             variants=spec.get("variants"))
 
 
-#: ops with no OpenCL kernel (tests/backends/test_opencl.py: every other op has one here):
-#: complex numbers (OpenCL C has no complex type; kernels over float2/double2 pairs are
-#: future work) and the Fourier transforms
-OPS_WITHOUT_KERNEL = frozenset({"Complex", "Real", "Imag", "Conj", "FFT", "RFFT", "IRFFT"})
+#: ops with no OpenCL kernel (tests/backends/test_opencl.py: every other op has one here);
+#: none since complex numbers and the Fourier transforms have kernels (``cplx``, ``k_fft``)
+OPS_WITHOUT_KERNEL = frozenset()
 
 
 @hookimpl
 def tapeflow_known_gaps():
-    why = "no OpenCL kernels for complex numbers and Fourier transforms yet"
-    gaps = {"*-complex64-opencl:*": why, "*-complex128-opencl:*": why}
-    for spec in ("complex", "complex.*", "fft.*", "math.real", "math.imag", "math.conj",
-                 "math.angle"):
-        gaps[f"*[{spec}-opencl:*]"] = gaps[f"*[{spec}-*opencl:*]"] = why
-    return gaps
+    """No known gaps: every conformance spec passes on ``opencl``."""
+    return {}

@@ -51,7 +51,8 @@ _cla = None
 _lock = threading.RLock()
 
 #: NumPy dtype -> OpenCL C type (bool is one byte, read as uchar; bfloat16 is its 16-bit
-#: word, which only ``tapeflow_opencl.bf16``'s conversions read as a number)
+#: word, which only ``tapeflow_opencl.bf16``'s conversions read as a number; complex64 and
+#: complex128 are (real, imaginary) pairs, ``float2``/``double2``: ``tapeflow_opencl.cplx``)
 CTYPES = {
     np.dtype(np.bool_): "uchar", np.dtype(np.int8): "char", np.dtype(np.uint8): "uchar",
     np.dtype(np.int16): "short", np.dtype(np.uint16): "ushort",
@@ -59,6 +60,7 @@ CTYPES = {
     np.dtype(np.int64): "long", np.dtype(np.uint64): "ulong",
     np.dtype(np.float16): "half", np.dtype(np.float32): "float",
     np.dtype(np.float64): "double", np.dtype(ml_dtypes.bfloat16): "ushort",
+    np.dtype(np.complex64): "float2", np.dtype(np.complex128): "double2",
 }
 
 #: dtypes every op family declares on ``opencl`` (float16 is not among them: PoCL and
@@ -257,10 +259,11 @@ class CLDevice:
         dt = np.dtype(dtype)
         ctx = f" ({what})" if what else ""
         dname = self.cl_device.name.strip()
-        if dt == np.float64 and not self.fp64:
+        if dt in (np.float64, np.complex128) and not self.fp64:
             raise UnimplementedError(
-                f"float64 is not supported on {self.name} ({dname}: no cl_khr_fp64){ctx}; "
-                "use float32, or a device with fp64 (PoCL has it)")
+                f"{dt} is not supported on {self.name} ({dname}: no cl_khr_fp64){ctx}; "
+                f"use {'float32' if dt == np.float64 else 'complex64'}, or a device with "
+                "fp64 (PoCL has it)")
         if dt == np.float16 and not self.fp16:
             raise UnimplementedError(
                 f"float16 is not supported on {self.name} ({dname}: no cl_khr_fp16){ctx}; "
