@@ -13,7 +13,14 @@ registers ``LIB`` like any plugin (``tapeflow.plugins.register``).
 
 from __future__ import annotations
 
+import functools
+import math
+
+import numpy as np
+
 from ..plugins.library import Library
+from ..runtime import devices as _devs
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import CORE_NAMESPACE, OpDef
 
 #: the built-in op library (registered by ``import tapeflow``)
@@ -70,10 +77,121 @@ ELEMENTWISE = frozenset({
 })
 
 
+def wrong_input_count(op, n):
+    """The InvalidArgumentError for ``op`` (an OpDef) called with ``n`` inputs when it
+    declares another number (fewer than its fixed inputs, for a variadic op), or None
+    when ``n`` is right."""
+    fixed = [i for i in op.inputs if not i.startswith("*")]
+    if n == len(fixed) or (op.variadic and n >= len(fixed)):
+        return None
+    k = len(fixed)
+    want = (f"at least {k} input{'s' * (k != 1)}" if op.variadic
+            else f"{k} input{'s' * (k != 1)}")
+    names = ", ".join(i.lstrip("*") + ("..." if i.startswith("*") else "") for i in op.inputs)
+    return InvalidArgumentError(
+        f"{op.name} takes {want} ({names}), got {n}: pass each input tensor positionally, "
+        f"{op.name.split('::')[-1]}({names}, **attrs)", op=op.name)
+
+
+def _counting(check):
+    """``check`` (an op's signature check) run only when the op got as many inputs as
+    it declares: the checks index their inputs, and a registry op called directly
+    (``OPS["MatrixInverse"]()``) would otherwise fail with an IndexError."""
+    @functools.wraps(check)
+    def checked(op, tensors, attrs, device):
+        e = wrong_input_count(op, len(tensors))
+        if e is not None:
+            raise e
+        return check(op, tensors, attrs, device)
+    return checked
+
+
 def defop(name, **kwargs) -> OpDef:
     """Declare a built-in op: ``LIB.define`` (arguments of
     :class:`~tapeflow.plugins.OpDef`) with its attrs typed from :data:`ATTR_TYPES`
-    unless ``attr_types`` is given."""
+    unless ``attr_types`` is given. An op with inputs and a ``check`` has the check
+    run behind a count of its inputs (:func:`wrong_input_count`)."""
     kwargs.setdefault("attr_types", _attr_types(name, kwargs.get("attrs")))
+    if kwargs.get("check") is not None and kwargs.get("inputs", ("x",)):
+        kwargs["check"] = _counting(kwargs["check"])
     kwargs.setdefault("elementwise", name in ELEMENTWISE)
     return LIB.define(name, **kwargs)
+
+
+# --- scalar arguments of the public functions -------------------------------------------
+
+def _short(v):
+    r = repr(v)
+    return r if len(r) < 60 else r[:57] + "..."
+
+
+def _where(x=None):
+    """The device an op on ``x`` would run on (named in errors raised before dispatch)."""
+    d = getattr(x, "_device", None)
+    return d if d is not None else (_devs.current_device() or _devs.default_device())
+
+
+def real_number(v, what, op, x=None):
+    """``v`` -- a Python or NumPy real number, or a one-element real tensor or array --
+    as a Python int or float; anything else (a string, None, a complex number, a bool,
+    a list) raises InvalidTypeError naming ``op`` (``what``: the argument, e.g.
+    ``"leaky_relu: alpha"``; ``x``: the input, for the device named).
+
+    >>> from tapeflow.ops._library import real_number
+    >>> real_number(0.5, "leaky_relu: alpha", "LeakyRelu")
+    0.5
+    >>> real_number(1j, "leaky_relu: alpha", "LeakyRelu")
+    Traceback (most recent call last):
+    ...
+    tapeflow.errors.InvalidTypeError: leaky_relu: alpha must be a real number, got complex 1j [Op:LeakyRelu] on cpu:0
+    """
+    if hasattr(v, "numpy") and not isinstance(v, np.ndarray):
+        v = v.numpy()
+    if isinstance(v, np.ndarray):
+        if v.size != 1:
+            raise InvalidArgumentError(f"{what} must be a scalar, got an array of shape "
+                                       f"{list(v.shape)}", op=op, device=_where(x))
+        v = v.reshape(())[()]
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise InvalidTypeError(f"{what} must be a real number, got {type(v).__name__} "
+                               f"{_short(v)}", op=op, device=_where(x))
+    return v
+
+
+def check_fits(v, dtype, what, op, x=None):
+    """Refuse a scalar value ``v`` that a tensor of ``dtype`` cannot hold without
+    silently losing part of it (TensorFlow's rule for ``tf.constant(v, dtype)``): a
+    complex number in a real dtype (its imaginary part), a non-integral or non-finite
+    float in an integer dtype, an integer outside the integer dtype's range.
+
+    >>> import tapeflow as tf
+    >>> from tapeflow.ops._library import check_fits
+    >>> check_fits(1 + 2j, tf.float32, "fill value", "Fill")
+    Traceback (most recent call last):
+    ...
+    tapeflow.errors.InvalidTypeError: fill value (1+2j) is complex but the result's dtype is float32: the imaginary part would be dropped; pass a complex dtype (tf.complex64) or a real value [Op:Fill] on cpu:0
+    """
+    if isinstance(v, (complex, np.complexfloating)):
+        if not dtype.is_complex:
+            raise InvalidTypeError(
+                f"{what} {_short(v)} is complex but the result's dtype is {dtype.name}: the "
+                "imaginary part would be dropped; pass a complex dtype (tf.complex64) or a "
+                "real value", op=op, device=_where(x))
+        return
+    if not dtype.is_integer or isinstance(v, (bool, np.bool_)):
+        return
+    if isinstance(v, (float, np.floating)):
+        if not math.isfinite(v) or v != int(v):
+            raise InvalidArgumentError(
+                f"{what} {_short(v)} is not an integer but the result's dtype is "
+                f"{dtype.name}; pass an integer value or a floating dtype", op=op,
+                device=_where(x))
+        v = int(v)
+    if isinstance(v, (int, np.integer)):
+        info = np.iinfo(dtype.np)
+        if not info.min <= int(v) <= info.max:
+            raise InvalidArgumentError(
+                f"{what} {v} does not fit in {dtype.name} [{info.min}, {info.max}]; pass "
+                "a wider dtype or a smaller value", op=op, device=_where(x))

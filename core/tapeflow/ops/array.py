@@ -25,7 +25,7 @@ import numpy as np
 from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ._library import defop
+from ._library import check_fits, defop
 from ..runtime.registry import REQUIRED, Linear
 from ..runtime import context as _ctx
 from ..runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
@@ -142,7 +142,7 @@ def _norm_axis1(axis, nd, op, x=None, extra=0):
     return _shapes.normalize_axis(axis, nd + extra, op, _here(x))
 
 
-def _scalar_value(v, what, op):
+def _scalar_arg(v, what, op):
     """A Python scalar from a Python/NumPy scalar or a one-element tensor."""
     if isinstance(v, (Tensor, Variable)):
         v = v.numpy()
@@ -156,6 +156,21 @@ def _scalar_value(v, what, op):
     elif isinstance(v, (list, tuple)):
         raise InvalidArgumentError(f"{what} must be a scalar, got {v!r}", op=op, device=_here())
     return v
+
+
+def _fill_value(v, dtype, what, op, x=None):
+    """A scalar fill value (``fill``'s ``value``, ``pad``'s ``constant_values``,
+    ``one_hot``'s ``on_value``/``off_value``) as a Python number that ``dtype`` holds
+    exactly: not a string or None, not a complex number into a real dtype (its
+    imaginary part would be dropped), not 1.5 into an integer dtype. ``dtype`` None:
+    the value's own. Returns ``(value, dtype)``."""
+    s = _scalar_arg(v, what, op)
+    if not isinstance(s, (builtins.bool, int, float, complex)):
+        raise InvalidTypeError(f"{what} must be a number, got {type(s).__name__} "
+                               f"{_shapes._short(s)}", op=op, device=_here(x))
+    dtype = _value_dtype(v) if dtype is None else _dt.as_dtype(dtype)
+    check_fits(s, dtype, what, op, x)
+    return s, dtype
 
 
 def _value_dtype(v):
@@ -226,11 +241,8 @@ def fill(dims, value, dtype=None, name=None):
     >>> print(tf.fill([2], 7))
     tf.Tensor([7 7], shape=(2,), dtype=int32)
     """
-    if dtype is None:
-        dtype = _value_dtype(value)
-    value = _scalar_value(value, "fill value", "Fill")
-    return _create(_FILL, {"shape": _shape_tuple(dims, "Fill"), "value": value,
-                           "dtype": _dt.as_dtype(dtype)})
+    value, dt = _fill_value(value, dtype, "fill value", "Fill")
+    return _create(_FILL, {"shape": _shape_tuple(dims, "Fill"), "value": value, "dtype": dt})
 
 
 def zeros(shape, dtype=_dt.float32, name=None):
@@ -307,10 +319,17 @@ def _check_range(op, tensors, attrs, device):
     """Range's signature check: finite real bounds, ``delta != 0`` pointing from
     ``start`` towards ``limit``, and a result that fits on the device."""
     start, limit, delta = attrs["start"], attrs["limit"], attrs["delta"]
+    dt = attrs["dtype"] or _dt.int32
     for what, v in (("start", start), ("limit", limit), ("delta", delta)):
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)) \
-                or isinstance(v, (complex, np.complexfloating)) or not np.isfinite(v):
+                or isinstance(v, (complex, np.complexfloating)) or not (
+                    isinstance(v, (int, np.integer)) or np.isfinite(v)):
             raise InvalidArgumentError(f"range: {what} must be a finite real number, got {v!r}")
+        if dt.is_integer and isinstance(v, (int, np.integer)) and not dt.min <= v <= dt.max:
+            raise InvalidArgumentError(
+                f"range: {what} {v} does not fit in {dt.name} [{dt.min}, {dt.max}]; pass "
+                f"{'dtype=tf.int64, ' if dt.size < 8 else ''}a float dtype or a smaller "
+                "value")
     if delta == 0:
         raise InvalidArgumentError(f"Requires delta != 0: {delta}")
     if delta > 0 and start > limit:
@@ -318,7 +337,7 @@ def _check_range(op, tensors, attrs, device):
     if delta < 0 and start < limit:
         raise InvalidArgumentError(f"Requires start >= limit when delta < 0: {start}/{limit}")
     n = int(np.ceil((limit - start) / delta))
-    _shapes.check_allocation((n,), attrs["dtype"] or _dt.int32, device, op.name)
+    _shapes.check_allocation((n,), dt, device, op.name)
 
 
 _RANGE = defop("Range", inputs=(), attrs={"start": 0, "limit": None, "delta": 1, "dtype": None},
@@ -344,7 +363,7 @@ def range(start, limit=None, delta=1, dtype=None, name="range"):  # noqa: A001
         dt = max(inferred, key=lambda d: _RANGE_ORDER.index(d) if d in _RANGE_ORDER else 0)
     else:
         dt = _dt.as_dtype(dtype)
-    start, limit, delta = (_scalar_value(a, "range argument", "Range") for a in args)
+    start, limit, delta = (_scalar_arg(a, "range argument", "Range") for a in args)
     return _create(_RANGE, {"start": start, "limit": limit, "delta": delta, "dtype": dt})
 
 
@@ -397,13 +416,13 @@ def linspace(start, stop, num, name=None, axis=0):
     dt = _value_dtype(start)
     if not dt.is_floating:
         dt = _dt.float32
-    n = _shapes.as_index(_scalar_value(num, "num", "LinSpace"), "num", "LinSpace", _here())
+    n = _shapes.as_index(_scalar_arg(num, "num", "LinSpace"), "num", "LinSpace", _here())
     if n < 0:
         raise InvalidArgumentError(f"Requires num >= 0: {n}", op="LinSpace", device=_here())
     _shapes.normalize_axis(axis, 1, "LinSpace", _here())      # scalar bounds: one axis
     bounds = []
     for what, v in (("start", start), ("stop", stop)):
-        v = _scalar_value(v, what, "LinSpace")
+        v = _scalar_arg(v, what, "LinSpace")
         if isinstance(v, (bool, complex)) or not isinstance(v, (int, float)):
             raise InvalidTypeError(f"linspace: {what} must be a real number, got "
                                    f"{_shapes._short(v)}", op="LinSpace", device=_here())
@@ -428,16 +447,16 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
     [[1. 0. 0.]
      [0. 0. 1.]], shape=(2, 3), dtype=float32)
     """
-    if dtype is None:
-        dtype = (_value_dtype(on_value) if on_value is not None else
-                 _value_dtype(off_value) if off_value is not None else _dt.float32)
-    dt = _dt.as_dtype(dtype)
-    on = 1 if on_value is None else _scalar_value(on_value, "on_value", "OneHot")
-    off = 0 if off_value is None else _scalar_value(off_value, "off_value", "OneHot")
+    on, off, dt = 1, 0, dtype
+    if on_value is not None:
+        on, dt = _fill_value(on_value, dt, "one_hot: on_value", "OneHot", indices)
+    if off_value is not None:
+        off, dt = _fill_value(off_value, dt, "one_hot: off_value", "OneHot", indices)
+    dt = _dt.float32 if dt is None else _dt.as_dtype(dt)
     nd = _ndim(indices)
     a = nd if axis is None or (type(axis) is int and axis == -1) else _norm_axis1(
         axis, nd, "OneHot", indices, 1)
-    d = _index(_scalar_value(depth, "depth", "OneHot"))
+    d = _index(_scalar_arg(depth, "depth", "OneHot"))
     if d < 0:
         raise InvalidArgumentError(f"depth must be non-negative, got {d}", op="OneHot",
                                    device=_here(indices))
@@ -551,7 +570,7 @@ def transpose(a, perm=None, conjugate=False, name="transpose"):
     if perm is None:
         p = tuple(_range(nd - 1, -1, -1))
     else:
-        if not isinstance(perm, (list, tuple)) and not hasattr(perm, "shape"):
+        if not isinstance(perm, (list, tuple)) and len(getattr(perm, "shape", ())) != 1:
             raise InvalidTypeError(f"transpose: perm must be a list of {nd} dimensions, got "
                                    f"{_shapes._short(perm)}", op="Transpose", device=_here(a))
         p = tuple(d + nd if d < 0 else d for d in
@@ -900,7 +919,14 @@ def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
             f"pad: mode must be 'CONSTANT', 'REFLECT' or 'SYMMETRIC', got {mode!r}",
             op="MirrorPad" if m != "CONSTANT" else "PadV2", device=dev)
     op = "PadV2" if m == "CONSTANT" else "MirrorPad"
-    p = np.asarray(paddings.numpy() if isinstance(paddings, (Tensor, Variable)) else paddings)
+    try:
+        p = np.asarray(paddings.numpy() if isinstance(paddings, (Tensor, Variable))
+                       else paddings)
+    except (ValueError, TypeError):         # ragged: [[1, 2], [1]]
+        raise InvalidArgumentError(
+            f"pad: paddings must be an integer array of shape [{len(s)}, 2] (one [before, "
+            f"after] pair per dimension of the input of shape {list(s)}), got "
+            f"{_shapes._short(paddings)}", op=op, device=dev) from None
     if p.size == 0 and len(s) == 0:
         p = p.reshape(0, 2)
     if p.shape != (len(s), 2) or (p.size and p.dtype.kind not in "iu"):
@@ -921,7 +947,7 @@ def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
                 f"paddings must be no greater than the dimension size: {b}, {a} greater than "
                 f"{s[i]}", op=op, device=dev)
     if m == "CONSTANT":
-        cv = _scalar_value(constant_values, "constant_values", "PadV2")
+        cv = _fill_value(constant_values, x.dtype, "pad: constant_values", "PadV2", x)[0]
         return execute(_PAD, (x,), {"paddings": pp, "constant_values": cv})
     return execute(_MIRROR_PAD, (x,), {"paddings": pp, "mode": m})
 
@@ -1207,6 +1233,11 @@ def strided_slice(input_, begin, end, strides=None, begin_mask=0, end_mask=0, el
     b = _shape_tuple(begin, "StridedSlice")
     e = _shape_tuple(end, "StridedSlice")
     st = (1,) * len(b) if strides is None else _shape_tuple(strides, "StridedSlice")
+    begin_mask, end_mask, ellipsis_mask, new_axis_mask, shrink_axis_mask = (
+        _shapes.as_index(m, f"strided_slice: {w}", "StridedSlice", _here(x)) for w, m in (
+            ("begin_mask", begin_mask), ("end_mask", end_mask),
+            ("ellipsis_mask", ellipsis_mask), ("new_axis_mask", new_axis_mask),
+            ("shrink_axis_mask", shrink_axis_mask)))
     if not len(b) == len(e) == len(st):
         raise _bad_index("begin, end and strides must have the same length", x)
     key = []
@@ -1228,10 +1259,20 @@ def strided_slice(input_, begin, end, strides=None, begin_mask=0, end_mask=0, el
 
 # --- shape queries ------------------------------------------------------------------------
 
+def _check_out_type(op, tensors, attrs, device):
+    """Shape's and Size's out_type is int32 or int64 (TensorFlow's): a float or complex
+    count would be a silent conversion."""
+    if attrs["out_type"] not in (_dt.int32, _dt.int64):
+        raise InvalidTypeError(
+            f"{op.name.lower()}: out_type must be tf.int32 or tf.int64, got "
+            f"{getattr(attrs['out_type'], 'name', attrs['out_type'])}; tf.cast the result "
+            "for another dtype")
+
+
 _SHAPE = defop("Shape", inputs=("x",), attrs={"out_type": _dt.int32}, dtype_rule="none",
-               differentiable=False)
+               differentiable=False, check=_check_out_type)
 _SIZE = defop("Size", inputs=("x",), attrs={"out_type": _dt.int32}, dtype_rule="none",
-              differentiable=False)
+              differentiable=False, check=_check_out_type)
 _RANK = defop("Rank", inputs=("x",), dtype_rule="none", differentiable=False)
 _I32 = {"out_type": _dt.int32}
 
@@ -1512,7 +1553,7 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
     >>> print(tf.unsorted_segment_sum([1., 2., 3.], [1, 0, 1], 2))
     tf.Tensor([2. 4.], shape=(2,), dtype=float32)
     """
-    n = _index(_scalar_value(num_segments, "num_segments", "UnsortedSegmentSum"))
+    n = _index(_scalar_arg(num_segments, "num_segments", "UnsortedSegmentSum"))
     if n < 0:
         raise InvalidArgumentError(f"num_segments must be non-negative, got {n}",
                                    op="UnsortedSegmentSum", device=_here(data))
@@ -1578,7 +1619,38 @@ def clip_by_value(t, clip_value_min, clip_value_max, name=None):
     >>> print(tf.clip_by_value([-2., 0.5, 3.], -1., 1.))
     tf.Tensor([-1.   0.5  1. ], shape=(3,), dtype=float32)
     """
+    for what, v in (("t", t), ("clip_value_min", clip_value_min),
+                    ("clip_value_max", clip_value_max)):
+        if _is_complex(v):
+            raise InvalidTypeError(
+                f"clip_by_value: {what} is complex ({_describe(v)}): complex numbers have no "
+                "order; clip the real and imaginary parts (tf.math.real, tf.math.imag) or "
+                "the magnitude (tf.clip_by_norm)", op="ClipByValue", device=_here(t))
     return execute(_CLIP, (t, clip_value_min, clip_value_max))
+
+
+def _is_complex(v):
+    """Whether ``v`` (a scalar, an array or a tensor) holds complex numbers."""
+    d = getattr(v, "dtype", None)
+    if d is not None:
+        return getattr(d, "np", d).kind == "c"
+    return isinstance(v, complex)
+
+
+def _describe(v):
+    d = getattr(v, "dtype", None)
+    if d is None or not hasattr(v, "shape") or isinstance(v, np.generic):
+        return _shapes._short(v)
+    return f"{type(v).__name__} of dtype {getattr(d, 'name', d)} and shape {list(v.shape)}"
+
+
+def _real_norm(clip_norm, t, fn, op):
+    """``clip_norm`` of clip_by_norm / clip_by_global_norm: refused when complex for a
+    real ``t`` (casting it would drop its imaginary part)."""
+    if _is_complex(clip_norm) and not (t is not None and t.dtype.is_complex):
+        raise InvalidTypeError(
+            f"{fn}: clip_norm must be a real number, got {_describe(clip_norm)}", op=op,
+            device=_here(t))
 
 
 def clip_by_norm(t, clip_norm, axes=None, name=None):
@@ -1590,6 +1662,7 @@ def clip_by_norm(t, clip_norm, axes=None, name=None):
     tf.Tensor([0.6 0.8], shape=(2,), dtype=float32)
     """
     t = _tensor(t)
+    _real_norm(clip_norm, t, "clip_by_norm", "ClipByNorm")
     if isinstance(clip_norm, (Tensor, Variable)) and clip_norm.dtype is not t.dtype:
         clip_norm = _m.cast(clip_norm, t.dtype)
     l2sum = _r.reduce_sum(_m.multiply(t, t), axis=axes, keepdims=True)
@@ -1630,6 +1703,7 @@ def clip_by_global_norm(t_list, clip_norm, use_norm=None, name=None):
         use_norm = _global_norm(present)
     else:
         use_norm = _tensor(use_norm)
+    _real_norm(clip_norm, use_norm, "clip_by_global_norm", "ClipByGlobalNorm")
     dt = use_norm.dtype
     if not isinstance(clip_norm, (Tensor, Variable)):
         clip_norm = constant(clip_norm, dtype=dt, device=use_norm._device)

@@ -405,7 +405,8 @@ def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None, keep_dims
             raise InvalidArgumentError(
                 f"norm: axis must be None, an int or a pair of ints, got {axis!r}",
                 op="EuclideanNorm", device=x._device)
-        r, c = (_r._norm_axis(int(a), nd, "EuclideanNorm", x._device)[0] for a in axis)
+        r, c = (_r._norm_axis(_shapes.as_index(a, "norm: axis", "EuclideanNorm", x._device),
+                              nd, "EuclideanNorm", x._device)[0] for a in axis)
         if r == c:
             raise InvalidArgumentError(f"norm: the two axes {axis!r} must differ",
                                        op="EuclideanNorm", device=x._device)
@@ -842,7 +843,7 @@ def fft_transform(x, axes, norm="backward", inverse=False, kind="c2c", n=None):
     if kind == "c2r" and (not isinstance(n, (int, np.integer)) or isinstance(n, bool)
                           or n < 1):
         raise InvalidArgumentError(f"irfft: n must be a positive int, got {n!r}", op="IRFFT")
-    if norm not in _SWAP_NORM:
+    if not isinstance(norm, str) or norm not in _SWAP_NORM:
         raise InvalidArgumentError(f"fft: norm must be 'backward', 'ortho' or 'forward', got "
                                    f"{norm!r}", op="FFT")
     if len(set(axes)) != len(axes) or not axes:

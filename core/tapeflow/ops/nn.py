@@ -27,7 +27,7 @@ import numpy as np
 
 from ..runtime import devices as _devs
 from ..runtime import shapes as _shapes
-from ._library import defop
+from ._library import defop, real_number
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.dispatch import convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
@@ -151,6 +151,7 @@ _LEAKY_GRAD = defop("LeakyReluGrad", inputs=("gradients", "features"), attrs={"a
 
 def leaky_relu(features, alpha=0.2, name=None):
     """``features`` where positive, ``alpha * features`` elsewhere."""
+    alpha = real_number(alpha, "leaky_relu: alpha", "LeakyRelu", features)
     return execute(_LEAKY, (features,), {"alpha": float(alpha)})
 
 
@@ -336,6 +337,9 @@ def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
 def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
     """``(x - mean) * scale / sqrt(variance + variance_epsilon) + offset``
     (``offset``/``scale`` may be None)."""
+    if not isinstance(variance_epsilon, (Tensor, Variable)):
+        variance_epsilon = real_number(variance_epsilon, "batch_normalization: variance_epsilon",
+                                       "BatchNormalization", x)
     inv = _m.rsqrt(_m.add(variance, variance_epsilon))
     if scale is not None:
         inv = _m.multiply(inv, scale)
@@ -875,10 +879,10 @@ def dropout(x, rate=None, noise_shape=None, seed=None, name=None, keep_prob=None
     if keep_prob is not None:
         if rate is not None:
             raise InvalidArgumentError("Cannot specify both keep_prob and rate", op="Dropout")
-        rate = 1.0 - float(keep_prob)
+        rate = 1.0 - float(real_number(keep_prob, "dropout: keep_prob", "Dropout", x))
     if rate is None:
         raise InvalidArgumentError("dropout needs rate= (or TF1 keep_prob=)", op="Dropout")
-    rate = float(rate)
+    rate = float(real_number(rate, "dropout: rate", "Dropout", x))
     if not 0.0 <= rate < 1.0:
         raise InvalidArgumentError(
             f"rate must be a scalar tensor or a float in the range [0, 1), got {rate}",

@@ -52,7 +52,7 @@ from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ._library import defop
-from ..runtime.errors import InvalidArgumentError
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..runtime.dispatch import convert_to_tensor, execute
 from . import math as _m
 
@@ -224,8 +224,38 @@ def _float_dtype(dtype, opname):
     return dt
 
 
+def _real_param(v, what, op, dt):
+    """A distribution parameter (``mean``, ``stddev``, ``minval``, ``maxval``): a real
+    number, or a real tensor (or what converts to one) to apply with ops. A complex
+    value is refused (casting it to the real ``dt`` would drop its imaginary part), so
+    is anything that is no number."""
+    if _is_scalar(v):
+        return v
+    d = getattr(v, "dtype", None)
+    kind = None if d is None else getattr(d, "np", d).kind
+    if isinstance(v, complex) or kind == "c":
+        got = _shapes._short(v) if d is None else f"dtype {getattr(d, 'name', d)}"
+        raise InvalidTypeError(
+            f"{what} must be real, got the complex {got}: the samples are {dt.name} and "
+            "its imaginary part would be dropped; pass a real value", op=op)
+    if kind is not None and kind not in "biuf" and not getattr(d, "is_floating", False):
+        raise InvalidTypeError(f"{what} must be a real number or tensor, got dtype "
+                               f"{getattr(d, 'name', d)}", op=op)
+    if d is None:
+        try:
+            v = convert_to_tensor(v, dtype=dt)
+        except TapeflowError as e:
+            raise InvalidTypeError(f"{what} must be a real number or tensor: "
+                                   f"{getattr(e, 'message', e)}", op=op) from None
+    return v
+
+
 def _affine(op, shape, dt, seed, a_name, a, b_name, b, a0, b0):
     """Run ``op``; scalar parameters go in attrs, tensors are applied with ops."""
+    fn = {"RandomStandardNormal": "normal", "TruncatedNormal": "truncated_normal"}.get(
+        op.name, "uniform")
+    a = _real_param(a, f"random.{fn}: {a_name}", op.name, dt)
+    b = _real_param(b, f"random.{fn}: {b_name}", op.name, dt)
     key, counter = _key_counter(seed)
     if _is_scalar(a) and _is_scalar(b):
         return execute(op, (), {"shape": shape, "dtype": dt, "key": key, "counter": counter,
