@@ -575,10 +575,12 @@ def test_complex_elementwise_beyond_the_conformance_specs_match_numpy(dtype):
 @needs_device
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
 def test_complex_tensors_move_like_on_the_cpu(dtype):
-    """Reshapes, transposes, slices, gathers, pads, fills, eye... of float2/double2
-    buffers give cpu:0's results bit for bit."""
+    """Reshapes, transposes, slices, gathers, pads, fills, eye, scatters, cumulative sums...
+    of float2/double2 buffers give cpu:0's results bit for bit."""
+    import tapeflow.numpy as tnp
     rng = np.random.default_rng(4)
     a = _cplx(rng, (3, 4), dtype)
+    a[0, 1] = 0
     res = {}
     for dev in ("cpu:0", "opencl:0"):
         with tf.device(dev):
@@ -590,7 +592,11 @@ def test_complex_tensors_move_like_on_the_cpu(dtype):
                  tf.where(tf.constant([True, False, True, True]), x, tf.zeros_like(x)),
                  tf.ones_like(x), tf.eye(3, dtype=tf.as_dtype(dtype)),
                  tf.fill([2], tf.constant(1 + 2j, dtype=tf.as_dtype(dtype))),
-                 tf.broadcast_to(x[0], [2, 4]), tf.squeeze(tf.expand_dims(x, 0))]
+                 tf.broadcast_to(x[0], [2, 4]), tf.squeeze(tf.expand_dims(x, 0)),
+                 # sums of selected elements, on each part (cplx.BY_PARTS), and Where
+                 tf.math.add_n([x, x, x]), tnp.cumulative_sum(x, axis=1),
+                 tf.math.unsorted_segment_sum(x, [0, 1, 0], 2),
+                 tf.scatter_nd([[1], [0]], x[:2], [3, 4]), tf.where(x)]
             res[dev] = [t.numpy() for t in r]
     for i, (want, got) in enumerate(zip(res["cpu:0"], res["opencl:0"])):
         assert got.dtype == want.dtype and got.shape == want.shape, i

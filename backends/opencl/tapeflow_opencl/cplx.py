@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import runtime as rt
+
 COMPLEX = ("complex64", "complex128")
 
 #: complex dtype -> (component C type, suffix of the library's functions)
@@ -190,16 +192,64 @@ NATIVE = frozenset({"Reshape", "BroadcastTo", "Transpose", "ExpandDims", "Squeez
                     "ConcatV2", "Pack", "Unpack", "SplitV", "Tile", "PadV2", "MirrorPad",
                     "Slice", "StridedSlice", "StridedSliceGrad", "GatherV2", "GatherNd",
                     "Identity", "StopGradient", "Shape", "Size", "Rank", "SelectV2", "Fill",
-                    "ZerosLike", "OnesLike", "Eye"})
+                    "ZerosLike", "OnesLike", "Eye", "RandomShuffle", "AddN"})
+
+#: ops that are linear in their complex input and act on each part alone (sums of
+#: selected elements): their real kernel runs on the real and the imaginary parts, and
+#: the two results are joined (:func:`by_parts`), exactly as a complex sum would add them
+BY_PARTS = frozenset({"ScatterNd", "UnsortedSegmentSum", "Cumsum"})
+
+
+def _part(a, which):
+    real = REAL_OF[np.dtype(a.dtype)]
+    return rt.elementwise(f"x0.{which}", real, a)
+
+
+def by_parts(fn):
+    """The complex kernel of the real kernel ``fn`` of a :data:`BY_PARTS` op: ``fn`` on
+    the real parts and on the imaginary parts of its complex array arguments, the two
+    results joined into one complex array."""
+    def kernel(*args, **attrs):
+        cx = [i for i, a in enumerate(args) if getattr(getattr(a, "dtype", None), "kind", "")
+              == "c" and hasattr(a, "queue")]
+        parts = []
+        for which in "xy":
+            a2 = list(args)
+            for i in cx:
+                a2[i] = _part(args[i], which)
+            parts.append(fn(*a2, **attrs))
+        re, im = parts
+        c = COMPLEX_OF[np.dtype(re.dtype)]
+        return rt.elementwise(f"({_v2(c)})(x0, x1)", c, re, im)
+    kernel.__name__ = kernel.__qualname__ = getattr(fn, "__name__", "kernel") + "_by_parts"
+    kernel.__wrapped__ = fn
+    return kernel
+
+
+def _where_complex(fn):
+    """``Where`` (the coordinates of non-zero elements) of a complex array: of the bool
+    array "either part is non-zero"."""
+    def kernel(c):
+        return fn(rt.elementwise("x0.x != 0 || x0.y != 0", np.bool_, c))
+    return kernel
 
 
 def declare(op_name, spec):
     """``spec`` (an OpenCL kernel spec dict) with complex64/complex128 added to its dtypes
-    when ``op_name`` is in :data:`NATIVE`, else ``spec`` unchanged."""
+    where the op takes complex on OpenCL beyond the kernels that declare it themselves:
+    the ops of :data:`NATIVE` as they are, those of :data:`BY_PARTS` and ``Where`` through
+    variants; else ``spec`` unchanged."""
     dts = spec.get("dtypes")
-    if op_name not in NATIVE or dts is None or "complex64" in dts:
+    if dts is None or "complex64" in dts:
         return spec
-    return dict(spec, dtypes=tuple(dts) + COMPLEX)
+    if op_name in NATIVE:
+        return dict(spec, dtypes=tuple(dts) + COMPLEX)
+    if op_name in BY_PARTS or op_name == "Where":
+        fn = by_parts(spec["fn"]) if op_name in BY_PARTS else _where_complex(spec["fn"])
+        variants = dict(spec.get("variants") or {})
+        variants.update({c: fn for c in COMPLEX})
+        return dict(spec, dtypes=tuple(dts) + COMPLEX, variants=variants)
+    return spec
 
 
 def cast_expr(src, to):
