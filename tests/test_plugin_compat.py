@@ -1,0 +1,111 @@
+"""Plugins across releases (issue 30, item 8): a third-party op plugin written against
+tapeflow 0.1.0 -- ``tests/fixtures/old_api_plugin``, untyped attributes validated by its
+op's own ``check`` with its own messages, and tests asserting them -- is installed and its
+own test suite runs against this tapeflow: it passes, and where 0.2 will stop accepting
+what the plugin accepted, it gets a DeprecationWarning, never a failure
+(docs/plugins.md, "What the plugin API promises").
+
+Installed as tests/test_new_plugin.py installs the generated skeleton -- pip, offline,
+no dependencies -- but into a folder on PYTHONPATH (``--target``) instead of the shared
+environment, so no other test process sees the plugin; its tests run in a subprocess,
+where ``import tapeflow`` finds it through its entry point as any installed plugin."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+import tapeflow as tf
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "old_api_plugin"
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TAPEFLOW_")}
+    env.update(extra)
+    return env
+
+
+def _run(args, cwd, env=None, timeout=300):
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env or _env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The fixture plugin built and installed by pip into a folder of its own; returns
+    (a copy of the plugin's source tree to run its tests in, that folder)."""
+    tmp = tmp_path_factory.mktemp("oldapi")
+    src = tmp / "old_api_plugin"          # a copy: pip's build files stay out of the tree
+    shutil.copytree(FIXTURE, src, ignore=shutil.ignore_patterns(
+        "__pycache__", "build", "*.egg-info"))
+    site = tmp / "site"
+    r = _run(["-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
+              "--disable-pip-version-check", "-q", "--target", str(site), str(src)], tmp)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (site / "tapeflow_oldapi-1.0.0.dist-info" / "entry_points.txt").is_file()
+    return src, site
+
+
+def _plugin_tests(installed, *pytest_args):
+    src, site = installed
+    env = _env(PYTHONPATH=os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    return _run(["-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", *pytest_args], src,
+                env)
+
+
+def test_the_0_1_plugins_own_tests_pass(installed):
+    r = _plugin_tests(installed)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    # 7 device-independent tests, and soft_clip and roll_last on each CPU device (the
+    # plugin has CPU kernels only: the other devices are skipped, naming why)
+    cpus = [d for d in tf.config.list_devices() if d.startswith("cpu")]
+    assert int(re.search(r"(\d+) passed", out).group(1)) == 7 + 2 * len(cpus), out
+    assert "failed" not in out and "error" not in out.lower().replace("errors.", ""), out
+    # what 0.3 will refuse is announced to the plugin's author, naming the op, the attr,
+    # the value, and what to declare
+    assert re.search(r"\b1 warning\b", out), out
+    assert ("DeprecationWarning: oldapi::roll_last: attr 'steps' got float 2.0, which the "
+            "op's check accepts but the kind read from its default (int) does not") in out
+    assert "attr_types={'steps': ...}" in out
+
+
+def test_the_deprecation_is_the_only_difference_from_0_1(installed):
+    """With DeprecationWarnings as errors, exactly the test relying on what is
+    deprecated fails: every other test (the plugin's own messages, its check, its
+    values and gradients through the kit) passes as it did on 0.1.0."""
+    r = _plugin_tests(installed, "-W", "error::DeprecationWarning")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    failed = re.findall(r"^FAILED (\S+)", out, re.M)
+    assert failed == ["tests/test_oldapi.py::test_roll_last_takes_a_whole_float_as_steps"], out
+
+
+def test_the_fixture_is_not_collected_by_tapeflows_own_suite():
+    """tapeflow's suite walks tests/ with --doctest-modules: the fixture (which imports
+    its plugin, not installed there) must contribute nothing and break nothing."""
+    r = _run(["-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+              "tests/fixtures"], ROOT)
+    assert r.returncode == 5 and "no tests collected" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_version_is_the_one_the_distribution_declares():
+    """``tapeflow.__version__`` is the installed distribution's version, which must be
+    the one core/pyproject.toml declares: a version bumped without reinstalling (pip
+    install -e core) fails here. 0.2.0: the first release after 0.1.0 with plugin-facing
+    breaking changes (CHANGELOG.md; 0.x: a minor bump)."""
+    declared = tomllib.loads((ROOT / "core" / "pyproject.toml").read_text())["project"]
+    assert tf.__version__ == declared["version"], (
+        f"tapeflow.__version__ is {tf.__version__} but core/pyproject.toml says "
+        f"{declared['version']}: reinstall with `pip install -e core`")
+    major, minor = (int(p) for p in tf.__version__.split(".")[:2])
+    assert (major, minor) >= (0, 2)
