@@ -24,14 +24,16 @@ import gzip
 import importlib.util
 import os
 import types
+import zipfile
+import zlib
 
 import numpy as np
 
 from .train import files as _files
-from .runtime.errors import DataLossError
+from .runtime.errors import DataLossError, ResourceExhaustedError
 
 __all__ = ["load_digits", "digits", "fashion_mnist", "mnist", "DatasetNotFoundError",
-           "read_idx", "DATA_DIR_ENV"]
+           "read_idx", "read_npz", "DATA_DIR_ENV"]
 
 DATA_DIR_ENV = "TAPEFLOW_DATA_DIR"
 DEBIAN_DATA_ROOT = "/usr/share/datasets"
@@ -49,19 +51,29 @@ _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f
 
 #: the largest IDX payload read (Fashion-MNIST's training images are 47 MB)
 MAX_IDX_BYTES = 4 << 30
+#: the highest compression ratio a gzipped IDX file may claim (MNIST's images: ~5);
+#: a gzip bomb inflates ~1000:1. Payloads up to _IDX_ANY_RATIO_BYTES are exempt.
+MAX_IDX_RATIO = 100
+_IDX_ANY_RATIO_BYTES = 64 << 20
+_CHUNK = 16 << 20
 
 
-def read_idx(path, max_bytes=MAX_IDX_BYTES) -> np.ndarray:
+def read_idx(path, max_bytes=MAX_IDX_BYTES, max_ratio=MAX_IDX_RATIO) -> np.ndarray:
     """The array in an IDX file (``.gz`` compressed or not), as in (Fashion-)MNIST.
 
     The header (magic number, dims) is read first and says how many bytes of data
-    follow; exactly that many are read -- a gzip stream is decompressed only that far
-    (a "gzip bomb" cannot inflate past it) and a file with more or fewer bytes is
-    refused. Only regular files are opened (a FIFO or ``/dev/zero`` is refused).
+    follow, and that size is checked against the file before anything is allocated:
+    an uncompressed file must hold exactly that many bytes; a gzipped one may not
+    claim a compression ratio above ``max_ratio`` (for payloads over 64 MiB: a
+    "gzip bomb" is refused from its sizes alone), and is decompressed in chunks only
+    as far as the declared size. Any payload is capped at ``max_bytes``, and a file
+    with more or fewer bytes than declared is refused. Only regular files are opened
+    (a FIFO or ``/dev/zero`` is refused). Errors are ``DataLossError`` naming the file.
     """
-    f, _ = _files.open_regular(path, "IDX file")
+    f, file_size = _files.open_regular(path, "IDX file")
+    gz = str(path).endswith(".gz")
     with f:
-        stream = gzip.GzipFile(fileobj=f, mode="rb") if str(path).endswith(".gz") else f
+        stream = gzip.GzipFile(fileobj=f, mode="rb") if gz else f
         try:
             head = stream.read(4)
             if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES:
@@ -75,19 +87,107 @@ def read_idx(path, max_bytes=MAX_IDX_BYTES) -> np.ndarray:
             nbytes = dtype.itemsize
             for d in shape:
                 nbytes *= d
+            declares = f"the IDX header declares shape {shape} ({nbytes} bytes of data)"
             if nbytes > max_bytes:
                 raise DataLossError(
-                    f"{path}: the IDX header declares shape {shape} ({nbytes} bytes of data), "
-                    f"more than the {max_bytes} tapeflow reads (read_idx(max_bytes=...))")
-            data = stream.read(nbytes + 1)         # one more: is there anything after it?
-        except (OSError, EOFError, gzip.BadGzipFile) as e:
+                    f"{path}: {declares}, more than the {max_bytes} tapeflow reads "
+                    "(read_idx(max_bytes=...))")
+            if not gz and file_size - 4 - 4 * ndim != nbytes:
+                have = file_size - 4 - 4 * ndim
+                raise DataLossError(
+                    f"{path}: {declares} but the file has "
+                    f"{'more' if have > nbytes else have} bytes of data")
+            if gz and nbytes > max(_IDX_ANY_RATIO_BYTES, file_size * max_ratio):
+                raise DataLossError(
+                    f"{path}: {declares} but the gzip file has only {file_size} bytes: a "
+                    f"compression ratio above {max_ratio} (a gzip bomb?); refusing to "
+                    "decompress it (read_idx(max_ratio=...) if the file is genuine)")
+            data = _read_exactly(stream, nbytes, path, declares)
+        except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
             raise DataLossError(f"{path}: corrupt or truncated IDX file ({e})") from None
-    if len(data) != nbytes:
-        raise DataLossError(
-            f"{path}: the IDX header declares shape {shape} ({nbytes} bytes of data) but the "
-            f"file has {'more' if len(data) > nbytes else len(data)} bytes of data")
-    a = np.frombuffer(data, dtype, -1).reshape(shape)
-    return a.astype(dtype.newbyteorder("="), copy=True)
+    a = data.view(dtype).reshape(shape)
+    return a if dtype.isnative else a.astype(dtype.newbyteorder("="))
+
+
+def _read_exactly(stream, nbytes, path, declares):
+    """``nbytes`` bytes of ``stream`` as a uint8 array, read in chunks (a compressed
+    stream is inflated only that far); DataLossError when it holds fewer or more."""
+    try:
+        out = np.empty(nbytes, np.uint8)
+    except MemoryError:
+        raise ResourceExhaustedError(
+            f"{path}: {declares}; not enough memory to hold them") from None
+    view = memoryview(out)
+    got = 0
+    while got < nbytes:
+        n = stream.readinto(view[got:got + _CHUNK])
+        if not n:
+            raise DataLossError(f"{path}: {declares} but the file has {got} bytes of data")
+        got += n
+    if stream.read(1):
+        raise DataLossError(f"{path}: {declares} but the file has more bytes of data")
+    return out
+
+
+def read_npz(path, keys, max_bytes=MAX_IDX_BYTES, max_ratio=MAX_IDX_RATIO):
+    """The arrays ``keys`` of the ``.npz`` file ``path`` (as ``np.load`` would give them),
+    each checked before it is allocated: its ``.npy`` header's shape and dtype must
+    account for exactly the bytes its zip entry declares, at most ``max_bytes``, and a
+    compressed entry over 64 MiB may not claim a ratio above ``max_ratio``. No pickled
+    objects. Errors are ``DataLossError`` naming the file and the array."""
+    f, _ = _files.open_regular(path, "npz file")
+    out = []
+    with f:
+        try:
+            z = zipfile.ZipFile(f)
+        except (zipfile.BadZipFile, OSError, EOFError) as e:
+            raise DataLossError(f"{path}: not a .npz (zip) file ({e})") from None
+        with z:
+            for key in keys:
+                out.append(_npz_member(z, key, path, max_bytes, max_ratio))
+    return out
+
+
+def _npz_member(z, key, path, max_bytes, max_ratio):
+    where = f"{path}: array {key!r}"
+    try:
+        info = z.getinfo(key + ".npy")
+    except KeyError:
+        raise DataLossError(f"{where} is missing (the file has "
+                            f"{sorted(n[:-4] for n in z.namelist())[:10]})") from None
+    if info.file_size > max_bytes + 4096:
+        raise DataLossError(f"{where} declares {info.file_size} bytes, more than the "
+                            f"{max_bytes} tapeflow reads")
+    if (info.compress_type != zipfile.ZIP_STORED and info.file_size > max(
+            _IDX_ANY_RATIO_BYTES, info.compress_size * max_ratio)):
+        raise DataLossError(f"{where} inflates {info.compress_size} bytes to "
+                            f"{info.file_size}: a compression ratio above {max_ratio} (a zip "
+                            "bomb?); refusing to decompress it")
+    try:
+        with z.open(info) as m:
+            version = np.lib.format.read_magic(m)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(m)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(m)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+            if dtype.hasobject:
+                raise ValueError("it holds Python objects (pickles), which tapeflow never loads")
+            nbytes = dtype.itemsize
+            for d in shape:
+                nbytes *= d
+            declares = f"array {key!r}'s header declares shape {shape} ({nbytes} bytes)"
+            have = info.file_size - m.tell()
+            if nbytes != have:
+                raise DataLossError(f"{path}: {declares} but its zip entry holds {have} bytes")
+            data = _read_exactly(m, nbytes, path, declares)
+    except DataLossError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, SyntaxError) as e:
+        raise DataLossError(f"{where} is corrupt ({e})") from None
+    a = data.view(dtype)
+    return a.reshape(shape[::-1]).T if fortran else a.reshape(shape)
 
 
 _IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -176,8 +276,9 @@ def _mnist_load_data(path=None):
         else [_keras_mnist_npz()]
     for npz in npz_candidates:
         if os.path.isfile(npz):
-            with np.load(npz) as f:
-                return (f["x_train"], f["y_train"]), (f["x_test"], f["y_test"])
+            x_train, y_train, x_test, y_test = read_npz(
+                npz, ("x_train", "y_train", "x_test", "y_test"))
+            return (x_train, y_train), (x_test, y_test)
     found = _load_idx_set("mnist", None if path is not None and str(path).endswith(".npz")
                           else path)
     if isinstance(found, tuple):

@@ -18,9 +18,11 @@ extra.
 
 from __future__ import annotations
 
+import os
 import struct
 
-from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ..runtime.errors import DataLossError, FailedPreconditionError
+from ..train import files as _files
 
 _EXTRA = "pip install 'tapeflow[tensorboard]'"
 _LIBS: dict = {}
@@ -61,13 +63,21 @@ def frame(data: bytes) -> bytes:
             + struct.pack("<I", masked_crc32c(data)))
 
 
+#: the longest record read: a serialized protobuf message is at most 2 GiB
+MAX_RECORD_BYTES = (1 << 31) - 1
+
+
 def read_records(path):
     """Yield the data of every record in a TFRecord file, checking both CRCs.
 
-    A truncated last record (a writer still running) ends the iteration quietly;
-    a CRC mismatch raises ``ValueError`` naming the file and the byte offset.
+    A truncated last record (a writer still running) ends the iteration quietly; a
+    CRC mismatch, or a length no record can have (over 2 GiB, e.g. ``2**62`` with a
+    valid length CRC), raises ``DataLossError`` naming the file and the byte offset.
+    A record is read only once the file is known to hold all of it, so a crafted
+    length never allocates more than the file's size. Only regular files are read.
     """
-    with open(path, "rb") as f:
+    f, _ = _files.open_regular(path, "event file")
+    with f:
         offset = 0
         while True:
             header = f.read(12)
@@ -75,13 +85,21 @@ def read_records(path):
                 return
             (length,), (crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
             if masked_crc32c(header[:8]) != crc:
-                raise InvalidArgumentError(f"{path}: corrupt record length at byte {offset}")
+                raise DataLossError(f"{path}: corrupt record length at byte {offset}")
+            if length > MAX_RECORD_BYTES:
+                raise DataLossError(
+                    f"{path}: the record at byte {offset} declares {length} bytes of data, "
+                    f"more than a record can hold ({MAX_RECORD_BYTES}); the file is corrupt "
+                    "or not an event file")
+            size = os.fstat(f.fileno()).st_size
+            if size - (offset + 12) < length + 4:
+                return                     # not all written yet: a writer is still running
             body = f.read(length + 4)
             if len(body) < length + 4:
                 return
             data, (crc,) = body[:length], struct.unpack("<I", body[length:])
             if masked_crc32c(data) != crc:
-                raise InvalidArgumentError(f"{path}: corrupt record data at byte {offset}")
+                raise DataLossError(f"{path}: corrupt record data at byte {offset}")
             offset += 12 + length + 4
             yield data
 
