@@ -485,3 +485,27 @@ def test_a_killed_saves_temp_file_is_not_deleted(tmp_path):
     m.save()
     m.save()
     assert tmp.read_bytes() == b"partial"
+
+
+def test_a_data_file_written_before_the_rule_is_kept_not_guessed(tmp_path):
+    # a data file whose header does not name its prefix (tapeflow before issue 30)
+    # cannot be told from a copy of someone else's: rotation removes the index, keeps it
+    import hashlib
+    import safetensors.numpy as st
+    d = tmp_path / "run"
+    ckpt, v = _one_ckpt(d)
+    m = tf.train.CheckpointManager(ckpt, str(d), max_to_keep=1)
+    first = m.save()
+    blob = st.save(st.load_file(first + ".safetensors"),
+                   metadata={"format": "tapeflow-checkpoint"})
+    with open(first + ".safetensors", "wb") as f:
+        f.write(blob)
+    idx = json.loads(open(first + ".index.json").read())
+    idx.update(data_bytes=len(blob), data_sha256=hashlib.sha256(blob).hexdigest())
+    with open(first + ".index.json", "w") as f:
+        json.dump(idx, f)
+    _assert_restores(ckpt, v, first)             # still a readable checkpoint
+    second = m.save()
+    assert not os.path.exists(first + ".index.json")
+    assert os.path.exists(first + ".safetensors")
+    _assert_restores(ckpt, v, second)
