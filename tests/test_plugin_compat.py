@@ -18,7 +18,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tomllib
 
 import pytest
 
@@ -70,7 +69,7 @@ def test_the_0_1_plugins_own_tests_pass(installed):
     # plugin has CPU kernels only: the other devices are skipped, naming why)
     cpus = [d for d in tf.config.list_devices() if d.startswith("cpu")]
     assert int(re.search(r"(\d+) passed", out).group(1)) == 7 + 2 * len(cpus), out
-    assert "failed" not in out and "error" not in out.lower().replace("errors.", ""), out
+    assert not re.search(r"\d+ (failed|errors?)\b", out), out
     # what 0.3 will refuse is announced to the plugin's author, naming the op, the attr,
     # the value, and what to declare
     assert re.search(r"\b1 warning\b", out), out
@@ -103,9 +102,10 @@ def test_the_version_is_the_one_the_distribution_declares():
     the one core/pyproject.toml declares: a version bumped without reinstalling (pip
     install -e core) fails here. 0.2.0: the first release after 0.1.0 with plugin-facing
     breaking changes (CHANGELOG.md; 0.x: a minor bump)."""
-    declared = tomllib.loads((ROOT / "core" / "pyproject.toml").read_text())["project"]
-    assert tf.__version__ == declared["version"], (
-        f"tapeflow.__version__ is {tf.__version__} but core/pyproject.toml says "
-        f"{declared['version']}: reinstall with `pip install -e core`")
+    declared = re.search(r'^version = "([^"]+)"$', (ROOT / "core" / "pyproject.toml").read_text(),
+                         re.M).group(1)          # ([project]'s: the file's only version line)
+    assert tf.__version__ == declared, (
+        f"tapeflow.__version__ is {tf.__version__} but core/pyproject.toml says {declared}: "
+        "reinstall with `pip install -e core`")
     major, minor = (int(p) for p in tf.__version__.split(".")[:2])
     assert (major, minor) >= (0, 2)
