@@ -208,3 +208,30 @@ def test_declared_attr_types_are_validated_before_the_check():
         shift_declared(tf.constant([1.0], device="cpu:0"), steps=2.0)
     assert shift_declared.op.check is _declared_check and not shift_declared.op.attrs_after_check
     assert shift.op.check.__wrapped__ is _own_check and shift.op.attrs_after_check
+
+
+var = Library("attrvar")
+
+
+@var.op()
+def cat(*values, axis=0, name=None):
+    """A variadic op with a typed attr."""
+
+
+@var.kernel(cat, "cpu", dtypes=("float32", "float64"))
+def _cat(*values, axis):
+    return np.concatenate(values, axis=axis)
+
+
+register(var)
+
+
+@pytest.mark.parametrize("values", ["list", "one 0-d tensor"])
+def test_a_variadic_ops_attr_error_names_the_device_too(values):
+    x = tf.constant([1.0], device="cpu:0")
+    arg = [x, x] if values == "list" else tf.constant(1.0, device="cpu:0")
+    with pytest.raises(InvalidTypeError) as e:
+        cat(arg, axis="a")
+    assert str(e.value) == ("attr 'axis' of attrvar::cat must be an int, got str 'a'; pass "
+                            "such a value as axis (the default is 0) [Op:attrvar::cat] on cpu:0")
+    np.testing.assert_array_equal(cat([x, x]).numpy(), [1.0, 1.0])

@@ -479,7 +479,9 @@ def _attr_ok(op, name, kind, inputs, value):
 def attr_error(op, inputs, attrs, error, device=None):
     """``error``, raised by the attr validation of ``op``, completed with the device the
     op runs on (``device``, or where dispatch would place it) and what to do."""
-    if op.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
+    if not isinstance(inputs, (list, tuple)):
+        inputs = (inputs,)
+    elif op.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
         inputs = tuple(inputs[0])
     for name, kind in op.attr_types.items():
         v = attrs.get(name)
