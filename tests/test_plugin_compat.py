@@ -1,6 +1,7 @@
 """Plugins across releases (issue 30, item 8): a third-party op plugin written against
-tapeflow 0.1.0 -- ``tests/fixtures/old_api_plugin``, untyped attributes validated by its
-op's own ``check`` with its own messages, and tests asserting them -- is installed and its
+tapeflow 0.1.0 -- ``tests/fixtures/old_api_plugin``: a Library whose untyped attributes
+are validated by its ops' own ``check`` with its own messages, tests asserting them, and
+a second entry point in the hook form -- is installed and its
 own test suite runs against this tapeflow: it passes, and where 0.2 will stop accepting
 what the plugin accepted, it gets a DeprecationWarning, never a failure
 (docs/plugins.md, "What the plugin API promises").
@@ -50,7 +51,8 @@ def installed(tmp_path_factory):
     r = _run(["-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
               "--disable-pip-version-check", "-q", "--target", str(site), str(src)], tmp)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (site / "tapeflow_oldapi-1.0.0.dist-info" / "entry_points.txt").is_file()
+    eps = (site / "tapeflow_oldapi-1.0.0.dist-info" / "entry_points.txt").read_text()
+    assert "oldapi = tapeflow_oldapi.ops:lib" in eps and "oldapi_hooks =" in eps, eps
     return src, site
 
 
@@ -65,10 +67,10 @@ def test_the_0_1_plugins_own_tests_pass(installed):
     r = _plugin_tests(installed)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
-    # 7 device-independent tests, and soft_clip and roll_last on each CPU device (the
+    # 8 device-independent tests, and soft_clip and roll_last on each CPU device (the
     # plugin has CPU kernels only: the other devices are skipped, naming why)
     cpus = [d for d in tf.config.list_devices() if d.startswith("cpu")]
-    assert int(re.search(r"(\d+) passed", out).group(1)) == 7 + 2 * len(cpus), out
+    assert int(re.search(r"(\d+) passed", out).group(1)) == 8 + 2 * len(cpus), out
     assert not re.search(r"\d+ (failed|errors?)\b", out), out
     # what 0.3 will refuse is announced to the plugin's author, naming the op, the attr,
     # the value, and what to declare
