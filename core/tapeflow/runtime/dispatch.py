@@ -59,26 +59,42 @@ policy = _Policy()
 
 # --- conversion ----------------------------------------------------------------
 
-def _np_from_python(value, dtype):
+def _np_from_python(value, dtype, dev=None, op="Const"):
     """Host array for a Python/NumPy value; Python floats default to float32 and
-    ints to int32 (int64 when they do not fit), as in the seeds."""
-    if dtype is not None and not (type(value) is np.ndarray and value.dtype == dtype.np):
-        _check_lossless(value, dtype)
+    ints to int32 (int64 when they do not fit), as in the seeds.
+
+    Nothing larger than ``dev`` (default: the host) can hold is allocated: a NumPy
+    broadcast view (zero strides: ``np.broadcast_to(x, (100000, 100000))`` is a few
+    bytes, 37 GiB once copied) or a list of large arrays is measured first, and
+    refused with ResourceExhaustedError when its copy cannot fit. A broadcast view that
+    fits stays a view: its distinct values are copied (a tensor does not change when
+    the caller's array does) and broadcast again, since NumPy kernels take zero-stride
+    arrays; :func:`_to_device` makes it contiguous where a device needs that."""
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
-        a = np.array(value, dtype=None if dtype is None else dtype.np, copy=True)
-    else:
-        try:
-            a = np.array(value, dtype=None if dtype is None else dtype.np)
-        except (ValueError, OverflowError, TypeError) as e:
-            raise InvalidArgumentError(
-                f"Cannot convert {_short(value)} to a tensor"
-                + (f" of dtype {dtype.name}" if dtype is not None else "") + f": {e}") from None
-        if dtype is None:
-            if a.dtype == np.float64:
-                a = a.astype(np.float32)
-            elif a.dtype == np.int64:
-                if a.size == 0 or (a.min() >= -2**31 and a.max() < 2**31):
-                    a = a.astype(np.int32)
+        return _np_from_numpy(value, dtype, dev, op)
+    n = _array_elements(value)
+    if n is not None and n > _shapes._SMALL:
+        _check_conversion(value, n, dtype, dev, op)
+    if dtype is not None:
+        _check_lossless(value, dtype)
+    try:
+        a = np.array(value, dtype=None if dtype is None else dtype.np)
+    except MemoryError as e:        # (measured above where it holds arrays)
+        raise _exhausted(value, str(e), dev, op) from None
+    except (ValueError, OverflowError, TypeError) as e:
+        raise InvalidArgumentError(
+            f"Cannot convert {_short(value)} to a tensor"
+            + (f" of dtype {dtype.name}" if dtype is not None else "") + f": {e}") from None
+    if dtype is None:
+        if a.dtype == np.float64:
+            a = a.astype(np.float32)
+        elif a.dtype == np.int64:
+            if a.size == 0 or (a.min() >= -2**31 and a.max() < 2**31):
+                a = a.astype(np.int32)
+    return _supported(a, value)
+
+
+def _supported(a, value):
     if a.dtype not in _dt._FROM_NP:
         if a.dtype.kind == "f" and a.dtype.itemsize > 8:
             a = a.astype(np.float64)
@@ -87,6 +103,93 @@ def _np_from_python(value, dtype):
                 f"Cannot convert {_short(value)} (NumPy dtype {a.dtype}) to a tensor; supported "
                 "dtypes: " + ", ".join(d.name for d in _dt.ALL_DTYPES))
     return a
+
+
+def _np_from_numpy(value, dtype, dev, op):
+    """:func:`_np_from_python` for NumPy arrays and scalars: a copy (tensors are values),
+    broadcast views kept as views of a copy of their distinct values."""
+    if value.ndim and value.size > 1 and 0 in value.strides:
+        src = value[tuple(slice(0, 1) if st == 0 else slice(None) for st in value.strides)]
+        if value.size > _shapes._SMALL:
+            _check_conversion(value, value.size, dtype, dev, op)
+    else:
+        src = None
+    if dtype is not None and value.dtype != dtype.np:
+        _check_lossless(value if src is None else src, dtype)
+    try:
+        if src is None:
+            a = np.array(value, dtype=None if dtype is None else dtype.np, copy=True)
+        else:
+            a = np.broadcast_to(np.array(src, dtype=None if dtype is None else dtype.np,
+                                         copy=True), value.shape)
+    except MemoryError as e:        # a copy of an array that exists: near the host's limit
+        raise _exhausted(value, str(e), dev, op) from None
+    return _supported(a, value)
+
+
+def _array_elements(value, depth=0):
+    """The number of elements a list or tuple holding NumPy arrays (or tensors) converts
+    to, from its first entries (ragged ones fail in NumPy anyway); None for one that holds
+    only Python values (whose size is already in memory)."""
+    if isinstance(value, np.ndarray):
+        return value.size
+    if type(value) is not list and type(value) is not tuple or not value or depth > 8:
+        return None
+    first = _array_elements(value[0], depth + 1)
+    return None if first is None else first * len(value)
+
+
+def _describe_value(value):
+    if isinstance(value, np.ndarray):
+        what = f"a NumPy array of shape {list(value.shape)} and dtype {value.dtype}"
+        if value.ndim and 0 in value.strides:
+            what += (f" (a broadcast view: zero strides, {value.strides}, "
+                     f"{_shapes.format_bytes(_view_bytes(value))} in memory)")
+        return what
+    leaf = value
+    while type(leaf) is list or type(leaf) is tuple:
+        leaf = leaf[0]
+    return (f"a {type(value).__name__} of {len(value)} entries holding "
+            + _describe_value(leaf).replace("a NumPy array", "NumPy arrays like one", 1))
+
+
+def _view_bytes(a):
+    n = a.itemsize
+    for d, st in zip(a.shape, a.strides):
+        if st:
+            n *= d
+    return n
+
+
+def _check_conversion(value, n, dtype, dev, op):
+    """ResourceExhaustedError before converting ``value`` (``n`` elements) on ``dev``
+    (the host when None) when its copy cannot fit."""
+    leaf = value
+    while type(leaf) is list or type(leaf) is tuple:
+        leaf = leaf[0]
+    itemsize = dtype.np.itemsize if dtype is not None else leaf.dtype.itemsize
+    nbytes = n * itemsize
+    dev = dev or _host_device()
+    limit = _shapes.device_memory_limit(dev)
+    if not dev.is_host:
+        host = _shapes.device_memory_limit(_host_device())
+        limit = host if limit is None else limit if host is None else min(limit, host)
+    if limit is not None and nbytes > limit:
+        raise _exhausted(value, f"its copy needs {_shapes.format_bytes(nbytes)} ({nbytes} "
+                         f"bytes), more than {dev} can hold in one buffer "
+                         f"({_shapes.format_bytes(limit)})", dev, op)
+
+
+def _exhausted(value, detail, dev, op):
+    return ResourceExhaustedError(
+        f"Out of memory converting {_describe_value(value)} to a tensor: {detail}. Pass a "
+        "smaller array; for a broadcast, compute on the small array and let the op broadcast "
+        "it (tf.broadcast_to, or a tensor with size-1 dimensions)", op=op,
+        device=dev or _host_device())
+
+
+def _host_device():
+    return _devs.get_device("cpu:0")
 
 
 def _check_lossless(value, dtype):
@@ -126,12 +229,22 @@ def _short(v):
     return r if len(r) < 80 else r[:77] + "..."
 
 
-def _to_device(host_array, dev):
+def _to_device(host_array, dev, op="Const"):
+    """Upload a host array to ``dev`` (the host keeps it, views included); a broadcast
+    view is made contiguous first, after checking that it fits on ``dev``."""
     if dev.is_host:
         return host_array
     if not host_array.flags.c_contiguous:   # (ascontiguousarray would make 0-d arrays 1-d)
-        host_array = np.ascontiguousarray(host_array)
-    return dev.backend.from_host(host_array, dev)
+        if host_array.size > _shapes._SMALL:
+            _check_conversion(host_array, host_array.size, None, dev, op)
+        try:
+            host_array = np.ascontiguousarray(host_array)
+        except MemoryError as e:
+            raise _exhausted(host_array, str(e), dev, op) from None
+    try:
+        return dev.backend.from_host(host_array, dev)
+    except OpError as e:        # (a dtype the device cannot hold: UnimplementedError)
+        raise e.with_context(op, dev) from None
 
 
 def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
@@ -162,8 +275,8 @@ def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
     else:
         dev = _devs.current_device() or _devs.default_device()
     try:
-        a = _np_from_python(value, dt)
-    except InvalidArgumentError as e:
+        a = _np_from_python(value, dt, dev)
+    except OpError as e:
         raise e.with_context("Const", dev) from None
     if shape is not None:
         shape = _shapes.as_shape(shape, "Const", dev)
@@ -229,6 +342,13 @@ def as_tensor_list(values, op, what="values"):
     if isinstance(values, (list, tuple)):
         return tuple(values)
     if isinstance(values, (Tensor, Variable, np.ndarray)) and len(values.shape) >= 1:
+        if isinstance(values, np.ndarray) and values.size > _shapes._SMALL:
+            # (a broadcast view: its rows, converted one by one, add up to all of it)
+            dev = _devs.current_device() or _devs.default_device()
+            try:
+                _check_conversion(values, values.size, None, dev, op)
+            except ResourceExhaustedError as e:
+                raise e.with_context(op, dev) from None
         return tuple(values)
     raise InvalidTypeError(
         f"{what} must be a list of tensors, got {type(values).__name__} {_short(values)}",
@@ -272,9 +392,12 @@ def _weak(value):
     if tv is float or tv is int or tv is bool or tv is complex:
         return value
     if tv is list or tv is tuple:
+        n = _array_elements(value)
+        if n is not None and n > _shapes._SMALL:
+            return None         # (a list of large arrays: measured by the conversion)
         try:
             a = np.asarray(value)
-        except ValueError:
+        except (ValueError, MemoryError):
             return None
         if a.dtype.kind == "f" and a.dtype != object:
             return 0.0
@@ -476,10 +599,14 @@ def _prepare(op, inputs):
         elif op.dtype_rule == "same":
             w = _weak(x)
             if w is None:
-                if isinstance(x, (np.ndarray, np.generic)):
-                    strong.append(_dt.from_numpy(x.dtype))
-                else:
-                    strong.append(constant(x, device="cpu:0").dtype)
+                try:
+                    if isinstance(x, (np.ndarray, np.generic)):
+                        strong.append(_dt.from_numpy(x.dtype))
+                    else:       # (a list of NumPy arrays, a string: what does it hold?)
+                        strong.append(_dt.from_numpy(_np_from_python(x, None, None,
+                                                                     op.name).dtype))
+                except OpError as e:
+                    raise e.with_context(op.name, scope or _host_device()) from None
             else:
                 weak.append(w)
         vals.append(x)
@@ -504,12 +631,12 @@ def _prepare(op, inputs):
                 x = _move(op, x, dev, scope is not None, inputs)
         else:
             try:
-                a = _np_from_python(x, target)
-            except InvalidArgumentError as e:
+                a = _np_from_python(x, target, dev, op.name)
+            except OpError as e:
                 raise e.with_context(op.name, dev) from None
             if target is not None and a.dtype != target.np:
                 a = a.astype(target.np)
-            x = _wrap(_to_device(a, dev), dev)
+            x = _wrap(_to_device(a, dev, op.name), dev)
         out.append(x)
     return tuple(out), dev
 

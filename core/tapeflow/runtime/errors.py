@@ -32,7 +32,11 @@ class OpError(TapeflowError):
     """An error raised while running an op. ``op`` and ``device`` say where.
 
     The message ends with ``[Op:<name>] on <device>`` once the dispatcher has
-    attached the context (kernels raise without it; ``execute`` adds it).
+    attached the context (kernels raise without it; ``execute`` adds it). An error
+    raised outside any op -- a public function refusing an argument before it runs
+    one (``tf.zeros(2, dtype="x")``) -- names that function instead: ``[in tf.zeros]``.
+    It is found as the error propagates, from its traceback (see :attr:`function`):
+    no public function passes its name down, and raising costs nothing more.
     """
 
     def __init__(self, message: str, op: str | None = None, device=None):
@@ -41,10 +45,23 @@ class OpError(TapeflowError):
         self.device = device
         super().__init__(self._format())
 
+    @property
+    def function(self) -> str | None:
+        """The tapeflow function the caller called, through which this error came out
+        (``tf.zeros``, ``Tensor.__getitem__``, ``Checkpoint.write``), read from the
+        traceback: the innermost tapeflow frame called from outside tapeflow (user
+        code, a plugin, :mod:`tapeflow.testing`). None before the error was raised."""
+        return _entry_point(self.__traceback__)
+
     def _format(self) -> str:
         msg = self.message
         if self.op is not None:
             msg += f" [Op:{self.op}]"
+        if self.op is None or self.op == "Const":
+            # (Const: a conversion inside another function, tf.reduce_sum's of its input)
+            fn = _entry_point(self.__traceback__)
+            if fn is not None and fn not in _CONVERTERS:
+                msg += f" [in {fn}]"
         if self.device is not None:
             msg += f" on {self.device}"
         return msg
@@ -60,6 +77,56 @@ class OpError(TapeflowError):
 
     def __str__(self):
         return self._format()
+
+
+def _internal(frame) -> bool:
+    """A frame of tapeflow's own code (its test kit and module-level code excepted:
+    those call tapeflow as a user does)."""
+    name = frame.f_globals.get("__name__") or ""
+    return ((name == "tapeflow" or name.startswith("tapeflow."))
+            and not name.startswith("tapeflow.testing")
+            and not frame.f_code.co_name.startswith("<"))
+
+
+#: public functions whose own op is Const (no need to name them twice)
+_CONVERTERS = {"tf.constant", "tf.convert_to_tensor", "constant", "convert_to_tensor"}
+
+#: tapeflow modules whose functions are public under another prefix than ``tf.``
+_PREFIXES = {"tapeflow.ops.nn": "tf.nn.", "tapeflow.ops.linalg": "tf.linalg.",
+             "tapeflow.ops.random": "tf.random.", "tapeflow.ops.signal": "tf.signal."}
+
+
+def _entry_point(tb):
+    """The public name of the innermost tapeflow frame entered from outside tapeflow
+    in traceback ``tb`` (and the frames calling its first frame), or None."""
+    if tb is None:
+        return None
+    frames = []
+    f = tb.tb_frame.f_back
+    while f is not None and len(frames) < 200:        # the callers of the catching frame
+        frames.append(f)
+        f = f.f_back
+    frames.reverse()
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    entry, outside = None, False
+    for f in frames:
+        inside = _internal(f)
+        if inside and outside:
+            entry = f
+        outside = not inside
+    if entry is None:
+        return None
+    code = entry.f_code
+    qual = getattr(code, "co_qualname", code.co_name)
+    if qual == "OpDef.__call__":                      # an op called directly: its name
+        name = getattr(entry.f_locals.get("self"), "name", None)
+        return name if isinstance(name, str) else qual
+    module = entry.f_globals.get("__name__") or ""
+    if "." not in qual and module.startswith("tapeflow.ops."):
+        return _PREFIXES.get(module, "tf.") + qual
+    return qual
 
 
 class InvalidArgumentError(OpError, ValueError):

@@ -21,6 +21,11 @@ from __future__ import annotations
 import operator
 import os
 
+try:
+    import resource
+except ImportError:         # pragma: no cover - Windows
+    resource = None
+
 import numpy as np
 
 from . import dtypes as _dt
@@ -29,7 +34,24 @@ from .tensor import Tensor, VariableBase
 
 __all__ = ["as_index", "as_shape", "normalize_axis", "normalize_axes", "check_allocation",
            "check_shape_attr", "device_memory_limit", "format_bytes", "num_elements",
-           "check_attrs"]
+           "check_attrs", "check_rank", "MAX_RANK"]
+
+#: the most dimensions a tensor may have: NumPy's limit (PyOpenCL and CuPy share it)
+MAX_RANK = 64
+
+
+def check_rank(shape, op, device=None):
+    """InvalidArgumentError when ``shape`` has more than :data:`MAX_RANK` dimensions.
+
+    >>> check_rank((1,) * 65, "Fill")
+    Traceback (most recent call last):
+    ...
+    tapeflow.errors.InvalidArgumentError: shape has rank 65, more than the 64 dimensions NumPy and the devices support; merge dimensions (tf.reshape) [Op:Fill]
+    """
+    if len(shape) > MAX_RANK:
+        raise InvalidArgumentError(
+            f"shape has rank {len(shape)}, more than the {MAX_RANK} dimensions NumPy and the "
+            "devices support; merge dimensions (tf.reshape)", op=op, device=device)
 
 
 def as_index(value, what, op, device=None) -> int:
@@ -67,6 +89,7 @@ def as_shape(shape, op, device=None) -> tuple:
         shape = getattr(shape, "as_list", lambda: [shape])()
         if not isinstance(shape, list):
             shape = [shape]
+    check_rank(shape, op, device)
     out = tuple(as_index(d, "every dimension of shape", op, device) for d in shape)
     for d in out:
         if d < 0:
@@ -139,6 +162,10 @@ def device_memory_limit(device):
     limit = info.get("max_alloc") or info.get("total")
     if not limit and device.is_host:
         limit = _host_memory()
+        if resource is not None:    # a process limited in address space (ulimit -v)
+            soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+            if soft != resource.RLIM_INFINITY and soft > 0:
+                limit = min(limit, soft) if limit else soft
     _LIMITS[device] = limit or None
     return _LIMITS[device]
 
@@ -182,6 +209,8 @@ def check_shape_attr(op, tensors, attrs, device):
     shape = attrs.get("shape")
     if shape is None:
         return
+    if hasattr(shape, "__len__") and len(shape) > MAX_RANK:
+        check_rank(shape, op.name, device)
     n = 1
     try:
         for d in shape:
@@ -311,8 +340,10 @@ def _check_attr(op, name, kind, v, rank):
             _fail_value(op, name, f"a sorted tuple of distinct axes in [0, {rank})", v)
     elif kind == "shape":
         _int_tuple(op, name, v, "non-negative sizes", 0)
+        check_rank(v, op)
     elif kind == "reshape":
         _int_tuple(op, name, v, "non-negative sizes, or -1 once", -1)
+        check_rank(v, op)
         if v.count(-1) > 1:
             _fail_value(op, name, "non-negative sizes with at most one -1", v)
     elif kind == "sizes":
