@@ -8,20 +8,26 @@ implementation once, in an order that rotates from round to round, with ``sync()
 ``case.times[impl]`` (seconds per unit) and ``case.ratios[other]`` (per-round
 ``other / ref`` time ratios: > 1 means ``ref`` is faster).
 
-``settle_s`` (default 0): before each sample, collect garbage and sleep that long, so
+``settle_s`` (default 0): before each sample, sleep that long, so
 the thread pools of the implementation timed just before (OpenBLAS and OpenMP workers
 spin for a while after a call) are idle and do not steal the cores. The ratio
 benchmarks (``ratio_cases.py``: asv's ``bench_ratios`` and ``scripts/bench_check.py``)
 time through this function too.
+
+``clock`` (default ``time.perf_counter``, wall time): what the samples are read from.
+The ratio benchmarks pass ``time.process_time`` for work that runs on this machine's
+CPUs (cpu:0, OpenCL on a CPU): the process's CPU time, all its threads, does not count
+the time the process waits while other jobs hold the cores, the largest noise on a
+shared machine. Wall time stays right for a GPU (the host waits, the device works).
 """
 
 from __future__ import annotations
 
-import gc
 import time
 
 
-def measure(case, sync, rounds, min_time, ref, per_run=1, max_repeat=1 << 14, settle_s=0.0):
+def measure(case, sync, rounds, min_time, ref, per_run=1, max_repeat=1 << 14, settle_s=0.0,
+            clock=time.perf_counter):
     """Time ``case.impls`` (``{name: run(n)}``, ``run(n)`` does ``n`` units)."""
     impls = list(case.impls)
     for name in impls:                      # warm-up: compile kernels, fill caches
@@ -30,10 +36,10 @@ def measure(case, sync, rounds, min_time, ref, per_run=1, max_repeat=1 << 14, se
     first = ref if ref in impls else impls[0]
     k = 1
     while True:
-        t0 = time.perf_counter()
+        t0 = clock()
         case.impls[first](per_run * k)
         sync()
-        if time.perf_counter() - t0 >= min_time or k >= max_repeat:
+        if clock() - t0 >= min_time or k >= max_repeat:
             break
         k *= 2
     n = per_run * k
@@ -43,13 +49,12 @@ def measure(case, sync, rounds, min_time, ref, per_run=1, max_repeat=1 << 14, se
         this = {}
         for name in order:
             if settle_s:
-                gc.collect()
                 time.sleep(settle_s)
             sync()
-            t0 = time.perf_counter()
+            t0 = clock()
             case.impls[name](n)
             sync()
-            this[name] = (time.perf_counter() - t0) / n
+            this[name] = (clock() - t0) / n
             case.times[name].append(this[name])
         if ref in this:
             for name, v in this.items():

@@ -8,7 +8,9 @@ memory bandwidth, clock and neighbours). Every case here builds two implementati
 :func:`interleave.measure` (the engine of ``gpu_compare.py`` and ``opencl_compare.py``):
 each round times both once, in alternating order; the result is the list of per-round
 ``tapeflow / peer`` time ratios, whose median is the tracked figure (< 1: tapeflow is
-faster than its peer).
+faster than its peer). Where the device computes on this machine's CPUs (cpu:0, OpenCL
+on a CPU) the samples are the process's CPU time (``time.process_time``), which does not
+count the time other jobs hold the cores; on a GPU, wall time.
 
 The same cases serve the asv suite (``asv_bench/benchmarks/bench_ratios.py``: one
 ``track_ratio`` per case, parameterised by device, ``unit = "ratio"``) and the
@@ -61,8 +63,8 @@ from interleave import measure
 DEVICES = ("cpu:0", "opencl:0", "cuda:0")
 
 #: default timing: rounds per process and seconds per sample (calibrated)
-ROUNDS = 15
-MIN_TIME = 0.02
+ROUNDS = 21
+MIN_TIME = 0.01
 
 
 class RatioCase:
@@ -77,6 +79,7 @@ class RatioCase:
         self.syncs = []
         self.settle_s = 0.0
         self.per_run = 1
+        self.clock = time.perf_counter
 
     def sync(self):
         for s in self.syncs:
@@ -130,10 +133,28 @@ def _on(tf, name, run):
     return r
 
 
+def runs_on_host_cpu(tf, name):
+    """True when device ``name`` computes on this machine's CPUs: ``cpu:0``, or an
+    OpenCL device of type CPU (Intel's runtime, PoCL)."""
+    dev = device(tf, name)
+    if dev.type == "cpu":
+        return True
+    if dev.type == "opencl":
+        import pyopencl as cl
+        import tapeflow_opencl
+        with tf.device(name):
+            probe = tf.constant([0.0])
+        return bool(tapeflow_opencl.device_of(probe._data).cl_device.type & cl.device_type.CPU)
+    return False
+
+
 def _new(tf, key, name, peer):
     dev = device(tf, name)
     case = RatioCase(key, name, peer)
     case.syncs.append(lambda: dev.backend.synchronize(dev))
+    # CPU time where the work runs on this machine's CPUs: the time the process waits
+    # while other jobs hold the cores is not counted (the noise of a shared machine)
+    case.clock = time.process_time if runs_on_host_cpu(tf, name) else time.perf_counter
     return case
 
 
@@ -229,7 +250,7 @@ def case_mlp_step(tf, name):
         case.syncs.append(cp.cuda.Device().synchronize)
         return _from_peer_case(case, gpu_compare.case_mlp(tf, cp, None, 64), "tapeflow", "cupy")
     case = _new(tf, "mlp_step", name, "NumPy step by hand")
-    case.settle_s = 0.05
+    case.settle_s = 0.01
     with tf.device(name):
         other = compare.case_mlp(tf, None, 64)
     return _from_peer_case(case, other, "tapeflow", "numpy", wrap=lambda r: _on(tf, name, r))
@@ -251,7 +272,7 @@ def case_cnn_step(tf, name):
         case.syncs.append(torch.cuda.synchronize)
         return _from_peer_case(case, gpu_compare.case_cnn(tf, cp, torch, 32), "tapeflow", "torch")
     case = _new(tf, "cnn_step", name, "PyTorch eager")
-    case.settle_s = 0.05
+    case.settle_s = 0.01
     with tf.device(name):
         other = compare.case_cnn(tf, torch, 32)
     return _from_peer_case(case, other, "tapeflow", "torch", wrap=lambda r: _on(tf, name, r))
@@ -259,7 +280,7 @@ def case_cnn_step(tf, name):
 
 def case_function_replay(tf, name):
     case = _new(tf, "function_replay", name, "the same step, eager tapeflow")
-    case.settle_s = 0.02
+    case.settle_s = 0.01
     with tf.device(name):
         other = compare.case_mlp_traced(tf, None, 64)
     wrap = (lambda r: _on(tf, name, r))
@@ -403,10 +424,15 @@ def build(key, name, tf=None):
 
 
 def ratios(case, rounds=ROUNDS, min_time=MIN_TIME):
-    """Time ``case`` interleaved: the per-round ``tapeflow / peer`` time ratios."""
-    measure(case, case.sync, rounds, min_time, ref="peer", per_run=case.per_run,
-            settle_s=case.settle_s)
-    return case.ratios["tapeflow"]
+    """Time ``case`` interleaved: the per-round ``tapeflow / peer`` time ratios.
+
+    The repeat count is calibrated on tapeflow (``ref``), so a tapeflow sample lasts
+    ``min_time`` and the peer's, when the peer is 40x faster, a fortieth of it -- not
+    40x ``min_time``: short samples are fewer preemptions on a loaded machine, and the
+    run's length does not grow with the ratio."""
+    measure(case, case.sync, rounds, min_time, ref="tapeflow", per_run=case.per_run,
+            settle_s=case.settle_s, clock=case.clock)
+    return [1.0 / r for r in case.ratios["peer"]]
 
 
 def median_ratio(key, name, rounds=ROUNDS, min_time=MIN_TIME):
