@@ -275,3 +275,86 @@ def test_random_parameters_that_are_not_numbers_name_the_function(value):
 def test_random_parameters_as_tensors_still_work():
     y = tf.random.normal([2], mean=tf.constant([0.0, 100.0]), stddev=np.float32(0.0))
     assert y.numpy().tolist() == [0.0, 100.0]
+
+
+@pytest.mark.parametrize("eps", [1 + 1j, "x", None, [1e-3, None]])
+def test_batch_normalization_variance_epsilon_must_be_a_real_number(eps):
+    x = tf.ones([3])
+    _raises(errors.InvalidTypeError,
+            lambda: tf.nn.batch_normalization(x, x, x, None, None, eps),
+            "batch_normalization: variance_epsilon must be a real number",
+            "[Op:BatchNormalization]")
+
+
+@pytest.mark.parametrize("shift", [1j, "x", [1.0, None]])
+def test_moments_shift_must_be_a_real_number(shift):
+    _raises(errors.InvalidArgumentError,
+            lambda: tf.nn.moments(tf.ones([2, 2]), [0], shift=shift),
+            "moments: shift must be None or a real number or tensor", "[Op:Moments]")
+
+
+# --- flags: a string or a complex number is no bool -------------------------------------
+
+_M = tf.ones([2, 2])
+
+
+@pytest.mark.parametrize("call,what,op", [
+    (lambda v: tf.reduce_sum(_M, keepdims=v), "keepdims", "Sum"),
+    (lambda v: tf.reduce_max(_M, keep_dims=v), "keepdims", "Max"),
+    (lambda v: tf.math.count_nonzero(_M, keepdims=v), "count_nonzero: keepdims", "CountNonzero"),
+    (lambda v: tf.math.reduce_variance(_M, keepdims=v), "reduce_variance: keepdims", "Mean"),
+    (lambda v: tf.norm(_M, keepdims=v), "norm: keepdims", "EuclideanNorm"),
+    (lambda v: tf.nn.moments(_M, [0], keepdims=v), "moments: keepdims", "Moments"),
+    (lambda v: tf.matmul(_M, _M, transpose_a=v), "matmul: transpose_a", "MatMul"),
+    (lambda v: tf.matmul(_M, _M, adjoint_b=v), "matmul: adjoint_b", "MatMul"),
+    (lambda v: tf.cumsum(_M, exclusive=v), "cumsum: exclusive", "Cumsum"),
+    (lambda v: tf.cumprod(_M, reverse=v), "cumprod: reverse", "Cumprod"),
+    (lambda v: tf.argsort([2, 1], stable=v), "argsort: stable", "ArgSort"),
+    (lambda v: tf.transpose(_M, conjugate=v), "transpose: conjugate", "Transpose"),
+    (lambda v: tf.linalg.matrix_transpose(_M, conjugate=v), "matrix_transpose: conjugate",
+     "Einsum"),
+    (lambda v: tf.linalg.inv(_M + tf.eye(2), adjoint=v), "inv: adjoint", "MatrixInverse"),
+    (lambda v: tf.linalg.solve(_M + tf.eye(2), _M, adjoint=v), "solve: adjoint", "MatrixSolve"),
+    (lambda v: tf.linalg.svd(_M, compute_uv=v), "svd: compute_uv", "Svd"),
+    (lambda v: tf.linalg.qr(_M, full_matrices=v), "qr: full_matrices", "Qr"),
+])
+@pytest.mark.parametrize("value", ["yes", 1j, 0.5, 2, [True]])
+def test_flags_must_be_bools(call, what, op, value):
+    _raises(errors.InvalidTypeError, lambda: call(value), f"{what} must be a bool",
+            f"[Op:{op}]")
+
+
+def test_flags_take_bools_numpy_bools_and_0_or_1():
+    assert tf.reduce_sum(_M, keepdims=np.bool_(True)).shape == (1, 1)
+    assert tf.reduce_sum(_M, keepdims=1).shape == (1, 1)
+    assert tf.reduce_sum(_M, keepdims=None).shape == ()
+    assert tf.cumsum([1, 2], exclusive=tf.constant(True)).numpy().tolist() == [0, 1]
+
+
+def test_matmul_transpose_and_adjoint_of_one_input_together():
+    _raises(errors.InvalidArgumentError,
+            lambda: tf.matmul(_M, _M, transpose_b=True, adjoint_b=True),
+            "matmul: only one of transpose_b and adjoint_b can be True", "[Op:MatMul]")
+
+
+# --- the conjugate in an adjoint (a complex value's imaginary part was ignored) ----------
+
+_A = np.array([[1 + 2j, 3j], [2, 1 - 1j]])
+
+
+@pytest.mark.parametrize("call,ref", [
+    (lambda x: tf.matmul(x, x, adjoint_a=True), lambda a: a.conj().T @ a),
+    (lambda x: tf.matmul(x, x, adjoint_b=True), lambda a: a @ a.conj().T),
+    (lambda x: tf.matmul(_A.tolist(), x, adjoint_a=True), lambda a: a.conj().T @ a),
+    (lambda x: tf.transpose(x, conjugate=True), lambda a: a.conj().T),
+    (lambda x: tf.linalg.matrix_transpose(x, conjugate=True), lambda a: a.conj().T),
+    (lambda x: tf.linalg.adjoint(x), lambda a: a.conj().T),
+])
+def test_adjoints_conjugate_complex_inputs(call, ref):
+    np.testing.assert_allclose(call(tf.constant(_A)).numpy(), ref(_A))
+
+
+def test_adjoints_of_real_inputs_are_transposes():
+    a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(tf.matmul(a, a, adjoint_b=True).numpy(), a @ a.T)
+    np.testing.assert_array_equal(tf.linalg.adjoint(a).numpy(), a.T)

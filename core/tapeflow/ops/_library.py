@@ -195,3 +195,31 @@ def check_fits(v, dtype, what, op, x=None):
             raise InvalidArgumentError(
                 f"{what} {v} does not fit in {dtype.name} [{info.min}, {info.max}]; pass "
                 "a wider dtype or a smaller value", op=op, device=_where(x))
+
+
+def flag(v, what, op, x=None):
+    """A flag (``keepdims``, ``transpose_a``, ``exclusive`` ...) as a bool: True/False,
+    a NumPy bool, the ints 0 and 1 or a 0-d bool/int tensor of them, or None (False, as
+    TensorFlow's reductions read ``keepdims=None``). Anything else (a string, a complex
+    number, 0.5) raises InvalidTypeError naming ``op``: its truth value would be a
+    silent guess.
+
+    >>> from tapeflow.ops._library import flag
+    >>> flag(1, "cumsum: exclusive", "Cumsum")
+    True
+    >>> flag("no", "cumsum: exclusive", "Cumsum")
+    Traceback (most recent call last):
+    ...
+    tapeflow.errors.InvalidTypeError: cumsum: exclusive must be a bool, got str 'no' [Op:Cumsum] on cpu:0
+    """
+    if v is None:
+        return False
+    u = v
+    if hasattr(u, "numpy") and not isinstance(u, np.ndarray):
+        u = u.numpy()
+    if isinstance(u, np.ndarray) and u.ndim == 0:
+        u = u[()]
+    if isinstance(u, (bool, np.bool_)) or (isinstance(u, (int, np.integer)) and u in (0, 1)):
+        return bool(u)
+    raise InvalidTypeError(f"{what} must be a bool, got {type(v).__name__} {_short(v)}",
+                           op=op, device=_where(x))

@@ -25,7 +25,7 @@ import numpy as np
 from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ._library import check_fits, defop
+from ._library import check_fits, defop, flag
 from ..runtime.registry import REQUIRED, Linear
 from ..runtime import context as _ctx
 from ..runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
@@ -560,12 +560,15 @@ _TRANSPOSE = defop("Transpose", inputs=("x",), attrs={"perm": None}, dtype_rule=
 
 
 def transpose(a, perm=None, conjugate=False, name="transpose"):
-    """Permute dimensions (``perm=None`` reverses them).
+    """Permute dimensions (``perm=None`` reverses them); ``conjugate=True`` also
+    conjugates a complex tensor.
 
     >>> import tapeflow as tf
     >>> tf.transpose(tf.zeros([2, 3, 4]), [2, 0, 1]).shape
     TensorShape([4, 2, 3])
     """
+    if conjugate is not False and flag(conjugate, "transpose: conjugate", "Transpose", a):
+        return _m.conj(transpose(a, perm))
     nd = _ndim(a)
     if perm is None:
         p = tuple(_range(nd - 1, -1, -1))
@@ -1795,7 +1798,8 @@ def cumsum(x, axis=0, exclusive=False, reverse=False, name=None):
     """
     x = _tensor(x)
     return execute(_CUMSUM, (x,), {"axis": _scan_axis(x, axis, "cumsum"),
-                                   "exclusive": bool(exclusive), "reverse": bool(reverse)})
+                                   "exclusive": flag(exclusive, "cumsum: exclusive", "Cumsum", x),
+                                   "reverse": flag(reverse, "cumsum: reverse", "Cumsum", x)})
 
 
 def cumprod(x, axis=0, exclusive=False, reverse=False, name=None):
@@ -1806,8 +1810,10 @@ def cumprod(x, axis=0, exclusive=False, reverse=False, name=None):
     tf.Tensor([1 2 6], shape=(3,), dtype=int32)
     """
     x = _tensor(x)
-    return execute(_CUMPROD, (x,), {"axis": _scan_axis(x, axis, "cumprod"),
-                                    "exclusive": bool(exclusive), "reverse": bool(reverse)})
+    return execute(_CUMPROD, (x,), {
+        "axis": _scan_axis(x, axis, "cumprod"),
+        "exclusive": flag(exclusive, "cumprod: exclusive", "Cumprod", x),
+        "reverse": flag(reverse, "cumprod: reverse", "Cumprod", x)})
 
 
 def argsort(values, axis=-1, direction="ASCENDING", stable=True, name=None):
@@ -1819,9 +1825,11 @@ def argsort(values, axis=-1, direction="ASCENDING", stable=True, name=None):
     tf.Tensor([1 2 0], shape=(3,), dtype=int64) tf.Tensor([1 2 3 0], shape=(4,), dtype=int64)
     """
     x = _tensor(values)
-    if direction not in ("ASCENDING", "DESCENDING"):
+    flag(stable, "argsort: stable", "ArgSort", x)       # (always stable)
+    if not isinstance(direction, str) or direction not in ("ASCENDING", "DESCENDING"):
         raise InvalidArgumentError(f"argsort: direction must be 'ASCENDING' or 'DESCENDING', "
-                                   f"got {direction!r}")
+                                   f"got {_shapes._short(direction)}", op="ArgSort",
+                                   device=x._device)
     return execute(_ARGSORT, (x,), {"axis": _scan_axis(x, axis, "argsort"),
                                     "descending": direction == "DESCENDING"})
 

@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from ..runtime import shapes as _shapes
-from ._library import defop
+from ._library import defop, flag
 from ..runtime.errors import InvalidArgumentError, NotDifferentiableError, UnimplementedError
 from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
@@ -124,10 +124,33 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
     >>> tf.matmul(tf.ones([5, 2, 3]), tf.ones([4, 3]), transpose_b=True).shape
     TensorShape([5, 2, 4])
     """
-    if transpose_a or transpose_b or adjoint_a or adjoint_b:
-        return execute(_MATMUL, (a, b), _FLAGS[bool(transpose_a or adjoint_a),
-                                                bool(transpose_b or adjoint_b)])
-    return execute(_MATMUL, (a, b), _NN)
+    if transpose_a is False and transpose_b is False and adjoint_a is False \
+            and adjoint_b is False:
+        return execute(_MATMUL, (a, b), _NN)
+    ta, tb, ja, jb = (flag(v, f"matmul: {w}", "MatMul", a) for w, v in (
+        ("transpose_a", transpose_a), ("transpose_b", transpose_b),
+        ("adjoint_a", adjoint_a), ("adjoint_b", adjoint_b)))
+    for t, j, s in ((ta, ja, "a"), (tb, jb, "b")):
+        if t and j:
+            raise InvalidArgumentError(
+                f"matmul: only one of transpose_{s} and adjoint_{s} can be True (adjoint "
+                "is the conjugate transpose)", op="MatMul", device=getattr(a, "_device", None))
+    if ja and _holds_complex(a):            # the adjoint conjugates
+        a = _m.conj(a)
+    if jb and _holds_complex(b):
+        b = _m.conj(b)
+    return execute(_MATMUL, (a, b), _FLAGS[ta or ja, tb or jb])
+
+
+def _holds_complex(v):
+    """Whether ``v`` (a tensor, an array or what converts to one) is complex."""
+    d = getattr(v, "dtype", None)
+    if d is not None:
+        return getattr(d, "np", d).kind == "c"
+    try:
+        return bool(np.iscomplexobj(v))
+    except Exception:               # noqa: BLE001 - the op's conversion says what is wrong
+        return False
 
 
 # --- einsum / tensordot ---------------------------------------------------------------
@@ -369,12 +392,20 @@ def matrix_transpose(a, name="matrix_transpose", conjugate=False):
     >>> tf.linalg.matrix_transpose(tf.ones([2, 3, 4])).shape
     TensorShape([2, 4, 3])
     """
-    return einsum("...ij->...ji", a)
+    t = einsum("...ij->...ji", a)
+    return _m.conj(t) if flag(conjugate, "matrix_transpose: conjugate", "Einsum", a) else t
 
 
 def adjoint(matrix, name=None):
-    """Conjugate transpose of the last two dimensions (the transpose: dtypes are real)."""
-    return einsum("...ij->...ji", matrix)
+    """Conjugate transpose of the last two dimensions (the transpose, for real dtypes).
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.adjoint(tf.constant([[1 + 2j, 3j]])))
+    tf.Tensor(
+    [[1.-2.j]
+     [0.-3.j]], shape=(2, 1), dtype=complex128)
+    """
+    return _m.conj(einsum("...ij->...ji", matrix))
 
 
 # --- norm -----------------------------------------------------------------------------
@@ -394,7 +425,8 @@ def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None, keep_dims
     tf.Tensor(6.0, shape=(), dtype=float32)
     """
     x = _tensor(tensor)
-    keepdims = bool(keep_dims if keep_dims is not None else keepdims)
+    keepdims = flag(keep_dims if keep_dims is not None else keepdims, "norm: keepdims",
+                    "EuclideanNorm", tensor)
     nd = len(x._data.shape)
     if hasattr(axis, "numpy"):
         axis = axis.numpy().tolist()
@@ -489,7 +521,8 @@ def inv(input, adjoint=False, name=None):
     [[ 1. -1.]
      [ 0.  1.]], shape=(2, 2), dtype=float32)
     """
-    return execute(_INV, (_tensor(input),), {"adjoint": bool(adjoint)})
+    x = _tensor(input)
+    return execute(_INV, (x,), {"adjoint": flag(adjoint, "inv: adjoint", "MatrixInverse", x)})
 
 
 def _solve_grad(ctx, dy):
@@ -516,7 +549,8 @@ def solve(matrix, rhs, adjoint=False, name=None):
      [0.5]], shape=(2, 1), dtype=float32)
     """
     a = _tensor(matrix)
-    return execute(_SOLVE, (a, convert_like(rhs, a)), {"adjoint": bool(adjoint)})
+    return execute(_SOLVE, (a, convert_like(rhs, a)),
+                   {"adjoint": flag(adjoint, "solve: adjoint", "MatrixSolve", a)})
 
 
 def _det_scale(x, g):
@@ -747,9 +781,11 @@ def svd(tensor, full_matrices=False, compute_uv=True, name=None):
     >>> print(s)
     tf.Tensor([4. 3.], shape=(2,), dtype=float32)
     """
-    if not compute_uv:
-        return execute(_SVD_VALUES, (_tensor(tensor),))
-    u, s, vh = execute(_SVD, (_tensor(tensor),), {"full_matrices": bool(full_matrices)})
+    x = _tensor(tensor)
+    full = flag(full_matrices, "svd: full_matrices", "Svd", x)
+    if not flag(compute_uv, "svd: compute_uv", "Svd", x):
+        return execute(_SVD_VALUES, (x,))
+    u, s, vh = execute(_SVD, (x,), {"full_matrices": full})
     return s, u, matrix_transpose(vh)
 
 
@@ -763,7 +799,9 @@ def qr(input, full_matrices=False, name=None):
     [[1. 0.]
      [0. 2.]], shape=(2, 2), dtype=float32)
     """
-    return execute(_QR, (_tensor(input),), {"full_matrices": bool(full_matrices)})
+    x = _tensor(input)
+    return execute(_QR, (x,), {"full_matrices": flag(full_matrices, "qr: full_matrices", "Qr",
+                                                      x)})
 
 
 # --- discrete Fourier transforms (the array API's fft extension) ---------------------------
@@ -858,7 +896,8 @@ def fft_transform(x, axes, norm="backward", inverse=False, kind="c2c", n=None):
                                    op="FFT" if kind == "c2c" else "IRFFT")
     if kind == "c2r":
         return execute(_IRFFT, (x,), {"axes": axes, "norm": norm, "n": int(n)})
-    return execute(_FFT, (x,), {"axes": axes, "norm": norm, "inverse": bool(inverse)})
+    return execute(_FFT, (x,), {"axes": axes, "norm": norm,
+                                "inverse": flag(inverse, "fft: inverse", "FFT", x)})
 
 
 # --- forward-mode rules (JVPs) -------------------------------------------------------------

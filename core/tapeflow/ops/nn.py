@@ -27,7 +27,7 @@ import numpy as np
 
 from ..runtime import devices as _devs
 from ..runtime import shapes as _shapes
-from ._library import defop, real_number
+from ._library import defop, flag, real_number
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.dispatch import convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
@@ -318,6 +318,16 @@ def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
     if keep_dims is not None:
         keepdims = keep_dims
     x = _t(x)
+    keepdims = flag(keepdims, "moments: keepdims", "Moments", x)
+    if shift is not None:                   # (not used, as in TensorFlow 2; still a number)
+        try:
+            kind = np.asarray(shift.numpy() if hasattr(shift, "numpy") else shift).dtype.kind
+        except (TypeError, ValueError):
+            kind = "O"
+        if kind not in "biuf":
+            raise InvalidArgumentError(
+                f"moments: shift must be None or a real number or tensor, got "
+                f"{_shapes._short(shift)}", op="Moments", device=x._device)
     y = _m.cast(x, "float32") if x.dtype.name == "float16" else x
     ax = _red._norm_axis(axes, y.ndim, "Moments")
     shape = _shape(y)
@@ -327,7 +337,7 @@ def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
     inv = 1.0 / n if n else float("nan")
     mean_k = _m.multiply(_m.reduce_sum(y, axis=ax, keepdims=True), inv)
     d = _m.subtract(y, mean_k)
-    var = _m.multiply(_m.reduce_sum(_m.multiply(d, d), axis=ax, keepdims=bool(keepdims)), inv)
+    var = _m.multiply(_m.reduce_sum(_m.multiply(d, d), axis=ax, keepdims=keepdims), inv)
     mean = mean_k if keepdims else _a.reshape(mean_k, _shape(var))
     if y is not x:
         mean, var = _m.cast(mean, x.dtype), _m.cast(var, x.dtype)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ._library import defop
+from ._library import defop, flag
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.dispatch import convert_to_tensor, execute
 from ..runtime.registry import Linear
@@ -53,8 +53,10 @@ def _reduce(op, input_tensor, axis, keepdims, keep_dims, reduction_indices):
         axis = reduction_indices
     if keep_dims is not None:
         keepdims = keep_dims
+    if type(keepdims) is not bool:
+        keepdims = flag(keepdims, "keepdims", op.name, x)
     axis = _norm_axis(axis, len(x._data.shape), op.name, x._device)
-    return execute(op, (x,), {"axis": axis, "keepdims": bool(keepdims)})
+    return execute(op, (x,), {"axis": axis, "keepdims": keepdims})
 
 
 def _keep(ctx, t):
@@ -263,6 +265,7 @@ def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
     if not x.dtype.is_floating:
         raise InvalidArgumentError(f"reduce_variance needs a float input, got {x.dtype.name}",
                                    op="Mean", device=x._device)
+    keepdims = flag(keepdims, "reduce_variance: keepdims", "Mean", x)
     dev = _m.subtract(x, reduce_mean(x, axis=axis, keepdims=True))
     return reduce_mean(_m.multiply(dev, dev), axis=axis, keepdims=keepdims)
 
@@ -323,7 +326,8 @@ def count_nonzero(input, axis=None, keepdims=None, dtype=_dt.int64, name=None,
     tf.Tensor([1 2], shape=(2,), dtype=int64)
     """
     nonzero = _m.cast(input, _dt.bool_)
-    return _reduce(_SUM, _m.cast(nonzero, dtype), axis, bool(keepdims), keep_dims,
+    keepdims = flag(keepdims, "count_nonzero: keepdims", "CountNonzero", input)
+    return _reduce(_SUM, _m.cast(nonzero, dtype), axis, keepdims, keep_dims,
                    reduction_indices)
 
 
