@@ -4,22 +4,39 @@
 It calls the public functions (``tf.*``, ``tf.nn.*``, ``tf.linalg.*``,
 ``tf.random.*``, ``tf.math.*``) and every registered op (:data:`tapeflow.runtime.registry.OPS`,
 as a plugin or the tracer calls them) with one argument replaced by a bad value --
-a string, ``None``, a complex number, an object, a ragged list, a huge or negative
-dimension, a float or a duplicate where an axis goes -- and with Variables as
-inputs, and classifies what happens:
+a string, ``None``, a complex number, an object, a ragged list, ``None`` inside a list,
+a NumPy broadcast view of a huge shape (zero strides: a few bytes that would be tens
+of GiB once copied), a huge or negative dimension, a shape of rank > 64 (NumPy's
+limit), a float or a duplicate where an axis goes -- with Variables as inputs, and
+registry ops with too few inputs; and it compares the public value types
+(``DType``, ``Device``, ``TensorShape``, ``OpDef``) with arbitrary objects (targets
+``cmp:<type>``: ``==``, ``!=`` and ``hash`` must not raise and must agree). It
+classifies what happens:
 
 ``ok``
     returned (fine for a control, and for bad values that are merely unusual)
 ``error``
-    raised a :class:`tapeflow.errors.TapeflowError` (the goal)
+    raised a :class:`tapeflow.errors.TapeflowError` that says where (the goal)
+``unnamed``
+    raised a tapeflow error that does not say which op or function received the bad
+    argument: a bug. The rule: the error's ``.op`` is ``None`` (or it has no ``.op``)
+    *and* its message does not contain the name of the function called as a whole word
+    (``reduce_sum`` for ``tf.reduce_sum``, ``MatMul`` for ``op:MatMul``; a
+    namespaced op ``project::Name`` may be named as ``Name``). An error naming another
+    op (``[Op:Cast]`` from inside ``tf.nn.softmax``) counts as named.
 ``foreign``
     raised any other exception (a NumPy ``TypeError``, an ``AttributeError``): a bug
 ``memory``
     a plain ``MemoryError`` instead of ``ResourceExhaustedError``: a bug
 ``coercion``
     returned although an argument held a value no op may accept silently (a string,
-    bytes or ``None`` in a tensor argument, a float, complex number or duplicate where
-    an axis goes): a bug (complex numbers are tensors' values since complex64/128)
+    bytes or ``None`` in a tensor argument or inside a list there, a float, complex
+    number or duplicate where an axis goes, too few inputs): a bug (complex numbers are
+    tensors' values since complex64/128); also returned a real floating-point result
+    from a complex value with a non-zero imaginary part where the target does not map
+    complex numbers to reals (``fill(dims, 1+2j)`` giving float32: the imaginary part
+    was dropped; ``abs``, ``real``, ``angle``, ``cast``... are exempt, see
+    :data:`COMPLEX_TO_REAL`)
 ``variable``
     a Variable passed as an input changed: a bug
 
@@ -34,7 +51,8 @@ different values -- is a ``disagreement``.
 True
 
 ``python scripts/fuzz.py --calls 20000 --devices cpu:0,opencl:0`` runs a large
-sample (each chunk in a subprocess, so a crash or a hang is counted, not fatal).
+sample (each chunk in a subprocess, so a crash or a hang is counted, not fatal), prints
+the one-line table (:meth:`Report.table`) and exits non-zero on any bug: the CI gate.
 """
 
 from __future__ import annotations
@@ -42,6 +60,7 @@ from __future__ import annotations
 import inspect
 import math
 import random
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,10 +70,10 @@ from tapeflow.runtime import registry
 from tapeflow.errors import ResourceExhaustedError, TapeflowError
 
 __all__ = ["Call", "Report", "OUTCOMES", "BUGS", "generate", "call_for", "run", "run_call",
-           "targets"]
+           "targets", "is_named", "COMPLEX_TO_REAL"]
 
-OUTCOMES = ("ok", "error", "foreign", "memory", "coercion", "variable")
-BUGS = ("foreign", "memory", "coercion", "variable")
+OUTCOMES = ("ok", "error", "unnamed", "foreign", "memory", "coercion", "variable")
+BUGS = ("unnamed", "foreign", "memory", "coercion", "variable")
 
 #: parameters that take tensors (others take attrs: axes, shapes, flags, names)
 _TENSOR_PARAMS = {
@@ -65,6 +84,7 @@ _TENSOR_PARAMS = {
     "tensors", "inputs", "t_list", "value_or_tensor", "arr", "input_", "clip_value_min",
     "clip_value_max", "e", "c", "lengths", "pred", "u", "v", "diagonal", "k", "mask",
     "sp_ids", "logits_or_labels", "sparse_indices", "on_value", "off_value",
+    "constant_values",
 }
 #: integer parameters where a value named twice is an error (TensorFlow's rule)
 _AXIS_PARAMS = {"axis", "perm", "reduction_indices"}
@@ -98,6 +118,15 @@ class _Poison:
 POISON = (_Poison, str, bytes, dict, type(None), set)
 
 
+#: NumPy broadcast views: zero strides, a few bytes in memory, tens of GiB once copied
+BROADCAST_VIEWS = (((100000, 100000), np.float32), ((1 << 20, 1 << 20), np.float64),
+                   ((3, 1 << 40), np.int8))
+
+
+def _broadcast_view(shape, dtype):
+    return np.broadcast_to(np.ones((), dtype), shape)
+
+
 def _bad_tensor_values(rng):
     return [
         "a string", b"bytes", None, 1 + 2j, np.array([1 + 1j, 2]), {"a": 1}, object(),
@@ -106,6 +135,11 @@ def _bad_tensor_values(rng):
         np.zeros((0, 3), np.float32), np.ones((2, 3, 4, 5), np.float32),
         np.ones((7,), np.float64), np.arange(6, dtype=np.int8).reshape(2, 3),
         np.array(3, np.uint8), rng.standard_normal((3, 2)).astype(np.float32),
+        # broadcast views, ragged lists, None inside lists, complex scalars
+        *(_broadcast_view(*v) for v in BROADCAST_VIEWS),
+        np.broadcast_to(np.float32(2.0), (3, 4)),
+        [1, [2, 3]], [[1, 2], [3, 4, 5]], [1.0, None], [[1.0, 2.0], [None, 3.0]], [None],
+        2 - 3j, np.complex64(1j), [1.0, 2j],
     ]
 
 
@@ -114,6 +148,8 @@ def _bad_int_values(rng):
         "a", None, 1.5, float("nan"), 1 + 1j, [None], [0, 0], [1, -1], [1.5], [[0]], -1,
         -100, 100, 2 ** 40, [2 ** 40], [2 ** 20, 2 ** 20], [-1, 2], [2, -3], (), [],
         np.array([0, 0]), np.array(0.5), True, [True], object(), {"x": 1},
+        # rank > 64 (NumPy's limit), None inside lists, ragged lists
+        [1] * 65, [2] * 65, (1,) * 100, [1, None], [None, 2, 3], [[1, 2], [3]], [[1, 1], [2]],
     ]
 
 
@@ -129,6 +165,8 @@ class Call:
     bad: str | None = None
     poison: bool = False
     bad_value: str = ""
+    #: the bad value is complex with a non-zero imaginary part (see ``coercion``)
+    complex_in: bool = False
 
     def describe(self):
         a = ", ".join([_fmt(x) for x in self.args] +
@@ -139,12 +177,96 @@ class Call:
 def _fmt(v):
     if isinstance(v, tuple) and v and v[0] in ("T", "V"):
         return f"{'tensor' if v[0] == 'T' else 'Variable'}({v[1].dtype}{list(v[1].shape)})"
-    r = repr(v)
+    if isinstance(v, np.ndarray) and v.ndim and 0 in v.strides:
+        return f"np.broadcast_to({v.dtype}, {v.shape})"
+    try:
+        r = repr(v)
+    except Exception:           # noqa: BLE001 - an object whose repr raises
+        r = f"<{type(v).__name__}>"
     return r if len(r) < 40 else r[:37] + "..."
 
 
+# --- comparisons of the public value types ---------------------------------------------
+
+class RaisingEq:
+    """An object whose ``==``, ``!=`` and ``hash`` raise (the value types must not)."""
+
+    def __eq__(self, other):
+        raise RuntimeError("RaisingEq.__eq__")
+
+    __ne__ = __eq__
+
+    def __hash__(self):
+        raise RuntimeError("RaisingEq.__hash__")
+
+    def __repr__(self):
+        return "RaisingEq()"
+
+
+#: the value types compared with arbitrary objects (targets ``cmp:<type>``)
+VALUE_TYPES = ("DType", "Device", "TensorShape", "OpDef")
+_PUNCT = ",./;'[]\\-=<>?:\"{}|_+!@#$%^&*()`~ 0123456789fiucbSU²"
+
+
+def _compare_others(rng):
+    """Objects to compare the value types with (a recipe ``("T", array)`` is a tensor)."""
+    punct = "".join(rng.choice(list(_PUNCT), size=int(rng.integers(1, 12))))
+    return [
+        punct, "float32", "f4", "<f4", "a,b", "f8,", "i4,(2)f", "(2)i", ",", "", "cpu:0",
+        "CPU", "/device:CPU:0", "cpu:²", "opencl:0", "gpu:99", "Add", "tapeflow::Add",
+        np.dtype("float32"), np.dtype("f4,i4"), np.dtype("U3"), np.dtype(object),
+        np.float32, float, object, np.float32(1.5), np.int8(3), np.complex64(1j), None, 0,
+        1.5, 1j, [1, 2], [None], (2, 3), ("T", np.ones((2, 3), np.float32)),
+        np.zeros(3, np.float32), RaisingEq(), [RaisingEq(), 2], {"a": 1}, object(), b"f4",
+    ]
+
+
+def _value_of(kind, index, device):
+    if kind == "DType":
+        return tf.dtypes.ALL_DTYPES[index % len(tf.dtypes.ALL_DTYPES)] if hasattr(
+            tf, "dtypes") and hasattr(tf.dtypes, "ALL_DTYPES") else tf.float32
+    if kind == "Device":
+        return tf.runtime.devices.get_device(device)
+    if kind == "TensorShape":
+        return tf.TensorShape([(), (2, 3), (1, 1, 784)][index % 3])
+    names = sorted(registry.OPS)
+    return registry.OPS[names[index % len(names)]]
+
+
+def _same_kind(a, b):
+    if isinstance(a, tf.DType):
+        return isinstance(b, (tf.DType, np.dtype))
+    if isinstance(a, tuple):
+        return isinstance(b, tuple) and not any(isinstance(d, RaisingEq) for d in b)
+    return type(a) is type(b)
+
+
+def _compare(value, other):
+    """``None`` when ``value`` compares with ``other`` as a value type must, else what
+    went wrong."""
+    eq = value.__eq__(other)
+    ne = value.__ne__(other)
+    if not (eq is NotImplemented or type(eq) is bool):
+        return f"__eq__ returned {type(eq).__name__}"
+    if not (ne is NotImplemented or type(ne) is bool):
+        return f"__ne__ returned {type(ne).__name__}"
+    if eq is not NotImplemented and ne is not NotImplemented and ne is eq:
+        return f"__eq__ and __ne__ both returned {eq}"
+    h = hash(value)
+    if isinstance(other, (RaisingEq, np.ndarray, np.generic, tf.Tensor)) or (
+            isinstance(other, list) and any(isinstance(o, RaisingEq) for o in other)):
+        return None             # their own __eq__ answers from the reflected side
+    e, n = value == other, value != other
+    if bool(e) is bool(n):
+        return f"== and != both gave {bool(e)}"
+    if e and _same_kind(value, other) and h != hash(other):
+        return "equal values with different hashes"
+    return None
+
+
 def targets():
-    """``[(qualified name, callable, kind)]``: public op functions and registry ops."""
+    """``[(qualified name, callable, kind)]``: public op functions, registry ops and the
+    value types' comparisons (``cmp:DType`` ...)."""
     out, seen = [], set()
     for prefix, ns in (("tf", tf), ("tf.nn", tf.nn), ("tf.linalg", tf.linalg),
                        ("tf.random", tf.random), ("tf.math", getattr(tf, "math", None))):
@@ -165,6 +287,8 @@ def targets():
         if op.name == "Copy":
             continue
         out.append((f"op:{name}", op, "op"))
+    for name in VALUE_TYPES:
+        out.append((f"cmp:{name}", None, "compare"))
     return out
 
 
@@ -214,6 +338,19 @@ def _make(tgt, rng, prng, pools, variables, controls):
     qual, fn, kind = tgt
     bad_t, bad_i = pools
     args, kwargs, slots = [], {}, []
+    if kind == "compare":
+        other = prng.choice(_compare_others(rng))
+        return Call(qual, [other], {"index": int(rng.integers(1000))}, bad="other",
+                    bad_value=_fmt(other))
+    if kind == "op" and fn.inputs and not fn.variadic and prng.random() < 0.04:
+        # too few inputs (an op called as a plugin or a bad tracer would)
+        k = int(rng.integers(len(fn.inputs)))
+        call = Call(qual, [_good(rng) for _ in range(k)], {}, bad="inputs", poison=True,
+                    bad_value=f"{k} of {len(fn.inputs)} inputs")
+        for name, default in fn.attrs.items():
+            if default is registry.REQUIRED:
+                call.kwargs[name] = 1 if name in _INT_PARAMS else 1.0
+        return call
     if kind == "op":
         for name in fn.inputs:
             v = _good(rng)
@@ -274,7 +411,39 @@ def _make(tgt, rng, prng, pools, variables, controls):
         call.bad = pname
         call.poison = _is_poison(value, pname, tensorish, kind)
         call.bad_value = _fmt(value)
+        call.complex_in = bool(tensorish) and _has_imaginary(value)
     return call
+
+
+def _has_imaginary(value):
+    if isinstance(value, (complex, np.complexfloating)):
+        return value.imag != 0
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind == "c" and bool(np.any(value.imag != 0))
+    if isinstance(value, (list, tuple)):
+        return any(_has_imaginary(v) for v in value)
+    return False
+
+
+#: targets (lower-cased, namespace dropped) that map complex numbers to reals or to
+#: non-float results: a float result from a complex input is no coercion there
+COMPLEX_TO_REAL = re.compile(
+    r"abs|real|imag|angle|norm|cast|bitcast|l2_loss|equal|less|greater|is_|isnan|isinf|"
+    r"isfinite|shape|size|rank|count|arg|where|nonzero|top_k|sort|unique|histogram|"
+    r"bincount|sign|complex|stft|fft|spectral|loss|entropy|moments")
+
+
+def is_named(e, target):
+    """Whether tapeflow error ``e`` names the op or function ``target`` was called as (the
+    ``unnamed`` rule of the module docstring)."""
+    if getattr(e, "op", None) is not None:
+        return True
+    name = target.rpartition(".")[2] if not target.startswith(("op:", "cmp:")) else \
+        target.partition(":")[2]
+    names = {name, name.rpartition("::")[2]}
+    msg = str(e)
+    return any(re.search(r"(?<![A-Za-z0-9_])" + re.escape(n) + r"(?![A-Za-z0-9_])", msg)
+               for n in names if n)
 
 
 def _is_poison(value, pname, tensorish, kind):
@@ -317,6 +486,8 @@ def _materialise(v, device, variables):
 def _runs_on(call, device):
     """Whether ``call`` can run on ``device`` at all: registry ops need a kernel for the
     device type or a composite (public functions are assumed to run everywhere)."""
+    if call.target.startswith("cmp:"):
+        return call.target != "cmp:Device"      # (each device is another value)
     if not call.target.startswith("op:"):
         return True
     op = registry.OPS.get(call.target[3:])
@@ -348,12 +519,16 @@ def run_call(call, device="cpu:0", seed=1234):
         args = [_materialise(a, device, variables) for a in call.args]
         kwargs = {k: _materialise(v, device, variables) for k, v in call.kwargs.items()}
         try:
+            if call.target.startswith("cmp:"):
+                value = _value_of(call.target[4:], kwargs["index"], device)
+                wrong = _compare(value, args[0])
+                return (Outcome("ok") if wrong is None else
+                        Outcome("foreign", f"{wrong}: {_fmt(value)} vs {call.bad_value}"))
             result = _resolve(call)(*args, **kwargs)
             out = Outcome("ok", value=_host(result))
-        except ResourceExhaustedError as e:
-            out = Outcome("error", f"ResourceExhaustedError: {_first(e)}")
         except TapeflowError as e:
-            out = Outcome("error", f"{type(e).__name__}: {_first(e)}")
+            kind = "error" if is_named(e, call.target) else "unnamed"
+            out = Outcome(kind, f"{type(e).__name__}: {_first(e)}")
         except MemoryError as e:
             out = Outcome("memory", f"MemoryError: {_first(e)}")
         except RecursionError as e:
@@ -365,7 +540,20 @@ def run_call(call, device="cpu:0", seed=1234):
             return Outcome("variable", f"Variable {var.name} changed")
     if out.kind == "ok" and call.poison:
         return Outcome("coercion", f"returned with {call.bad}={call.bad_value}", out.value)
+    if out.kind == "ok" and call.complex_in and _all_real_floats(out.value) and not (
+            COMPLEX_TO_REAL.search(call.target.rpartition(".")[2].rpartition(":")[2].lower())):
+        return Outcome("coercion", f"a real result from {call.bad}={call.bad_value}: the "
+                       "imaginary part was dropped", out.value)
     return out
+
+
+def _all_real_floats(value):
+    """Whether every array of a result is real floating-point (none complex, and at least
+    one float)."""
+    arrays = [v for v in (value if isinstance(value, list) else [value])
+              if isinstance(v, np.ndarray)]
+    return bool(arrays) and all(a.dtype.kind == "f" or a.dtype.name == "bfloat16"
+                                for a in arrays)
 
 
 def _first(e):
@@ -438,9 +626,25 @@ class Report:
         c = self.counts
         return (f"calls {self.calls}; crashes {self.crashes}; hangs {self.hangs}; "
                 f"non-tapeflow exceptions {c['foreign']}; plain MemoryErrors {c['memory']}; "
+                f"unnamed errors {c['unnamed']}; "
                 f"silent coercions {c['coercion']}; Variables changed {c['variable']}; "
                 f"device disagreements {self.disagreements}; tapeflow errors {c['error']}; "
                 f"returned {c['ok']}")
+
+    #: the table's columns: (header, how to read it)
+    COLUMNS = (("calls", lambda r: r.calls), ("crashes", lambda r: r.crashes + r.hangs),
+               ("plain exceptions", lambda r: r.counts["foreign"]),
+               ("MemoryError", lambda r: r.counts["memory"]),
+               ("unnamed errors", lambda r: r.counts["unnamed"]),
+               ("silent coercions", lambda r: r.counts["coercion"]),
+               ("Variables changed", lambda r: r.counts["variable"]),
+               ("device disagreements", lambda r: r.disagreements))
+
+    def table(self):
+        """The CI table: a header line and one row (crashes include hangs)."""
+        head = "| " + " | ".join(h for h, _ in self.COLUMNS) + " |"
+        row = "| " + " | ".join(str(f(self)).rjust(len(h)) for h, f in self.COLUMNS) + " |"
+        return head + "\n" + row
 
     def top(self, k=60):
         rows = sorted(self.findings.items(), key=lambda kv: -kv[1][0])
@@ -465,7 +669,7 @@ def run(calls, devices=("cpu:0",)):
             if not _runs_on(call, dev):
                 continue        # an op without a kernel or composite there: nothing to compare
             other = run_call(call, dev)
-            if other.kind == "error" and (
+            if other.kind in ("error", "unnamed") and (
                     other.detail.startswith("NotFoundError: No kernel for op")
                     or (other.detail.startswith("UnimplementedError: ")
                         and " is not supported on " in other.detail)):
