@@ -671,3 +671,60 @@ def test_fft_over_several_and_negative_axes_of_strided_views():
                                                  norm="forward").numpy(),
                                    np.fft.rfftn(av.real, axes=(1, 2), norm="forward"),
                                    rtol=1e-12, atol=1e-12)
+
+
+@needs_device
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_inverse_functions_on_their_branch_cuts(dtype):
+    """The side of a cut is the sign of the zero part (C99, NumPy): asin(2 + 0j) is
+    pi/2 + 1.317j and asin(2 - 0j) pi/2 - 1.317j; acosh(-2 - 0j) is 1.317 - pi j. A
+    complex 1 + 0i added to z turned -0 into +0 (the fuzzer found asin on cpu and
+    opencl disagreeing); large parts must not overflow z * z in complex64."""
+    import tapeflow.numpy as tnp
+    vals = [complex(a, b) for a in (-0.0, 0.0, -2.0, 2.0, 0.5, -1.5, 3e5)
+            for b in (-0.0, 0.0, -2.0, 2.0, 0.5, 7e5)]
+    a = np.array(vals, dtype)
+    tol = _CTOL[dtype] * 10
+    with tf.device("opencl:0"):
+        x = tnp.asarray(a)
+        for name, ref in {"asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+                          "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+                          "sqrt": np.sqrt, "log": np.log}.items():
+            np.testing.assert_allclose(getattr(tnp, name)(x).numpy(), ref(a), rtol=tol,
+                                       atol=tol, err_msg=name)
+
+
+@needs_device
+@pytest.mark.parametrize("attrs,match", [({"norm": "sideways"}, "Invalid norm value"),
+                                         ({"axes": (5,)}, "axes"), ({"n": 0}, "FFT data points")])
+def test_fft_ops_reject_bad_attributes_as_on_the_cpu(attrs, match):
+    """Called without tnp.fft's checks (the bad-input fuzzer does), the OpenCL transforms
+    refuse what NumPy refuses on cpu:0, instead of computing something."""
+    from tapeflow.runtime.dispatch import execute
+    from tapeflow.runtime.registry import OPS
+    op = "IRFFT" if "n" in attrs else "RFFT"
+    full = dict({"axes": (-1,), "norm": "backward"}, **({"n": 4} if op == "IRFFT" else {}))
+    full.update(attrs)
+    for dev in ("cpu:0", "opencl:0"):
+        with tf.device(dev):
+            x = tf.ones([2, 3], tf.complex64 if op == "IRFFT" else tf.float32)
+            with pytest.raises(InvalidArgumentError):
+                execute(OPS[op], (x,), full)
+    with tf.device("opencl:0"), pytest.raises(InvalidArgumentError, match=match):
+        execute(OPS[op], (tf.ones([2, 3], tf.complex64 if op == "IRFFT" else tf.float32),),
+                full)
+
+
+@needs_device
+def test_leaky_relu_grad_takes_the_features_shape_as_on_the_cpu():
+    """The bad-input fuzzer's case: gradients that do not broadcast to the features'
+    shape are refused on both devices (cpu:0's kernel multiplies in place)."""
+    from tapeflow.runtime.dispatch import execute
+    from tapeflow.runtime.registry import OPS
+    for dev in ("cpu:0", "opencl:0"):
+        with tf.device(dev):
+            dy, x = tf.ones([2, 2, 3]), tf.constant([-1.0, 0.5, 2.0])
+            with pytest.raises(InvalidArgumentError):
+                execute(OPS["LeakyReluGrad"], (dy, x), {"alpha": 0.2})
+            got = execute(OPS["LeakyReluGrad"], (x, dy), {"alpha": 0.2}).numpy()
+            np.testing.assert_allclose(got, np.broadcast_to([-1.0, 0.5, 2.0], (2, 2, 3)))

@@ -102,10 +102,14 @@ inline @T2 ctanh@S(@T2 z) {
 }
 inline @T2 ctan@S(@T2 z) { return cdivi@S(ctanh@S(cmuli@S(z))); }
 inline @T2 casinh@S(@T2 z) {
-    int neg = z.x < (@T)0;
-    if (neg) z = -z;
-    @T2 w = clog@S(z + csqrt@S(cmul@S(z, z) + (@T2)((@T)1, (@T)0)));
-    return neg ? -w : w;
+    /* log(z + sqrt(1 + iz) sqrt(1 - iz)) (Kahan: the product keeps the branch cuts and
+       the signs of zeros that sqrt(z^2 + 1) loses) on |Re z|, the real part's sign put
+       back: asinh is odd, so no cancellation for Re z < 0 */
+    @T x = z.x;
+    z.x = fabs(x);
+    @T2 w = clog@S(z + cmul@S(csqrt@S((@T2)((@T)1 - z.y, z.x)),
+                              csqrt@S((@T2)((@T)1 + z.y, -z.x))));
+    return (@T2)(copysign(w.x, x), z.y == (@T)0 ? z.y : w.y);   /* (real axis: real) */
 }
 inline @T2 casin@S(@T2 z) { return cdivi@S(casinh@S(cmuli@S(z))); }
 inline @T2 cacos@S(@T2 z) {
@@ -115,8 +119,10 @@ inline @T2 cacos@S(@T2 z) {
 inline @T2 catanh@S(@T2 z) { return (clog1p@S(z) - clog1p@S(-z)) * (@T)0.5; }
 inline @T2 catan@S(@T2 z) { return cdivi@S(catanh@S(cmuli@S(z))); }
 inline @T2 cacosh@S(@T2 z) {
-    @T2 one = (@T2)((@T)1, (@T)0);
-    return clog@S(z + cmul@S(csqrt@S(z + one), csqrt@S(z - one)));
+    /* log(z + sqrt(z + 1) sqrt(z - 1)) with z + 1 and z - 1 of z's imaginary part itself
+       (a complex 1 + 0i would turn -0 into +0, the wrong side of the cut) */
+    return clog@S(z + cmul@S(csqrt@S((@T2)(z.x + (@T)1, z.y)),
+                             csqrt@S((@T2)(z.x - (@T)1, z.y))));
 }
 inline @T2 cpow@S(@T2 a, @T2 b) {
     if (b.x == (@T)0 && b.y == (@T)0) return (@T2)((@T)1, (@T)0);

@@ -298,13 +298,30 @@ def _empty_like(x, shape, dtype):
     return rt.empty(rt.device_of(x), shape, dtype)
 
 
-def _axes(x, axes):
-    """Non-negative axes (the batching rule hands negative ones)."""
+_NORMS = ("backward", "ortho", "forward")
+
+
+def _axes(x, axes, norm):
+    """Non-negative axes (the batching rule hands negative ones); the attributes checked
+    as NumPy checks them on ``cpu:0`` (ValueErrors: the dispatcher's InvalidArgumentError
+    names op and device), for callers that reach the op without ``tnp.fft``'s checks."""
+    if not isinstance(norm, str) or norm not in _NORMS:
+        raise ValueError(f"Invalid norm value {norm!r}; should be 'backward', 'ortho' or "
+                         "'forward'")
+    if isinstance(axes, (int, np.integer)):
+        axes = (axes,)
+    try:
+        axes = tuple(axes)
+    except TypeError:
+        raise ValueError(f"axes must be a sequence of ints, got {axes!r}") from None
+    if not axes or not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+                           and -x.ndim <= a < x.ndim for a in axes):
+        raise ValueError(f"axes {axes!r} out of range for an input of shape {list(x.shape)}")
     return tuple(int(a) % x.ndim for a in axes)
 
 
 def fft(x, axes, norm, inverse):
-    axes = _axes(x, axes)
+    axes = _axes(x, axes, norm)
     if x.size == 0:
         return _empty_like(x, x.shape, x.dtype)
     y = x
@@ -314,7 +331,7 @@ def fft(x, axes, norm, inverse):
 
 
 def rfft(x, axes, norm):
-    axes = _axes(x, axes)
+    axes = _axes(x, axes, norm)
     c = cplx.COMPLEX_OF[np.dtype(x.dtype)]
     last = axes[-1]
     n = x.shape[last]
@@ -332,7 +349,10 @@ def rfft(x, axes, norm):
 
 
 def irfft(x, axes, norm, n):
-    axes = _axes(x, axes)
+    axes = _axes(x, axes, norm)
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"Invalid number of FFT data points ({n!r}) specified.")
+    n = int(n)
     real = cplx.REAL_OF[np.dtype(x.dtype)]
     last = axes[-1]
     shape = tuple(n if i == last else s for i, s in enumerate(x.shape))

@@ -180,6 +180,10 @@ def leaky_relu(x, alpha):
 
 
 def leaky_relu_grad(dy, x, alpha):
+    if rt.broadcast_shape([dy.shape, x.shape]) != tuple(x.shape):
+        # (the cpu kernel's in-place product: the gradient takes the features' shape)
+        raise ValueError(f"gradients of shape {list(dy.shape)} do not broadcast to the "
+                         f"features' shape {list(x.shape)}")
     dev = rt.device_of(dy)
     t = _ct(dy)
     one_minus = rt.scalar(dev, 1.0 - alpha, dy.dtype)
