@@ -4,6 +4,7 @@ Chrome trace, and nothing left behind when it stops (zero cost when off)."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -81,3 +82,18 @@ def test_profile_on_opencl_waits_for_the_device():
         tf.matmul(x, x)
     (e,) = [e for e in prof.events if e.name == "MatMul"]
     assert e.device == "opencl" and e.duration_us > 0
+
+
+def test_export_chrome_trace_follows_no_planted_temp_file(tmp_path):
+    # the temp file had a predictable name (<path>.tmp<pid>) opened with open(): a
+    # symlink planted there made the export write through it into the user's file
+    user = tmp_path / "important.txt"
+    user.write_text("keep me")
+    (tmp_path / f"trace.json.tmp{os.getpid()}").symlink_to(user)
+    with tf.profiler.profile() as prof:
+        tf.add(1.0, 2.0)
+    path = prof.export_chrome_trace(tmp_path / "trace.json")
+    assert user.read_text() == "keep me"
+    assert json.load(open(path))["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "important.txt", "trace.json", f"trace.json.tmp{os.getpid()}"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 import time
 import types
@@ -197,10 +198,17 @@ class Profile:
              "args": {"device": e.device, "inputs": e.inputs()}}
             for e in self.events], "displayTimeUnit": "ms"}
         path = os.fspath(path)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(trace, f)
-        os.replace(tmp, path)
+        # a new temp file of a random name (O_EXCL: never a file or a symlink planted at
+        # a predictable name), renamed over path once complete
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".",
+                                   dir=os.path.dirname(path) or ".")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(trace, f)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
         return path
 
 
