@@ -98,6 +98,8 @@ def fusible_op(op_name, in_dtypes, attrs):
         return False        # the unfused kernels compute those in float32
     if op_name == "Pow":
         return all(d.kind == "f" for d in dts)   # integer powers check for negatives
+    if op_name in ("Expm1", "Tanh") and any(d.kind == "c" for d in dts):
+        return False        # the kernels fix the ufuncs' complex special cases
     return op_name in _table() or op_name in _SPECIAL or _kernel_of(op_name, dts) is not None
 
 

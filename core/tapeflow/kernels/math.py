@@ -8,6 +8,8 @@ and NumPy does not (integer division by zero, negative integer powers).
 
 from __future__ import annotations
 
+import contextlib
+
 from ..runtime.errors import InvalidArgumentError, UnimplementedError
 
 FLOATS = ("float16", "float32", "float64")
@@ -133,9 +135,62 @@ def build(xp):
         if x.dtype.kind in "iu" and (not y if y.ndim == 0 else not y.all()):
             raise InvalidArgumentError("Integer division by zero")
 
+    def quiet():
+        # NumPy's floating-point warnings off for a computation whose overflows and
+        # NaNs are replaced; CuPy warns about none
+        errstate = getattr(xp, "errstate", None)
+        return errstate(all="ignore") if errstate else contextlib.nullcontext()
+
     def floordiv(x, y):
         _check_int_divisor(x, y)
-        return xp.floor_divide(x, y)
+        out = xp.floor_divide(x, y)
+        if x.dtype.kind == "f":
+            # the array API's special cases (and IEEE's limits of x / y): one infinite,
+            # one finite operand give x / y (inf // 2 is inf, -1 // inf is -0), where
+            # floor(x / y) is NaN for the first and -1 for the second in NumPy and C
+            inf_x, inf_y = xp.isinf(x), xp.isinf(y)
+            one_inf = (inf_x != inf_y) & ~xp.isnan(x) & ~xp.isnan(y)
+            if one_inf.any():
+                with quiet():           # x / y where both are infinite: unused NaNs
+                    q = xp.true_divide(x, y)
+                out = xp.where(one_inf, q, out).astype(out.dtype, copy=False)
+        return out
+
+    def expm1(x):
+        if x.dtype.kind != "c":
+            return xp.expm1(x)
+        # NumPy's (and CuPy's) complex expm1 is expm1(a) cos(b) - 2 sin^2(b/2) +
+        # i e^a sin(b) for every input, so inf + 0j gives inf + NaN j (inf * 0) and
+        # every other infinite or NaN part NaN + NaN j. The array API's special cases
+        # are exp's (C99's cexp, which NumPy follows) minus one; an imaginary part 0
+        # stays that 0 (e^a sin(0) overflows to NaN for a large finite a).
+        out = xp.asarray(xp.expm1(x))          # a 0-d result is a scalar: make it an array
+        re, im = x.real, x.imag
+        finite = xp.isfinite(re) & xp.isfinite(im)
+        if not finite.all():
+            with quiet():               # exp overflows where expm1 did: no new warning
+                out = xp.asarray(xp.where(finite, out, xp.exp(x) - 1))
+        zero_im = im == 0
+        if zero_im.any():
+            out.imag = xp.where(zero_im, im, out.imag)
+            # expm1(+-0 + 0j) is +0 + 0j (NumPy's formula gives -0 for -0)
+            out.real = xp.where(zero_im & (re == 0), xp.zeros_like(re), out.real)
+        return out
+
+    def tanh(x):
+        out = xp.tanh(x)
+        if x.dtype.kind != "c":
+            return out
+        out = xp.asarray(out)
+        # the array API: tanh(+-inf + bj) is +-1 + 0j with the sign of b's zero (the
+        # library's 0 * sin(2b) takes sin's sign for a large finite b, and NaN for b
+        # infinite or NaN may give either sign: the standard leaves that one open)
+        re, im = x.real, x.imag
+        inf_re = xp.isinf(re)
+        if inf_re.any():
+            out.real = xp.where(inf_re, xp.sign(re), out.real)
+            out.imag = xp.where(inf_re, xp.copysign(xp.zeros_like(im), im), out.imag)
+        return out
 
     def floormod(x, y):
         _check_int_divisor(x, y)
@@ -205,11 +260,11 @@ def build(xp):
         "Exp": flt_c(xp.exp),
         "Log": flt_c(xp.log),
         "Log1p": flt_c(xp.log1p),
-        "Expm1": flt_c(xp.expm1),
+        "Expm1": flt_c(expm1),
         "Sin": flt_c(xp.sin),
         "Cos": flt_c(xp.cos),
         "Tan": flt_c(xp.tan),
-        "Tanh": flt_c(xp.tanh),
+        "Tanh": flt_c(tanh),
         "Sigmoid": flt(sigmoid),
         "Softplus": flt(softplus),
         "Reciprocal": flt_c(xp.reciprocal),

@@ -394,9 +394,10 @@ class _on:
 
 
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
-    """A tensor from a tensor, array, nested sequence or scalar (``copy=False`` refuses
-    to copy: tensors are immutable, so a tensor on the requested device and dtype is
-    returned as it is whatever ``copy`` says)."""
+    """A tensor from a tensor, array, nested sequence or scalar. ``copy=False`` refuses
+    to copy; a tensor already of the requested dtype and device is returned as it is
+    unless ``copy=True``, which gives a new tensor object (``x[key] = value`` on one
+    then leaves the other as it was)."""
     dtype = _as_dtype(dtype)
     with _on(device):
         if isinstance(obj, (_Tensor, _Variable)):
@@ -412,12 +413,16 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
                     raise InvalidArgumentError("asarray(copy=False): moving to another "
                                                "device needs a copy")
                 t = t.to(str(device))
+            elif copy and t is obj:
+                t = _A.identity(t)
             return t
         if dtype is None and not isinstance(obj, (_np.ndarray, _np.generic)):
             # Python data: the namespace's default dtypes (int64, float32), not
             # tapeflow.constant's int32
             kind = _np.asarray(obj).dtype.kind
             dtype = int64 if kind in "iu" else float32 if kind == "f" else None
+        elif dtype is not None and isinstance(obj, (list, tuple)) and not _np.size(obj):
+            obj = _np.empty(_np.shape(obj), dtype.np)     # [] holds no float to refuse
         return _constant(obj, dtype=dtype)
 
 
@@ -495,7 +500,7 @@ def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
     dt = _as_dtype(dtype) or float32
     with _on(device):
-        return _constant(_np.eye(n_rows, n_cols, k=k), dtype=dt)
+        return _constant(_np.eye(n_rows, n_cols, k=k, dtype=dt.np), dtype=dt)
 
 
 def _band(x, k, lower):
@@ -591,6 +596,8 @@ def astype(x, dtype, /, *, copy=True, device=None):
         out = x if x.dtype is dt else _M.cast(x, dt)
     if device is not None:
         out = out.to(str(device))
+    if copy and out is x:
+        out = _A.identity(x)          # a new object: x[key] = value leaves it unchanged
     return out
 
 
@@ -746,11 +753,20 @@ def _axis(axis):
     return list(axis) if isinstance(axis, tuple) else axis
 
 
+def _accumulator(dtype):
+    """The dtype ``sum``, ``prod`` and the cumulative functions return by default: the
+    default integer dtype (int64) for signed integers, its unsigned twin (uint64) for
+    unsigned ones, as the standard says; None (the input's) otherwise."""
+    if dtype.is_integer:
+        return uint64 if dtype.is_unsigned else int64
+    return None
+
+
 def sum(x, /, *, axis=None, dtype=None, keepdims=False):  # noqa: A001
     x = _t(x)
     dt = _as_dtype(dtype)
-    if dt is None and x.dtype.is_integer and not x.dtype.is_unsigned:
-        dt = int64                      # the default integer dtype (unsigned keep theirs)
+    if dt is None:
+        dt = _accumulator(x.dtype)
     if dt is not None and dt is not x.dtype:
         x = _M.cast(x, dt)
     return _ops.reductions.reduce_sum(x, axis=_axis(axis), keepdims=keepdims)
@@ -759,8 +775,8 @@ def sum(x, /, *, axis=None, dtype=None, keepdims=False):  # noqa: A001
 def prod(x, /, *, axis=None, dtype=None, keepdims=False):
     x = _t(x)
     dt = _as_dtype(dtype)
-    if dt is None and x.dtype.is_integer and not x.dtype.is_unsigned:
-        dt = int64
+    if dt is None:
+        dt = _accumulator(x.dtype)
     if dt is not None and dt is not x.dtype:
         x = _M.cast(x, dt)
     return _ops.reductions.reduce_prod(x, axis=_axis(axis), keepdims=keepdims)
@@ -914,8 +930,8 @@ def _cumulative(op, x, axis, dtype, include_initial, fill, name):
                                        "dimension")
         axis = 0
     dt = _as_dtype(dtype)
-    if dt is None and x.dtype.is_integer and not x.dtype.is_unsigned:
-        dt = int64
+    if dt is None:
+        dt = _accumulator(x.dtype)
     if dt is not None and dt is not x.dtype:
         x = _M.cast(x, dt)
     out = op(x, axis)
@@ -1036,6 +1052,10 @@ class _NamespaceInfo:
 
     def dtypes(self, *, device=None, kind=None):
         out = {d.name: d for d in _ALL if d is not float16}
+        if device is not None:      # those the device's backend stores
+            dev = _devs.get_device(str(device))
+            out = {k: v for k, v in out.items()
+                   if dev.backend.dtype_unsupported(dev, v) is None}
         if kind is None:
             return out
         return {k: v for k, v in out.items() if isdtype(v, kind)}

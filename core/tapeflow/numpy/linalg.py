@@ -12,8 +12,8 @@ from ..ops import linalg as _L
 from ..ops import math as _M
 from ..ops import reductions as _R
 from ..runtime.errors import InvalidArgumentError
-from . import (_float_input, _pair, _t, concat, int64, matmul,  # noqa: F401
-               matrix_transpose, tensordot, vecdot)
+from . import (_accumulator, _as_dtype, _float_input, _pair, _t, concat, int64,  # noqa: F401
+               matmul, matrix_transpose, tensordot, vecdot)
 
 SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
 EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])
@@ -46,8 +46,12 @@ def solve(x1, x2, /):
 
 
 def trace(x, /, *, offset=0, dtype=None):
-    """Sums along the diagonal ``offset`` of the last two axes."""
+    """Sums along the diagonal ``offset`` of the last two axes, in ``dtype`` (by default
+    ``sum``'s: int64 for signed integers, uint64 for unsigned ones, else ``x``'s)."""
     x = _t(x)
+    dt = _as_dtype(dtype) or _accumulator(x.dtype)
+    if dt is not None and dt is not x.dtype:
+        x = _M.cast(x, dt)
     if offset:
         n, m = int(x.shape[-2]), int(x.shape[-1])
         mask = _np.eye(n, m, k=offset, dtype=_np.bool_)
@@ -189,9 +193,23 @@ def _cutoff(s, m, n, rtol):
 
 
 def pinv(x, /, *, rtol=None):
-    """The Moore-Penrose pseudo-inverse (singular values below ``rtol * max`` dropped)."""
+    """The Moore-Penrose pseudo-inverse (singular values below ``rtol * max`` dropped).
+
+    A complex ``A = X + iY`` goes through the real matrix ``[[X, -Y], [Y, X]]`` (the
+    SVD kernels are real): its pseudo-inverse is ``[[P, -Q], [Q, P]]`` with
+    ``pinv(A) = P + iQ``, and its singular values are A's, each twice."""
     x = _float_input(x)
     m, n = int(x.shape[-2]), int(x.shape[-1])
+    if x.dtype.is_complex:
+        re, im = _M.real(x), _M.imag(x)
+        big = concat([concat([re, _M.negative(im)], axis=-1), concat([im, re], axis=-1)],
+                     axis=-2)
+        p = _pinv_real(big, m, n, rtol)
+        return _M.complex(p[..., :n, :m], p[..., n:, :m])
+    return _pinv_real(x, m, n, rtol)
+
+
+def _pinv_real(x, m, n, rtol):
     s, u, v = _L.svd(x, full_matrices=False)
     keep = _M.greater(s, _cutoff(s, m, n, rtol))
     sinv = _A.where(keep, _M.reciprocal(_A.where(keep, s, _M.add(s, 1.0))), _M.multiply(s, 0.0))

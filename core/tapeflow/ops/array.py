@@ -1126,6 +1126,8 @@ def _is_mask(k):
     tk = type(k)
     if tk is int or tk is _slice or k is None or k is Ellipsis:
         return False
+    if tk is builtins.bool or tk is np.bool_:       # a 0-d mask, as in NumPy
+        return True
     if isinstance(k, (Tensor, Variable)):
         return k.dtype.is_bool
     if isinstance(k, np.ndarray):
@@ -1153,6 +1155,8 @@ def _scalar_index(k):
 def _getitem_slow(x, key):
     if type(key) is not tuple:
         if _is_mask(key):
+            if np.ndim(key) == 0:       # x[True] is x[None], x[False] x[None][:0]
+                return boolean_mask(expand_dims(x, 0), reshape(key, [1]))
             return boolean_mask(x, key)
         key = (key,)
     elif any(_is_mask(k) for k in key):
@@ -1922,6 +1926,25 @@ def _host_key(key):
     return key
 
 
+def _scalar_value(value, x):
+    """A Python scalar stored into ``x``: converted straight to ``x``'s dtype (weakly
+    typed, as the array API says), so 0 fits a uint8 tensor and a float keeps float64's
+    precision (through float32, 1/3 would lose it). A kind that does not fit (a float
+    into an integer tensor, a complex into a real one) keeps the default conversion,
+    and the dtype check below refuses it."""
+    kinds = {builtins.bool: "b", int: "biufc", float: "fc", complex: "c"}[type(value)]
+    if x.dtype.np.kind not in kinds:
+        return convert_to_tensor(value)
+    if type(value) is int and x.dtype.is_integer:
+        info = np.iinfo(x.dtype.np)
+        if not info.min <= value <= info.max:
+            raise InvalidArgumentError(
+                f"x[key] = value: {value} does not fit a {x.dtype.name} tensor of shape "
+                f"{list(x.shape)} (its range is [{info.min}, {info.max}]); use a wider "
+                "dtype", device=x.device)
+    return constant(value, dtype=x.dtype)
+
+
 def _setitem(self, key, value):
     """``x[key] = value``: the elements ``x[key]`` selects (ints, slices, ``...``,
     ``None``, boolean masks, integer arrays; NumPy's rules, the last write wins) take
@@ -1953,7 +1976,8 @@ def _setitem(self, key, value):
         raise InvalidArgumentError(f"x[key] = value: index {key!r} is not valid for shape "
                                    f"{list(shape)}: {e}") from None
     pos = np.asarray(pos).reshape(-1)
-    v = convert_to_tensor(value)
+    v = _scalar_value(value, x) if type(value) in (builtins.bool, int, float, complex) \
+        else convert_to_tensor(value)
     if v.dtype is not x.dtype:
         if not np.can_cast(v.dtype.np, x.dtype.np, casting="same_kind") and not (
                 v.dtype.is_integer and x.dtype.is_floating):
@@ -1973,8 +1997,12 @@ def _setitem(self, key, value):
     mask[pos] = True
     dev = x.device
     flat = reshape(x, [-1])
-    new = where(constant(mask, device=dev),
-                scatter_nd(constant(pos[:, None], device=dev), v, [n]), flat)
+    if x.dtype.is_bool:                 # ScatterNd has no bool kernels: scatter as uint8
+        v = _m.cast(v, _dt.uint8)
+    scattered = scatter_nd(constant(pos[:, None], device=dev), v, [n])
+    if x.dtype.is_bool:
+        scattered = _m.cast(scattered, x.dtype)
+    new = where(constant(mask, device=dev), scattered, flat)
     new = reshape(new, list(shape))
     if from_var:
         self.assign(new)

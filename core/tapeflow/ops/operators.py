@@ -1,6 +1,6 @@
 """Tensor's and Variable's operators, defined here and nowhere else.
 
-``+ - * / // % **`` (both directions), ``@``, the comparisons ``< <= > >= == !=``
+``+ - * / // % ** << >>`` (both directions), ``@``, the comparisons ``< <= > >= == !=``
 (elementwise, TF2 semantics), unary ``- + abs() ~``, ``& | ^`` for bool tensors, and
 ``[]`` (NumPy-style indexing). Each dispatches to an op of the library, which is why
 they live in this layer and not in ``tapeflow.runtime.tensor``: Tensor's binary
@@ -23,8 +23,9 @@ from ..runtime.variable import Variable
 from .array import _getitem, _setitem, expand_dims, squeeze
 from .linalg import _MATMUL, _NN
 from .math import (_ADD, _DIV, _EQUAL, _FLOORDIV, _GREATER, _GREATER_EQUAL, _LESS,
-                   _LESS_EQUAL, _LOGICAL_AND, _LOGICAL_OR, _LOGICAL_XOR, _MOD, _MUL,
-                   _NOT_EQUAL, _POW, _SUB, _compare_fallback, abs, logical_not, negative)
+                   _LESS_EQUAL, _LOGICAL_AND, _LOGICAL_OR, _LOGICAL_XOR, _LSHIFT, _MOD, _MUL,
+                   _NOT_EQUAL, _POW, _RSHIFT, _SUB, _compare_fallback, abs, logical_not,
+                   negative)
 
 __all__: list = []
 
@@ -91,7 +92,7 @@ def _install():
 
     table = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV, "floordiv": _FLOORDIV,
              "mod": _MOD, "pow": _POW, "and": _LOGICAL_AND, "or": _LOGICAL_OR,
-             "xor": _LOGICAL_XOR}
+             "xor": _LOGICAL_XOR, "lshift": _LSHIFT, "rshift": _RSHIFT}
     # a < b is b > a: Python tries the reflected comparison itself
     compare = {"lt": _LESS, "le": _LESS_EQUAL, "gt": _GREATER, "ge": _GREATER_EQUAL}
     for cls in (Tensor, Variable):

@@ -225,20 +225,23 @@ class Tensor:
         """This tensor on ``device`` (the array API's name for :meth:`to`)."""
         return self.to(device)
 
-    def __dlpack__(self, *args, **kwargs):
-        """DLPack export (the array API's keywords: ``stream``, ``max_version``,
-        ``dl_device``, ``copy``). Host and CUDA tensors export their memory; a backend
-        without DLPack (OpenCL) exports a host copy, or raises BufferError for
-        ``copy=False``."""
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """DLPack export with the array API's (2023.12) keywords. Host and CUDA
+        tensors export their memory; a backend without DLPack (OpenCL) exports a host
+        copy, or raises BufferError for ``copy=False``. Keywords left at None are not
+        passed on (older producers, NumPy < 2.1 included, do not know them)."""
         data = self._data
         if not hasattr(data, "__dlpack__"):
-            if kwargs.get("copy") is False:
+            if copy is False:
                 raise BufferError(
                     f"a tensor on {self._device} cannot be exported without a copy (its "
                     "backend has no DLPack); pass copy=None or copy=True for a host copy")
             data = self._host()
-            kwargs.pop("stream", None)                  # a host array takes no stream
-        return data.__dlpack__(*args, **kwargs)
+            stream = None                               # a host array takes no stream
+        kwargs = {k: v for k, v in (("stream", stream), ("max_version", max_version),
+                                    ("dl_device", dl_device), ("copy", copy))
+                  if v is not None}
+        return data.__dlpack__(**kwargs)
 
     def __dlpack_device__(self):
         data = self._data
