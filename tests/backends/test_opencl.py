@@ -596,7 +596,9 @@ def test_complex_tensors_move_like_on_the_cpu(dtype):
                  # sums of selected elements, on each part (cplx.BY_PARTS), and Where
                  tf.math.add_n([x, x, x]), tnp.cumulative_sum(x, axis=1),
                  tf.math.unsorted_segment_sum(x, [0, 1, 0], 2),
-                 tf.scatter_nd([[1], [0]], x[:2], [3, 4]), tf.where(x)]
+                 tf.scatter_nd([[1], [0]], x[:2], [3, 4]), tf.where(x),
+                 tf.one_hot([0, 2], 3, on_value=tf.constant(1 + 2j, x.dtype),
+                            off_value=tf.constant(0j, x.dtype), dtype=x.dtype)]
             res[dev] = [t.numpy() for t in r]
     for i, (want, got) in enumerate(zip(res["cpu:0"], res["opencl:0"])):
         assert got.dtype == want.dtype and got.shape == want.shape, i
@@ -607,7 +609,8 @@ def test_complex_tensors_move_like_on_the_cpu(dtype):
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
 def test_complex_reductions_and_products_of_many_elements(dtype):
     """Sums, means and products long enough for the work-group and two-pass reductions,
-    and matmul/einsum beyond the specs' small samples."""
+    cumulative products, and matmul/einsum beyond the specs' small samples."""
+    import tapeflow.numpy as tnp
     rng = np.random.default_rng(5)
     a = _cplx(rng, (40, 3000), dtype)
     m = _cplx(rng, (2, 30, 40), dtype)
@@ -619,6 +622,8 @@ def test_complex_reductions_and_products_of_many_elements(dtype):
         np.testing.assert_allclose(tf.reduce_mean(x, axis=1).numpy(), a.mean(1), rtol=tol)
         p = a[:, :8] / np.abs(a[:, :8])
         np.testing.assert_allclose(tf.reduce_prod(tf.constant(p)).numpy(), p.prod(), rtol=tol)
+        np.testing.assert_allclose(tnp.cumulative_prod(tf.constant(p), axis=1).numpy(),
+                                   np.cumprod(p, axis=1), rtol=tol)
         np.testing.assert_allclose(tf.matmul(tf.constant(m), x[:, :50]).numpy(),
                                    m @ a[:, :50], rtol=tol, atol=tol)
         np.testing.assert_allclose(tf.einsum("bij,jk->bik", tf.constant(m), x[:, :5]).numpy(),

@@ -198,12 +198,12 @@ NATIVE = frozenset({"Reshape", "BroadcastTo", "Transpose", "ExpandDims", "Squeez
                     "ConcatV2", "Pack", "Unpack", "SplitV", "Tile", "PadV2", "MirrorPad",
                     "Slice", "StridedSlice", "StridedSliceGrad", "GatherV2", "GatherNd",
                     "Identity", "StopGradient", "Shape", "Size", "Rank", "SelectV2", "Fill",
-                    "ZerosLike", "OnesLike", "Eye", "RandomShuffle", "AddN"})
+                    "ZerosLike", "OnesLike", "Eye", "RandomShuffle", "AddN", "OneHot"})
 
 #: ops that are linear in their complex input and act on each part alone (sums of
 #: selected elements): their real kernel runs on the real and the imaginary parts, and
 #: the two results are joined (:func:`by_parts`), exactly as a complex sum would add them
-BY_PARTS = frozenset({"ScatterNd", "UnsortedSegmentSum", "Cumsum"})
+BY_PARTS = frozenset({"ScatterNd", "UnsortedSegmentSum"})
 
 
 def _part(a, which):

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import cplx
 from . import runtime as rt
 from .runtime import NUMERIC
 
-_SCAN = """
+_SCAN = """{PRE}
 __kernel void scan(__global {T} *out, __global const {T} *x, const long n, const long inner,
                    const int exclusive, const int reverse) {{
     const long r = get_global_id(0);
@@ -38,8 +39,8 @@ __kernel void scan(__global {T} *out, __global const {T} *x, const long n, const
         const long j = reverse ? n - 1 - k : k;
         const long at = (o * n + j) * inner + i;
         const {A} v = ({A})x[at];
-        if (exclusive) {{ out[at] = ({T})acc; acc = acc {OP} v; }}
-        else {{ acc = acc {OP} v; out[at] = ({T})acc; }}
+        if (exclusive) {{ out[at] = ({T})acc; acc = {COMB}; }}
+        else {{ acc = {COMB}; out[at] = ({T})acc; }}
     }}
 }}
 """
@@ -173,7 +174,13 @@ def _scan(x, op, init, axis, exclusive, reverse):
         return out
     t = rt.CTYPES[np.dtype(x.dtype)]
     acc = "float" if t == "half" else t
-    src = _SCAN.format(T=t, A=acc, OP=op, INIT=init)
+    pre, comb = "", f"acc {op} v"
+    if np.dtype(x.dtype).kind == "c":       # float2/double2: the complex library's product
+        part, sfx = cplx.PARTS[np.dtype(x.dtype)]
+        init = f"({t})(({part}){init}, ({part})0)"
+        if op == "*":
+            pre, comb = cplx.preamble(x.dtype), f"cmul{sfx}(acc, v)"
+    src = _SCAN.format(T=t, A=acc, COMB=comb, INIT=init, PRE=pre)
     kern = rt.kernel(dev, src, "scan", [None, None, np.int64, np.int64, np.int32, np.int32])
     rt.launch(dev, kern, (outer * inner,), None, out.data, _input(x).data, n, inner,
               int(bool(exclusive)), int(bool(reverse)))
@@ -276,8 +283,8 @@ def build():
     ints = tuple(d for d in NUMERIC if not d.startswith("float"))
     floats = tuple(d for d in NUMERIC if d.startswith("float"))
     return {
-        "Cumsum": {"fn": scan("+", "0"), "dtypes": floats + ints},
-        "Cumprod": {"fn": scan("*", "1"), "dtypes": floats + ints},
+        "Cumsum": {"fn": scan("+", "0"), "dtypes": floats + ints + cplx.COMPLEX},
+        "Cumprod": {"fn": scan("*", "1"), "dtypes": floats + ints + cplx.COMPLEX},
         "ArgSort": {"fn": argsort, "dtypes": floats + ints},
         "SearchSorted": {"fn": searchsorted, "dtypes": floats + ints},
         "NonZero": {"fn": nonzero, "dtypes": floats + ints + ("bool",)},
