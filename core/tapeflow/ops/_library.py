@@ -48,6 +48,8 @@ _OP_ATTR_TYPES = {
     "axis": {"Pack": "axis+1", "ExpandDims": "axis+1", "OneHot": "axis+1"},
     "shape": {"Reshape": "reshape", "StridedSliceGrad": "shape", "Fill": "shape?",
               "BroadcastTo": "shape"},
+    # (a DType equals its name)
+    "out_type": {"Shape": "enum:int32|int64", "Size": "enum:int32|int64"},
 }
 
 

@@ -1266,20 +1266,22 @@ def strided_slice(input_, begin, end, strides=None, begin_mask=0, end_mask=0, el
 
 # --- shape queries ------------------------------------------------------------------------
 
-def _check_out_type(op, tensors, attrs, device):
-    """Shape's and Size's out_type is int32 or int64 (TensorFlow's): a float or complex
-    count would be a silent conversion."""
-    if attrs["out_type"] not in (_dt.int32, _dt.int64):
+def _out_type(out_type, fn, x):
+    """Shape's and Size's out_type: int32 or int64 (TensorFlow's; a float or complex
+    count would be a silent conversion). The ops' attr type says the same to direct
+    calls (_library.ATTR_TYPES)."""
+    dt = _dt.as_dtype(out_type)
+    if dt is not _dt.int32 and dt is not _dt.int64:
         raise InvalidTypeError(
-            f"{op.name.lower()}: out_type must be tf.int32 or tf.int64, got "
-            f"{getattr(attrs['out_type'], 'name', attrs['out_type'])}; tf.cast the result "
-            "for another dtype")
+            f"{fn}: out_type must be tf.int32 or tf.int64, got {dt.name}; tf.cast the "
+            "result for another dtype", op=fn.capitalize(), device=_here(x))
+    return {"out_type": dt}
 
 
 _SHAPE = defop("Shape", inputs=("x",), attrs={"out_type": _dt.int32}, dtype_rule="none",
-               differentiable=False, check=_check_out_type)
+               differentiable=False)
 _SIZE = defop("Size", inputs=("x",), attrs={"out_type": _dt.int32}, dtype_rule="none",
-              differentiable=False, check=_check_out_type)
+              differentiable=False)
 _RANK = defop("Rank", inputs=("x",), dtype_rule="none", differentiable=False)
 _I32 = {"out_type": _dt.int32}
 
@@ -1292,7 +1294,7 @@ def shape(input, out_type=_dt.int32, name=None):
     tf.Tensor([2 3], shape=(2,), dtype=int32)
     """
     return execute(_SHAPE, (input,), _I32 if out_type is _dt.int32 else
-                   {"out_type": _dt.as_dtype(out_type)})
+                   _out_type(out_type, "shape", input))
 
 
 def size(input, out_type=_dt.int32, name=None):
@@ -1303,7 +1305,7 @@ def size(input, out_type=_dt.int32, name=None):
     6
     """
     return execute(_SIZE, (input,), _I32 if out_type is _dt.int32 else
-                   {"out_type": _dt.as_dtype(out_type)})
+                   _out_type(out_type, "size", input))
 
 
 def rank(input, name=None):

@@ -127,18 +127,21 @@ def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_
     if transpose_a is False and transpose_b is False and adjoint_a is False \
             and adjoint_b is False:
         return execute(_MATMUL, (a, b), _NN)
-    ta, tb, ja, jb = (flag(v, f"matmul: {w}", "MatMul", a) for w, v in (
-        ("transpose_a", transpose_a), ("transpose_b", transpose_b),
-        ("adjoint_a", adjoint_a), ("adjoint_b", adjoint_b)))
-    for t, j, s in ((ta, ja, "a"), (tb, jb, "b")):
-        if t and j:
-            raise InvalidArgumentError(
-                f"matmul: only one of transpose_{s} and adjoint_{s} can be True (adjoint "
-                "is the conjugate transpose)", op="MatMul", device=getattr(a, "_device", None))
-    if ja and _holds_complex(a):            # the adjoint conjugates
-        a = _m.conj(a)
-    if jb and _holds_complex(b):
-        b = _m.conj(b)
+    ta, tb, ja, jb = transpose_a, transpose_b, adjoint_a, adjoint_b
+    if not (type(ta) is bool and type(tb) is bool and type(ja) is bool and type(jb) is bool):
+        ta, tb, ja, jb = (flag(v, f"matmul: {w}", "MatMul", a) for w, v in (
+            ("transpose_a", ta), ("transpose_b", tb), ("adjoint_a", ja), ("adjoint_b", jb)))
+    if ja or jb:
+        for t, j, s in ((ta, ja, "a"), (tb, jb, "b")):
+            if t and j:
+                raise InvalidArgumentError(
+                    f"matmul: only one of transpose_{s} and adjoint_{s} can be True (adjoint "
+                    "is the conjugate transpose)", op="MatMul",
+                    device=getattr(a, "_device", None))
+        if ja and _holds_complex(a):            # the adjoint conjugates
+            a = _m.conj(a)
+        if jb and _holds_complex(b):
+            b = _m.conj(b)
     return execute(_MATMUL, (a, b), _FLAGS[ta or ja, tb or jb])
 
 
