@@ -160,3 +160,22 @@ def test_check_rank_and_typed_shape_attrs():
         shapes.check_rank((1,) * 65, "Fill", "cpu:0")
     with pytest.raises(InvalidArgumentError, match="rank 65"):
         shapes.as_shape([1] * 65, "Fill")
+
+
+@pytest.mark.skipif("opencl:0" not in _devices(), reason="no OpenCL device")
+def test_a_view_that_fits_the_host_but_not_the_device_is_refused_before_its_upload():
+    view = np.broadcast_to(np.float32(1), (8000, 8000))     # 244 MiB once contiguous
+    ocl = tf.runtime.devices.get_device("opencl:0")
+    with tf.device("cpu:0"):
+        t = tf.constant(view)                                  # a view on the host
+    saved = shapes._LIMITS.get(ocl, 0)
+    shapes._LIMITS[ocl] = 100 << 20                            # a device of 100 MiB
+    try:
+        with pytest.raises(ResourceExhaustedError, match=r"100.00 MiB") as e:
+            t.to("opencl:0")
+        assert e.value.op == "Copy" and e.value.device is ocl
+        with tf.device("opencl:0"), pytest.raises(ResourceExhaustedError) as e:
+            tf.add(view, 1.0)
+        assert e.value.op == "Add" and e.value.device is ocl
+    finally:
+        shapes._LIMITS[ocl] = saved

@@ -369,6 +369,8 @@ def copy_to_device(t: Tensor, device) -> Tensor:
     src = t._device
     if src is dev:
         return t
+    if src.is_host and t._data.size > _shapes._SMALL and not t._data.flags.c_contiguous:
+        _check_conversion(t._data, t._data.size, None, dev, "Copy")   # (a broadcast view)
     if src.backend is dev.backend:
         data = dev.backend.copy_from(t._data, src, dev)
     elif dev.is_host:
