@@ -358,3 +358,22 @@ def test_adjoints_of_real_inputs_are_transposes():
     a = np.arange(6.0, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(tf.matmul(a, a, adjoint_b=True).numpy(), a @ a.T)
     np.testing.assert_array_equal(tf.linalg.adjoint(a).numpy(), a.T)
+
+
+# --- the FFT ops called directly (the fuzzer found axes=[True] read as axis 1 on cpu:0
+# and refused on opencl:0) ----------------------------------------------------------------
+
+@pytest.mark.parametrize("op,attrs,frag", [
+    ("RFFT", {"axes": [True]}, "axes must be a non-empty tuple of distinct integer axes"),
+    ("RFFT", {"axes": (True,)}, "axes must be"),
+    ("RFFT", {"axes": (0, -2)}, "axes must be"),
+    ("RFFT", {"axes": ()}, "axes must be"),
+    ("FFT", {"inverse": "yes"}, "inverse must be a bool"),
+    ("FFT", {"norm": ["ortho"]}, "Invalid norm value"),
+    ("IRFFT", {"n": 2.5}, "Invalid number of FFT data points"),
+])
+def test_fft_ops_called_directly_check_their_attrs(dev, op, attrs, frag):
+    x = np.ones((2, 3), np.complex64 if op != "RFFT" else np.float32)
+    with tf.device(dev):
+        _raises(errors.InvalidArgumentError, lambda: OPS[op](tf.constant(x), **attrs),
+                f"{op}: {frag}", f"[Op:{op}]", dev)

@@ -855,12 +855,38 @@ def _irfft_grad(ctx, dy):
                                    device=g.device))
 
 
+def _check_fft(op, tensors, attrs, device):
+    """FFT/RFFT/IRFFT on every backend (a direct call skips fft_transform's checks):
+    ``axes`` a non-empty tuple of distinct integer axes of the input, a known ``norm``,
+    bool ``inverse``, a positive int ``n``."""
+    shape = tuple(tensors[0]._data.shape)
+    nd = len(shape)
+    axes = attrs["axes"]
+    if (type(axes) is not tuple or not axes or not all(
+            isinstance(a, (int, np.integer)) and not isinstance(a, (bool, np.bool_))
+            and -nd <= a < nd for a in axes) or len({int(a) % nd for a in axes}) != len(axes)):
+        raise InvalidArgumentError(
+            f"{op.name}: axes must be a non-empty tuple of distinct integer axes of the "
+            f"input of shape {_fmt(shape)}, got {_shapes._short(axes)}")
+    if not isinstance(attrs["norm"], str) or attrs["norm"] not in _SWAP_NORM:
+        raise InvalidArgumentError(f"{op.name}: Invalid norm value "
+                                   f"{_shapes._short(attrs['norm'])}: norm must be 'backward', "
+                                   "'ortho' or 'forward'")
+    if not isinstance(attrs.get("inverse", False), (bool, np.bool_)):
+        raise InvalidArgumentError(
+            f"{op.name}: inverse must be a bool, got {_shapes._short(attrs['inverse'])}")
+    n = attrs.get("n", 1)
+    if not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)) or n < 1:
+        raise InvalidArgumentError(f"{op.name}: Invalid number of FFT data points n="
+                                   f"{_shapes._short(n)}: n must be a positive int")
+
+
 _FFT = defop("FFT", inputs=("x",), attrs={"axes": (-1,), "norm": "backward", "inverse": False},
-             grad=_fft_grad)
+             grad=_fft_grad, check=_check_fft)
 _RFFT = defop("RFFT", inputs=("x",), attrs={"axes": (-1,), "norm": "backward"},
-              grad=_rfft_grad)
+              grad=_rfft_grad, check=_check_fft)
 _IRFFT = defop("IRFFT", inputs=("x",), attrs={"axes": (-1,), "norm": "backward", "n": 0},
-               grad=_irfft_grad)
+               grad=_irfft_grad, check=_check_fft)
 
 
 def fft_transform(x, axes, norm="backward", inverse=False, kind="c2c", n=None):
