@@ -15,7 +15,9 @@ gate fails), and the same harness (``benchmarks/ratio_cases.py`` of the working 
 Processes alternate before/after/after/before/... (``--pairs`` pairs), so slow drifts
 of the machine hit both sides alike; inside each process every case times tapeflow and
 its peer interleaved, ``--rounds`` paired rounds, giving per-round ``tapeflow / peer``
-ratios. BLAS and OpenMP run one thread in both sides' processes (two-thread pools on a
+ratios. ``--quick`` (the test command's run): cpu:0, 3 pairs of 9 rounds, but no more
+than fits in ~165 s (at least 2 pairs: on a heavily loaded machine the third is
+dropped). BLAS and OpenMP run one thread in both sides' processes (two-thread pools on a
 2-core machine shared with other jobs are the largest source of noise).
 
 The test. For each case and device the per-round ratios of all "after" processes are
@@ -61,8 +63,9 @@ ALPHA = 0.01
 ALL_CASES = ("dispatch_add", "dispatch_add_tape", "dispatch_grad", "mlp_step", "cnn_step",
              "function_replay", "plugin_op", "elementwise_chain")
 #: --quick: what the test command runs (about 2-3 minutes on a loaded 2-core machine)
-QUICK = {"devices": "cpu:0", "pairs": 3, "rounds": 9, "min_time": 0.01}
-FULL = {"devices": "cpu:0,opencl:0", "pairs": 3, "rounds": 21, "min_time": 0.02}
+QUICK = {"devices": "cpu:0", "pairs": 3, "rounds": 9, "min_time": 0.01, "budget_s": 165}
+FULL = {"devices": "cpu:0,opencl:0", "pairs": 3, "rounds": 21, "min_time": 0.02,
+        "budget_s": None}
 
 
 # --- statistics (tests/test_bench_gate.py tests these on synthetic samples) ----------------
@@ -240,12 +243,19 @@ def merge(into, res):
 
 
 def measure_sides(before_tree, after_tree, cases, devices, pairs, rounds, min_time,
-                  threads=1, log=print):
-    """Alternate before/after processes (ABBA...); the pooled results of each side."""
+                  threads=1, log=print, budget_s=None, min_pairs=2):
+    """Alternate before/after processes (ABBA...); the results of each side, one list of
+    ratios per process. With ``budget_s``, stop after ``min_pairs`` pairs when one more
+    pair would end past the budget (a loaded machine runs each process slower)."""
     sides = {"before": {}, "after": {}}
     trees = {"before": before_tree, "after": after_tree}
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:
         for i in range(pairs):
+            spent = time.perf_counter() - start
+            if budget_s and i >= min_pairs and spent + spent / i > budget_s:
+                log(f"  stopping after {i} pairs: another would pass the {budget_s:.0f} s budget")
+                break
             for side in (("before", "after") if i % 2 == 0 else ("after", "before")):
                 t0 = time.perf_counter()
                 res = run_side(trees[side], Path(tmp) / f"{side}{i}.json", cases, devices,
@@ -308,7 +318,8 @@ def main(argv=None):
             before, after_res = measure_sides(
                 Path(base_dir).resolve(), after, args.cases, args.devices, args.pairs,
                 args.rounds, args.min_time, args.threads,
-                log=lambda m: print(m, flush=True))
+                log=lambda m: print(m, flush=True), budget_s=preset["budget_s"] - (
+                    time.perf_counter() - t0) if preset["budget_s"] else None)
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             print(f"bench-check: {e}", file=sys.stderr)
             return 2

@@ -41,6 +41,20 @@ ROUNDS = int(os.environ.get("TAPEFLOW_RATIO_ROUNDS", "15"))
 MIN_TIME = float(os.environ.get("TAPEFLOW_RATIO_MIN_TIME", "0.02"))
 
 
+def _check_origin():
+    """``scripts/bench_history.py`` runs each past commit from an export of it
+    (``ASV_PYTHONPATH``) and names it in ``TAPEFLOW_EXPECT_ROOT``: a benchmark that would
+    time another tapeflow (the working tree's) fails instead of recording a wrong figure."""
+    root = os.environ.get("TAPEFLOW_EXPECT_ROOT")
+    if not root:
+        return
+    root = os.path.realpath(root)
+    wrong = {m: p for m, p in ratio_cases.origins().items()
+             if not os.path.realpath(p).startswith(root + os.sep)}
+    if wrong:
+        raise RuntimeError(f"tapeflow is not imported from {root}: {wrong}")
+
+
 class _RatioCase:
     """Shared set-up: build (and check) the case; NotImplementedError is asv's n/a."""
 
@@ -50,6 +64,7 @@ class _RatioCase:
     timeout = 180
 
     def setup(self, name):
+        _check_origin()
         self.case = ratio_cases.build(self.key, name)
 
     def _ratio(self):

@@ -1,0 +1,162 @@
+#!/usr/bin/env python
+"""The ratio benchmarks over the last N commits of main, recorded with asv, and the
+published page.
+
+    .venv/bin/python scripts/bench_history.py 5            # last 5 commits of main + publish
+    .venv/bin/python scripts/bench_history.py 3 --devices cpu:0 --no-publish
+    .venv/bin/python scripts/bench_history.py 1 --rev HEAD  # one commit (the reference run)
+    (cd asv_bench && ../.venv/bin/asv preview)             # serve asv_bench/html/
+
+For each commit (oldest first) the script exports the commit's ``core/``, ``backends/``
+and ``plugins/`` with ``git archive`` into a temporary directory and runs ``asv run
+--python=same --set-commit-hash <commit> -b bench_ratios`` in the environment asv already
+has (``environment_type: existing``, the project's ``.venv``), with ``ASV_PYTHONPATH``
+(asv drops ``PYTHONPATH`` and passes this one on) pointing at the export, so the
+benchmark processes import that commit's tapeflow; ``TAPEFLOW_EXPECT_ROOT`` makes every
+ratio benchmark check that they do (else it fails). The benchmark code itself is the
+working tree's (asv always runs the current ``asv_bench/benchmarks``), as the gate does.
+
+Why not ``asv run -E virtualenv:3.11 main~N..main``: asv would build a virtualenv and
+pip-install every commit (NumPy, SciPy, PyOpenCL, PoCL, the four distributions) --
+minutes per commit and PyPI on the first run; exporting the sources into the one
+environment that has everything costs a second per commit and works offline. The
+absolute-time benchmarks are not rerun per commit (``--bench`` to choose others).
+
+Results go to ``asv_bench/results/<machine>/`` (the committed reference results are the
+``dev-2core`` machine's: commit them after a run on the reference machine), then ``asv
+publish`` writes ``asv_bench/html/`` (a graph per benchmark, one line per device).
+BLAS/OpenMP run one thread (``--threads``), as in ``scripts/bench_check.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ASV_DIR = ROOT / "asv_bench"
+PACKAGE_DIRS = ("core", "backends/cpu_numpy", "backends/opencl", "backends/cuda_cupy",
+                "plugins/gelu")
+
+
+def git(*args):
+    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def commits(n, branch="main"):
+    """The last ``n`` commits of ``branch`` (first-parent), oldest first; of HEAD in a
+    clone without that branch."""
+    try:
+        out = git("rev-list", "--first-parent", "-n", str(n), branch)
+    except subprocess.CalledProcessError:
+        out = git("rev-list", "--first-parent", "-n", str(n), "HEAD")
+    return list(reversed(out.split()))
+
+
+def export(rev, dest):
+    have = [d for d in PACKAGE_DIRS
+            if subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:{d}"],
+                              capture_output=True).returncode == 0]
+    arch = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, *have],
+                          check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
+    return [str(Path(dest) / d) for d in have]
+
+
+def asv_cmd(config):
+    cmd = [sys.executable, "-m", "asv"]
+    return cmd + (["--config", str(config)] if config else [])
+
+
+def selection(bench, devices):
+    """asv -b regexes: the benchmarks ``bench`` on the parameter sets of ``devices``."""
+    if not devices:
+        return ["-b", bench]
+    out = []
+    for d in devices.split(","):
+        out += ["-b", f"{bench}.*\\('{d}'[,)]"]
+    return out
+
+
+def run_commit(sha, machine, bench, devices, config=None, threads=1, cwd=ASV_DIR, log=print):
+    with tempfile.TemporaryDirectory(prefix="bench-history-") as tmp:
+        tree = Path(tmp).resolve()
+        paths = export(sha, tree)
+        env = dict(os.environ)
+        env["ASV_PYTHONPATH"] = os.pathsep.join(paths)
+        env["TAPEFLOW_EXPECT_ROOT"] = str(tree)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if threads:
+            for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+                env[var] = str(threads)
+        cmd = asv_cmd(config) + ["run", "--python=same", "--set-commit-hash", sha,
+                                 "--machine", machine, "--show-stderr",
+                                 *selection(bench, devices)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        out = proc.stdout + proc.stderr
+        failed = proc.returncode != 0 or "Traceback (most recent call last)" in out
+        log(f"  {sha[:10]} {git('log', '-1', '--format=%s', sha)[:60]}: "
+            f"{'FAILED' if failed else 'ok'} ({time.perf_counter() - t0:.0f} s)")
+        return failed, out
+
+
+def ensure_machine(machine, config=None, cwd=ASV_DIR):
+    """asv needs the machine in ~/.asv-machine.json; add it (asv machine --yes) if absent."""
+    subprocess.run(asv_cmd(config) + ["machine", "--yes", "--machine", machine], cwd=cwd,
+                   check=True, capture_output=True, stdin=subprocess.DEVNULL)
+
+
+def publish(config=None, cwd=ASV_DIR):
+    proc = subprocess.run(asv_cmd(config) + ["publish"], cwd=cwd, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise RuntimeError(f"asv publish failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return proc.stdout
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("n", type=int, help="how many of main's last commits")
+    ap.add_argument("--branch", default="main")
+    ap.add_argument("--rev", help="run this one commit instead of the last N")
+    ap.add_argument("--machine", default="dev-2core",
+                    help="asv machine name (the committed reference results: dev-2core)")
+    ap.add_argument("--bench", default="bench_ratios", help="asv -b regex (default: the "
+                    "ratio benchmarks)")
+    ap.add_argument("--devices", help="only these devices' parameter sets, e.g. cpu:0,opencl:0")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--config", help="another asv.conf.json (tests use a temporary one)")
+    ap.add_argument("--no-publish", action="store_true")
+    args = ap.parse_args(argv)
+    cwd = Path(args.config).parent if args.config else ASV_DIR
+    shas = [git("rev-parse", args.rev)] if args.rev else commits(args.n, args.branch)
+    print(f"bench-history: {len(shas)} commit(s) of {args.branch}, machine {args.machine}, "
+          f"benchmarks {args.bench}", flush=True)
+    ensure_machine(args.machine, args.config, cwd)
+    bad = []
+    for sha in shas:
+        failed, out = run_commit(sha, args.machine, args.bench, args.devices, args.config,
+                                 args.threads, cwd, log=lambda m: print(m, flush=True))
+        if failed:
+            bad.append(sha[:10])
+            print("\n".join(out.splitlines()[-40:]))
+    if not args.no_publish:
+        publish(args.config, cwd)
+        print(f"bench-history: published {cwd / 'html'} (asv preview in {cwd} serves it)")
+    if bad:
+        print(f"bench-history: asv reported failures for {', '.join(bad)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
