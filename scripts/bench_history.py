@@ -5,6 +5,7 @@ published page.
     .venv/bin/python scripts/bench_history.py 5            # last 5 commits of main + publish
     .venv/bin/python scripts/bench_history.py 3 --devices cpu:0 --no-publish
     .venv/bin/python scripts/bench_history.py 1 --rev HEAD  # one commit (the reference run)
+    .venv/bin/python scripts/bench_history.py 0 --dump      # publish what is recorded, as text
     (cd asv_bench && ../.venv/bin/asv preview)             # serve asv_bench/html/
 
 For each commit (oldest first) the script exports the commit's ``core/``, ``backends/``
@@ -31,6 +32,7 @@ BLAS/OpenMP run one thread (``--threads``), as in ``scripts/bench_check.py``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -122,6 +124,34 @@ def publish(config=None, cwd=ASV_DIR):
     return proc.stdout
 
 
+def dump(html, machine="dev-2core", prefix="bench_ratios."):
+    """The published page as text: per ratio benchmark and device, the value at each
+    commit (oldest first), read from the graphs' JSON that the page plots."""
+    html = Path(html)
+    index = json.loads((html / "index.json").read_text())
+    hashes = {int(r): h for r, h in index["revision_to_hash"].items()}
+    lines = []
+    for name, meta in sorted(index["benchmarks"].items()):
+        if not name.startswith(prefix):
+            continue
+        graphs = [g for g in (html / "graphs").glob(f"**/{name}.json")
+                  if "branch-main" in g.parts and f"machine-{machine}" in g.parts]
+        if not graphs:
+            lines.append(f"{name}: no graph")
+            continue
+        points = json.loads(graphs[0].read_text())
+        devices = [p.strip("'") for p in meta["params"][0]] if meta["params"] else [""]
+        lines.append(f"{name} ({meta.get('unit')}), graph {graphs[0].relative_to(html)}")
+        for i, dev in enumerate(devices):
+            vals = []
+            for rev, v in points:
+                x = v[i] if isinstance(v, list) else v
+                vals.append(f"{hashes.get(rev, str(rev))[:8]} "
+                            + ("n/a" if x is None else f"{x:.3f}"))
+            lines.append(f"  {dev:9s} " + "   ".join(vals))
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -136,9 +166,12 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--config", help="another asv.conf.json (tests use a temporary one)")
     ap.add_argument("--no-publish", action="store_true")
+    ap.add_argument("--dump", action="store_true",
+                    help="print the published page as text (each ratio per device and commit)")
     args = ap.parse_args(argv)
     cwd = Path(args.config).parent if args.config else ASV_DIR
-    shas = [git("rev-parse", args.rev)] if args.rev else commits(args.n, args.branch)
+    shas = [] if args.n == 0 else (
+        [git("rev-parse", args.rev)] if args.rev else commits(args.n, args.branch))
     print(f"bench-history: {len(shas)} commit(s) of {args.branch}, machine {args.machine}, "
           f"benchmarks {args.bench}", flush=True)
     ensure_machine(args.machine, args.config, cwd)
@@ -152,6 +185,8 @@ def main(argv=None):
     if not args.no_publish:
         publish(args.config, cwd)
         print(f"bench-history: published {cwd / 'html'} (asv preview in {cwd} serves it)")
+    if args.dump:
+        print(dump(cwd / "html", args.machine))
     if bad:
         print(f"bench-history: asv reported failures for {', '.join(bad)}")
         return 1

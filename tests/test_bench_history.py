@@ -105,6 +105,12 @@ def test_the_published_page_has_a_graph_per_ratio_benchmark_and_device(tmp_path,
                 assert not values, f"{name} on {dev} should be n/a here: {series}"
         assert (html / "graphs" / "summary" / f"{name}.json").is_file()
 
+    # the text dump (bench_history.py --dump) shows each benchmark and device
+    text = bench_history.dump(html)
+    for cls in RATIO_CLASSES:
+        assert f"bench_ratios.{cls}.track_ratio (ratio)" in text
+    assert text.count("  cpu:0 ") == len(RATIO_CLASSES)
+
 
 def test_history_runs_each_commit_from_its_own_export():
     # the selection of devices and the environment a past commit runs with
