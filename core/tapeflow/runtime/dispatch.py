@@ -128,7 +128,7 @@ def _np_from_numpy(value, dtype, dev, op):
 
 
 def _array_elements(value, depth=0):
-    """The number of elements a list or tuple holding NumPy arrays (or tensors) converts
+    """The number of elements a list or tuple holding NumPy arrays converts
     to, from its first entries (ragged ones fail in NumPy anyway); None for one that holds
     only Python values (whose size is already in memory)."""
     if isinstance(value, np.ndarray):
