@@ -377,3 +377,36 @@ def test_fft_ops_called_directly_check_their_attrs(dev, op, attrs, frag):
     with tf.device(dev):
         _raises(errors.InvalidArgumentError, lambda: OPS[op](tf.constant(x), **attrs),
                 f"{op}: {frag}", f"[Op:{op}]", dev)
+
+
+@pytest.mark.parametrize("op,shape", [("RFFT", (0,)), ("RFFT", (2, 0)), ("FFT", (0,))])
+def test_fft_of_an_empty_axis(dev, op, shape):
+    # cpu:0 refused it (NumPy), opencl:0 returned something
+    x = np.zeros(shape, np.float32 if op == "RFFT" else np.complex64)
+    with tf.device(dev):
+        _raises(errors.InvalidArgumentError, lambda: OPS[op](tf.constant(x)),
+                f"{op}: Invalid number of FFT data points (0)", f"[Op:{op}]", dev)
+
+
+@pytest.mark.parametrize("call,op", [
+    (lambda: tf.reshape(tf.ones([]), (1,) * 100), "Reshape"),
+    (lambda: tf.reshape(tf.ones([]), [1] * 65), "Reshape"),
+    (lambda: tf.broadcast_to(1.0, [1] * 65), "BroadcastTo"),
+    (lambda: tf.zeros([1] * 65), "Fill"),
+    (lambda: tf.tile(tf.ones([1]), [1] * 65), "Tile"),
+])
+def test_shapes_of_rank_over_64(dev, call, op):
+    # opencl:0 raised PyOpenCL's plain ValueError for tf.reshape
+    with tf.device(dev):
+        _raises(errors.InvalidArgumentError, call, "rank", "64", f"[Op:{op}]", dev)
+
+
+def test_jacobian_of_leaky_relu(dev):
+    # vectorized_map broadcast a batch of gradients against one features tensor, and
+    # LeakyReluGrad's kernels give the result the features' shape
+    with tf.device(dev):
+        x = tf.constant([-1.0, 2.0, 3.0])
+        with tf.GradientTape() as t:
+            t.watch(x)
+            y = tf.nn.leaky_relu(x, 0.25)
+        np.testing.assert_allclose(t.jacobian(y, x).numpy(), np.diag([0.25, 1.0, 1.0]))

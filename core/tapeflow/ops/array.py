@@ -117,21 +117,26 @@ def _prod(xs):
 
 
 def _shape_tuple(shape, op="Reshape"):
-    """int / list / tuple / TensorShape / 1-D int tensor or array -> a tuple of ints."""
+    """int / list / tuple / TensorShape / 1-D int tensor or array -> a tuple of ints (at
+    most 64 of them: NumPy's and the devices' limit on dimensions)."""
     try:
         if isinstance(shape, (tuple, list)):
-            return tuple(map(_index, shape))
-        if isinstance(shape, (Tensor, Variable)):
-            shape = shape.numpy()
-        if isinstance(shape, np.ndarray):
-            if shape.ndim > 1 or shape.dtype.kind not in "iu":
-                raise TypeError
-            return tuple(shape.reshape(-1).tolist())
-        return (_index(shape),)
+            out = tuple(map(_index, shape))
+        else:
+            if isinstance(shape, (Tensor, Variable)):
+                shape = shape.numpy()
+            if isinstance(shape, np.ndarray):
+                if shape.ndim > 1 or shape.dtype.kind not in "iu":
+                    raise TypeError
+                out = tuple(shape.reshape(-1).tolist())
+            else:
+                out = (_index(shape),)
     except TypeError:
         raise InvalidArgumentError(
-            f"shape must be an integer or a list of integers, got {shape!r}", op=op,
-            device=_here()) from None
+            f"shape must be an integer or a list of integers, got {_shapes._short(shape)}",
+            op=op, device=_here()) from None
+    _shapes.check_rank(out, op, _here())
+    return out
 
 
 def _norm_axis1(axis, nd, op, x=None, extra=0):
@@ -510,6 +515,8 @@ def reshape(tensor, shape, name=None):
             s = _shape_tuple(shape, "Reshape")
     else:
         s = _shape_tuple(shape, "Reshape")
+    if len(s) > _shapes.MAX_RANK:
+        _shapes.check_rank(s, "Reshape", _here(tensor))
     if s and min(s) < -1:
         raise InvalidArgumentError(
             f"Cannot reshape to {list(s)}: sizes must be non-negative, or -1 for one size "

@@ -101,6 +101,14 @@ for _name in ("Identity", "StopGradient", "ZerosLike", "OnesLike", "Conj", "Real
     _OPS[_name].batch = _BROADCASTING
 
 
+@_rule("LeakyReluGrad")
+def _leaky_relu_grad(ctx, dy, x):
+    # the kernels give the result the features' shape (cpu:0 multiplies in place), so a
+    # batch of gradients against one features tensor (GradientTape.jacobian) gives both
+    # the batch first
+    return execute(ctx.op, _all_batched(ctx, (dy, x)), ctx.attrs)
+
+
 @_rule("MatMul")
 def _matmul(ctx, a, b):
     ta, tb = ctx.attrs["transpose_a"], ctx.attrs["transpose_b"]

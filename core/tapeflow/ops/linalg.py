@@ -868,6 +868,10 @@ def _check_fft(op, tensors, attrs, device):
         raise InvalidArgumentError(
             f"{op.name}: axes must be a non-empty tuple of distinct integer axes of the "
             f"input of shape {_fmt(shape)}, got {_shapes._short(axes)}")
+    if op.name != "IRFFT" and any(shape[a] == 0 for a in axes):
+        raise InvalidArgumentError(
+            f"{op.name}: Invalid number of FFT data points (0): the input of shape "
+            f"{_fmt(shape)} is empty along the axes {_shapes._short(axes)}")
     if not isinstance(attrs["norm"], str) or attrs["norm"] not in _SWAP_NORM:
         raise InvalidArgumentError(f"{op.name}: Invalid norm value "
                                    f"{_shapes._short(attrs['norm'])}: norm must be 'backward', "
