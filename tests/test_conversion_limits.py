@@ -16,15 +16,16 @@ import tapeflow as tf
 from tapeflow.errors import InvalidArgumentError, InvalidTypeError, ResourceExhaustedError
 from tapeflow.runtime import shapes
 
-# 37 GiB of float32 in 4 bytes of memory; 8 TiB of float64
-HUGE = np.broadcast_to(np.float32(1), (100000, 100000))
+# 16 TiB of float32 in 4 bytes of memory; 8 TiB of float64 (the 37 GiB view,
+# np.broadcast_to(x, (100000, 100000)), fits a large machine: these fit none)
+HUGE = np.broadcast_to(np.float32(1), (1 << 21, 1 << 21))
 HUGER = np.broadcast_to(np.float64(1), (1 << 20, 1 << 20))
 
 
 def _devices():
     out = ["cpu:0"]
-    if any(d.type == "opencl" for d in tf.runtime.devices.list_devices()):
-        out.append("opencl:0")
+    types = {d.type for d in tf.runtime.devices.list_devices()}
+    out += [f"{t}:0" for t in ("opencl", "cuda") if t in types]
     return out
 
 
@@ -54,7 +55,8 @@ def test_a_huge_broadcast_view_is_refused_before_it_is_copied(call, op, device):
 
 def test_the_message_names_shape_dtype_and_bytes():
     with pytest.raises(ResourceExhaustedError,
-                       match=r"shape \[100000, 100000\] and dtype float32 .*40000000000 bytes"):
+                       match=r"shape \[2097152, 2097152\] and dtype float32 .*16.00 TiB "
+                             r"\(17592186044416 bytes\)"):
         tf.add(HUGE, 1.0)
 
 

@@ -118,8 +118,10 @@ class _Poison:
 POISON = (_Poison, str, bytes, dict, type(None), set)
 
 
-#: NumPy broadcast views: zero strides, a few bytes in memory, tens of GiB once copied
-BROADCAST_VIEWS = (((100000, 100000), np.float32), ((1 << 20, 1 << 20), np.float64),
+#: NumPy broadcast views: zero strides, a few bytes in memory, TiBs once copied (more
+#: than any machine holds: the issue's np.broadcast_to(x, (100000, 100000)), 37 GiB,
+#: fits a large host, where it stays a view and ops run on all of it)
+BROADCAST_VIEWS = (((1 << 19, 1 << 20), np.float32), ((1 << 20, 1 << 20), np.float64),
                    ((3, 1 << 40), np.int8))
 
 
