@@ -26,10 +26,14 @@ import json, sys, warnings
 warnings.simplefilter("ignore")
 from tapeflow.testing import fuzz
 seed, n, start, stop, devices, out = sys.argv[1:7]
+import tapeflow as tf
+have = {d.name for d in tf.runtime.devices.list_devices()}
+devices = devices.split(",")
+skipped = [d for d in devices if d not in have]
 calls = fuzz.generate(seed=int(seed), n=int(n))[int(start):int(stop)]
-rep = fuzz.run(calls, devices=devices.split(","))
+rep = fuzz.run(calls, devices=[d for d in devices if d in have] or ["cpu:0"])
 with open(out, "w") as f:
-    json.dump(rep.to_json(), f)
+    json.dump(dict(rep.to_json(), skipped=skipped), f)
 """
 
 
@@ -60,6 +64,7 @@ def main(argv=None):
 
     from tapeflow.testing.fuzz import Report
     total = Report()
+    skipped = set()
     with tempfile.TemporaryDirectory() as tmp:
         for start in range(0, args.calls, args.chunk):
             stop = min(start + args.chunk, args.calls)
@@ -87,11 +92,14 @@ def main(argv=None):
                           hangs=data["hangs"])
             part.findings = {tuple(row[:3]): row[3:] for row in data["findings"]}
             total.merge(part)
+            skipped.update(data.get("skipped", ()))
     for n, kind, target, detail, example in total.top(args.top):
         print(f"{n:5d}  {kind:<22} {target:<40} {detail[:100]}\n       e.g. {example[:150]}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(total.to_json(), f, indent=1)
+    if skipped:
+        print(f"devices not available here, not fuzzed: {', '.join(sorted(skipped))}")
     print(f"seed {args.seed}, devices {args.devices}: {total.summary()}")
     print(total.table())
     bugs = total.bugs()
