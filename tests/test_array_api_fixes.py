@@ -9,6 +9,12 @@ pseudo-inverse, the DLPack signature and the per-device dtype list.
 
 import inspect
 import math
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -290,3 +296,96 @@ def test_info_dtypes_per_device():
             with tf.device(dev):                    # each listed dtype can be created there
                 assert tnp.zeros(2, dtype=dt).dtype is dt
     assert info.dtypes(device="cpu:0") == every
+
+
+def test_from_dlpack_of_an_opencl_tensor_stays_on_its_device():
+    """OpenCL has no DLPack (its __dlpack__ is a host copy): from_dlpack of a tapeflow
+    opencl tensor keeps it there, as the standard says a same-device import does."""
+    with tf.device("opencl:0"):
+        x = tnp.asarray([1.0, 2.0])
+    y = tnp.from_dlpack(x)
+    assert y.device == "opencl:0" and y is not x and y.numpy().tolist() == [1.0, 2.0]
+    assert tnp.from_dlpack(x, device="opencl:0", copy=False).device == "opencl:0"
+    z = tnp.from_dlpack(x, device="cpu:0")
+    assert z.device == "cpu:0" and z.numpy().tolist() == [1.0, 2.0]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="cannot move opencl:0"):
+        tnp.from_dlpack(x, device="cpu:0", copy=False)
+    x[0] = 5.0                                      # y is a value of its own
+    assert y.numpy().tolist() == [1.0, 2.0]
+
+
+# --- the standard's suite: its runner and its expected-failure lists ---------------------------
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _documented_suite_commands():
+    """The commands of docs/array-api.md's block that runs the standard's suite."""
+    text = (ROOT / "docs" / "array-api.md").read_text()
+    m = re.search(r"```sh tested-by=tests/test_array_api_fixes.py::"
+                  r"test_the_documented_suite_commands_run\n(.*?)```", text, re.S)
+    assert m, "docs/array-api.md lost the block with the suite's commands"
+    return [ln for ln in m.group(1).splitlines() if ln.strip()]
+
+
+def test_the_documented_suite_commands_run(tmp_path):
+    """Each command of the page, on a small part of the suite (so the test takes seconds;
+    the whole suite is scripts/dev.sh's own step): it unpacks the archive, runs the
+    suite's tests on the named device and exits 0."""
+    cmds = _documented_suite_commands()
+    assert any("--device opencl:0" in c for c in cmds) and len(cmds) == 2
+    for cmd in cmds:
+        env = {k: v for k, v in os.environ.items() if k != "TAPEFLOW_DEFAULT_DEVICE"}
+        words = shlex.split(cmd)
+        while "=" in words[0]:                      # VAR=value prefixes
+            k, v = words.pop(0).split("=", 1)
+            env[k] = v
+        assert words[:2] == [".venv/bin/python", "scripts/array_api_suite.py"], cmd
+        run = subprocess.run(
+            [sys.executable, *words[1:], "--max-examples", "1", "-n", "0",
+             "--build-dir", str(tmp_path), "--", "array_api_tests/test_has_names.py",
+             "-k", "shift or floor_divide"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        out = run.stdout + run.stderr
+        assert run.returncode == 0, out[-3000:]
+        assert re.search(r"\b[1-9]\d* passed\b", out) and " failed" not in out, out[-3000:]
+        device = "opencl:0" if "opencl" in cmd else "cpu:0"
+        assert f"array API suite on {device}: pytest exit status 0" in out
+
+
+@pytest.mark.parametrize("kind", ["cpu", "opencl"])
+def test_each_expected_failure_says_why(kind):
+    """tests/array_api_suite/xfails-<kind>.txt: the suite reads every line that is not a
+    comment as a test id, so a reason must be a comment line above its ids."""
+    lines = (ROOT / "tests" / "array_api_suite" / f"xfails-{kind}.txt").read_text()
+    lines = lines.splitlines()
+    assert lines and lines[0].startswith("#")
+    for i, ln in enumerate(lines):
+        if ln.strip() and not ln.startswith("#"):
+            assert ln.startswith("array_api_tests/test_") and "#" not in ln, ln
+            above = [p for p in lines[:i] if not p.startswith("array_api_tests/")]
+            assert above and above[-1].startswith("#"), ln
+
+
+def test_the_documented_strict_comparison_is_the_runners_settings():
+    """docs/array-api.md compares with array-api-strict through the suite the runner
+    unpacks, at the runner's settings (the numbers are comparable only then)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("array_api_suite",
+                                                  ROOT / "scripts" / "array_api_suite.py")
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    text = (ROOT / "docs" / "array-api.md").read_text()
+    m = re.search(r"```sh tested-by=tests/test_array_api_fixes.py::"
+                  r"test_the_documented_strict_comparison_is_the_runners_settings\n(.*?)```",
+                  text, re.S)
+    assert m
+    block = m.group(1)
+    assert f"build/array_api_suite/{runner.ARCHIVE.name.removesuffix('.tar.gz')}/" in block
+    assert runner.ARCHIVE.is_file()
+    source = (ROOT / "scripts" / "array_api_suite.py").read_text()
+    for flag in ("--hypothesis-seed=0", "--hypothesis-disable-deadline"):
+        assert flag in block and flag in source
+    assert "--max-examples=5" in block and 'p.add_argument("--max-examples", type=int, ' \
+        'default=5' in source
+    assert "ARRAY_API_TESTS_MODULE=array_api_strict" in block

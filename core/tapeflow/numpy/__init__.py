@@ -556,6 +556,17 @@ def from_dlpack(x, /, *, device=None, copy=None):
     >>> print(t)
     tf.Tensor([0. 1. 2.], shape=(3,), dtype=float64)
     """
+    if isinstance(x, (_Tensor, _Variable)) and not hasattr(_t(x)._data, "__dlpack__"):
+        # a tapeflow tensor of a backend without DLPack (OpenCL), whose __dlpack__ is a
+        # host copy: it stays on its device (a new tensor object over the same buffer,
+        # which nothing outside tapeflow can write), or moves to ``device``
+        t = _t(x)
+        if device is not None and _devs.get_device(str(device)).name != t.device:
+            if copy is False:
+                raise InvalidArgumentError(f"from_dlpack(copy=False) cannot move {t.device} "
+                                           f"memory to {device}")
+            return t.to(str(device))
+        return _A.identity(t)
     if not hasattr(x, "__dlpack__"):
         raise InvalidArgumentError(f"from_dlpack needs an object with __dlpack__, got "
                                    f"{type(x).__name__}")
