@@ -410,3 +410,28 @@ def test_jacobian_of_leaky_relu(dev):
             t.watch(x)
             y = tf.nn.leaky_relu(x, 0.25)
         np.testing.assert_allclose(t.jacobian(y, x).numpy(), np.diag([0.25, 1.0, 1.0]))
+
+
+# --- the fill-value ops called directly (as a plugin or the tracer calls them) -----------
+
+@pytest.mark.parametrize("call,frag,op", [
+    (lambda: OPS["Fill"](shape=(2,), value=2.5, dtype=tf.int32), "2.5 is not an integer", "Fill"),
+    (lambda: OPS["Fill"](shape=(2,), value=300, dtype=tf.int8), "300 does not fit in int8",
+     "Fill"),
+    (lambda: OPS["Fill"](shape=(2,), value=1j, dtype=tf.float32), "is complex", "Fill"),
+    (lambda: OPS["PadV2"](tf.constant([1, 2]), paddings=((1, 1),), constant_values=2.5),
+     "2.5 is not an integer", "PadV2"),
+    (lambda: OPS["PadV2"](tf.ones([2]), paddings=((1, 1),), constant_values=1j), "is complex",
+     "PadV2"),
+    (lambda: OPS["OneHot"](tf.constant([0]), depth=2, on_value=1j, off_value=0, axis=1,
+                           dtype=tf.float32), "is complex", "OneHot"),
+    (lambda: OPS["Fill"](shape=(2,), value="x", dtype=tf.float32), "must be a number", "Fill"),
+])
+def test_fill_value_ops_called_directly_refuse_what_their_dtype_cannot_hold(dev, call, frag, op):
+    with tf.device(dev):
+        _raises(errors.InvalidArgumentError, call, frag, f"[Op:{op}]", dev)
+
+
+def test_fill_called_directly_with_a_complex_value_and_dtype():
+    y = OPS["Fill"](shape=(2,), value=1 + 2j, dtype=tf.complex64)
+    assert y.dtype == tf.complex64 and y.numpy().tolist() == [1 + 2j, 1 + 2j]

@@ -37,8 +37,8 @@ ATTR_TYPES = {
     "filter_sizes": "shape", "input_sizes": "shape", "orig_input_shape": "shape",
     "multiples": "shape", "shape": "shape", "perm": "perm", "paddings": "paddings",
     "data_format": "enum:NHWC|NCHW", "mode": "enum:REFLECT|SYMMETRIC", "equation": "str",
-    "constant_values": "number", "on_value": "number", "off_value": "number",
-    "value": "number", "start": "float", "stop": "float", "limit": "float",
+    # (fill values: checked against the op's dtype by its check, complex numbers too)
+    "constant_values": "any", "on_value": "any", "off_value": "any", "value": "any", "start": "float", "stop": "float", "limit": "float",
     "delta": "float", "output_type": "dtype", "out_type": "dtype", "axis": "axis",
 }
 #: per-op exceptions to ATTR_TYPES (None: not typed here -- the kernel checks it)
@@ -162,11 +162,12 @@ def real_number(v, what, op, x=None):
     return v
 
 
-def check_fits(v, dtype, what, op, x=None):
+def check_fits(v, dtype, what, op, x=None, device=None):
     """Refuse a scalar value ``v`` that a tensor of ``dtype`` cannot hold without
     silently losing part of it (TensorFlow's rule for ``tf.constant(v, dtype)``): a
     complex number in a real dtype (its imaginary part), a non-integral or non-finite
-    float in an integer dtype, an integer outside the integer dtype's range.
+    float in an integer dtype, an integer outside the integer dtype's range (``x``: the
+    input, or ``device``: the device named).
 
     >>> import tapeflow as tf
     >>> from tapeflow.ops._library import check_fits
@@ -180,7 +181,7 @@ def check_fits(v, dtype, what, op, x=None):
             raise InvalidTypeError(
                 f"{what} {_short(v)} is complex but the result's dtype is {dtype.name}: the "
                 "imaginary part would be dropped; pass a complex dtype (tf.complex64) or a "
-                "real value", op=op, device=_where(x))
+                "real value", op=op, device=device or _where(x))
         return
     if not dtype.is_integer or isinstance(v, (bool, np.bool_)):
         return
@@ -189,14 +190,14 @@ def check_fits(v, dtype, what, op, x=None):
             raise InvalidArgumentError(
                 f"{what} {_short(v)} is not an integer but the result's dtype is "
                 f"{dtype.name}; pass an integer value or a floating dtype", op=op,
-                device=_where(x))
+                device=device or _where(x))
         v = int(v)
     if isinstance(v, (int, np.integer)):
         info = np.iinfo(dtype.np)
         if not info.min <= int(v) <= info.max:
             raise InvalidArgumentError(
                 f"{what} {v} does not fit in {dtype.name} [{info.min}, {info.max}]; pass "
-                "a wider dtype or a smaller value", op=op, device=_where(x))
+                "a wider dtype or a smaller value", op=op, device=device or _where(x))
 
 
 def flag(v, what, op, x=None):

@@ -235,8 +235,28 @@ def _match_dtypes(a, b):
 
 # --- creation ------------------------------------------------------------------------
 
+def _check_fill_values(op, tensors, attrs, device):
+    """Fill/PadV2/OneHot on every backend: their value attrs (``value``,
+    ``constant_values``, ``on_value``/``off_value``) are numbers that the result's dtype
+    holds exactly (a complex value into a real dtype, 2.5 into int32: refused, as the
+    public functions refuse them)."""
+    dt = attrs.get("dtype") or (tensors[0].dtype if op.name == "PadV2" else _dt.float32)
+    for name in ("value", "constant_values", "on_value", "off_value"):
+        if name in attrs:
+            v = attrs[name]
+            if not isinstance(v, (builtins.bool, int, float, complex, np.bool_, np.number)):
+                raise InvalidTypeError(f"attr '{name}' of {op.name} must be a number, got "
+                                       f"{type(v).__name__} {_shapes._short(v)}")
+            check_fits(v, dt, f"attr '{name}' of {op.name}:", op.name, device=device)
+
+
+def _check_fill(op, tensors, attrs, device):
+    _shapes.check_shape_attr(op, tensors, attrs, device)
+    _check_fill_values(op, tensors, attrs, device)
+
+
 _FILL = defop("Fill", inputs=(), attrs={"shape": None, "value": 0, "dtype": None},
-              dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr)
+              dtype_from="dtype", differentiable=False, check=_check_fill)
 
 
 def fill(dims, value, dtype=None, name=None):
@@ -439,7 +459,8 @@ lin_space = linspace
 
 _ONE_HOT = defop("OneHot", inputs=("indices",), attrs={"depth": None, "on_value": 1,
                                                        "off_value": 0, "axis": -1, "dtype": None},
-                 dtype_rule="none", dtype_from="dtype", differentiable=False)
+                 dtype_rule="none", dtype_from="dtype", differentiable=False,
+                 check=_check_fill_values)
 
 
 def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None):
@@ -873,7 +894,7 @@ def _pad_grad(ctx, dy):
 
 
 _PAD = defop("PadV2", inputs=("x",), attrs={"paddings": None, "constant_values": 0},
-             dtype_rule="none", grad=_pad_grad)
+             dtype_rule="none", grad=_pad_grad, check=_check_fill_values)
 
 
 def _mirror_indices(n, before, after, mode):
