@@ -435,3 +435,10 @@ def test_fill_value_ops_called_directly_refuse_what_their_dtype_cannot_hold(dev,
 def test_fill_called_directly_with_a_complex_value_and_dtype():
     y = OPS["Fill"](shape=(2,), value=1 + 2j, dtype=tf.complex64)
     assert y.dtype == tf.complex64 and y.numpy().tolist() == [1 + 2j, 1 + 2j]
+
+
+@pytest.mark.parametrize("op", ["Qr", "Svd"])
+@pytest.mark.parametrize("value", [1j, "x", 1])
+def test_full_matrices_of_the_ops_is_a_bool(op, value):
+    _raises(errors.InvalidTypeError, lambda: OPS[op](tf.ones([2, 2]), full_matrices=value),
+            "full_matrices", f"[Op:{op}]")

@@ -30,6 +30,7 @@ LIB = Library(CORE_NAMESPACE)
 #: the types of the built-in ops' attrs, by attr name (kinds: tapeflow.shapes)
 ATTR_TYPES = {
     "adjoint": "bool", "approximate": "bool", "keepdims": "bool", "transpose_a": "bool",
+    "full_matrices": "bool",
     "transpose_b": "bool", "alpha": "float", "mean": "float", "stddev": "float",
     "batch_dims": "int", "counter": "uint", "key": "uint", "depth": "int",
     "num_segments": "int", "num": "int", "num_rows": "int", "num_columns": "int?",
