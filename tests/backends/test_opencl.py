@@ -632,14 +632,18 @@ def test_complex_reductions_and_products_of_many_elements(dtype):
 
 @needs_device
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
-@pytest.mark.parametrize("n", [1, 2, 7, 16, 60, 64, 97, 1000, 1024])
-def test_fft_lengths_match_pocketfft(dtype, n):
+@pytest.mark.parametrize("n,local", [(1, True), (2, True), (7, True), (16, True), (60, True),
+                                     (64, True), (97, True), (1000, True), (1024, True),
+                                     (2, False), (1024, False), (1000, False)])
+def test_fft_lengths_match_pocketfft(dtype, n, local, monkeypatch):
     """Every path of the 1-D transform (tapeflow_opencl.k_fft): radix-2 Stockham (powers
-    of two), the direct DFT (other lengths up to DIRECT_MAX) and Bluestein (longer ones),
-    forward and inverse, real-to-complex and back."""
+    of two; in local memory, and one launch per pass as for rows too long for it), the
+    direct DFT (other lengths up to DIRECT_MAX) and Bluestein (longer ones), forward and
+    inverse, real-to-complex and back."""
     import tapeflow.numpy as tnp
     from tapeflow_opencl import k_fft
     assert k_fft.DIRECT_MAX < 97
+    monkeypatch.setattr(k_fft, "LOCAL_ROWS", local)
     rng = np.random.default_rng(n)
     a = _cplx(rng, (3, n), dtype)
     r = a.real.copy()

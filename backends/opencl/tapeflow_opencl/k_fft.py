@@ -7,7 +7,9 @@ are moved last (a strided copy) and back. The 1-D transform is, by length:
 
 * a power of two: a radix-2 **Stockham** FFT, ``log2(n)`` passes of ``n/2`` butterflies
   per row, ping-ponging between two buffers (no bit-reversal pass: Stockham's
-  autosort ordering writes each pass in place for the next one);
+  autosort ordering writes each pass in place for the next one) -- all passes in one
+  work-group per row, the row in local memory, where it fits (one launch), else one
+  launch per pass;
 * other lengths up to :data:`DIRECT_MAX`: the **direct DFT**, one work item per output
   (``n`` products each, exact table indices ``(j * k) mod n``);
 * longer ones: **Bluestein's** chirp-z algorithm -- the DFT as a convolution with the
@@ -36,6 +38,10 @@ from . import runtime as rt
 #: longest non-power-of-two length transformed by the direct DFT (O(n^2)); above it,
 #: Bluestein's algorithm (three power-of-two FFTs of length >= 2n - 1)
 DIRECT_MAX = 64
+
+#: rows whose two copies fit in half the device's local memory take one launch for every
+#: pass (``stockham_local``); False forces one launch per pass (tests cover both paths)
+LOCAL_ROWS = True
 
 _I64 = np.int64
 
@@ -74,6 +80,37 @@ __kernel void stockham(__global T2 *y, __global const T2 *x, __global const T2 *
     long d = ((j - k) << 1) + k;
     yr[d] = a + c;
     yr[d + ns] = a - c;
+}}
+"""
+
+
+def _stockham_local_src(dtype):
+    """Every radix-2 Stockham pass of one row in one work-group, the row in local memory
+    (``buf``: ``2 n`` elements), a barrier between passes: one launch instead of
+    ``log2(n)`` for the rows that fit."""
+    return _pre(dtype) + f"""
+__kernel void stockham_local(__global T2 *y, __global const T2 *x, __global const T2 *tw,
+                             long n, int inv, __local T2 *buf) {{
+    long b = get_global_id(1);
+    long lid = get_local_id(0), wg = get_local_size(0);
+    long h = n >> 1;
+    __local T2 *a = buf, *c = buf + n, *t;
+    for (long i = lid; i < n; i += wg) a[i] = x[b * n + i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long ns = 1; ns < n; ns <<= 1) {{
+        for (long j = lid; j < h; j += wg) {{
+            long k = j & (ns - 1);
+            T2 w = tw[k * (h / ns)];
+            if (inv) w.y = -w.y;
+            T2 u = a[j], v = {_mul(dtype)}(a[j + h], w);
+            long d = ((j - k) << 1) + k;
+            c[d] = u + v;
+            c[d + ns] = u - v;
+        }}
+        barrier(CLK_LOCAL_MEM_FENCE);
+        t = a; a = c; c = t;
+    }}
+    for (long i = lid; i < n; i += wg) y[b * n + i] = a[i];
 }}
 """
 
@@ -195,6 +232,15 @@ def _stockham(dev, x, inverse):
     B, n = x.shape
     dt = x.dtype
     tw = _table(dev, ("tw", n, dt), lambda: _host_twiddles(n, dt)[:n // 2].copy())
+    if LOCAL_ROWS and 2 * n * dt.itemsize <= dev.local_mem // 2:
+        wg = min(n // 2, 256 if dev.is_gpu else 64, dev.max_wg)
+        wg = 1 << (wg.bit_length() - 1)
+        out = rt.empty(dev, x.shape, dt)
+        k = rt.kernel(dev, _stockham_local_src(dt), "stockham_local",
+                      [None, None, None, _I64, np.int32, None])
+        rt.launch(dev, k, (wg, B), (wg, 1), out.base_data, x.base_data, tw.base_data, n,
+                  int(inverse), rt.cl().LocalMemory(2 * n * dt.itemsize))
+        return out
     src = _stockham_src(dt)
     a, b = x, rt.empty(dev, x.shape, dt)
     spare = None
