@@ -233,11 +233,14 @@ def _stockham(dev, x, inverse):
     dt = x.dtype
     tw = _table(dev, ("tw", n, dt), lambda: _host_twiddles(n, dt)[:n // 2].copy())
     if LOCAL_ROWS and 2 * n * dt.itemsize <= dev.local_mem // 2:
-        wg = min(n // 2, 256 if dev.is_gpu else 64, dev.max_wg)
-        wg = 1 << (wg.bit_length() - 1)
-        out = rt.empty(dev, x.shape, dt)
         k = rt.kernel(dev, _stockham_local_src(dt), "stockham_local",
                       [None, None, None, _I64, np.int32, None])
+        # (the kernel's own limit can be below the device's, e.g. a GPU's registers)
+        kmax = k.get_work_group_info(rt.cl().kernel_work_group_info.WORK_GROUP_SIZE,
+                                     dev.cl_device)
+        wg = min(n // 2, 256 if dev.is_gpu else 64, dev.max_wg, int(kmax))
+        wg = 1 << (wg.bit_length() - 1)
+        out = rt.empty(dev, x.shape, dt)
         rt.launch(dev, k, (wg, B), (wg, 1), out.base_data, x.base_data, tw.base_data, n,
                   int(inverse), rt.cl().LocalMemory(2 * n * dt.itemsize))
         return out
