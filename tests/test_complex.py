@@ -128,12 +128,3 @@ def test_conversions_and_promotion():
         tf.complex(tf.constant([1]), tf.constant([2]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="real floating"):
         tnp.fft.rfft(tnp.asarray([1 + 1j]))
-
-
-def test_no_complex_kernels_on_opencl_is_a_clear_error():
-    if not any(str(d).startswith("opencl") for d in tf.list_devices()):
-        pytest.skip("no OpenCL device")
-    with tf.device("opencl:0"):
-        with pytest.raises(tf.errors.UnimplementedError,
-                           match="complex64 is not supported on opencl"):
-            tf.exp(tf.constant([1 + 1j], dtype=tf.complex64))
