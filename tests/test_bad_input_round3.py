@@ -442,3 +442,16 @@ def test_fill_called_directly_with_a_complex_value_and_dtype():
 def test_full_matrices_of_the_ops_is_a_bool(op, value):
     _raises(errors.InvalidTypeError, lambda: OPS[op](tf.ones([2, 2]), full_matrices=value),
             "full_matrices", f"[Op:{op}]")
+
+
+def test_an_extra_input_to_a_registry_op_is_refused_and_overwrites_nothing():
+    # NumPy ufunc kernels took an extra input as out=: OPS["Neg"](a, b) wrote -a into b
+    # and OPS["Add"](a, a, v) overwrote the Variable v
+    a, b = tf.ones([2]), tf.zeros([2])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Neg takes 1 input \(x\), got 2"):
+        OPS["Neg"](a, b)
+    np.testing.assert_array_equal(b.numpy(), [0.0, 0.0])
+    v = tf.Variable([5.0, 6.0])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Add takes 2 inputs \(x, y\), got 3"):
+        OPS["Add"](a, a, v)
+    np.testing.assert_array_equal(v.numpy(), [5.0, 6.0])

@@ -13,7 +13,6 @@ registers ``LIB`` like any plugin (``tapeflow.plugins.register``).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -80,43 +79,12 @@ ELEMENTWISE = frozenset({
 })
 
 
-def wrong_input_count(op, n):
-    """The InvalidArgumentError for ``op`` (an OpDef) called with ``n`` inputs when it
-    declares another number (fewer than its fixed inputs, for a variadic op), or None
-    when ``n`` is right."""
-    fixed = [i for i in op.inputs if not i.startswith("*")]
-    if n == len(fixed) or (op.variadic and n >= len(fixed)):
-        return None
-    k = len(fixed)
-    want = (f"at least {k} input{'s' * (k != 1)}" if op.variadic
-            else f"{k} input{'s' * (k != 1)}")
-    names = ", ".join(i.lstrip("*") + ("..." if i.startswith("*") else "") for i in op.inputs)
-    return InvalidArgumentError(
-        f"{op.name} takes {want} ({names}), got {n}: pass each input tensor positionally, "
-        f"{op.name.split('::')[-1]}({names}, **attrs)", op=op.name)
-
-
-def _counting(check):
-    """``check`` (an op's signature check) run only when the op got as many inputs as
-    it declares: the checks index their inputs, and a registry op called directly
-    (``OPS["MatrixInverse"]()``) would otherwise fail with an IndexError."""
-    @functools.wraps(check)
-    def checked(op, tensors, attrs, device):
-        e = wrong_input_count(op, len(tensors))
-        if e is not None:
-            raise e
-        return check(op, tensors, attrs, device)
-    return checked
-
-
 def defop(name, **kwargs) -> OpDef:
     """Declare a built-in op: ``LIB.define`` (arguments of
     :class:`~tapeflow.plugins.OpDef`) with its attrs typed from :data:`ATTR_TYPES`
-    unless ``attr_types`` is given. An op with inputs and a ``check`` has the check
-    run behind a count of its inputs (:func:`wrong_input_count`)."""
+    unless ``attr_types`` is given (a call with the wrong number of inputs never
+    reaches its ``check``: ``OpDef.__call__`` counts them)."""
     kwargs.setdefault("attr_types", _attr_types(name, kwargs.get("attrs")))
-    if kwargs.get("check") is not None and kwargs.get("inputs", ("x",)):
-        kwargs["check"] = _counting(kwargs["check"])
     kwargs.setdefault("elementwise", name in ELEMENTWISE)
     return LIB.define(name, **kwargs)
 
