@@ -7,7 +7,9 @@ on the ratio benchmarks (``benchmarks/ratio_cases.py``), with a significance tes
     .venv/bin/python scripts/bench_check.py --base HEAD~3 --cases dispatch_add,mlp_step
     .venv/bin/python scripts/bench_check.py --after /tmp/other-tree   # any checkout as "after"
 
-How it measures. The base commit (``--base``, default ``git merge-base HEAD main``) is
+How it measures. The base commit (``--base``; default: the last commit of main with
+uncommitted changes, else -- a clean checkout, as CI's -- the newest commit at least 6
+hours older than HEAD, main before the work being submitted; see ``base_commit``) is
 exported with ``git archive`` into a temporary directory; each side runs in its own
 process with ``PYTHONPATH`` pointing at that side's ``core/``, ``backends/*`` and
 ``plugins/gelu`` (the process checks that tapeflow really comes from there, else the
@@ -186,9 +188,23 @@ def git(*args):
                           text=True).stdout.strip()
 
 
+#: a clean checkout (CI's) is compared with the newest commit this much older than HEAD
+PREVIOUS_MAIN_AGE_S = 6 * 3600
+
+
 def base_commit(rev=None):
+    """``rev``; else, with uncommitted changes, the last commit of main (``git merge-base
+    HEAD main``); else -- a clean checkout, as CI's, where main *is* the change -- the
+    newest commit at least 6 hours older than HEAD: main as it stood before the work
+    now being submitted (work is committed to main in sessions of a few hours), so the
+    gate in the test command compares the submission with what was there before it."""
     if rev:
         return git("rev-parse", "--verify", rev + "^{commit}")
+    if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode == 0:
+        head_t = int(git("log", "-1", "--format=%ct", "HEAD"))
+        older = git("rev-list", "-1", f"--before={head_t - PREVIOUS_MAIN_AGE_S}", "HEAD")
+        if older:
+            return older
     try:
         return git("merge-base", "HEAD", "main")
     except subprocess.CalledProcessError:
@@ -275,8 +291,8 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help=f"the test command's budget: {QUICK}")
-    ap.add_argument("--base", help="the commit to compare with (default: git merge-base HEAD "
-                    "main, i.e. HEAD on main)")
+    ap.add_argument("--base", help="the commit to compare with (default: HEAD with uncommitted "
+                    "changes, else the newest commit >= 6 h older than HEAD)")
     ap.add_argument("--after", default=str(ROOT),
                     help="the checkout measured as 'after' (default: this working tree)")
     ap.add_argument("--after-rev", help="measure this commit as 'after' (exported like the "
