@@ -6,4 +6,4 @@ module ``xp`` (``build(xp)``) so the CuPy backend can reuse them where NumPy and
 CuPy agree.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -9,4 +9,4 @@ Registered through the entry point ``tapeflow = cuda_cupy`` (module
 # imported directly (``import tapeflow_cuda_cupy.kernels``) never sees a half-made one
 import tapeflow  # noqa: F401
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

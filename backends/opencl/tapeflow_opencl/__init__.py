@@ -5,7 +5,7 @@ Registered through the entry point ``tapeflow = opencl``; nothing to import by h
 See ``backends/opencl/README.md``.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from . import runtime as _rt
 

@@ -32,7 +32,7 @@ name = "{dist}"
 version = "0.1.0"
 description = "tapeflow ops: {name}::cube"
 requires-python = ">=3.10"
-dependencies = ["tapeflow", "numpy>=2.0"]
+dependencies = ["tapeflow>=0.2,<0.3", "numpy>=2.0"]
 
 [project.optional-dependencies]
 # the OpenCL backend (PyOpenCL; [pocl] adds an OpenCL driver for the CPU)
