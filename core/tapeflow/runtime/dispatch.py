@@ -135,7 +135,11 @@ def _array_elements(value, depth=0):
         return value.size
     if type(value) is not list and type(value) is not tuple or not value or depth > 8:
         return None
-    first = _array_elements(value[0], depth + 1)
+    first = value[0]
+    tv = type(first)
+    if tv is float or tv is int or tv is bool or tv is complex:
+        return None             # (the common case: a list of Python numbers)
+    first = _array_elements(first, depth + 1)
     return None if first is None else first * len(value)
 
 
