@@ -156,6 +156,35 @@ def test_shift_operators(dev):
         tnp.asarray([1.0]) << 1                     # floats do not shift
 
 
+@pytest.mark.parametrize("dev", DEVICES)
+def test_bitwise_operators_on_integers_and_logical_on_bools(dev):
+    with tf.device(dev):
+        a = tnp.asarray([6, 3], dtype=tnp.int8)
+        assert (a & 3).numpy().tolist() == [2, 3] and (5 & a).numpy().tolist() == [4, 1]
+        assert (a | 8).numpy().tolist() == [14, 11] and (a ^ 1).numpy().tolist() == [7, 2]
+        assert (~a).numpy().tolist() == [-7, -4]
+        y = a
+        y &= tnp.asarray([2, 2], dtype=tnp.int8)
+        assert y.numpy().tolist() == [2, 2]
+        b = tnp.asarray([True, False])
+        assert (~b).numpy().tolist() == [False, True] and (b & True).numpy().tolist() == [
+            True, False]
+        assert (True ^ b).numpy().tolist() == [False, True] and (b | b).dtype == tnp.bool
+        v = tf.Variable([6, 3])
+        assert (v & 2).numpy().tolist() == [2, 2] and (~v).numpy().tolist() == [-7, -4]
+    with pytest.raises(tf.errors.TapeflowError):
+        tnp.asarray([1.0]) & tnp.asarray([1.0])     # floats have neither
+
+
+def test_take_counts_negative_indices_from_the_end():
+    x = tnp.asarray([1, 2, 3])
+    assert tnp.take(x, tnp.asarray([0, -1, -3])).numpy().tolist() == [1, 3, 1]
+    m = tnp.asarray([[1, 2], [3, 4]])
+    assert tnp.take(m, tnp.asarray([-1]), axis=1).numpy().tolist() == [[2], [4]]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="-4 is not in"):
+        tnp.take(x, tnp.asarray([-4]))
+
+
 # --- indexing and x[key] = value -----------------------------------------------------------
 
 @pytest.mark.parametrize("dev", DEVICES)

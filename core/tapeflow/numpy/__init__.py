@@ -883,7 +883,13 @@ def take(x, indices, /, *, axis=None):
             raise InvalidArgumentError("take: axis is required for arrays of more than 1 "
                                        "dimension")
         axis = 0
-    return _A.gather(x, _t(indices), axis=axis)
+    idx = _t(indices)
+    if idx.dtype.is_integer and not idx.dtype.is_unsigned:
+        # the standard's indices are in [-n, n): a negative one counts from the end
+        n = int(x.shape[axis])
+        wrap = _M.logical_and(_M.less(idx, 0), _M.greater_equal(idx, _t(-n, idx.dtype)))
+        idx = _A.where(wrap, _M.add(idx, _t(n, idx.dtype)), idx)   # (below -n: the error)
+    return _A.gather(x, idx, axis=axis)
 
 
 # --- bitwise, sorting, scans ----------------------------------------------------------------

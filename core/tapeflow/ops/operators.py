@@ -1,7 +1,8 @@
 """Tensor's and Variable's operators, defined here and nowhere else.
 
 ``+ - * / // % ** << >>`` (both directions), ``@``, the comparisons ``< <= > >= == !=``
-(elementwise, TF2 semantics), unary ``- + abs() ~``, ``& | ^`` for bool tensors, and
+(elementwise, TF2 semantics), unary ``- + abs() ~``, ``& | ^`` (logical for bool
+tensors, bitwise for integers), and
 ``[]`` (NumPy-style indexing). Each dispatches to an op of the library, which is why
 they live in this layer and not in ``tapeflow.runtime.tensor``: Tensor's binary
 operators are the dispatcher's (``runtime.dispatch.make_binary_operator``, in C when
@@ -22,10 +23,10 @@ from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from .array import _getitem, _setitem, expand_dims, squeeze
 from .linalg import _MATMUL, _NN
-from .math import (_ADD, _DIV, _EQUAL, _FLOORDIV, _GREATER, _GREATER_EQUAL, _LESS,
-                   _LESS_EQUAL, _LOGICAL_AND, _LOGICAL_OR, _LOGICAL_XOR, _LSHIFT, _MOD, _MUL,
-                   _NOT_EQUAL, _POW, _RSHIFT, _SUB, _compare_fallback, abs, logical_not,
-                   negative)
+from .math import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQUAL, _FLOORDIV, _GREATER,
+                   _GREATER_EQUAL, _LESS, _LESS_EQUAL, _LOGICAL_AND, _LOGICAL_OR,
+                   _LOGICAL_XOR, _LSHIFT, _MOD, _MUL, _NOT_EQUAL, _POW, _RSHIFT, _SUB,
+                   _compare_fallback, abs, invert, logical_not, negative)
 
 __all__: list = []
 
@@ -60,6 +61,11 @@ def __rmatmul__(self, other):
     return matmul_vectors(other, self)
 
 
+def _invert(self):
+    """``~x``: logical NOT of a bool tensor (TensorFlow's), bitwise NOT of integers."""
+    return logical_not(self) if self.dtype.is_bool else invert(self)
+
+
 def _install():
     # Tensor gets the dispatcher's operator methods (fast path inlined, in C when
     # built). A Variable always takes the general path (it is read, and watched,
@@ -90,15 +96,29 @@ def _install():
                 return _compare_fallback(op, self, other, e)
         return method
 
+    def logical_or_bitwise(logical, bitwise, cls, reverse=False):
+        # ``& | ^``: TensorFlow's logical ops for bool tensors, the bitwise ones for
+        # integers (the array API's operators)
+        op_l, op_b = (rev if reverse else fwd)(logical, cls), (rev if reverse else fwd)(
+            bitwise, cls)
+
+        def method(self, other):
+            return (op_l if self.dtype.is_bool else op_b)(self, other)
+        return method
+
     table = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV, "floordiv": _FLOORDIV,
-             "mod": _MOD, "pow": _POW, "and": _LOGICAL_AND, "or": _LOGICAL_OR,
-             "xor": _LOGICAL_XOR, "lshift": _LSHIFT, "rshift": _RSHIFT}
+             "mod": _MOD, "pow": _POW, "lshift": _LSHIFT, "rshift": _RSHIFT}
+    logic = {"and": (_LOGICAL_AND, _BITAND), "or": (_LOGICAL_OR, _BITOR),
+             "xor": (_LOGICAL_XOR, _BITXOR)}
     # a < b is b > a: Python tries the reflected comparison itself
     compare = {"lt": _LESS, "le": _LESS_EQUAL, "gt": _GREATER, "ge": _GREATER_EQUAL}
     for cls in (Tensor, Variable):
         for name, op in table.items():
             setattr(cls, f"__{name}__", fwd(op, cls))
             setattr(cls, f"__r{name}__", rev(op, cls))
+        for name, (op_l, op_b) in logic.items():
+            setattr(cls, f"__{name}__", logical_or_bitwise(op_l, op_b, cls))
+            setattr(cls, f"__r{name}__", logical_or_bitwise(op_l, op_b, cls, reverse=True))
         for name, op in compare.items():
             setattr(cls, f"__{name}__", fwd(op, cls))
         cls.__eq__ = comparison(_EQUAL, cls)
@@ -108,7 +128,7 @@ def _install():
         cls.__neg__ = negative
         cls.__pos__ = lambda self: self
         cls.__abs__ = abs
-        cls.__invert__ = logical_not
+        cls.__invert__ = _invert
         cls.__matmul__ = __matmul__
         cls.__rmatmul__ = __rmatmul__
         cls.__getitem__ = _getitem
