@@ -25,14 +25,6 @@ import tapeflow.numpy as tnp
 inf, nan = math.inf, math.nan
 DEVICES = ["cpu:0", "opencl:0"]
 
-# OpenCL's float floor division kernel (backends/opencl/tapeflow_opencl/k_math.py,
-# fdiv_T) still computes floor(x / y) for an infinite operand; the one-line fix is
-# reported in issue 31 to the OpenCL backend's owner. strict: passing there fails this
-# mark, so it is removed when the kernel is fixed.
-_OPENCL_FLOORDIV = pytest.mark.xfail(
-    strict=True, reason="OpenCL fdiv_T: inf // finite and finite // inf (issue 31)")
-
-
 def _same(got, want):
     """Equal values, NaN where NaN, and the sign of every zero."""
     got, want = np.asarray(got), np.asarray(want)
@@ -55,7 +47,7 @@ FLOORDIV_CASES = [  # x1, x2, x1 // x2 (the array API's special cases)
 ]
 
 
-@pytest.mark.parametrize("dev", ["cpu:0", pytest.param("opencl:0", marks=_OPENCL_FLOORDIV)])
+@pytest.mark.parametrize("dev", ["cpu:0", "opencl:0"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_floor_divide_special_cases(dev, dtype):
     a, b, want = (np.array(c, dtype) for c in zip(*FLOORDIV_CASES))

@@ -239,16 +239,18 @@ def test_row_kernel_sources_match_numpy_on_the_cpu(dtype):
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_floordiv_and_mod_kernel_bodies_are_numpys_on_the_cpu(dtype):
-    """The CUDA FloorDiv/FloorMod kernel bodies (NumPy's npy_divmod; CuPy's own
-    floor_divide/remainder differ at infinities and signed zeros), compiled for the host:
-    every pair of +-0, +-1, +-2.5, +-inf, nan, extremes and a tiny value, bit for bit
-    including the sign of zero."""
+    """The CUDA FloorDiv/FloorMod kernel bodies (NumPy's npy_divmod with the array API's
+    infinite cases of floor division, as cpu:0; CuPy's own floor_divide/remainder differ
+    at infinities and signed zeros), compiled for the host: every pair of +-0, +-1,
+    +-2.5, +-inf, nan, extremes and a tiny value, bit for bit including the sign of
+    zero."""
     em = _emulator()
     fi = np.finfo(dtype)
     v = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, 7.0, -7.0, np.inf, -np.inf, np.nan,
                   fi.max, -fi.max, fi.tiny, 3.0], dtype)
     x, y = (a.ravel() for a in np.meshgrid(v, v))
-    for name, ref in (("floordiv", np.floor_divide), ("floormod", np.remainder)):
+    from tapeflow.testing.specs.math import _floor_divide
+    for name, ref in (("floordiv", _floor_divide), ("floormod", np.remainder)):
         got = em.elementwise(name, x, y)
         with np.errstate(all="ignore"):
             want = ref(x, y)
@@ -801,7 +803,8 @@ def test_training_step_matches_the_cpu():
 
 @needs_gpu
 def test_floordiv_and_mod_at_the_edges_match_the_cpu():
-    """One semantics on every device: NumPy's (inf // 3 is nan, 0 // -1 is -0, ...),
+    """One semantics on every device: NumPy's (0 // -1 is -0, 1 % -inf is -inf...) with
+    the array API's infinite cases of floor division (inf // 3 is inf, not NumPy's nan),
     for every float dtype and every pair of edge values, sign of zero included."""
     for dtype in (tf.float16, tf.float32, tf.float64):
         fi = np.finfo(dtype.as_numpy_dtype)

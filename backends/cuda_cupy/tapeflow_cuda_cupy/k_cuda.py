@@ -208,11 +208,14 @@ ELEMENTWISE = {
     "rsqrt": ("T x", "T y", "typedef tapeflow_acc<T>::type A; y = (T)((A)1 / sqrt((A)x))"),
     "squared_difference": ("T x, T y", "T z", "T d = x - y; z = d * d"),
     # NumPy's float floor division and modulo (npy_divmod), exactly: CuPy's own
-    # floor_divide/remainder differ at infinities and signed zeros (inf // 3 is nan in
-    # NumPy, -inf // 3 too; 0 // -1 is -0). float16 computes in float32, as NumPy does.
+    # floor_divide/remainder differ at infinities and signed zeros (0 // -1 is -0),
+    # except where the array API's table differs from NumPy: one infinite and one finite
+    # operand give a / b (inf // 3 is inf, -1 // inf is -0; NumPy: nan and -1), as on
+    # cpu:0. float16 computes in float32, as NumPy does.
     "floordiv": ("T x, T y", "T z",
                  "typedef tapeflow_acc<T>::type A; A a = (A)x, b = (A)y; "
-                 "if (b == (A)0) { z = (T)(a / b); } else { "
+                 "bool fa = a - a == (A)0, fb = b - b == (A)0; "    # finite (not inf/nan)
+                 "if (b == (A)0 || (fa != fb && a == a && b == b)) { z = (T)(a / b); } else { "
                  "A m = fmod(a, b); A d = (a - m) / b; "
                  "if (m != (A)0 && ((b < (A)0) != (m < (A)0))) d -= (A)1; "
                  "A f; if (d != (A)0) { f = floor(d); if (d - f > (A)0.5) f += (A)1; } "

@@ -29,6 +29,7 @@ _DIVMOD = """
 #define DEF_DIVMOD(T) \\
 inline T fdiv_##T(T a, T b) { \\
     if (b == (T)0) return a / b; \\
+    if (isinf(a) != isinf(b) && !isnan(a) && !isnan(b)) return a / b; \\
     T mod = fmod(a, b); T div = (a - mod) / b; \\
     if (mod != (T)0 && ((b < (T)0) != (mod < (T)0))) div -= (T)1; \\
     T fl; \\

@@ -147,6 +147,19 @@ def _away_from_ties(x, y, dtype):
     return x.astype(d), y.astype(d)
 
 
+def _floor_divide(x, y):
+    """NumPy's floor_divide with the array API's special cases (TensorFlow's floor(x / y)
+    too): one infinite and one finite operand give x / y (inf // 2 is inf, -1 // inf is
+    -0), where NumPy gives NaN and -1."""
+    out = np.floor_divide(x, y)
+    if out.dtype.kind == "f":
+        a, b = np.broadcast_arrays(np.asarray(x), np.asarray(y))
+        one_inf = (np.isinf(a) != np.isinf(b)) & ~np.isnan(a) & ~np.isnan(b)
+        with np.errstate(all="ignore"):
+            out = np.where(one_inf, np.true_divide(a, b), out).astype(out.dtype)
+    return out
+
+
 def _mod_points(x, y, dtype):
     """Keep ``x / y`` away from integers for any broadcast (floor jumps there):
     ``x`` = integer + 0.5 +- 0.05 and ``y`` in {+-1, +-2, +-4}."""
@@ -289,7 +302,7 @@ SPECS: list[OpSpec] = [
     _binary("multiply", tf.multiply, np.multiply, "Mul", _binary_samples()),
     _binary("divide", tf.divide, np.true_divide, "RealDiv",
             _binary_samples(y_range=(-3.0, 3.0), y_nonzero=True)),
-    _binary("floordiv", tf.math.floordiv, np.floor_divide, "FloorDiv",
+    _binary("floordiv", tf.math.floordiv, _floor_divide, "FloorDiv",
             _binary_samples(y_nonzero=True, edge_pairs=True), grad=0, signed_zeros=True,
             errors=[ErrorSample((np.array([1, 2], np.int32), np.array([1, 0], np.int32)),
                                 error=InvalidArgumentError, match="Integer division by zero",
@@ -408,7 +421,7 @@ SPECS: list[OpSpec] = [
     _binary("operator.add", operator.add, operator.add, "Add", _binary_samples()),
     _binary("operator.truediv", operator.truediv, np.true_divide, "RealDiv",
             _binary_samples(y_nonzero=True)),
-    _binary("operator.floordiv", operator.floordiv, np.floor_divide, "FloorDiv",
+    _binary("operator.floordiv", operator.floordiv, _floor_divide, "FloorDiv",
             _binary_samples(y_nonzero=True, edge_pairs=True), grad=0, signed_zeros=True),
     _binary("operator.mod", operator.mod, np.remainder, "FloorMod",
             _binary_samples(y_nonzero=True, fix=_mod_points, scalar=2.0, scalar_lhs=2.5,

@@ -407,11 +407,23 @@ def _ew_impls():
         "squared_difference": lambda x, y: _np.subtract(x, y) * _np.subtract(x, y),
         "nextafter_f16": lambda x, y: _np.nextafter(x.view(_np.float16),
                                                     y.view(_np.float16)).view(_np.uint16),
-        "floordiv": _np.floor_divide,
+        "floordiv": _floordiv,
         "floormod": _np.remainder,
         "sigmoid_xent": lambda x, z: (_np.maximum(acc(x), 0) - acc(x) * acc(z)
                                       + _np.log1p(_np.exp(-_np.abs(acc(x))))).astype(x.dtype),
     }
+
+
+def _floordiv(x, y):
+    """k_cuda.py's floordiv body: NumPy's floor division, except that one infinite and
+    one finite operand give x / y (the array API's table: inf // 3 is inf)."""
+    out = _np.floor_divide(x, y)
+    if out.dtype.kind == "f":
+        a, b = _np.broadcast_arrays(x, y)
+        one_inf = (_np.isinf(a) != _np.isinf(b)) & ~_np.isnan(a) & ~_np.isnan(b)
+        with _np.errstate(all="ignore"):
+            out = _np.where(one_inf, _np.true_divide(a, b), out).astype(out.dtype)
+    return out
 
 
 #: CuPy's ``cupyx.errstate(linalg=...)`` setting (``cupyx.linalg`` config): "ignore" by
