@@ -64,18 +64,27 @@ def module(name):
 
 def iter_kernels(xp, modules=MODULES, **build_kwargs):
     """``(op name, spec dict)`` for every kernel of ``modules`` built for array module
-    ``xp`` (a spec given as a bare function becomes ``{"fn": fn}``). For NumPy, a kernel
+    ``xp`` (a spec given as a bare function becomes ``{"fn": fn}``). A spec's ``real``
+    is the kernel of its real dtypes where ``fn`` adds complex special cases: for NumPy
+    ``real`` becomes ``fn`` and ``fn`` the complex dtypes' variant. For NumPy, a kernel
     declaring float16 also declares bfloat16, computed in float32 by its
     ``spec["variants"]["bfloat16"]`` (dispatch calls it for bfloat16 only)."""
     for name in modules:
         for op_name, spec in module(name).build(xp, **build_kwargs.get(name, {})).items():
             spec = dict(spec) if isinstance(spec, dict) else {"fn": spec}
+            real = spec.pop("real", None)
             dts = spec.get("dtypes")
+            if xp is np and real is not None:
+                # the complex dtypes' special cases as variants: the real dtypes call
+                # the NumPy function itself, no wrapper in front (CuPy's table keeps fn)
+                spec["variants"] = {d: spec["fn"] for d in dts if d.startswith("complex")}
+                spec["fn"] = real
             if xp is np and dts is not None and "float16" in dts and "bfloat16" not in dts:
                 spec["dtypes"] = ("bfloat16",) + tuple(dts)
                 if op_name not in BF16_NATIVE:
                     # a variant: the other dtypes call the NumPy kernel with no wrapper
-                    spec["variants"] = {"bfloat16": compute_in_float32(spec["fn"])}
+                    spec["variants"] = {**spec.get("variants", {}),
+                                        "bfloat16": compute_in_float32(spec["fn"])}
             yield op_name, spec
 
 
