@@ -143,10 +143,8 @@ def test_value_type_comparisons_are_checked():
 
     for kind in fuzz.VALUE_TYPES:
         for other in ["a,b", "cpu:²", None, fuzz.RaisingEq(), [fuzz.RaisingEq(), 2]]:
-            if kind == "TensorShape" and isinstance(other, list):
-                continue            # (TensorShape's fix in runtime/tensor.py is pending)
             out = fuzz.run_call(fuzz.Call(f"cmp:{kind}", [other], {"index": 3}))
-            assert out.kind == "ok" or kind == "TensorShape", (kind, other, out.detail)
+            assert out.kind == "ok", (kind, other, out.detail)
     assert fuzz._compare(BadNe(), 1) == "__eq__ and __ne__ both returned False"
 
 

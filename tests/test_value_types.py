@@ -61,14 +61,6 @@ VALUES = (list(ALL_DTYPES) + list_devices()
           + [registry.get_op(n) for n in ("Add", "MatMul", "Reshape")])
 SHAPES = [TensorShape(()), TensorShape((2, 3)), TensorShape([1, 1, 784])]
 
-#: TensorShape (runtime/tensor.py) still answers ``not NotImplemented`` from __ne__
-#: (False, with a DeprecationWarning: ``tf.float32 != TensorShape(())`` is False, as
-#: is ``==``) and lets an element's raising __eq__ through; the fix is in the issue-31
-#: report. Strict: once it lands these tests pass and the mark must go.
-_SHAPE_FIX_PENDING = pytest.mark.xfail(
-    strict=True, reason="TensorShape.__eq__/__ne__ fix in runtime/tensor.py pending")
-
-
 def _others(values=VALUES):
     """Arbitrary objects: strings (with punctuation, NumPy's structured dtype specs),
     NumPy dtypes, types and scalars, None, tensors, arrays, lists, raising objects."""
@@ -131,7 +123,6 @@ def test_equality_never_raises_and_hash_is_consistent(value, other):
     _check_pair(value, other)
 
 
-@_SHAPE_FIX_PENDING
 @settings(max_examples=300, deadline=None, database=None)
 @given(value=st.sampled_from(VALUES + SHAPES), other=_others(VALUES + SHAPES))
 def test_shape_equality_never_raises(value, other):
@@ -165,7 +156,6 @@ def test_device_equality_with_odd_names():
     assert cpu.__ne__(3) is NotImplemented and cpu.__eq__(RaisingEq()) is NotImplemented
 
 
-@_SHAPE_FIX_PENDING
 def test_shape_equality_with_raising_elements():
     s = TensorShape((2, 3))
     assert s == [2, 3] and s == (2, 3) and s != [2, 4] and s != "ab"

@@ -68,10 +68,15 @@ class TensorShape(tuple):
     def __eq__(self, other):
         if isinstance(other, list):
             other = tuple(other)
-        return tuple.__eq__(self, other)
+        try:
+            return tuple.__eq__(self, other)
+        except Exception:  # noqa: BLE001 - an element whose own __eq__ raises: not equal
+            return False
 
     def __ne__(self, other):
-        return not self.__eq__(other)
+        # (not NotImplemented is False: tf.float32 != TensorShape(()) was False)
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
 
     __hash__ = tuple.__hash__
 
