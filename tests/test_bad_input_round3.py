@@ -455,3 +455,17 @@ def test_an_extra_input_to_a_registry_op_is_refused_and_overwrites_nothing():
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"Add takes 2 inputs \(x, y\), got 3"):
         OPS["Add"](a, a, v)
     np.testing.assert_array_equal(v.numpy(), [5.0, 6.0])
+
+
+@pytest.mark.parametrize("device", ["cpu:0", "opencl:0"])
+def test_leaky_relu_grad_and_mirror_pad_agree_across_devices(device):
+    # fuzzer disagreements: LeakyReluGrad of 0-d features returned dy's shape on cpu:0
+    # (opencl:0 refused), and a REFLECT pad of a 0-d tensor failed in NumPy's pad on cpu:0
+    if device not in [str(d) for d in tf.list_devices()] and device != "cpu:0":
+        pytest.skip(f"{device} unavailable")
+    with tf.device(device):
+        with pytest.raises(errors.InvalidArgumentError, match="LeakyReluGrad"):
+            OPS["LeakyReluGrad"](tf.ones([2, 3]), tf.constant(1.0))
+        np.testing.assert_allclose(
+            OPS["LeakyReluGrad"](tf.constant(2.0), tf.constant([1.0, -1.0])).numpy(), [2.0, 0.4])
+        assert float(tf.pad(tf.constant(3.0), [], "REFLECT")) == 3.0

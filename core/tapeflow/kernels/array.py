@@ -165,6 +165,8 @@ def build(xp):
         return out
 
     def mirror_pad(x, paddings, mode):
+        if not len(paddings):          # a 0-d x: NumPy refuses an empty pad_width
+            return x.copy()
         return xp.pad(x, paddings, mode="reflect" if mode == "REFLECT" else "symmetric")
 
     def slice_(x, begin, size):

@@ -95,6 +95,10 @@ def build(xp):
         return xp.where(x > 0, x, x * alpha)
 
     def leaky_relu_grad(dy, x, alpha):
+        if dy.shape != x.shape:
+            # the result has the features' shape on every backend (a 0-d x made s a
+            # scalar that took dy's shape; OpenCL refuses what does not broadcast to x)
+            dy = xp.broadcast_to(dy, x.shape)
         s = (x > 0).astype(dy.dtype)
         s *= 1.0 - alpha
         s += alpha
