@@ -227,21 +227,14 @@ class OpDef:
         if len(inputs) != len(self.inputs) and not self.variadic:
             # (an extra input reached NumPy ufunc kernels as out=: OPS["Neg"](a, b)
             # overwrote b, a Variable included)
-            raise self.input_count_error(inputs)
+            names, k = ", ".join(self.inputs), len(self.inputs)
+            raise InvalidArgumentError(
+                f"{self.name} takes {k} input{'s' * (k != 1)} ({names}), got {len(inputs)}: pass "
+                f"each input tensor positionally, {self.name.split('::')[-1]}({names}, **attrs)",
+                op=self.name, device=_placement(inputs))
         if self.attr_types and not self.attrs_after_check:
             validate_attrs(self, inputs, full)
         return dispatcher.execute(self, inputs, full)
-
-    def input_count_error(self, inputs):
-        """The error for a call with the wrong number of inputs (names them all)."""
-        k = len(self.inputs)
-        names = ", ".join(i.lstrip("*") + ("..." if i.startswith("*") else "")
-                          for i in self.inputs)
-        short = self.name.split("::")[-1]
-        return InvalidArgumentError(
-            f"{self.name} takes {k} input{'s' * (k != 1)} ({names}), got {len(inputs)}: "
-            f"pass each input tensor positionally, {short}({names}, **attrs)",
-            op=self.name, device=_placement(inputs))
 
     def bind_attrs(self, attrs):
         unknown = set(attrs) - set(self.attrs)
