@@ -26,6 +26,7 @@ def _raises(cls, fn, *fragments):
     msg = str(info.value)
     for f in fragments:
         assert f in msg, f"{f!r} not in {msg!r}"
+    assert isinstance(info.value, errors.TapeflowError)
     return info.value
 
 

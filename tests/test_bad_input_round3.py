@@ -13,24 +13,7 @@ import pytest
 import tapeflow as tf
 from tapeflow import errors
 from tapeflow.runtime.registry import OPS
-
-DEVICES = ["cpu:0"] + [d for d in ("opencl:0",) if d in [str(x) for x in tf.list_devices()]]
-
-
-@pytest.fixture(params=DEVICES)
-def dev(request):
-    return request.param
-
-
-def _raises(cls, fn, *fragments):
-    with pytest.raises(cls) as info:
-        fn()
-    msg = str(info.value)
-    for f in fragments:
-        assert f in msg, f"{f!r} not in {msg!r}"
-    assert isinstance(info.value, errors.TapeflowError)
-    return info.value
-
+from test_bad_input import DEVICES, _raises, dev  # noqa: F401 - dev: the device fixture
 
 # --- item 4: registry ops called with the wrong number of inputs --------------------
 
