@@ -10,12 +10,12 @@ temporary HOME. No benchmark runs here (that is test_asv_smoke.py's job)."""
 import importlib.util
 import json
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from test_asv_smoke import _conf
 
 ROOT = Path(__file__).resolve().parents[1]
 ASV_DIR = ROOT / "asv_bench"
@@ -40,15 +40,8 @@ MEASURED = {"cpu:0": RATIO_CLASSES,
 
 
 def _config(tmp):
-    text = (ASV_DIR / "asv.conf.json").read_text()
-    conf = json.loads(re.sub(r"^\s*//.*$", "", text, flags=re.M))
     shutil.copytree(RESULTS, tmp / "results")
-    conf.update(repo=str(ROOT), benchmark_dir=str(ASV_DIR / "benchmarks"),
-                results_dir=str(tmp / "results"), html_dir=str(tmp / "html"),
-                env_dir=str(tmp / "env"))
-    path = tmp / "asv.conf.json"
-    path.write_text(json.dumps(conf, indent=1))
-    return path
+    return _conf(tmp)           # the project's asv.conf.json pointed at tmp (test_asv_smoke)
 
 
 def _ratio_commits():
