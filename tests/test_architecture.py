@@ -130,6 +130,178 @@ def test_import_contracts_hold():
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
 
 
+
+# --- the layout (issue 35): no import cycle between modules, files and functions of a
+# size a maintainer can read ------------------------------------------------------------
+
+def _module_table():
+    """``{dotted module name: (path, is_package)}`` of core/tapeflow; C extensions
+    (``runtime/_speedups``) count as modules."""
+    mods = {}
+    for p in PKG.rglob("*.py"):
+        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        mods[".".join(parts[:-1] if is_pkg else parts)] = (p, is_pkg)
+    for p in PKG.rglob("*.so"):
+        parts = list(p.relative_to(PKG.parent).parts)
+        parts[-1] = parts[-1].split(".")[0]
+        mods.setdefault(".".join(parts), (p, False))
+    return mods
+
+
+def _module_level_imports(mods):
+    """``{module: {modules of core/tapeflow it imports when it is imported}}``: imports
+    at module level (also inside ``if``/``try`` blocks), not those inside functions
+    or classes' methods; ``from pkg import name`` is an edge to ``pkg.name`` where that
+    is a module, else to ``pkg`` (its ``__init__`` defines the name)."""
+    graph = {}
+    for mod, (path, is_pkg) in mods.items():
+        if path.suffix != ".py":
+            graph[mod] = set()
+            continue
+        here = mod.split(".") if is_pkg else mod.split(".")[:-1]
+        deps = set()
+        stack = list(ast.parse(path.read_text()).body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base = here[:len(here) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                for a in node.names:
+                    sub = f"{target}.{a.name}"
+                    deps.add(sub if sub in mods else target)
+            elif isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+            stack.extend(ast.iter_child_nodes(node))
+        graph[mod] = {d for d in deps if d in mods and d != mod}
+    return graph
+
+
+def _cycles(graph):
+    """The strongly connected components of more than one module (Tarjan's)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph)))
+    try:
+        for v in sorted(graph):
+            if v not in index:
+                visit(v)
+    finally:
+        sys.setrecursionlimit(limit)
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    graph = _module_level_imports(_module_table())
+    cycles = _cycles(graph)
+    detail = "\n".join(
+        "  " + ", ".join(c) + "\n    " + "; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(c)))}"
+                                              for m in c)
+        for c in cycles)
+    assert not cycles, ("modules of core/tapeflow that import each other at module level "
+                        "(a package's __init__ counts as a module; move what both need into "
+                        f"a module below them):\n{detail}")
+
+
+def test_the_cycle_check_sees_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+#: source files of core/ and backends/ longer than this carry the reason at their top
+MAX_FILE_LINES = 800
+#: ...in a line of their first 40 that starts (after ``#`` or in the docstring) with this
+LONG_FILE_MARK = "Long file:"
+#: functions longer than this (lines, docstring included) need an entry here, with why
+MAX_FUNCTION_LINES = 120
+ALLOWED_LONG_FUNCTIONS: dict = {}
+
+
+def _sources():
+    for top in ("core", "backends"):
+        for p in sorted((ROOT / top).rglob("*")):
+            if (p.suffix in (".py", ".c", ".h", ".cl") and p.is_file()
+                    and not any(part.endswith(".egg-info") or part == "build"
+                                for part in p.relative_to(ROOT).parts)):
+                yield p
+
+
+def test_no_long_file_without_a_reason():
+    bad = []
+    for p in _sources():
+        lines = p.read_text().splitlines()
+        if len(lines) > MAX_FILE_LINES and not any(
+                ln.strip().lstrip("#").strip().startswith(LONG_FILE_MARK) for ln in lines[:40]):
+            bad.append(f"{p.relative_to(ROOT)}: {len(lines)} lines")
+    assert not bad, (f"files over {MAX_FILE_LINES} lines: split them by concern, or say why "
+                     f"they are one file in a line '{LONG_FILE_MARK} ...' at their top:\n"
+                     + "\n".join(bad))
+
+
+def test_no_long_function():
+    bad = []
+    for p in _sources():
+        if p.suffix != ".py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                key = f"{p.relative_to(ROOT).as_posix()}:{node.name}"
+                if n > MAX_FUNCTION_LINES and key not in ALLOWED_LONG_FUNCTIONS:
+                    bad.append(f"{key} (line {node.lineno}): {n} lines")
+    assert not bad, (f"functions over {MAX_FUNCTION_LINES} lines: split them (or add them to "
+                     "ALLOWED_LONG_FUNCTIONS with the reason):\n" + "\n".join(bad))
+
+
+#: functions that wrap *any* kernel (adaptors, not kernels): their inner function is the
+#: wrapper, named after the function it wraps (``functools.wraps``), with why
+ALLOWED_KERNEL_WRAPPERS = {
+    "core/tapeflow/kernels/__init__.py:compute_in_float32":
+        "the bfloat16 variant of any float16 kernel: runs it in float32",
+}
+
+
+def test_no_kernel_defined_inside_a_function():
+    """The kernels of tapeflow.kernels and of the backends' k_*.py modules are named,
+    module-level functions or methods: none is a closure of a factory."""
+    paths = sorted(PKG.joinpath("kernels").glob("*.py"))
+    paths += sorted(p for p in (ROOT / "backends").rglob("k_*.py"))
+    bad = []
+    for p in paths:
+        for fn in ast.walk(ast.parse(p.read_text())):
+            key = f"{p.relative_to(ROOT).as_posix()}:{getattr(fn, 'name', '')}"
+            if (isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and key not in ALLOWED_KERNEL_WRAPPERS):
+                bad.extend(f"{p.relative_to(ROOT)}:{inner.lineno} {inner.name} inside {fn.name}"
+                           for inner in ast.walk(fn) if inner is not fn
+                           and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)))
+    assert not bad, "kernels defined inside functions:\n" + "\n".join(bad)
+
+
 if __name__ == "__main__":       # python tests/test_architecture.py: the line counts
     rep = core_proper_report()
     for f, (c, n) in rep.items():
