@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import re
 import sys
 import threading
 
@@ -43,6 +42,7 @@ from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import initializers
 from . import regularizers
+from .naming import snake_case
 from .policy import as_policy
 from ..ops import math as _math_mod
 
@@ -74,10 +74,7 @@ def reset_uids() -> None:
     _NAME_UIDS.clear()
 
 
-def _snake(name: str) -> str:
-    s = re.sub(r"(.)([A-Z][a-z0-9]+)", r"\1_\2", name)
-    s = re.sub(r"([a-z])([A-Z])", r"\1_\2", s).lower()
-    return "private" + s if s.startswith("_") else s
+_snake = snake_case     # (the name losses.py and metrics.py import)
 
 
 class _Ctx(threading.local):
@@ -257,7 +254,7 @@ class Layer:
         d["_in_call_build"] = False
         d["built"] = False
         d["trainable"] = bool(trainable)
-        d["_name"] = name if name else unique_layer_name(_snake(type(self).__name__))
+        d["_name"] = name if name else unique_layer_name(snake_case(type(self).__name__))
         policy = as_policy(dtype)
         d["_policy"] = policy
         d["_dtype"] = policy._variable            # of the variables

@@ -20,7 +20,7 @@ from ..ops import random as _random
 from ..ops.array import ones as _ones
 from ..ops.array import zeros as _zeros
 from ..runtime.dispatch import constant as _constant
-from . import base as _base_mod
+from .naming import snake_case
 
 __all__ = ["Initializer", "Zeros", "Ones", "Constant", "RandomUniform", "RandomNormal",
            "TruncatedNormal", "VarianceScaling", "GlorotUniform", "GlorotNormal", "HeUniform",
@@ -232,8 +232,7 @@ def get(identifier):
     if isinstance(identifier, str):
         key = identifier
         if any(c.isupper() for c in key):
-            _snake = _base_mod._snake
-            key = _snake(key)
+            key = snake_case(key)
         cls = _BY_NAME.get(key)
         if cls is None:
             raise InvalidArgumentError(f"Unknown initializer {identifier!r}; known: "
