@@ -72,8 +72,8 @@ import zlib
 import ml_dtypes
 import numpy as np
 
-from .gradcheck import check_grads
-from .opinfo import ErrorSample, OpSpec, Sample
+from ..gradcheck import check_grads
+from ..opinfo import ErrorSample, OpSpec, Sample
 
 __all__ = ["KNOWN_DEVICE_TYPES", "unavailable_devices", "DEFAULT_TOL", "Case", "SkipCase",
            "tolerance", "dtypes_under_test", "samples_for", "noncontiguous_tensor",
@@ -123,7 +123,7 @@ def unavailable_devices() -> dict:
     devices of backends that report themselves unavailable, and the well-known
     device types (:data:`KNOWN_DEVICE_TYPES`) no loaded backend provides."""
     import tapeflow.plugins
-    from ..runtime.devices import _table
+    from ...runtime.devices import _table
     have = {d.type for d in _table.by_name.values()}
     out = {}
     for be in _table.backends:
@@ -151,7 +151,7 @@ def _op_kernel(spec, device_type):
     """(OpDef or None, KernelEntry or None); SkipCase when spec.op is not registered."""
     if not spec.op:
         return None, None
-    from ..runtime.registry import OPS
+    from ...runtime.registry import OPS
     op = OPS.get(spec.op)
     if op is None:
         raise SkipCase(f"op {spec.op!r} is not registered (is the plugin that defines it "
@@ -394,7 +394,7 @@ def noncontiguous_tensor(x, device, via_ops=None, layout=TRANSPOSED):
     else:
         host = np.ascontiguousarray(x[:1])
     if not via_ops:
-        from ..runtime.tensor import _wrap
+        from ...runtime.tensor import _wrap
         if layout == TRANSPOSED:
             view = np.swapaxes(host[..., ::2], -1, -2)
         elif layout == OFFSET:
@@ -955,7 +955,7 @@ def check_traced(spec, device, dtype):
     samples and where the value was needed); if none does, it fails (stale entry).
     """
     tf = _tf()
-    from ..tracing.trace import TracingError
+    from ...tracing.trace import TracingError
     dtype = tf.as_dtype(dtype)
     missing = _missing_kernel(tf.runtime.registry.OPS.get(spec.op) if spec.op else None,
                               tf.runtime.devices.get_device(device))
@@ -1012,7 +1012,7 @@ def check_batched(spec, device, dtype):
     set()
     """
     tf = _tf()
-    from ..tracing.vectorize import recording_fallbacks
+    from ...tracing.vectorize import recording_fallbacks
     dtype = tf.as_dtype(dtype)
     dev = tf.runtime.devices.get_device(device)
     if spec.check is not None:
@@ -1378,7 +1378,7 @@ def check_spec(spec, devices=None,
 def collect_specs(extra=()):
     """``tapeflow.testing.specs.all_specs()`` plus ``extra`` specs whose names are
     not already among them. Spec names are test ids: duplicates are an error."""
-    from .specs import all_specs
+    from ..specs import all_specs
     specs = list(all_specs())
     seen = {}
     for s in specs:
@@ -1419,7 +1419,7 @@ def parametrize(metafunc, specs, devices=None, known_gaps=None):
         raise ValueError(f"{metafunc.function.__name__}: conformance test functions must be "
                          f"named one of {sorted(KINDS)}")
     if devices is None:
-        from .pytest_plugin import devices_under_test
+        from ..pytest_plugin import devices_under_test
         devices = devices_under_test(metafunc.config)
     if known_gaps is None:
         import tapeflow.plugins
@@ -1500,7 +1500,7 @@ def _declared_dtypes(op_name, dtypes):
     tf = _tf()
     if dtypes is not None:
         return {tf.as_dtype(d) for d in dtypes}
-    from ..runtime.registry import OPS
+    from ...runtime.registry import OPS
     opdef = OPS.get(op_name) if op_name else None
     out = set()
     for entry in (opdef.kernels.values() if opdef is not None else ()):
@@ -1622,7 +1622,7 @@ def opcheck(spec_or_fn, samples=None, *, ref=None, check=None, errors=(), op=Non
     >>> "gradients[multiply-cpu:0]" in report["passed"]
     True
     """
-    from ..runtime.registry import OPS, OpDef
+    from ...runtime.registry import OPS, OpDef
     if isinstance(spec_or_fn, OpSpec):
         spec = spec_or_fn
         if edge_cases:
