@@ -97,9 +97,9 @@ def _array_namespace(api_version=None):
     return _importlib.import_module(f"{__name__}.numpy")._check_version(api_version)
 
 
-from .runtime import tensor as _tensor_module  # noqa: E402
+from .runtime import context as _context  # noqa: E402
 
-_tensor_module.array_namespace[0] = _array_namespace
+_context.install_array_namespace(_array_namespace)
 
 
 def __getattr__(name):

@@ -8,10 +8,31 @@ above it register so that it never imports them.
   inputs (``tapeflow.runtime._speedups`` has the same function in C). This is
   TensorFlow's eager context holding the active tapes: the tape is plain data the
   runtime fills, and ``GradientTape`` (above) plays it back.
-* **The tracer.** ``tracing[0]`` counts active ``tf.function`` traces; while it is
-  non-zero the dispatcher and Tensor report ops, copies, reads and assignments to
-  the observer ``tracer`` that ``tapeflow.tracing`` installs with
-  :func:`set_tracer` (an object with the methods of :class:`Tracer`).
+* **The hooks.** The runtime never imports the layers above it; where it must call
+  up, it calls through the one object :data:`HOOKS`, which those layers fill at
+  import with the ``install_*`` functions below (the one place they are documented):
+
+  ========================  ==========================================  ==========================
+  ``HOOKS.<name>``          what the runtime calls it for               installed by
+  ========================  ==========================================  ==========================
+  ``execute``               ``OpDef.__call__`` runs an op               ``runtime.dispatch``
+  ``copy_to_device``        ``Tensor.to``/``.cpu()``/``.gpu()``         ``runtime.dispatch``
+  ``constant``              unpickling a Tensor                         ``runtime.dispatch``
+  ``tracer``                ops, copies, reads and assignments while    ``tapeflow.tracing``
+                            ``tracing[0]`` is non-zero (a no-op
+                            :class:`Tracer` until installed)
+  ``vectorize_jacobian``    ``GradientTape.jacobian(experimental_use_   ``tracing.vectorize``
+                            pfor=True)`` (None until installed)
+  ``array_namespace``       ``Tensor.__array_namespace__``              ``import tapeflow``
+  ``variable_observers``    every new Variable (a tuple: several are    ``tracing`` and
+                            allowed; see :func:`add_variable_observer`)  ``train.checkpoint``
+  ========================  ==========================================  ==========================
+
+  A hook holds one function: installing a different one when one is installed raises
+  :class:`~tapeflow.errors.PluginConflictError` naming the hook and both objects (as
+  TensorFlow asserts when a second watched-variable resolver is set); installing the
+  same one again -- a re-import, or ``importlib.reload`` of the module that defines
+  it -- is a no-op.
 
 >>> from tapeflow.runtime import context
 >>> context.tapes_active[0], context.tracing[0]
@@ -23,8 +44,14 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from .errors import PluginConflictError
+
 __all__ = ["tapes_active", "tracing", "record", "active_tapes", "push_tape", "pop_tape",
-           "watch_variable_read", "stop_all_recording", "sync_recorders", "set_tracer", "Tracer"]
+           "watch_variable_read", "stop_all_recording", "sync_recorders", "Tracer", "HOOKS",
+           "Hooks", "install_execute", "install_copy_to_device", "install_constant",
+           "install_tracer", "install_vectorize_jacobian", "install_array_namespace",
+           "add_variable_observer", "remove_variable_observer",
+           "suspend_variable_observers", "variable_created"]
 
 _local = threading.local()
 #: number of recording tapes over all threads (the dispatcher's only tape check)
@@ -147,11 +174,141 @@ class Tracer:
         return fn(*args)
 
 
-#: the installed tracer (tapeflow.tracing replaces it at import)
-tracer = Tracer()
+# --- the hooks: the one way a lower layer calls up -------------------------------------
+
+class Hooks:
+    """The functions the runtime calls in the layers above it (see the module doc).
+
+    Read them as attributes (``HOOKS.execute(op, inputs, attrs)``); set them only with
+    the ``install_*`` functions, which refuse to replace one installed function by
+    another.
+    """
+
+    __slots__ = ("execute", "copy_to_device", "constant", "tracer", "vectorize_jacobian",
+                 "array_namespace", "variable_observers")
+
+    def __init__(self):
+        self.execute = None
+        self.copy_to_device = None
+        self.constant = None
+        self.tracer = _NO_TRACER
+        self.vectorize_jacobian = None
+        self.array_namespace = None
+        self.variable_observers = ()
+
+    def __repr__(self):
+        return "Hooks(" + ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__) + ")"
 
 
-def set_tracer(t: Tracer) -> None:
-    """Install the tracer the dispatcher reports to while ``tracing[0]`` is non-zero."""
-    global tracer
-    tracer = t
+_NO_TRACER = Tracer()
+#: the one hooks object (see the module doc for each attribute)
+HOOKS = Hooks()
+_hooks_lock = threading.Lock()
+
+
+def _key(obj):
+    """What makes two hook objects "the same": identity, or -- for a module reloaded
+    with ``importlib.reload`` -- the same module and qualified name (of the function,
+    or of the class of an instance such as a tracer)."""
+    named = obj if hasattr(obj, "__qualname__") else type(obj)
+    return (getattr(named, "__module__", None), getattr(named, "__qualname__", None))
+
+
+def _install(name, fn, unset=None):
+    if fn is None or not callable(fn) and name != "tracer":
+        raise TypeError(f"install_{name}: expected a callable, got {fn!r}")
+    with _hooks_lock:
+        cur = getattr(HOOKS, name)
+        if cur is not unset and cur is not fn and _key(cur) != _key(fn):
+            raise PluginConflictError(
+                f"HOOKS.{name} is already installed ({cur!r}); refusing to replace it with "
+                f"{fn!r}. One function serves each hook: extend the installed one "
+                f"instead of installing a second")
+        setattr(HOOKS, name, fn)
+
+
+def install_execute(fn) -> None:
+    """Install ``fn(op, inputs, attrs)``, the dispatcher ``OpDef.__call__`` runs."""
+    _install("execute", fn)
+
+
+def install_copy_to_device(fn) -> None:
+    """Install ``fn(tensor, device)``, the copy behind ``Tensor.to``/``cpu``/``gpu``."""
+    _install("copy_to_device", fn)
+
+
+def install_constant(fn) -> None:
+    """Install ``fn(value, device=None)``, used to rebuild an unpickled Tensor."""
+    _install("constant", fn)
+
+
+def install_tracer(tracer: Tracer) -> None:
+    """Install the tracer (an object with the methods of :class:`Tracer`) the dispatcher
+    and the tensor classes report to while ``tracing[0]`` is non-zero."""
+    if not isinstance(tracer, Tracer):
+        raise TypeError(f"install_tracer: expected a context.Tracer subclass instance, "
+                        f"got {tracer!r}")
+    _install("tracer", tracer, unset=_NO_TRACER)
+
+
+def install_vectorize_jacobian(fn) -> None:
+    """Install the vectorized Jacobian rows function of ``jacobian(experimental_use_pfor=True)``."""
+    _install("vectorize_jacobian", fn)
+
+
+def install_array_namespace(fn) -> None:
+    """Install ``fn(api_version)`` returning the array-API namespace of Tensors."""
+    _install("array_namespace", fn)
+
+
+def add_variable_observer(fn) -> None:
+    """Call ``fn(variable)`` with every new Variable (after its value is set). Adding one
+    already added is a no-op; a module-level function from a reloaded module replaces
+    its old version (a function made per call, such as a closure, is its own observer)."""
+    if not callable(fn):
+        raise TypeError(f"add_variable_observer: expected a callable, got {fn!r}")
+    with _hooks_lock:
+        obs = HOOKS.variable_observers
+        if any(o is fn for o in obs):
+            return
+        key = _key(fn)
+        if "<locals>" not in (key[1] or "<locals>"):
+            obs = tuple(o for o in obs if _key(o) != key)
+        HOOKS.variable_observers = obs + (fn,)
+
+
+def remove_variable_observer(fn) -> None:
+    """Stop calling ``fn``; a no-op when it is not an observer."""
+    with _hooks_lock:
+        HOOKS.variable_observers = tuple(o for o in HOOKS.variable_observers if o is not fn)
+
+
+_suspended = threading.local()
+
+
+@contextlib.contextmanager
+def suspend_variable_observers():
+    """Variables made inside, in this thread, are not reported to any observer (a
+    Checkpoint's own ``save_counter``, made while restoring)."""
+    _suspended.depth = getattr(_suspended, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _suspended.depth -= 1
+
+
+def variable_created(var) -> None:
+    """Report a new Variable to every observer (the Variable constructor calls this
+    when ``HOOKS.variable_observers`` is not empty)."""
+    if getattr(_suspended, "depth", 0):
+        return
+    for fn in HOOKS.variable_observers:
+        fn(var)
+
+
+def __getattr__(name):
+    # ``context.tracer``: the spelling before HOOKS, read by tapeflow.autodiff.functions
+    # until it reads HOOKS.tracer (then delete this)
+    if name == "tracer":
+        return HOOKS.tracer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,9 +32,10 @@ from . import shapes as _shapes
 from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidTypeError, OpError,
                      ResourceExhaustedError, TapeflowError)
 from . import context as _ctx
+from .context import HOOKS as _HOOKS
 from . import registry as _reg
 from .registry import OpDef, get_op, kernel_not_found
-from .tensor import Tensor, VariableBase as Variable, _wrap, dispatch_hooks
+from .tensor import Tensor, VariableBase as Variable, _wrap
 
 __all__ = ["execute", "convert_to_tensor", "convert_like", "as_tensor_list", "constant",
            "copy_to_device"]
@@ -383,7 +384,7 @@ def copy_to_device(t: Tensor, device) -> Tensor:
         data = dev.backend.copy_from(t._data, src, dev)
     out = _wrap(data, dev)
     if _tracing[0]:
-        _ctx.tracer.trace_copy(t, out, dev)
+        _HOOKS.tracer.trace_copy(t, out, dev)
     if _tapes_active[0]:
         record(_COPY, (t,), (out,), _EMPTY, None)
     return out
@@ -707,13 +708,13 @@ def _run(op, tensors, dev, attrs):
     if op.num_outputs == 1:
         res = _wrap(out, dev)
         if _tracing[0]:
-            _ctx.tracer.trace_op(op, tensors, (res,), attrs, fn, dev, entry.needs_device)
+            _HOOKS.tracer.trace_op(op, tensors, (res,), attrs, fn, dev, entry.needs_device)
         if _tapes_active[0] and op.differentiable and tensors:
             record(op, tensors, (res,), attrs)
         return res
     outs = tuple(_wrap(o, dev) for o in out)
     if _tracing[0]:
-        _ctx.tracer.trace_op(op, tensors, outs, attrs, fn, dev, entry.needs_device)
+        _HOOKS.tracer.trace_op(op, tensors, outs, attrs, fn, dev, entry.needs_device)
     if _tapes_active[0] and op.differentiable and tensors:
         record(op, tensors, outs, attrs)
     return outs
@@ -787,6 +788,9 @@ def _load_speedups():
 
 
 _speedups = _load_speedups()
+_ctx.install_execute(execute)
+_ctx.install_copy_to_device(copy_to_device)
+_ctx.install_constant(constant)
+# (OpDef.__call__ still calls registry.dispatcher.execute until registry.py reads
+# HOOKS.execute: then delete this line)
 _reg.dispatcher.execute = execute
-dispatch_hooks.copy_to_device = copy_to_device
-dispatch_hooks.constant = constant

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import context as _ctx
+from .context import HOOKS as _HOOKS
 from . import dtypes as _dt
 from .errors import InvalidArgumentError, InvalidTypeError
 
@@ -100,17 +101,7 @@ _tracing = _ctx.tracing
 
 def _check_traced(t, what):
     """Raise if ``t``'s value is needed while tf.function traces (the tracer decides)."""
-    _ctx.tracer.trace_check(t, what)
-
-
-class _Dispatch:
-    """The dispatcher's functions Tensor needs (``tapeflow.runtime.dispatch`` fills
-    them at import: it sits above this module)."""
-    copy_to_device = None
-    constant = None
-
-
-dispatch_hooks = _Dispatch()
+    _HOOKS.tracer.trace_check(t, what)
 
 
 class VariableBase:
@@ -209,12 +200,12 @@ class Tensor:
         >>> tf.constant([1.0]).__array_namespace__().__name__
         'tapeflow.numpy'
         """
-        return array_namespace[0](api_version)
+        return _HOOKS.array_namespace(api_version)
 
     @property
     def mT(self) -> Tensor:
         """The matrix transpose of the last two axes (the array API's ``x.mT``)."""
-        return array_namespace[0](None).matrix_transpose(self)
+        return _HOOKS.array_namespace(None).matrix_transpose(self)
 
     @property
     def T(self) -> Tensor:
@@ -224,7 +215,7 @@ class Tensor:
             raise InvalidArgumentError(
                 f"Tensor.T is the transpose of a 2-D tensor (the array API's rule); this "
                 f"one has shape {list(self._data.shape)}: use .mT or tf.transpose(x, perm)")
-        return array_namespace[0](None).matrix_transpose(self)
+        return _HOOKS.array_namespace(None).matrix_transpose(self)
 
     def to_device(self, device, /, *, stream=None) -> Tensor:
         """This tensor on ``device`` (the array API's name for :meth:`to`)."""
@@ -321,7 +312,7 @@ class Tensor:
     # --- device movement -----------------------------------------------------
     def to(self, device) -> Tensor:
         """Copy to ``device`` (name or Device); returns self when already there."""
-        return dispatch_hooks.copy_to_device(self, device)
+        return _HOOKS.copy_to_device(self, device)
 
     def cpu(self) -> Tensor:
         return self.to("cpu:0")
@@ -358,13 +349,8 @@ class Tensor:
                 f"device={self._device.name}, numpy={self._repr_value()}>")
 
 
-#: set by ``import tapeflow``: ``fn(api_version)`` returning the ``tapeflow.numpy``
-#: module (loaded on first use)
-array_namespace: list = [None]
-
-
 def _rebuild(value, device_name):
-    return dispatch_hooks.constant(value, device=device_name)
+    return _HOOKS.constant(value, device=device_name)
 
 
 def _wrap(data, device) -> Tensor:

@@ -20,6 +20,7 @@ import threading
 import numpy as np
 
 from . import context as _ctx
+from .context import HOOKS as _HOOKS
 from . import devices as _devs
 from . import dtypes as _dt
 from .dispatch import constant, convert_to_tensor, copy_to_device, execute
@@ -29,8 +30,30 @@ from .tensor import Tensor, VariableBase, _wrap
 
 __all__ = ["Variable"]
 
-#: callables run with every new Variable (tapeflow.train's restore_variables_on_create)
-_creation_hooks: list = []
+
+
+class _ObserverList:
+    """``variable._creation_hooks``, the spelling before ``HOOKS.variable_observers``:
+    ``append``/``remove`` add and remove observers there. Read by tapeflow.train.checkpoint
+    until it calls ``context.add_variable_observer``/``remove_variable_observer``: then
+    delete this."""
+
+    def append(self, fn):
+        _ctx.add_variable_observer(fn)
+
+    def remove(self, fn):
+        if not any(o is fn for o in _HOOKS.variable_observers):
+            raise ValueError(f"{fn!r} is not a variable observer")
+        _ctx.remove_variable_observer(fn)
+
+    def __iter__(self):
+        return iter(_HOOKS.variable_observers)
+
+    def __contains__(self, fn):
+        return fn in _HOOKS.variable_observers
+
+
+_creation_hooks = _ObserverList()
 _tracing = _ctx.tracing
 _tapes_active = _ctx.tapes_active
 # sys.getrefcount of a Variable's value Tensor / its array inside Variable._update when
@@ -94,9 +117,8 @@ class Variable(VariableBase):
         self._name = (name or "Variable")
         self._id = next(Variable._uid)
         self._shape_fixed = validate_shape and shape is None
-        if _creation_hooks:
-            for hook in tuple(_creation_hooks):
-                hook(self)
+        if _HOOKS.variable_observers:
+            _ctx.variable_created(self)
 
     # identity -----------------------------------------------------------------
     @property
@@ -147,7 +169,7 @@ class Variable(VariableBase):
         v = self._value
         lock.release()
         if _tracing[0]:
-            v = _ctx.tracer.trace_read(self, v)
+            v = _HOOKS.tracer.trace_read(self, v)
         if _tapes_active[0] and self.trainable:
             _ctx.watch_variable_read(self, v)
         return v
@@ -250,7 +272,7 @@ class Variable(VariableBase):
         self._value = new
         lock.release()
         if _tracing[0]:
-            _ctx.tracer.trace_assign(self, prev)
+            _HOOKS.tracer.trace_assign(self, prev)
         return self
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True):
@@ -290,7 +312,7 @@ class Variable(VariableBase):
         finally:
             lock.release()
         if _tracing[0]:
-            _ctx.tracer.trace_assign(self, prev)
+            _HOOKS.tracer.trace_assign(self, prev)
         return self
 
     # Variables behave like their value in ops; operators are defined with Tensor's

@@ -1274,12 +1274,5 @@ def print_(*inputs, sep=" ", end="\n", output_stream=None, summarize=3):
     return None
 
 
-def _install():
-    if _on_variable_created not in _variable_mod._creation_hooks:
-        _variable_mod._creation_hooks.append(_on_variable_created)
-
-
-_install()
-
-
-_ctx.set_tracer(_ContextTracer())
+_ctx.add_variable_observer(_on_variable_created)
+_ctx.install_tracer(_ContextTracer())

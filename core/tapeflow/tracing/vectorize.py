@@ -365,4 +365,7 @@ def _jacobian_rows(f, seeds, first):
     return outs
 
 
-_tape_mod.VECTORIZE[0] = _jacobian_rows
+_ctx.install_vectorize_jacobian(_jacobian_rows)
+# (autodiff.tape reads VECTORIZE[0] until it reads HOOKS.vectorize_jacobian: then delete)
+if hasattr(_tape_mod, "VECTORIZE"):
+    _tape_mod.VECTORIZE[0] = _jacobian_rows

@@ -1,0 +1,181 @@
+"""The one hooks object of tapeflow.runtime.context: what the layers above install,
+refusal of a second, different install, variable observers and their suspension."""
+
+import importlib
+import threading
+
+import pytest
+
+import tapeflow as tf
+from tapeflow.runtime import context as ctx
+from tapeflow.runtime import dispatch, tensor, variable
+from tapeflow.runtime.errors import PluginConflictError, TapeflowError
+
+
+def test_layers_installed_their_hooks():
+    from tapeflow.tracing import trace, vectorize
+    h = ctx.HOOKS
+    assert h.execute is dispatch.execute
+    assert h.copy_to_device is dispatch.copy_to_device
+    assert h.constant is dispatch.constant
+    assert isinstance(h.tracer, trace._ContextTracer)
+    assert h.vectorize_jacobian is vectorize._jacobian_rows
+    assert h.array_namespace(None) is tf.numpy
+    assert trace._on_variable_created in h.variable_observers
+
+
+def test_old_spellings_are_gone():
+    # the six ways to call up are one: nothing else holds a hook
+    assert not hasattr(tensor, "dispatch_hooks")
+    assert not hasattr(tensor, "array_namespace")
+    assert not hasattr(ctx, "set_tracer")
+
+
+@pytest.mark.parametrize("name", ["execute", "copy_to_device", "constant",
+                                  "vectorize_jacobian", "array_namespace"])
+def test_second_install_of_another_function_is_refused(name):
+    installed = getattr(ctx.HOOKS, name)
+
+    def other(*args, **kwargs):
+        return None
+
+    with pytest.raises(PluginConflictError) as e:
+        getattr(ctx, f"install_{name}")(other)
+    msg = str(e.value)
+    assert f"HOOKS.{name}" in msg and "other" in msg and installed.__name__ in msg
+    assert isinstance(e.value, TapeflowError)
+    assert getattr(ctx.HOOKS, name) is installed       # unchanged
+
+
+def test_second_tracer_is_refused_and_tracing_still_works():
+    class MyTracer(ctx.Tracer):
+        pass
+
+    installed = ctx.HOOKS.tracer
+    with pytest.raises(PluginConflictError, match="HOOKS.tracer.*MyTracer"):
+        ctx.install_tracer(MyTracer())
+    assert ctx.HOOKS.tracer is installed
+    with pytest.raises(TypeError, match="install_tracer"):
+        ctx.install_tracer(object())
+    assert float(tf.function(lambda a: a * 3.0)(tf.constant(2.0))) == 6.0
+
+
+def test_installing_the_same_function_again_is_a_no_op():
+    ctx.install_execute(dispatch.execute)
+    ctx.install_tracer(ctx.HOOKS.tracer)
+    assert ctx.HOOKS.execute is dispatch.execute
+
+
+def test_reloaded_module_reinstalls_its_hooks():
+    import tapeflow.tracing.vectorize as vec
+    before = ctx.HOOKS.vectorize_jacobian
+    try:
+        importlib.reload(vec)            # a new _jacobian_rows object, same definition
+        assert ctx.HOOKS.vectorize_jacobian is vec._jacobian_rows
+        assert ctx.HOOKS.vectorize_jacobian is not before
+    finally:
+        ctx.HOOKS.vectorize_jacobian = before
+
+
+def test_install_refuses_a_non_callable():
+    with pytest.raises(TypeError, match="install_execute"):
+        ctx.install_execute(None)
+    with pytest.raises(TypeError, match="add_variable_observer"):
+        ctx.add_variable_observer(3)
+
+
+def test_several_variable_observers_and_removal():
+    seen_a, seen_b = [], []
+
+    def a(v):
+        seen_a.append(v.name)
+
+    def b(v):
+        seen_b.append(v.name)
+
+    before = ctx.HOOKS.variable_observers
+    ctx.add_variable_observer(a)
+    ctx.add_variable_observer(b)
+    ctx.add_variable_observer(a)          # already there: no second call
+    try:
+        assert ctx.HOOKS.variable_observers == before + (a, b)
+        tf.Variable(1.0, name="obs1")
+        assert seen_a == ["obs1:0"] and seen_b == ["obs1:0"]
+    finally:
+        ctx.remove_variable_observer(a)
+        ctx.remove_variable_observer(b)
+    ctx.remove_variable_observer(a)       # not there: no-op
+    assert ctx.HOOKS.variable_observers == before
+    tf.Variable(1.0, name="obs2")
+    assert seen_a == ["obs1:0"]
+
+
+def test_closures_with_one_qualified_name_are_distinct_observers():
+    seen = []
+
+    def make(tag):
+        def obs(v):
+            seen.append(tag)
+        return obs
+
+    o1, o2 = make(1), make(2)
+    ctx.add_variable_observer(o1)
+    ctx.add_variable_observer(o2)
+    try:
+        tf.Variable(0.0)
+        assert sorted(seen) == [1, 2]
+    finally:
+        ctx.remove_variable_observer(o1)
+        ctx.remove_variable_observer(o2)
+
+
+def test_suspend_variable_observers_is_per_thread_and_nests():
+    seen = []
+
+    def obs(v):
+        seen.append((threading.current_thread().name, v.name))
+
+    ctx.add_variable_observer(obs)
+    try:
+        with ctx.suspend_variable_observers():
+            with ctx.suspend_variable_observers():
+                tf.Variable(1.0, name="s1")
+            tf.Variable(1.0, name="s2")
+            t = threading.Thread(target=lambda: tf.Variable(1.0, name="other"),
+                                 name="worker")
+            t.start()
+            t.join()
+        tf.Variable(1.0, name="s3")
+    finally:
+        ctx.remove_variable_observer(obs)
+    assert seen == [("worker", "other:0"), (threading.current_thread().name, "s3:0")]
+
+
+def test_observer_error_propagates_from_variable_creation():
+    def obs(v):
+        raise tf.errors.NotFoundError(f"no {v.name} here")
+
+    ctx.add_variable_observer(obs)
+    try:
+        with pytest.raises(tf.errors.NotFoundError, match="no boom:0 here"):
+            tf.Variable(1.0, name="boom")
+    finally:
+        ctx.remove_variable_observer(obs)
+
+
+def test_old_creation_hooks_spelling_adds_observers():
+    # (train.checkpoint's spelling until it calls add_variable_observer)
+    seen = []
+
+    def obs(v):
+        seen.append(v.name)
+
+    variable._creation_hooks.append(obs)
+    try:
+        assert obs in ctx.HOOKS.variable_observers
+        tf.Variable(1.0, name="old")
+    finally:
+        variable._creation_hooks.remove(obs)
+    with pytest.raises(ValueError):
+        variable._creation_hooks.remove(obs)
+    assert seen == ["old:0"]
