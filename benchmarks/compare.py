@@ -27,7 +27,6 @@ issue) are checked and shown in the last column; ``--check`` makes a missed targ
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -36,24 +35,15 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
+import common
+from common import fmt_time, guard, load_torch
+
 FRAMEWORKS = ("tapeflow", "numpy", "torch", "tapeflow_eager")
 SHORT = {"tapeflow": "tf", "numpy": "np", "torch": "torch", "tapeflow_eager": "tf eager"}
-
-
-# --- framework loading ------------------------------------------------------------------
-
-def _load_torch(disabled):
-    if disabled:
-        return None, "disabled with --no-torch"
-    try:
-        import torch
-    except Exception as e:  # ImportError, or a broken install
-        return None, f"`import torch` failed ({type(e).__name__}: {e}); " \
-                     "install it with: .venv/bin/pip install torch==2.13.0"
-    return torch, None
 
 
 # --- the cases ----------------------------------------------------------------------------
@@ -74,14 +64,6 @@ class Case:
     errors: dict = field(default_factory=dict)   # framework -> message
     notes: list = field(default_factory=list)
     heavy: bool = False                          # long per-call time: fewer rounds
-
-
-def _guard(case, fw, build):
-    """Run ``build()`` (setup + correctness check) and store the Impl, or the error."""
-    try:
-        case.impls[fw] = build()
-    except Exception as e:
-        case.errors[fw] = f"{type(e).__name__}: {e}".splitlines()[0][:160]
 
 
 def case_add(tf, torch, taped):
@@ -132,10 +114,10 @@ def case_add(tf, torch, taped):
                 a + b
         return Impl(run)
 
-    _guard(case, "tapeflow", build_tf)
-    _guard(case, "numpy", build_np)
+    guard(case, "tapeflow", build_tf)
+    guard(case, "numpy", build_np)
     if torch is not None:
-        _guard(case, "torch", build_torch)
+        guard(case, "torch", build_torch)
     if taped:
         case.notes.append("add_tape: the NumPy column is the same untaped `a + b`; torch's `a` "
                           "has requires_grad=True")
@@ -150,13 +132,8 @@ def case_grad(tf, torch):
 
     def build_tf():
         x = tf.constant(xn)
-
-        def once():
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = tf.reduce_sum(x * x)
-            return tape.gradient(y, x)
-        np.testing.assert_allclose(once().numpy(), expect, rtol=1e-6)
+        np.testing.assert_allclose(common.taped_square_grad(tf, x)().numpy(), expect,
+                                   rtol=1e-6)
 
         def run(n):
             for _ in range(n):
@@ -189,10 +166,10 @@ def case_grad(tf, torch):
                 x.grad = None
         return Impl(run)
 
-    _guard(case, "tapeflow", build_tf)
-    _guard(case, "numpy", build_np)
+    guard(case, "tapeflow", build_tf)
+    guard(case, "numpy", build_np)
     if torch is not None:
-        _guard(case, "torch", build_torch)
+        guard(case, "torch", build_torch)
     case.notes.append("grad: NumPy computes sum(x*x) and the hand-written gradient 2*x; "
                       "torch runs autograd's backward()")
     return case
@@ -261,10 +238,10 @@ def case_collatz(tf, torch):
                         a = 3 * a + 1
         return Impl(run, per_run=steps)
 
-    _guard(case, "tapeflow", build_tf)
-    _guard(case, "numpy", build_np)
+    guard(case, "tapeflow", build_tf)
+    guard(case, "numpy", build_np)
     if torch is not None:
-        _guard(case, "torch", build_torch)
+        guard(case, "torch", build_torch)
     case.notes.append(f"collatz: {steps} iterations per run; NumPy starts from a 0-d int32 "
                       "array (its ops then return NumPy scalars, as NumPy code does)")
     return case
@@ -330,9 +307,9 @@ def case_collatz_while(tf, torch):
                         a = 3 * a + 1
         return Impl(run, per_run=steps)
 
-    _guard(case, "tapeflow", build_tf)
-    _guard(case, "tapeflow_eager", build_tf_eager)
-    _guard(case, "numpy", build_np)
+    guard(case, "tapeflow", build_tf)
+    guard(case, "tapeflow_eager", build_tf_eager)
+    guard(case, "numpy", build_np)
     case.notes.append(f"collatz_while: {steps} iterations per call; the tapeflow column is one "
                       "call of the traced function (a replay), tf eager the Python loop on "
                       "scalar tensors (// keeps int32), NumPy the same loop on a 0-d array")
@@ -490,9 +467,9 @@ def case_mlp_traced(tf, torch, batch):
                 _np_mlp_step(params, xn, yn, rows)
         return Impl(run)
 
-    _guard(case, "tapeflow", build_tf)
-    _guard(case, "tapeflow_eager", build_tf_eager)
-    _guard(case, "numpy", build_np)
+    guard(case, "tapeflow", build_tf)
+    guard(case, "tapeflow_eager", build_tf_eager)
+    guard(case, "numpy", build_np)
     return case
 
 
@@ -552,10 +529,10 @@ def case_mlp(tf, torch, batch):
                 step()
         return Impl(run)
 
-    _guard(case, "tapeflow", build_tf)
-    _guard(case, "numpy", build_np)
+    guard(case, "tapeflow", build_tf)
+    guard(case, "numpy", build_np)
     if torch is not None:
-        _guard(case, "torch", build_torch)
+        guard(case, "torch", build_torch)
     return case
 
 
@@ -565,75 +542,23 @@ def case_cnn(tf, torch, batch=32):
     both starting from the same weights (checked: the same first-step loss)."""
     case = Case(f"cnn{batch}", f"seeds' CNN Adam step, batch {batch}, 28x28x1 float32",
                 "step", ("torch", 1.0), heavy=True)
-    rng = np.random.default_rng(0)
-    xn = rng.random((batch, 28, 28, 1), dtype=np.float32)
-    yn = rng.integers(0, 10, batch).astype(np.int64)
+    xn, yn = common.cnn_data(batch)
     state = {}
 
     def build_tf():
-        tf.random.set_seed(0)
-        model = tf.keras.Sequential([
-            tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
-            tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
-            tf.keras.layers.GlobalAveragePooling2D(),
-            tf.keras.layers.Dense(10)])
-        opt = tf.train.AdamOptimizer()
-        x = tf.constant(xn)
-        y = tf.constant(yn)
-        model(x)
+        model, step = common.tf_cnn_step(tf, xn, yn)
         state["weights"] = [v.numpy() for v in model.trainable_variables]
-
-        def step():
-            with tf.GradientTape() as tape:
-                loss = tf.losses.sparse_softmax_cross_entropy(y, model(x, training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
-            opt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-
         state["tf_loss"] = float(step())
-
-        def run(n):
-            for _ in range(n):
-                step()
-        return Impl(run)
+        return Impl(common.loop(step))
 
     def build_torch():
-        nn = torch.nn
-        k1, b1, k2, b2, w3, b3 = state["weights"]
-        c1, c2, d = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 16, 3), nn.Linear(16, 10)
-        with torch.no_grad():                       # HWIO -> OIHW, (in, out) -> (out, in)
-            c1.weight.copy_(torch.from_numpy(k1.transpose(3, 2, 0, 1).copy()))
-            c1.bias.copy_(torch.from_numpy(b1))
-            c2.weight.copy_(torch.from_numpy(k2.transpose(3, 2, 0, 1).copy()))
-            c2.bias.copy_(torch.from_numpy(b2))
-            d.weight.copy_(torch.from_numpy(w3.T.copy()))
-            d.bias.copy_(torch.from_numpy(b3))
-        params = list(c1.parameters()) + list(c2.parameters()) + list(d.parameters())
-        opt = torch.optim.Adam(params, lr=1e-3, eps=1e-8)
-        x = torch.from_numpy(xn.transpose(0, 3, 1, 2).copy())   # NCHW, PyTorch's layout
-        y = torch.from_numpy(yn)
-        F = torch.nn.functional
+        step = common.torch_cnn_step(torch, state["weights"], xn, yn)
+        common.same_loss(float(step()), state["tf_loss"], "torch")
+        return Impl(common.loop(step))
 
-        def step():
-            h = F.relu(c2(F.relu(c1(x))))
-            loss = F.cross_entropy(d(h.mean(dim=(2, 3))), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-
-        loss = float(step())
-        assert abs(loss - state["tf_loss"]) <= 1e-4 * max(1.0, abs(loss)), \
-            f"torch loss {loss} != tapeflow's {state['tf_loss']}"
-
-        def run(n):
-            for _ in range(n):
-                step()
-        return Impl(run)
-
-    _guard(case, "tapeflow", build_tf)
+    guard(case, "tapeflow", build_tf)
     if torch is not None and "weights" in state:
-        _guard(case, "torch", build_torch)
+        guard(case, "torch", build_torch)
     case.notes.append("cnn: no NumPy peer; compare the tf/torch column (PyTorch runs NCHW, "
                       "its native layout; tapeflow runs the seeds' NHWC)")
     return case
@@ -660,52 +585,17 @@ def build_cases(tf, torch, keys):
 
 # --- timing -------------------------------------------------------------------------------
 
-def _time(impl, n):
-    t0 = time.perf_counter()
-    impl.run(n)
-    return (time.perf_counter() - t0) / (n * impl.per_run)
-
-
-def _calibrate(impl, sample_s):
-    """The repeat count n that makes one sample last about ``sample_s`` seconds."""
-    impl.run(1)                      # warm-up: first-call costs are not what we measure
-    n = 1
-    while True:
-        t = time.perf_counter()
-        impl.run(n)
-        dt = time.perf_counter() - t
-        if dt >= sample_s / 4 or n >= 1 << 24:
-            return max(1, round(n * sample_s / max(dt, 1e-9)))
-        n *= 8 if dt < sample_s / 50 else 2
-
-
 def measure(case, rounds, sample_s, settle_s=0.0):
+    """``(samples, counts)``: ``common.measure`` with each framework calibrated on its
+    own (their per-call times differ by orders of magnitude), ``gc.collect()`` before
+    each sample, a failing framework dropped into ``case.errors``."""
     fws = [fw for fw in FRAMEWORKS if fw in case.impls]
-    samples = {fw: [] for fw in fws}
-    counts = {}
-    for fw in list(fws):
-        try:
-            counts[fw] = _calibrate(case.impls[fw], sample_s)
-        except Exception as e:
-            case.errors[fw] = f"{type(e).__name__}: {e}".splitlines()[0][:160]
-            fws.remove(fw)
-            del samples[fw]
-    for r in range(rounds):
-        order = fws[r % len(fws):] + fws[:r % len(fws)] if fws else []
-        for fw in order:
-            gc.collect()
-            if settle_s:
-                # Let the previous framework's thread pools (OpenBLAS workers spin for a
-                # while after a call, OpenMP too) go idle before timing the next one.
-                time.sleep(settle_s)
-            try:
-                samples[fw].append(_time(case.impls[fw], counts[fw]))
-            except Exception as e:
-                case.errors[fw] = f"{type(e).__name__}: {e}".splitlines()[0][:160]
-                fws.remove(fw)
-                samples.pop(fw)
-                break
-    return samples, counts
+    timed = SimpleNamespace(impls={fw: case.impls[fw].run for fw in fws}, ratios={})
+    counts = common.measure(timed, rounds=rounds, min_time=sample_s, settle_s=settle_s,
+                            per_run={fw: case.impls[fw].per_run for fw in fws},
+                            max_repeat=1 << 24, calibrate="each", errors=case.errors,
+                            collect=True)
+    return timed.times, counts
 
 
 def summarize(case, samples, counts, rounds):
@@ -744,16 +634,6 @@ def summarize(case, samples, counts, rounds):
 
 
 # --- reporting ----------------------------------------------------------------------------
-
-def fmt_time(t):
-    if t is None:
-        return "-"
-    if t < 1e-6:
-        return f"{t * 1e9:.0f} ns"
-    if t < 1e-3:
-        return f"{t * 1e6:.2f} µs"
-    return f"{t * 1e3:.2f} ms"
-
 
 def fmt_target(target):
     if target is None:
@@ -931,7 +811,7 @@ def main(argv=None):
         ap.error(f"unknown case(s) {unknown}; choose from {', '.join(ALL_CASES)}")
 
     import tapeflow as tf
-    torch, torch_reason = _load_torch(args.no_torch)
+    torch, torch_reason = load_torch(args.no_torch)
     info = machine_info(torch, torch_reason)
     print_machine(info)
 

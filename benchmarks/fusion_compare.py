@@ -32,7 +32,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from interleave import measure  # noqa: E402
+from common import measure  # noqa: E402
 
 N = 1 << 20
 

@@ -52,7 +52,8 @@ import sys
 
 import numpy as np
 
-from interleave import measure
+import common
+from common import fmt_time, guard, load_torch, measure
 
 
 class NoGPU(Exception):
@@ -70,16 +71,7 @@ def _load(tf32=False):
         from tapeflow.runtime.devices import _table
         raise NoGPU("tapeflow has no cuda device: "
                     f"{_table.unavailable.get('cupy', 'tapeflow-cuda-cupy not loaded')}")
-    try:
-        import torch
-        if not torch.cuda.is_available():
-            raise RuntimeError("torch.cuda.is_available() is False")
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-        torch.backends.cudnn.benchmark = True
-        why = None
-    except Exception as e:
-        torch, why = None, f"{type(e).__name__}: {e}"
+    torch, why = load_torch(cuda=True, tf32=tf32)
     return tf, cp, torch, why
 
 
@@ -121,13 +113,6 @@ class Case:
         self.ratios = {}      # framework -> [other / tapeflow per round]
 
 
-def _guard(case, fw, build):
-    try:
-        case.impls[fw] = build()
-    except Exception as e:
-        case.errors[fw] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-
-
 # --- cases ------------------------------------------------------------------------------
 
 def case_matmul(tf, cp, torch):
@@ -165,10 +150,10 @@ def case_matmul(tf, cp, torch):
                 a @ b
         return run
 
-    _guard(c, "tapeflow", build_tf)
-    _guard(c, "cupy", build_cp)
+    guard(c, "tapeflow", build_tf)
+    guard(c, "cupy", build_cp)
     if torch is not None:
-        _guard(c, "torch", build_torch)
+        guard(c, "torch", build_torch)
     return c
 
 
@@ -222,10 +207,10 @@ def case_conv(tf, cp, torch):
                 f.conv2d(x, w, padding=1)
         return run
 
-    _guard(c, "tapeflow", build_tf)
-    _guard(c, "cupy", build_cp)
+    guard(c, "tapeflow", build_tf)
+    guard(c, "cupy", build_cp)
     if torch is not None:
-        _guard(c, "torch", build_torch)
+        guard(c, "torch", build_torch)
     return c
 
 
@@ -285,9 +270,9 @@ def case_conv_backward(tf, cp, torch):
                 step()
         return run
 
-    _guard(c, "tapeflow", build_tf)
+    guard(c, "tapeflow", build_tf)
     if torch is not None:
-        _guard(c, "torch", build_torch)
+        guard(c, "torch", build_torch)
     if "tapeflow" in out and "torch" in out:
         for name, a, b in zip(("dx", "dw"), out["tapeflow"], out["torch"]):
             scale = max(1.0, float(np.abs(b).max()))
@@ -304,96 +289,30 @@ def case_cnn(tf, cp, torch, batch=32):
     key = f"cnn{batch}"
     batch, hw = SIZES["cnn"] or (batch, 28)
     c = Case(key, f"seeds' CNN Adam step, batch {batch}, {hw}x{hw}x1", "step", 5)
-    rng = np.random.default_rng(0)
-    xn = rng.random((batch, hw, hw, 1), dtype=np.float32)
-    yn = rng.integers(0, 10, batch).astype(np.int64)
+    xn, yn = common.cnn_data(batch, hw)
     state = {}
 
-    def tf_step(device, weights=None):
-        with tf.device(device):
-            tf.random.set_seed(0)
-            model = tf.keras.Sequential([
-                tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
-                tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
-                tf.keras.layers.GlobalAveragePooling2D(),
-                tf.keras.layers.Dense(10)])
-            opt = tf.train.AdamOptimizer()
-            x, y = tf.constant(xn), tf.constant(yn)
-            model(x)
-            if weights is not None:
-                for v, w in zip(model.trainable_variables, weights):
-                    v.assign(w)
-
-        def step():
-            with tf.device(device):
-                with tf.GradientTape() as tape:
-                    loss = tf.losses.sparse_softmax_cross_entropy(y, model(x, training=True))
-                grads = tape.gradient(loss, model.trainable_variables)
-                opt.apply_gradients(zip(grads, model.trainable_variables))
-            return loss
-        return model, step
-
     def build_tf():
-        model, step = tf_step(DEVICE)
+        model, step = common.tf_cnn_step(tf, xn, yn, DEVICE)
         state["weights"] = [v.numpy() for v in model.trainable_variables]
         state["tf_loss"] = float(step())
-
-        def run(k):
-            for _ in range(k):
-                step()
-        return run
+        return common.loop(step)
 
     def build_tf_cpu():
-        _, step = tf_step("cpu:0", state["weights"])
-        loss = float(step())
-        assert abs(loss - state["tf_loss"]) <= 1e-4 * max(1.0, abs(loss)), \
-            f"cpu:0 loss {loss} != {DEVICE}'s {state['tf_loss']}"
-
-        def run(k):
-            for _ in range(k):
-                step()
-        return run
+        _, step = common.tf_cnn_step(tf, xn, yn, "cpu:0", state["weights"])
+        common.same_loss(float(step()), state["tf_loss"], "cpu:0")
+        return common.loop(step)
 
     def build_torch():
-        nn = torch.nn
-        k1, b1, k2, b2, w3, b3 = state["weights"]
-        c1, c2, d = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 16, 3), nn.Linear(16, 10)
-        with torch.no_grad():                       # HWIO -> OIHW, (in, out) -> (out, in)
-            c1.weight.copy_(torch.from_numpy(k1.transpose(3, 2, 0, 1).copy()))
-            c1.bias.copy_(torch.from_numpy(b1))
-            c2.weight.copy_(torch.from_numpy(k2.transpose(3, 2, 0, 1).copy()))
-            c2.bias.copy_(torch.from_numpy(b2))
-            d.weight.copy_(torch.from_numpy(w3.T.copy()))
-            d.bias.copy_(torch.from_numpy(b3))
-        cl = torch.channels_last
-        c1, c2, d = (m.cuda().to(memory_format=cl) for m in (c1, c2, d))
-        params = list(c1.parameters()) + list(c2.parameters()) + list(d.parameters())
-        opt = torch.optim.Adam(params, lr=1e-3, eps=1e-8)
-        x = torch.from_numpy(xn).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)
-        y = torch.from_numpy(yn).cuda()
-        F = torch.nn.functional
+        step = common.torch_cnn_step(torch, state["weights"], xn, yn, cuda=True)
+        common.same_loss(float(step()), state["tf_loss"], "torch")
+        return common.loop(step)
 
-        def step():
-            h = F.relu(c2(F.relu(c1(x))))
-            loss = F.cross_entropy(d(h.mean(dim=(2, 3))), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            return loss.detach()
-        loss = float(step())
-        assert abs(loss - state["tf_loss"]) <= 1e-4 * max(1.0, abs(loss)), \
-            f"torch loss {loss} != tapeflow's {state['tf_loss']}"
-
-        def run(k):
-            for _ in range(k):
-                step()
-        return run
-
-    _guard(c, "tapeflow", build_tf)
+    guard(c, "tapeflow", build_tf)
     if "weights" in state:
-        _guard(c, "tapeflow-cpu", build_tf_cpu)
+        guard(c, "tapeflow-cpu", build_tf_cpu)
     if torch is not None and "weights" in state:
-        _guard(c, "torch", build_torch)
+        guard(c, "torch", build_torch)
     return c
 
 
@@ -429,10 +348,10 @@ def case_add(tf, cp, torch):
                 a + b
         return run
 
-    _guard(c, "tapeflow", build_tf)
-    _guard(c, "cupy", build_cp)
+    guard(c, "tapeflow", build_tf)
+    guard(c, "cupy", build_cp)
     if torch is not None:
-        _guard(c, "torch", build_torch)
+        guard(c, "torch", build_torch)
     return c
 
 
@@ -539,10 +458,10 @@ def case_mlp(tf, cp, torch, batch):
                 step()
         return run
 
-    _guard(c, "tapeflow", build_tf)
-    _guard(c, "cupy", build_cp)
+    guard(c, "tapeflow", build_tf)
+    guard(c, "cupy", build_cp)
     if torch is not None:
-        _guard(c, "torch", build_torch)
+        guard(c, "torch", build_torch)
     ref = losses.get("tapeflow")
     for fw, ls in losses.items():   # same start, same data: the same three losses
         if ref is not None and fw != "tapeflow" and not np.allclose(ls, ref, rtol=1e-3):
@@ -564,12 +483,6 @@ CASES = {
 
 # --- timing ------------------------------------------------------------------------------
 
-def _fmt(s):
-    if s >= 1e-3:
-        return f"{s * 1e3:8.3f} ms"
-    return f"{s * 1e6:8.2f} us"
-
-
 #: the report's rows per case, in order (``tapeflow-cpu``: tapeflow on cpu:0)
 FRAMEWORKS = ("tapeflow", "tapeflow-cpu", "cupy", "torch")
 
@@ -585,7 +498,7 @@ def report(cases, torch_why, out=sys.stdout):
                 ratio = ""
                 if fw in c.ratios:
                     ratio = f"{statistics.median(c.ratios[fw]):14.2f}x"
-                w(f"{c.key:<10} {fw:<12} {_fmt(statistics.median(ts)):>11} {_fmt(min(ts)):>11} "
+                w(f"{c.key:<10} {fw:<12} {fmt_time(statistics.median(ts), 11)} {fmt_time(min(ts), 11)} "
                   f"{ratio:>15}\n")
             elif fw in c.errors:
                 w(f"{c.key:<10} {fw:<12} ERROR: {c.errors[fw]}\n")

@@ -35,7 +35,8 @@ import tempfile
 
 import numpy as np
 
-from interleave import measure
+import common
+from common import fmt_time, guard, measure
 
 DEVICE = "opencl:0"
 
@@ -48,13 +49,6 @@ class Case:
         self.ratios = {}
         self.errors = {}
         self.extra = {}
-
-
-def _guard(case, fw, build):
-    try:
-        case.impls[fw] = build()
-    except Exception as e:  # one broken implementation must not hide the others
-        case.errors[fw] = f"{type(e).__name__}: {e}"
 
 
 def case_matmul(tf, n=1024):
@@ -82,8 +76,8 @@ def case_matmul(tf, n=1024):
                 np.matmul(a, b)
         return run
 
-    _guard(c, "opencl", build_cl)
-    _guard(c, "numpy", build_np)
+    guard(c, "opencl", build_cl)
+    guard(c, "numpy", build_np)
     c.extra["flops"] = 2.0 * n ** 3
     return c
 
@@ -112,9 +106,9 @@ def case_add(tf):
                 p + q
         return run
 
-    _guard(c, "opencl", build(DEVICE))
-    _guard(c, "cpu", build("cpu:0"))
-    _guard(c, "numpy", build_np)
+    guard(c, "opencl", build(DEVICE))
+    guard(c, "cpu", build("cpu:0"))
+    guard(c, "numpy", build_np)
     return c
 
 
@@ -156,8 +150,8 @@ def case_mlp(tf, batch=64):
             return run
         return b
 
-    _guard(c, "opencl", build(DEVICE))
-    _guard(c, "cpu", build("cpu:0"))
+    guard(c, "opencl", build(DEVICE))
+    guard(c, "cpu", build("cpu:0"))
     if DEVICE in losses and "cpu:0" in losses and not np.allclose(
             losses[DEVICE], losses["cpu:0"], rtol=1e-3):
         c.errors["opencl"] = f"losses differ: {losses[DEVICE]} vs cpu {losses['cpu:0']}"
@@ -167,39 +161,17 @@ def case_mlp(tf, batch=64):
 
 def case_cnn(tf, batch=32):
     c = Case(f"cnn{batch}", f"seeds' CNN Adam step, batch {batch}", "step")
-    rng = np.random.default_rng(3)
-    xn = rng.random((batch, 28, 28, 1), dtype=np.float32)
-    yn = rng.integers(0, 10, batch).astype(np.int64)
+    xn, yn = common.cnn_data(batch, seed=3)
 
     def build(dev):
         def b():
-            tf.random.set_seed(1)
-            with tf.device(dev):
-                model = tf.keras.Sequential([
-                    tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
-                    tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
-                    tf.keras.layers.GlobalAveragePooling2D(),
-                    tf.keras.layers.Dense(10)])
-                opt = tf.train.AdamOptimizer()
-                x, y = tf.constant(xn), tf.constant(yn)
-
-            def step():
-                with tf.device(dev):
-                    with tf.GradientTape() as tape:
-                        loss = tf.losses.sparse_softmax_cross_entropy(y, model(x, training=True))
-                    grads = tape.gradient(loss, model.trainable_variables)
-                    opt.apply_gradients(zip(grads, model.trainable_variables))
-                return loss
+            _, step = common.tf_cnn_step(tf, xn, yn, dev, seed=1)
             float(step())
-
-            def run(k):
-                for _ in range(k):
-                    step()
-            return run
+            return common.loop(step)
         return b
 
-    _guard(c, "opencl", build(DEVICE))
-    _guard(c, "cpu", build("cpu:0"))
+    guard(c, "opencl", build(DEVICE))
+    guard(c, "cpu", build("cpu:0"))
     return c
 
 
@@ -236,12 +208,6 @@ def first_call():
 CASES = {"matmul": case_matmul, "add": case_add, "mlp64": case_mlp, "cnn32": case_cnn}
 
 
-def _fmt(s):
-    if s >= 1e-3:
-        return f"{s * 1e3:9.3f} ms"
-    return f"{s * 1e6:9.2f} us"
-
-
 def report(cases, fc, out=sys.stdout):
     w = out.write
     w(f"{'case':<8} {'impl':<7} {'median':>12} {'best':>12} {'other/opencl':>13}  notes\n")
@@ -255,7 +221,7 @@ def report(cases, fc, out=sys.stdout):
                 note = ""
                 if "flops" in c.extra:
                     note = f"{c.extra['flops'] / med / 1e9:7.1f} GFLOP/s"
-                w(f"{c.key:<8} {fw:<7} {_fmt(med):>12} {_fmt(min(ts)):>12} {ratio:>13}  {note}\n")
+                w(f"{c.key:<8} {fw:<7} {fmt_time(med, 12)} {fmt_time(min(ts), 12)} {ratio:>13}  {note}\n")
             elif fw in c.errors:
                 w(f"{c.key:<8} {fw:<7} ERROR: {c.errors[fw]}\n")
         w("\n")

@@ -5,7 +5,7 @@ Absolute times on a shared 2-core machine swing by 2x within minutes; the ratio 
 implementations timed in alternation in the same process does not (both see the same
 memory bandwidth, clock and neighbours). Every case here builds two implementations,
 ``tapeflow`` and ``peer``, checks that they compute the same thing, and times them with
-:func:`interleave.measure` (the engine of ``gpu_compare.py`` and ``opencl_compare.py``):
+:func:`common.measure` (the engine of ``gpu_compare.py`` and ``opencl_compare.py``):
 each round times both once, in alternating order; the result is the list of per-round
 ``tapeflow / peer`` time ratios, whose median is the tracked figure (< 1: tapeflow is
 faster than its peer). Where the device computes on this machine's CPUs (cpu:0, OpenCL
@@ -58,7 +58,8 @@ import time
 import numpy as np
 
 import compare
-from interleave import measure
+import common
+from common import measure
 
 DEVICES = ("cpu:0", "opencl:0", "cuda:0")
 
@@ -69,7 +70,7 @@ MIN_TIME = 0.01
 
 class RatioCase:
     """Two implementations (``impls["tapeflow"]``, ``impls["peer"]``: ``run(n)`` does n
-    units) and how to time them (read by :func:`interleave.measure`)."""
+    units) and how to time them (read by :func:`common.measure`)."""
 
     def __init__(self, key, device, peer):
         self.key, self.device, self.peer = key, device, peer
@@ -219,12 +220,7 @@ def case_dispatch_grad(tf, name):
     xn = np.linspace(-1.0, 2.0, 10, dtype=np.float32)
     with tf.device(name):
         x = tf.constant(xn)
-
-    def once():
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = tf.reduce_sum(x * x)
-        return tape.gradient(y, x)
+    once = common.taped_square_grad(tf, x)
     with tf.device(name):
         np.testing.assert_allclose(once().numpy(), 2 * xn, rtol=1e-6)
 

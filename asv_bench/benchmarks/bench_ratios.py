@@ -28,7 +28,7 @@ _BENCH_SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "benchmarks")
 if _BENCH_SCRIPTS not in sys.path:
     # the repository's benchmarks/ (scripts, not a package: ratio_cases imports its
-    # siblings compare and interleave by name)
+    # siblings compare and common by name)
     sys.path.insert(0, _BENCH_SCRIPTS)
 
 import ratio_cases  # noqa: E402
