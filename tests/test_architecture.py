@@ -100,7 +100,7 @@ def code_lines(path: pathlib.Path) -> int:
     return len(lines)
 
 
-#: the core proper (DESIGN.md, issue 14): the runtime layer, the plugin loader and the tape
+#: the core proper (docs/architecture.md, "Before and after"): the runtime layer, the plugin loader and the tape
 CORE_PROPER = ["runtime/*.py", "plugins/*.py", "autodiff/tape.py"]
 CORE_PROPER_MAX_CODE_LINES = 3000
 
