@@ -1,9 +1,14 @@
-"""dtypes and NumPy-2 promotion with weak Python scalars."""
+"""dtypes, and promotion: one lattice with two modes ("tf": JAX's, never widening to 64
+bits unasked; "array_api": tapeflow.numpy's), weak Python scalars, and the table of
+docs/dtypes.md checked against the implementation."""
+
+import pathlib
 
 import numpy as np
 import pytest
 
 import tapeflow as tf
+import tapeflow.numpy as tnp
 
 
 def test_python_scalars_take_seed_defaults():
@@ -28,13 +33,143 @@ def test_weak_scalars_do_not_promote():
     assert (i + 1).dtype == tf.int8
 
 
-def test_strong_promotion_follows_numpy():
+def test_strong_promotion_never_widens_to_64_bits_unasked():
     a = tf.constant(np.ones(2, np.float32))
     b = tf.constant(np.ones(2, np.float64))
-    assert (a + b).dtype == tf.float64
+    assert (a + b).dtype == tf.float64          # a strong float64: the user asked for it
     i = tf.constant([1, 2])
-    assert (i / 2).dtype == tf.float64          # truediv of ints
-    assert (i + 2.5).dtype == tf.float64        # NEP 50: int tensor with a weak float
+    assert (i + a).dtype == tf.float32          # was float64 (NumPy's table)
+    assert (i + 2.5).dtype == tf.float32        # a weak float: the default float
+    assert (i * 2.5).numpy().tolist() == [2.5, 5.0]
+    assert tf.matmul(tf.constant([[1, 2]]), tf.constant([[1.0], [2.0]])).dtype == tf.float32
+    assert (tf.constant([1], tf.int64) + a[:1]).dtype == tf.float32    # the float's width
+    assert (tf.constant([1], tf.int8) + tf.constant([1.0], tf.float16)).dtype == tf.float16
+    assert (i / 2).dtype == tf.float64          # truediv of int32: TensorFlow's op rule
+
+
+def test_an_int_tensor_with_a_float_keeps_its_gradient_dtype():
+    x = tf.Variable([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        y = tf.reduce_sum(x * tf.constant([3, 4]))
+    assert y.dtype == tf.float32 and tape.gradient(y, x).numpy().tolist() == [3.0, 4.0]
+
+
+def test_a_weak_value_that_does_not_fit_raises():
+    i = tf.constant([1], dtype=tf.int8)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="1000 out of bounds for int8"):
+        i + 1000
+    with pytest.raises(tf.errors.InvalidArgumentError, match="out of bounds for uint8"):
+        tf.constant([1], dtype=tf.uint8) - (-1)
+
+
+R = tf.dtypes.result_type
+D = tf.as_dtype
+
+
+@pytest.mark.parametrize("args, want", [
+    # strong with strong (issue 36's list)
+    (("int32", "float32"), "float32"), (("int64", "float32"), "float32"),
+    (("int8", "float16"), "float16"), (("int64", "float16"), "float16"),
+    (("bfloat16", "float16"), "float32"), (("float32", "float64"), "float64"),
+    (("uint8", "int8"), "int16"), (("uint16", "int16"), "int32"),
+    (("uint32", "int32"), "int64"), (("uint64", "int64"), "float64"),
+    (("uint64", "float32"), "float32"), (("bool", "int8"), "int8"),
+    (("bool", "float16"), "float16"), (("bool", "complex64"), "complex64"),
+    (("int32", "complex64"), "complex64"), (("float64", "complex64"), "complex128"),
+    # weak Python scalars
+    (("int32", 2.5), "float32"), (("float16", 2.0), "float16"), (("int8", 1), "int8"),
+    (("uint8", 1), "uint8"), (("float32", 1j), "complex64"), (("float64", 1j), "complex128"),
+    (("int32", 1j), "complex64"), (("bool", 1), "int32"), (("bool", 2.5), "float32"),
+    (("bool", True), "bool"), (("bfloat16", 1), "bfloat16"), (("int64", 2.5), "float32"),
+    (("uint64", "int64", 2.5), "float64"),
+    # Python scalars alone: the seeds' (TensorFlow's) defaults
+    ((1,), "int32"), ((2.5,), "float32"), ((1j,), "complex128"), ((True,), "bool"),
+    ((1, 2.5), "float32"),
+])
+def test_tf_lattice(args, want):
+    strong = [D(a) if isinstance(a, str) else a for a in args]
+    assert R(*strong) is D(want)
+    assert R(*reversed(strong)) is D(want)
+
+
+@pytest.mark.parametrize("args, want", [
+    (("int32", "float32"), "float64"), (("int8", "float16"), "float16"),
+    (("uint64", "int64"), "float64"), (("uint8", "int8"), "int16"),
+    (("int32", 2.5), "float64"), (("bool", 2.5), "float32"), (("bool", 1), "bool"),
+    (("int8", 1), "int8"), (("float32", 1j), "complex64"), (("int32", 1j), "complex128"),
+    ((1,), "int64"), ((2.5,), "float32"), ((1j,), "complex64"), ((True,), "bool"),
+])
+def test_array_api_mode(args, want):
+    strong = [D(a) if isinstance(a, str) else a for a in args]
+    assert R(*strong, mode="array_api") is D(want)
+    assert tnp.result_type(*strong) is D(want)
+
+
+def test_array_api_mode_keeps_bool_apart_and_the_two_modes_share_one_implementation():
+    with pytest.raises(TypeError, match="bool mixes with bool only"):
+        R(tf.bool, tf.int8, mode="array_api")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="unknown promotion mode 'jax'"):
+        R(tf.int8, tf.float32, mode="jax")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="at least one"):
+        R()
+    assert not hasattr(tnp, "_promote2")
+
+
+NODES = list(tf.dtypes.ALL_DTYPES) + [tf.dtypes.WEAK_INT, tf.dtypes.WEAK_FLOAT,
+                                      tf.dtypes.WEAK_COMPLEX]
+
+
+def _join(a, b, mode):
+    try:
+        return tf.dtypes.join(a, b, mode)
+    except TypeError:
+        return None
+
+
+def test_tf_join_is_a_lattice():
+    """Commutative, associative and idempotent, defined for every pair: promotion does
+    not depend on the order of the operands (NumPy's mixed-kind table is not associative:
+    ``(int8 + uint8) + float16`` is float32, ``int8 + (uint8 + float16)`` float16)."""
+    for a in NODES:
+        assert _join(a, a, "tf") is a
+        for b in NODES:
+            ab = _join(a, b, "tf")
+            assert ab is not None and ab is _join(b, a, "tf"), (a, b)
+            for c in NODES:
+                assert _join(ab, c, "tf") is _join(a, _join(b, c, "tf"), "tf"), (a, b, c)
+
+
+def _kind(d):
+    return "bool" if d.is_bool else "int" if d.is_integer else "inexact"
+
+
+def test_array_api_mode_is_the_lattice_within_a_kind():
+    """The standard specifies promotion within a kind (and floats with complex): there the
+    two modes agree; bool meets bool only; integers meet floats as in NumPy."""
+    dts = tf.dtypes.ALL_DTYPES
+    for a in dts:
+        for b in dts:
+            got = _join(a, b, "array_api")
+            assert got is _join(b, a, "array_api")
+            if _kind(a) == _kind(b):
+                assert got is _join(a, b, "tf"), (a, b)
+            elif "bool" in (_kind(a), _kind(b)):
+                assert got is None, (a, b)
+            elif tf.bfloat16 not in (a, b):
+                assert got.np == np.promote_types(a.np, b.np), (a, b)
+
+
+def test_tf_mode_never_gives_a_64_bit_float_from_narrower_inputs():
+    """float64 or complex128 only where an input has 64 bits (integers may widen to int64:
+    uint32 with a signed integer needs it to hold both)."""
+    for a in tf.dtypes.ALL_DTYPES:
+        for b in tf.dtypes.ALL_DTYPES + (1, 2.5, 1j, True):
+            out = R(a, b)
+            if out in (tf.float64, tf.complex128):
+                assert max(a.size, b.size if isinstance(b, tf.dtypes.DType) else 0) >= 8, \
+                    (a, b, out)
+            if out is tf.complex128:
+                assert tf.complex128 in (a, b) or tf.float64 in (a, b), (a, b)
 
 
 def test_dtype_objects():
@@ -148,3 +283,73 @@ def test_bfloat16_bad_input_errors():
         tf.as_dtype("bfloat61")
     with pytest.raises(tf.errors.NotFoundError, match=r"BitwiseAnd.*bfloat16"):
         tf.math.bitwise_and(tf.ones([2], tf.bfloat16), tf.ones([2], tf.bfloat16))
+
+
+# --- docs/dtypes.md: the one table, rendered from the implementation -----------------------
+
+DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "dtypes.md"
+START, END = "<!-- promotion-table: start -->", "<!-- promotion-table: end -->"
+#: rows of examples in the table (their results come from result_type)
+EXAMPLES = [("int32", "float32"), ("int64", "float32"), ("int8", "float16"),
+            ("bfloat16", "float16"), ("uint8", "int8"), ("uint32", "int32"),
+            ("uint64", "int64"), ("float32", "float64"), ("bool", "int8"),
+            ("int32", 2.5), ("int8", 1), ("float16", 2.0), ("float32", 1j), ("int32", 1j),
+            ("bool", 1), ("bool", 2.5)]
+
+
+def _name(x):
+    return f"`{x.name}`" if isinstance(x, (tf.dtypes.DType, tf.dtypes.WeakType)) \
+        else f"Python `{x.__name__}`" if isinstance(x, type) else f"`{x!r}`"
+
+
+def _render_table():
+    dt = tf.dtypes
+    rows = ["| Rule | `tf.*` (mode `\"tf\"`) | `tapeflow.numpy` (mode `\"array_api\"`) |",
+            "|---|---|---|"]
+    covers = {}
+    for node, up, mode in dt.LATTICE:
+        for m in dt.MODES:
+            if mode in (None, m):
+                covers.setdefault(node, {m: [] for m in dt.MODES})[m].extend(up)
+    for node, by_mode in covers.items():
+        cells = [", ".join(_name(u) for u in by_mode[m]) or "nothing (meets itself only)"
+                 for m in dt.MODES]
+        rows.append(f"| lattice: just above {_name(node)} | " + " | ".join(cells) + " |")
+    for i, f in dt.ARRAY_API_INT_TO_FLOAT.items():
+        rows.append(f"| {_name(i)} meeting a float or complex dtype | the lattice "
+                    f"(`float*`: the float wins) | becomes {_name(f)} first |")
+    rows.append("| a Python `bool`, `int`, `float`, `complex` meeting tensors | `bool`, "
+                "`int*`, `float*`, `complex*` on the lattice | the tensors' dtype where its "
+                "kind is not higher; else the rows below |")
+    for (kind, py), d in dt.ARRAY_API_WEAK.items():
+        how = "is" if kind == "bool" else "joins as"
+        rows.append(f"| Python `{py.__name__}` with `{kind}` tensors | the lattice | "
+                    f"{how} {_name(d)} |")
+    for use, says in (("alone", "alone (no tensor or dtype among the inputs)"),
+                      ("joined", "as the result of a join with tensors")):
+        for w in (dt.WEAK_INT, dt.WEAK_FLOAT, dt.WEAK_COMPLEX):
+            cells = [_name(dt.DEFAULTS[m][use][w]) if use in dt.DEFAULTS[m] else "n/a"
+                     for m in dt.MODES]
+            rows.append(f"| {_name(w)} {says} | " + " | ".join(cells) + " |")
+    rows.append("| a weak type joined from tensors alone (`uint64` with a signed integer) | "
+                "`float64` | `float64` |")
+    for ex in EXAMPLES:
+        args = [D(a) if isinstance(a, str) else a for a in ex]
+        cells = []
+        for m in dt.MODES:
+            try:
+                cells.append(_name(R(*args, mode=m)))
+            except TypeError:
+                cells.append("raises")
+        rows.append(f"| e.g. {' with '.join(_name(a) for a in args)} | " + " | ".join(cells)
+                    + " |")
+    return "\n".join(rows)
+
+
+def test_docs_dtypes_table_is_the_implementation():
+    text = DOC.read_text()
+    assert START in text and END in text, f"{DOC} lost its table markers"
+    table = text.split(START, 1)[1].split(END, 1)[0].strip()
+    want = _render_table()
+    assert table == want, ("docs/dtypes.md's promotion table differs from the "
+                           "implementation; the table it should hold:\n" + want)

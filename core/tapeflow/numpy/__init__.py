@@ -74,50 +74,21 @@ def _as_dtype(d):
     return None if d is None else _dt.as_dtype(d)
 
 
-def _promote2(a, b):
-    """The standard's promotion of two dtypes (no value-based casting)."""
-    if a is b:
-        return a
-    if a.is_bool or b.is_bool:
-        raise InvalidTypeError(
-            f"array API: no promotion between {a.name} and {b.name} (bool mixes with bool "
-            "only); convert with astype first")
-    return _dt.as_dtype(_np.promote_types(a.np, b.np))
-
-
 def result_type(*arrays_and_dtypes):
     """The dtype the standard's promotion rules give ``arrays_and_dtypes``; Python
-    scalars are "weak": they take the other operands' dtype."""
-    dts, scalars = [], []
-    for x in arrays_and_dtypes:
-        if isinstance(x, (_Tensor, _Variable)):
-            dts.append(x.dtype)
-        elif isinstance(x, (_builtins.bool, int, float, complex)):
-            scalars.append(x)
-        else:
-            dts.append(_dt.as_dtype(x))
-    if not dts:
-        if not scalars:
-            raise InvalidArgumentError("result_type needs at least one array or dtype")
-        return _scalar_dtype(scalars[0])
-    out = dts[0]
-    for d in dts[1:]:
-        out = _promote2(out, d)
-    for s in scalars:
-        if isinstance(s, complex) and not out.is_complex:
-            out = complex128 if out is float64 or out.is_integer else complex64
-        elif isinstance(s, float) and not out.is_inexact:
-            out = _dt.as_dtype(_np.promote_types(out.np, _np.float64)) if not out.is_bool \
-                else float32
-    return out
+    scalars are "weak": they take the other operands' dtype. The "array_api" mode of
+    tapeflow's one lattice (docs/dtypes.md).
+
+    >>> result_type(int8, uint8), result_type(int32, 1), result_type(float32, 1j)
+    (tf.int16, tf.int32, tf.complex64)
+    """
+    args = [x.dtype if isinstance(x, (_Tensor, _Variable)) else x for x in arrays_and_dtypes]
+    return _dt.result_type(*args, mode="array_api")
 
 
 def _scalar_dtype(s):
-    if isinstance(s, _builtins.bool):
-        return bool
-    if isinstance(s, complex):
-        return complex64
-    return int64 if isinstance(s, int) else float32
+    """The dtype of a lone Python scalar: bool, int64, float32 or complex64."""
+    return _dt.result_type(s, mode="array_api")
 
 
 def can_cast(from_, to, /):

@@ -3,18 +3,22 @@
 A :class:`DType` wraps a NumPy dtype; every backend stores its arrays with NumPy
 dtypes (CuPy and PyOpenCL do too), so the mapping is one dict lookup.
 
-Promotion follows NumPy 2 (NEP 50): Python scalars are *weak* and take the dtype of
-the tensor they meet (``float32_tensor * 2.0`` stays float32). A Python scalar that
-becomes a tensor on its own follows the seeds' convention: ``float`` -> float32,
-``int`` -> int32, ``bool`` -> bool, ``complex`` -> complex128 (TensorFlow's).
+Promotion is one lattice with two modes (:func:`result_type`; every rule in one table
+in docs/dtypes.md). ``"tf"``, for ``tf.*`` ops and the Tensor operators, is JAX's: it
+never widens to 64 bits unasked, and Python scalars are *weak*: they take the dtype of
+the tensor they meet (``float32_tensor * 2.0`` stays float32, ``int32_tensor * 2.5`` is
+float32). A Python scalar that becomes a tensor on its own follows the seeds'
+convention: ``float`` -> float32, ``int`` -> int32, ``bool`` -> bool, ``complex`` ->
+complex128 (TensorFlow's). ``"array_api"`` is ``tapeflow.numpy``'s: the standard's table,
+NumPy's where the standard leaves integers with floats open.
 
 >>> import tapeflow as tf
 >>> tf.float32.name, tf.as_dtype("int64") is tf.int64
 ('float32', True)
 >>> result_type(float32, 2.0) is float32
 True
->>> result_type(int32, 2.5) is float64      # NumPy 2: int tensor with a weak float
-True
+>>> result_type(int32, 2.5), result_type(int32, 2.5, mode="array_api")
+(tf.float32, tf.float64)
 
 ``bfloat16`` (8 bits of mantissa, float32's exponent range) is stored in NumPy with the
 ``ml_dtypes`` package, as JAX and TensorFlow do. It promotes as in JAX: with float16 to
@@ -33,13 +37,14 @@ import warnings
 import ml_dtypes
 import numpy as np
 
-from .errors import InvalidTypeError
+from .errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = [
     "DType", "as_dtype", "bfloat16", "float16", "float32", "float64", "int8", "int16", "int32",
     "int64", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "bool_",
     "half", "double", "ALL_DTYPES", "FLOAT_DTYPES",
-    "INT_DTYPES", "COMPLEX_DTYPES", "NUMERIC_DTYPES", "result_type",
+    "INT_DTYPES", "COMPLEX_DTYPES", "NUMERIC_DTYPES", "result_type", "join", "MODES",
+    "WeakType", "WEAK_INT", "WEAK_FLOAT", "WEAK_COMPLEX",
 ]
 
 
@@ -236,32 +241,189 @@ def from_numpy(np_dtype) -> DType:
     return d
 
 
-def result_type(*args) -> DType:
-    """Promote DTypes and weak Python scalars by NumPy 2 rules.
+# --- promotion: one lattice, two modes ---------------------------------------------------------
+#
+# docs/dtypes.md holds the table below as prose-free rows; tests/test_dtypes.py checks that
+# the two agree, so edit both together.
 
-    Arguments are DTypes (strong) or Python ``bool``/``int``/``float`` values
-    (weak). With only weak arguments the seeds' defaults apply (float32/int32).
+#: ``"tf"``: the ``tf.*`` ops and the Tensor operators; ``"array_api"``: ``tapeflow.numpy``
+MODES = ("tf", "array_api")
+
+
+class WeakType:
+    """The type of a Python scalar before it meets a tensor: a node of the lattice just
+    below the dtypes of its kind (``int*`` below ``uint8`` and ``int8``), so the scalar
+    takes the dtype of any tensor of its kind or above (JAX's weak types)."""
+
+    __slots__ = ("name", "kind")
+
+    def __init__(self, name, kind):
+        self.name, self.kind = name, kind
+
+    def __repr__(self):
+        return self.name
+
+
+WEAK_INT = WeakType("int*", "int")
+WEAK_FLOAT = WeakType("float*", "float")
+WEAK_COMPLEX = WeakType("complex*", "complex")
+
+#: Python scalar type -> its node (a Python bool is plain bool: the lattice's bottom in "tf")
+_PY_NODE = {bool: bool_, int: WEAK_INT, float: WEAK_FLOAT, complex: WEAK_COMPLEX}
+
+_AA = "array_api"
+#: The lattice (JAX's): (node, the nodes just above it, the mode the row holds in, or None
+#: for both). Types promote to the least node above both (their join); with no node above
+#: both (``bool`` with a number in "array_api") they do not promote.
+LATTICE = (
+    (bool_, (WEAK_INT,), "tf"),
+    (WEAK_INT, (uint8, int8), None),
+    (uint8, (uint16, int16), None),
+    (uint16, (uint32, int32), None),
+    (uint32, (uint64, int64), None),
+    (int8, (int16,), None),
+    (int16, (int32,), None),
+    (int32, (int64,), None),
+    (uint64, (WEAK_FLOAT,), None),          # integers meet floats at float*: the float wins
+    (int64, (WEAK_FLOAT,), None),
+    (WEAK_FLOAT, (bfloat16, float16, WEAK_COMPLEX), None),
+    (bfloat16, (float32,), None),
+    (float16, (float32,), None),
+    (float32, (float64, complex64), None),
+    (float64, (complex128,), None),
+    (WEAK_COMPLEX, (complex64,), None),
+    (complex64, (complex128,), None),
+)
+
+#: "array_api": an integer dtype that meets a float or complex one first becomes the float
+#: that holds it (NumPy's rule; the standard leaves integers with floats open), so
+#: ``int32`` with ``float32`` is float64 there, float32 in "tf".
+ARRAY_API_INT_TO_FLOAT = {
+    int8: float16, uint8: float16, int16: float32, uint16: float32,
+    int32: float64, uint32: float64, int64: float64, uint64: float64,
+}
+
+#: What a weak type becomes, per mode: "alone" (no tensor or dtype among the inputs:
+#: ``tf.constant(1.5)``, ``tnp.asarray(1)``) and "joined" (the join with tensors was weak:
+#: ``int32_tensor * 2.5``). Strong inputs alone whose join is weak (uint64 with a signed
+#: integer) give float64: two 64-bit inputs, a 64-bit result.
+DEFAULTS = {
+    "tf": {"alone": {WEAK_INT: int32, WEAK_FLOAT: float32, WEAK_COMPLEX: complex128},
+           "joined": {WEAK_INT: int32, WEAK_FLOAT: float32, WEAK_COMPLEX: complex64}},
+    _AA: {"alone": {WEAK_INT: int64, WEAK_FLOAT: float32, WEAK_COMPLEX: complex64}},
+}
+
+#: "array_api" does not put Python scalars on the lattice: one of the tensors' kind or a
+#: lower one takes their dtype (``int8 + 1`` is int8, ``bool + 1`` bool); one of a higher
+#: kind joins as the dtype below (NEP 50's rule: ``int32 + 2.5`` is float64,
+#: ``float32 + 1j`` complex64), or is that dtype where the tensors are bool.
+ARRAY_API_WEAK = {
+    ("bool", float): float32, ("bool", complex): complex64,
+    ("int", float): float64, ("int", complex): complex128,
+    ("float", complex): complex64,
+}
+
+
+def _kind(d):
+    return d.kind if type(d) is WeakType else (
+        "bool" if d.is_bool else "int" if d.is_integer else "float" if d.is_floating
+        else "complex")
+
+
+def _least_upper_bounds(mode):
+    """{(a, b): join} for every pair of nodes with one, in ``mode``'s part of LATTICE."""
+    nodes = list(dict.fromkeys(n for n, _, _ in LATTICE)) + [complex128]
+    covers = {n: [] for n in nodes}
+    for n, up, m in LATTICE:
+        if m in (None, mode):
+            covers[n].extend(up)
+    above = {}
+
+    def up_set(n):
+        if n not in above:
+            above[n] = frozenset({n}).union(*(up_set(c) for c in covers[n]))
+        return above[n]
+
+    table = {}
+    for a in nodes:
+        for b in nodes:
+            common = up_set(a) & up_set(b)
+            least = [c for c in common if up_set(c) >= common]
+            if len(least) > 1:      # (a malformed LATTICE: tests/test_dtypes.py)
+                raise AssertionError(f"{mode}: {a} and {b} have two joins {least}")
+            if least:
+                table[a, b] = least[0]
+    return table
+
+
+def _build_joins():
+    """{mode: {(a, b): join}}: the lattice's, with ARRAY_API_INT_TO_FLOAT applied first in
+    "array_api"."""
+    joins = {mode: _least_upper_bounds(mode) for mode in MODES}
+    aa = joins[_AA]
+    for i, f in ARRAY_API_INT_TO_FLOAT.items():
+        for d in FLOAT_DTYPES + COMPLEX_DTYPES:
+            aa[i, d] = aa[d, i] = aa[f, d]
+    return joins
+
+
+_JOINS = _build_joins()
+
+
+def join(a, b, mode="tf"):
+    """The least node above ``a`` and ``b`` (DTypes or weak types) in ``mode``'s lattice;
+    InvalidTypeError where there is none (``bool`` with a number in "array_api")."""
+    try:
+        return _JOINS[mode][a, b]
+    except KeyError:
+        if mode not in _JOINS:
+            raise InvalidArgumentError(
+                f"result_type: unknown promotion mode {mode!r}; one of {MODES}") from None
+        if mode == _AA:
+            raise InvalidTypeError(
+                f"array API: no promotion between {a.name} and {b.name} (bool mixes with "
+                "bool only); convert with astype first") from None
+        raise InvalidTypeError(f"result_type: no promotion between {a} and {b}") from None
+
+
+def result_type(*args, mode="tf") -> DType:
+    """The dtype ``args`` promote to in ``mode`` (docs/dtypes.md has every rule).
+
+    Arguments are DTypes (or anything :func:`as_dtype` takes: strong) and Python
+    ``bool``/``int``/``float``/``complex`` values (weak). ``"tf"``: JAX's lattice, which
+    never widens to 64 bits unasked: ``int32`` with ``float32`` is float32, with a
+    Python float float32; ``"array_api"``: the standard's table (NumPy's where the
+    standard leaves integers with floats open), Python scalars by NEP 50.
+
+    >>> result_type(int32, float32), result_type(int32, 2.5), result_type(float16, 2.0)
+    (tf.float32, tf.float32, tf.float16)
+    >>> result_type(int32, float32, mode="array_api"), result_type(1), result_type(1, mode="array_api")
+    (tf.float64, tf.int32, tf.int64)
     """
-    strong = [a.np for a in args if type(a) is DType]
-    weak = [a for a in args if type(a) is not DType]
-    if not strong:
-        kinds = {type(w) for w in weak}
-        return (complex128 if complex in kinds else float32 if float in kinds else
-                int32 if int in kinds else bool_)
-    if _BF16 in strong:
-        return _bf16_result_type(strong, weak)
-    return _FROM_NP[np.result_type(*strong, *weak)]
-
-
-def _bf16_result_type(strong, weak) -> DType:
-    """JAX's lattice where bfloat16 meets another dtype: with float16 -> float32; with a
-    wider float (or complex) -> that dtype; with integers and bools -> bfloat16; a weak
-    Python float or int keeps bfloat16, a weak complex gives complex64. (NumPy itself
-    refuses bfloat16 with float16, and would make bfloat16 with int32 a float64.)"""
-    others = [d for d in strong if d != _BF16]
-    floats = [d for d in others if d.kind in "fc"]
-    if not floats:
-        return complex64 if any(type(w) is complex for w in weak) else bfloat16
-    if all(d == np.float16 for d in floats):
-        floats = [np.dtype(np.float32)]
-    return _FROM_NP[np.result_type(*floats, *weak)]
+    strong = None
+    weak = []
+    for a in args:
+        t = type(a)
+        if t is not DType:
+            if t in _PY_NODE:
+                weak.append(a)
+                continue
+            a = as_dtype(a)
+        strong = a if strong is None else join(strong, a, mode)
+    if type(strong) is WeakType:            # uint64 with a signed integer
+        strong = float64
+    if mode == _AA and strong is not None:
+        for w in weak:
+            k = ARRAY_API_WEAK.get((_kind(strong), type(w)))
+            if k is not None:
+                strong = k if strong.is_bool else join(strong, k, mode)
+        return strong
+    node = strong
+    for w in weak:
+        n = _PY_NODE[type(w)]
+        node = n if node is None else join(node, n, mode)
+    if node is None:
+        raise InvalidArgumentError("result_type needs at least one dtype or Python scalar")
+    if type(node) is WeakType:
+        node = DEFAULTS[mode]["alone" if strong is None else "joined"][node]
+    return node
