@@ -77,15 +77,15 @@ import weakref
 
 import numpy as np
 
-from ..runtime import dtypes as _dt
-from ..runtime import errors as _errors
-from . import files as _files
-from ..runtime import variable as _variable
-from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
+from ...runtime import dtypes as _dt
+from ...runtime import errors as _errors
+from .. import files as _files
+from ...runtime import variable as _variable
+from ...runtime.errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
                               NotFoundError)
-from ..runtime.dispatch import constant as _constant
-from ..runtime.variable import Variable
-from .. import runtime as _runtime_mod
+from ...runtime.dispatch import constant as _constant
+from ...runtime.variable import Variable
+from ... import runtime as _runtime_mod
 
 __all__ = ["Checkpoint", "CheckpointManager", "CheckpointLoadStatus", "Saver",
            "latest_checkpoint", "restore_variables_on_create", "restore_deferred",
