@@ -37,12 +37,13 @@ from ..ops import reductions as _reductions
 from ..ops.array import unbroadcast as _unbroadcast
 from ..runtime import context as _ctx
 from ..runtime import devices as _devs
+from ..runtime import nest
 from ..runtime.dispatch import convert_to_tensor, execute
 from ..runtime.errors import InvalidArgumentError, NotDifferentiableError
 from ..runtime.registry import Multilinear, GradContext, Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from .tape import GradientTape, _nest_flatten, _nest_pack
+from .tape import GradientTape, TapeRecord
 
 __all__ = ["ForwardAccumulator", "FALLBACK_OPS"]
 
@@ -92,8 +93,8 @@ class ForwardAccumulator:
     """
 
     def __init__(self, primals, tangents):
-        ps = _nest_flatten(primals, [])
-        ts = _nest_flatten(tangents, [])
+        ps = nest.flatten(primals)
+        ts = nest.flatten(tangents)
         if len(ps) != len(ts):
             raise InvalidArgumentError(
                 f"ForwardAccumulator: {len(ps)} primal(s) but {len(ts)} tangent(s); give one "
@@ -164,7 +165,7 @@ class ForwardAccumulator:
                                        f"{unconnected_gradients!r}")
         self._advance()
         single = isinstance(primals, (Tensor, Variable))
-        flat = [primals] if single else _nest_flatten(primals, [])
+        flat = [primals] if single else nest.flatten(primals)
         out = []
         for p in flat:
             if isinstance(p, Variable) and id(p) in self._var_tangents:
@@ -175,7 +176,7 @@ class ForwardAccumulator:
             if t is None and unconnected_gradients == "zero" and isinstance(v, Tensor):
                 t = _zeros(v)
             out.append(t)
-        return out[0] if single else _nest_pack(primals, iter(out))
+        return out[0] if single else nest.pack_sequence_as(primals, out)
 
     # --- replay -------------------------------------------------------------------------
     def _advance(self):
@@ -189,9 +190,9 @@ class ForwardAccumulator:
         try:
             scoped = _devs.current_device() is not None
             while self._done < len(self._records):
-                rec = self._records[self._done]
+                rec = TapeRecord._make(self._records[self._done])
                 if scoped:                  # a device scope: run where the op ran
-                    with _devs.device(rec[2][0]._device.name):
+                    with _devs.device(rec.outputs[0]._device.name):
                         self._step(rec)
                 else:                       # (no scope: ops follow their inputs anyway)
                     self._step(rec)

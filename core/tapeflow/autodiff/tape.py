@@ -2,9 +2,18 @@
 
 The tape is plain data, as in TensorFlow's ``tape.h``: ``watched`` maps tensor
 ids to the tensors it tracks (sources and recorded outputs, kept alive so ids
-are never reused while recorded), ``records`` is the list of recorded ops
-(:class:`~tapeflow.runtime.registry.GradContext`) in creation order, which is a valid
-topological order, so backprop is one reversed loop.
+are never reused while recorded), ``records`` is the list of recorded ops in
+creation order, which is a valid topological order, so backprop is one reversed
+loop. A record is a tuple laid out as :class:`TapeRecord` ``(op, inputs, outputs,
+attrs, grad_fn)``; backprop makes a :class:`~tapeflow.runtime.registry.GradContext`
+only for the records on the path to the target, when it calls their gradient.
+
+Backprop has four steps, each its own function: seeding (:func:`_seed`: ones, or the
+given output gradients), playback (:func:`_input_grads` per record), the checks of
+what a gradient function returned (:func:`_accumulate`, :func:`_checked_grad`) and
+the collection per source (:meth:`GradientTape._collect`). Sources, targets and
+output gradients may be any nested structure (:mod:`tapeflow.runtime.nest`): the
+result has the structure of the sources.
 
 With no tape active anywhere, dispatch does no tape work: it reads one
 module-level counter (``_tapes_active[0]``) and moves on.
@@ -20,6 +29,7 @@ tf.Tensor([[2.]], shape=(1, 1), dtype=float32)
 from __future__ import annotations
 
 import contextlib
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -27,6 +37,7 @@ from ..ops import array as _array
 from ..ops import math as _math
 from ..ops.array import unbroadcast as _unbroadcast
 from ..runtime import context as _ctx
+from ..runtime import nest
 from ..runtime.context import stop_all_recording
 from ..runtime.dispatch import _run, _scalar_like, constant, convert_to_tensor
 from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError,
@@ -35,39 +46,18 @@ from ..runtime.registry import GradContext
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 
-__all__ = ["GradientTape", "stop_recording", "stop_all_recording"]
+__all__ = ["GradientTape", "TapeRecord", "stop_recording", "stop_all_recording"]
 
-#: ``rows(f, seeds, first seed) -> [f's output leaves, each with the batch of seeds in
-#: front]``:
-#: tapeflow.tracing.vectorize installs tf.vectorized_map's runner here (it sits above
-#: this module); jacobian() and batch_jacobian() use it for all rows at once
-VECTORIZE = [None]
+#: (jacobian() and batch_jacobian() compute all rows at once with
+#: ``_ctx.HOOKS.vectorize_jacobian``, ``rows(f, seeds, first seed) -> [f's output
+#: leaves, each with the batch of seeds in front]``, which tapeflow.tracing.vectorize
+#: installs: None until tapeflow.tracing is imported)
+_HOOKS = _ctx.HOOKS
 
 _new = object.__new__
 #: (the per-thread tape stacks and the recorder live in the eager context)
 _tapes_active = _ctx.tapes_active
 stop_recording = stop_all_recording
-
-
-def _nest_flatten(x, out):
-    if isinstance(x, (list, tuple)):
-        for v in x:
-            _nest_flatten(v, out)
-    elif isinstance(x, dict):
-        for k in sorted(x):
-            _nest_flatten(x[k], out)
-    else:
-        out.append(x)
-    return out
-
-
-def _nest_pack(structure, flat_iter):
-    if isinstance(structure, (list, tuple)):
-        vals = [_nest_pack(v, flat_iter) for v in structure]
-        return type(structure)(vals) if isinstance(structure, list) else tuple(vals)
-    if isinstance(structure, dict):
-        return {k: _nest_pack(structure[k], flat_iter) for k in sorted(structure)}
-    return next(flat_iter)
 
 
 class GradientTape:
@@ -151,7 +141,7 @@ class GradientTape:
         if type(tensor) is Tensor:
             self._watched[id(tensor)] = tensor
             return
-        for t in _nest_flatten(tensor, []):
+        for t in nest.flatten(tensor):
             if isinstance(t, Variable):
                 self._watch_var(t, t._value)
             elif isinstance(t, Tensor):
@@ -195,10 +185,17 @@ class GradientTape:
                 "gradients (or jacobians); it freed its records after the first call. "
                 "Create the tape with tf.GradientTape(persistent=True) to call gradient() "
                 "several times.")
-        targets = [target] if type(target) is Tensor else _nest_flatten(target, [])
+        targets = [target] if type(target) is Tensor else nest.flatten(target)
         single = type(sources) is Tensor or isinstance(sources, Variable)
-        flat_sources = [sources] if single else _nest_flatten(sources, [])
-        seeds = None if output_gradients is None else _nest_flatten(output_gradients, [])
+        flat_sources = [sources] if single else nest.flatten(sources)
+        seeds = None
+        if output_gradients is not None:
+            seeds = nest.flatten(output_gradients)
+            if len(seeds) != len(targets):
+                raise InvalidArgumentError(
+                    f"gradient(): {len(seeds)} output gradient(s) for {len(targets)} "
+                    f"target(s) (output_gradients {_short(output_gradients)}); give one per "
+                    "target, in the targets' structure (None for the default of ones).")
         keep_recording = self._persistent and self._recording
         if not keep_recording:
             self._pause()
@@ -208,7 +205,7 @@ class GradientTape:
             if not self._persistent:
                 self._used = True
                 self._release()
-        return result[0] if single else _nest_pack(sources, iter(result))
+        return result[0] if single else nest.pack_sequence_as(sources, result)
 
     def _release(self):
         self._records = []
@@ -218,90 +215,39 @@ class GradientTape:
             _ctx.sync_recorders()
 
     def _backprop(self, targets, sources, seeds, unconnected):
-        grads: dict = {}
-        add = _math.add
-        for i, t in enumerate(targets):
-            if type(t) is not Tensor:
-                t = t._value if isinstance(t, Variable) else convert_to_tensor(t)
-            if seeds is not None and seeds[i] is not None:
-                s = convert_to_tensor(seeds[i], dtype=t.dtype)
-            elif not t._data.shape:
-                s = _scalar_like(1, t)        # a scalar loss: the cached 0-d one
-            else:
-                s = _run(_array._FILL, (), t._device,
-                         {"shape": t._data.shape, "value": 1, "dtype": t.dtype})
-            k = id(t)
-            grads[k] = add(grads[k], s) if k in grads else s
-        if len(grads) == 0:
+        """Gradients of ``targets`` (seeded with ``seeds``, default ones) for each of
+        ``sources`` (flat lists): seeding, playback of the records, collection."""
+        grads = _seed(targets, seeds)
+        if not grads:
             return [None] * len(sources)
         watched = self._watched
-        for rec in reversed(self._records):
-            outs = rec[2]
-            if len(outs) == 1:
-                g = grads.get(id(outs[0]))
+        # (records are TapeRecord-ordered tuples: unpacked by name, nothing allocated
+        # for the records off the path to the targets)
+        for op, inputs, outputs, attrs, grad_fn in reversed(self._records):
+            if len(outputs) == 1:
+                g = grads.get(id(outputs[0]))
                 if g is None:
                     continue
                 dys = (g,)
             else:
-                dys = [grads.get(id(o)) for o in outs]
-                if all(g is None for g in dys):
+                dys = _output_grads(outputs, grads)
+                if dys is None:
                     continue
-                dys = [_array.zeros_like(o) if g is None else g for o, g in zip(outs, dys)]
-            op = rec[0]
-            fn = rec[4] or op.grad
-            if fn is None:
-                raise NotDifferentiableError(
-                    f"No gradient is defined for op {op.name}. Define one (OpDef.def_grad / "
-                    "tapeflow.custom_gradient), declare the op non-differentiable, or wrap its "
-                    "use in tf.stop_gradient.", op=op.name, device=outs[0]._device)
-            inputs = rec[1]
-            ctx = _new(GradContext)
-            ctx.op = op
-            ctx.inputs = inputs
-            ctx.outputs = outs
-            ctx.attrs = rec[3]
-            ctx.grad_fn = rec[4]
-            n = len(inputs)
-            ctx.needs = ((id(inputs[0]) in watched,) if n == 1 else
-                         (id(inputs[0]) in watched, id(inputs[1]) in watched) if n == 2 else
-                         tuple([id(i) in watched for i in inputs]))
-            in_grads = fn(ctx, *dys)
-            if type(in_grads) is not tuple:
-                in_grads = tuple(in_grads) if isinstance(in_grads, list) else (in_grads,)
-            if len(in_grads) != len(inputs):
-                raise InvalidArgumentError(
-                    f"{_grad_origin(op, fn)} returned {len(in_grads)} gradient(s) but the op "
-                    f"has {len(inputs)} input(s); return one gradient (or None) per input.",
-                    op=op.name, device=outs[0]._device)
-            for i, (inp, g) in enumerate(zip(inputs, in_grads)):
-                if g is None:
-                    continue
-                k = id(inp)
-                if k not in watched:
-                    continue
-                if type(g) is not Tensor:
-                    g = _grad_tensor(g, inp, i, op, fn)
-                gs, ishape = g._data.shape, inp._data.shape
-                if gs != ishape:
-                    if op.broadcast:
-                        g = _unbroadcast(g, ishape)
-                    else:
-                        raise InvalidArgumentError(
-                            f"{_grad_origin(op, fn)} returned a gradient of shape {tuple(gs)} "
-                            f"for input {i} ({_input_name(op, i)}) of shape {tuple(ishape)}.",
-                            op=op.name, device=inp._device)
-                if g._data.dtype != inp._data.dtype:
-                    raise InvalidArgumentError(
-                        f"{_grad_origin(op, fn)} returned a {g.dtype.name} gradient for input "
-                        f"{i} ({_input_name(op, i)}) of dtype {inp.dtype.name}.",
-                        op=op.name, device=inp._device)
-                grads[k] = add(grads[k], g) if k in grads else g
+            fn = grad_fn or op.grad
+            in_grads = _input_grads(op, inputs, outputs, attrs, grad_fn, fn, dys, watched)
+            _accumulate(grads, watched, op, fn, inputs, in_grads)
+        return self._collect(sources, grads, unconnected)
+
+    def _collect(self, sources, grads, unconnected):
+        """The gradient of each source: a Variable's is the sum over the values read from
+        it; ``None`` (or zeros) where unconnected or for an integer source."""
+        add = _math.add
+        watched = self._watched
         out = []
         for s in sources:
             if isinstance(s, Variable):
-                reads = self._var_reads.get(id(s), ())
                 g = None
-                for r in reads:
+                for r in self._var_reads.get(id(s), ()):
                     rg = grads.get(id(r))
                     if rg is not None:
                         g = rg if g is None else add(g, rg)
@@ -311,7 +257,9 @@ class GradientTape:
                 ref = s
             else:
                 raise InvalidArgumentError(
-                    f"gradient() sources must be Tensors or Variables, got {type(s).__name__}")
+                    f"gradient() sources must be Tensors or Variables, got {type(s).__name__} "
+                    f"{_short(s)}; pass the tensors (or Variables) the target was computed "
+                    "from, in any nested structure.")
             if g is not None and not ref.dtype.is_inexact:
                 g = None
             if g is None and unconnected == "zero":
@@ -325,7 +273,7 @@ class GradientTape:
         if self._used and not self._persistent:
             raise FailedPreconditionError("A non-persistent GradientTape can only be used once; "
                                "use tf.GradientTape(persistent=True).")
-        flat_sources = _nest_flatten(sources, [])
+        flat_sources = nest.flatten(sources)
         if not self._persistent or not self._recording:
             self._pause()
         tshape = tuple(target.shape)
@@ -333,9 +281,10 @@ class GradientTape:
         for d in tshape:
             n *= d
         try:
-            if experimental_use_pfor and VECTORIZE[0] is not None and n:
+            vectorize = _HOOKS.vectorize_jacobian
+            if experimental_use_pfor and vectorize is not None and n:
                 eye = np.eye(n, dtype=target.dtype.np).reshape((n,) + tshape)
-                rows = VECTORIZE[0](
+                rows = vectorize(
                     lambda s: tuple(self._backprop([target], flat_sources, [s], "none")),
                     _const_like(eye, target), _const_like(eye[0], target))
             else:
@@ -354,7 +303,7 @@ class GradientTape:
                 continue
             want = tshape + sshape
             result.append(r if tuple(r.shape) == want else _array.reshape(r, want))
-        return _nest_pack(sources, iter(result))
+        return nest.pack_sequence_as(sources, result)
 
     def _jacobian_loop(self, target, flat_sources, tshape, n):
         """The rows of a Jacobian one backward pass at a time (stacked per source; None
@@ -391,11 +340,12 @@ class GradientTape:
             m *= d
         sshape = tuple(source.shape)
         try:
-            if experimental_use_pfor and VECTORIZE[0] is not None and m and b:
+            vectorize = _HOOKS.vectorize_jacobian
+            if experimental_use_pfor and vectorize is not None and m and b:
                 eye = np.zeros((m, b, m), dtype=target.dtype.np)
                 eye[np.arange(m), :, np.arange(m)] = 1
                 eye = eye.reshape((m,) + tshape)
-                (cols,) = VECTORIZE[0](
+                (cols,) = vectorize(
                     lambda s: (self._backprop([target], [source], [s], "zero")[0],),
                     _const_like(eye, target), _const_like(eye[0], target))
                 # (m, b, ...) -> (b, m, ...)
@@ -415,6 +365,115 @@ class GradientTape:
                 self._used = True
                 self._release()
         return _array.reshape(out, (b,) + rest + sshape[1:])
+
+
+class TapeRecord(NamedTuple):
+    """What a tape records for one op, in this field order (``runtime.context.record``
+    appends plain tuples laid out so -- building this class per taped op would cost
+    several times the tuple on dispatch's hot path -- and backprop and forward mode
+    unpack them by these names)."""
+
+    op: Any                    #: the OpDef that ran
+    inputs: tuple              #: its input Tensors
+    outputs: tuple             #: its output Tensors
+    attrs: dict                #: its attrs
+    grad_fn: Any               #: a custom gradient for this one call (or None: op.grad)
+
+
+# --- backprop, one step at a time ------------------------------------------------------
+
+def _seed(targets, seeds):
+    """``{id(target): seed}``: the given output gradients, else ones (summed over a
+    target given twice)."""
+    grads: dict = {}
+    add = _math.add
+    for i, t in enumerate(targets):
+        if type(t) is not Tensor:
+            t = t._value if isinstance(t, Variable) else convert_to_tensor(t)
+        if seeds is not None and seeds[i] is not None:
+            s = convert_to_tensor(seeds[i], dtype=t.dtype)
+        elif not t._data.shape:
+            s = _scalar_like(1, t)        # a scalar loss: the cached 0-d one
+        else:
+            s = _run(_array._FILL, (), t._device,
+                     {"shape": t._data.shape, "value": 1, "dtype": t.dtype})
+        k = id(t)
+        grads[k] = add(grads[k], s) if k in grads else s
+    return grads
+
+
+def _output_grads(outputs, grads):
+    """The gradients of a multi-output op's outputs (zeros where one has none), or None
+    when no output has one."""
+    dys = [grads.get(id(o)) for o in outputs]
+    if all(g is None for g in dys):
+        return None
+    return [_array.zeros_like(o) if g is None else g for o, g in zip(outputs, dys)]
+
+
+def _input_grads(op, inputs, outputs, attrs, grad_fn, fn, dys, watched):
+    """One record played back: the gradient function's result, one entry per input."""
+    if fn is None:
+        raise NotDifferentiableError(
+            f"No gradient is defined for op {op.name}. Define one (Library.gradient, see "
+            "docs/plugins.md, or tapeflow.custom_gradient), declare the op "
+            "non-differentiable, or wrap its use in tf.stop_gradient.",
+            op=op.name, device=outputs[0]._device)
+    ctx = _new(GradContext)
+    ctx.op = op
+    ctx.inputs = inputs
+    ctx.outputs = outputs
+    ctx.attrs = attrs
+    ctx.grad_fn = grad_fn
+    n = len(inputs)
+    ctx.needs = ((id(inputs[0]) in watched,) if n == 1 else
+                 (id(inputs[0]) in watched, id(inputs[1]) in watched) if n == 2 else
+                 tuple([id(i) in watched for i in inputs]))
+    in_grads = fn(ctx, *dys)
+    if type(in_grads) is not tuple:
+        in_grads = tuple(in_grads) if isinstance(in_grads, list) else (in_grads,)
+    if len(in_grads) != n:
+        raise InvalidArgumentError(
+            f"{_grad_origin(op, fn)} returned {len(in_grads)} gradient(s) but the op "
+            f"has {n} input(s); return one gradient (or None) per input.",
+            op=op.name, device=outputs[0]._device)
+    return in_grads
+
+
+def _accumulate(grads, watched, op, fn, inputs, in_grads):
+    """Add each watched input's gradient (checked) into ``grads``."""
+    add = _math.add
+    for i, (inp, g) in enumerate(zip(inputs, in_grads)):
+        if g is None:
+            continue
+        k = id(inp)
+        if k not in watched:
+            continue
+        if type(g) is not Tensor or g._data.shape != inp._data.shape or (
+                g._data.dtype != inp._data.dtype):
+            g = _checked_grad(g, inp, i, op, fn)
+        grads[k] = add(grads[k], g) if k in grads else g
+
+
+def _checked_grad(g, inp, i, op, fn):
+    """A gradient function's result for input ``i`` as a Tensor of the input's shape
+    (unbroadcast for a broadcasting op) and dtype, or an error naming the function."""
+    if type(g) is not Tensor:
+        g = _grad_tensor(g, inp, i, op, fn)
+    gs, ishape = g._data.shape, inp._data.shape
+    if gs != ishape:
+        if not op.broadcast:
+            raise InvalidArgumentError(
+                f"{_grad_origin(op, fn)} returned a gradient of shape {tuple(gs)} "
+                f"for input {i} ({_input_name(op, i)}) of shape {tuple(ishape)}.",
+                op=op.name, device=inp._device)
+        g = _unbroadcast(g, ishape)
+    if g._data.dtype != inp._data.dtype:
+        raise InvalidArgumentError(
+            f"{_grad_origin(op, fn)} returned a {g.dtype.name} gradient for input "
+            f"{i} ({_input_name(op, i)}) of dtype {inp.dtype.name}.",
+            op=op.name, device=inp._device)
+    return g
 
 
 def _const_like(np_value, like):

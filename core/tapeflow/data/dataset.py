@@ -27,13 +27,15 @@ import threading
 import numpy as np
 
 from ..runtime import devices as _devs
+from ..runtime import nest
 from ..runtime.dtypes import as_dtype
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.dispatch import constant
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from ..ops import random as _random_mod
-from ..runtime import context as _context_mod
+from .elements import (call, is_flat_tuple, map_element, normalize_output, to_host,
+                       to_tensor)
 
 __all__ = ["Dataset", "Iterator", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
 
@@ -41,125 +43,6 @@ AUTOTUNE = -1
 INFINITE_CARDINALITY = -1
 UNKNOWN_CARDINALITY = -2
 _AUTOTUNE_PREFETCH = 2       # buffer size prefetch(AUTOTUNE) uses
-
-
-# --- nested structures -----------------------------------------------------------------------
-
-def _is_namedtuple(x):
-    return isinstance(x, tuple) and hasattr(type(x), "_fields")
-
-
-def _is_flat_tuple(s):
-    """A plain tuple of leaves (the common ``(images, labels)`` element): fast paths."""
-    return type(s) is tuple and not any(isinstance(x, (tuple, dict)) for x in s)
-
-
-def _flatten(s):
-    """Leaves of a structure of tuples and dicts (dict values in sorted-key order)."""
-    if type(s) is tuple and _is_flat_tuple(s):
-        return list(s)
-    if isinstance(s, tuple):
-        return [leaf for x in s for leaf in _flatten(x)]
-    if isinstance(s, dict):
-        return [leaf for k in sorted(s) for leaf in _flatten(s[k])]
-    return [s]
-
-
-def _pack(template, leaves):
-    """The structure of ``template`` with ``leaves`` (an iterator) in its place."""
-    if isinstance(template, tuple):
-        items = [_pack(x, leaves) for x in template]
-        return type(template)(*items) if _is_namedtuple(template) else tuple(items)
-    if isinstance(template, dict):
-        packed = {k: _pack(template[k], leaves) for k in sorted(template)}
-        return type(template)((k, packed[k]) for k in template)
-    return next(leaves)
-
-
-def _flatten_up_to(template, s):
-    """Leaves of ``s`` where ``template`` has leaves (``s``'s leaves may be tuples)."""
-    if isinstance(template, tuple):
-        return [leaf for t, x in zip(template, s) for leaf in _flatten_up_to(t, x)]
-    if isinstance(template, dict):
-        return [leaf for k in sorted(template) for leaf in _flatten_up_to(template[k], s[k])]
-    return [s]
-
-
-def _map_structure(fn, s):
-    if type(s) is tuple and _is_flat_tuple(s):
-        return tuple([fn(x) for x in s])
-    return _pack(s, iter([fn(x) for x in _flatten(s)]))
-
-
-# --- host values <-> Tensors ------------------------------------------------------------------
-
-def _to_host(value, what="dataset element") -> np.ndarray:
-    """A host NumPy array holding ``value`` (tapeflow's dtype rules for Python values:
-    floats -> float32, ints -> int32). Tensors are immutable, so a host Tensor's
-    buffer is shared, not copied."""
-    if isinstance(value, Tensor):
-        return np.asarray(value) if value._device.is_host else value.numpy()
-    if isinstance(value, Variable):
-        return value.numpy()
-    if isinstance(value, (np.ndarray, np.generic)):
-        a = np.asarray(value)
-        if a.dtype.kind == "f" and a.dtype.itemsize > 8:
-            a = a.astype(np.float64)
-        try:
-            as_dtype(a.dtype)
-        except TypeError as e:
-            raise InvalidArgumentError(f"{what}: {e}") from None
-        return a
-    return np.asarray(constant(value, device="cpu:0"))
-
-
-def _to_tensor(a: np.ndarray, dev):
-    return constant(a, device=dev)
-
-
-class _HostFunctionScope:
-    """Run a dataset function as TensorFlow does: ops on ``cpu:0``, recorded on no tape."""
-
-    def __init__(self):
-        self._dev = _devs.device("cpu:0")
-        self._no_tape = None
-
-    def __enter__(self):
-        self._dev.__enter__()
-        try:
-            stop_all_recording = _context_mod.stop_all_recording
-            self._no_tape = stop_all_recording()
-            self._no_tape.__enter__()
-        except ImportError:          # pragma: no cover - older tape module
-            self._no_tape = None
-
-    def __exit__(self, *exc):
-        if self._no_tape is not None:
-            self._no_tape.__exit__(*exc)
-        self._dev.__exit__(*exc)
-
-
-def _call(fn, element):
-    """``fn(*element)`` for a tuple element, else ``fn(element)``; components as
-    Tensors on cpu:0."""
-    args = _map_structure(lambda a: _to_tensor(a, "cpu:0"), element)
-    with _HostFunctionScope():
-        if isinstance(args, tuple) and not _is_namedtuple(args):
-            return fn(*args)
-        return fn(args)
-
-
-def _normalize_output(value):
-    """A function's result as an internal element: lists become tuples (as in TF)."""
-    if isinstance(value, list):
-        value = tuple(value)
-    if isinstance(value, tuple) and not _is_namedtuple(value):
-        return tuple(_normalize_output(v) for v in value)
-    if _is_namedtuple(value):
-        return type(value)(*(_normalize_output(v) for v in value))
-    if isinstance(value, dict):
-        return type(value)((k, _normalize_output(v)) for k, v in value.items())
-    return _to_host(value, "map function result")
 
 
 # --- Dataset ---------------------------------------------------------------------------------
@@ -201,7 +84,7 @@ class Dataset:
     def as_numpy_iterator(self):
         """Iterate the elements as NumPy arrays."""
         for el in self._elements():
-            yield _map_structure(np.array, el)
+            yield map_element(np.array, el)
 
     def __repr__(self):
         return f"<{type(self).__name__[1:] or 'Dataset'}Dataset>"
@@ -329,9 +212,9 @@ class Dataset:
 class _TensorSlices(Dataset):
     def __init__(self, tensors):
         if isinstance(tensors, list) and any(isinstance(x, (Tensor, Variable)) for x in tensors):
-            tensors = np.stack([_to_host(x) for x in tensors])
-        self._structure = _map_structure(_to_host, tensors)
-        leaves = _flatten(self._structure)
+            tensors = np.stack([to_host(x) for x in tensors])
+        self._structure = map_element(to_host, tensors)
+        leaves = nest.flatten(self._structure, lists_as_leaves=True)
         if not leaves:
             raise InvalidArgumentError("from_tensor_slices needs at least one tensor")
         for i, a in enumerate(leaves):
@@ -354,16 +237,16 @@ class _TensorSlices(Dataset):
         if len(leaves) == 1 and not isinstance(template, (tuple, dict)):
             yield from leaves[0]             # iterating an array yields its slices
             return
-        if _is_flat_tuple(template):
+        if is_flat_tuple(template):
             yield from zip(*leaves)
             return
         for i in range(self._n):
-            yield _pack(template, iter([a[i] for a in leaves]))
+            yield nest.pack_sequence_as(template, [a[i] for a in leaves], lists_as_leaves=True)
 
 
 class _Tensors(Dataset):
     def __init__(self, tensors):
-        self._element = _map_structure(_to_host, tensors)
+        self._element = map_element(to_host, tensors)
 
     def _cardinality(self):
         return 1
@@ -388,20 +271,22 @@ class _Generator(Dataset):
 
     def _elements(self):
         types = self._types
-        types_leaves = _flatten(types)
+        types_leaves = nest.flatten(types, lists_as_leaves=True)
+        nested = nest.is_nested(types, lists_as_leaves=True)
         shapes = self._shapes
-        shape_leaves = None if shapes is None else _flatten_up_to(types, shapes)
+        shape_leaves = None if shapes is None else nest.flatten_up_to(
+            types, shapes, check_types=False, lists_as_leaves=True)
         for value in self._gen(*self._args):
             if isinstance(value, list) and isinstance(types, tuple):
                 value = tuple(value)
-            leaves = _flatten(value) if isinstance(types, (tuple, dict)) else [value]
+            leaves = nest.flatten(value, lists_as_leaves=True) if nested else [value]
             if len(leaves) != len(types_leaves):
                 raise InvalidArgumentError(
                     f"from_generator: the generator yielded an element with {len(leaves)} "
                     f"components where output_types {types!r} has {len(types_leaves)}")
             out = []
             for i, (v, dt) in enumerate(zip(leaves, types_leaves)):
-                a = np.asarray(_to_host(v) if isinstance(v, (Tensor, Variable)) else v,
+                a = np.asarray(to_host(v) if isinstance(v, (Tensor, Variable)) else v,
                                dtype=as_dtype(dt).as_numpy_dtype)
                 if shape_leaves is not None and not _shape_ok(a.shape, shape_leaves[i]):
                     raise InvalidArgumentError(
@@ -409,7 +294,7 @@ class _Generator(Dataset):
                         f"{a.shape} where an element of shape {tuple(shape_leaves[i])} "
                         f"was expected (component {i})")
                 out.append(a)
-            yield _pack(types, iter(out)) if isinstance(types, (tuple, dict)) else out[0]
+            yield nest.pack_sequence_as(types, out, lists_as_leaves=True) if nested else out[0]
 
 
 class _Range(Dataset):
@@ -435,7 +320,7 @@ class _Range(Dataset):
 class _Zip(Dataset):
     def __init__(self, datasets):
         self._structure = datasets
-        self._datasets = _flatten(datasets)
+        self._datasets = nest.flatten(datasets, lists_as_leaves=True)
         for d in self._datasets:
             if not isinstance(d, Dataset):
                 raise InvalidTypeError(f"Dataset.zip: {d!r} is not a Dataset")
@@ -452,7 +337,7 @@ class _Zip(Dataset):
         its = [d._elements() for d in self._datasets]
         try:
             for els in zip(*its):
-                yield _pack(self._structure, iter(els))
+                yield nest.pack_sequence_as(self._structure, els, lists_as_leaves=True)
         finally:
             for it in its:
                 close = getattr(it, "close", None)
@@ -480,7 +365,7 @@ class _Map(_Unary):
     def _elements(self):
         fn = self._fn
         for el in self._input._elements():
-            yield _normalize_output(_call(fn, el))
+            yield normalize_output(call(fn, el))
 
 
 class _Filter(_Unary):
@@ -495,7 +380,7 @@ class _Filter(_Unary):
     def _elements(self):
         pred = self._pred
         for el in self._input._elements():
-            keep = np.asarray(_call(pred, el))
+            keep = np.asarray(call(pred, el))
             if keep.size != 1 or keep.dtype != np.bool_:
                 raise InvalidArgumentError(
                     "filter: the predicate must return a scalar boolean, got "
@@ -514,7 +399,7 @@ class _FlatMap(_Unary):
 
     def _elements(self):
         for el in self._input._elements():
-            ds = _call(self._fn, el)
+            ds = call(self._fn, el)
             if not isinstance(ds, Dataset):
                 raise InvalidTypeError(f"flat_map: the function must return a Dataset, got {ds!r}")
             yield from ds._elements()
@@ -583,7 +468,9 @@ class _Batch(_Unary):
             if not els or (self._drop and len(els) < size):
                 return
             template = els[0]
-            columns = zip(*(els if _is_flat_tuple(template) else [_flatten(e) for e in els]))
+            flat = is_flat_tuple(template)
+            columns = zip(*(els if flat else
+                            [nest.flatten(e, lists_as_leaves=True) for e in els]))
             leaves = []
             for c, col in enumerate(columns):
                 try:
@@ -595,7 +482,8 @@ class _Batch(_Unary):
                         f"batch: cannot batch tensors with different shapes in component "
                         f"{c}: the first element had shape {list(shape)} and element {j} "
                         f"had shape {list(np.shape(col[j]))}") from None
-            yield tuple(leaves) if _is_flat_tuple(template) else _pack(template, iter(leaves))
+            yield tuple(leaves) if flat else nest.pack_sequence_as(template, leaves,
+                                                                   lists_as_leaves=True)
 
 
 class _Unbatch(_Unary):
@@ -605,14 +493,14 @@ class _Unbatch(_Unary):
 
     def _elements(self):
         for el in self._input._elements():
-            leaves = _flatten(el)
+            leaves = nest.flatten(el, lists_as_leaves=True)
             if any(a.ndim == 0 for a in leaves):
                 raise InvalidArgumentError("unbatch: every component needs a first dimension")
             n = leaves[0].shape[0]
             if any(a.shape[0] != n for a in leaves):
                 raise InvalidArgumentError("unbatch: components have different batch sizes")
             for i in range(n):
-                yield _pack(el, iter([a[i] for a in leaves]))
+                yield nest.pack_sequence_as(el, [a[i] for a in leaves], lists_as_leaves=True)
 
 
 class _Repeat(_Unary):
@@ -856,7 +744,7 @@ class Iterator:
             self._it = None
             raise
         dev = self._device
-        return _map_structure(lambda a: _to_tensor(a, dev), el)
+        return map_element(lambda a: to_tensor(a, dev), el)
 
     next = __next__
 
