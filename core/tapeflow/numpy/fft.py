@@ -23,7 +23,9 @@ from ..ops import linalg as _L
 from ..ops import math as _M
 from ..runtime import dtypes as _dt
 from ..runtime.errors import InvalidArgumentError
-from . import _t, asarray, roll
+from ._base import _t
+from ._creation import asarray
+from ._manipulation import roll
 
 __all__ = ["fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft",
            "fftfreq", "rfftfreq", "fftshift", "ifftshift"]

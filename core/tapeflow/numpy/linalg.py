@@ -12,8 +12,9 @@ from ..ops import linalg as _L
 from ..ops import math as _M
 from ..ops import reductions as _R
 from ..runtime.errors import InvalidArgumentError
-from . import (_accumulator, _as_dtype, _float_input, _pair, _t, concat, int64,  # noqa: F401
-               matmul, matrix_transpose, tensordot, vecdot)
+from ._base import _as_dtype, _float_input, _pair, _t, int64  # noqa: F401
+from ._manipulation import concat, matmul, matrix_transpose, tensordot, vecdot  # noqa: F401
+from ._statistics import _accumulator  # noqa: F401
 
 SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])
 EighResult = namedtuple("EighResult", ["eigenvalues", "eigenvectors"])

@@ -1,0 +1,256 @@
+"""``tapeflow.numpy``'s creation functions (``asarray``, ``zeros``, ``arange``, ``eye``,
+``from_dlpack`` ...) and ``astype``."""
+
+from __future__ import annotations
+
+import builtins as _builtins
+import math as _math
+
+import numpy as _np
+
+from ..ops import array as _A
+from ..ops import math as _M
+from ..runtime import devices as _devs
+from ..runtime import dtypes as _dt
+from ..runtime.dispatch import constant as _constant
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
+from ..runtime.tensor import Tensor as _Tensor
+from ..runtime.tensor import _wrap
+from ..runtime.variable import Variable as _Variable
+from ._base import _as_dtype, _scalar_dtype, _t, complex64, float32, int64
+
+
+# --- creation --------------------------------------------------------------------------------
+
+class _on:
+    """``with tf.device(device)`` when a ``device=`` keyword is given."""
+
+    def __init__(self, device):
+        self.ctx = None if device is None else _devs.device(str(device))
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            return self.ctx.__exit__(*exc)
+
+
+def asarray(obj, /, *, dtype=None, device=None, copy=None):
+    """A tensor from a tensor, array, nested sequence or scalar. ``copy=False`` refuses
+    to copy; a tensor already of the requested dtype and device is returned as it is
+    unless ``copy=True``, which gives a new tensor object (``x[key] = value`` on one
+    then leaves the other as it was)."""
+    dtype = _as_dtype(dtype)
+    with _on(device):
+        if isinstance(obj, (_Tensor, _Variable)):
+            t = _t(obj)
+            if dtype is not None and t.dtype is not dtype:
+                if copy is False:
+                    raise InvalidArgumentError(
+                        f"asarray(copy=False): converting {t.dtype.name} to {dtype.name} "
+                        "needs a copy")
+                t = _M.cast(t, dtype)
+            if device is not None and t.device != str(_devs.get_device(str(device)).name):
+                if copy is False:
+                    raise InvalidArgumentError("asarray(copy=False): moving to another "
+                                               "device needs a copy")
+                t = t.to(str(device))
+            elif copy and t is obj:
+                t = _A.identity(t)
+            return t
+        if dtype is None and not isinstance(obj, (_np.ndarray, _np.generic)):
+            # Python data: the namespace's default dtypes (int64, float32), not
+            # tapeflow.constant's int32
+            kind = _np.asarray(obj).dtype.kind
+            dtype = int64 if kind in "iu" else float32 if kind == "f" else None
+        elif dtype is not None and isinstance(obj, (list, tuple)) and not _np.size(obj):
+            obj = _np.empty(_np.shape(obj), dtype.np)     # [] holds no float to refuse
+        return _constant(obj, dtype=dtype)
+
+
+def _full(shape, value, dtype, device):
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    with _on(device):
+        return _A.fill(list(shape), _constant(value, dtype=dtype))
+
+
+def zeros(shape, *, dtype=None, device=None):
+    return _full(shape, 0, _as_dtype(dtype) or float32, device)
+
+
+def ones(shape, *, dtype=None, device=None):
+    return _full(shape, 1, _as_dtype(dtype) or float32, device)
+
+
+def empty(shape, *, dtype=None, device=None):
+    """Uninitialised memory is not a thing tapeflow hands out: zeros."""
+    return zeros(shape, dtype=dtype, device=device)
+
+
+def full(shape, fill_value, *, dtype=None, device=None):
+    dt = _as_dtype(dtype) or _scalar_dtype(fill_value)
+    return _full(shape, fill_value, dt, device)
+
+
+def _like(x, dtype, device):
+    x = _t(x)
+    return tuple(int(d) for d in x.shape), _as_dtype(dtype) or x.dtype, device or x.device
+
+
+def zeros_like(x, /, *, dtype=None, device=None):
+    s, d, dev = _like(x, dtype, device)
+    return _full(s, 0, d, dev)
+
+
+def ones_like(x, /, *, dtype=None, device=None):
+    s, d, dev = _like(x, dtype, device)
+    return _full(s, 1, d, dev)
+
+
+def empty_like(x, /, *, dtype=None, device=None):
+    return zeros_like(x, dtype=dtype, device=device)
+
+
+def full_like(x, /, fill_value, *, dtype=None, device=None):
+    s, d, dev = _like(x, dtype, device)
+    return _full(s, fill_value, d, dev)
+
+
+def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
+    """Evenly spaced values in ``[start, stop)``."""
+    if stop is None:
+        start, stop = 0, start
+    if _builtins.any(isinstance(v, (complex, _np.complexfloating)) or not isinstance(
+            v, (int, float, _np.integer, _np.floating)) for v in (start, stop, step)):
+        raise InvalidTypeError(f"arange needs real numbers, got start={start!r}, "
+                               f"stop={stop!r}, step={step!r}")
+    dt = _as_dtype(dtype) or (float32 if _builtins.any(isinstance(v, float)
+                                                      for v in (start, stop, step)) else int64)
+    n = _builtins.max(0, int(_math.ceil((stop - start) / step)))
+    with _on(device):
+        return _constant(_np.arange(n, dtype=_np.float64) * step + start, dtype=dt) \
+            if dt.is_floating else _constant(start + step * _np.arange(n), dtype=dt)
+
+
+def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
+    dt = _as_dtype(dtype) or (complex64 if _builtins.any(isinstance(v, complex)
+                                                         for v in (start, stop)) else float32)
+    with _on(device):
+        return _constant(_np.linspace(start, stop, num, endpoint=endpoint), dtype=dt)
+
+
+def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
+    dt = _as_dtype(dtype) or float32
+    with _on(device):
+        return _constant(_np.eye(n_rows, n_cols, k=k, dtype=dt.np), dtype=dt)
+
+
+def _band(x, k, lower):
+    x = _t(x)
+    n, m = int(x.shape[-2]), int(x.shape[-1])
+    mask = _np.tril(_np.ones((n, m), _np.bool_), k) if lower else \
+        _np.triu(_np.ones((n, m), _np.bool_), k)
+    return _A.where(_constant(mask, device=x.device), x, zeros_like(x))
+
+
+def tril(x, /, *, k=0):
+    """The lower triangle (at and below diagonal ``k``) of the last two axes."""
+    return _band(x, k, True)
+
+
+def triu(x, /, *, k=0):
+    """The upper triangle (at and above diagonal ``k``) of the last two axes."""
+    return _band(x, k, False)
+
+
+def meshgrid(*arrays, indexing="xy"):
+    if indexing not in ("xy", "ij"):
+        raise InvalidArgumentError(f"meshgrid: indexing must be 'xy' or 'ij', got {indexing!r}")
+    ts = [_t(a) for a in arrays]
+    shape = [int(t.shape[0]) for t in ts]
+    if indexing == "xy" and len(ts) > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for i, t in enumerate(ts):
+        axis = i
+        if indexing == "xy" and len(ts) > 1 and i < 2:
+            axis = 1 - i
+        view = [1] * len(ts)
+        view[axis] = shape[axis]
+        out.append(_A.broadcast_to(_A.reshape(t, view), shape))
+    return out
+
+
+#: DLPack device types -> tapeflow device types (kDLCPU, kDLCUDA, kDLCUDAHost)
+_DLPACK_DEVICES = {1: "cpu", 2: "cuda", 3: "cpu"}
+
+
+def from_dlpack(x, /, *, device=None, copy=None):
+    """A tensor over ``x``'s memory through DLPack (NumPy, CuPy, PyTorch, JAX...): host
+    memory becomes a ``cpu:0`` tensor, CUDA memory a ``cuda:N`` one, with no copy unless
+    ``copy=True`` or ``device`` names another device. Without a copy the tensor *shares*
+    the producer's memory (writes to the source show in it, as for every DLPack
+    consumer); ``copy=False`` refuses to copy.
+
+    >>> import numpy as np, tapeflow.numpy as tnp
+    >>> a = np.arange(3.0)
+    >>> t = tnp.from_dlpack(a)
+    >>> print(t)
+    tf.Tensor([0. 1. 2.], shape=(3,), dtype=float64)
+    """
+    if isinstance(x, (_Tensor, _Variable)) and not hasattr(_t(x)._data, "__dlpack__"):
+        # a tapeflow tensor of a backend without DLPack (OpenCL), whose __dlpack__ is a
+        # host copy: it stays on its device (a new tensor object over the same buffer,
+        # which nothing outside tapeflow can write), or moves to ``device``
+        t = _t(x)
+        if device is not None and _devs.get_device(str(device)).name != t.device:
+            if copy is False:
+                raise InvalidArgumentError(f"from_dlpack(copy=False) cannot move {t.device} "
+                                           f"memory to {device}")
+            return t.to(str(device))
+        return _A.identity(t)
+    if not hasattr(x, "__dlpack__"):
+        raise InvalidArgumentError(f"from_dlpack needs an object with __dlpack__, got "
+                                   f"{type(x).__name__}")
+    kind, index = (int(v) for v in x.__dlpack_device__())
+    if kind not in _DLPACK_DEVICES:
+        raise UnimplementedError(f"from_dlpack: DLPack device type {kind} (index {index}) has "
+                                 "no tapeflow backend; copy it to the host first")
+    src = _devs.get_device(f"{_DLPACK_DEVICES[kind]}:{0 if kind == 3 else index}")
+    dst = src if device is None else _devs.get_device(str(device))
+    try:
+        data = src.backend.from_dlpack(x, src)
+    except NotImplementedError as e:
+        raise UnimplementedError(f"from_dlpack on {src.name}: {e}") from None
+    except (BufferError, TypeError, ValueError) as e:      # the producer's refusal
+        raise InvalidArgumentError(f"from_dlpack: {type(x).__name__} cannot be imported: "
+                                   f"{e}") from None
+    _dt.from_numpy(data.dtype)                    # a dtype tapeflow has, or a clear error
+    if dst is not src:
+        if copy is False:
+            raise InvalidArgumentError(f"from_dlpack(copy=False) cannot move {src.name} memory "
+                                       f"to {dst.name}")
+        return _wrap(data, src).to(dst.name)
+    return _wrap(data.copy() if copy else data, src)
+
+
+# --- data types --------------------------------------------------------------------------------
+
+def astype(x, dtype, /, *, copy=True, device=None):
+    x = _t(x)
+    dt = _dt.as_dtype(dtype)
+    if x.dtype.is_complex and not dt.is_complex:
+        if not dt.is_bool:
+            raise InvalidTypeError(
+                f"astype: complex ({x.dtype.name}) to {dt.name} is not allowed by the standard "
+                "(it would drop the imaginary part); take tnp.real(x) or tnp.abs(x) first")
+        out = _M.not_equal(x, 0)                                   # nonzero, as NumPy
+    else:
+        out = x if x.dtype is dt else _M.cast(x, dt)
+    if device is not None:
+        out = out.to(str(device))
+    if copy and out is x:
+        out = _A.identity(x)          # a new object: x[key] = value leaves it unchanged
+    return out
