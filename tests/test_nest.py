@@ -101,3 +101,181 @@ def test_namedtuples_of_one_name_and_fields_match_mappings_match():
     with pytest.raises(InvalidTypeError):
         nest.assert_same_structure(P(1, 2), collections.namedtuple("Q", "a b")(1, 2))
     nest.assert_same_structure({"a": 1}, collections.OrderedDict(a=2))
+
+
+# --- GradientTape ------------------------------------------------------------------------
+
+def test_gradient_of_a_namedtuple_of_variables_is_that_namedtuple():
+    v1, v2 = tf.Variable(2.0), tf.Variable(3.0)
+    with tf.GradientTape() as tape:
+        y = v1 * v2
+    g = tape.gradient(y, P(a=v1, b=v2))
+    assert type(g) is P                      # (a plain tuple before runtime.nest)
+    assert (float(g.a), float(g.b)) == (3.0, 2.0)
+
+
+def test_gradient_of_nested_dicts_keeps_keys_types_and_order():
+    x, y, z = tf.constant(1.0), tf.constant(2.0), tf.constant(5.0)
+    src = collections.OrderedDict([("z", {"y": y, "x": x}), ("a", [z])])
+    with tf.GradientTape() as tape:
+        tape.watch(src)
+        out = 1.0 * x + 10.0 * y + 100.0 * z
+    g = tape.gradient(out, src)
+    assert type(g) is collections.OrderedDict and list(g) == ["z", "a"]
+    assert list(g["z"]) == ["y", "x"]
+    assert (float(g["z"]["x"]), float(g["z"]["y"]), float(g["a"][0])) == (1.0, 10.0, 100.0)
+
+
+def test_gradient_none_where_unconnected_in_the_sources_structure():
+    x, u = tf.constant(3.0), tf.constant(4.0)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch([x, u])
+        y = x * x
+    g = tape.gradient(y, {"used": x, "unused": (u, [u])})
+    assert float(g["used"]) == 6.0 and g["unused"] == (None, [None])
+    g0 = tape.gradient(y, {"unused": (u,)}, unconnected_gradients="zero")
+    assert float(g0["unused"][0]) == 0.0
+
+
+def test_gradient_targets_and_output_gradients_as_structures():
+    x = tf.constant([1.0, 2.0])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        ys = {"b": x * 2.0, "a": x * x}
+    g = tape.gradient(ys, x, output_gradients={"a": tf.constant([1.0, 0.0]),
+                                               "b": tf.constant([0.0, 1.0])})
+    assert g.numpy().tolist() == [2.0, 2.0]
+
+
+def test_gradient_output_gradients_count_mismatch_is_an_error():
+    x = tf.constant(1.0)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = x * x
+    with pytest.raises(InvalidArgumentError, match=r"2 output gradient\(s\) for 1 target"):
+        tape.gradient(y, x, output_gradients=[tf.constant(1.0), tf.constant(1.0)])
+
+
+def test_jacobian_of_a_namedtuple_is_that_namedtuple():
+    a, b = tf.constant([1.0, 2.0]), tf.constant(3.0)
+    with tf.GradientTape() as tape:
+        tape.watch([a, b])
+        y = a * b
+    j = tape.jacobian(y, P(a=a, b=b))
+    assert type(j) is P
+    assert j.a.numpy().tolist() == [[3.0, 0.0], [0.0, 3.0]] and j.b.numpy().tolist() == [1.0, 2.0]
+
+
+def test_jacobian_vectorized_path_goes_through_the_hooks_object():
+    import tapeflow.tracing  # noqa: F401  (installs HOOKS.vectorize_jacobian)
+    from tapeflow.runtime import context as ctx
+    real = ctx.HOOKS.vectorize_jacobian
+    assert real is not None
+    calls = []
+
+    def counting(*args):
+        calls.append(1)
+        return real(*args)
+
+    x = tf.constant([1.0, 2.0, 3.0])
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = x * x
+    ctx.HOOKS.vectorize_jacobian = counting
+    try:
+        fast = tape.jacobian(y, x)
+    finally:
+        ctx.HOOKS.vectorize_jacobian = real
+    loop = tape.jacobian(y, x, experimental_use_pfor=False)
+    assert calls == [1]
+    np.testing.assert_array_equal(fast.numpy(), loop.numpy())
+    np.testing.assert_array_equal(loop.numpy(), np.diag([2.0, 4.0, 6.0]))
+
+
+def test_tape_records_are_laid_out_as_tape_record():
+    from tapeflow.autodiff.tape import TapeRecord
+    x = tf.constant(2.0)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = x * x
+    (rec,) = [TapeRecord._make(r) for r in tape._records]
+    assert rec.op.name == "Mul" and rec.inputs == (x, x) and rec.outputs[0] is y
+    assert rec.grad_fn is None and isinstance(rec.attrs, dict)
+
+
+def test_not_differentiable_error_points_at_library_gradient():
+    from tapeflow.plugins import Library, register
+    lib = Library("nest_nograd")
+
+    @lib.op()
+    def wiggle(x):
+        """differentiable, but nobody wrote its gradient"""
+
+    lib.kernel(wiggle, "cpu", dtypes=("float32", "float64"))(np.sin)
+    register(lib)
+    x = tf.constant([1.0], device="cpu:0")
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = wiggle(x)
+    with pytest.raises(tf.errors.NotDifferentiableError,
+                       match="nest_nograd::wiggle.*Library.gradient.*docs/plugins.md"):
+        tape.gradient(y, x)
+
+
+# --- ForwardAccumulator --------------------------------------------------------------------
+
+def test_forward_accumulator_structures():
+    a, b = tf.constant(2.0), tf.constant([1.0, 3.0])
+    primals = P(a=a, b={"w": b})
+    tangents = P(a=tf.constant(1.0), b={"w": tf.constant([0.0, 1.0])})
+    with tf.autodiff.ForwardAccumulator(primals, tangents) as acc:
+        y = a * b
+        z = a * a
+    out = acc.jvp({"z": z, "pair": P(a=y, b=None)})
+    assert set(out) == {"z", "pair"} and type(out["pair"]) is P
+    assert float(out["z"]) == 4.0
+    assert out["pair"].a.numpy().tolist() == [1.0, 5.0] and out["pair"].b is None
+
+
+# --- tf.function ---------------------------------------------------------------------------
+# (passes already: tracing/trace.py kept namedtuples and dicts before runtime.nest; it goes
+#  through runtime.nest once tracing is switched to it)
+
+def test_function_with_namedtuples_and_dicts():
+    @tf.function
+    def f(p, d):
+        return P(a=p.a + d["y"], b={"s": p.b * d["x"]})
+
+    out = f(P(a=tf.constant(1.0), b=tf.constant(2.0)), {"y": tf.constant(10.0),
+                                                         "x": tf.constant(3.0)})
+    assert type(out) is P and float(out.a) == 11.0 and float(out.b["s"]) == 6.0
+
+
+# --- tf.data -------------------------------------------------------------------------------
+
+def test_dataset_map_batch_of_namedtuples_and_dicts():
+    ds = tf.data.Dataset.from_tensor_slices(P(a=[1, 2, 3, 4], b={"y": [5, 6, 7, 8], "x": [0] * 4}))
+    ds = ds.map(lambda e: P(a=e.a * 2, b={"y": e.b["y"], "x": e.b["x"]})).batch(2)
+    els = list(ds)
+    assert len(els) == 2 and all(type(e) is P for e in els)
+    assert list(els[0].b) == ["y", "x"]
+    assert els[1].a.numpy().tolist() == [6, 8] and els[1].b["y"].numpy().tolist() == [7, 8]
+
+
+def test_dataset_zip_of_a_dict_and_a_namedtuple():
+    a = tf.data.Dataset.range(3)
+    b = tf.data.Dataset.from_tensor_slices(P(a=[1.0, 2.0, 3.0], b=[4, 5, 6]))
+    els = list(tf.data.Dataset.zip({"n": a, "p": b}).batch(3))
+    (el,) = els
+    assert type(el["p"]) is P and el["n"].numpy().tolist() == [0, 1, 2]
+    assert el["p"].b.numpy().tolist() == [4, 5, 6]
+
+
+def test_dataset_lists_are_one_component():
+    ds = tf.data.Dataset.from_tensor_slices([[1, 2], [3, 4]])
+    assert [x.numpy().tolist() for x in ds] == [[1, 2], [3, 4]]
+    # a map function's list result is a tuple at the top only (TensorFlow's rule): a list
+    # inside it is one component
+    out = next(iter(tf.data.Dataset.range(1).map(lambda x: (x, [x, x + 1]))))
+    assert type(out) is tuple and len(out) == 2
+    assert out[1].numpy().tolist() == [0, 1]
