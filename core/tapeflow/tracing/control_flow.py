@@ -14,8 +14,8 @@ first, and the Variables it assigned are put back; ``tf.print`` in the untaken b
 or in the loop body does not print while tracing (the loop then runs for real, with
 the compiled sub-graphs, for the trace's own values). A tape recording while the node
 is traced (inside the function, or around its first call) gets one record whose
-gradient re-runs the node eagerly under a tape (:func:`tapeflow.tracing.record_node_gradient`),
-so both are differentiable to any order, traced or not; a ``cond``/``while`` node that
+gradient re-runs the node eagerly under a tape
+(:func:`tapeflow.tracing.pyfunc.record_node_gradient`), so both are differentiable to any order, traced or not; a ``cond``/``while`` node that
 assigns Variables is not differentiated (its gradient would assign them again).
 Traced loop variables keep their dtype and shape (``shape_invariants`` that let a
 shape change are honoured eagerly only); ``maximum_iterations`` bounds the loop.
@@ -39,13 +39,13 @@ from ..runtime.dispatch import convert_to_tensor
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.tensor import Tensor, _wrap
 from ..runtime.variable import Variable
-from . import trace as tracing
+from .concrete import ConcreteFunction
+from .graph import Graph, Node
+from .pyfunc import record_node_gradient
+from .signature import _flatten, _pack
+from .tracer import _current, _tl, _Tracer
 
 __all__ = ["cond", "while_loop"]
-
-
-def _tracing_state():
-    return tracing, tracing._current()
 
 
 def _as_tensor(x):
@@ -63,7 +63,7 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     """
     if not callable(true_fn) or not callable(false_fn):
         raise InvalidArgumentError("cond needs both true_fn and false_fn (callables)")
-    tracing, tr = _tracing_state()
+    tr = _current()
     if tr is None or not _is_dynamic(tr, pred):
         return true_fn() if _truth(pred) else false_fn()
     p = pred.read_value() if isinstance(pred, Variable) else _as_tensor(pred)
@@ -74,9 +74,9 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     # the untaken branch first (its assignments are put back), then the taken one, so
     # each branch sees the Variables as they were before the cond
     first, second = (false_fn, true_fn) if taken else (true_fn, false_fn)
-    sub_u, _ = _subtrace(tracing, tr, first, (), "cond_false" if taken else "cond_true",
+    sub_u, _ = _subtrace(tr, first, (), "cond_false" if taken else "cond_true",
                          restore=True)
-    sub_k, out_k = _subtrace(tracing, tr, second, (), "cond_true" if taken else "cond_false",
+    sub_k, out_k = _subtrace(tr, second, (), "cond_true" if taken else "cond_false",
                              restore=False)
     sub_t, sub_f = (sub_k, sub_u) if taken else (sub_u, sub_k)
     _same_signature(sub_t, sub_f, "cond: true_fn and false_fn")
@@ -93,10 +93,10 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
         cf, idx = (cf_t, idx_t) if bool(pred_t) else (cf_f, idx_f)
         return cf._eager([cap_ts[i] for i in idx], vargs)
 
-    out = _emit(tracing, tr, "cond", [p] + caps.tensors, run, eager, out_k,
+    out = _emit(tr, "cond", [p] + caps.tensors, run, eager, out_k,
                 sub_t.assigned | sub_f.assigned, sub_t.variables + sub_f.variables,
                 sub_t.stateful or sub_f.stateful)
-    return tracing._pack(sub_k.structure, out)
+    return _pack(sub_k.structure, out)
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
@@ -118,9 +118,9 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     limit = None if maximum_iterations is None else int(maximum_iterations)
     invs = None if shape_invariants is None else (
         [shape_invariants] if single else list(shape_invariants))
-    tracing, tr = _tracing_state()
+    tr = _current()
     dyn = tr is not None and (any(_is_dynamic(tr, v) for v in vals)
-                              or _cond_is_dynamic(tracing, cond, vals))
+                              or _cond_is_dynamic(cond, vals))
     if not dyn:
         i = 0
         while (limit is None or i < limit) and _truth(cond(*vals)):
@@ -129,8 +129,8 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         return vals[0] if single else _rebuild(typ, vals)
     # traced: the condition and the body become sub-graphs over the loop variables
     specs = [(v._data.shape, v._data.dtype, v._device) for v in vals]
-    sub_c, _ = _subtrace(tracing, tr, cond, vals, "while_cond", restore=True)
-    sub_b, _ = _subtrace(tracing, tr, lambda *a: _body_outputs(body(*a), a, invs,
+    sub_c, _ = _subtrace(tr, cond, vals, "while_cond", restore=True)
+    sub_b, _ = _subtrace(tr, lambda *a: _body_outputs(body(*a), a, invs,
                                                                check_shapes=True),
                          vals, "while_body", restore=True)
     if len(sub_c.graph.outputs) != 1 or sub_c.graph.meta[sub_c.graph.outputs[0]][0] not in (
@@ -164,13 +164,13 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     # the trace's own values: run the loop now with the compiled sub-graphs (this also
     # makes the Variable assignments of the body happen, as they will at every call)
-    tracing._tl.tracer = None           # (Python nodes in the loop run eagerly, untraced)
+    _tl.tracer = None           # (Python nodes in the loop run eagerly, untraced)
     try:
         res = run(tr.vargs, *[v._data for v in vals], *[t._data for t in caps.tensors])
     finally:
-        tracing._tl.tracer = tr
+        _tl.tracer = tr
     result = [_wrap(a, s[2]) for a, s in zip(res, specs)]
-    out = _emit(tracing, tr, "while", vals + caps.tensors, run, eager, result,
+    out = _emit(tr, "while", vals + caps.tensors, run, eager, result,
                 sub_c.assigned | sub_b.assigned, sub_c.variables + sub_b.variables,
                 sub_c.stateful or sub_b.stateful)
     return out[0] if single else _rebuild(typ, out)
@@ -238,16 +238,16 @@ def _is_dynamic(tr, x):
     return False
 
 
-def _cond_is_dynamic(tracing, fn, vals):
+def _cond_is_dynamic(fn, vals):
     """Whether ``fn(*vals)`` depends on the traced function's arguments or state (it runs
     once under a throw-away tracer that captures from the enclosing one)."""
-    tr = tracing._current()
-    probe = tracing._Tracer(tracing.Graph("probe"), tr)
-    tracing._tl.tracer = probe
+    tr = _current()
+    probe = _Tracer(Graph("probe"), tr)
+    _tl.tracer = probe
     try:
         out = fn(*vals)
     finally:
-        tracing._tl.tracer = tr
+        _tl.tracer = tr
     for var in probe.assigned.values():
         var._value = probe.var_before[id(var)]
     if isinstance(out, Variable):
@@ -282,14 +282,14 @@ def _union(a, b):
     return c
 
 
-def _subtrace(tracing, parent, fn, init, name, restore):
+def _subtrace(parent, fn, init, name, restore):
     """Trace ``fn`` into a sub-graph of ``parent``'s trace. ``init``: tensors whose
     values stand in for the sub-graph's arguments while tracing (a while loop's
     variables). Returns a :class:`_Sub` and ``fn``'s flattened outputs (Tensors).
     ``restore``: put back the Variables ``fn`` assigned (a branch or loop body that
     only ran to be traced)."""
-    g = tracing.Graph(name)
-    tr = tracing._Tracer(g, parent)
+    g = Graph(name)
+    tr = _Tracer(g, parent)
     tr.speculative = tr.speculative or restore
     args = []
     for v in init:
@@ -299,15 +299,15 @@ def _subtrace(tracing, parent, fn, init, name, restore):
         t = _wrap(v._data, v._device)
         tr.bind(t, vid, True)
         args.append(t)
-    tracing._tl.tracer = tr
+    _tl.tracer = tr
     try:
         try:
             out = fn(*args)
             leaves = []
-            structure = tracing._flatten(out, leaves, "", [])
+            structure = _flatten(out, leaves, "", [])
             outs = [_as_tensor_in(tr, o, name) for o in leaves]
         finally:
-            tracing._tl.tracer = parent
+            _tl.tracer = parent
     except BaseException:
         for var in tr.assigned.values():      # leave the Variables as they were
             var._value = tr.var_before[id(var)]
@@ -329,7 +329,7 @@ def _subtrace(tracing, parent, fn, init, name, restore):
     sub = _Sub()
     sub.graph = g
     sub.structure = structure
-    sub.concrete = tracing.ConcreteFunction(g, optimize=True, passes=("dce",))
+    sub.concrete = ConcreteFunction(g, optimize=True, passes=("dce",))
     sub.capture_tensors = tr.captures
     sub.assigned = set(tr.assigned)
     sub.variables = list(tr.vars)
@@ -361,7 +361,7 @@ def _same_signature(a, b, what):
                                    f"and ({fb})")
 
 
-def _emit(tracing, tr, kind, inputs, run, eager, result, assigned_ids, variables, stateful):
+def _emit(tr, kind, inputs, run, eager, result, assigned_ids, variables, stateful):
     """Append a ``cond``/``while`` node to ``tr``'s graph; returns aliases of ``result``
     bound to the node's outputs, differentiable by the tapes recording now (unless the
     node assigns Variables: its gradient would re-run the assignments)."""
@@ -375,7 +375,7 @@ def _emit(tracing, tr, kind, inputs, run, eager, result, assigned_ids, variables
         tr.bind(a, vid, True)
         outs.append(vid)
         aliases.append(a)
-    g.nodes.append(tracing.Node(kind, ins, outs, fn=run, attrs={"_eager": eager, "_vargs": True},
+    g.nodes.append(Node(kind, ins, outs, fn=run, attrs={"_eager": eager, "_vargs": True},
                                 stateful=bool(assigned_ids) or stateful, label=kind))
     for key in assigned_ids:
         tr.var_vid.pop(key, None)          # the next read reads the Variable again
@@ -385,5 +385,5 @@ def _emit(tracing, tr, kind, inputs, run, eager, result, assigned_ids, variables
         for v in variables:
             if not any(v is u for u in seen):
                 seen.append(v)
-        tracing.record_node_gradient(lambda *ts: eager(vargs, *ts), inputs, aliases, seen)
+        record_node_gradient(lambda *ts: eager(vargs, *ts), inputs, aliases, seen)
     return aliases

@@ -39,7 +39,6 @@ import contextlib
 import functools
 import warnings
 
-from ..autodiff import tape as _tape_mod
 from ..ops import array as _array
 from ..runtime import context as _ctx
 from ..runtime import devices as _devs
@@ -50,7 +49,9 @@ from ..runtime.registry import BatchContext, Broadcasting
 from ..runtime.tensor import Tensor, _wrap
 from ..runtime.variable import Variable
 from .graph import Graph
-from .trace import TracingError, _Tracer, _current, _flatten, _fresh_random_attrs, _pack, _tl
+from .codegen import _fresh_random_attrs
+from .signature import _flatten, _pack
+from .tracer import TracingError, _current, _tl, _Tracer
 
 __all__ = ["vectorized_map", "FALLBACK_OPS", "VectorizationWarning", "recording_fallbacks"]
 
@@ -366,6 +367,3 @@ def _jacobian_rows(f, seeds, first):
 
 
 _ctx.install_vectorize_jacobian(_jacobian_rows)
-# (autodiff.tape reads VECTORIZE[0] until it reads HOOKS.vectorize_jacobian: then delete)
-if hasattr(_tape_mod, "VECTORIZE"):
-    _tape_mod.VECTORIZE[0] = _jacobian_rows

@@ -1,0 +1,413 @@
+"""Concrete functions: one traced signature of a :class:`~tapeflow.tracing.trace.Function`,
+its graph optimised and compiled (:mod:`tapeflow.tracing.codegen`), replayed fast,
+op by op under a recording tape, or -- for a pure graph under a tape -- as one tape
+record whose gradient is a traced backward function (see :mod:`tapeflow.tracing.trace`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..autodiff.tape import GradientTape
+from ..runtime import context as _ctx
+from ..runtime import dispatch as _dispatch_mod
+from ..runtime import dtypes as _dt
+from ..runtime.dispatch import convert_to_tensor
+from ..runtime.registry import OpDef
+from ..runtime.tensor import Tensor, _wrap
+from ..runtime.variable import Variable
+from . import graph_passes
+from .codegen import _compile
+from .graph import Graph
+from .signature import _flatten, _pack
+
+__all__ = ["ConcreteFunction"]
+
+
+def _ordered_locks(variables):
+    """The locks of ``variables`` (each once), ordered by creation of the Variable."""
+    by_id = {}
+    for var in variables:
+        by_id[var._id] = var._lock
+    return [by_id[k] for k in sorted(by_id)]
+
+
+class ConcreteFunction:
+    """One traced signature of a :class:`Function`: ``graph`` (the traced ops, printable)
+    and its compiled replay. Call it with the same arguments as the Function.
+
+    ``cuda_graph_info``: None when ``tf.config.experimental.enable_cuda_graphs`` was
+    off when its Function traced it, else a :class:`tapeflow.tracing.capture.CaptureInfo`
+    (whether it replays as a CUDA graph, and if not, why)."""
+
+    cuda_graph_info = None
+
+    def __init__(self, graph, optimize=True, passes=None, trace=None):
+        self.graph = graph
+        # the decorator that traces the backward pass (tapeflow.function, passed in by
+        # the Function that traced this; this module sits below it). None (the
+        # sub-graphs of cond / while_loop): under a tape, replay op by op
+        self._trace_backward = trace
+        self.passes_run = []
+        if optimize:
+            self.passes_run = graph_passes.optimize(graph, passes)
+        self._run, self.source, self._linemap, self._filename = _compile(graph)
+
+    #: the Variables the function writes (its own assignments and those of its
+    #: tf.cond / tf.while_loop branches): a position in the Variable arguments, or a
+    #: captured Variable. Empty: the replay takes no lock.
+    _writes = ()
+    _static_locks = None
+
+    def _set_writes(self, tracer):
+        """Record the Variables ``tracer`` saw assigned (Function._trace)."""
+        refs = []
+        for var in tracer.assigned.values():
+            ref = tracer.var_args.get(id(var), var)
+            if not any(r is ref for r in refs):
+                refs.append(ref)
+        self._writes = tuple(refs)
+        if all(not isinstance(r, int) for r in refs):
+            self._static_locks = _ordered_locks(refs)
+
+    def _locks(self, vargs):
+        """The locks of the Variables this call writes, in one global order (the
+        Variables' creation order), so two replays never wait on each other in a cycle."""
+        locks = self._static_locks
+        if locks is None:
+            locks = _ordered_locks([vargs[r] if isinstance(r, int) else r
+                                    for r in self._writes])
+        return locks
+
+    def _replay(self, arrays, vargs):
+        if self._writes:
+            # A function that assigns Variables holds each written Variable's lock -- the
+            # one eager assign/assign_add take -- from before its first read to after its
+            # last write, so a concurrent eager update or another replay never falls
+            # between them (docs/concurrency.md).
+            locks = self._static_locks
+            if locks is None:
+                locks = self._locks(vargs)
+            if len(locks) == 1:
+                lock = locks[0]
+                lock.acquire()
+                try:
+                    return self._run(arrays, vargs)
+                except Exception as e:
+                    raise self._error(e, arrays, vargs) from None
+                finally:
+                    lock.release()
+            for lock in locks:
+                lock.acquire()
+            try:
+                return self._run(arrays, vargs)
+            except Exception as e:
+                raise self._error(e, arrays, vargs) from None
+            finally:
+                for lock in reversed(locks):
+                    lock.release()
+        try:
+            return self._run(arrays, vargs)
+        except Exception as e:
+            raise self._error(e, arrays, vargs) from None
+
+    def _error(self, e, arrays, vargs):
+        """Name the op that failed (its line in the generated code)."""
+        tb = e.__traceback__
+        node = None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == self._filename:
+                node = self.graph.nodes[self._linemap.get(tb.tb_lineno, 0)]
+            tb = tb.tb_next
+        if node is None or node.kind not in ("op", "fused") or node.op is None:
+            return e
+        _translate = _dispatch_mod._translate
+        ins = [_Meta(self.graph.meta[i]) for i in node.inputs]
+        return _translate(e, node.op, node.device, ins, node.attrs)
+
+    def _eager(self, leaves, vargs=None, reads=None):
+        """Replay op by op through the dispatcher (a GradientTape outside is recording).
+        ``vargs``: the Variable arguments of the enclosing function (for sub-graphs);
+        ``reads``: {read node: tensor} values to use instead of reading the Variables.
+        A call that writes Variables holds their locks throughout, as the fast replay."""
+        if self._writes and vargs is None:
+            locks = self._locks([x for x in leaves if isinstance(x, (Tensor, Variable))])
+            for lock in locks:
+                lock.acquire()
+            try:
+                return self._eager_unlocked(leaves, vargs, reads)
+            finally:
+                for lock in reversed(locks):
+                    lock.release()
+        return self._eager_unlocked(leaves, vargs, reads)
+
+    def _eager_unlocked(self, leaves, vargs=None, reads=None):
+        copy_to_device = _dispatch_mod.copy_to_device
+        execute = _dispatch_mod.execute
+        g = self.graph
+        env = {}
+        tensors = [x for x in leaves if isinstance(x, (Tensor, Variable))]
+        for a, leaf in zip(g.args, tensors):
+            env[a] = leaf
+        if vargs is None:
+            vargs = tensors
+        for n in g.nodes:
+            k = n.kind
+            if k == "op":
+                out = execute(n.op, tuple(env[i] for i in n.inputs), n.attrs)
+                outs = out if isinstance(out, tuple) else (out,)
+                for o, t in zip(n.outputs, outs):
+                    env[o] = t
+            elif k == "const":
+                env[n.outputs[0]] = _wrap(n.value, n.device)
+            elif k == "read":
+                if reads is not None and n in reads:
+                    env[n.outputs[0]] = reads[n]
+                    continue
+                var = vargs[n.var] if isinstance(n.var, int) else n.var
+                env[n.outputs[0]] = var.read_value()
+            elif k == "assign":
+                var = vargs[n.var] if isinstance(n.var, int) else n.var
+                var.assign(env[n.inputs[0]])
+            elif k == "copy":
+                env[n.outputs[0]] = copy_to_device(env[n.inputs[0]], n.device)
+            elif k == "fused":
+                for sub in n.attrs["_nodes"]:       # the ops the fused kernel replaced
+                    out = execute(sub.op, tuple(env[i] for i in sub.inputs), sub.attrs)
+                    outs = out if isinstance(out, tuple) else (out,)
+                    for o, t in zip(sub.outputs, outs):
+                        env[o] = t
+            else:
+                ins = [env[i] for i in n.inputs]
+                res = (n.attrs["_eager"](vargs, *ins) if n.attrs.get("_vargs")
+                       else n.attrs["_eager"](*ins))
+                for o, t in zip(n.outputs, res):
+                    env[o] = t
+        return [env[o] for o in g.outputs]
+
+    def __call__(self, *args, **kwargs):
+        leaves = []
+        _flatten((args, kwargs), leaves, "", [])
+        return self._call_leaves(leaves)
+
+    def _call_leaves(self, leaves):
+        g = self.graph
+        _tapes_active = _ctx.tapes_active
+        if _tapes_active[0]:
+            outs = (self._call_recorded(leaves)
+                    if self.traced_backward and self._trace_backward is not None
+                    and self._pure() else self._eager(leaves))
+        else:
+            outs = self._call_fast(leaves)
+        return _pack(g.structure, _Outputs(g, outs))
+
+    def _call_tensors(self, args):
+        """The replay for Tensor arguments only (Function's hot path)."""
+        g = self.graph
+        res = self._replay([a._data for a in args], args)
+        meta = g.meta
+        outs = [_wrap(a, meta[o][2]) for a, o in zip(res, g.outputs)]
+        return _pack(g.structure, _Outputs(g, outs))
+
+    def _call_fast(self, leaves):
+        arrays = []
+        vargs = []
+        for x in leaves:
+            if isinstance(x, Variable):
+                vargs.append(x)
+                arrays.append(x._value._data)
+            elif isinstance(x, Tensor):
+                vargs.append(x)
+                arrays.append(x._data)
+        res = self._replay(arrays, vargs)
+        g = self.graph
+        return [_wrap(a, g.meta[o][2]) for a, o in zip(res, g.outputs)]
+
+    # --- the traced backward pass -----------------------------------------------------
+    #: with a tape recording, replay fast and record the call as one tape record whose
+    #: gradient is a traced backward function (False: replay op by op, as eager)
+    traced_backward = True
+
+    def _pure(self):
+        """Whether the graph is a pure function of its inputs and Variable reads (no
+        assignments, random ops, Python nodes or control flow): then its gradient may
+        be computed by running it again."""
+        p = getattr(self, "_is_pure", None)
+        if p is None:
+            p = self._is_pure = all(
+                n.kind in ("op", "const", "read", "copy", "fused") and not n.stateful
+                for n in self.graph.nodes)
+        return p
+
+    def _call_recorded(self, leaves):
+        """Replay fast, keeping the intermediate values; record one tape record for the
+        call. Its gradient function runs a traced backward (cached per signature):
+        from the saved intermediates when no tape records the backward pass (first
+        order), or, under tapes (higher orders), one that replays the forward from the
+        record's inputs so the tapes see the gradient's dependence on them."""
+        _tape = _ctx  # (the eager context holds the active tapes)
+        g = self.graph
+        tensors = [x for x in leaves if isinstance(x, (Tensor, Variable))]
+        read_nodes = [n for n in g.nodes if n.kind == "read"]
+        inputs = [x for x in tensors if not isinstance(x, Variable)]
+        for n in read_nodes:        # the tapes watch these reads (trainable Variables)
+            var = tensors[n.var] if isinstance(n.var, int) else n.var
+            inputs.append(var.read_value())
+        run, saved_vids, _ = self._saved_program()
+        arrays = [x._value._data if isinstance(x, Variable) else x._data for x in tensors]
+        try:
+            res = run(arrays, tensors)
+        except Exception:
+            self._replay(arrays, tensors)        # raises the error naming the op
+            raise
+        k = len(g.outputs)
+        outs = [_wrap(a, g.meta[o][2]) for a, o in zip(res[:k], g.outputs)]
+        if not outs:
+            return outs
+        saved = [_wrap(a, g.meta[v][2]) for a, v in zip(res[k:], saved_vids)]
+        n_in = len(inputs)
+        float_outs = [i for i, o in enumerate(outs) if o.dtype.is_inexact]
+
+        def backward(ctx, *dys):
+            dys = [dys[i] for i in float_outs]
+            if _tape.tapes_active[0]:
+                grads = self._backward_function()(list(ctx.inputs), dys)
+            else:
+                grads = self._saved_backward_function()(saved, dys)
+            return tuple(grads) + (None,) * (n_in - len(grads))
+        _tape.record(_call_op(), tuple(inputs), tuple(outs), {}, backward)
+        return outs
+
+    def _saved_program(self):
+        """The forward replay that also returns the values the backward pass needs:
+        ``(run, saved value ids, nodes)`` (fused nodes expanded into their ops)."""
+        prog = getattr(self, "_saved", None)
+        if prog is None:
+            g = self.graph
+            nodes = []
+            for n in g.nodes:
+                nodes.extend(n.attrs["_nodes"] if n.kind == "fused" else [n])
+            saved, seen = [], set()
+            for n in nodes:
+                if n.kind in ("op", "copy"):
+                    for v in list(n.inputs) + list(n.outputs):
+                        if v not in seen:
+                            seen.add(v)
+                            saved.append(v)
+            for v in g.outputs:
+                if v not in seen:
+                    seen.add(v)
+                    saved.append(v)
+            fg = Graph(f"{g.name}_forward")
+            fg.args, fg.meta, fg.nodes = g.args, g.meta, nodes
+            fg.outputs = list(g.outputs) + saved
+            prog = self._saved = (_compile(fg)[0], saved, nodes)
+        return prog
+
+    def _saved_backward_function(self):
+        """``backward(saved values, dys) -> gradients`` (a traced function): the
+        forward ops are put on a GradientTape as records over the saved values (no
+        forward kernel runs again) and ``tape.gradient`` runs the ops' gradient
+        functions, in the order the eager tape would."""
+        bwd = getattr(self, "_bwd_saved", None)
+        if bwd is not None:
+            return bwd
+        _COPY = _dispatch_mod._COPY
+        g = self.graph
+        _, saved_vids, nodes = self._saved_program()
+        tensor_args = [a for i, a in enumerate(g.args) if not _is_var_slot(g, i)]
+        sources = tensor_args + [n.outputs[0] for n in g.nodes if n.kind == "read"]
+
+        def backward(vals, dys):
+            _tape = _ctx  # (the eager context holds the active tapes)
+            env = dict(zip(saved_vids, vals))
+            srcs = [env.get(v) for v in sources]
+            with GradientTape(watch_accessed_variables=False) as tape:
+                for t in srcs:
+                    if t is not None and t.dtype.is_inexact:
+                        tape.watch(t)
+                for n in nodes:
+                    if n.kind == "op" and n.op.differentiable and n.inputs:
+                        _tape.record(n.op, tuple(env[i] for i in n.inputs),
+                                     tuple(env[o] for o in n.outputs), n.attrs)
+                    elif n.kind == "copy":
+                        _tape.record(_COPY, (env[n.inputs[0]],), (env[n.outputs[0]],), {},
+                                     None)
+            outs = [env[o] for o in g.outputs if env[o].dtype.is_inexact]
+            live = [t for t in srcs if t is not None and t.dtype.is_inexact]
+            gs = iter(tape.gradient(outs, live, output_gradients=list(dys)))
+            return [next(gs) if t is not None and t.dtype.is_inexact else None for t in srcs]
+        self._bwd_saved = self._trace_backward(backward, name=f"{g.name}_backward")
+        return self._bwd_saved
+
+    def _backward_function(self):
+        bwd = getattr(self, "_bwd", None)
+        if bwd is not None:
+            return bwd
+        g = self.graph
+        read_nodes = [n for n in g.nodes if n.kind == "read"]
+        cf = self
+
+        def backward(xs, dys):
+            n_args = len(xs) - len(read_nodes)
+            args, vals = list(xs[:n_args]), xs[n_args:]
+            reads = dict(zip(read_nodes, vals))
+            leaves = iter(args)
+            # Variable arguments are read through ``reads``; stand-ins fill their slots
+            stand_in = _stand_in()
+            full = [stand_in if _is_var_slot(g, i) else next(leaves)
+                    for i in range(len(g.args))]
+            with GradientTape(watch_accessed_variables=False) as tape:
+                for x in xs:
+                    if x.dtype.is_inexact:
+                        tape.watch(x)
+                outs = cf._eager(full, vargs=full, reads=reads)
+            outs = [o for o in outs if o.dtype.is_inexact]
+            srcs = [x for x in xs if x.dtype.is_inexact]
+            gs = iter(tape.gradient(outs, srcs, output_gradients=list(dys)))
+            return [next(gs) if x.dtype.is_inexact else None for x in xs]
+        self._bwd = self._trace_backward(backward, name=f"{g.name}_backward_recompute")
+        return self._bwd
+
+    def pretty_printed_concrete_signatures(self):
+        return str(self.graph).splitlines()[0]
+
+
+_CALL_OP = []
+
+
+def _call_op():
+    """The OpDef of a traced call's tape record (created on first use)."""
+    if not _CALL_OP:
+        _CALL_OP.append(OpDef("TracedCall", inputs=("*inputs",), dtype_rule="none"))
+    return _CALL_OP[0]
+
+
+def _stand_in():
+    return convert_to_tensor(0.0)
+
+
+def _is_var_slot(graph, i):
+    return i in getattr(graph, "var_arg_positions", ())
+
+
+class _Meta:
+    """Stands in for an input Tensor in an error message (shape and dtype only)."""
+
+    def __init__(self, meta):
+        self._data = np.empty(0, meta[1])
+        self.shape = meta[0]
+        self.dtype = _dt.from_numpy(meta[1])
+        self._device = meta[2]
+
+
+class _Outputs:
+    """Output leaves: graph outputs by index, Python values by their stored value."""
+
+    def __init__(self, graph, outs):
+        self.outs = outs
+        self.py = graph.py_outputs
+
+    def __getitem__(self, i):
+        kind, v = self.py[i]
+        return self.outs[v] if kind == "t" else v

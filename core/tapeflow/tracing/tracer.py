@@ -1,0 +1,181 @@
+"""The tracer: what records the ops one thread runs while :func:`tapeflow.function`
+traces (see :mod:`tapeflow.tracing.trace`).
+
+A :class:`_Tracer` per trace (and per ``tf.cond`` branch, ``tf.while_loop`` body or
+``vectorized_map`` function: those nest, ``parent`` being the enclosing one) lives in
+the thread-local ``_tl.tracer`` while its function runs. The runtime reports to it
+through ``HOOKS.tracer`` (``_ContextTracer``, installed by
+:mod:`tapeflow.tracing.trace`): each report is one call that finds this thread's
+tracer and hands it the op, copy, Variable read or assignment.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+import threading
+
+from ..runtime.context import tracing as _tracing
+from ..runtime.errors import TapeflowError
+from ..runtime.registry import OpDef
+from ..runtime.tensor import _wrap
+from .graph import Node
+
+__all__ = ["TracingError"]
+
+# the tracer of this thread's innermost trace (``_tl.tracer``; None: none).
+# ``_tracing[0]`` (tapeflow.runtime.context) counts the traces of all threads: the
+# runtime reads it before calling HOOKS.tracer
+class _Local(threading.local):
+    tracer = None
+
+
+_tl = _Local()
+
+
+class TracingError(TapeflowError):
+    """Python code needed a tensor's value while :func:`function` was tracing."""
+
+
+class _Tracer:
+    """Records the ops one thread executes into a Graph (see the module doc)."""
+
+    def __init__(self, graph, parent=None):
+        self.graph = graph
+        self.ids: dict = {}            # id(Tensor) -> vid
+        self.keep: list = []           # tensors whose ids are in ``ids`` (pins the ids)
+        self.dynamic: set = set()      # vids whose value depends on arguments/state
+        self.var_vid: dict = {}        # id(Variable) -> vid of its current value
+        self.vars: list = []           # Variables captured (kept alive)
+        self.var_before: dict = {}     # id(Variable) -> its value before the first assign
+        self.captures: list = []       # tensors of enclosing traces this one reads
+        self.assigned: dict = {}       # id(Variable) -> Variable, those assigned
+        self.parent = parent
+        # a branch or loop body traced only to be recorded (its effects are put back and
+        # happen when the node runs): tf.print does not print while tracing it
+        self.speculative = parent.speculative if parent is not None else False
+        # Variable arguments (by position) and the trace's tensor arguments are shared
+        # with the sub-traces of tf.cond / tf.while_loop
+        self.var_args: dict = parent.var_args if parent is not None else {}
+        self.vargs: list = parent.vargs if parent is not None else []
+
+    def bind(self, t, vid, dynamic):
+        self.ids[id(t)] = vid
+        self.keep.append(t)
+        if dynamic:
+            self.dynamic.add(vid)
+
+    def knows(self, t):
+        return id(t) in self.ids or (self.parent is not None and self.parent.knows(t))
+
+    def vid_of(self, t):
+        """The value id of tensor ``t``: a tensor of an enclosing trace becomes an input
+        of this (sub-)graph; any other unknown tensor is captured as a constant."""
+        vid = self.ids.get(id(t))
+        if vid is None:
+            g = self.graph
+            vid = g.new_value(t._data.shape, t._data.dtype, t._device)
+            if self.parent is not None and self.parent.knows(t):
+                pvid = self.parent.vid_of(t)
+                g.args.append(vid)
+                g.arg_names.append(f"capture{len(self.captures)}")
+                self.captures.append(t)
+                self.bind(t, vid, pvid in self.parent.dynamic)
+            else:
+                g.nodes.append(Node("const", (), (vid,), value=t._data, device=t._device))
+                self.bind(t, vid, False)
+        return vid
+
+    # hooks ------------------------------------------------------------------------------
+    def op(self, op, tensors, outs, attrs, fn, dev, needs_device):
+        g = self.graph
+        ids = self.ids
+        ins = []
+        for t in tensors:
+            vid = ids.get(id(t))
+            ins.append(vid if vid is not None else self.vid_of(t))
+        # random ops carry a key and a counter; an OpDef subclass may declare `stateful`
+        stateful = ("key" in attrs and "counter" in attrs) or (
+            type(op) is not OpDef and bool(getattr(op, "stateful", False)))
+        dynamic = self.dynamic
+        dyn = stateful or any(i in dynamic for i in ins)
+        ovids = []
+        for t in outs:
+            vid = g.new_value(t._data.shape, t._data.dtype, dev)
+            self.bind(t, vid, dyn)
+            ovids.append(vid)
+        g.nodes.append(Node("op", ins, ovids, op=op, attrs=dict(attrs), fn=fn, device=dev,
+                            needs_device=needs_device, stateful=stateful))
+
+    def copy(self, src, out, dev):
+        g = self.graph
+        i = self.vid_of(src)
+        vid = g.new_value(out._data.shape, out._data.dtype, dev)
+        self.bind(out, vid, i in self.dynamic)
+        g.nodes.append(Node("copy", (i,), (vid,), device=dev))
+
+    def read(self, var, value):
+        """A Variable read: returns the tensor to use (an alias mapped to the read)."""
+        vid = self.var_vid.get(id(var))
+        g = self.graph
+        if vid is None:
+            ref = self.var_args.get(id(var), var)
+            vid = g.new_value(value._data.shape, value._data.dtype, value._device)
+            g.nodes.append(Node("read", (), (vid,), var=ref))
+            self.var_vid[id(var)] = vid
+            if not isinstance(ref, int):
+                self.vars.append(var)
+        alias = _wrap(value._data, value._device)
+        self.bind(alias, vid, True)
+        return alias
+
+    def assign(self, var, value, prev):
+        self.var_before.setdefault(id(var), prev)
+        self.assigned[id(var)] = var
+        vid = self.vid_of(value)
+        ref = self.var_args.get(id(var), var)
+        self.graph.nodes.append(Node("assign", (vid,), (), var=ref))
+        if not isinstance(ref, int) and not any(v is var for v in self.vars):
+            self.vars.append(var)
+        self.var_vid[id(var)] = vid
+        self.dynamic.add(vid)
+
+    def created(self, var):
+        """A Variable created while tracing: later reads read it (its initialiser ran
+        once, at trace time)."""
+        self.var_vid.pop(id(var), None)
+
+    def check(self, t, what):
+        vid = self.ids.get(id(t))
+        if vid is not None and vid in self.dynamic:
+            raise TracingError(
+                f"{what} needs the value of a tensor that depends on the arguments or state "
+                f"of the traced function {self.graph.name}(){_user_line()}: Python control "
+                "flow and host conversions cannot be traced. Use tf.cond(pred, true_fn, "
+                "false_fn) or tf.while_loop(cond, body, loop_vars) for control flow, "
+                "tf.print for printing, or call that part outside tf.function.")
+
+
+def _current():
+    return _tl.tracer
+
+
+def _user_line():
+    """`` at file.py:12 (`source line`)`` for the innermost frame outside tapeflow."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tapeflow/
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(here + os.sep):
+            src = linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
+            return f" at {f.f_code.co_filename}:{f.f_lineno}" + (f" (`{src}`)" if src else "")
+        f = f.f_back
+    return ""
+
+
+def _on_variable_created(var):
+    if _tracing[0]:
+        tr = _current()
+        if tr is not None:
+            tr.created(var)
