@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime import nest
+
 __all__ = ["check_grads", "check_jvp", "assert_allclose"]
 
 #: elementwise finite differences (for the failure message) up to this many elements
@@ -51,8 +53,7 @@ def _is_float_np(a):
 
 
 def _flat_outputs(out):
-    from tapeflow.autodiff.tape import _nest_flatten
-    return [o for o in _nest_flatten(out, []) if o is not None]
+    return [o for o in nest.flatten(out) if o is not None]
 
 
 def _float_outputs(out, where):
