@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib
 
-AREAS = ("math", "reductions", "linalg", "array", "nn", "random", "complex")
+#: the spec modules, by area of ops (the array family is split: creation, shapes
+#: (``array``), selection and gather/scatter, sorting and scans)
+AREAS = ("math", "reductions", "linalg", "creation", "array", "selection", "sorting", "nn",
+         "random", "complex")
 
 
 def all_specs():

@@ -1,0 +1,243 @@
+"""Conformance specs of the selection and gather/scatter ops (``tapeflow.array``):
+``where`` (select and indices), ``boolean_mask``, ``clip_by_value``,
+``clip_by_norm``, ``clip_by_global_norm``, ``gather``, ``gather_nd``, ``scatter_nd``
+and ``unsorted_segment_sum``.
+
+Gather/scatter samples repeat indices (so gradients must add up) and use int32 and
+int64 indices. Error samples pin the TensorFlow-style messages (``indices[0] = 3081
+is not in [0, 128)``...). Gradients (float64) are checked to second order w.r.t. the
+float arguments; index arguments are never differentiated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tapeflow as tf
+from tapeflow.testing.opinfo import OpSpec, Sample
+
+from ._values import _F32, FLOATS, _err, _i32, _npd, _scalar_of, _vals
+
+
+def _select_samples(dtype, rng):
+    def c(*s):
+        return rng.random(s) < 0.5
+    v = lambda *s: _vals(rng, s, dtype)  # noqa: E731
+    return [Sample((c(2, 3), v(2, 3), v(2, 3)), name="typical"),
+            Sample((c(3, 1), v(1, 4), v()), name="broadcast"),
+            Sample((c(2, 3), v(2, 3), _scalar_of(dtype)), name="python_scalar"),
+            Sample((c(), v(), v()), name="scalar"),
+            Sample((c(0, 3), v(0, 3), v(1, 3)), name="empty")]
+
+
+def _where1_samples(dtype, rng):
+    a = _vals(rng, (3, 4), dtype, -1, 1)
+    return [Sample((a,), name="typical"),
+            Sample((_vals(rng, (2, 2, 2), dtype, -1, 1),), name="rank3"),
+            Sample((_vals(rng, (), dtype, 1, 1),), name="scalar"),
+            Sample((_vals(rng, (0, 3), dtype),), name="empty")]
+
+
+def _where1_ref(c):
+    return np.argwhere(c).astype(np.int64)
+
+
+def _boolean_mask_samples(dtype, rng):
+    x = _vals(rng, (3, 4), dtype)
+    return [Sample((x, np.array([True, False, True])), name="rows"),
+            Sample((x, rng.random((3, 4)) < 0.5), name="elements"),
+            Sample((x, np.array([False, True, True, False])), {"axis": 1}, name="axis1"),
+            Sample((x, np.zeros(3, bool)), name="none"),
+            Sample((_vals(rng, (0, 2), dtype), np.zeros(0, bool)), name="empty")]
+
+
+def _boolean_mask_ref(x, mask, axis=None):
+    a = 0 if axis is None else axis
+    return x[(slice(None),) * a + (mask,)]
+
+
+def _clip_samples(dtype, rng):
+    d = _npd(dtype)
+    if d.kind == "f":
+        def v(*s):
+            # keep away from the bounds (-1, 1): finite differences must not cross a kink
+            a = rng.uniform(-3, 3, s)
+            a = np.where(np.abs(np.abs(a) - 1) < 0.2, a * 1.5, a)
+            return a.astype(d)
+        lo, hi = -1.0, 1.0
+        lo_arr = np.full((3, 4), -1.0, d) + rng.uniform(-0.05, 0.05, (3, 4)).astype(d)
+        hi_row = np.full((1, 4), 1.0, d)
+    else:
+        def v(*s):
+            return _vals(rng, s, dtype, 0 if d.kind == "u" else -3, 3)
+        lo, hi = (1, 2) if d.kind == "u" else (-1, 2)
+        lo_arr = np.full((3, 4), lo, d)
+        hi_row = np.full((1, 4), hi, d)
+    return [Sample((v(3, 4), lo, hi), name="typical"),
+            Sample((v(3, 4), lo_arr, hi_row), name="array_bounds"),
+            Sample((v(), lo, hi), name="scalar"),
+            Sample((v(0, 4), lo, hi), name="empty")]
+
+
+def _clip_ref(t, lo, hi):
+    return np.minimum(np.maximum(t, lo), hi)
+
+
+def _clip_by_norm_samples(dtype, rng):
+    d = _npd(dtype)
+    x = rng.uniform(-2, 2, (3, 4)).astype(d)
+    return [Sample((x, 1.0), name="clipped"),
+            Sample((x, 100.0), name="unclipped"),
+            Sample((x, 1.0), {"axes": [1]}, name="axes"),
+            Sample((x, 1.0), {"axes": -2}, name="negative_axis"),
+            Sample((np.zeros((2, 2), d), 1.0), grad_argnums=(), name="zero"),
+            Sample((np.zeros((0, 3), d), 1.0), name="empty")]
+
+
+def _clip_by_norm_ref(t, clip_norm, axes=None):
+    ax = tuple(axes) if isinstance(axes, list) else axes
+    l2 = np.sqrt(np.sum(t.astype(np.float64) ** 2, axis=ax, keepdims=True))
+    return (t * clip_norm / np.maximum(l2, clip_norm)).astype(t.dtype)
+
+
+def _global_norm_samples(dtype, rng):
+    d = _npd(dtype)
+    a = rng.uniform(-2, 2, (3,)).astype(d)
+    b = rng.uniform(-2, 2, (2, 2)).astype(d)
+    return [Sample((a, b), {"clip_norm": 1.0}, name="clipped"),
+            Sample((a, b), {"clip_norm": 50.0}, name="unclipped"),
+            Sample((a,), {"clip_norm": 0.5}, name="single")]
+
+
+def _global_norm_fn(*ts, clip_norm):
+    clipped, norm = tf.clip_by_global_norm(list(ts), clip_norm)
+    return tuple(clipped) + (norm,)
+
+
+def _global_norm_ref(*ts, clip_norm):
+    norm = np.sqrt(sum(np.sum(t.astype(np.float64) ** 2) for t in ts))
+    scale = clip_norm / max(norm, clip_norm)
+    return tuple((t * scale).astype(t.dtype) for t in ts) + (np.asarray(norm, ts[0].dtype),)
+
+
+def _gather_samples(dtype, rng):
+    p = _vals(rng, (5, 3), dtype)
+    p3 = _vals(rng, (2, 3, 4), dtype)
+    return [Sample((p, _i32([4, 0, 2, 2])), name="repeated"),
+            Sample((p, np.array([[1, 0], [2, 2]], np.int64)), {"axis": 1}, name="axis1_int64"),
+            Sample((p, np.array(3, np.int32)), name="scalar_index"),
+            Sample((p, _i32([2, 1])), {"axis": -1}, name="negative_axis"),
+            Sample((p, np.zeros((0,), np.int32)), name="empty_indices"),
+            Sample((p3, np.array([[0, 3, 3], [1, 1, 2]], np.int32)), {"axis": 2, "batch_dims": 1},
+                   name="batch_dims"),
+            Sample((p3, np.array([[2], [0]], np.int64)), {"axis": 1, "batch_dims": -1},
+                   name="batch_dims_negative"),
+            Sample((_vals(rng, (0, 2), dtype), np.zeros((0,), np.int32)), name="empty")]
+
+
+def _gather_ref(p, idx, axis=None, batch_dims=0):
+    b = batch_dims % idx.ndim if batch_dims < 0 else batch_dims
+    a = b if axis is None else axis % p.ndim
+    if b == 0:
+        return np.take(p, idx, axis=a)
+    bs = p.shape[:b]
+    outs = [np.take(p[i], idx[i], axis=a - b) for i in np.ndindex(*bs)]
+    return np.stack(outs).reshape(bs + outs[0].shape)
+
+
+def _gather_nd_samples(dtype, rng):
+    p = _vals(rng, (3, 4), dtype)
+    p3 = _vals(rng, (2, 3, 4), dtype)
+    return [Sample((p, _i32([[0, 1], [2, 3], [0, 1]])), name="elements"),
+            Sample((p, np.array([[1], [0], [1]], np.int64)), name="rows_int64"),
+            Sample((p3, _i32([[[1, 2]], [[0, 0]]])), name="rank3"),
+            Sample((p, _i32([2, 3])), name="single"),
+            Sample((p3, _i32([[[1], [0]], [[2], [2]]])), {"batch_dims": 1}, name="batch_dims"),
+            Sample((p, np.zeros((0, 2), np.int32)), name="empty")]
+
+
+def _gather_nd_ref(p, idx, batch_dims=0):
+    if batch_dims:
+        return np.stack([_gather_nd_ref(p[i], idx[i]) for i in range(p.shape[0])])
+    k = idx.shape[-1]
+    return np.asarray(p[tuple(idx[..., i] for i in range(k)) + (Ellipsis,)])
+
+
+def _scatter_nd_samples(dtype, rng):
+    v = lambda *s: _vals(rng, s, dtype, 0, 3)  # noqa: E731
+    return [Sample((_i32([[1], [3], [1]]), v(3), [5]), grad_argnums=(1,), name="duplicates"),
+            Sample((np.array([[0, 1], [2, 3], [0, 1]], np.int64), v(3), (3, 4)),
+                   grad_argnums=(1,), name="elements_int64"),
+            Sample((_i32([[0], [2]]), v(2, 4), [3, 4]), grad_argnums=(1,), name="rows"),
+            Sample((np.zeros((0, 1), np.int32), v(0, 4), [3, 4]), grad_argnums=(1,),
+                   name="empty")]
+
+
+def _scatter_nd_ref(idx, upd, shape):
+    out = np.zeros(shape, upd.dtype)
+    np.add.at(out, tuple(idx[..., i] for i in range(idx.shape[-1])), upd)
+    return out
+
+
+def _segment_sum_samples(dtype, rng):
+    v = lambda *s: _vals(rng, s, dtype, 0, 3)  # noqa: E731
+    return [Sample((v(5, 3), _i32([0, 2, 0, -1, 1]), 4), grad_argnums=(0,), name="negative_id"),
+            Sample((v(2, 3, 2), np.array([[0, 1, 1], [2, 0, 0]], np.int64), 3),
+                   grad_argnums=(0,), name="ids_2d_int64"),
+            Sample((v(4), _i32([3, 3, 0, 1]), 5), grad_argnums=(0,), name="vector"),
+            Sample((v(0, 3), np.zeros((0,), np.int32), 2), grad_argnums=(0,), name="empty")]
+
+
+def _segment_sum_ref(data, ids, num_segments):
+    out = np.zeros((num_segments,) + data.shape[ids.ndim:], data.dtype)
+    flat = ids.reshape(-1)
+    vals = data.reshape((-1,) + data.shape[ids.ndim:])
+    keep = flat >= 0
+    np.add.at(out, flat[keep], vals[keep])
+    return out
+
+
+SPECS = [
+    # selection
+    OpSpec(name="where", fn=tf.where, ref=np.where, op="SelectV2", samples=_select_samples,
+           errors=[_err((np.ones((2,), _F32), np.ones((2,), _F32), np.ones((2,), _F32)),
+                        "condition must be a bool tensor", name="not_bool")]),
+    OpSpec(name="where_indices", fn=tf.where, ref=_where1_ref, op="Where",
+           samples=_where1_samples, grad_order=0),
+    OpSpec(name="boolean_mask", fn=tf.boolean_mask, ref=_boolean_mask_ref, op="",
+           samples=_boolean_mask_samples,
+           errors=[_err((np.zeros((3, 4), _F32), np.ones((4,), bool)), "must match dimensions",
+                        name="shape")]),
+    OpSpec(name="clip_by_value", fn=tf.clip_by_value, ref=_clip_ref, op="ClipByValue",
+           samples=_clip_samples),
+    OpSpec(name="clip_by_norm", fn=tf.clip_by_norm, ref=_clip_by_norm_ref, op="",
+           dtypes=FLOATS, samples=_clip_by_norm_samples, tol={"float16": (2e-2, 2e-2)}),
+    OpSpec(name="clip_by_global_norm", fn=_global_norm_fn, ref=_global_norm_ref, op="",
+           dtypes=FLOATS, samples=_global_norm_samples, tol={"float16": (2e-2, 2e-2)}),
+    # gather / scatter
+    OpSpec(name="gather", fn=tf.gather, ref=_gather_ref, op="GatherV2",
+           samples=_gather_samples,
+           errors=[_err((np.zeros((128,), _F32), _i32([3081, 1])),
+                        "indices[0] = 3081 is not in [0, 128)", name="seed_embedding"),
+                   _err((np.zeros((4, 2), _F32), _i32([0, -1])), "indices[1] = -1 is not in [0, 4)",
+                        name="negative"),
+                   _err((np.zeros((4, 2), _F32), _i32([[0, 1], [7, 0]])),
+                        "indices[1,0] = 7 is not in [0, 4)", name="rank2"),
+                   _err((np.zeros((4, 2), _F32), _i32([0, 2])), "indices[1] = 2 is not in [0, 2)",
+                        {"axis": 1}, name="axis1")]),
+    OpSpec(name="gather_nd", fn=tf.gather_nd, ref=_gather_nd_ref, op="GatherNd",
+           samples=_gather_nd_samples,
+           errors=[_err((np.zeros((3, 4), _F32), _i32([[0, 1], [0, 4]])),
+                        "indices[1] = [0, 4] does not index into param shape [3,4]",
+                        name="out_of_range")]),
+    OpSpec(name="scatter_nd", fn=tf.scatter_nd, ref=_scatter_nd_ref, op="ScatterNd",
+           samples=_scatter_nd_samples,
+           errors=[_err((_i32([[1], [5]]), np.ones((2,), _F32), [5]),
+                        "indices[1] = [5] does not index into shape [5]", name="out_of_range"),
+                   _err((_i32([[1], [2]]), np.ones((3,), _F32), [5]), "updates must have shape",
+                        name="updates_shape")]),
+    OpSpec(name="unsorted_segment_sum", fn=tf.unsorted_segment_sum, ref=_segment_sum_ref,
+           op="UnsortedSegmentSum", samples=_segment_sum_samples,
+           errors=[_err((np.ones((2,), _F32), _i32([0, 5]), 3),
+                        "segment_ids[1] = 5 is out of range [0, 3)", name="out_of_range")]),
+]
