@@ -24,14 +24,7 @@ from ..runtime import registry as _reg
 # unsorted_segment_sum (TensorFlow's tf.math holds them), so it must finish after them.
 from . import math, reductions, array, linalg, nn, random  # noqa: F401
 from . import operators  # noqa: F401  (Tensor's and Variable's operators)
-from ._library import LIB as _LIB
-
-# the elementwise ops without a JVP rule of their own take the one their gradient gives
-for _op in _LIB.ops:
-    if _op.elementwise and _op.jvp is None and _op.grad is not None and _op.differentiable:
-        _op.jvp = math._elementwise_jvp(_op)
-
-from . import batching  # noqa: E402,F401  (tf.vectorized_map's rules: every op module is defined)
+from . import batching  # noqa: F401  (tf.vectorized_map: the ops without a rule)
 
 _HANDLES = _reg.HANDLES
 

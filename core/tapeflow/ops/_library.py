@@ -20,13 +20,15 @@ import numpy as np
 from ..plugins.library import Library
 from ..runtime import devices as _devs
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
-from ..runtime.registry import CORE_NAMESPACE, OpDef
+from ..runtime.dispatch import execute
+from ..runtime.registry import CORE_NAMESPACE, Broadcasting, OpDef
 
 #: the built-in op library (registered by ``import tapeflow``)
 LIB = Library(CORE_NAMESPACE)
 
 
-#: the types of the built-in ops' attrs, by attr name (kinds: tapeflow.shapes)
+#: the types of the built-in ops' attrs, by attr name (kinds: tapeflow.shapes); an op whose
+#: attr of that name is of another kind says so in its defop (``attr_types=``)
 ATTR_TYPES = {
     "adjoint": "bool", "approximate": "bool", "keepdims": "bool", "transpose_a": "bool",
     "full_matrices": "bool",
@@ -38,55 +40,102 @@ ATTR_TYPES = {
     "multiples": "shape", "shape": "shape", "perm": "perm", "paddings": "paddings",
     "data_format": "enum:NHWC|NCHW", "mode": "enum:REFLECT|SYMMETRIC", "equation": "str",
     # (fill values: checked against the op's dtype by its check, complex numbers too)
-    "constant_values": "any", "on_value": "any", "off_value": "any", "value": "any", "start": "float", "stop": "float", "limit": "float",
+    "constant_values": "any", "on_value": "any", "off_value": "any", "value": "any",
+    "start": "float", "stop": "float", "limit": "float",
     "delta": "float", "output_type": "dtype", "out_type": "dtype", "axis": "axis",
 }
-#: per-op exceptions to ATTR_TYPES (None: not typed here -- the kernel checks it)
-_OP_ATTR_TYPES = {
-    "minval": {"RandomUniform": "float", "RandomUniformInt": "int"},
-    "maxval": {"RandomUniform": "float", "RandomUniformInt": "int"},
-    "axis": {"Pack": "axis+1", "ExpandDims": "axis+1", "OneHot": "axis+1"},
-    "shape": {"Reshape": "reshape", "StridedSliceGrad": "shape", "Fill": "shape?",
-              "BroadcastTo": "shape"},
-    # (a DType equals its name)
-    "out_type": {"Shape": "enum:int32|int64", "Size": "enum:int32|int64"},
-}
 
 
-def _attr_types(name, attrs):
+def _attr_types(attrs, declared):
+    """The attr types of a built-in op: :data:`ATTR_TYPES` by attr name, then the op's
+    own ``declared`` ones (``attr_types=`` in its :func:`defop`) on top."""
     out = {}
     for attr, default in (attrs or {}).items():
-        kind = _OP_ATTR_TYPES.get(attr, {}).get(name, ATTR_TYPES.get(attr))
+        kind = ATTR_TYPES.get(attr)
         if attr == "axis" and default is None:        # reductions: None or sorted axes
-            kind = _OP_ATTR_TYPES["axis"].get(name, "axes?")
+            kind = "axes?"
         if attr == "dtype":
             kind = "dtype?" if default is None else "dtype"
         if kind is not None:
             out[attr] = kind
+    out.update(declared or {})
     return out
 
 
-#: the built-in ops declared elementwise (tf.function may fuse them)
-ELEMENTWISE = frozenset({
-    "Add", "Sub", "Mul", "RealDiv", "Maximum", "Minimum", "SquaredDifference", "Atan2",
-    "Pow", "Neg", "Abs", "Sign", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p", "Expm1",
-    "Sin", "Cos", "Tan", "Tanh", "Sigmoid", "Softplus", "Reciprocal", "Floor", "Ceil",
-    "Round", "Erf", "IsNan", "IsFinite", "IsInf", "Equal", "NotEqual", "Less", "LessEqual",
-    "Greater", "GreaterEqual", "LogicalAnd", "LogicalOr", "LogicalXor", "LogicalNot", "Cast",
-    "SelectV2", "Relu", "ReluGrad", "Relu6", "Relu6Grad", "Elu", "EluGrad", "LeakyRelu",
-    "LeakyReluGrad", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Log2",
-    "Log10", "Trunc", "Signbit", "Copysign", "Hypot", "LogAddExp", "NextAfter",
-})
+#: the batching rule of every elementwise or broadcasting op (one object, shared)
+BROADCASTING = Broadcasting()
 
 
-def defop(name, **kwargs) -> OpDef:
+def defop(name, *, attr_types=None, **kwargs) -> OpDef:
     """Declare a built-in op: ``LIB.define`` (arguments of
-    :class:`~tapeflow.plugins.OpDef`) with its attrs typed from :data:`ATTR_TYPES`
-    unless ``attr_types`` is given (a call with the wrong number of inputs never
-    reaches its ``check``: ``OpDef.__call__`` counts them)."""
-    kwargs.setdefault("attr_types", _attr_types(name, kwargs.get("attrs")))
-    kwargs.setdefault("elementwise", name in ELEMENTWISE)
-    return LIB.define(name, **kwargs)
+    :class:`~tapeflow.plugins.OpDef`) with its attrs typed from :data:`ATTR_TYPES` by
+    name, and ``attr_types=`` for this op's own exceptions (a call with the wrong number
+    of inputs never reaches its ``check``: ``OpDef.__call__`` counts them).
+
+    Two rules follow from the declaration unless given: an op declared
+    ``elementwise=True`` or ``broadcast=True`` maps over leading dimensions (its
+    ``batch`` is :data:`BROADCASTING`), and an elementwise differentiable op with a
+    gradient has a diagonal Jacobian (its ``jvp`` is :func:`elementwise_jvp`). The op
+    module writes every other rule right under the op's ``defop``
+    (``_MATMUL.def_jvp(Multilinear())``, ``@_MATMUL.def_batch``)."""
+    kwargs["attr_types"] = _attr_types(kwargs.get("attrs"), attr_types)
+    op = LIB.define(name, **kwargs)
+    if "batch" not in kwargs and (op.elementwise or op.broadcast):
+        op.batch = BROADCASTING
+    if ("jvp" not in kwargs and op.elementwise and op.differentiable
+            and op.grad is not None):
+        op.jvp = elementwise_jvp(op)
+    return op
+
+
+# --- rules shared by several op modules -------------------------------------------------
+
+def _real_rule(grad):
+    return getattr(grad, "__wrapped__", grad)
+
+
+def elementwise_jvp(op):
+    """The JVP of the elementwise op ``op`` from its gradient rule: a diagonal Jacobian,
+    so ``d f(x) = f'(x) t`` is the (real) gradient rule applied to the tangent (one
+    partial per input with a tangent, summed). It reads ``op.grad`` when it runs, so a
+    gradient replaced later (``override=True``) gives the JVP too."""
+    def jvp(ctx, *tangents):
+        grad = _real_rule(op.grad)
+        out = None
+        for i, t in enumerate(tangents):
+            if t is None:
+                continue
+            ctx.needs = tuple(j == i for j in range(len(tangents)))
+            g = grad(ctx, *([t] + [None] * (len(ctx.outputs) - 1)))
+            g = g[i] if isinstance(g, (tuple, list)) else g
+            if g is None:
+                continue
+            out = g if out is None else out + g
+        return out
+    jvp.__name__ = f"{op.name}_jvp"
+    return jvp
+
+
+def batch_axis(a, rank):
+    """Axis ``a`` of an example of rank ``rank``, in the batched tensor (a batching
+    rule's helper: the batch is dimension 0)."""
+    return (a % rank if rank else 0) + 1
+
+
+def rerun(ctx, inputs, **changes):
+    """The batching rule's op, run on ``inputs`` with attrs ``changes`` changed."""
+    return execute(ctx.op, inputs, {**ctx.attrs, **changes})
+
+
+def batch_one_axis(ctx, x):
+    """Batching rule of an op on one axis (``axis`` attr) of one input: shift it."""
+    return rerun(ctx, (x,), axis=batch_axis(ctx.attrs["axis"], len(x.shape) - 1))
+
+
+def batch_with_shape(ctx, *inputs):
+    """Batching rule of an op whose ``shape`` attr is its output's (Reshape, random
+    draws): prepend the batch to it."""
+    return rerun(ctx, inputs, shape=(ctx.size,) + tuple(ctx.attrs["shape"]))
 
 
 # --- scalar arguments of the public functions -------------------------------------------

@@ -25,7 +25,8 @@ import numpy as np
 from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ._library import check_fits, defop, flag
+from ._library import (BROADCASTING, batch_axis, batch_one_axis, batch_with_shape,
+                       check_fits, defop, elementwise_jvp, flag, rerun)
 from ..runtime.registry import REQUIRED, Linear
 from ..runtime import context as _ctx
 from ..runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
@@ -233,6 +234,51 @@ def _match_dtypes(a, b):
     return out[0], out[1]
 
 
+# --- batching helpers (tf.vectorized_map): the batch is dimension 0 ---------------------
+# (here because they reshape and broadcast: the rules of linalg and nn use them too)
+
+def batch_all(ctx, inputs):
+    """Every input with the batch in front (unbatched ones broadcast to it)."""
+    return tuple(x if b else broadcast_to(x, (ctx.size,) + tuple(x.shape))
+                 for x, b in zip(inputs, ctx.batched))
+
+
+def batch_fold(x):
+    """(B, N, ...) -> (B*N, ...): the batch joins an op's own batch dimension."""
+    s = tuple(x.shape)
+    return reshape(x, (s[0] * s[1],) + s[2:])
+
+
+def batch_unfold(y, b):
+    """(B*N, ...) -> (B, N, ...)."""
+    s = tuple(y.shape)
+    return reshape(y, (b, s[0] // b if b else 0) + s[1:])
+
+
+def batch_leading(ctx, inputs, core):
+    """Inputs with identical leading (batch) dimensions, the batch first, for ops that
+    need them equal: each keeps its last ``core`` dimensions."""
+    inputs = batch_all(ctx, inputs)
+    lead = np.broadcast_shapes(*[tuple(x.shape[1:len(x.shape) - core]) for x in inputs])
+    out = []
+    for x in inputs:
+        s = tuple(x.shape)
+        want = (s[0],) + tuple(lead) + s[len(s) - core:]
+        if s != want:
+            pad = len(want) - len(s)
+            x = broadcast_to(reshape(x, s[:1] + (1,) * pad + s[1:]), want)
+        out.append(x)
+    return tuple(out)
+
+
+def batch_coords(ctx, indices):
+    """``indices`` (B, ..., K) with the example's index prepended: (B, ..., K+1)."""
+    s = tuple(indices.shape)
+    ids = np.arange(ctx.size, dtype=indices.dtype.np).reshape((ctx.size,) + (1,) * (len(s) - 1))
+    ids = constant(np.broadcast_to(ids, s[:-1] + (1,)).copy(), device=indices._device)
+    return concat([ids, indices], axis=-1)
+
+
 # --- creation ------------------------------------------------------------------------
 
 def _check_fill_values(op, tensors, attrs, device):
@@ -256,7 +302,8 @@ def _check_fill(op, tensors, attrs, device):
 
 
 _FILL = defop("Fill", inputs=(), attrs={"shape": None, "value": 0, "dtype": None},
-              dtype_from="dtype", differentiable=False, check=_check_fill)
+              dtype_from="dtype", differentiable=False, check=_check_fill,
+              attr_types={"shape": "shape?"})
 
 
 def fill(dims, value, dtype=None, name=None):
@@ -293,9 +340,9 @@ def ones(shape, dtype=_dt.float32, name=None):
 
 
 _ZEROS_LIKE = defop("ZerosLike", inputs=("x",), attrs={"dtype": None}, dtype_rule="none",
-                    differentiable=False)
+                    differentiable=False, batch=BROADCASTING)
 _ONES_LIKE = defop("OnesLike", inputs=("x",), attrs={"dtype": None}, dtype_rule="none",
-                   differentiable=False)
+                   differentiable=False, batch=BROADCASTING)
 _LIKE_NONE = {"dtype": None}
 
 
@@ -460,7 +507,14 @@ lin_space = linspace
 _ONE_HOT = defop("OneHot", inputs=("indices",), attrs={"depth": None, "on_value": 1,
                                                        "off_value": 0, "axis": -1, "dtype": None},
                  dtype_rule="none", dtype_from="dtype", differentiable=False,
-                 check=_check_fill_values)
+                 check=_check_fill_values, attr_types={"axis": "axis+1"})
+
+
+@_ONE_HOT.def_batch
+def _one_hot_batch(ctx, x):
+    r = len(x.shape) - 1
+    a = ctx.attrs["axis"]
+    return rerun(ctx, (x,), axis=-1 if a == -1 else batch_axis(a, r + 1))
 
 
 def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None, name=None):
@@ -519,7 +573,8 @@ def _reshape_infer(shapes, dtypes, attrs):
 
 
 _RESHAPE = defop("Reshape", inputs=("x",), attrs={"shape": REQUIRED}, dtype_rule="none",
-                 grad=_reshape_grad, infer=_reshape_infer)
+                 grad=_reshape_grad, infer=_reshape_infer,
+                 attr_types={"shape": "reshape"}, jvp=Linear(), batch=batch_with_shape)
 
 
 def reshape(tensor, shape, name=None):
@@ -560,7 +615,15 @@ def _broadcast_to_infer(shapes, dtypes, attrs):
 
 _BROADCAST_TO = defop("BroadcastTo", inputs=("x",), attrs={"shape": None}, dtype_rule="none",
                       grad=_broadcast_to_grad, infer=_broadcast_to_infer,
-                      check=_shapes.check_shape_attr)
+                      check=_shapes.check_shape_attr, jvp=Linear())
+
+
+@_BROADCAST_TO.def_batch
+def _broadcast_to_batch(ctx, x):
+    shape = tuple(ctx.attrs["shape"])
+    s = tuple(x.shape)
+    x = reshape(x, s[:1] + (1,) * (len(shape) - len(s) + 1) + s[1:])
+    return rerun(ctx, (x,), shape=(ctx.size,) + shape)
 
 
 def broadcast_to(input, shape, name=None):
@@ -584,7 +647,15 @@ def _transpose_grad(ctx, dy):
 
 
 _TRANSPOSE = defop("Transpose", inputs=("x",), attrs={"perm": None}, dtype_rule="none",
-                   grad=_transpose_grad)
+                   grad=_transpose_grad, jvp=Linear())
+
+
+@_TRANSPOSE.def_batch
+def _transpose_batch(ctx, x):
+    perm = ctx.attrs["perm"]
+    r = len(x.shape) - 1
+    perm = tuple(_range(r))[::-1] if perm is None else perm
+    return rerun(ctx, (x,), perm=(0,) + tuple(p + 1 for p in perm))
 
 
 def transpose(a, perm=None, conjugate=False, name="transpose"):
@@ -620,7 +691,12 @@ def _as_input_shape(ctx, dy):
 
 
 _EXPAND_DIMS = defop("ExpandDims", inputs=("x",), attrs={"axis": 0}, dtype_rule="none",
-                     grad=_as_input_shape)
+                     grad=_as_input_shape, attr_types={"axis": "axis+1"}, jvp=Linear())
+
+
+@_EXPAND_DIMS.def_batch
+def _expand_dims_batch(ctx, x):
+    return rerun(ctx, (x,), axis=batch_axis(ctx.attrs["axis"], len(x.shape)))
 
 
 def expand_dims(input, axis, name=None):
@@ -635,7 +711,16 @@ def expand_dims(input, axis, name=None):
 
 
 _SQUEEZE = defop("Squeeze", inputs=("x",), attrs={"axis": None}, dtype_rule="none",
-                 grad=_as_input_shape)
+                 grad=_as_input_shape, jvp=Linear())
+
+
+@_SQUEEZE.def_batch
+def _squeeze_batch(ctx, x):
+    axis = ctx.attrs["axis"]
+    r = len(x.shape) - 1
+    if axis is None:
+        axis = tuple(i for i, d in enumerate(x.shape[1:]) if d == 1)
+    return rerun(ctx, (x,), axis=tuple(batch_axis(a, r) for a in axis))
 
 
 def squeeze(input, axis=None, name=None, squeeze_dims=None):
@@ -689,7 +774,13 @@ def _concat_infer(shapes, dtypes, attrs):
 
 
 _CONCAT = defop("ConcatV2", inputs=("*values",), attrs={"axis": 0}, grad=_concat_grad,
-                infer=_concat_infer)
+                infer=_concat_infer, jvp=Linear())
+
+
+@_CONCAT.def_batch
+def _concat_batch(ctx, *xs):
+    return rerun(ctx, batch_all(ctx, xs),
+                 axis=batch_axis(ctx.attrs["axis"], len(xs[0].shape) - ctx.batched[0]))
 
 
 def concat(values, axis, name="concat"):
@@ -729,7 +820,13 @@ def _stack_infer(shapes, dtypes, attrs):
 
 
 _STACK = defop("Pack", inputs=("*values",), attrs={"axis": 0}, grad=_stack_grad,
-               infer=_stack_infer)
+               infer=_stack_infer, attr_types={"axis": "axis+1"}, jvp=Linear())
+
+
+@_STACK.def_batch
+def _stack_batch(ctx, *xs):
+    r = len(xs[0].shape) - ctx.batched[0]
+    return rerun(ctx, batch_all(ctx, xs), axis=batch_axis(ctx.attrs["axis"], r + 1))
 
 
 def stack(values, axis=0, name="stack"):
@@ -762,7 +859,8 @@ def _check_unstack(op, tensors, attrs, device):
 
 _UNSTACK = defop("Unpack", inputs=("x",), attrs={"num": None, "axis": 0}, dtype_rule="none",
                  check=_check_unstack,
-                 num_outputs=lambda attrs, n: attrs["num"], grad=_unstack_grad)
+                 num_outputs=lambda attrs, n: attrs["num"], grad=_unstack_grad,
+                 jvp=Linear(), batch=batch_one_axis)
 
 
 def unstack(value, num=None, axis=0, name="unstack"):
@@ -790,7 +888,7 @@ def _split_grad(ctx, *dys):
 
 _SPLIT = defop("SplitV", inputs=("x",), attrs={"size_splits": None, "axis": 0},
                dtype_rule="none", num_outputs=lambda attrs, n: len(attrs["size_splits"]),
-               grad=_split_grad)
+               grad=_split_grad, jvp=Linear(), batch=batch_one_axis)
 
 
 def split(value, num_or_size_splits, axis=0, num=None, name="split"):
@@ -870,7 +968,12 @@ def _check_tile(op, tensors, attrs, device):
 
 
 _TILE = defop("Tile", inputs=("x",), attrs={"multiples": None}, dtype_rule="none",
-              grad=_tile_grad, check=_check_tile)
+              grad=_tile_grad, check=_check_tile, jvp=Linear())
+
+
+@_TILE.def_batch
+def _tile_batch(ctx, x):
+    return rerun(ctx, (x,), multiples=(1,) + tuple(ctx.attrs["multiples"]))
 
 
 def tile(input, multiples, name=None):
@@ -893,8 +996,15 @@ def _pad_grad(ctx, dy):
     return execute(_STRIDED_SLICE, (dy,), {"spec": spec + (Ellipsis,)})
 
 
+def _pad_batch(ctx, x):
+    """(tf.vectorized_map) PadV2's and MirrorPad's: the batch is not padded."""
+    return rerun(ctx, (x,), paddings=((0, 0),) + tuple(tuple(p) for p in ctx.attrs["paddings"]))
+
+
+# (the tangent of a pad pads with zeros)
 _PAD = defop("PadV2", inputs=("x",), attrs={"paddings": None, "constant_values": 0},
-             dtype_rule="none", grad=_pad_grad, check=_check_fill_values)
+             dtype_rule="none", grad=_pad_grad, check=_check_fill_values,
+             jvp=Linear((0,), constant_values=0), batch=_pad_batch)
 
 
 def _mirror_indices(n, before, after, mode):
@@ -928,7 +1038,7 @@ def _segment_sum_along(g, ids, n, axis):
 
 
 _MIRROR_PAD = defop("MirrorPad", inputs=("x",), attrs={"paddings": None, "mode": "REFLECT"},
-                    dtype_rule="none", grad=_mirror_pad_grad)
+                    dtype_rule="none", grad=_mirror_pad_grad, jvp=Linear(), batch=_pad_batch)
 
 
 def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
@@ -990,7 +1100,13 @@ def _slice_grad(ctx, dy):
 
 
 _SLICE = defop("Slice", inputs=("x",), attrs={"begin": None, "size": None}, dtype_rule="none",
-               grad=_slice_grad)
+               grad=_slice_grad, jvp=Linear())
+
+
+@_SLICE.def_batch
+def _slice_batch(ctx, x):
+    return rerun(ctx, (x,), begin=(0,) + tuple(ctx.attrs["begin"]),
+                 size=(ctx.size,) + tuple(ctx.attrs["size"]))
 
 
 def slice(input_, begin, size, name=None):  # noqa: A001
@@ -1038,10 +1154,21 @@ def _strided_slice_grad_grad(ctx, ddy):
 
 
 _STRIDED_SLICE = defop("StridedSlice", inputs=("x",), attrs={"spec": REQUIRED},
-                       dtype_rule="none", grad=_strided_slice_grad)
+                       dtype_rule="none", grad=_strided_slice_grad, jvp=Linear())
+
+
+@_STRIDED_SLICE.def_batch
+def _strided_slice_batch(ctx, x):
+    return rerun(ctx, (x,), spec=(_FULL,) + tuple(ctx.attrs["spec"]))
 _STRIDED_SLICE_GRAD = defop("StridedSliceGrad", inputs=("dy",),
                             attrs={"shape": REQUIRED, "spec": REQUIRED}, dtype_rule="none",
-                            grad=_strided_slice_grad_grad)
+                            grad=_strided_slice_grad_grad, jvp=Linear())
+
+
+@_STRIDED_SLICE_GRAD.def_batch
+def _strided_slice_grad_batch(ctx, dy):
+    return rerun(ctx, (dy,), spec=(_FULL,) + tuple(ctx.attrs["spec"]),
+                 shape=(ctx.size,) + tuple(ctx.attrs["shape"]))
 
 
 def _bad_index(msg, x):
@@ -1297,7 +1424,7 @@ def strided_slice(input_, begin, end, strides=None, begin_mask=0, end_mask=0, el
 def _out_type(out_type, fn, x):
     """Shape's and Size's out_type: int32 or int64 (TensorFlow's; a float or complex
     count would be a silent conversion). The ops' attr type says the same to direct
-    calls (_library.ATTR_TYPES)."""
+    calls (its ``attr_types``)."""
     dt = _dt.as_dtype(out_type)
     if dt is not _dt.int32 and dt is not _dt.int64:
         raise InvalidTypeError(
@@ -1306,11 +1433,22 @@ def _out_type(out_type, fn, x):
     return {"out_type": dt}
 
 
+def _shape_batch(ctx, x):
+    """(tf.vectorized_map) Shape's, Size's and Rank's: one example's, not batched."""
+    ctx.out_batched = (False,)
+    return execute(ctx.op, (x[0] if ctx.size else zeros(tuple(x.shape[1:]), x.dtype),),
+                   ctx.attrs)
+
+
+# (out_type: a DType equals its name)
 _SHAPE = defop("Shape", inputs=("x",), attrs={"out_type": _dt.int32}, dtype_rule="none",
-               differentiable=False)
+               differentiable=False,
+               attr_types={"out_type": "enum:int32|int64"}, batch=_shape_batch)
 _SIZE = defop("Size", inputs=("x",), attrs={"out_type": _dt.int32}, dtype_rule="none",
-              differentiable=False)
-_RANK = defop("Rank", inputs=("x",), dtype_rule="none", differentiable=False)
+              differentiable=False,
+              attr_types={"out_type": "enum:int32|int64"}, batch=_shape_batch)
+_RANK = defop("Rank", inputs=("x",), dtype_rule="none", differentiable=False,
+              batch=_shape_batch)
 _I32 = {"out_type": _dt.int32}
 
 
@@ -1355,7 +1493,8 @@ def _select_grad(ctx, dy):
 
 
 _SELECT = defop("SelectV2", inputs=("condition", "x", "y"), dtype_rule="none", dtype_from=1,
-                broadcast=True, grad=_select_grad, check=_check_select)
+                broadcast=True, grad=_select_grad, check=_check_select,
+                elementwise=True, jvp=Linear((1, 2)))
 _WHERE = defop("Where", inputs=("condition",), dtype_rule="none", differentiable=False)
 
 
@@ -1462,7 +1601,23 @@ def _gather_grad(ctx, dy):
 
 
 _GATHER = defop("GatherV2", inputs=("params", "indices"), attrs={"axis": 0, "batch_dims": 0},
-                dtype_rule="none", grad=_gather_grad)
+                dtype_rule="none", grad=_gather_grad, jvp=Linear((0,)))
+
+
+@_GATHER.def_batch
+def _gather_batch(ctx, params, indices):
+    axis, bd = ctx.attrs["axis"], ctx.attrs["batch_dims"]
+    if ctx.batched[0] and not ctx.batched[1] and bd == 0:
+        return rerun(ctx, (params, indices), axis=axis + 1)
+    if ctx.batched[1] and not ctx.batched[0] and bd == 0:
+        # the batch of indices lands at dimension `axis`: move it to the front
+        y = rerun(ctx, (params, indices))
+        if axis == 0:
+            return y
+        r = len(y.shape)
+        return transpose(y, (axis,) + tuple(i for i in _range(r) if i != axis))
+    params, indices = batch_all(ctx, (params, indices))
+    return rerun(ctx, (params, indices), axis=axis + 1, batch_dims=bd + 1)
 _GATHER_ATTRS0 = {"axis": 0, "batch_dims": 0}
 
 
@@ -1505,7 +1660,16 @@ def _gather_nd_grad(ctx, dy):
 
 
 _GATHER_ND = defop("GatherNd", inputs=("params", "indices"), dtype_rule="none",
-                   grad=_gather_nd_grad)
+                   grad=_gather_nd_grad, jvp=Linear((0,)))
+
+
+@_GATHER_ND.def_batch
+def _gather_nd_batch(ctx, params, indices):
+    if not ctx.batched[0]:
+        return execute(ctx.op, (params, indices), ctx.attrs)    # (B, ..., K) indices
+    if not ctx.batched[1]:
+        indices = broadcast_to(indices, (ctx.size,) + tuple(indices.shape))
+    return execute(ctx.op, (params, batch_coords(ctx, indices)), ctx.attrs)
 
 
 def gather_nd(params, indices, batch_dims=0, name=None):
@@ -1547,7 +1711,14 @@ def _scatter_nd_grad(ctx, dy):
 
 
 _SCATTER_ND = defop("ScatterNd", inputs=("indices", "updates"), attrs={"shape": None},
-                    dtype_rule="none", dtype_from=1, grad=_scatter_nd_grad)
+                    dtype_rule="none", dtype_from=1, grad=_scatter_nd_grad, jvp=Linear((1,)))
+
+
+@_SCATTER_ND.def_batch
+def _scatter_nd_batch(ctx, indices, updates):
+    indices, updates = batch_all(ctx, (indices, updates))
+    return rerun(ctx, (batch_coords(ctx, indices), updates),
+                 shape=(ctx.size,) + tuple(ctx.attrs["shape"]))
 
 
 def scatter_nd(indices, updates, shape, name=None):
@@ -1579,7 +1750,21 @@ def _segment_sum_grad(ctx, dy):
 
 
 _SEGMENT_SUM = defop("UnsortedSegmentSum", inputs=("data", "segment_ids"),
-                     attrs={"num_segments": None}, dtype_rule="none", grad=_segment_sum_grad)
+                     attrs={"num_segments": None}, dtype_rule="none", grad=_segment_sum_grad,
+                     jvp=Linear((0,)))
+
+
+@_SEGMENT_SUM.def_batch
+def _segment_sum_batch(ctx, data, ids):
+    data, ids = batch_all(ctx, (data, ids))
+    k = ctx.attrs["num_segments"]
+    s = tuple(ids.shape)
+    off = np.arange(ctx.size, dtype=ids.dtype.np).reshape((ctx.size,) + (1,) * (len(s) - 1)) * k
+    off = constant(np.broadcast_to(off, s).copy(), device=ids._device)
+    # a negative id drops its row: keep it negative
+    ids = where(_m.less(ids, 0), ids, _m.add(ids, off))
+    y = rerun(ctx, (data, ids), num_segments=ctx.size * k)
+    return reshape(y, (ctx.size, k) + tuple(y.shape[1:]))
 
 
 def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
@@ -1603,7 +1788,8 @@ def _identity_grad(ctx, dy):
     return dy
 
 
-_IDENTITY = defop("Identity", inputs=("x",), dtype_rule="none", grad=_identity_grad)
+_IDENTITY = defop("Identity", inputs=("x",), dtype_rule="none", grad=_identity_grad,
+                  jvp=Linear(), batch=BROADCASTING)
 
 
 def identity(input, name=None):
@@ -1616,7 +1802,8 @@ def identity(input, name=None):
     return execute(_IDENTITY, (input,))
 
 
-_STOP_GRADIENT = defop("StopGradient", inputs=("x",), dtype_rule="none", differentiable=False)
+_STOP_GRADIENT = defop("StopGradient", inputs=("x",), dtype_rule="none", differentiable=False,
+                       batch=BROADCASTING)
 
 
 def stop_gradient(input, name=None):
@@ -1646,6 +1833,7 @@ def _clip_grad(ctx, dy):
 
 _CLIP = defop("ClipByValue", inputs=("t", "clip_value_min", "clip_value_max"), broadcast=True,
               grad=_clip_grad)
+_CLIP.def_jvp(elementwise_jvp(_CLIP))        # (not fusable, but a diagonal Jacobian)
 
 
 def clip_by_value(t, clip_value_min, clip_value_max, name=None):
@@ -1795,7 +1983,7 @@ def _check_searchsorted(op, tensors, attrs, device):
 
 _SCAN_ATTRS = {"axis": 0, "exclusive": False, "reverse": False}
 _CUMSUM = defop("Cumsum", inputs=("x",), attrs=_SCAN_ATTRS, grad=_cumsum_grad,
-                check=_check_axis_attrs)
+                check=_check_axis_attrs, jvp=Linear(), batch=batch_one_axis)
 def _cumprod_grad(ctx, dy):
     # TensorFlow's rule: the reversed cumulative sum of dy * y, over x (inputs with a
     # zero give inf/nan there, as in TensorFlow)
@@ -1809,9 +1997,9 @@ def _cumprod_grad(ctx, dy):
 
 
 _CUMPROD = defop("Cumprod", inputs=("x",), attrs=_SCAN_ATTRS, grad=_cumprod_grad,
-                 check=_check_axis_attrs)
+                 check=_check_axis_attrs, batch=batch_one_axis)
 _ARGSORT = defop("ArgSort", inputs=("x",), attrs={"axis": -1, "descending": False},
-                 differentiable=False, check=_check_axis_attrs)
+                 differentiable=False, check=_check_axis_attrs, batch=batch_one_axis)
 
 
 def _scan_axis(x, axis, what):
@@ -1893,6 +2081,13 @@ def _swap_last(n, ax):
 
 _SEARCHSORTED = defop("SearchSorted", inputs=("sorted_sequence", "values"),
                       attrs={"side": "left"}, differentiable=False, check=_check_searchsorted)
+
+
+@_SEARCHSORTED.def_batch
+def _searchsorted_batch(ctx, seq, values):
+    if ctx.batched[0]:          # the kernel takes one 1-D sequence: one per example
+        return NotImplemented
+    return execute(ctx.op, (seq, values), ctx.attrs)      # values of any shape
 _UNIQUE = defop("UniqueAll", inputs=("x",), num_outputs=4, differentiable=False)
 _NONZERO = defop("NonZero", inputs=("x",), differentiable=False)
 
@@ -2038,17 +2233,3 @@ def _setitem(self, key, value):
         self.assign(new)
     else:
         self._data = new._data
-
-
-# --- forward-mode rules (JVPs): data movement is linear in the data ------------------------
-for _op in (_RESHAPE, _BROADCAST_TO, _TRANSPOSE, _EXPAND_DIMS, _SQUEEZE, _CONCAT, _STACK,
-            _UNSTACK, _SPLIT, _TILE, _MIRROR_PAD, _SLICE, _STRIDED_SLICE, _STRIDED_SLICE_GRAD,
-            _IDENTITY, _CUMSUM):
-    _op.jvp = Linear()
-_PAD.jvp = Linear((0,), constant_values=0)          # the tangent pads with zeros
-_GATHER.jvp = Linear((0,))
-_GATHER_ND.jvp = Linear((0,))
-_SCATTER_ND.jvp = Linear((1,))
-_SEGMENT_SUM.jvp = Linear((0,))
-_SELECT.jvp = Linear((1, 2))
-_CLIP.jvp = _m._elementwise_jvp(_CLIP)

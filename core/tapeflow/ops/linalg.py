@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from ..runtime import shapes as _shapes
-from ._library import defop, flag
+from ._library import BROADCASTING, defop, flag, rerun
 from ..runtime.errors import InvalidArgumentError, NotDifferentiableError, UnimplementedError
 from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
@@ -106,9 +106,27 @@ def _matmul_infer(shapes, dtypes, attrs):
     return [(tuple(batch) + (m, n), dtypes[0])]
 
 
+def _matmul_batch(ctx, a, b):
+    ta, tb = ctx.attrs["transpose_a"], ctx.attrs["transpose_b"]
+    if ctx.batched[0] and not ctx.batched[1] and len(a.shape) == 3 and len(b.shape) == 2 \
+            and not ta:
+        # (B, m, k) @ (k, n): one GEMM of (B*m, k)
+        y = execute(ctx.op, (_a.batch_fold(a), b), ctx.attrs)
+        return _a.batch_unfold(y, ctx.size)
+    if len(a.shape) == 3 and len(b.shape) == 3 and a.shape[1 if ta else 2] == 1:
+        # a batch of outer products (per-example weight gradients: x^T @ dy of one row):
+        # one broadcast multiply instead of B matrix products with k = 1
+        sa, sb = tuple(a.shape), tuple(b.shape)
+        a = _a.reshape(a, (sa[0], sa[2] if ta else sa[1], 1))
+        b = _a.reshape(b, (sb[0], 1, sb[1] if tb else sb[2]))
+        return _m.multiply(a, b)
+    a, b = _a.batch_leading(ctx, (a, b), 2)
+    return execute(ctx.op, (a, b), ctx.attrs)
+
+
 _MATMUL = defop("MatMul", inputs=("a", "b"), attrs=_NN, broadcast=True,
                 grad=_m._holomorphic(_matmul_grad),
-                infer=_matmul_infer)
+                infer=_matmul_infer, jvp=Multilinear(), batch=_matmul_batch)
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False,
@@ -280,8 +298,18 @@ def _einsum_grad(ctx, dy):
     return tuple(grads)
 
 
+def _einsum_batch(ctx, *xs):
+    eq = ctx.attrs["equation"]
+    ins, out = eq.split("->")
+    used = set(eq)
+    z = next(c for c in "zyxwvutsrqponmlkjihgfedcbaZYXWVUTSRQPONMLKJIHGFEDCBA" if c not in used)
+    subs = [z + s if b else s for s, b in zip(ins.split(","), ctx.batched)]
+    return rerun(ctx, xs, equation=",".join(subs) + "->" + z + out)
+
+
 _EINSUM = defop("Einsum", inputs=("*inputs",), attrs={"equation": ""}, broadcast=True,
-                grad=_m._holomorphic(_einsum_grad), infer=_einsum_infer)
+                grad=_m._holomorphic(_einsum_grad), infer=_einsum_infer,
+                jvp=Multilinear(), batch=_einsum_batch)
 
 
 def einsum(equation, *inputs, **kwargs):
@@ -511,7 +539,14 @@ def _inv_grad(ctx, dy):
 
 
 _INV = defop("MatrixInverse", inputs=("input",), attrs={"adjoint": False}, grad=_inv_grad,
-             check=_check_square)
+             check=_check_square, batch=BROADCASTING)
+
+
+@_INV.def_jvp
+def _inv_jvp(ctx, t):
+    y = ctx.outputs[0]                 # d inv(A) = -inv(A) dA inv(A)
+    ta = matrix_transpose(t) if ctx.attrs["adjoint"] else t
+    return _m.negative(_mm(_mm(y, ta), y))
 
 
 def inv(input, adjoint=False, name=None):
@@ -537,8 +572,24 @@ def _solve_grad(ctx, dy):
     return _m.negative(ga), gb
 
 
+def _solve_batch(ctx, a, rhs):
+    return execute(ctx.op, _a.batch_leading(ctx, (a, rhs), 2), ctx.attrs)
+
+
 _SOLVE = defop("MatrixSolve", inputs=("matrix", "rhs"), attrs={"adjoint": False},
-               broadcast=True, grad=_solve_grad, check=_check_square)
+               broadcast=True, grad=_solve_grad, check=_check_square, batch=_solve_batch)
+
+
+@_SOLVE.def_jvp
+def _solve_jvp(ctx, ta, tb):
+    a = ctx.inputs[0]                  # x = A^-1 b: dx = A^-1 (db - dA x)
+    x = ctx.outputs[0]
+    rhs = tb if tb is not None else None
+    if ta is not None:
+        da = matrix_transpose(ta) if ctx.attrs["adjoint"] else ta
+        ax = _mm(da, x)
+        rhs = _m.negative(ax) if rhs is None else _m.subtract(rhs, ax)
+    return solve(a, rhs, adjoint=ctx.attrs["adjoint"])
 
 
 def solve(matrix, rhs, adjoint=False, name=None):
@@ -570,9 +621,27 @@ def _slogdet_grad(ctx, dsign, dlog):
     return _det_scale(ctx.inputs[0], dlog)
 
 
-_DET = defop("MatrixDeterminant", inputs=("input",), grad=_det_grad, check=_check_square)
+_DET = defop("MatrixDeterminant", inputs=("input",), grad=_det_grad, check=_check_square,
+             batch=BROADCASTING)
+
+
+def _trace_inv_times(a, t):
+    """``trace(A^-1 dA)`` per matrix: ``sum(A^-T * dA)``."""
+    return _m.reduce_sum(_m.multiply(matrix_transpose(inv(a)), t), axis=[-2, -1])
+
+
+@_DET.def_jvp
+def _det_jvp(ctx, t):
+    return _m.multiply(ctx.outputs[0], _trace_inv_times(ctx.inputs[0], t))
+
+
 _SLOGDET = defop("LogMatrixDeterminant", inputs=("input",), num_outputs=2,
-                 grad=_slogdet_grad, check=_check_square)
+                 grad=_slogdet_grad, check=_check_square, batch=BROADCASTING)
+
+
+@_SLOGDET.def_jvp
+def _slogdet_jvp(ctx, t):
+    return None, _trace_inv_times(ctx.inputs[0], t)
 
 
 def det(input, name=None):
@@ -735,20 +804,54 @@ def _qr_grad(ctx, dq, dr):
     return _m.add(grad_a, grad_b)
 
 
-_CHOLESKY = defop("Cholesky", inputs=("input",), grad=_cholesky_grad, check=_check_square)
+_CHOLESKY = defop("Cholesky", inputs=("input",), grad=_cholesky_grad, check=_check_square,
+                  batch=BROADCASTING)
+
+
+@_CHOLESKY.def_jvp
+def _cholesky_jvp(ctx, t):
+    ll = ctx.outputs[0]                # dL = L Phi(L^-1 dA L^-T)
+    linv = inv(ll)
+    return _mm(ll, _tril_half(_mm(_mm(linv, _sym(t)), linv, _NT)))
+
+
 _EIGH = defop("SelfAdjointEigV2", inputs=("input",), num_outputs=2, grad=_eigh_grad,
-              check=_check_square)
+              check=_check_square, batch=BROADCASTING)
+
+
+@_EIGH.def_jvp
+def _eigh_jvp(ctx, t):
+    w, v = ctx.outputs                 # dw = diag(V^T dA V), dV = V (F o V^T dA V)
+    n = int(w.shape[-1])
+    m = _mm(_mm(v, _sym(t), _TN), v)
+    eye = _eye_like(w, n)
+    dw = _m.reduce_sum(_m.multiply(m, eye), axis=-1)
+    diff = _m.subtract(w[..., None, :], w[..., :, None])
+    f = _m.multiply(_m.reciprocal(_m.add(diff, eye)), _m.subtract(1.0, eye))
+    return dw, _mm(v, _m.multiply(f, m))
+
+
 _SVD = defop("Svd", inputs=("input",), attrs={"full_matrices": False}, num_outputs=3,
-             grad=_svd_grad)
+             grad=_svd_grad, batch=BROADCASTING)
+
+
 def _svd_values_grad(ctx, ds):
     # dA = U diag(ds) V^T, with U and V from a second (reduced) decomposition
     u, _, vh = execute(_SVD, (ctx.inputs[0],), {"full_matrices": False})
     return _mm(_m.multiply(u, ds[..., None, :]), vh)
 
 
-_SVD_VALUES = defop("SvdValues", inputs=("input",), grad=_svd_values_grad)
+_SVD_VALUES = defop("SvdValues", inputs=("input",), grad=_svd_values_grad, batch=BROADCASTING)
+
+
+@_SVD_VALUES.def_jvp
+def _svd_values_jvp(ctx, t):
+    u, _, vh = execute(_SVD, (ctx.inputs[0],), {"full_matrices": False})
+    return _m.reduce_sum(_m.multiply(u, _mm(t, vh, _NT)), axis=-2)      # diag(U^T dA V)
+
+
 _QR = defop("Qr", inputs=("input",), attrs={"full_matrices": False}, num_outputs=2,
-            grad=_qr_grad)
+            grad=_qr_grad, batch=BROADCASTING)
 
 
 def cholesky(input, name=None):
@@ -885,12 +988,18 @@ def _check_fft(op, tensors, attrs, device):
                                    f"{_shapes._short(n)}: n must be a positive int")
 
 
+def _fft_batch(ctx, x):
+    # the axes, counted from the end, skip the batch
+    r = len(x.shape) - 1
+    return rerun(ctx, (x,), axes=tuple(a - r if a >= 0 else a for a in ctx.attrs["axes"]))
+
+
 _FFT = defop("FFT", inputs=("x",), attrs={"axes": (-1,), "norm": "backward", "inverse": False},
-             grad=_fft_grad, check=_check_fft)
+             grad=_fft_grad, check=_check_fft, jvp=Linear(), batch=_fft_batch)
 _RFFT = defop("RFFT", inputs=("x",), attrs={"axes": (-1,), "norm": "backward"},
-              grad=_rfft_grad, check=_check_fft)
+              grad=_rfft_grad, check=_check_fft, jvp=Linear(), batch=_fft_batch)
 _IRFFT = defop("IRFFT", inputs=("x",), attrs={"axes": (-1,), "norm": "backward", "n": 0},
-               grad=_irfft_grad, check=_check_fft)
+               grad=_irfft_grad, check=_check_fft, jvp=Linear(), batch=_fft_batch)
 
 
 def fft_transform(x, axes, norm="backward", inverse=False, kind="c2c", n=None):
@@ -931,71 +1040,3 @@ def fft_transform(x, axes, norm="backward", inverse=False, kind="c2c", n=None):
         return execute(_IRFFT, (x,), {"axes": axes, "norm": norm, "n": int(n)})
     return execute(_FFT, (x,), {"axes": axes, "norm": norm,
                                 "inverse": flag(inverse, "fft: inverse", "FFT", x)})
-
-
-# --- forward-mode rules (JVPs) -------------------------------------------------------------
-_MATMUL.jvp = _EINSUM.jvp = Multilinear()
-_FFT.jvp = _RFFT.jvp = _IRFFT.jvp = Linear()
-
-
-def _inv_jvp(ctx, t):
-    y = ctx.outputs[0]                 # d inv(A) = -inv(A) dA inv(A)
-    ta = matrix_transpose(t) if ctx.attrs["adjoint"] else t
-    return _m.negative(_mm(_mm(y, ta), y))
-
-
-def _solve_jvp(ctx, ta, tb):
-    a = ctx.inputs[0]                  # x = A^-1 b: dx = A^-1 (db - dA x)
-    x = ctx.outputs[0]
-    rhs = tb if tb is not None else None
-    if ta is not None:
-        da = matrix_transpose(ta) if ctx.attrs["adjoint"] else ta
-        ax = _mm(da, x)
-        rhs = _m.negative(ax) if rhs is None else _m.subtract(rhs, ax)
-    return solve(a, rhs, adjoint=ctx.attrs["adjoint"])
-
-
-_INV.jvp = _inv_jvp
-_SOLVE.jvp = _solve_jvp
-
-
-def _trace_inv_times(a, t):
-    """``trace(A^-1 dA)`` per matrix: ``sum(A^-T * dA)``."""
-    return _m.reduce_sum(_m.multiply(matrix_transpose(inv(a)), t), axis=[-2, -1])
-
-
-def _det_jvp(ctx, t):
-    return _m.multiply(ctx.outputs[0], _trace_inv_times(ctx.inputs[0], t))
-
-
-def _slogdet_jvp(ctx, t):
-    return None, _trace_inv_times(ctx.inputs[0], t)
-
-
-def _cholesky_jvp(ctx, t):
-    ll = ctx.outputs[0]                # dL = L Phi(L^-1 dA L^-T)
-    linv = inv(ll)
-    return _mm(ll, _tril_half(_mm(_mm(linv, _sym(t)), linv, _NT)))
-
-
-def _eigh_jvp(ctx, t):
-    w, v = ctx.outputs                 # dw = diag(V^T dA V), dV = V (F o V^T dA V)
-    n = int(w.shape[-1])
-    m = _mm(_mm(v, _sym(t), _TN), v)
-    eye = _eye_like(w, n)
-    dw = _m.reduce_sum(_m.multiply(m, eye), axis=-1)
-    diff = _m.subtract(w[..., None, :], w[..., :, None])
-    f = _m.multiply(_m.reciprocal(_m.add(diff, eye)), _m.subtract(1.0, eye))
-    return dw, _mm(v, _m.multiply(f, m))
-
-
-def _svd_values_jvp(ctx, t):
-    u, _, vh = execute(_SVD, (ctx.inputs[0],), {"full_matrices": False})
-    return _m.reduce_sum(_m.multiply(u, _mm(t, vh, _NT)), axis=-2)      # diag(U^T dA V)
-
-
-_DET.jvp = _det_jvp
-_SLOGDET.jvp = _slogdet_jvp
-_CHOLESKY.jvp = _cholesky_jvp
-_EIGH.jvp = _eigh_jvp
-_SVD_VALUES.jvp = _svd_values_jvp

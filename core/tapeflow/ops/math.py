@@ -27,7 +27,7 @@ import math as _pymath
 import numpy as np
 
 from ..runtime import dtypes as _dt
-from ._library import defop
+from ._library import BROADCASTING, defop, elementwise_jvp
 from ..runtime.errors import InvalidArgumentError, TapeflowError
 from ..runtime.dispatch import as_tensor_list, binary, constant, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
@@ -143,11 +143,12 @@ def _holomorphic(grad):
     return rule
 
 
-def _bin(name, grad=None, infer=_SAME, differentiable=True):
+def _bin(name, grad=None, infer=_SAME, differentiable=True, **kw):
+    """A broadcasting binary op (``kw``: more of defop's arguments, ``elementwise``...)."""
     if name in _HOLOMORPHIC:
         grad = _holomorphic(grad)
     return defop(name, inputs=("x", "y"), broadcast=True, grad=grad or _no_grad, infer=infer,
-                 differentiable=differentiable)
+                 differentiable=differentiable, **kw)
 
 
 # --- binary arithmetic -------------------------------------------------------------
@@ -238,18 +239,33 @@ def _addn_grad(ctx, dy):
     return (dy,) * len(ctx.inputs)
 
 
-_ADD = _bin("Add", _add_grad)
-_SUB = _bin("Sub", _sub_grad)
-_MUL = _bin("Mul", _mul_grad)
-_DIV = _bin("RealDiv", _div_grad, infer=_bcast_infer("div"))
+_ADD = _bin("Add", _add_grad, elementwise=True, jvp=Linear())
+_SUB = _bin("Sub", _sub_grad, elementwise=True, jvp=Linear())
+_MUL = _bin("Mul", _mul_grad, elementwise=True, jvp=Multilinear())
+_DIV = _bin("RealDiv", _div_grad, infer=_bcast_infer("div"), elementwise=True)
 _FLOORDIV = _bin("FloorDiv", differentiable=False)
 _MOD = _bin("FloorMod", _mod_grad)
-_POW = _bin("Pow", _pow_grad)
-_MAXIMUM = _bin("Maximum", _maximum_grad)
-_MINIMUM = _bin("Minimum", _minimum_grad)
-_SQDIFF = _bin("SquaredDifference", _sqdiff_grad)
-_ATAN2 = defop("Atan2", inputs=("y", "x"), broadcast=True, grad=_atan2_grad, infer=_SAME)
-_ADDN = defop("AddN", inputs=("*inputs",), grad=_addn_grad)
+_MOD.def_jvp(elementwise_jvp(_MOD))       # (not fusable, but a diagonal Jacobian)
+_POW = _bin("Pow", _pow_grad, elementwise=True)
+_MAXIMUM = _bin("Maximum", _maximum_grad, elementwise=True)
+_MINIMUM = _bin("Minimum", _minimum_grad, elementwise=True)
+_SQDIFF = _bin("SquaredDifference", _sqdiff_grad, elementwise=True)
+_ATAN2 = defop("Atan2", inputs=("y", "x"), broadcast=True, grad=_atan2_grad, infer=_SAME,
+               elementwise=True)
+_ADDN = defop("AddN", inputs=("*inputs",), grad=_addn_grad, jvp=Linear())
+
+
+@_ADDN.def_batch
+def _addn_batch(ctx, *xs):
+    # AddN takes inputs of one shape: the batched ones are summed by the op, and each
+    # unbatched one is added after it, broadcasting over the batch (what the op does
+    # per example); no op of a module above this one is needed
+    batched = [x for x, b in zip(xs, ctx.batched) if b]
+    y = batched[0] if len(batched) == 1 else execute(ctx.op, batched, ctx.attrs)
+    for x, b in zip(xs, ctx.batched):
+        if not b:
+            y = add(y, x)
+    return y
 
 
 def add(x, y, name=None):
@@ -470,36 +486,48 @@ def _erf_grad(ctx, dy):
     return multiply(dy, multiply(exp(negative(square(x))), _TWO_OVER_SQRT_PI))
 
 
-def _un(name, grad=None, differentiable=True):
+def _abs_jvp(ctx, t):
+    x = ctx.inputs[0]
+    if not x.dtype.is_complex:
+        return multiply(t, sign(x))
+    a = ctx.outputs[0]                  # d|z| = Re(conj(z) dz) / |z|, 0 at 0
+    safe = add(a, cast(equal(a, 0), a.dtype))
+    return divide(real(multiply(conj(x), t)), safe)
+
+
+
+def _un(name, grad=None, differentiable=True, **kw):
+    """A unary op (``kw``: more of defop's arguments, ``elementwise``, ``jvp``...)."""
     if name in _HOLOMORPHIC:
         grad = _holomorphic(grad)
-    return defop(name, inputs=("x",), grad=grad or _no_grad, differentiable=differentiable)
+    return defop(name, inputs=("x",), grad=grad or _no_grad, differentiable=differentiable,
+                 **kw)
 
 
-_NEG = _un("Neg", _neg_grad)
-_ABS = _un("Abs", _abs_grad)
-_SIGN = _un("Sign", differentiable=False)
-_SQUARE = _un("Square", _square_grad)
-_SQRT = _un("Sqrt", _sqrt_grad)
-_RSQRT = _un("Rsqrt", _rsqrt_grad)
-_EXP = _un("Exp", _exp_grad)
-_LOG = _un("Log", _log_grad)
-_LOG1P = _un("Log1p", _log1p_grad)
-_EXPM1 = _un("Expm1", _expm1_grad)
-_SIN = _un("Sin", _sin_grad)
-_COS = _un("Cos", _cos_grad)
-_TAN = _un("Tan", _tan_grad)
-_TANH = _un("Tanh", _tanh_grad)
-_SIGMOID = _un("Sigmoid", _sigmoid_grad)
-_SOFTPLUS = _un("Softplus", _softplus_grad)
-_RECIPROCAL = _un("Reciprocal", _reciprocal_grad)
-_FLOOR = _un("Floor", differentiable=False)
-_CEIL = _un("Ceil", differentiable=False)
-_ROUND = _un("Round", differentiable=False)
-_ERF = _un("Erf", _erf_grad)
-_IS_NAN = _un("IsNan", differentiable=False)
-_IS_FINITE = _un("IsFinite", differentiable=False)
-_IS_INF = _un("IsInf", differentiable=False)
+_NEG = _un("Neg", _neg_grad, elementwise=True, jvp=Linear())
+_ABS = _un("Abs", _abs_grad, elementwise=True, jvp=_abs_jvp)
+_SIGN = _un("Sign", differentiable=False, elementwise=True)
+_SQUARE = _un("Square", _square_grad, elementwise=True)
+_SQRT = _un("Sqrt", _sqrt_grad, elementwise=True)
+_RSQRT = _un("Rsqrt", _rsqrt_grad, elementwise=True)
+_EXP = _un("Exp", _exp_grad, elementwise=True)
+_LOG = _un("Log", _log_grad, elementwise=True)
+_LOG1P = _un("Log1p", _log1p_grad, elementwise=True)
+_EXPM1 = _un("Expm1", _expm1_grad, elementwise=True)
+_SIN = _un("Sin", _sin_grad, elementwise=True)
+_COS = _un("Cos", _cos_grad, elementwise=True)
+_TAN = _un("Tan", _tan_grad, elementwise=True)
+_TANH = _un("Tanh", _tanh_grad, elementwise=True)
+_SIGMOID = _un("Sigmoid", _sigmoid_grad, elementwise=True)
+_SOFTPLUS = _un("Softplus", _softplus_grad, elementwise=True)
+_RECIPROCAL = _un("Reciprocal", _reciprocal_grad, elementwise=True)
+_FLOOR = _un("Floor", differentiable=False, elementwise=True)
+_CEIL = _un("Ceil", differentiable=False, elementwise=True)
+_ROUND = _un("Round", differentiable=False, elementwise=True)
+_ERF = _un("Erf", _erf_grad, elementwise=True)
+_IS_NAN = _un("IsNan", differentiable=False, elementwise=True)
+_IS_FINITE = _un("IsFinite", differentiable=False, elementwise=True)
+_IS_INF = _un("IsInf", differentiable=False, elementwise=True)
 
 
 # --- complex numbers -------------------------------------------------------------------
@@ -534,10 +562,10 @@ def _complex_infer(shapes, dtypes, attrs):
 
 
 _COMPLEX = defop("Complex", inputs=("real", "imag"), broadcast=True, grad=_complex_grad,
-                 infer=_complex_infer)
-_REAL = _un("Real", _real_grad)
-_IMAG = _un("Imag", _imag_grad)
-_CONJ = _un("Conj", _conj_grad)
+                 infer=_complex_infer, jvp=Linear())
+_REAL = _un("Real", _real_grad, jvp=Linear(), batch=BROADCASTING)
+_IMAG = _un("Imag", _imag_grad, jvp=Linear(), batch=BROADCASTING)
+_CONJ = _un("Conj", _conj_grad, jvp=Linear(), batch=BROADCASTING)
 
 
 def complex(real, imag, name=None):  # noqa: A001 (tf.complex)
@@ -909,22 +937,22 @@ def _logaddexp_grad(ctx, dy):
     return multiply(dy, exp(subtract(x, out))), multiply(dy, exp(subtract(y, out)))
 
 
-_ASIN = _un("Asin", _asin_grad)
-_ACOS = _un("Acos", _acos_grad)
-_ATAN = _un("Atan", _atan_grad)
-_SINH = _un("Sinh", _sinh_grad)
-_COSH = _un("Cosh", _cosh_grad)
-_ASINH = _un("Asinh", _asinh_grad)
-_ACOSH = _un("Acosh", _acosh_grad)
-_ATANH = _un("Atanh", _atanh_grad)
-_LOG2 = _un("Log2", _log2_grad)
-_LOG10 = _un("Log10", _log10_grad)
-_TRUNC = _un("Trunc", differentiable=False)
-_SIGNBIT = _un("Signbit", differentiable=False)
-_COPYSIGN = _bin("Copysign", _copysign_grad)
-_HYPOT = _bin("Hypot", _hypot_grad)
-_LOGADDEXP = _bin("LogAddExp", _logaddexp_grad)
-_NEXTAFTER = _bin("NextAfter", differentiable=False)
+_ASIN = _un("Asin", _asin_grad, elementwise=True)
+_ACOS = _un("Acos", _acos_grad, elementwise=True)
+_ATAN = _un("Atan", _atan_grad, elementwise=True)
+_SINH = _un("Sinh", _sinh_grad, elementwise=True)
+_COSH = _un("Cosh", _cosh_grad, elementwise=True)
+_ASINH = _un("Asinh", _asinh_grad, elementwise=True)
+_ACOSH = _un("Acosh", _acosh_grad, elementwise=True)
+_ATANH = _un("Atanh", _atanh_grad, elementwise=True)
+_LOG2 = _un("Log2", _log2_grad, elementwise=True)
+_LOG10 = _un("Log10", _log10_grad, elementwise=True)
+_TRUNC = _un("Trunc", differentiable=False, elementwise=True)
+_SIGNBIT = _un("Signbit", differentiable=False, elementwise=True)
+_COPYSIGN = _bin("Copysign", _copysign_grad, elementwise=True)
+_HYPOT = _bin("Hypot", _hypot_grad, elementwise=True)
+_LOGADDEXP = _bin("LogAddExp", _logaddexp_grad, elementwise=True)
+_NEXTAFTER = _bin("NextAfter", differentiable=False, elementwise=True)
 
 
 def asin(x, name=None):
@@ -1107,7 +1135,7 @@ def nextafter(x1, x2, name=None):
 _BITAND = _bin("BitwiseAnd", differentiable=False)
 _BITOR = _bin("BitwiseOr", differentiable=False)
 _BITXOR = _bin("BitwiseXor", differentiable=False)
-_INVERT = _un("Invert", differentiable=False)
+_INVERT = _un("Invert", differentiable=False, batch=BROADCASTING)
 _LSHIFT = _bin("LeftShift", differentiable=False)
 _RSHIFT = _bin("RightShift", differentiable=False)
 
@@ -1174,16 +1202,16 @@ def right_shift(x, y, name=None):
 
 # --- comparison and logic (not differentiable; bool results) ---------------------------
 
-_EQUAL = _bin("Equal", infer=_BOOL, differentiable=False)
-_NOT_EQUAL = _bin("NotEqual", infer=_BOOL, differentiable=False)
-_LESS = _bin("Less", infer=_BOOL, differentiable=False)
-_LESS_EQUAL = _bin("LessEqual", infer=_BOOL, differentiable=False)
-_GREATER = _bin("Greater", infer=_BOOL, differentiable=False)
-_GREATER_EQUAL = _bin("GreaterEqual", infer=_BOOL, differentiable=False)
-_LOGICAL_AND = _bin("LogicalAnd", infer=_BOOL, differentiable=False)
-_LOGICAL_OR = _bin("LogicalOr", infer=_BOOL, differentiable=False)
-_LOGICAL_XOR = _bin("LogicalXor", infer=_BOOL, differentiable=False)
-_LOGICAL_NOT = _un("LogicalNot", differentiable=False)
+_EQUAL = _bin("Equal", infer=_BOOL, differentiable=False, elementwise=True)
+_NOT_EQUAL = _bin("NotEqual", infer=_BOOL, differentiable=False, elementwise=True)
+_LESS = _bin("Less", infer=_BOOL, differentiable=False, elementwise=True)
+_LESS_EQUAL = _bin("LessEqual", infer=_BOOL, differentiable=False, elementwise=True)
+_GREATER = _bin("Greater", infer=_BOOL, differentiable=False, elementwise=True)
+_GREATER_EQUAL = _bin("GreaterEqual", infer=_BOOL, differentiable=False, elementwise=True)
+_LOGICAL_AND = _bin("LogicalAnd", infer=_BOOL, differentiable=False, elementwise=True)
+_LOGICAL_OR = _bin("LogicalOr", infer=_BOOL, differentiable=False, elementwise=True)
+_LOGICAL_XOR = _bin("LogicalXor", infer=_BOOL, differentiable=False, elementwise=True)
+_LOGICAL_NOT = _un("LogicalNot", differentiable=False, elementwise=True)
 
 
 def equal(x, y, name=None):
@@ -1295,7 +1323,8 @@ def _cast_grad(ctx, dy):
     return cast(dy, x.dtype)
 
 
-_CAST = defop("Cast", inputs=("x",), attrs={"dtype": None}, dtype_rule="none", grad=_cast_grad)
+_CAST = defop("Cast", inputs=("x",), attrs={"dtype": None}, dtype_rule="none", grad=_cast_grad,
+              elementwise=True, jvp=Linear())
 
 
 def cast(x, dtype, name=None):
@@ -1327,53 +1356,6 @@ def _compare_fallback(op, self, other, err):
         return constant(op is _NOT_EQUAL)
     raise err
 
-
-
-# --- forward-mode rules (JVPs; tf.autodiff.ForwardAccumulator) ----------------------------
-# Linear ops apply themselves to the tangents; products are multilinear; every other
-# elementwise op has a diagonal Jacobian, so its JVP is its (real) gradient rule applied
-# to the tangent: d f(x) = f'(x) t (binary: one partial per input with a tangent).
-
-def _real_rule(grad):
-    return getattr(grad, "__wrapped__", grad)
-
-
-def _elementwise_jvp(op):
-    """The JVP of the elementwise op ``op`` from its gradient rule (diagonal Jacobian)."""
-    grad = _real_rule(op.grad)
-
-    def jvp(ctx, *tangents):
-        out = None
-        for i, t in enumerate(tangents):
-            if t is None:
-                continue
-            ctx.needs = tuple(j == i for j in range(len(tangents)))
-            g = grad(ctx, *([t] + [None] * (len(ctx.outputs) - 1)))
-            g = g[i] if isinstance(g, (tuple, list)) else g
-            if g is None:
-                continue
-            out = g if out is None else add(out, g)
-        return out
-    jvp.__name__ = f"{op.name}_jvp"
-    return jvp
-
-
-for _op in (_ADD, _SUB, _NEG, _ADDN, _CAST, _REAL, _IMAG, _CONJ, _COMPLEX):
-    _op.jvp = Linear()
-_MUL.jvp = Multilinear()
-_MOD.jvp = _elementwise_jvp(_MOD)
-
-
-def _abs_jvp(ctx, t):
-    x = ctx.inputs[0]
-    if not x.dtype.is_complex:
-        return multiply(t, sign(x))
-    a = ctx.outputs[0]                  # d|z| = Re(conj(z) dz) / |z|, 0 at 0
-    safe = add(a, cast(equal(a, 0), a.dtype))
-    return divide(real(multiply(conj(x), t)), safe)
-
-
-_ABS.jvp = _abs_jvp
 
 
 # Reductions live in their own module but belong to the tf.math namespace.

@@ -27,7 +27,8 @@ import numpy as np
 
 from ..runtime import devices as _devs
 from ..runtime import shapes as _shapes
-from ._library import defop, flag, real_number
+from ._library import (BROADCASTING, batch_axis, batch_one_axis, defop, flag, real_number,
+                       rerun)
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.dispatch import convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
@@ -102,8 +103,9 @@ def _relu_grad_grad(ctx, ddx):
     return execute(_RELU_GRAD, (ddx, ctx.inputs[1])), None
 
 
-_RELU = defop("Relu", inputs=("features",), grad=_relu_grad)
-_RELU_GRAD = defop("ReluGrad", inputs=("gradients", "features"), grad=_relu_grad_grad)
+_RELU = defop("Relu", inputs=("features",), grad=_relu_grad, elementwise=True)
+_RELU_GRAD = defop("ReluGrad", inputs=("gradients", "features"), grad=_relu_grad_grad,
+                   elementwise=True)
 
 
 def relu(features, name=None):
@@ -127,8 +129,9 @@ def _relu6_grad_grad(ctx, ddx):
     return execute(_RELU6_GRAD, (ddx, ctx.inputs[1])), None
 
 
-_RELU6 = defop("Relu6", inputs=("features",), grad=_relu6_grad)
-_RELU6_GRAD = defop("Relu6Grad", inputs=("gradients", "features"), grad=_relu6_grad_grad)
+_RELU6 = defop("Relu6", inputs=("features",), grad=_relu6_grad, elementwise=True)
+_RELU6_GRAD = defop("Relu6Grad", inputs=("gradients", "features"), grad=_relu6_grad_grad,
+                    elementwise=True)
 
 
 def relu6(features, name=None):
@@ -144,9 +147,19 @@ def _leaky_grad_grad(ctx, ddx):
     return execute(_LEAKY_GRAD, (ddx, ctx.inputs[1]), ctx.attrs), None
 
 
-_LEAKY = defop("LeakyRelu", inputs=("features",), attrs={"alpha": 0.2}, grad=_leaky_grad)
+_LEAKY = defop("LeakyRelu", inputs=("features",), attrs={"alpha": 0.2}, grad=_leaky_grad,
+               elementwise=True)
+
+
+def _leaky_relu_grad_batch(ctx, dy, x):
+    # the kernels give the result the features' shape (cpu:0 multiplies in place), so a
+    # batch of gradients against one features tensor (GradientTape.jacobian) gives both
+    # the batch first
+    return execute(ctx.op, _a.batch_all(ctx, (dy, x)), ctx.attrs)
+
+
 _LEAKY_GRAD = defop("LeakyReluGrad", inputs=("gradients", "features"), attrs={"alpha": 0.2},
-                    grad=_leaky_grad_grad)
+                    grad=_leaky_grad_grad, elementwise=True, batch=_leaky_relu_grad_batch)
 
 
 def leaky_relu(features, alpha=0.2, name=None):
@@ -166,8 +179,9 @@ def _elu_grad_grad(ctx, ddx):
             execute(_RELU_GRAD, (_m.multiply(ddx, dy), _m.negative(y))))
 
 
-_ELU = defop("Elu", inputs=("features",), grad=_elu_grad)
-_ELU_GRAD = defop("EluGrad", inputs=("gradients", "outputs"), grad=_elu_grad_grad)
+_ELU = defop("Elu", inputs=("features",), grad=_elu_grad, elementwise=True)
+_ELU_GRAD = defop("EluGrad", inputs=("gradients", "outputs"), grad=_elu_grad_grad,
+                  elementwise=True)
 
 
 def elu(features, name=None):
@@ -208,9 +222,18 @@ def _log_softmax_grad(ctx, dy):
     return _m.subtract(dy, _m.multiply(sm, s))
 
 
-_SOFTMAX = defop("Softmax", inputs=("logits",), attrs={"axis": -1}, grad=_softmax_grad)
+_SOFTMAX = defop("Softmax", inputs=("logits",), attrs={"axis": -1}, grad=_softmax_grad,
+                 jvp=_softmax_grad, batch=batch_one_axis)   # (J = diag(y) - y y^T: symmetric)
 _LOG_SOFTMAX = defop("LogSoftmax", inputs=("logits",), attrs={"axis": -1},
-                     grad=_log_softmax_grad)
+                     grad=_log_softmax_grad, batch=batch_one_axis)
+
+
+@_LOG_SOFTMAX.def_jvp
+def _log_softmax_jvp(ctx, t):
+    # d log_softmax(x) = t - sum(softmax(x) * t)  (its Jacobian is not symmetric)
+    sm = _m.exp(ctx.outputs[0])
+    return _m.subtract(t, _m.reduce_sum(_m.multiply(sm, t), axis=ctx.attrs["axis"],
+                                        keepdims=True))
 
 
 def _softmax_attrs(logits, axis, dim, opname):
@@ -255,8 +278,22 @@ def _bias_add_grad(ctx, dy):
     return dy, _m.reduce_sum(dy, axis=axes) if axes else dy
 
 
+def _bias_add_batch(ctx, value, bias):
+    if not ctx.batched[1]:
+        if ctx.attrs["data_format"] == "NHWC":
+            return execute(ctx.op, (value, bias), ctx.attrs)     # bias on the last axis
+        return _a.batch_unfold(execute(ctx.op, (_a.batch_fold(value), bias), ctx.attrs),
+                               ctx.size)
+    value = _a.batch_all(ctx, (value,))[0]
+    r = len(value.shape) - 1
+    c = int(bias.shape[1])
+    shape = ((ctx.size,) + (1,) * (r - 1) + (c,) if ctx.attrs["data_format"] == "NHWC"
+             else (ctx.size, 1, c) + (1,) * (r - 2))
+    return _m.add(value, _a.reshape(bias, shape))
+
+
 _BIAS_ADD = defop("BiasAdd", inputs=("value", "bias"), attrs={"data_format": "NHWC"},
-                  grad=_bias_add_grad)
+                  grad=_bias_add_grad, jvp=Linear(), batch=_bias_add_batch)
 
 
 @_on_device
@@ -292,7 +329,17 @@ def _l2_loss_grad(ctx, dy):
     return _m.multiply(ctx.inputs[0], dy)
 
 
-_L2_LOSS = defop("L2Loss", inputs=("t",), grad=_l2_loss_grad)
+def _l2_loss_batch(ctx, x):
+    r = len(x.shape) - 1
+    return _m.multiply(_m.reduce_sum(_m.square(x), axis=tuple(range(1, r + 1))), 0.5)
+
+
+_L2_LOSS = defop("L2Loss", inputs=("t",), grad=_l2_loss_grad, batch=_l2_loss_batch)
+
+
+@_L2_LOSS.def_jvp
+def _l2_loss_jvp(ctx, t):
+    return _m.reduce_sum(_m.multiply(ctx.inputs[0], t))         # d sum(x^2) / 2
 
 
 def l2_loss(t, name=None):
@@ -381,8 +428,15 @@ def _softmax_xent_grad(ctx, dy):
     return g_logits, g_labels
 
 
+def _softmax_xent_batch(ctx, logits, labels):
+    logits, labels = _a.batch_leading(ctx, (logits, labels), 0)
+    return rerun(ctx, (logits, labels),
+                 axis=batch_axis(ctx.attrs["axis"], len(logits.shape) - 1))
+
+
 _SOFTMAX_XENT = defop("SoftmaxCrossEntropyWithLogits", inputs=("features", "labels"),
-                      attrs={"axis": -1}, broadcast=True, grad=_softmax_xent_grad)
+                      attrs={"axis": -1}, broadcast=True, grad=_softmax_xent_grad,
+                      batch=_softmax_xent_batch)
 
 
 def _like_logits(labels, logits):
@@ -465,8 +519,17 @@ def _check_sparse_xent(op, tensors, attrs, device):
             f"and labels shape {ls}", op=op)
 
 
+def _sparse_xent_batch(ctx, logits, labels):
+    logits, labels = _a.batch_all(ctx, (logits, labels))
+    if len(labels.shape) == 1:                      # one example: (C,) logits, () label
+        return execute(ctx.op, (logits, labels), ctx.attrs)
+    y = execute(ctx.op, (_a.batch_fold(logits), _a.batch_fold(labels)), ctx.attrs)
+    return _a.batch_unfold(y, ctx.size)
+
+
 _SPARSE_XENT = defop("SparseSoftmaxCrossEntropyWithLogits", inputs=("features", "labels"),
-                     dtype_rule="none", grad=_sparse_xent_grad, check=_check_sparse_xent)
+                     dtype_rule="none", grad=_sparse_xent_grad, check=_check_sparse_xent,
+                     batch=_sparse_xent_batch)
 
 
 @_on_device
@@ -494,7 +557,7 @@ def _sigmoid_xent_grad(ctx, dy):
 
 
 _SIGMOID_XENT = defop("SigmoidCrossEntropyWithLogits", inputs=("logits", "labels"),
-                      grad=_sigmoid_xent_grad)
+                      grad=_sigmoid_xent_grad, batch=BROADCASTING)
 
 
 @_on_device
@@ -681,11 +744,36 @@ def _conv_bp_filter_grad(ctx, ddw):
 
 _CONV_ATTRS = {"strides": (1, 1), "padding": "VALID", "data_format": "NHWC",
                "dilations": (1, 1)}
-_CONV2D = defop("Conv2D", inputs=("input", "filter"), attrs=_CONV_ATTRS, grad=_conv_grad)
+
+
+def _batch_fold_first(ctx, *xs):
+    """(tf.vectorized_map) Conv2D's and the pools': the batch joins the op's own batch
+    dimension (a filter per example is a grouped convolution: NotImplemented)."""
+    if len(xs) == 2 and ctx.batched[1]:
+        return NotImplemented
+    if len(xs) == 2:
+        y = execute(ctx.op, (_a.batch_fold(xs[0]), xs[1]), ctx.attrs)
+    else:
+        y = execute(ctx.op, tuple(_a.batch_fold(x) for x in _a.batch_all(ctx, xs)), ctx.attrs)
+    return _a.batch_unfold(y, ctx.size)
+
+
+def _conv_bp_input_batch(ctx, filt, dy):
+    if ctx.batched[0]:
+        return NotImplemented
+    shape = tuple(ctx.attrs["input_sizes"])
+    y = rerun(ctx, (filt, _a.batch_fold(dy)), input_sizes=(ctx.size * shape[0],) + shape[1:])
+    return _a.batch_unfold(y, ctx.size)
+
+
+_CONV2D = defop("Conv2D", inputs=("input", "filter"), attrs=_CONV_ATTRS, grad=_conv_grad,
+                jvp=Multilinear(), batch=_batch_fold_first)
 _CONV_BP_INPUT = defop("Conv2DBackpropInput", inputs=("filter", "out_backprop"),
-                       attrs={"input_sizes": (), **_CONV_ATTRS}, grad=_conv_bp_input_grad)
+                       attrs={"input_sizes": (), **_CONV_ATTRS}, grad=_conv_bp_input_grad,
+                       jvp=Multilinear(), batch=_conv_bp_input_batch)
 _CONV_BP_FILTER = defop("Conv2DBackpropFilter", inputs=("input", "out_backprop"),
-                        attrs={"filter_sizes": (), **_CONV_ATTRS}, grad=_conv_bp_filter_grad)
+                        attrs={"filter_sizes": (), **_CONV_ATTRS}, grad=_conv_bp_filter_grad,
+                        jvp=Multilinear())
 
 
 @_on_device
@@ -812,11 +900,23 @@ def _max_pool_grad_grad_grad(ctx, dd):
 
 
 _POOL_ATTRS = {"ksize": (1, 1), "strides": (1, 1), "padding": "VALID", "data_format": "NHWC"}
-_MAX_POOL = defop("MaxPool", inputs=("input",), attrs=_POOL_ATTRS, grad=_max_pool_grad)
+_MAX_POOL = defop("MaxPool", inputs=("input",), attrs=_POOL_ATTRS, grad=_max_pool_grad,
+                  batch=_batch_fold_first)
+
+
+@_MAX_POOL.def_jvp
+def _max_pool_jvp(ctx, t):
+    # the tangent at each window's maximum: what MaxPoolGradGrad picks
+    return execute(_MAX_POOL_GRAD_GRAD, (ctx.inputs[0], ctx.outputs[0], t), ctx.attrs)
+
+
+# (MaxPoolGrad and MaxPoolGradGrad are piecewise linear in grad)
 _MAX_POOL_GRAD = defop("MaxPoolGrad", inputs=("orig_input", "orig_output", "grad"),
-                       attrs=_POOL_ATTRS, grad=_max_pool_grad_grad)
+                       attrs=_POOL_ATTRS, grad=_max_pool_grad_grad,
+                       jvp=Linear((2,)), batch=_batch_fold_first)
 _MAX_POOL_GRAD_GRAD = defop("MaxPoolGradGrad", inputs=("orig_input", "orig_output", "grad"),
-                            attrs=_POOL_ATTRS, grad=_max_pool_grad_grad_grad)
+                            attrs=_POOL_ATTRS, grad=_max_pool_grad_grad_grad,
+                            jvp=Linear((2,)), batch=_batch_fold_first)
 
 
 @_on_device
@@ -851,9 +951,19 @@ def _avg_pool_grad_grad(ctx, ddx):
     return execute(_AVG_POOL, (ddx,), a)
 
 
-_AVG_POOL = defop("AvgPool", inputs=("value",), attrs=_POOL_ATTRS, grad=_avg_pool_grad)
+_AVG_POOL = defop("AvgPool", inputs=("value",), attrs=_POOL_ATTRS, grad=_avg_pool_grad,
+                  jvp=Linear(), batch=_batch_fold_first)
+
+
+def _avg_pool_grad_batch(ctx, dy):
+    shape = tuple(ctx.attrs["orig_input_shape"])
+    y = rerun(ctx, (_a.batch_fold(dy),), orig_input_shape=(ctx.size * shape[0],) + shape[1:])
+    return _a.batch_unfold(y, ctx.size)
+
+
 _AVG_POOL_GRAD = defop("AvgPoolGrad", inputs=("grad",),
-                       attrs={"orig_input_shape": (), **_POOL_ATTRS}, grad=_avg_pool_grad_grad)
+                       attrs={"orig_input_shape": (), **_POOL_ATTRS}, grad=_avg_pool_grad_grad,
+                       jvp=Linear(), batch=_avg_pool_grad_batch)
 
 
 @_on_device
@@ -919,34 +1029,3 @@ def dropout(x, rate=None, noise_shape=None, seed=None, name=None, keep_prob=None
         u = _r.uniform(shape, dtype=x.dtype, seed=seed)
     keep = _m.cast(_m.greater_equal(u, rate), x.dtype)
     return _m.multiply(x, _m.multiply(keep, 1.0 / (1.0 - rate)))
-
-
-# --- forward-mode rules (JVPs) -------------------------------------------------------------
-def _log_softmax_jvp(ctx, t):
-    # d log_softmax(x) = t - sum(softmax(x) * t)  (its Jacobian is not symmetric)
-    sm = _m.exp(ctx.outputs[0])
-    return _m.subtract(t, _m.reduce_sum(_m.multiply(sm, t), axis=ctx.attrs["axis"],
-                                        keepdims=True))
-
-
-_SOFTMAX.jvp = _softmax_grad                # J = diag(y) - y y^T is symmetric
-_LOG_SOFTMAX.jvp = _log_softmax_jvp
-_BIAS_ADD.jvp = _AVG_POOL.jvp = Linear()
-_CONV2D.jvp = _CONV_BP_INPUT.jvp = _CONV_BP_FILTER.jvp = Multilinear()
-
-
-def _l2_loss_jvp(ctx, t):
-    return _m.reduce_sum(_m.multiply(ctx.inputs[0], t))         # d sum(x^2) / 2
-
-
-_L2_LOSS.jvp = _l2_loss_jvp
-
-
-def _max_pool_jvp(ctx, t):
-    # the tangent at each window's maximum: what MaxPoolGradGrad picks
-    return execute(_MAX_POOL_GRAD_GRAD, (ctx.inputs[0], ctx.outputs[0], t), ctx.attrs)
-
-
-_MAX_POOL.jvp = _max_pool_jvp
-_AVG_POOL_GRAD.jvp = Linear()
-_MAX_POOL_GRAD.jvp = _MAX_POOL_GRAD_GRAD.jvp = Linear((2,))     # piecewise linear in grad

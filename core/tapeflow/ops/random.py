@@ -51,7 +51,7 @@ import numpy as _np
 from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ._library import defop
+from ._library import batch_with_shape, defop
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..runtime.dispatch import convert_to_tensor, execute
 from . import math as _m
@@ -192,16 +192,20 @@ _RANDOM_ATTRS = {"shape": (), "dtype": _dt.float32, "key": 0, "counter": 0}
 
 _NORMAL = defop("RandomStandardNormal", inputs=(),
                 attrs={**_RANDOM_ATTRS, "mean": 0.0, "stddev": 1.0},
-                dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr)
+                dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr,
+                batch=batch_with_shape)
 _UNIFORM = defop("RandomUniform", inputs=(),
                  attrs={**_RANDOM_ATTRS, "minval": 0.0, "maxval": 1.0},
-                 dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr)
+                 dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr,
+                 attr_types={"minval": "float", "maxval": "float"}, batch=batch_with_shape)
 _UNIFORM_INT = defop("RandomUniformInt", inputs=(),
                      attrs={**_RANDOM_ATTRS, "dtype": _dt.int32, "minval": 0, "maxval": 1},
-                     dtype_from="dtype", differentiable=False, check=_check_uniform_int)
+                     dtype_from="dtype", differentiable=False, check=_check_uniform_int,
+                     attr_types={"minval": "int", "maxval": "int"}, batch=batch_with_shape)
 _TRUNCATED = defop("TruncatedNormal", inputs=(),
                    attrs={**_RANDOM_ATTRS, "mean": 0.0, "stddev": 1.0},
-                   dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr)
+                   dtype_from="dtype", differentiable=False, check=_shapes.check_shape_attr,
+                   batch=batch_with_shape)          # (a draw per example)
 _SHUFFLE = defop("RandomShuffle", inputs=("value",), attrs={"key": 0, "counter": 0},
                  dtype_rule="none", differentiable=False)
 

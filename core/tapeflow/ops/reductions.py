@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ._library import defop, flag
+from ._library import batch_axis, batch_one_axis, defop, flag, rerun
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.dispatch import convert_to_tensor, execute
 from ..runtime.registry import Linear
@@ -133,20 +133,66 @@ def _euclidean_norm_grad(ctx, dy):
     return _m.multiply(_m.divide(x, safe), _keep(ctx, dy))
 
 
+# --- forward-mode (JVP) and batching rules ----------------------------------------------
+def _reduce_like(ctx, t):
+    return reduce_sum(t, axis=ctx.attrs["axis"], keepdims=ctx.attrs["keepdims"])
+
+
+def _minmax_jvp(ctx, t):
+    # the tangent of the (tied) extreme elements, shared as the gradient shares dy
+    x = ctx.inputs[0]
+    mask = _m.cast(_m.equal(x, _keep(ctx, ctx.outputs[0])), x.dtype)
+    return _m.divide(_reduce_like(ctx, _m.multiply(t, mask)), _reduce_like(ctx, mask))
+
+
+def _logsumexp_jvp(ctx, t):
+    w = _m.exp(_m.subtract(ctx.inputs[0], _keep(ctx, ctx.outputs[0])))     # softmax
+    return _reduce_like(ctx, _m.multiply(w, t))
+
+
+def _euclidean_norm_jvp(ctx, t):
+    out = ctx.outputs[0]               # (0 at a zero norm, as the gradient's rule)
+    safe = _m.add(out, _m.cast(_m.equal(out, 0), out.dtype))
+    return _m.divide(_reduce_like(ctx, _m.multiply(ctx.inputs[0], t)), safe)
+
+
+def _prod_jvp(ctx, t):
+    # sum of t times the product of the other elements (zero-safe: the gradient rule's)
+    others = _prod_grad(ctx, _a.ones_like(ctx.outputs[0]))   # (the unconjugated real rule)
+    return _reduce_like(ctx, _m.multiply(t, others))
+
+
+def _batch_reduce(ctx, x):
+    # (tf.vectorized_map) the reduced axes shift past the batch; None reduces an example
+    r = len(x.shape) - 1
+    axis = ctx.attrs["axis"]
+    axes = tuple(range(1, r + 1)) if axis is None else tuple(sorted(batch_axis(a, r)
+                                                                    for a in axis))
+    return rerun(ctx, (x,), axis=axes)
+
+
 _R = {"axis": None, "keepdims": False}
-_SUM = defop("Sum", inputs=("x",), attrs=_R, grad=_sum_grad)
-_MEAN = defop("Mean", inputs=("x",), attrs=_R, grad=_mean_grad)
-_MAX = defop("Max", inputs=("x",), attrs=_R, grad=_minmax_grad)
-_MIN = defop("Min", inputs=("x",), attrs=_R, grad=_minmax_grad)
-_SUM.jvp = _MEAN.jvp = Linear((0,))                 # forward mode: linear
-_PROD = defop("Prod", inputs=("x",), attrs=_R, grad=_m._holomorphic(_prod_grad))
-_LSE = defop("ReduceLogSumExp", inputs=("x",), attrs=_R, grad=_logsumexp_grad)
-_ENORM = defop("EuclideanNorm", inputs=("x",), attrs=_R, grad=_euclidean_norm_grad)
-_ANY = defop("Any", inputs=("x",), attrs=_R, differentiable=False)
-_ALL = defop("All", inputs=("x",), attrs=_R, differentiable=False)
+_SUM = defop("Sum", inputs=("x",), attrs=_R, grad=_sum_grad, jvp=Linear((0,)),
+             batch=_batch_reduce)
+_MEAN = defop("Mean", inputs=("x",), attrs=_R, grad=_mean_grad, jvp=Linear((0,)),
+              batch=_batch_reduce)
+_MAX = defop("Max", inputs=("x",), attrs=_R, grad=_minmax_grad, jvp=_minmax_jvp,
+             batch=_batch_reduce)
+_MIN = defop("Min", inputs=("x",), attrs=_R, grad=_minmax_grad, jvp=_minmax_jvp,
+             batch=_batch_reduce)
+_PROD = defop("Prod", inputs=("x",), attrs=_R, grad=_m._holomorphic(_prod_grad),
+              jvp=_prod_jvp, batch=_batch_reduce)
+_LSE = defop("ReduceLogSumExp", inputs=("x",), attrs=_R, grad=_logsumexp_grad,
+             jvp=_logsumexp_jvp, batch=_batch_reduce)
+_ENORM = defop("EuclideanNorm", inputs=("x",), attrs=_R, grad=_euclidean_norm_grad,
+               jvp=_euclidean_norm_jvp, batch=_batch_reduce)
+_ANY = defop("Any", inputs=("x",), attrs=_R, differentiable=False, batch=_batch_reduce)
+_ALL = defop("All", inputs=("x",), attrs=_R, differentiable=False, batch=_batch_reduce)
 _ARG = {"axis": 0, "output_type": _dt.int64}
-_ARGMAX = defop("ArgMax", inputs=("x",), attrs=_ARG, differentiable=False)
-_ARGMIN = defop("ArgMin", inputs=("x",), attrs=_ARG, differentiable=False)
+_ARGMAX = defop("ArgMax", inputs=("x",), attrs=_ARG, differentiable=False,
+                batch=batch_one_axis)
+_ARGMIN = defop("ArgMin", inputs=("x",), attrs=_ARG, differentiable=False,
+                batch=batch_one_axis)
 
 
 # --- public functions ----------------------------------------------------------------
@@ -329,38 +375,3 @@ def count_nonzero(input, axis=None, keepdims=None, dtype=_dt.int64, name=None,
     keepdims = flag(keepdims, "count_nonzero: keepdims", "CountNonzero", input)
     return _reduce(_SUM, _m.cast(nonzero, dtype), axis, keepdims, keep_dims,
                    reduction_indices)
-
-
-# --- forward-mode rules (JVPs) -------------------------------------------------------------
-def _reduce_like(ctx, t):
-    return reduce_sum(t, axis=ctx.attrs["axis"], keepdims=ctx.attrs["keepdims"])
-
-
-def _minmax_jvp(ctx, t):
-    # the tangent of the (tied) extreme elements, shared as the gradient shares dy
-    x = ctx.inputs[0]
-    mask = _m.cast(_m.equal(x, _keep(ctx, ctx.outputs[0])), x.dtype)
-    return _m.divide(_reduce_like(ctx, _m.multiply(t, mask)), _reduce_like(ctx, mask))
-
-
-def _logsumexp_jvp(ctx, t):
-    w = _m.exp(_m.subtract(ctx.inputs[0], _keep(ctx, ctx.outputs[0])))     # softmax
-    return _reduce_like(ctx, _m.multiply(w, t))
-
-
-def _euclidean_norm_jvp(ctx, t):
-    out = ctx.outputs[0]               # (0 at a zero norm, as the gradient's rule)
-    safe = _m.add(out, _m.cast(_m.equal(out, 0), out.dtype))
-    return _m.divide(_reduce_like(ctx, _m.multiply(ctx.inputs[0], t)), safe)
-
-
-def _prod_jvp(ctx, t):
-    # sum of t times the product of the other elements (zero-safe: the gradient rule's)
-    others = _prod_grad(ctx, _a.ones_like(ctx.outputs[0]))   # (the unconjugated real rule)
-    return _reduce_like(ctx, _m.multiply(t, others))
-
-
-_MAX.jvp = _MIN.jvp = _minmax_jvp
-_PROD.jvp = _prod_jvp
-_LSE.jvp = _logsumexp_jvp
-_ENORM.jvp = _euclidean_norm_jvp

@@ -1,5 +1,7 @@
 """The decorator form of the plugin API: a :class:`Library` collects one project's ops,
-kernels and gradients in a module, and implements the hooks that register them.
+kernels and rules (gradient, JVP, batching, inference) in a module, and implements the
+hooks that register them; each rule goes through the plugin ``Registry`` (conflicts
+refused without ``override=True``, recorded, rolled back if the plugin fails).
 
 >>> import numpy as np, tapeflow as tf
 >>> from tapeflow.plugins import Library, register
@@ -33,7 +35,7 @@ from ..runtime.errors import InvalidArgumentError, InvalidTypeError, OpError
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import binary, execute
-from ..runtime.registry import CORE_NAMESPACE, HANDLES, REQUIRED, OpDef, attr_error, get_op
+from ..runtime.registry import CORE_NAMESPACE, HANDLES, REQUIRED, OpDef, attr_error
 from .hookspecs import API_VERSION, hookimpl
 from .manager import Registry, _manager
 
@@ -150,26 +152,41 @@ class Library:
             return fn
         return deco
 
-    def gradient(self, op, *, override=False):
-        """Decorator: ``fn(ctx, *output_grads)`` is ``op``'s gradient, written with
-        tapeflow ops; ``override=True`` to replace an existing one (a built-in's)."""
-        def deco(fn):
-            self._add("set_gradient", _ref(op), fn, override=override)
-            return fn
-        return deco
+    # --- an op's rules: one path (the Registry's set_rule) for each -------------------
+    def gradient(self, op, fn=None, *, override=False):
+        """``fn(ctx, *output_grads)`` is ``op``'s gradient, written with tapeflow ops:
+        ``@lib.gradient(op)`` or ``lib.gradient(op, fn)``; ``override=True`` to replace
+        an existing one (a built-in's). Returns ``fn`` (or the decorator)."""
+        return self._rule(op, "grad", fn, override)
+
+    def jvp(self, op, rule=None, *, override=False):
+        """``op``'s forward-mode rule (``tf.autodiff.ForwardAccumulator``): a function
+        ``rule(ctx, *input_tangents) -> output tangent(s)``, or
+        :class:`~tapeflow.plugins.Linear` / :class:`~tapeflow.plugins.Multilinear`
+        (``lib.jvp(op, Linear())``). Without one, tangents come from the gradient."""
+        return self._rule(op, "jvp", rule, override)
+
+    def batch(self, op, rule=None, *, override=False):
+        """``op``'s batching rule (``tf.vectorized_map``): a function ``rule(ctx,
+        *inputs) -> output(s)`` (a :class:`~tapeflow.plugins.BatchContext`), or
+        :class:`~tapeflow.plugins.Broadcasting` (``lib.batch(op, Broadcasting())``).
+        Without one, the op runs once per example."""
+        return self._rule(op, "batch", rule, override)
+
+    def infer(self, op, fn=None, *, override=False):
+        """``fn(shapes, dtypes, attrs) -> [(shape, dtype), ...]``, the shape and dtype
+        inference of ``op`` (explains bad input in errors)."""
+        return self._rule(op, "infer", fn, override)
 
     def non_differentiable(self, op):
         """Declare ``op`` non-differentiable: never recorded, no gradient flows."""
         self._add("declare_non_differentiable", _ref(op))
 
-    def infer(self, op):
-        """Decorator: ``fn(shapes, dtypes, attrs) -> [(shape, dtype), ...]``, the shape
-        and dtype inference of ``op`` (explains bad input in errors)."""
-        def deco(fn):
-            op_ = _ref(op)
-            (get_op(op_) if isinstance(op_, str) else op_).infer = fn
-            return fn
-        return deco
+    def _rule(self, op, rule, fn, override):
+        if fn is None:
+            return lambda f: self._rule(op, rule, f, override)
+        self._add("set_rule", _ref(op), rule, fn, override=override)
+        return fn
 
     # --- the hooks: an entry point (or register()) names the Library itself ----------
     @hookimpl

@@ -23,7 +23,7 @@ import pluggy
 
 from ..runtime import devices as _devs
 from ..runtime import registry as _reg
-from ..runtime.errors import InvalidTypeError, PluginConflictError, PluginError
+from ..runtime.errors import InvalidTypeError, PluginError
 from . import hookspecs
 
 ENTRY_POINT_GROUP = "tapeflow"
@@ -43,6 +43,8 @@ class PluginInfo:
     ops: list = field(default_factory=list)
     kernels: list = field(default_factory=list)
     backends: list = field(default_factory=list)
+    #: (op name, rule) for each rule it attached (``"grad"``, ``"jvp"``, ``"batch"``, ``"infer"``)
+    rules: list = field(default_factory=list)
 
 
 class Registry:
@@ -53,7 +55,7 @@ class Registry:
         self._ops: list = []
         self._kernels: list = []
         self._backends: list = []
-        self._grads: list = []
+        self._rules: list = []
 
     def add_op(self, op: _reg.OpDef, override: bool = False) -> _reg.OpDef:
         """Declare an op (an :class:`~tapeflow.plugins.OpDef`)."""
@@ -81,17 +83,38 @@ class Registry:
                 f"add_backend expects a tapeflow.plugins.Backend, got {backend!r}")
         self._backends.append(backend)
 
+    def set_rule(self, op, rule, fn, override=False):
+        """Attach ``fn`` as rule ``rule`` of ``op`` (name or OpDef): ``"grad"``, ``"jvp"``,
+        ``"batch"`` or ``"infer"`` (``tapeflow.runtime.registry.set_rule``: a rule the op
+        already has is replaced only with ``override=True``)."""
+        if rule not in _reg.RULES:
+            raise InvalidTypeError(f"unknown rule {rule!r}; an op has {sorted(_reg.RULES)}")
+        self._rules.append((op, rule, fn, override))
+
     def set_gradient(self, op, fn, override=False):
         """Register (or with ``override=True`` replace) the gradient rule of ``op``."""
-        self._grads.append((op, fn, override))
+        self.set_rule(op, "grad", fn, override)
+
+    def set_jvp(self, op, fn, override=False):
+        """Register the forward-mode rule of ``op`` (a function, Linear or Multilinear)."""
+        self.set_rule(op, "jvp", fn, override)
+
+    def set_batch(self, op, fn, override=False):
+        """Register the batching rule of ``op`` (a function or Broadcasting)."""
+        self.set_rule(op, "batch", fn, override)
+
+    def set_infer(self, op, fn, override=False):
+        """Register the shape/dtype inference of ``op``."""
+        self.set_rule(op, "infer", fn, override)
 
     def declare_non_differentiable(self, op):
         """Declare ``op`` non-differentiable: never recorded, no gradient flows."""
-        self._grads.append((op, None, True))
+        self.set_rule(op, "grad", None, True)
 
     def _commit(self, info: PluginInfo | None):
         added_ops = []
-        undo = []        # (opdef, device type or None for the gradient, previous value)
+        undo = []        # (opdef, device type, previous kernel)
+        rules_undo = []  # what registry.undo_rules puts back
         try:
             for op, override in self._ops:
                 _reg.add_op(op, source=self.source, override=override)
@@ -103,34 +126,26 @@ class Registry:
                                 fresh=fresh, variants=variants)
                 if info is not None:
                     info.kernels.append((opdef.name, dt))
-            for op, fn, override in self._grads:
+            for op, rule, fn, override in self._rules:
                 opdef = _reg.get_op(op) if isinstance(op, str) else op
-                undo.append((opdef, None, (opdef.grad, opdef.differentiable)))
-                if fn is None:
-                    opdef.differentiable = False
-                    opdef.grad = None
-                elif opdef.grad is not None and not override:
-                    raise PluginConflictError(
-                        f"Op {opdef.name} already has a gradient (from {opdef.source!r}); "
-                        f"{self.source!r} must pass override=True to replace it.")
-                else:
-                    opdef.grad = fn
+                _reg.set_rule(opdef, rule, fn, self.source, override, rules_undo)
+                if info is not None:
+                    info.rules.append((opdef.name, rule))
         except BaseException:
             # roll back: nothing half-registered, existing ops exactly as they were
+            _reg.undo_rules(rules_undo)
             for opdef, dt, prev in reversed(undo):
-                if dt is None:
-                    opdef.grad, opdef.differentiable = prev
+                if prev is None:
+                    opdef.kernels.pop(dt, None)
                 else:
-                    if prev is None:
-                        opdef.kernels.pop(dt, None)
-                    else:
-                        opdef.kernels[dt] = prev
-                    _reg._refresh_fast(opdef, dt)
+                    opdef.kernels[dt] = prev
+                _reg._refresh_fast(opdef, dt)
             for op in added_ops:
                 if _reg.OPS.get(op.name) is op:
                     del _reg.OPS[op.name]
             if info is not None:
                 info.kernels.clear()
+                info.rules.clear()
             raise
         if info is not None:
             info.ops += [op.name for op in added_ops]

@@ -173,7 +173,7 @@ class OpDef:
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
                  "broadcast", "grad", "jvp", "batch", "differentiable", "infer", "composite",
                  "kernels", "variadic", "source", "doc", "fast", "check", "attr_types",
-                 "elementwise", "attrs_after_check", "__weakref__")
+                 "elementwise", "attrs_after_check", "rule_sources", "__weakref__")
 
     def __init__(self, name, inputs=("x",), attrs=None, num_outputs=1, dtype_rule="same",
                  dtype_from=0, broadcast=False, grad=None, differentiable=True, infer=None,
@@ -214,6 +214,9 @@ class OpDef:
         #: kernels that need no device argument (see add_kernel)
         self.fast: dict[str, dict] = {}
         self.source = source
+        #: rule attribute (see RULES) -> the source that attached it, for a rule attached
+        #: after the op was declared (a rule given to the constructor is the op's source's)
+        self.rule_sources: dict = {}
         self.doc = doc
 
     def __repr__(self):
@@ -249,16 +252,26 @@ class OpDef:
             raise InvalidArgumentError(f"missing required attribute(s) {missing}", op=self.name)
         return full
 
-    # --- decorators for op authors ---------------------------------------------
-    def def_grad(self, fn):
-        """Decorator: set the gradient rule."""
-        self.grad = fn
-        return fn
+    # --- decorators for op authors: one path (set_rule) for every rule --------------
+    def def_grad(self, fn=None, *, override=False, source=None):
+        """Set the gradient rule ``fn(ctx, *output_grads)``: ``@op.def_grad``, or
+        ``op.def_grad(fn)``; returns ``fn``. A second rule from another source raises
+        PluginConflictError unless ``override=True`` (:func:`set_rule`)."""
+        return _rule_decorator(self, "grad", fn, override, source)
 
-    def def_infer(self, fn):
-        """Decorator: set the shape/dtype inference function."""
-        self.infer = fn
-        return fn
+    def def_jvp(self, fn=None, *, override=False, source=None):
+        """Set the forward-mode rule: a function ``fn(ctx, *input_tangents)``, or a rule
+        object (``op.def_jvp(Multilinear())``, ``Linear((0,))``); returns it."""
+        return _rule_decorator(self, "jvp", fn, override, source)
+
+    def def_batch(self, fn=None, *, override=False, source=None):
+        """Set the batching rule: a function ``fn(ctx, *inputs)`` (a
+        :class:`BatchContext`), or :class:`Broadcasting`; returns it."""
+        return _rule_decorator(self, "batch", fn, override, source)
+
+    def def_infer(self, fn=None, *, override=False, source=None):
+        """Set the shape/dtype inference ``fn(shapes, dtypes, attrs)``; returns it."""
+        return _rule_decorator(self, "infer", fn, override, source)
 
     def kernel(self, device_type, dtypes=None, needs_device=False):
         """Decorator registering a kernel directly (in-process use and tests).
@@ -361,7 +374,9 @@ class GradContext:
     ``needs`` (one bool per input: does the tape want that input's gradient?), so a
     rule may skip work nobody uses (a first conv layer's input gradient).
 
-    The tape's records are GradContexts, so no object is allocated at backprop.
+    The tape's records are plain tuples: at backprop the tape allocates one GradContext
+    per record it plays back (``object.__new__``, without ``__init__``), and forward mode
+    one per op whose tangent it computes.
     """
 
     __slots__ = ("op", "inputs", "outputs", "attrs", "grad_fn", "needs")
@@ -412,6 +427,63 @@ def add_op(op: OpDef, source=None, override=False):
         op.kernels.update({k: v for k, v in prev.kernels.items() if k not in op.kernels})
     OPS[op.name] = op
     return op
+
+
+#: the rules an op carries, attached by :func:`set_rule`: attribute -> what errors call it
+RULES = {"grad": "gradient", "jvp": "JVP rule", "batch": "batching rule",
+         "infer": "shape/dtype inference"}
+
+
+def set_rule(op, rule, fn, source=None, override=False, undo=None):
+    """Attach ``fn`` as rule ``rule`` (a key of :data:`RULES`) of ``op`` (name or OpDef),
+    from ``source`` (default: the op's own). The one path of ``OpDef.def_grad``/
+    ``def_jvp``/``def_batch``/``def_infer`` and of the plugin ``Registry`` (hence of
+    ``Library.gradient``/``jvp``/``batch``/``infer``): a rule the op already has, from
+    anyone, is replaced only with ``override=True`` (else PluginConflictError naming both
+    sources and rules); ``fn=None`` for ``"grad"`` declares the op non-differentiable.
+    ``undo``: a list that receives what :func:`undo_rules` needs to put it back."""
+    if isinstance(op, str):
+        op = get_op(op)
+    if rule not in RULES:
+        raise InvalidArgumentError(f"unknown rule {rule!r} for op {op.name}; an op has the "
+                                   f"rules {sorted(RULES)}", op=op.name)
+    prev = getattr(op, rule)
+    source = source or op.source
+    if prev is not None and prev is not fn and not override:
+        had = op.rule_sources.get(rule) or op.source
+        raise PluginConflictError(
+            f"Op {op.name} already has a {RULES[rule]} (from {had!r}: {_rule_name(prev)}); "
+            f"{source!r} must pass override=True to replace it with {_rule_name(fn)}.")
+    if undo is not None:
+        undo.append((op, rule, prev, op.rule_sources.get(rule), op.differentiable))
+    setattr(op, rule, fn)
+    op.rule_sources[rule] = source
+    if rule == "grad" and fn is None:
+        op.differentiable = False
+    return fn
+
+
+def undo_rules(undo):
+    """Put back the rules :func:`set_rule` replaced (a plugin that failed halfway)."""
+    for op, rule, prev, src, differentiable in reversed(undo):
+        setattr(op, rule, prev)
+        op.differentiable = differentiable
+        if src is None:
+            op.rule_sources.pop(rule, None)
+        else:
+            op.rule_sources[rule] = src
+    undo.clear()
+
+
+def _rule_name(fn):
+    return getattr(fn, "__name__", None) or type(fn).__name__ + "()"
+
+
+def _rule_decorator(op, rule, fn, override, source):
+    """``op.def_<rule>``: called with the rule, set it; else a decorator that does."""
+    if fn is None:
+        return lambda f: set_rule(op, rule, f, source, override)
+    return set_rule(op, rule, fn, source, override)
 
 
 def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None, override=False,
