@@ -1,5 +1,6 @@
-"""A bad-input fuzzer for every public op: the instrument behind DESIGN.md section 4
-("bad input gets a clear error, immediately").
+"""A bad-input fuzzer for every public op: the instrument behind the promise of
+docs/errors.md ("bad input fails at the line that caused it, with an error that says
+what went wrong"; its section "Fuzzing" says how CI and ``scripts/fuzz.py`` run it).
 
 It calls the public functions (``tf.*``, ``tf.nn.*``, ``tf.linalg.*``,
 ``tf.random.*``, ``tf.math.*``) and every registered op (:data:`tapeflow.runtime.registry.OPS`,
