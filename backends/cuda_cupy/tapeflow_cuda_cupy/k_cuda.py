@@ -33,6 +33,7 @@ compatibility namespace). The declared dtypes stay those of the CPU kernel.
 
 from __future__ import annotations
 
+import functools
 
 import numpy as np
 
@@ -251,222 +252,235 @@ REDUCTIONS = {
 }
 
 
-def build(cp, xp, shared):
-    """The CUDA-specific kernels (see the module doc)."""
-    import cupyx
+#: the shared kernels the overrides fall back to (``build`` fails without them)
+_FALLBACKS = ("Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
+              "SparseSoftmaxCrossEntropyWithLogits", "GatherV2", "FloorDiv", "FloorMod",
+              "NextAfter")
 
-    modules = {}
 
-    def rows_module(dt, label_dt=np.dtype(np.int64)):
+def _bind(method, name, *args):
+    """``method`` with ``args`` bound first, named ``name`` (a partial has no name)."""
+    k = functools.partial(method, *args)
+    k.__name__ = name
+    k.__qualname__ = f"{method.__qualname__}[{name}]"
+    return k
+
+
+class CudaKernels:
+    """The CUDA-specific kernels (see the module doc): one method per kernel. Holds
+    CuPy (``cp``), the shared kernels they fall back to, the compiled fused kernels and
+    the row-kernel modules (compiled on first use per dtype)."""
+
+    def __init__(self, cp, shared):
+        import cupyx                      # part of CuPy, on this backend only
+
+        self.cp, self.cupyx = cp, cupyx
+        self.shared = {name: shared[name] for name in _FALLBACKS}
+        self.modules = {}
+        self.count_out_of_range = cp.ReductionKernel(*REDUCTIONS["count_out_of_range"],
+                                                     "tapeflow_count_out_of_range")
+        self.ek = {name: cp.ElementwiseKernel(i, o, body, "tapeflow_" + name,
+                                              preamble=ELEMENTWISE_PREAMBLE)
+                   for name, (i, o, body) in ELEMENTWISE.items()}
+        self.rk = {name: cp.ReductionKernel(i, o, m, r, post, ident, "tapeflow_" + name)
+                   for name, (i, o, m, r, post, ident) in REDUCTIONS.items()}
+
+    # --- helpers ----------------------------------------------------------------------
+    def rows_module(self, dt, label_dt=np.dtype(np.int64)):
+        """The compiled row kernels for ``dt`` and labels of ``label_dt``."""
         key = (dt, label_dt)
-        mod = modules.get(key)
+        mod = self.modules.get(key)
         if mod is None:
             src = _ROWS_TEMPLATE.format(L=_LABEL_TYPES[label_dt], **_ROW_TYPES[dt])
-            mod = modules[key] = cp.RawModule(code=src)
+            mod = self.modules[key] = self.cp.RawModule(code=src)
         return mod
 
+    @staticmethod
     def launch(kernel, rows, n, args):
+        """Launch a row kernel: one block per row (grid capped), threads sized to ``n``."""
         threads = _threads_for(n)
         grid = int(min(rows, _MAX_GRID))
         kernel((grid,), (threads,), args)
 
-    def as_rows(x):
+    def as_rows(self, x):
         """Contiguous compute copy of x (float16 -> float32): (array, original dtype)."""
         dt = x.dtype
         if dt == _F16:
             return x.astype(_F32, order="C"), dt      # astype keeps strides by default
-        return cp.ascontiguousarray(x), dt
+        return self.cp.ascontiguousarray(x), dt
+
+    def any_out_of_range(self, indices, n):
+        """Whether any of ``indices`` is outside ``[0, n)`` (one reduction, one sync)."""
+        return indices.size != 0 and int(self.count_out_of_range(indices, np.int64(n))) != 0
 
     # --- softmax family ---------------------------------------------------------------
-    sh_softmax = shared["Softmax"]
-    sh_log_softmax = shared["LogSoftmax"]
-
-    def _softmax(x, axis, log_mode, fallback):
+    def _softmax(self, x, axis, log_mode, fallback):
+        """Softmax / LogSoftmax along the last axis in one row-kernel launch."""
         if x.ndim == 0 or axis != x.ndim - 1 or x.size == 0 or x.dtype not in (_F16, _F32, _F64):
             return fallback(x, axis=axis)
-        xc, dt = as_rows(x)
-        y = cp.empty(xc.shape, dtype=xc.dtype)
+        xc, dt = self.as_rows(x)
+        y = self.cp.empty(xc.shape, dtype=xc.dtype)
         n = xc.shape[-1]
         rows = xc.size // n
-        k = rows_module(xc.dtype).get_function("tapeflow_softmax_rows")
-        launch(k, rows, n, (xc, y, np.int64(rows), np.int32(n), np.int32(log_mode)))
+        k = self.rows_module(xc.dtype).get_function("tapeflow_softmax_rows")
+        self.launch(k, rows, n, (xc, y, np.int64(rows), np.int32(n), np.int32(log_mode)))
         return y.astype(dt) if dt != xc.dtype else y
 
-    def softmax(x, axis):
-        return _softmax(x, axis, 0, sh_softmax)
+    def softmax(self, x, axis):
+        """Softmax: one row kernel along the last axis, else the shared kernel."""
+        return self._softmax(x, axis, 0, self.shared["Softmax"])
 
-    def log_softmax(x, axis):
-        return _softmax(x, axis, 1, sh_log_softmax)
+    def log_softmax(self, x, axis):
+        """LogSoftmax: one row kernel along the last axis, else the shared kernel."""
+        return self._softmax(x, axis, 1, self.shared["LogSoftmax"])
 
-    sh_xent = shared["SoftmaxCrossEntropyWithLogits"]
-
-    def softmax_xent(logits, labels, axis):
+    def softmax_xent(self, logits, labels, axis):
+        """SoftmaxCrossEntropyWithLogits: one row kernel along the last axis."""
         if (logits.ndim == 0 or axis != logits.ndim - 1 or logits.size == 0
                 or labels.shape != logits.shape or labels.dtype != logits.dtype
                 or logits.dtype not in (_F16, _F32, _F64)):
-            return sh_xent(logits, labels, axis=axis)
-        xc, dt = as_rows(logits)
+            return self.shared["SoftmaxCrossEntropyWithLogits"](logits, labels, axis=axis)
+        cp = self.cp
+        xc, dt = self.as_rows(logits)
         lc = (labels.astype(xc.dtype, order="C") if labels.dtype != xc.dtype
               else cp.ascontiguousarray(labels))
         n = xc.shape[-1]
         rows = xc.size // n
         loss = cp.empty(xc.shape[:-1], dtype=xc.dtype)
-        k = rows_module(xc.dtype).get_function("tapeflow_xent_rows")
-        launch(k, rows, n, (xc, lc, loss, np.int64(rows), np.int32(n)))
+        k = self.rows_module(xc.dtype).get_function("tapeflow_xent_rows")
+        self.launch(k, rows, n, (xc, lc, loss, np.int64(rows), np.int32(n)))
         return loss.astype(dt) if dt != xc.dtype else loss
 
-    count_out_of_range = cp.ReductionKernel(*REDUCTIONS["count_out_of_range"],
-                                            "tapeflow_count_out_of_range")
-
-    def any_out_of_range(indices, n):
-        return indices.size != 0 and int(count_out_of_range(indices, np.int64(n))) != 0
-
-    sh_sparse = shared["SparseSoftmaxCrossEntropyWithLogits"]
-
-    def sparse_xent(logits, labels):
+    def sparse_xent(self, logits, labels):
+        """SparseSoftmaxCrossEntropyWithLogits: one row kernel (bad labels: the shared
+        kernel, which raises the CPU's message)."""
         if (logits.ndim == 0 or logits.size == 0 or labels.dtype not in _LABEL_TYPES
                 or logits.dtype not in (_F16, _F32, _F64)
                 or labels.shape != logits.shape[:-1]
-                or any_out_of_range(labels, logits.shape[-1])):
-            return sh_sparse(logits, labels)      # raises the CPU's message for bad labels
-        xc, dt = as_rows(logits)
+                or self.any_out_of_range(labels, logits.shape[-1])):
+            return self.shared["SparseSoftmaxCrossEntropyWithLogits"](logits, labels)
+        cp = self.cp
+        xc, dt = self.as_rows(logits)
         lc = cp.ascontiguousarray(labels)
         n = xc.shape[-1]
         rows = xc.size // n
         loss = cp.empty(xc.shape[:-1], dtype=xc.dtype)
-        k = rows_module(xc.dtype, labels.dtype).get_function("tapeflow_sparse_xent_rows")
-        launch(k, rows, n, (xc, lc, loss, np.int64(rows), np.int32(n)))
+        k = self.rows_module(xc.dtype, labels.dtype).get_function("tapeflow_sparse_xent_rows")
+        self.launch(k, rows, n, (xc, lc, loss, np.int64(rows), np.int32(n)))
         return loss.astype(dt) if dt != xc.dtype else loss
 
     # --- gather -----------------------------------------------------------------------
-    sh_gather = shared["GatherV2"]
-
-    def gather(params, indices, axis, batch_dims):
+    def gather(self, params, indices, axis, batch_dims):
+        """GatherV2: ``cupy.take`` once one reduction found every index in range."""
         if batch_dims or indices.dtype.kind not in "iu" or params.ndim == 0 or \
-                any_out_of_range(indices, params.shape[axis]):
-            return sh_gather(params, indices, axis=axis, batch_dims=batch_dims)
-        return cp.take(params, indices, axis=axis)
+                self.any_out_of_range(indices, params.shape[axis]):
+            return self.shared["GatherV2"](params, indices, axis=axis, batch_dims=batch_dims)
+        return self.cp.take(params, indices, axis=axis)
 
     # --- fused elementwise ------------------------------------------------------------
-    ek = {name: cp.ElementwiseKernel(i, o, body, "tapeflow_" + name,
-                                     preamble=ELEMENTWISE_PREAMBLE)
-          for name, (i, o, body) in ELEMENTWISE.items()}
-    rk = {name: cp.ReductionKernel(i, o, m, r, post, ident, "tapeflow_" + name)
-          for name, (i, o, m, r, post, ident) in REDUCTIONS.items()}
-    relu_grad_k, relu6_grad_k = ek["relu_grad"], ek["relu6_grad"]
-    leaky_k, leaky_grad_k = ek["leaky_relu"], ek["leaky_relu_grad"]
-    elu_k, elu_grad_k, sigmoid_k = ek["elu"], ek["elu_grad"], ek["sigmoid"]
-    rsqrt_k, sqdiff_k, sigmoid_xent_k = ek["rsqrt"], ek["squared_difference"], ek["sigmoid_xent"]
-    l2_k = rk["l2_loss"]
-    floordiv_k, floormod_k = ek["floordiv"], ek["floormod"]
-    sh_floordiv, sh_floormod = shared["FloorDiv"], shared["FloorMod"]
-
-    nextafter_k = ek["nextafter_f16"]
-    sh_nextafter = shared["NextAfter"]
-
-    def nextafter(x, y):
+    def nextafter(self, x, y):
+        """NextAfter: NumPy's float16 ``nextafter`` on the bits, else the shared kernel."""
         if x.dtype == _F16 and y.dtype == _F16:
-            return nextafter_k(x.view(np.uint16), y.view(np.uint16)).view(_F16)
-        return sh_nextafter(x, y)
+            return self.ek["nextafter_f16"](x.view(np.uint16), y.view(np.uint16)).view(_F16)
+        return self.shared["NextAfter"](x, y)
 
-    def floordiv(x, y):
+    def floordiv(self, x, y):
+        """FloorDiv: NumPy's float floor division in one fused kernel."""
         if x.dtype not in (_F16, _F32, _F64) or y.dtype != x.dtype:
-            return sh_floordiv(x, y)        # integers: CuPy agrees with NumPy (and the check)
-        return floordiv_k(x, y)
+            # integers: CuPy agrees with NumPy (and the check)
+            return self.shared["FloorDiv"](x, y)
+        return self.ek["floordiv"](x, y)
 
-    def floormod(x, y):
+    def floormod(self, x, y):
+        """FloorMod: NumPy's float modulo in one fused kernel."""
         if x.dtype not in (_F16, _F32, _F64) or y.dtype != x.dtype:
-            return sh_floormod(x, y)
-        return floormod_k(x, y)
+            return self.shared["FloorMod"](x, y)
+        return self.ek["floormod"](x, y)
 
-    def relu_grad(dy, x):
-        return relu_grad_k(dy, x)
+    def fused(self, name, *arrays):
+        """The fused elementwise kernel ``ELEMENTWISE[name]`` on ``arrays``."""
+        return self.ek[name](*arrays)
 
-    def relu6_grad(dy, x):
-        return relu6_grad_k(dy, x)
+    def leaky_relu(self, x, alpha):
+        """LeakyRelu in one fused kernel."""
+        return self.ek["leaky_relu"](x, float(alpha))
 
-    def leaky_relu(x, alpha):
-        return leaky_k(x, float(alpha))
+    def leaky_relu_grad(self, dy, x, alpha):
+        """LeakyReluGrad in one fused kernel."""
+        return self.ek["leaky_relu_grad"](dy, x, float(alpha))
 
-    def leaky_relu_grad(dy, x, alpha):
-        return leaky_grad_k(dy, x, float(alpha))
-
-    def elu(x):
-        return elu_k(x)
-
-    def elu_grad(dy, y):
-        return elu_grad_k(dy, y)
-
-    def sigmoid(x):
-        return sigmoid_k(x)
-
-    def rsqrt(x):
-        return rsqrt_k(x)
-
-    def squared_difference(x, y):
-        return sqdiff_k(x, y)
-
-    def sigmoid_xent(x, z):
-        return sigmoid_xent_k(x, z)
-
-    def l2_loss(x):
+    def l2_loss(self, x):
+        """L2Loss: one reduction kernel (float16 summed in float32)."""
+        l2_k = self.rk["l2_loss"]
         if x.dtype == _F16:
             return l2_k(x.astype(_F32)).astype(_F16)
         return l2_k(x)
 
     # --- linear algebra: raise on singular matrices, as LAPACK does on the CPU ---------
-    def checked(fn):
-        def k(*arrays, **attrs):
-            with cupyx.errstate(linalg="raise"):
-                return fn(*arrays, **attrs)
-        k.__name__ = getattr(fn, "__name__", "linalg")
-        return k
+    def checked(self, fn, *arrays, **attrs):
+        """``fn`` under ``cupyx.errstate(linalg="raise")`` (cuSOLVER's errors raised)."""
+        with self.cupyx.errstate(linalg="raise"):
+            return fn(*arrays, **attrs)
+
+    def solve(self, solve, a, b, adjoint):
+        """MatrixSolve with NumPy's broadcasting of the batch dimensions
+        (:func:`solve_shapes`), under :meth:`checked`."""
+        cp = self.cp
+        with self.cupyx.errstate(linalg="raise"):
+            sa, sb = solve_shapes(a.shape, b.shape)
+            if sa != a.shape:
+                a = cp.ascontiguousarray(cp.broadcast_to(a, sa))
+            if sb != b.shape:
+                b = cp.ascontiguousarray(cp.broadcast_to(b, sb))
+            return solve(a, b, adjoint=adjoint)
 
     # --- scatter-adds: widen dtypes CUDA has no atomics for ----------------------------
-    def widened(fn, index):
-        def k(*arrays, **attrs):
-            a = arrays[index]
-            if a.dtype in _SMALL_INTS:
-                arrays = list(arrays)
-                arrays[index] = a.astype(np.int32)
-                return fn(*arrays, **attrs).astype(a.dtype)
-            return fn(*arrays, **attrs)
-        k.__name__ = getattr(fn, "__name__", "scatter")
-        return k
+    def widened(self, fn, index, *arrays, **attrs):
+        """``fn`` with input ``index`` widened to int32 when CUDA has no atomic add for
+        its dtype (int8/int16/uint8/uint16), the result cast back."""
+        a = arrays[index]
+        if a.dtype in _SMALL_INTS:
+            arrays = list(arrays)
+            arrays[index] = a.astype(np.int32)
+            return fn(*arrays, **attrs).astype(a.dtype)
+        return fn(*arrays, **attrs)
 
+
+#: op name -> the ``ELEMENTWISE`` kernel it is, as it is (same arguments)
+_FUSED = {"ReluGrad": "relu_grad", "Relu6Grad": "relu6_grad", "Elu": "elu",
+          "EluGrad": "elu_grad", "Sigmoid": "sigmoid", "Rsqrt": "rsqrt",
+          "SquaredDifference": "squared_difference",
+          "SigmoidCrossEntropyWithLogits": "sigmoid_xent"}
+
+
+def build(cp, xp, shared):
+    """The CUDA-specific kernels (see the module doc): ``{op name: fn}``."""
+    k = CudaKernels(cp, shared)
     out = {
-        "Softmax": softmax,
-        "LogSoftmax": log_softmax,
-        "SoftmaxCrossEntropyWithLogits": softmax_xent,
-        "SparseSoftmaxCrossEntropyWithLogits": sparse_xent,
-        "GatherV2": gather,
-        "ReluGrad": relu_grad,
-        "Relu6Grad": relu6_grad,
-        "LeakyRelu": leaky_relu,
-        "LeakyReluGrad": leaky_relu_grad,
-        "Elu": elu,
-        "EluGrad": elu_grad,
-        "Sigmoid": sigmoid,
-        "Rsqrt": rsqrt,
-        "SquaredDifference": squared_difference,
-        "SigmoidCrossEntropyWithLogits": sigmoid_xent,
-        "L2Loss": l2_loss,
-        "FloorDiv": floordiv,
-        "FloorMod": floormod,
-        "NextAfter": nextafter,
+        "Softmax": k.softmax,
+        "LogSoftmax": k.log_softmax,
+        "SoftmaxCrossEntropyWithLogits": k.softmax_xent,
+        "SparseSoftmaxCrossEntropyWithLogits": k.sparse_xent,
+        "GatherV2": k.gather,
+        "LeakyRelu": k.leaky_relu,
+        "LeakyReluGrad": k.leaky_relu_grad,
+        "L2Loss": k.l2_loss,
+        "FloorDiv": k.floordiv,
+        "FloorMod": k.floormod,
+        "NextAfter": k.nextafter,
     }
-    if "MatrixInverse" in shared:
-        out["MatrixInverse"] = checked(shared["MatrixInverse"])
-    if "Cholesky" in shared:
-        out["Cholesky"] = checked(shared["Cholesky"])
+    out.update({op: _bind(k.fused, name, name) for op, name in _FUSED.items()})
+    for op in ("MatrixInverse", "Cholesky"):
+        if op in shared:
+            out[op] = _bind(k.checked, getattr(shared[op], "__name__", "linalg"), shared[op])
     if "MatrixSolve" in shared:
-        out["MatrixSolve"] = checked(broadcast_solve(cp, shared["MatrixSolve"]))
-    if "ScatterNd" in shared:
-        out["ScatterNd"] = widened(shared["ScatterNd"], 1)
-    if "UnsortedSegmentSum" in shared:
-        out["UnsortedSegmentSum"] = widened(shared["UnsortedSegmentSum"], 0)
+        out["MatrixSolve"] = _bind(k.solve, "solve", shared["MatrixSolve"])
+    for op, index in (("ScatterNd", 1), ("UnsortedSegmentSum", 0)):
+        if op in shared:
+            out[op] = _bind(k.widened, getattr(shared[op], "__name__", "scatter"), shared[op],
+                            index)
     # an override only replaces an op the shared table has (same declaration)
-    return {k: v for k, v in out.items() if k in shared}
+    return {name: fn for name, fn in out.items() if name in shared}
 
 
 def solve_shapes(a_shape, b_shape):
@@ -482,19 +496,6 @@ def solve_shapes(a_shape, b_shape):
     a_shape, b_shape = tuple(a_shape), tuple(b_shape)
     batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     return batch + a_shape[-2:], batch + b_shape[-2:]
-
-
-def broadcast_solve(cp, solve):
-    """``solve`` with NumPy's broadcasting of the batch dimensions (:func:`solve_shapes`)."""
-    def k(a, b, adjoint):
-        sa, sb = solve_shapes(a.shape, b.shape)
-        if sa != a.shape:
-            a = cp.ascontiguousarray(cp.broadcast_to(a, sa))
-        if sb != b.shape:
-            b = cp.ascontiguousarray(cp.broadcast_to(b, sb))
-        return solve(a, b, adjoint=adjoint)
-    k.__name__ = "solve"
-    return k
 
 
 def build_random(cp, xp, k_random_module, raw64):

@@ -298,22 +298,26 @@ def _nocopy_strides(old_shape, old_strides, new_shape):
     return strides
 
 
-def build():
-    ew = rt.elementwise
+class ArrayKernels:
+    """The shape, creation and selection kernels (one method each; :func:`build` registers them)."""
 
     # --- creation ---------------------------------------------------------------------
-    def fill(shape, value, dtype, device=None):
+    def fill(self, shape, value, dtype, device=None):
+        """Fill: a new tensor of ``shape`` holding ``value`` (one ``fill`` launch)."""
         h = device.handle
         h.check_dtype(dtype.np)
         return fill_array(h, shape, value, dtype.np)
 
-    def zeros_like(x, dtype):
+    def zeros_like(self, x, dtype):
+        """ZerosLike: zeros of ``x``'s shape, in ``dtype`` or ``x``'s."""
         return fill_array(rt.device_of(x), x.shape, 0, x.dtype if dtype is None else dtype.np)
 
-    def ones_like(x, dtype):
+    def ones_like(self, x, dtype):
+        """OnesLike: ones of ``x``'s shape, in ``dtype`` or ``x``'s."""
         return fill_array(rt.device_of(x), x.shape, 1, x.dtype if dtype is None else dtype.np)
 
-    def range_(start, limit, delta, dtype, device=None):
+    def range_(self, start, limit, delta, dtype, device=None):
+        """Range: NumPy's ``arange`` in one generated ``arange`` kernel."""
         h = device.handle
         dt = np.dtype(dtype.np)
         h.check_dtype(dt)
@@ -337,7 +341,8 @@ def build():
                  int(start), int(delta), n)
         return out
 
-    def eye(num_rows, num_columns, batch_shape, dtype, device=None):
+    def eye(self, num_rows, num_columns, batch_shape, dtype, device=None):
+        """Eye: a (batch of) identity matrices in one ``eye`` launch."""
         h = device.handle
         dt = np.dtype(dtype.np)
         h.check_dtype(dt)
@@ -355,7 +360,8 @@ def build():
                  num_rows, num_columns, n)
         return out
 
-    def linspace(start, stop, num, dtype, device=None):
+    def linspace(self, start, stop, num, dtype, device=None):
+        """LinSpace: NumPy's ``linspace`` (float64 steps, exact end) in one launch."""
         h = device.handle
         dt = np.dtype(dtype.np)
         h.check_dtype(dt)
@@ -381,7 +387,8 @@ def build():
              wdt(start), wdt(stop), num)
         return out
 
-    def one_hot(indices, depth, on_value, off_value, axis, dtype):
+    def one_hot(self, indices, depth, on_value, off_value, axis, dtype):
+        """OneHot: ``on_value`` where the index meets the depth coordinate, else ``off_value``."""
         if indices.dtype.kind not in "iu":
             raise InvalidArgumentError(f"indices must be int32 or int64, got {indices.dtype}")
         dev = rt.device_of(indices)
@@ -408,12 +415,14 @@ def build():
         return out
 
     # --- views ------------------------------------------------------------------------
-    def _view(x, shape, strides, offset):
+    def _view(self, x, shape, strides, offset):
+        """A zero-copy view of ``x`` (an empty tensor where ``x`` has no buffer)."""
         if x.base_data is None:        # empty input: nothing to share
             return rt.empty(rt.device_of(x), shape, x.dtype)
         return rt.view(x, shape, strides, offset)
 
-    def reshape(x, shape):
+    def reshape(self, x, shape):
+        """Reshape: a view where the layout allows, else one contiguous copy."""
         shape = tuple(int(d) for d in shape)
         if -1 in shape:
             known = math.prod(d for d in shape if d != -1)
@@ -425,15 +434,16 @@ def build():
         if shape == x.shape:
             return x
         if rt.is_contiguous(x):
-            return _view(x, shape, None, None)
+            return self._view(x, shape, None, None)
         st, off = rt.layout(x)
         new = _nocopy_strides(x.shape, st, shape)
         if new is None:
             x = rt.contiguous(x)
-            return _view(x, shape, None, None)
-        return _view(x, shape, new, off)
+            return self._view(x, shape, None, None)
+        return self._view(x, shape, new, off)
 
-    def broadcast_to(x, shape):
+    def broadcast_to(self, x, shape):
+        """BroadcastTo: a view with stride 0 along the broadcast dimensions."""
         shape = tuple(shape)
         if x.shape == shape:
             return x
@@ -441,18 +451,21 @@ def build():
                 a != b and a != 1 for a, b in zip(x.shape[::-1], shape[::-1])):
             raise ValueError(f"cannot broadcast {x.shape} to {shape}")
         st, off = rt.broadcast_strides(x, shape)
-        return _view(x, shape, st, off)
+        return self._view(x, shape, st, off)
 
-    def transpose(x, perm):
+    def transpose(self, x, perm):
+        """Transpose: a view with the strides permuted."""
         st, off = rt.layout(x)
-        return _view(x, tuple(x.shape[p] for p in perm), tuple(st[p] for p in perm), off)
+        return self._view(x, tuple(x.shape[p] for p in perm), tuple(st[p] for p in perm), off)
 
-    def expand_dims(x, axis):
+    def expand_dims(self, x, axis):
+        """ExpandDims: a view with a dimension of 1 (stride 0) at ``axis``."""
         st, off = rt.layout(x)
-        return _view(x, x.shape[:axis] + (1,) + x.shape[axis:], st[:axis] + (0,) + st[axis:],
+        return self._view(x, x.shape[:axis] + (1,) + x.shape[axis:], st[:axis] + (0,) + st[axis:],
                      off)
 
-    def squeeze(x, axis):
+    def squeeze(self, x, axis):
+        """Squeeze: a view without the dimensions of 1 (``axis``'s, or all)."""
         st, off = rt.layout(x)
         nd = x.ndim
         if axis is None:
@@ -464,30 +477,34 @@ def build():
                     raise InvalidArgumentError(
                         f"Can not squeeze dim[{a}], expected a dimension of 1, got {x.shape[a]}")
             keep = [k for k in range(nd) if k not in axes]
-        return _view(x, tuple(x.shape[k] for k in keep), tuple(st[k] for k in keep), off)
+        return self._view(x, tuple(x.shape[k] for k in keep), tuple(st[k] for k in keep), off)
 
-    def unpack(x, num, axis):
+    def unpack(self, x, num, axis):
+        """Unpack: ``num`` views, one per index along ``axis``."""
         st, off = rt.layout(x)
         shape = x.shape[:axis] + x.shape[axis + 1:]
         rest = st[:axis] + st[axis + 1:]
-        return tuple(_view(x, shape, rest, off + i * st[axis]) for i in range(num))
+        return tuple(self._view(x, shape, rest, off + i * st[axis]) for i in range(num))
 
-    def split_v(x, size_splits, axis):
+    def split_v(self, x, size_splits, axis):
+        """SplitV: views of consecutive slabs of ``size_splits`` along ``axis``."""
         st, off = rt.layout(x)
         out = []
         start = 0
         for s in size_splits:
             shape = x.shape[:axis] + (s,) + x.shape[axis + 1:]
-            out.append(_view(x, shape, st, off + start * st[axis]))
+            out.append(self._view(x, shape, st, off + start * st[axis]))
             start += s
         return tuple(out)
 
-    def slice_(x, begin, size):
+    def slice_(self, x, begin, size):
+        """Slice: a view from ``begin`` of ``size``."""
         st, off = rt.layout(x)
         off += sum(b * s for b, s in zip(begin, st))
-        return _view(x, tuple(size) + x.shape[len(size):], st, off)
+        return self._view(x, tuple(size) + x.shape[len(size):], st, off)
 
-    def strided_slice(x, spec):
+    def strided_slice(self, x, spec):
+        """StridedSlice: a view for positive steps, a strided copy for negative ones."""
         st, off = rt.layout(x)
         shape, strides = [], []
         for e in _parse_spec(x.shape, spec):
@@ -506,14 +523,15 @@ def build():
         if math.prod(shape) == 0:
             return rt.empty(rt.device_of(x), shape, x.dtype)
         if all(s >= 0 for s in strides):
-            return _view(x, shape, strides, off)
+            return self._view(x, shape, strides, off)
         dev = rt.device_of(x)
         out = rt.empty(dev, shape, x.dtype)
         ost, ooff = rt.layout(out)
         strided_copy(dev, out, ooff, ost, x, off, strides, shape)
         return out
 
-    def strided_slice_grad(dy, shape, spec):
+    def strided_slice_grad(self, dy, shape, spec):
+        """StridedSliceGrad: ``dy`` embedded in zeros of ``shape`` (one ``imap`` launch)."""
         shape = tuple(shape)
         dst, doff = rt.layout(dy)
         starts, steps, counts, strides = [], [], [], []
@@ -536,7 +554,8 @@ def build():
         return index_map(dy, shape, "embed", starts, steps, counts, strides, doff, 0)
 
     # --- copies -----------------------------------------------------------------------
-    def concat(*xs, axis):
+    def concat(self, *xs, axis):
+        """ConcatV2: one strided copy per input into its slab of the output."""
         dev = rt.device_of(xs[0])
         s0 = xs[0].shape
         for x in xs[1:]:
@@ -556,7 +575,8 @@ def build():
             pos += x.shape[axis]
         return out
 
-    def pack(*xs, axis):
+    def pack(self, *xs, axis):
+        """Pack: one strided copy per input into its index along ``axis``."""
         dev = rt.device_of(xs[0])
         s = xs[0].shape
         for x in xs[1:]:
@@ -572,7 +592,8 @@ def build():
             strided_copy(dev, out, i * ost[axis], rest, x, off, st, x.shape)
         return out
 
-    def tile(x, multiples):
+    def tile(self, x, multiples):
+        """Tile: one ``imap`` launch (``c % n`` per dimension)."""
         if len(multiples) != x.ndim:
             raise InvalidArgumentError(
                 f"Expected multiples argument to be a vector of length {x.ndim} but got length "
@@ -582,14 +603,16 @@ def build():
         nd = x.ndim
         return index_map(x, shape, "tile", [0] * nd, [1] * nd, x.shape, st, off)
 
-    def pad(x, paddings, constant_values):
+    def pad(self, x, paddings, constant_values):
+        """PadV2: one ``imap`` launch (``constant_values`` off the grid)."""
         st, off = rt.layout(x)
         shape = tuple(b + n + a for (b, a), n in zip(paddings, x.shape))
         nd = x.ndim
         return index_map(x, shape, "embed", [b for b, _ in paddings], [1] * nd, x.shape, st, off,
                          constant_values)
 
-    def mirror_pad(x, paddings, mode):
+    def mirror_pad(self, x, paddings, mode):
+        """MirrorPad: one ``imap`` launch (reflected or symmetric coordinates)."""
         st, off = rt.layout(x)
         shape = tuple(b + n + a for (b, a), n in zip(paddings, x.shape))
         nd = x.ndim
@@ -597,56 +620,67 @@ def build():
                          [b for b, _ in paddings], [1] * nd, x.shape, st, off)
 
     # --- shape queries ----------------------------------------------------------------
-    def shape(x, out_type):
+    def shape(self, x, out_type):
+        """Shape: ``x``'s shape uploaded as a vector of ``out_type``."""
         return rt.upload(rt.device_of(x), np.asarray(x.shape, dtype=out_type.np))
 
-    def size(x, out_type):
+    def size(self, x, out_type):
+        """Size: ``x``'s element count as a scalar of ``out_type``."""
         return rt.scalar(rt.device_of(x), x.size, out_type.np)
 
-    def rank(x):
+    def rank(self, x):
+        """Rank: ``x``'s number of dimensions as an int32 scalar."""
         return rt.scalar(rt.device_of(x), x.ndim, np.int32)
 
     # --- selection --------------------------------------------------------------------
-    def select(c, x, y):
-        return ew("x0 ? x1 : x2", x.dtype, c, x, y)
+    def select(self, c, x, y):
+        """SelectV2: ``x0 ? x1 : x2`` through the generated elementwise kernel."""
+        return rt.elementwise("x0 ? x1 : x2", x.dtype, c, x, y)
 
-    def identity(x):
+    def identity(self, x):
+        """Identity and StopGradient: ``x`` itself (tensors are immutable)."""
         return x
 
-    def clip(t, lo, hi):
+    def clip(self, t, lo, hi):
+        """ClipByValue: ``min(max(t, lo), hi)``, NaN-propagating on floats as NumPy."""
         if t.dtype.kind == "f":   # np.maximum / np.minimum propagate NaN
-            return ew("FMINN(FMAXN(x0, x1), x2)", t.dtype, t, lo, hi, preamble=_NAN_MINMAX)
-        return ew("((x0 > x1 ? x0 : x1) < x2) ? (x0 > x1 ? x0 : x1) : x2", t.dtype, t, lo, hi)
+            return rt.elementwise("FMINN(FMAXN(x0, x1), x2)", t.dtype, t, lo, hi,
+                                  preamble=_NAN_MINMAX)
+        return rt.elementwise("((x0 > x1 ? x0 : x1) < x2) ? (x0 > x1 ? x0 : x1) : x2",
+                              t.dtype, t, lo, hi)
 
+
+def build():
+    k = ArrayKernels()
     return {
-        "Fill": {"fn": fill, "needs_device": True, "dtypes": ALL},
-        "ZerosLike": {"fn": zeros_like, "dtypes": ALL},
-        "OnesLike": {"fn": ones_like, "dtypes": ALL},
-        "Range": {"fn": range_, "needs_device": True, "dtypes": FLOATS + ("int32", "int64")},
-        "Eye": {"fn": eye, "needs_device": True, "dtypes": ALL},
-        "LinSpace": {"fn": linspace, "needs_device": True, "dtypes": FLOATS},
-        "OneHot": {"fn": one_hot, "dtypes": ALL},
-        "Reshape": {"fn": reshape, "dtypes": ALL},
-        "BroadcastTo": {"fn": broadcast_to, "dtypes": ALL},
-        "Transpose": {"fn": transpose, "dtypes": ALL},
-        "ExpandDims": {"fn": expand_dims, "dtypes": ALL},
-        "Squeeze": {"fn": squeeze, "dtypes": ALL},
-        "ConcatV2": {"fn": concat, "dtypes": ALL},
-        "Pack": {"fn": pack, "dtypes": ALL},
-        "Unpack": {"fn": unpack, "dtypes": ALL},
-        "SplitV": {"fn": split_v, "dtypes": ALL},
-        "Tile": {"fn": tile, "dtypes": ALL},
-        "PadV2": {"fn": pad, "dtypes": ALL},
-        "MirrorPad": {"fn": mirror_pad, "dtypes": ALL},
-        "Slice": {"fn": slice_, "dtypes": ALL},
-        "StridedSlice": {"fn": strided_slice, "dtypes": ALL},
-        "StridedSliceGrad": {"fn": strided_slice_grad, "dtypes": ALL},
-        "Shape": {"fn": shape, "dtypes": ALL},
-        "Size": {"fn": size, "dtypes": ALL},
-        "Rank": {"fn": rank, "dtypes": ALL},
-        "SelectV2": {"fn": select, "dtypes": ALL},
+        "Fill": {"fn": k.fill, "needs_device": True, "dtypes": ALL},
+        "ZerosLike": {"fn": k.zeros_like, "dtypes": ALL},
+        "OnesLike": {"fn": k.ones_like, "dtypes": ALL},
+        "Range": {"fn": k.range_, "needs_device": True, "dtypes": FLOATS + ("int32", "int64")},
+        "Eye": {"fn": k.eye, "needs_device": True, "dtypes": ALL},
+        "LinSpace": {"fn": k.linspace, "needs_device": True, "dtypes": FLOATS},
+        "OneHot": {"fn": k.one_hot, "dtypes": ALL},
+        "Reshape": {"fn": k.reshape, "dtypes": ALL},
+        "BroadcastTo": {"fn": k.broadcast_to, "dtypes": ALL},
+        "Transpose": {"fn": k.transpose, "dtypes": ALL},
+        "ExpandDims": {"fn": k.expand_dims, "dtypes": ALL},
+        "Squeeze": {"fn": k.squeeze, "dtypes": ALL},
+        "ConcatV2": {"fn": k.concat, "dtypes": ALL},
+        "Pack": {"fn": k.pack, "dtypes": ALL},
+        "Unpack": {"fn": k.unpack, "dtypes": ALL},
+        "SplitV": {"fn": k.split_v, "dtypes": ALL},
+        "Tile": {"fn": k.tile, "dtypes": ALL},
+        "PadV2": {"fn": k.pad, "dtypes": ALL},
+        "MirrorPad": {"fn": k.mirror_pad, "dtypes": ALL},
+        "Slice": {"fn": k.slice_, "dtypes": ALL},
+        "StridedSlice": {"fn": k.strided_slice, "dtypes": ALL},
+        "StridedSliceGrad": {"fn": k.strided_slice_grad, "dtypes": ALL},
+        "Shape": {"fn": k.shape, "dtypes": ALL},
+        "Size": {"fn": k.size, "dtypes": ALL},
+        "Rank": {"fn": k.rank, "dtypes": ALL},
+        "SelectV2": {"fn": k.select, "dtypes": ALL},
         "Where": {"fn": where_indices, "dtypes": ALL},
-        "Identity": {"fn": identity, "dtypes": ALL},
-        "StopGradient": {"fn": identity, "dtypes": ALL},
-        "ClipByValue": {"fn": clip, "dtypes": NUMERIC},
+        "Identity": {"fn": k.identity, "dtypes": ALL},
+        "StopGradient": {"fn": k.identity, "dtypes": ALL},
+        "ClipByValue": {"fn": k.clip, "dtypes": NUMERIC},
     }

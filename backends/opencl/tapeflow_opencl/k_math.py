@@ -125,7 +125,8 @@ _COMPARISONS = {"Equal": ("==", ALL), "NotEqual": ("!=", ALL), "Less": ("<", NUM
                 "GreaterEqual": (">=", NUMERIC)}
 
 #: bitwise ops on integers (and bools, stored as 0/1): (expression, dtypes)
-_BITWISE = {"BitwiseAnd": ("x0 & x1", ALL[len(FLOATS):]), "BitwiseOr": ("x0 | x1", ALL[len(FLOATS):]),
+_BITWISE = {"BitwiseAnd": ("x0 & x1", ALL[len(FLOATS):]),
+            "BitwiseOr": ("x0 | x1", ALL[len(FLOATS):]),
             "BitwiseXor": ("x0 ^ x1", ALL[len(FLOATS):]),
             "LeftShift": ("x0 << x1", NUMERIC[len(FLOATS):]),
             "RightShift": ("x0 >> x1", NUMERIC[len(FLOATS):])}
@@ -205,46 +206,70 @@ def expression(op_name, dtypes, attrs=None):
     return None
 
 
-def build():
-    ew = rt.elementwise
+class MathKernels:
+    """The elementwise math kernels: one method per kernel or per family of kernels that
+    differ only by their expression (bound to it with :func:`runtime.bind` by
+    :func:`build`)."""
 
-    def binary(expr_f, expr_i, npfn):
-        def k(x, y):
-            dt = _result_dtype(npfn, x.dtype, y.dtype)
-            return ew(expr_f if _isf(x) else expr_i, dt, x, y)
-        return k
+    def binary(self, expr_f, expr_i, npfn, x, y):
+        """A binary op of :data:`_BINARY`: its float or integer expression, NumPy's dtype."""
+        dt = _result_dtype(npfn, x.dtype, y.dtype)
+        return rt.elementwise(expr_f if _isf(x) else expr_i, dt, x, y)
 
-    def unary(expr_f, expr_i=None, npfn=None):
-        def k(x):
-            dt = x.dtype if npfn is None else _result_dtype(npfn, x.dtype)
-            return ew(expr_f if (_isf(x) or expr_i is None) else expr_i, dt, x)
-        return k
+    def unary(self, expr_f, expr_i, x):
+        """A unary op (``expr_i`` None: the float expression on every dtype)."""
+        return rt.elementwise(expr_f if (_isf(x) or expr_i is None) else expr_i, x.dtype, x)
 
-    def floordiv(x, y):
+    def same_dtype(self, expr_f, expr_i, x, y):
+        """Maximum and Minimum: the float (NaN-propagating) or integer expression."""
+        return rt.elementwise(expr_f if _isf(x) else expr_i, x.dtype, x, y)
+
+    def compare(self, op, x, y):
+        """A comparison ``x0 <op> x1`` with a bool result."""
+        return rt.elementwise(f"x0 {op} x1", np.bool_, x, y)
+
+    def to_bool(self, expr, *xs):
+        """A float predicate or a logical op: ``expr`` with a bool result."""
+        return rt.elementwise(expr, np.bool_, *xs)
+
+    def bitwise(self, expr, x, y):
+        """A bitwise op of :data:`_BITWISE` in the inputs' dtype."""
+        return rt.elementwise(expr, x.dtype, x, y)
+
+    def invert(self, x):
+        """Invert: ``~x`` (``!x`` on bools)."""
+        return rt.elementwise("!x0" if x.dtype == np.bool_ else "~x0", x.dtype, x)
+
+    def floordiv(self, x, y):
+        """FloorDiv rounding toward negative infinity (NumPy's ``floor_divide``)."""
         _check_divisor(x, y)
         if _isf(x):
             ct = rt.CTYPES[x.dtype]
-            return ew(f"fdiv_{ct}(x0, x1)", x.dtype, x, y, preamble=_DIVMOD)
-        return ew("(x1 == 0) ? 0 : ((x0 / x1) - (((x0 % x1) != 0) && ((x0 < 0) != (x1 < 0))))",
-                  x.dtype, x, y)
+            return rt.elementwise(f"fdiv_{ct}(x0, x1)", x.dtype, x, y, preamble=_DIVMOD)
+        return rt.elementwise(
+            "(x1 == 0) ? 0 : ((x0 / x1) - (((x0 % x1) != 0) && ((x0 < 0) != (x1 < 0))))",
+            x.dtype, x, y)
 
-    def floormod(x, y):
+    def floormod(self, x, y):
+        """FloorMod with the divisor's sign (NumPy's ``remainder``)."""
         _check_divisor(x, y)
         if _isf(x):
             ct = rt.CTYPES[x.dtype]
-            return ew(f"fmod_{ct}(x0, x1)", x.dtype, x, y, preamble=_DIVMOD)
-        return ew("(x1 == 0) ? 0 : (((x0 % x1) != 0 && ((x0 % x1 < 0) != (x1 < 0))) "
-                  "? (x0 % x1 + x1) : (x0 % x1))", x.dtype, x, y)
+            return rt.elementwise(f"fmod_{ct}(x0, x1)", x.dtype, x, y, preamble=_DIVMOD)
+        return rt.elementwise("(x1 == 0) ? 0 : (((x0 % x1) != 0 && ((x0 % x1 < 0) != (x1 < 0))) "
+                              "? (x0 % x1 + x1) : (x0 % x1))", x.dtype, x, y)
 
-    def power(x, y):
+    def power(self, x, y):
+        """Pow: ``pow`` on floats, exact integer powers (negative exponents refused)."""
         if _isf(x):
-            return ew("pow(x0, x1)", x.dtype, x, y)
+            return rt.elementwise("pow(x0, x1)", x.dtype, x, y)
         if y.dtype.kind == "i" and (rt.download(y) < 0).any():
             raise InvalidArgumentError("Integers to negative integer powers are not allowed")
         ct = rt.CTYPES[x.dtype]
-        return ew(f"ipow_{ct}(x0, x1)", x.dtype, x, y, preamble=_ipow(ct))
+        return rt.elementwise(f"ipow_{ct}(x0, x1)", x.dtype, x, y, preamble=_ipow(ct))
 
-    def add_n(*xs):
+    def add_n(self, *xs):
+        """AddN: the inputs summed, at most 8 per launch."""
         shape = xs[0].shape
         for i, x in enumerate(xs[1:], 1):
             if x.shape != shape:
@@ -257,130 +282,99 @@ def build():
             if out is not None:
                 group = [out] + group
             expr = " + ".join(f"x{j}" for j in range(len(group)))
-            out = ew(expr, xs[0].dtype, *group)
+            out = rt.elementwise(expr, xs[0].dtype, *group)
         return out
 
-    def cast(x, dtype):
+    def cast(self, x, dtype):
+        """Cast to ``dtype`` (complex on either side through :mod:`.cplx`)."""
         to = np.dtype(dtype.np)
         if to == x.dtype:
             return x
         if to.kind == "c" or x.dtype.kind == "c":
             rt.device_of(x).check_dtype(to, "casting to it")
-            return ew(cplx.cast_expr(x.dtype, to), to, x)
+            return rt.elementwise(cplx.cast_expr(x.dtype, to), to, x)
         if to not in rt.CTYPES or to == np.float16:
             # complex, or float16 without cl_khr_fp16: the device's own clear error (not
             # a compile error of a kernel casting to half)
             rt.device_of(x).check_dtype(to, "casting to it")
-        return ew(_cast_expr(to), to, x)
+        return rt.elementwise(_cast_expr(to), to, x)
 
-    def minmax(name):
-        ef, ei, _ = _BINARY[name]
-
-        def k(x, y):
-            return ew(ef if _isf(x) else ei, x.dtype, x, y)
-        return k
-
-    def absolute(x):
+    def absolute(self, x):
+        """Abs (unsigned integers returned as they are)."""
         if x.dtype.kind == "u":
             return x
         ef, ei = _UNARY_NUM["Abs"]
-        return ew(ef if _isf(x) else ei, x.dtype, x)
+        return rt.elementwise(ef if _isf(x) else ei, x.dtype, x)
 
-    def sign(x):
-        ef, ei = _UNARY_NUM["Sign"]
-        return ew(ef if _isf(x) else ei, x.dtype, x)
+    def round_(self, x):
+        """Round half to even (``rint``); integers returned as they are."""
+        return rt.elementwise(_UNARY_NUM["Round"][0], x.dtype, x) if _isf(x) else x
 
-    def round_(x):
-        return ew(_UNARY_NUM["Round"][0], x.dtype, x) if _isf(x) else x
+    def complex_op(self, op_name, *xs):
+        """``op_name`` on complex inputs: :func:`cplx.expression` through the generated
+        elementwise kernel."""
+        expr, dt, pre = cplx.expression(op_name, tuple(x.dtype for x in xs))
+        return rt.elementwise(expr, dt, *xs, preamble=pre)
 
-    def cmp(op):
-        def k(x, y):
-            return ew(f"x0 {op} x1", np.bool_, x, y)
-        return k
+    def make_complex(self, re, im):
+        """Complex: ``re + i im`` from two real inputs."""
+        expr, dt, _ = cplx.expression("Complex", (re.dtype, im.dtype))
+        return rt.elementwise(expr, dt, re, im)
 
-    def num(fn):
-        return {"fn": fn, "dtypes": NUMERIC}
 
-    def flt(fn):
-        return {"fn": fn, "dtypes": FLOATS}
-
-    def bln(fn):
-        return {"fn": fn, "dtypes": BOOL}
-
-    def pred(expr):
-        return flt(lambda x: ew(expr, np.bool_, x))
-
-    def logical(expr):
-        return bln(lambda *xs: ew(expr, np.bool_, *xs))
-
+def build():
+    k = MathKernels()
+    p = rt.bind
+    num = dict(dtypes=NUMERIC)
+    flt = dict(dtypes=FLOATS)
     table = {
-        "FloorDiv": num(floordiv),
-        "FloorMod": num(floormod),
-        "Pow": num(power),
-        "AddN": num(add_n),
-        "Cast": {"fn": cast, "dtypes": ALL},
-        "Abs": num(absolute),
-        "Sign": num(sign),
-        "Round": num(round_),
+        "FloorDiv": dict(num, fn=k.floordiv),
+        "FloorMod": dict(num, fn=k.floormod),
+        "Pow": dict(num, fn=k.power),
+        "AddN": dict(num, fn=k.add_n),
+        "Cast": {"fn": k.cast, "dtypes": ALL},
+        "Abs": dict(num, fn=k.absolute),
+        "Sign": dict(num, fn=p(k.unary, "sign", *_UNARY_NUM["Sign"])),
+        "Round": dict(num, fn=k.round_),
+        "Invert": {"fn": k.invert, "dtypes": ALL[len(FLOATS):]},
     }
     for name, (ef, ei, npfn) in _BINARY.items():
         if name in ("Maximum", "Minimum"):
-            table[name] = num(minmax(name))
-        elif ei is None:
-            table[name] = flt(binary(ef, ei, npfn))
+            table[name] = dict(num, fn=p(k.same_dtype, name.lower(), ef, ei))
         else:
-            table[name] = num(binary(ef, ei, npfn))
+            table[name] = dict(flt if ei is None else num,
+                               fn=p(k.binary, name.lower(), ef, ei, npfn))
     for name in ("Neg", "Square"):
-        table[name] = num(unary(*_UNARY_NUM[name]))
+        table[name] = dict(num, fn=p(k.unary, name.lower(), *_UNARY_NUM[name]))
     for name, expr in _UNARY_FLOAT.items():
-        table[name] = flt(unary(expr))
+        table[name] = dict(flt, fn=p(k.unary, name.lower(), expr, None))
     for name, expr in _PREDICATES.items():
-        table[name] = pred(expr)
+        table[name] = dict(flt, fn=p(k.to_bool, name.lower(), expr))
     for name, (cop, dts) in _COMPARISONS.items():
-        table[name] = {"fn": cmp(cop), "dtypes": dts}
+        table[name] = {"fn": p(k.compare, name.lower(), cop), "dtypes": dts}
     for name, expr in _LOGICAL.items():
-        table[name] = logical(expr)
-
-    def bitwise(expr):
-        return lambda x, y: ew(expr, x.dtype, x, y)
-
+        table[name] = {"fn": p(k.to_bool, name.lower(), expr), "dtypes": BOOL}
     for name, (expr, dts) in _BITWISE.items():
-        table[name] = {"fn": bitwise(expr), "dtypes": dts}
-    table["Invert"] = {"fn": lambda x: ew("!x0" if x.dtype == np.bool_ else "~x0", x.dtype, x),
-                       "dtypes": ALL[len(FLOATS):]}
-    _add_complex(table)
+        table[name] = {"fn": p(k.bitwise, name.lower(), expr), "dtypes": dts}
+    _add_complex(table, k)
     return table
 
 
-def _complex_kernel(op_name):
-    """The kernel of ``op_name`` on complex inputs: :func:`cplx.expression`'s expression
-    through the generated elementwise kernel."""
-    def k(*xs):
-        expr, dt, pre = cplx.expression(op_name, tuple(x.dtype for x in xs))
-        return rt.elementwise(expr, dt, *xs, preamble=pre)
-    k.__name__ = k.__qualname__ = f"{op_name.lower()}_complex"
-    return k
-
-
-def _add_complex(table):
+def _add_complex(table, k):
     """Declare complex64/complex128 on the ops :mod:`.cplx` computes: a variant per
     complex dtype (the dispatcher calls it for complex inputs only, so the real kernels
     run as before); ``Cast`` converts complex on either side in its own kernel;
     ``Complex`` (two real inputs) is a kernel of its own."""
     for name in cplx.OPS:
         spec = table.get(name)
+        fn = rt.bind(k.complex_op, f"{name.lower()}_complex", name)
         if spec is None:
             if name not in ("Real", "Imag", "Conj"):
                 continue
-            spec = {"fn": _complex_kernel(name), "dtypes": ()}
-        fn = _complex_kernel(name)
+            spec = {"fn": fn, "dtypes": ()}
         variants = dict(spec.get("variants") or {})
         variants.update({c: fn for c in cplx.COMPLEX})
         table[name] = dict(spec, dtypes=tuple(spec["dtypes"]) + cplx.COMPLEX,
                            variants=variants)
     table["Cast"] = dict(table["Cast"], dtypes=tuple(table["Cast"]["dtypes"]) + cplx.COMPLEX)
-
-    def make_complex(re, im):
-        expr, dt, _ = cplx.expression("Complex", (re.dtype, im.dtype))
-        return rt.elementwise(expr, dt, re, im)
-    table["Complex"] = {"fn": make_complex, "dtypes": FLOATS}
+    table["Complex"] = {"fn": k.make_complex, "dtypes": FLOATS}

@@ -36,6 +36,7 @@ multiprocessing's ``'spawn'`` or ``'forkserver'`` method.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -691,3 +692,13 @@ def contiguous(a):
     if is_contiguous(a):
         return a
     return elementwise("x0", a.dtype, a, out_shape=a.shape)
+
+
+def bind(method, name, *args):
+    """The kernel of a family: ``method`` (a kernel class's method taking the family's
+    varying parts first) with ``args`` bound, named ``name`` in tracebacks, profiles
+    and the bfloat16/complex wrappers (``functools.partial`` has no name of its own)."""
+    k = functools.partial(method, *args)
+    k.__name__ = name
+    k.__qualname__ = f"{method.__qualname__}[{name}]"
+    return k
