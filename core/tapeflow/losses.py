@@ -28,7 +28,7 @@ from .ops import array as _a
 from .ops import math as _m
 from .ops import nn as _nn
 from .ops import reductions as _r
-from .runtime.errors import InvalidArgumentError
+from .runtime.errors import InvalidArgumentError, InvalidTypeError
 from .runtime.dispatch import convert_to_tensor
 from .runtime.tensor import Tensor
 from .runtime.variable import Variable
@@ -421,6 +421,10 @@ class Huber(Loss):
         return huber(y_true, y_pred, self.delta)
 
 
+_CLASSES = (SparseCategoricalCrossentropy, CategoricalCrossentropy, BinaryCrossentropy,
+            MeanSquaredError, MeanAbsoluteError, Huber)
+#: the names ``get`` knows (case-insensitive): Keras's function names and aliases, and the
+#: class names
 _BY_NAME = {
     "sparse_categorical_crossentropy": SparseCategoricalCrossentropy,
     "categorical_crossentropy": CategoricalCrossentropy,
@@ -428,17 +432,60 @@ _BY_NAME = {
     "mean_squared_error": MeanSquaredError, "mse": MeanSquaredError,
     "mean_absolute_error": MeanAbsoluteError, "mae": MeanAbsoluteError,
     "huber": Huber, "huber_loss": Huber,
+    **{cls.__name__.lower(): cls for cls in _CLASSES},
 }
 
 
+def _known_names():
+    """The names of ``_BY_NAME`` as users write them: the function names, then the classes."""
+    classes = {cls.__name__.lower(): cls.__name__ for cls in _CLASSES
+               if cls.__name__.lower() != _snake(cls.__name__)}
+    return sorted(n for n in _BY_NAME if n not in classes) + sorted(classes.values())
+
+
+def _lookup(name, what):
+    cls = _BY_NAME.get(name.lower())
+    if cls is None:
+        raise InvalidArgumentError(
+            f"losses.get: Unknown loss {what}; known names (case-insensitive): "
+            f"{', '.join(_known_names())}. Pass one of them, a Loss instance, a callable "
+            "loss(y_true, y_pred) or a config dict {'class_name': 'MeanSquaredError', "
+            "'config': {}}.")
+    return cls
+
+
 def get(identifier):
-    """A Keras loss from a name (``"sparse_categorical_crossentropy"``, ``"mse"``...),
-    a Loss instance or any callable ``(y_true, y_pred) -> loss`` (returned as is)."""
+    """A Keras loss from ``identifier`` (``tf.keras.losses.get``, what ``Model.compile``
+    uses):
+
+    * a name, case-insensitive: ``"sparse_categorical_crossentropy"``, ``"mse"`` /
+      ``"mean_squared_error"``, ``"mae"``, ``"huber"``... or a class name such as
+      ``"MeanSquaredError"`` -- an instance of the class, with its defaults;
+    * a config dict ``{"class_name": "BinaryCrossentropy", "config": {"from_logits": True}}``;
+    * a :class:`Loss` instance or any callable ``loss(y_true, y_pred)``: returned as is.
+
+    >>> import tapeflow as tf
+    >>> type(tf.keras.losses.get("mse")).__name__
+    'MeanSquaredError'
+    >>> tf.keras.losses.get({"class_name": "Huber", "config": {"delta": 2.0}}).delta
+    2.0
+    """
     if isinstance(identifier, str):
-        cls = _BY_NAME.get(identifier.lower())
-        if cls is None:
-            raise InvalidArgumentError(f"Unknown loss {identifier!r}; known: {sorted(_BY_NAME)}")
-        return cls()
+        return _lookup(identifier, repr(identifier))()
+    if isinstance(identifier, dict):
+        name, config = identifier.get("class_name"), identifier.get("config", {})
+        if not isinstance(name, str) or not isinstance(config, dict):
+            raise InvalidArgumentError(
+                "losses.get: a config dict needs 'class_name' (a str) and 'config' (a dict "
+                f"of constructor arguments), got {identifier!r}")
+        cls = _lookup(name, f"class_name {name!r}")
+        try:
+            return cls(**config)
+        except TypeError as e:
+            raise InvalidArgumentError(
+                f"losses.get: config {config!r} does not fit {cls.__name__}: {e}") from None
     if callable(identifier):
         return identifier
-    raise InvalidArgumentError(f"Could not interpret loss identifier: {identifier!r}")
+    raise InvalidTypeError(
+        "losses.get: expected a loss name (such as 'mse'), a config dict, a Loss instance "
+        f"or a callable loss(y_true, y_pred), got {type(identifier).__name__} {identifier!r}")

@@ -29,14 +29,17 @@ from .ops import array as _a
 from .runtime import dtypes as _dt
 from .ops import math as _m
 from .ops import reductions as _r
-from .runtime.errors import InvalidArgumentError
+from . import losses as _losses
+from .runtime.errors import InvalidArgumentError, InvalidTypeError
 from .runtime.dispatch import convert_to_tensor
 from .runtime.context import stop_all_recording
 from .runtime.tensor import Tensor
 from .runtime.variable import Variable
 
 __all__ = ["Metric", "Mean", "Sum", "Accuracy", "SparseCategoricalAccuracy", "SparseAccuracy",
-           "CategoricalAccuracy", "BinaryAccuracy", "get"]
+           "CategoricalAccuracy", "BinaryAccuracy", "sparse_categorical_accuracy",
+           "categorical_accuracy", "binary_accuracy", "accuracy", "acc", "accuracy_for_loss",
+           "get", "get_function"]
 
 
 def _t(x):
@@ -258,35 +261,197 @@ class BinaryAccuracy(_MatchMean):
         return _m.equal(labels, pred)
 
 
+# --- Keras's metric functions: one value per example -----------------------------------
+
+def sparse_categorical_accuracy(y_true, y_pred):
+    """1.0 where the arg-max of ``y_pred`` is the integer label, else 0.0."""
+    y_pred = _t(y_pred)
+    y_true = _t(y_true)
+    if y_true.ndim == y_pred.ndim and y_true.ndim >= 1 and y_true.shape[-1] == 1:
+        y_true = _a.squeeze(y_true, axis=-1)
+    pred = _m.argmax(y_pred, axis=-1)
+    if y_true.dtype != pred.dtype:
+        y_true = _m.cast(y_true, pred.dtype)
+    return _m.cast(_m.equal(y_true, pred), "float32")
+
+
+def categorical_accuracy(y_true, y_pred):
+    """1.0 where the arg-maxes of one-hot ``y_true`` and ``y_pred`` agree."""
+    return _m.cast(_m.equal(_m.argmax(_t(y_true), axis=-1), _m.argmax(_t(y_pred), axis=-1)),
+                   "float32")
+
+
+def binary_accuracy(y_true, y_pred, threshold=0.5):
+    """Mean over the last axis of ``(y_pred > threshold) == y_true``."""
+    y_pred = _t(y_pred)
+    y_true = _losses._keras_true(y_true, y_pred)
+    hit = _m.equal(y_true, _m.cast(_m.greater(y_pred, threshold), y_pred.dtype))
+    return _r.reduce_mean(_m.cast(hit, "float32"), axis=-1)
+
+
+def accuracy(y_true, y_pred):
+    """Element-wise equality of labels and predicted labels."""
+    y_pred = _t(y_pred)
+    y_true = _t(y_true)
+    if y_true.dtype != y_pred.dtype:
+        y_true = _m.cast(y_true, y_pred.dtype)
+    return _m.cast(_m.equal(y_true, y_pred), "float32")
+
+
+acc = accuracy
+
+
+def _auto_accuracy(y_true, y_pred):
+    """"accuracy" when the loss does not say which: by the shapes, as Keras does."""
+    y_pred = _t(y_pred)
+    y_true = _t(y_true)
+    if y_pred.ndim >= 1 and y_pred.shape[-1] == 1:
+        return binary_accuracy(y_true, y_pred)
+    if y_true.ndim == y_pred.ndim and y_true.shape[-1] == y_pred.shape[-1]:
+        return categorical_accuracy(y_true, y_pred)
+    return sparse_categorical_accuracy(y_true, y_pred)
+
+
+def _loss_name(loss):
+    if loss is None:
+        return ""
+    if isinstance(loss, str):
+        return loss
+    return str(getattr(loss, "name", None) or getattr(loss, "__name__", "")
+               or type(loss).__name__)
+
+
+def accuracy_for_loss(loss):
+    """The accuracy function that goes with ``loss`` (a name, a Loss or a loss function):
+    what Keras picks for ``compile(metrics=["accuracy"])`` -- sparse categorical for a
+    sparse cross entropy, categorical for a one-hot one, binary for a binary one, else
+    chosen by the shapes of each batch."""
+    name = _loss_name(loss).lower()
+    fn = getattr(loss, "_fn", None) or loss
+    if "sparse_categorical" in name or fn is _losses.sparse_categorical_crossentropy:
+        return sparse_categorical_accuracy
+    if "categorical" in name or fn is _losses.categorical_crossentropy:
+        return categorical_accuracy
+    if "binary" in name or fn is _losses.binary_crossentropy:
+        return binary_accuracy
+    return _auto_accuracy
+
+
+# --- name-to-metric lookup ---------------------------------------------------------------
+
+_CLASSES = (Mean, Sum, Accuracy, SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy)
+#: metric objects by name (lower case; class names too): what :func:`get` builds
 _BY_NAME = {"mean": Mean, "sum": Sum, "accuracy": Accuracy,
             "sparse_categorical_accuracy": SparseCategoricalAccuracy,
-            "categorical_accuracy": CategoricalAccuracy, "binary_accuracy": BinaryAccuracy}
+            "categorical_accuracy": CategoricalAccuracy, "binary_accuracy": BinaryAccuracy,
+            **{cls.__name__.lower(): cls for cls in _CLASSES}}
+#: metric functions by name: what :func:`get_function` returns (``Model.compile``)
+_FUNCTIONS = {
+    "sparse_categorical_accuracy": sparse_categorical_accuracy,
+    "categorical_accuracy": categorical_accuracy, "binary_accuracy": binary_accuracy,
+    "mse": _losses.mse, "mean_squared_error": _losses.mse,
+    "mae": _losses.mae, "mean_absolute_error": _losses.mae,
+    "sparse_categorical_crossentropy": _losses.sparse_categorical_crossentropy,
+    "categorical_crossentropy": _losses.categorical_crossentropy,
+    "binary_crossentropy": _losses.binary_crossentropy,
+}
+
+
+def _unknown(identifier):
+    classes = {cls.__name__.lower(): cls.__name__ for cls in _CLASSES
+               if cls.__name__.lower() != _snake(cls.__name__)}
+    known = sorted((set(_BY_NAME) | set(_FUNCTIONS) | {"acc"}) - set(classes))
+    known += sorted(classes.values())
+    return InvalidArgumentError(
+        f"metrics.get: Unknown metric {identifier!r}; known names (case-insensitive): "
+        f"{', '.join(known)}. Pass one of them, a Metric instance, a callable "
+        "metric(y_true, y_pred) or a config dict {'class_name': 'Mean', 'config': {}}.")
+
+
+def _from_config(identifier):
+    name, config = identifier.get("class_name"), identifier.get("config", {})
+    if not isinstance(name, str) or not isinstance(config, dict):
+        raise InvalidArgumentError(
+            "metrics.get: a config dict needs 'class_name' (a str) and 'config' (a dict of "
+            f"constructor arguments), got {identifier!r}")
+    cls = _BY_NAME.get(name.lower())
+    if cls is None:
+        raise _unknown(name)
+    try:
+        return cls(**config)
+    except TypeError as e:
+        raise InvalidArgumentError(
+            f"metrics.get: config {config!r} does not fit {cls.__name__}: {e}") from None
+
+
+def _accuracy_object(loss):
+    fn = accuracy_for_loss(loss)
+    cls = {sparse_categorical_accuracy: SparseCategoricalAccuracy,
+           categorical_accuracy: CategoricalAccuracy,
+           binary_accuracy: BinaryAccuracy}.get(fn, Accuracy)
+    return cls(name="accuracy")
 
 
 def get(identifier, loss=None):
-    """A metric from an instance or a name. ``"accuracy"``/``"acc"`` picks the accuracy
-    that fits ``loss`` (as Keras's ``compile`` does): sparse categorical for a sparse
-    cross entropy, categorical for a one-hot one, binary for a binary one, else
-    element-wise equality."""
+    """A metric from ``identifier``:
+
+    * a name, case-insensitive: ``"mean"``, ``"sum"``, ``"sparse_categorical_accuracy"``,
+      ... or a class name such as ``"BinaryAccuracy"`` -- a new metric object;
+      ``"accuracy"``/``"acc"`` picks the accuracy that fits ``loss`` (a name or a loss
+      object), as Keras's ``compile`` does: sparse categorical for a sparse cross
+      entropy, categorical for a one-hot one, binary for a binary one, else element-wise
+      equality; a metric function's name (``"mse"``, ``"binary_crossentropy"``) gives the
+      function;
+    * a config dict ``{"class_name": "Mean", "config": {"name": "loss"}}``;
+    * a :class:`Metric` or any callable ``metric(y_true, y_pred)``: returned as is.
+
+    >>> import tapeflow as tf
+    >>> type(tf.metrics.get("acc", loss="sparse_categorical_crossentropy")).__name__
+    'SparseCategoricalAccuracy'
+    >>> tf.metrics.get({"class_name": "Mean", "config": {"name": "loss"}}).name
+    'loss'
+    """
     if isinstance(identifier, Metric):
         return identifier
     if isinstance(identifier, str):
         key = identifier.lower()
         if key in ("accuracy", "acc"):
-            lname = loss if isinstance(loss, str) else getattr(loss, "name", "") or ""
-            lname = lname.lower()
-            if "sparse_categorical" in lname:
-                return SparseCategoricalAccuracy(name="accuracy")
-            if "categorical" in lname:
-                return CategoricalAccuracy(name="accuracy")
-            if "binary" in lname:
-                return BinaryAccuracy(name="accuracy")
-            return Accuracy(name="accuracy")
+            if loss is None or accuracy_for_loss(loss) is _auto_accuracy:
+                return Accuracy(name="accuracy")
+            return _accuracy_object(loss)
         cls = _BY_NAME.get(key)
-        if cls is None:
-            raise InvalidArgumentError(f"Unknown metric {identifier!r}; known: "
-                             f"{sorted(_BY_NAME) + ['acc']}")
-        return cls()
+        if cls is not None:
+            return cls()
+        fn = _FUNCTIONS.get(key)
+        if fn is None:
+            raise _unknown(identifier)
+        return fn
+    if isinstance(identifier, dict):
+        return _from_config(identifier)
     if callable(identifier):
         return identifier
-    raise InvalidArgumentError(f"Could not interpret metric identifier: {identifier!r}")
+    raise InvalidTypeError(
+        "metrics.get: expected a metric name (such as 'accuracy'), a config dict, a Metric "
+        f"or a callable metric(y_true, y_pred), got {type(identifier).__name__} "
+        f"{identifier!r}")
+
+
+def get_function(identifier, loss=None):
+    """Keras's lookup (``tf.keras.metrics.get``, ``Model.compile``): a metric function's
+    name gives the function (``"sparse_categorical_accuracy"``, ``"mse"``...), and
+    ``"accuracy"``/``"acc"`` the accuracy function that fits ``loss``
+    (:func:`accuracy_for_loss`; chosen by the shapes when ``loss`` is None); anything
+    else as :func:`get` (``"mean"``, class names and config dicts give metric objects).
+
+    >>> import tapeflow as tf
+    >>> tf.keras.metrics.get("acc", loss="binary_crossentropy").__name__
+    'binary_accuracy'
+    """
+    if isinstance(identifier, str):
+        key = identifier.lower()
+        if key in ("accuracy", "acc"):
+            return accuracy_for_loss(loss)
+        fn = _FUNCTIONS.get(key)
+        if fn is not None:
+            return fn
+    return get(identifier, loss)

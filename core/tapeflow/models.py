@@ -37,6 +37,9 @@ from .layers.base import Layer, _bump
 from .autodiff.tape import GradientTape
 from .runtime.tensor import Tensor
 from .runtime.variable import Variable
+from . import losses as _losses
+from . import metrics as _metrics
+from .train import optimizers as _optimizers
 
 __all__ = ["Model", "Network", "Sequential", "History"]
 
@@ -121,19 +124,13 @@ class Model(Layer):
         ``"sparse_categorical_crossentropy"``, ``"categorical_crossentropy"``, ``"mse"``)
         and metrics (``"accuracy"``, names, callables, or metric objects with
         ``update_state``/``result``/``reset_states``) for ``fit``/``evaluate``."""
-        from .keras import losses as _losses
-        from .keras import optimizers as _opts
         if loss is None:
             raise InvalidArgumentError("compile() needs a loss")
         if loss_weights is not None or weighted_metrics:
             raise NotImplementedError("loss_weights and weighted_metrics are not supported")
         loss_fn = _losses.get(loss)
-        loss_name = loss if isinstance(loss, str) else getattr(
-            loss, "name", getattr(loss, "__name__", type(loss).__name__))
-        mets = []
-        for m in metrics or []:
-            mets.append(_Metric.make(m, loss_name, loss_fn))
-        self.__dict__["_compiled"] = {"optimizer": _opts.get(optimizer), "loss": loss_fn,
+        mets = [_Metric.make(m, loss_fn) for m in metrics or []]
+        self.__dict__["_compiled"] = {"optimizer": _optimizers.get(optimizer), "loss": loss_fn,
                                       "metrics": mets}
 
     @property
@@ -143,8 +140,7 @@ class Model(Layer):
 
     @optimizer.setter
     def optimizer(self, value):
-        from .keras import optimizers as _opts
-        self._need_compiled("setting model.optimizer")["optimizer"] = _opts.get(value)
+        self._need_compiled("setting model.optimizer")["optimizer"] = _optimizers.get(value)
 
     @property
     def metrics_names(self) -> list:
@@ -661,12 +657,14 @@ class _Metric:
         self.mean = _Mean()
 
     @classmethod
-    def make(cls, m, loss_name, loss_fn):
-        from .keras import metrics as _km
+    def make(cls, m, loss_fn):
+        """``m``: a name (Keras's metric functions: ``"accuracy"`` picks the one that fits
+        ``loss_fn``), a metric object or a function."""
         if isinstance(m, str):
-            if m in ("accuracy", "acc"):
-                return cls(m, _km._accuracy_for(loss_name, loss_fn))
-            return cls(m, _km.get(m))
+            resolved = _metrics.get_function(m, loss=loss_fn)
+            if not (hasattr(resolved, "update_state") and hasattr(resolved, "result")):
+                return cls(m, resolved)
+            m = resolved
         if hasattr(m, "update_state") and hasattr(m, "result"):
             return cls(getattr(m, "name", type(m).__name__), obj=m)
         if callable(m):

@@ -1,7 +1,7 @@
 """``tf.keras.optimizers``: ``SGD``, ``Adam``, ``RMSprop``, ``Adagrad`` (and the base
-``Optimizer``), the Keras-named optimizers of :mod:`tapeflow.train`, imported on
-first use; ``get(identifier)`` builds one from a name (``"sgd"``, ``"adam"``,
-``"rmsprop"``, ``"adagrad"``) or passes an optimizer object through.
+``Optimizer``), the Keras-named optimizers of :mod:`tapeflow.train.optimizers`, and
+``get(identifier)`` (:func:`tapeflow.train.optimizers.get`: a name such as ``"adam"``, a
+config dict, or an optimizer object passed through).
 
 >>> import tapeflow as tf
 >>> opt = tf.keras.optimizers.SGD(learning_rate=0.1)
@@ -13,35 +13,6 @@ first use; ``get(identifier)`` builds one from a name (``"sgd"``, ``"adam"``,
 
 from __future__ import annotations
 
-import importlib
+from ..train.optimizers import SGD, Adagrad, Adam, Optimizer, RMSprop, get
 
-from ..runtime.errors import InvalidTypeError
-
-_NAMES = ("SGD", "Adam", "RMSprop", "Adagrad", "Optimizer")
-__all__ = ["get", *_NAMES]
-
-
-def _train():
-    try:
-        return importlib.import_module("tapeflow.train")
-    except ImportError as e:
-        raise ImportError(f"tf.keras.optimizers needs tapeflow.train (the optimizers): {e}") \
-            from None
-
-
-def __getattr__(name):
-    if name in _NAMES:
-        value = getattr(_train(), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'tapeflow.keras.optimizers' has no attribute {name!r}")
-
-
-def get(identifier):
-    """An optimizer from a Keras name (default arguments) or an optimizer object
-    (anything with ``apply_gradients``, returned as is)."""
-    if not isinstance(identifier, str) and hasattr(identifier, "apply_gradients"):
-        return identifier
-    if isinstance(identifier, str):
-        return _train().get_optimizer(identifier)
-    raise InvalidTypeError(f"optimizer must be a name or an optimizer object, got {identifier!r}")
+__all__ = ["get", "SGD", "Adam", "RMSprop", "Adagrad", "Optimizer"]

@@ -62,7 +62,7 @@ from . import checkpoint as _checkpoint_mod
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
            "RMSPropOptimizer", "AdagradOptimizer", "SGD", "Adam", "RMSprop", "Adagrad",
            "get_or_create_global_step", "get_global_step", "create_global_step",
-           "reset_global_step", "get_optimizer"]
+           "reset_global_step", "get", "get_optimizer"]
 
 
 def _base_name(var):
@@ -668,21 +668,60 @@ class Adagrad(_KerasMixin, AdagradOptimizer):
         self._keras_init(kwargs)
 
 
+#: the names ``get`` knows (case-insensitive): Keras's, built with Keras's defaults
 _BY_NAME = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adagrad": Adagrad}
 
 
-def get_optimizer(identifier):
-    """An optimizer instance from an instance or a Keras name (``"sgd"``, ``"adam"``,
-    ``"rmsprop"``, ``"adagrad"``; case-insensitive) -- for ``Model.compile``."""
-    if isinstance(identifier, Optimizer):
+def _lookup(name, what):
+    cls = _BY_NAME.get(name.lower())
+    if cls is None:
+        raise InvalidArgumentError(
+            f"optimizers.get: Unknown optimizer {what}; known names (case-insensitive): "
+            f"{', '.join(sorted(_BY_NAME))}. Pass one of them, an optimizer instance or "
+            "a config dict {'class_name': 'Adam', 'config': {'learning_rate': 0.01}}.")
+    return cls
+
+
+def get(identifier):
+    """An optimizer from ``identifier`` (``tf.keras.optimizers.get``):
+
+    * a name, case-insensitive: ``"sgd"``, ``"adam"``, ``"rmsprop"``, ``"adagrad"`` (built
+      with Keras's defaults);
+    * a config dict ``{"class_name": "Adam", "config": {"learning_rate": 0.01}}``;
+    * an optimizer object (an :class:`Optimizer`, or anything with ``apply_gradients``
+      such as a ``LossScaleOptimizer``): returned as is.
+
+    >>> import tapeflow as tf
+    >>> type(tf.keras.optimizers.get("adam")).__name__
+    'Adam'
+    >>> sgd = tf.keras.optimizers.get({"class_name": "SGD", "config": {"learning_rate": 0.5}})
+    >>> sgd.learning_rate
+    0.5
+    """
+    if isinstance(identifier, Optimizer) or (
+            not isinstance(identifier, (str, dict)) and hasattr(identifier, "apply_gradients")):
         return identifier
     if isinstance(identifier, str):
-        cls = _BY_NAME.get(identifier.lower())
-        if cls is None:
+        return _lookup(identifier, repr(identifier))()
+    if isinstance(identifier, dict):
+        name, config = identifier.get("class_name"), identifier.get("config", {})
+        if not isinstance(name, str) or not isinstance(config, dict):
             raise InvalidArgumentError(
-                f"Unknown optimizer {identifier!r}; known: {sorted(_BY_NAME)}")
-        return cls()
-    raise InvalidArgumentError(f"Could not interpret optimizer identifier: {identifier!r}")
+                "optimizers.get: a config dict needs 'class_name' (a str) and 'config' (a "
+                f"dict of constructor arguments), got {identifier!r}")
+        cls = _lookup(name, f"class_name {name!r}")
+        try:
+            return cls(**config)
+        except TypeError as e:
+            raise InvalidArgumentError(
+                f"optimizers.get: config {config!r} does not fit {cls.__name__}: {e}") from None
+    raise InvalidTypeError(
+        "optimizers.get: expected an optimizer name (such as 'adam'), a config dict or an "
+        f"optimizer object, got {type(identifier).__name__} {identifier!r}")
+
+
+#: the name ``tf.train`` exported before ``get`` (kept)
+get_optimizer = get
 
 
 # --- the global step -----------------------------------------------------------------
