@@ -10,10 +10,11 @@ only for the records on the path to the target, when it calls their gradient.
 
 Backprop has four steps, each its own function: seeding (:func:`_seed`: ones, or the
 given output gradients), playback (:func:`_input_grads` per record), the checks of
-what a gradient function returned (:func:`_accumulate`, :func:`_checked_grad`) and
-the collection per source (:meth:`GradientTape._collect`). Sources, targets and
-output gradients may be any nested structure (:mod:`tapeflow.runtime.nest`): the
-result has the structure of the sources.
+what a gradient function returned (:func:`_accumulate`, with
+:mod:`tapeflow.autodiff.grad_checks`) and the collection per source
+(:meth:`GradientTape._collect`). Sources, targets and output gradients may be any
+nested structure (:mod:`tapeflow.runtime.nest`): the result has the structure of
+the sources.
 
 With no tape active anywhere, dispatch does no tape work: it reads one
 module-level counter (``_tapes_active[0]``) and moves on.
@@ -35,16 +36,16 @@ import numpy as np
 
 from ..ops import array as _array
 from ..ops import math as _math
-from ..ops.array import unbroadcast as _unbroadcast
 from ..runtime import context as _ctx
 from ..runtime import nest
 from ..runtime.context import stop_all_recording
 from ..runtime.dispatch import _run, _scalar_like, constant, convert_to_tensor
 from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError,
-                              NotDifferentiableError, TapeflowError)
+                              NotDifferentiableError)
 from ..runtime.registry import GradContext
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from .grad_checks import checked_grad, grad_origin, short
 
 __all__ = ["GradientTape", "TapeRecord", "stop_recording", "stop_all_recording"]
 
@@ -206,7 +207,7 @@ class GradientTape:
             if len(seeds) != len(targets):
                 raise InvalidArgumentError(
                     f"gradient(): {len(seeds)} output gradient(s) for {len(targets)} "
-                    f"target(s) (output_gradients {_short(output_gradients)}); give one per "
+                    f"target(s) (output_gradients {short(output_gradients)}); give one per "
                     "target, in the targets' structure (None for the default of ones).")
         keep_recording = self._persistent and self._recording
         if not keep_recording:
@@ -270,7 +271,7 @@ class GradientTape:
             else:
                 raise InvalidArgumentError(
                     f"gradient() sources must be Tensors or Variables, got {type(s).__name__} "
-                    f"{_short(s)}; pass the tensors (or Variables) the target was computed "
+                    f"{short(s)}; pass the tensors (or Variables) the target was computed "
                     "from, in any nested structure.")
             if g is not None and not ref.dtype.is_inexact:
                 g = None
@@ -446,7 +447,7 @@ def _input_grads(op, inputs, outputs, attrs, grad_fn, fn, dys, watched):
         in_grads = tuple(in_grads) if isinstance(in_grads, list) else (in_grads,)
     if len(in_grads) != n:
         raise InvalidArgumentError(
-            f"{_grad_origin(op, fn)} returned {len(in_grads)} gradient(s) but the op "
+            f"{grad_origin(op, fn)} returned {len(in_grads)} gradient(s) but the op "
             f"has {n} input(s); return one gradient (or None) per input.",
             op=op.name, device=outputs[0]._device)
     return in_grads
@@ -463,72 +464,9 @@ def _accumulate(grads, watched, op, fn, inputs, in_grads):
             continue
         if type(g) is not Tensor or g._data.shape != inp._data.shape or (
                 g._data.dtype != inp._data.dtype):
-            g = _checked_grad(g, inp, i, op, fn)
+            g = checked_grad(g, inp, i, op, fn)
         grads[k] = add(grads[k], g) if k in grads else g
-
-
-def _checked_grad(g, inp, i, op, fn):
-    """A gradient function's result for input ``i`` as a Tensor of the input's shape
-    (unbroadcast for a broadcasting op) and dtype, or an error naming the function."""
-    if type(g) is not Tensor:
-        g = _grad_tensor(g, inp, i, op, fn)
-    gs, ishape = g._data.shape, inp._data.shape
-    if gs != ishape:
-        if not op.broadcast:
-            raise InvalidArgumentError(
-                f"{_grad_origin(op, fn)} returned a gradient of shape {tuple(gs)} "
-                f"for input {i} ({_input_name(op, i)}) of shape {tuple(ishape)}.",
-                op=op.name, device=inp._device)
-        g = _unbroadcast(g, ishape)
-    if g._data.dtype != inp._data.dtype:
-        raise InvalidArgumentError(
-            f"{_grad_origin(op, fn)} returned a {g.dtype.name} gradient for input "
-            f"{i} ({_input_name(op, i)}) of dtype {inp.dtype.name}.",
-            op=op.name, device=inp._device)
-    return g
 
 
 def _const_like(np_value, like):
     return constant(np_value, device=like._device)
-
-
-# --- errors of gradient functions ---------------------------------------------------
-
-def _grad_origin(op, fn):
-    """``The gradient function of op 'x::y' (registered by 'dist'; mod.func)``: names
-    the op, where it came from and the function, so a plugin's bug points at it."""
-    fn = getattr(fn, "__wrapped__", fn)
-    where = getattr(fn, "__module__", None) or "?"
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
-    return (f"The gradient function of op '{op.name}' (registered by {op.source!r}; "
-            f"{where}.{name})")
-
-
-def _input_name(op, i):
-    names = op.inputs
-    if i < len(names) and not names[i].startswith("*"):
-        return f"'{names[i]}'"
-    return f"'{names[-1].lstrip('*')}[{i - len(names) + 1}]'" if names else "?"
-
-
-def _grad_tensor(g, inp, i, op, fn):
-    """A gradient that is not a Tensor: Variables are read, numbers and arrays are
-    converted to the input's dtype; anything else (a string, a dict) is an error
-    naming the op, its plugin and the input."""
-    if isinstance(g, Variable):
-        return g.read_value()
-    if isinstance(g, Tensor):
-        return g
-    try:
-        return convert_to_tensor(g, dtype=inp.dtype)
-    except TapeflowError as e:
-        raise InvalidArgumentError(
-            f"{_grad_origin(op, fn)} returned {type(g).__name__} {_short(g)} for input {i} "
-            f"({_input_name(op, i)}), which is not convertible to a {inp.dtype.name} tensor; "
-            "a gradient function returns a Tensor (or None) per input.", op=op.name,
-            device=inp._device) from e
-
-
-def _short(v):
-    r = repr(v)
-    return r if len(r) < 60 else r[:57] + "..."
