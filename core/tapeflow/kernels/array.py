@@ -24,13 +24,29 @@ def _pos(flat, shape):
     return "[" + ",".join(str(int(i)) for i in np.unravel_index(int(flat), shape)) + "]"
 
 
-def build(xp):
-    def _int_indices(indices, what="indices"):
-        if indices.dtype.kind not in "iu":
-            raise InvalidArgumentError(f"{what} must be int32 or int64, got {indices.dtype}")
+def _int_indices(indices, what="indices"):
+    """InvalidArgumentError unless ``indices`` has an integer dtype."""
+    if indices.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"{what} must be int32 or int64, got {indices.dtype}")
 
-    def _check_range(indices, n, what="indices", fmt="{what}{pos} = {v} is not in [0, {n})"):
+
+class ArrayKernels:
+    """The creation, shape and indexing kernels of one array module ``xp`` (NumPy or
+    CuPy's namespace), one method per kernel; :meth:`table` maps op names to them.
+
+    >>> import numpy as np
+    >>> ArrayKernels(np).gather(np.arange(5.0), np.array([4, 0]), axis=0, batch_dims=0)
+    array([4., 0.])
+    """
+
+    def __init__(self, xp):
+        self.xp = xp
+
+    # --- index checks ---------------------------------------------------------------
+    def _check_range(self, indices, n, what="indices",
+                     fmt="{what}{pos} = {v} is not in [0, {n})"):
         """Every index in [0, n), else TF's message for the first bad one."""
+        xp = self.xp
         size = indices.size
         if size == 0:
             return
@@ -45,8 +61,9 @@ def build(xp):
         v = int(indices.reshape(-1)[i])
         raise InvalidArgumentError(fmt.format(what=what, pos=_pos(i, indices.shape), v=v, n=n))
 
-    def _check_nd(indices, bound, what):
+    def _check_nd(self, indices, bound, what):
         """Index vectors (last dim of indices) inside ``bound`` (a shape)."""
+        xp = self.xp
         k = len(bound)
         if indices.size == 0 or k == 0:
             return
@@ -60,39 +77,50 @@ def build(xp):
                 f"indices{_pos(i, indices.shape[:-1])} = [{vec}] does not index into {what} "
                 f"[{','.join(str(b) for b in bound)}]")
 
-    def _add_at(out, idx, vals):
-        at = getattr(xp.add, "at", None)
+    def _add_at(self, out, idx, vals):
+        """``out[idx] += vals`` unbuffered (repeated indices add up)."""
+        at = getattr(self.xp.add, "at", None)
         if at is not None:
             at(out, idx, vals)
         else:   # CuPy before ufunc.at
             import cupyx
             cupyx.scatter_add(out, idx, vals)
 
-    # --- creation -----------------------------------------------------------------
-    def fill(shape, value, dtype, device=None):
-        return xp.full(shape, value, dtype=dtype.np)
+    # --- creation -------------------------------------------------------------------
+    def fill(self, shape, value, dtype, device=None):
+        """An array of ``shape`` filled with ``value``."""
+        return self.xp.full(shape, value, dtype=dtype.np)
 
-    def zeros_like(x, dtype):
-        return xp.zeros(x.shape, dtype=x.dtype if dtype is None else dtype.np)
+    def zeros_like(self, x, dtype):
+        """Zeros of ``x``'s shape (and dtype unless ``dtype`` is given)."""
+        return self.xp.zeros(x.shape, dtype=x.dtype if dtype is None else dtype.np)
 
-    def ones_like(x, dtype):
-        return xp.ones(x.shape, dtype=x.dtype if dtype is None else dtype.np)
+    def ones_like(self, x, dtype):
+        """Ones of ``x``'s shape (and dtype unless ``dtype`` is given)."""
+        return self.xp.ones(x.shape, dtype=x.dtype if dtype is None else dtype.np)
 
-    def range_(start, limit, delta, dtype, device=None):
-        return xp.arange(start, limit, delta, dtype=dtype.np)
+    def range(self, start, limit, delta, dtype, device=None):
+        """``start, start + delta, ...`` up to ``limit`` (excluded)."""
+        return self.xp.arange(start, limit, delta, dtype=dtype.np)
 
-    def eye(num_rows, num_columns, batch_shape, dtype, device=None):
+    def eye(self, num_rows, num_columns, batch_shape, dtype, device=None):
+        """The identity matrix (ones on the diagonal), broadcast to ``batch_shape``."""
+        xp = self.xp
         e = xp.eye(num_rows, num_columns, dtype=dtype.np)
         if batch_shape:
             e = xp.broadcast_to(e, tuple(batch_shape) + e.shape)
         return e
 
-    def linspace(start, stop, num, dtype, device=None):
+    def linspace(self, start, stop, num, dtype, device=None):
+        """``num`` evenly spaced values from ``start`` to ``stop`` (both included)."""
+        xp = self.xp
         if num == 1:        # TensorFlow's (and the OpenCL kernel's): [start], even for stop=nan
             return xp.full((1,), start, dtype=dtype.np)
         return xp.linspace(start, stop, num, dtype=dtype.np)
 
-    def one_hot(indices, depth, on_value, off_value, axis, dtype):
+    def one_hot(self, indices, depth, on_value, off_value, axis, dtype):
+        """``on_value`` where an index hits, ``off_value`` elsewhere, along a new ``axis``."""
+        xp = self.xp
         _int_indices(indices)
         hot = indices[..., None] == xp.arange(depth, dtype=indices.dtype)
         if on_value == 1 and off_value == 0:
@@ -104,11 +132,13 @@ def build(xp):
             out = xp.moveaxis(out, -1, axis)
         return out
 
-    # --- shapes -------------------------------------------------------------------
-    def reshape(x, shape):
-        return xp.reshape(x, shape)
+    # --- shapes ---------------------------------------------------------------------
+    def reshape(self, x, shape):
+        """``x`` with a new ``shape`` (a view where possible)."""
+        return self.xp.reshape(x, shape)
 
-    def broadcast_to(x, shape):
+    def broadcast_to(self, x, shape):
+        """``x`` broadcast to ``shape`` (small results materialised: cheaper than a view)."""
         # xp.broadcast_to costs ~5 us of Python for a free view; a small result is
         # cheaper to materialise (the reduction gradients broadcast scalars)
         if x.shape == shape:
@@ -117,32 +147,39 @@ def build(xp):
         for d in shape:
             n *= d
         if n <= 4096:
-            out = xp.empty(shape, dtype=x.dtype)
+            out = self.xp.empty(shape, dtype=x.dtype)
             out[...] = x
             return out
-        return xp.broadcast_to(x, shape)
+        return self.xp.broadcast_to(x, shape)
 
-    def transpose(x, perm):
-        return xp.transpose(x, perm)
+    def transpose(self, x, perm):
+        """``x`` with its axes permuted by ``perm`` (a view)."""
+        return self.xp.transpose(x, perm)
 
-    def expand_dims(x, axis):
+    def expand_dims(self, x, axis):
+        """``x`` with a new axis of length 1 at ``axis``."""
         s = x.shape
         return x.reshape(s[:axis] + (1,) + s[axis:])
 
-    def squeeze(x, axis):
-        return xp.squeeze(x, axis)
+    def squeeze(self, x, axis):
+        """``x`` without its length-1 axes ``axis``."""
+        return self.xp.squeeze(x, axis)
 
-    def concat(*xs, axis):
-        return xp.concatenate(xs, axis=axis)
+    def concat(self, *xs, axis):
+        """The arrays ``xs`` joined along ``axis``."""
+        return self.xp.concatenate(xs, axis=axis)
 
-    def pack(*xs, axis):
-        return xp.stack(xs, axis=axis)
+    def pack(self, *xs, axis):
+        """The arrays ``xs`` stacked along a new ``axis``."""
+        return self.xp.stack(xs, axis=axis)
 
-    def unpack(x, num, axis):
+    def unpack(self, x, num, axis):
+        """The ``num`` slices of ``x`` along ``axis`` (views)."""
         pre = (slice(None),) * axis
         return tuple(x[pre + (i, Ellipsis)] for i in range(num))
 
-    def split_v(x, size_splits, axis):
+    def split_v(self, x, size_splits, axis):
+        """``x`` cut along ``axis`` into pieces of ``size_splits`` (views)."""
         pre = (slice(None),) * axis
         out = []
         start = 0
@@ -151,62 +188,79 @@ def build(xp):
             start += s
         return tuple(out)
 
-    def tile(x, multiples):
+    def tile(self, x, multiples):
+        """``x`` repeated ``multiples[i]`` times along each axis ``i``."""
         if len(multiples) != x.ndim:
             raise InvalidArgumentError(
                 f"Expected multiples argument to be a vector of length {x.ndim} but got length "
                 f"{len(multiples)}")
-        return xp.tile(x, multiples)
+        return self.xp.tile(x, multiples)
 
-    def pad(x, paddings, constant_values):
+    def pad(self, x, paddings, constant_values):
+        """``x`` padded by ``paddings`` (``(before, after)`` per axis) of ``constant_values``."""
         shape = tuple(b + n + a for (b, a), n in zip(paddings, x.shape))
-        out = xp.full(shape, constant_values, dtype=x.dtype)
+        out = self.xp.full(shape, constant_values, dtype=x.dtype)
         out[tuple(slice(b, b + n) for (b, _), n in zip(paddings, x.shape))] = x
         return out
 
-    def mirror_pad(x, paddings, mode):
+    def mirror_pad(self, x, paddings, mode):
+        """``x`` padded by its reflection (``"REFLECT"``) or mirror (``"SYMMETRIC"``)."""
         if not len(paddings):          # a 0-d x: NumPy refuses an empty pad_width
             return x.copy()
-        return xp.pad(x, paddings, mode="reflect" if mode == "REFLECT" else "symmetric")
+        return self.xp.pad(x, paddings, mode="reflect" if mode == "REFLECT" else "symmetric")
 
-    def slice_(x, begin, size):
+    def slice(self, x, begin, size):
+        """The block of ``x`` of ``size`` starting at ``begin`` (a view)."""
         return x[tuple(slice(b, b + s) for b, s in zip(begin, size)) + (Ellipsis,)]
 
-    def strided_slice(x, spec):
+    def strided_slice(self, x, spec):
+        """``x[spec]`` (``spec``: the normalised index tuple)."""
         return x[spec]
 
-    def strided_slice_grad(dy, shape, spec):
-        out = xp.zeros(shape, dtype=dy.dtype)
+    def strided_slice_grad(self, dy, shape, spec):
+        """Zeros of ``shape`` with ``dy`` written at ``[spec]``."""
+        out = self.xp.zeros(shape, dtype=dy.dtype)
         out[spec] = dy
         return out
 
-    def shape(x, out_type):
-        return xp.asarray(x.shape, dtype=out_type.np)
+    def shape(self, x, out_type):
+        """The shape of ``x`` as a vector of ``out_type``."""
+        return self.xp.asarray(x.shape, dtype=out_type.np)
 
-    def size(x, out_type):
-        return xp.asarray(x.size, dtype=out_type.np)
+    def size(self, x, out_type):
+        """The number of elements of ``x`` as a scalar of ``out_type``."""
+        return self.xp.asarray(x.size, dtype=out_type.np)
 
-    def rank(x):
-        return xp.asarray(x.ndim, dtype=np.int32)
+    def rank(self, x):
+        """The number of axes of ``x`` as an int32 scalar."""
+        return self.xp.asarray(x.ndim, dtype=np.int32)
 
-    # --- selection ----------------------------------------------------------------
-    def select(c, x, y):
-        return xp.where(c, x, y)
+    # --- selection ------------------------------------------------------------------
+    def select(self, c, x, y):
+        """``x`` where ``c`` is true, else ``y`` (broadcast)."""
+        return self.xp.where(c, x, y)
 
-    def where(c):
-        return xp.argwhere(c).astype(np.int64, copy=False)
+    def where(self, c):
+        """The coordinates of the true elements of ``c``, one row each (int64)."""
+        return self.xp.argwhere(c).astype(np.int64, copy=False)
 
-    def identity(x):
+    def identity(self, x):
+        """``x`` itself."""
         return x
 
-    def clip(t, lo, hi):
+    def clip(self, t, lo, hi):
+        """``t`` clipped to ``[lo, hi]``."""
+        xp = self.xp
         return xp.minimum(xp.maximum(t, lo), hi)
 
-    # --- gather / scatter ---------------------------------------------------------
-    def gather(params, indices, axis, batch_dims):
+    # --- gather / scatter -----------------------------------------------------------
+    def gather(self, params, indices, axis, batch_dims):
+        """The slices of ``params`` along ``axis`` at ``indices`` (per batch when
+        ``batch_dims``)."""
+        xp = self.xp
         _int_indices(indices)
         n = params.shape[axis]
-        _check_range(indices, n)
+        self._check_range(indices, n)
         if batch_dims == 0:
             return xp.take(params, indices, axis=axis)
         b = batch_dims
@@ -228,7 +282,8 @@ def build(xp):
             r = r.transpose(perm)
         return r.reshape(bshape + r.shape[1:])
 
-    def gather_nd(params, indices):
+    def gather_nd(self, params, indices):
+        """The slices of ``params`` at the index vectors of ``indices``' last axis."""
         _int_indices(indices)
         if indices.ndim == 0:
             raise InvalidArgumentError("indices must be at least a vector")
@@ -238,11 +293,13 @@ def build(xp):
                 f"index innermost dimension length must be <= params rank; saw: {k} vs. "
                 f"{params.ndim}")
         if k == 0:
-            return xp.broadcast_to(params, indices.shape[:-1] + params.shape)
-        _check_nd(indices, params.shape[:k], "param shape")
+            return self.xp.broadcast_to(params, indices.shape[:-1] + params.shape)
+        self._check_nd(indices, params.shape[:k], "param shape")
         return params[tuple(indices[..., i] for i in range(k)) + (Ellipsis,)]
 
-    def scatter_nd(indices, updates, shape):
+    def scatter_nd(self, indices, updates, shape):
+        """Zeros of ``shape`` with ``updates`` added at the index vectors of ``indices``."""
+        xp = self.xp
         _int_indices(indices)
         if indices.ndim == 0:
             raise InvalidArgumentError("indices must be at least a vector")
@@ -262,11 +319,14 @@ def build(xp):
         if k == 0:
             n = int(np.prod(indices.shape[:-1], dtype=np.int64))
             return out + updates.reshape((n,) + tuple(shape)).sum(axis=0, dtype=updates.dtype)
-        _check_nd(indices, tuple(shape[:k]), "shape")
-        _add_at(out, tuple(indices[..., i] for i in range(k)), updates)
+        self._check_nd(indices, tuple(shape[:k]), "shape")
+        self._add_at(out, tuple(indices[..., i] for i in range(k)), updates)
         return out
 
-    def unsorted_segment_sum(data, segment_ids, num_segments):
+    def unsorted_segment_sum(self, data, segment_ids, num_segments):
+        """The sums of the slices of ``data`` with the same segment id (negative ids
+        dropped)."""
+        xp = self.xp
         _int_indices(segment_ids, "segment_ids")
         k = segment_ids.ndim
         if data.shape[:k] != segment_ids.shape:
@@ -288,40 +348,55 @@ def build(xp):
             keep = ids >= 0
             ids = ids[keep]
             vals = vals[keep]
-        _add_at(out, ids, vals)
+        self._add_at(out, ids, vals)
         return out
 
-    def _shift(out, axis, fill):
+    # --- scans and sorting ----------------------------------------------------------
+    def _shift(self, out, axis, fill):
         """``out`` shifted one place forward along ``axis``, ``fill`` first."""
+        xp = self.xp
         idx = [slice(None)] * out.ndim
         idx[axis] = slice(0, out.shape[axis] - 1)
         first = xp.full(out.shape[:axis] + (1,) + out.shape[axis + 1:], fill, dtype=out.dtype)
         return xp.concatenate([first, out[tuple(idx)]], axis=axis)
 
-    def scan(fn, fill):
-        def k(x, axis, exclusive, reverse):
-            if reverse:
-                x = xp.flip(x, axis)
-            dt = x.dtype
-            acc = np.float32 if dt == np.float16 else dt    # float16 adds up in float32
-            out = fn(x, axis=axis, dtype=acc)
-            if exclusive and out.shape[axis]:
-                out = _shift(out, axis, fill)
-            out = out.astype(dt, copy=False)
-            return xp.flip(out, axis) if reverse else out
-        return k
+    def _scan(self, fn, fill, x, axis, exclusive, reverse):
+        """The scan ``fn`` (``xp.cumsum``/``cumprod``, ``fill`` its identity) of ``x``."""
+        xp = self.xp
+        if reverse:
+            x = xp.flip(x, axis)
+        dt = x.dtype
+        acc = np.float32 if dt == np.float16 else dt    # float16 adds up in float32
+        out = fn(x, axis=axis, dtype=acc)
+        if exclusive and out.shape[axis]:
+            out = self._shift(out, axis, fill)
+        out = out.astype(dt, copy=False)
+        return xp.flip(out, axis) if reverse else out
 
-    def argsort(x, axis, descending):
+    def cumsum(self, x, axis, exclusive, reverse):
+        """The running sums of ``x`` along ``axis`` (exclusive: shifted, 0 first)."""
+        return self._scan(self.xp.cumsum, 0, x, axis, exclusive, reverse)
+
+    def cumprod(self, x, axis, exclusive, reverse):
+        """The running products of ``x`` along ``axis`` (exclusive: shifted, 1 first)."""
+        return self._scan(self.xp.cumprod, 1, x, axis, exclusive, reverse)
+
+    def argsort(self, x, axis, descending):
+        """The indices that sort ``x`` along ``axis``, stably (int64)."""
+        xp = self.xp
         if not descending:
             return xp.argsort(x, axis=axis, kind="stable").astype(np.int64)
         # stable descending: sort the reversed array ascending, reverse, map back
         i = xp.flip(xp.argsort(xp.flip(x, axis), axis=axis, kind="stable"), axis)
         return (x.shape[axis] - 1 - i).astype(np.int64)
 
-    def searchsorted(a, v, side):
-        return xp.searchsorted(a, v, side=side).astype(np.int64)
+    def searchsorted(self, a, v, side):
+        """Where each of ``v`` goes in the sorted ``a`` (int64)."""
+        return self.xp.searchsorted(a, v, side=side).astype(np.int64)
 
-    def unique_all(x):
+    def unique_all(self, x):
+        """``(values, first indices, inverse, counts)`` of the distinct elements of ``x``."""
+        xp = self.xp
         flat = x.reshape(-1)
         try:
             vals, idx, inv, counts = xp.unique(flat, return_index=True, return_inverse=True,
@@ -332,49 +407,58 @@ def build(xp):
         return (vals, idx.astype(np.int64), inv.reshape(x.shape).astype(np.int64),
                 counts.astype(np.int64))
 
-    def nonzero(x):
-        return xp.argwhere(x).astype(np.int64)
+    def nonzero(self, x):
+        """The coordinates of the non-zero elements of ``x``, one row each (int64)."""
+        return self.xp.argwhere(x).astype(np.int64)
 
-    return {
-        "SearchSorted": {"fn": searchsorted, "dtypes": NUMERIC},
-        "UniqueAll": {"fn": unique_all, "dtypes": NUMERIC + ("bool",)},
-        "NonZero": {"fn": nonzero, "dtypes": NUMERIC + ("bool",)},
-        "Cumsum": {"fn": scan(xp.cumsum, 0), "dtypes": NUMERIC + COMPLEX},
-        "Cumprod": {"fn": scan(xp.cumprod, 1), "dtypes": NUMERIC + COMPLEX},
-        "ArgSort": {"fn": argsort, "dtypes": NUMERIC},
-        "Fill": {"fn": fill, "needs_device": True},
-        "ZerosLike": zeros_like,
-        "OnesLike": ones_like,
-        "Range": {"fn": range_, "needs_device": True,
-                  "dtypes": ("float16", "float32", "float64", "int32", "int64")},
-        "Eye": {"fn": eye, "needs_device": True},
-        "LinSpace": {"fn": linspace, "needs_device": True, "dtypes": FLOATS},
-        "OneHot": one_hot,
-        "Reshape": reshape,
-        "BroadcastTo": broadcast_to,
-        "Transpose": transpose,
-        "ExpandDims": expand_dims,
-        "Squeeze": squeeze,
-        "ConcatV2": concat,
-        "Pack": pack,
-        "Unpack": unpack,
-        "SplitV": split_v,
-        "Tile": tile,
-        "PadV2": pad,
-        "MirrorPad": mirror_pad,
-        "Slice": slice_,
-        "StridedSlice": strided_slice,
-        "StridedSliceGrad": strided_slice_grad,
-        "Shape": shape,
-        "Size": size,
-        "Rank": rank,
-        "SelectV2": select,
-        "Where": where,
-        "Identity": identity,
-        "StopGradient": identity,
-        "ClipByValue": {"fn": clip, "dtypes": NUMERIC},
-        "GatherV2": gather,
-        "GatherNd": gather_nd,
-        "ScatterNd": {"fn": scatter_nd, "dtypes": NUMERIC + COMPLEX},
-        "UnsortedSegmentSum": {"fn": unsorted_segment_sum, "dtypes": NUMERIC + COMPLEX},
-    }
+    def table(self):
+        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        return {
+            "SearchSorted": {"fn": self.searchsorted, "dtypes": NUMERIC},
+            "UniqueAll": {"fn": self.unique_all, "dtypes": NUMERIC + ("bool",)},
+            "NonZero": {"fn": self.nonzero, "dtypes": NUMERIC + ("bool",)},
+            "Cumsum": {"fn": self.cumsum, "dtypes": NUMERIC + COMPLEX},
+            "Cumprod": {"fn": self.cumprod, "dtypes": NUMERIC + COMPLEX},
+            "ArgSort": {"fn": self.argsort, "dtypes": NUMERIC},
+            "Fill": {"fn": self.fill, "needs_device": True},
+            "ZerosLike": self.zeros_like,
+            "OnesLike": self.ones_like,
+            "Range": {"fn": self.range, "needs_device": True,
+                      "dtypes": ("float16", "float32", "float64", "int32", "int64")},
+            "Eye": {"fn": self.eye, "needs_device": True},
+            "LinSpace": {"fn": self.linspace, "needs_device": True, "dtypes": FLOATS},
+            "OneHot": self.one_hot,
+            "Reshape": self.reshape,
+            "BroadcastTo": self.broadcast_to,
+            "Transpose": self.transpose,
+            "ExpandDims": self.expand_dims,
+            "Squeeze": self.squeeze,
+            "ConcatV2": self.concat,
+            "Pack": self.pack,
+            "Unpack": self.unpack,
+            "SplitV": self.split_v,
+            "Tile": self.tile,
+            "PadV2": self.pad,
+            "MirrorPad": self.mirror_pad,
+            "Slice": self.slice,
+            "StridedSlice": self.strided_slice,
+            "StridedSliceGrad": self.strided_slice_grad,
+            "Shape": self.shape,
+            "Size": self.size,
+            "Rank": self.rank,
+            "SelectV2": self.select,
+            "Where": self.where,
+            "Identity": self.identity,
+            "StopGradient": self.identity,
+            "ClipByValue": {"fn": self.clip, "dtypes": NUMERIC},
+            "GatherV2": self.gather,
+            "GatherNd": self.gather_nd,
+            "ScatterNd": {"fn": self.scatter_nd, "dtypes": NUMERIC + COMPLEX},
+            "UnsortedSegmentSum": {"fn": self.unsorted_segment_sum,
+                                   "dtypes": NUMERIC + COMPLEX},
+        }
+
+
+def build(xp):
+    """The creation, shape and indexing kernels for array module ``xp``: ``{op name: spec}``."""
+    return ArrayKernels(xp).table()

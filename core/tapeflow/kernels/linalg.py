@@ -14,97 +14,136 @@ LAPACK = ("float32", "float64")          # what xp.linalg supports
 COMPLEX = ("complex64", "complex128")
 
 
-def build(xp):
-    matmul_ = xp.matmul
-    swap = xp.swapaxes
-    LinAlgError = getattr(xp.linalg, "LinAlgError", ArithmeticError)
+class LinalgKernels:
+    """The linear-algebra and FFT kernels of one array module ``xp`` (NumPy or CuPy's
+    namespace), one method per kernel; :meth:`table` maps op names to them.
 
-    def matmul(a, b, transpose_a, transpose_b):
+    >>> import numpy as np
+    >>> LinalgKernels(np).matmul(np.eye(2), np.ones((3, 2)), False, True)
+    array([[1., 1., 1.],
+           [1., 1., 1.]])
+    """
+
+    def __init__(self, xp):
+        self.xp = xp
+        self._matmul = xp.matmul          # MatMul is on the hot path: one attribute each
+        self._swap = xp.swapaxes
+        self._LinAlgError = getattr(xp.linalg, "LinAlgError", ArithmeticError)
+
+    def matmul(self, a, b, transpose_a, transpose_b):
+        """``a @ b`` of matrices (rank >= 2), either one transposed as a view first."""
         if transpose_a:
-            a = swap(a, -1, -2)
+            a = self._swap(a, -1, -2)
         if transpose_b:
-            b = swap(b, -1, -2)
+            b = self._swap(b, -1, -2)
         if a.ndim < 2 or b.ndim < 2:          # xp.matmul would take vectors; TF does not
             raise ValueError("matmul needs inputs of rank >= 2")
-        return matmul_(a, b)
+        return self._matmul(a, b)
 
-    def einsum(*operands, equation):
+    def einsum(self, *operands, equation):
+        """The Einstein summation ``equation`` of ``operands`` (BLAS when it pays off)."""
         big = len(operands) > 2 or (len(operands) == 2 and
                                     operands[0].size + operands[1].size > 4096)
-        return xp.einsum(equation, *operands, optimize=big)   # BLAS when it pays off
+        return self.xp.einsum(equation, *operands, optimize=big)
 
-    def inv(x, adjoint):
+    def inv(self, x, adjoint):
+        """The inverse of each matrix of ``x`` (of its adjoint when ``adjoint``)."""
         if adjoint:
-            x = swap(x, -1, -2)
+            x = self._swap(x, -1, -2)
         try:
-            return xp.linalg.inv(x)
-        except LinAlgError:
+            return self.xp.linalg.inv(x)
+        except self._LinAlgError:
             raise InvalidArgumentError("Input is not invertible.") from None
 
-    def solve(a, b, adjoint):
+    def solve(self, a, b, adjoint):
+        """The solution ``x`` of ``a @ x = b`` (of ``a``'s adjoint when ``adjoint``)."""
         if adjoint:
-            a = swap(a, -1, -2)
+            a = self._swap(a, -1, -2)
         try:
-            return xp.linalg.solve(a, b)
-        except LinAlgError:
+            return self.xp.linalg.solve(a, b)
+        except self._LinAlgError:
             raise InvalidArgumentError("Input matrix is not invertible.") from None
 
-    def det(x):
-        return xp.linalg.det(x)
+    def det(self, x):
+        """The determinant of each matrix of ``x``."""
+        return self.xp.linalg.det(x)
 
-    def slogdet(x):
+    def slogdet(self, x):
+        """``(sign, log |det|)`` of each matrix of ``x``, in ``x``'s dtype."""
+        xp = self.xp
         sign, logabs = xp.linalg.slogdet(x)
         return xp.asarray(sign, dtype=x.dtype), xp.asarray(logabs, dtype=x.dtype)
 
-    def cholesky(x):
+    def cholesky(self, x):
+        """The lower Cholesky factor of each symmetric positive definite matrix of ``x``."""
         try:
-            return xp.linalg.cholesky(x)
-        except LinAlgError:
+            return self.xp.linalg.cholesky(x)
+        except self._LinAlgError:
             raise InvalidArgumentError("Cholesky decomposition was not successful: the input "
                                        "is not symmetric positive definite.") from None
 
-    def eigh(x):
-        w, v = xp.linalg.eigh(x)
+    def eigh(self, x):
+        """``(eigenvalues, eigenvectors)`` of each self-adjoint matrix of ``x``."""
+        w, v = self.xp.linalg.eigh(x)
         return w, v
 
-    def svd(x, full_matrices):
-        u, s, vh = xp.linalg.svd(x, full_matrices=full_matrices)
+    def svd(self, x, full_matrices):
+        """``(u, s, vh)``: the singular value decomposition of each matrix of ``x``."""
+        u, s, vh = self.xp.linalg.svd(x, full_matrices=full_matrices)
         return u, s, vh
 
-    def _same_precision(out, like):
+    def svd_values(self, x):
+        """The singular values of each matrix of ``x``."""
+        return self.xp.linalg.svd(x, compute_uv=False)
+
+    def _same_precision(self, out, like):
+        """``out`` (complex or real) in the precision of ``like`` (single or double)."""
+        xp = self.xp
         single = like.dtype in (xp.float32, xp.complex64)
         want = (xp.complex64 if single else xp.complex128) if out.dtype.kind == "c" else (
             xp.float32 if single else xp.float64)
         return out.astype(want, copy=False)
 
-    def fft(x, axes, norm, inverse):
-        f = xp.fft.ifftn if inverse else xp.fft.fftn
-        return _same_precision(f(x, axes=axes, norm=norm), x)
+    def fft(self, x, axes, norm, inverse):
+        """The complex FFT (or its inverse) over ``axes``, in ``x``'s precision."""
+        f = self.xp.fft.ifftn if inverse else self.xp.fft.fftn
+        return self._same_precision(f(x, axes=axes, norm=norm), x)
 
-    def rfft(x, axes, norm):
-        return _same_precision(xp.fft.rfftn(x, axes=axes, norm=norm), x)
+    def rfft(self, x, axes, norm):
+        """The FFT of a real ``x`` over ``axes`` (the last halved), in ``x``'s precision."""
+        return self._same_precision(self.xp.fft.rfftn(x, axes=axes, norm=norm), x)
 
-    def irfft(x, axes, norm, n):
+    def irfft(self, x, axes, norm, n):
+        """The inverse of :meth:`rfft`, ``n`` real values along the last axis."""
         s = [x.shape[a] for a in axes[:-1]] + [n]
-        return _same_precision(xp.fft.irfftn(x, s=s, axes=axes, norm=norm), x)
+        return self._same_precision(self.xp.fft.irfftn(x, s=s, axes=axes, norm=norm), x)
 
-    def qr(x, full_matrices):
-        q, r = xp.linalg.qr(x, mode="complete" if full_matrices else "reduced")
+    def qr(self, x, full_matrices):
+        """``(q, r)``: the QR decomposition of each matrix of ``x``."""
+        q, r = self.xp.linalg.qr(x, mode="complete" if full_matrices else "reduced")
         return q, r
 
-    return {
-        "Cholesky": {"fn": cholesky, "dtypes": LAPACK},
-        "SelfAdjointEigV2": {"fn": eigh, "dtypes": LAPACK},
-        "Svd": {"fn": svd, "dtypes": LAPACK},
-        "SvdValues": {"fn": lambda x: xp.linalg.svd(x, compute_uv=False), "dtypes": LAPACK},
-        "Qr": {"fn": qr, "dtypes": LAPACK},
-        "FFT": {"fn": fft, "dtypes": COMPLEX},
-        "RFFT": {"fn": rfft, "dtypes": LAPACK},
-        "IRFFT": {"fn": irfft, "dtypes": COMPLEX},
-        "MatMul": {"fn": matmul, "fresh": True, "dtypes": FLOATS + ("int32", "int64") + COMPLEX},
-        "Einsum": {"fn": einsum, "dtypes": NUMERIC + COMPLEX},
-        "MatrixInverse": {"fn": inv, "dtypes": LAPACK},
-        "MatrixSolve": {"fn": solve, "dtypes": LAPACK},
-        "MatrixDeterminant": {"fn": det, "dtypes": LAPACK},
-        "LogMatrixDeterminant": {"fn": slogdet, "dtypes": LAPACK},
-    }
+    def table(self):
+        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        return {
+            "Cholesky": {"fn": self.cholesky, "dtypes": LAPACK},
+            "SelfAdjointEigV2": {"fn": self.eigh, "dtypes": LAPACK},
+            "Svd": {"fn": self.svd, "dtypes": LAPACK},
+            "SvdValues": {"fn": self.svd_values, "dtypes": LAPACK},
+            "Qr": {"fn": self.qr, "dtypes": LAPACK},
+            "FFT": {"fn": self.fft, "dtypes": COMPLEX},
+            "RFFT": {"fn": self.rfft, "dtypes": LAPACK},
+            "IRFFT": {"fn": self.irfft, "dtypes": COMPLEX},
+            "MatMul": {"fn": self.matmul, "fresh": True,
+                       "dtypes": FLOATS + ("int32", "int64") + COMPLEX},
+            "Einsum": {"fn": self.einsum, "dtypes": NUMERIC + COMPLEX},
+            "MatrixInverse": {"fn": self.inv, "dtypes": LAPACK},
+            "MatrixSolve": {"fn": self.solve, "dtypes": LAPACK},
+            "MatrixDeterminant": {"fn": self.det, "dtypes": LAPACK},
+            "LogMatrixDeterminant": {"fn": self.slogdet, "dtypes": LAPACK},
+        }
+
+
+def build(xp):
+    """The linear-algebra kernels for array module ``xp``: ``{op name: spec}``."""
+    return LinalgKernels(xp).table()

@@ -9,6 +9,7 @@ and NumPy does not (integer division by zero, negative integer powers).
 from __future__ import annotations
 
 import contextlib
+import functools
 
 from ..runtime.errors import InvalidArgumentError, UnimplementedError
 
@@ -35,13 +36,16 @@ def special(xp, op):
     return sp
 
 
-def _sigmoid_formula(xp):
+def sigmoid_formula(xp, x):
     """expit without SciPy: ``1 / (1 + exp(-x))`` for x >= 0 and ``e / (1 + e)`` with
     ``e = exp(x)`` below, so neither side overflows."""
-    def expit(x):
-        e = xp.exp(-xp.abs(x))
-        return xp.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
-    return expit
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+
+
+def _sigmoid_formula(xp):
+    """:func:`sigmoid_formula` bound to ``xp``: the fallback ``Sigmoid`` without SciPy."""
+    return functools.partial(sigmoid_formula, xp)
 
 
 def complex_sign(xp, x):
@@ -77,71 +81,118 @@ def complex_sign(xp, x):
     return out
 
 
-def build(xp):
-    # SciPy's special functions are bound on the first sigmoid/erf, not at import
-    expit = erf_ = None
-    f16 = xp.float16
-    f32 = xp.float32
+def _check_int_divisor(x, y):
+    """InvalidArgumentError for an integer division by zero (a 0-d divisor, Collatz's
+    ``a % 2``, is checked without a reduction)."""
+    if x.dtype.kind in "iu" and (not y if y.ndim == 0 else not y.all()):
+        raise InvalidArgumentError("Integer division by zero")
 
-    def cast(x, dtype):
+
+def _num(fn):
+    return {"fn": fn, "dtypes": NUMERIC}
+
+
+def _flt(fn):
+    return {"fn": fn, "dtypes": FLOATS}
+
+
+def _num_c(fn):
+    return {"fn": fn, "dtypes": NUMERIC + COMPLEX}
+
+
+def _flt_c(fn):
+    return {"fn": fn, "dtypes": FLOATS + COMPLEX}
+
+
+def _bln(fn):
+    return {"fn": fn, "dtypes": BOOL}
+
+
+class MathKernels:
+    """The elementwise kernels of one array module ``xp`` (NumPy or CuPy's namespace):
+    one method per kernel that is not a plain ufunc; :meth:`table` maps op names to them
+    and to the ufuncs used as they are.
+
+    >>> import numpy as np
+    >>> k = MathKernels(np)
+    >>> k.floordiv(np.array([7, -7]), np.array([2, 2]))
+    array([ 3, -4])
+    """
+
+    def __init__(self, xp):
+        self.xp = xp
+        # SciPy's special functions are bound on the first sigmoid/erf, not at import
+        self._expit = None
+        self._erf = None
+        self._f16 = xp.float16
+        self._f32 = xp.float32
+
+    def cast(self, x, dtype):
+        """``x`` as ``dtype`` (a tapeflow DType); complex to real keeps the real part."""
         if x.dtype.kind == "c" and not dtype.is_complex:
             x = x.real                  # TensorFlow's cast: the real part (no warning)
         return x.astype(dtype.np)
 
-    def sign(x):
+    def sign(self, x):
+        """The sign of ``x``; of a complex ``x``, ``z / |z|`` as NumPy 2 defines it."""
+        xp = self.xp
         if x.dtype.kind != "c" or xp.__name__ == "numpy":    # NumPy 2: z / |z|
             return xp.sign(x)
         return complex_sign(xp, x)
 
-    def make_complex(re, im):
+    def make_complex(self, re, im):
+        """The complex array ``re + im j`` (complex128 from float64, else complex64)."""
+        xp = self.xp
         out = xp.empty(xp.broadcast_shapes(re.shape, im.shape),
                        xp.complex128 if re.dtype == xp.float64 else xp.complex64)
         out.real = re
         out.imag = im
         return out
 
-    def rsqrt(x):
+    def rsqrt(self, x):
+        """``1 / sqrt(x)``."""
+        xp = self.xp
         return xp.reciprocal(xp.sqrt(x))
 
-    def softplus(x):
-        # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), computed stably by logaddexp
-        return xp.logaddexp(x.dtype.type(0), x)
+    def softplus(self, x):
+        """``log(1 + exp(x))``, stably (``logaddexp(0, x)``)."""
+        # = max(x, 0) + log1p(exp(-|x|)), which logaddexp computes
+        return self.xp.logaddexp(x.dtype.type(0), x)
 
-    def sigmoid(x):
-        nonlocal expit
+    def sigmoid(self, x):
+        """``1 / (1 + exp(-x))``: SciPy's expit (float16 in float32), else the formula."""
+        expit = self._expit
         if expit is None:
             try:
-                expit = special(xp, "Sigmoid").expit
+                expit = special(self.xp, "Sigmoid").expit
             except UnimplementedError:
-                expit = _sigmoid_formula(xp)
-        if x.dtype == f16:      # SciPy has no float16 loop
-            return expit(x.astype(f32)).astype(f16)
+                expit = functools.partial(sigmoid_formula, self.xp)
+            self._expit = expit
+        if x.dtype == self._f16:        # SciPy has no float16 loop
+            return expit(x.astype(self._f32)).astype(self._f16)
         return expit(x)
 
-    def erf(x):
-        nonlocal erf_
+    def erf(self, x):
+        """The error function (SciPy's; float16 computed in float32)."""
+        erf_ = self._erf
         if erf_ is None:
-            erf_ = special(xp, "Erf").erf
-        if x.dtype == f16:
-            return erf_(x.astype(f32)).astype(f16)
+            erf_ = self._erf = special(self.xp, "Erf").erf
+        if x.dtype == self._f16:
+            return erf_(x.astype(self._f32)).astype(self._f16)
         return erf_(x)
 
-    def round_(x):
-        # half to even, like TF; integers are already round
-        return x if x.dtype.kind in "iu" else xp.rint(x)
+    def round(self, x):
+        """``x`` rounded half to even, as TensorFlow; integers as they are."""
+        return x if x.dtype.kind in "iu" else self.xp.rint(x)
 
-    def _check_int_divisor(x, y):
-        # (a 0-d divisor, Collatz's `a % 2`, is checked without a reduction)
-        if x.dtype.kind in "iu" and (not y if y.ndim == 0 else not y.all()):
-            raise InvalidArgumentError("Integer division by zero")
-
-    def quiet():
-        # NumPy's floating-point warnings off for a computation whose overflows and
-        # NaNs are replaced; CuPy warns about none
-        errstate = getattr(xp, "errstate", None)
+    def quiet(self):
+        """A context with NumPy's floating-point warnings off (CuPy warns about none)."""
+        errstate = getattr(self.xp, "errstate", None)
         return errstate(all="ignore") if errstate else contextlib.nullcontext()
 
-    def floordiv(x, y):
+    def floordiv(self, x, y):
+        """``floor(x / y)`` with the array API's special cases for one infinite operand."""
+        xp = self.xp
         _check_int_divisor(x, y)
         out = xp.floor_divide(x, y)
         if x.dtype.kind == "f":
@@ -151,12 +202,14 @@ def build(xp):
             inf_x, inf_y = xp.isinf(x), xp.isinf(y)
             one_inf = (inf_x != inf_y) & ~xp.isnan(x) & ~xp.isnan(y)
             if one_inf.any():
-                with quiet():           # x / y where both are infinite: unused NaNs
+                with self.quiet():      # x / y where both are infinite: unused NaNs
                     q = xp.true_divide(x, y)
                 out = xp.where(one_inf, q, out).astype(out.dtype, copy=False)
         return out
 
-    def expm1(x):
+    def expm1(self, x):
+        """``exp(x) - 1``; complex with the array API's (C99 cexp's) special cases."""
+        xp = self.xp
         if x.dtype.kind != "c":
             return xp.expm1(x)
         # NumPy's (and CuPy's) complex expm1 is expm1(a) cos(b) - 2 sin^2(b/2) +
@@ -168,7 +221,7 @@ def build(xp):
         re, im = x.real, x.imag
         finite = xp.isfinite(re) & xp.isfinite(im)
         if not finite.all():
-            with quiet():               # exp overflows where expm1 did: no new warning
+            with self.quiet():          # exp overflows where expm1 did: no new warning
                 out = xp.asarray(xp.where(finite, out, xp.exp(x) - 1))
         zero_im = im == 0
         if zero_im.any():
@@ -177,7 +230,9 @@ def build(xp):
             out.real = xp.where(zero_im & (re == 0), xp.zeros_like(re), out.real)
         return out
 
-    def tanh(x):
+    def tanh(self, x):
+        """``tanh(x)``; complex with the array API's special cases at infinite real parts."""
+        xp = self.xp
         out = xp.tanh(x)
         if x.dtype.kind != "c":
             return out
@@ -192,20 +247,24 @@ def build(xp):
             out.imag = xp.where(inf_re, xp.copysign(xp.zeros_like(im), im), out.imag)
         return out
 
-    def floormod(x, y):
+    def floormod(self, x, y):
+        """``x mod y`` with the sign of ``y``; integer division by zero raises."""
         _check_int_divisor(x, y)
-        return xp.remainder(x, y)
+        return self.xp.remainder(x, y)
 
-    def power(x, y):
+    def power(self, x, y):
+        """``x ** y``; integers to negative integer powers raise, as in TensorFlow."""
         if y.dtype.kind == "i" and (y < 0).any():
             raise InvalidArgumentError("Integers to negative integer powers are not allowed")
-        return xp.power(x, y)
+        return self.xp.power(x, y)
 
-    def squared_difference(x, y):
-        d = xp.subtract(x, y)
+    def squared_difference(self, x, y):
+        """``(x - y) ** 2``."""
+        d = self.xp.subtract(x, y)
         return d * d
 
-    def add_n(*xs):
+    def add_n(self, *xs):
+        """The sum of arrays of one shape."""
         out = xs[0]
         shape = out.shape
         for i, x in enumerate(xs[1:], 1):
@@ -213,99 +272,93 @@ def build(xp):
                 raise InvalidArgumentError(
                     f"AddN needs inputs of one shape: inputs[0] has shape {list(shape)} but "
                     f"inputs[{i}] has shape {list(x.shape)}")
-            out = xp.add(out, x)
+            out = self.xp.add(out, x)
         return out
 
-    def num(fn):
-        return {"fn": fn, "dtypes": NUMERIC}
+    def table(self):
+        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        xp = self.xp
+        num, flt, num_c, flt_c, bln = _num, _flt, _num_c, _flt_c, _bln
+        return {
+            # arithmetic
+            "Add": num_c(xp.add),
+            "Sub": num_c(xp.subtract),
+            "Mul": num_c(xp.multiply),
+            "RealDiv": num_c(xp.true_divide),
+            "FloorDiv": num(self.floordiv),
+            "FloorMod": num(self.floormod),
+            "Pow": num_c(self.power),
+            "Maximum": num(xp.maximum),
+            "Minimum": num(xp.minimum),
+            "SquaredDifference": num(self.squared_difference),
+            "Atan2": flt(xp.arctan2),
+            "AddN": num_c(self.add_n),
+            "Neg": num_c(xp.negative),
+            "Cast": self.cast,
+            "Complex": {"fn": self.make_complex, "dtypes": ("float32", "float64")},
+            "Real": {"fn": xp.real, "dtypes": COMPLEX},
+            "Imag": {"fn": xp.imag, "dtypes": COMPLEX},
+            "Conj": {"fn": xp.conj, "dtypes": COMPLEX},
+            # unary
+            "Abs": num_c(xp.absolute),
+            "Sign": num_c(self.sign),
+            "Square": num_c(xp.square),
+            "Sqrt": flt_c(xp.sqrt),
+            "Rsqrt": flt_c(self.rsqrt),
+            "Exp": flt_c(xp.exp),
+            "Log": flt_c(xp.log),
+            "Log1p": flt_c(xp.log1p),
+            "Expm1": dict(flt_c(self.expm1), real=xp.expm1),
+            "Sin": flt_c(xp.sin),
+            "Cos": flt_c(xp.cos),
+            "Tan": flt_c(xp.tan),
+            "Tanh": dict(flt_c(self.tanh), real=xp.tanh),
+            "Sigmoid": flt(self.sigmoid),
+            "Softplus": flt(self.softplus),
+            "Reciprocal": flt_c(xp.reciprocal),
+            "Floor": flt(xp.floor),
+            "Ceil": flt(xp.ceil),
+            "Round": num(self.round),
+            "Erf": flt(self.erf),
+            "IsNan": flt_c(xp.isnan),
+            "IsFinite": flt_c(xp.isfinite),
+            "IsInf": flt_c(xp.isinf),
+            "Asin": flt_c(xp.arcsin),
+            "Acos": flt_c(xp.arccos),
+            "Atan": flt_c(xp.arctan),
+            "Sinh": flt_c(xp.sinh),
+            "Cosh": flt_c(xp.cosh),
+            "Asinh": flt_c(xp.arcsinh),
+            "Acosh": flt_c(xp.arccosh),
+            "Atanh": flt_c(xp.arctanh),
+            "Log2": flt_c(xp.log2),
+            "Log10": flt_c(xp.log10),
+            "Trunc": flt(xp.trunc),
+            "Signbit": flt(xp.signbit),
+            "Copysign": flt(xp.copysign),
+            "Hypot": flt(xp.hypot),
+            "LogAddExp": flt(xp.logaddexp),
+            "NextAfter": flt(xp.nextafter),
+            "BitwiseAnd": {"fn": xp.bitwise_and, "dtypes": INTS + BOOL},
+            "BitwiseOr": {"fn": xp.bitwise_or, "dtypes": INTS + BOOL},
+            "BitwiseXor": {"fn": xp.bitwise_xor, "dtypes": INTS + BOOL},
+            "Invert": {"fn": xp.invert, "dtypes": INTS + BOOL},
+            "LeftShift": {"fn": xp.left_shift, "dtypes": INTS},
+            "RightShift": {"fn": xp.right_shift, "dtypes": INTS},
+            # comparison and logic
+            "Equal": xp.equal,                      # every dtype, bool included
+            "NotEqual": xp.not_equal,
+            "Less": num(xp.less),
+            "LessEqual": num(xp.less_equal),
+            "Greater": num(xp.greater),
+            "GreaterEqual": num(xp.greater_equal),
+            "LogicalAnd": bln(xp.logical_and),
+            "LogicalOr": bln(xp.logical_or),
+            "LogicalXor": bln(xp.logical_xor),
+            "LogicalNot": bln(xp.logical_not),
+        }
 
-    def flt(fn):
-        return {"fn": fn, "dtypes": FLOATS}
 
-    def num_c(fn):
-        return {"fn": fn, "dtypes": NUMERIC + COMPLEX}
-
-    def flt_c(fn):
-        return {"fn": fn, "dtypes": FLOATS + COMPLEX}
-
-    def bln(fn):
-        return {"fn": fn, "dtypes": BOOL}
-
-    return {
-        # arithmetic
-        "Add": num_c(xp.add),
-        "Sub": num_c(xp.subtract),
-        "Mul": num_c(xp.multiply),
-        "RealDiv": num_c(xp.true_divide),
-        "FloorDiv": num(floordiv),
-        "FloorMod": num(floormod),
-        "Pow": num_c(power),
-        "Maximum": num(xp.maximum),
-        "Minimum": num(xp.minimum),
-        "SquaredDifference": num(squared_difference),
-        "Atan2": flt(xp.arctan2),
-        "AddN": num_c(add_n),
-        "Neg": num_c(xp.negative),
-        "Cast": cast,
-        "Complex": {"fn": make_complex, "dtypes": ("float32", "float64")},
-        "Real": {"fn": xp.real, "dtypes": COMPLEX},
-        "Imag": {"fn": xp.imag, "dtypes": COMPLEX},
-        "Conj": {"fn": xp.conj, "dtypes": COMPLEX},
-        # unary
-        "Abs": num_c(xp.absolute),
-        "Sign": num_c(sign),
-        "Square": num_c(xp.square),
-        "Sqrt": flt_c(xp.sqrt),
-        "Rsqrt": flt_c(rsqrt),
-        "Exp": flt_c(xp.exp),
-        "Log": flt_c(xp.log),
-        "Log1p": flt_c(xp.log1p),
-        "Expm1": dict(flt_c(expm1), real=xp.expm1),
-        "Sin": flt_c(xp.sin),
-        "Cos": flt_c(xp.cos),
-        "Tan": flt_c(xp.tan),
-        "Tanh": dict(flt_c(tanh), real=xp.tanh),
-        "Sigmoid": flt(sigmoid),
-        "Softplus": flt(softplus),
-        "Reciprocal": flt_c(xp.reciprocal),
-        "Floor": flt(xp.floor),
-        "Ceil": flt(xp.ceil),
-        "Round": num(round_),
-        "Erf": flt(erf),
-        "IsNan": flt_c(xp.isnan),
-        "IsFinite": flt_c(xp.isfinite),
-        "IsInf": flt_c(xp.isinf),
-        "Asin": flt_c(xp.arcsin),
-        "Acos": flt_c(xp.arccos),
-        "Atan": flt_c(xp.arctan),
-        "Sinh": flt_c(xp.sinh),
-        "Cosh": flt_c(xp.cosh),
-        "Asinh": flt_c(xp.arcsinh),
-        "Acosh": flt_c(xp.arccosh),
-        "Atanh": flt_c(xp.arctanh),
-        "Log2": flt_c(xp.log2),
-        "Log10": flt_c(xp.log10),
-        "Trunc": flt(xp.trunc),
-        "Signbit": flt(xp.signbit),
-        "Copysign": flt(xp.copysign),
-        "Hypot": flt(xp.hypot),
-        "LogAddExp": flt(xp.logaddexp),
-        "NextAfter": flt(xp.nextafter),
-        "BitwiseAnd": {"fn": xp.bitwise_and, "dtypes": INTS + BOOL},
-        "BitwiseOr": {"fn": xp.bitwise_or, "dtypes": INTS + BOOL},
-        "BitwiseXor": {"fn": xp.bitwise_xor, "dtypes": INTS + BOOL},
-        "Invert": {"fn": xp.invert, "dtypes": INTS + BOOL},
-        "LeftShift": {"fn": xp.left_shift, "dtypes": INTS},
-        "RightShift": {"fn": xp.right_shift, "dtypes": INTS},
-        # comparison and logic
-        "Equal": xp.equal,                      # every dtype, bool included
-        "NotEqual": xp.not_equal,
-        "Less": num(xp.less),
-        "LessEqual": num(xp.less_equal),
-        "Greater": num(xp.greater),
-        "GreaterEqual": num(xp.greater_equal),
-        "LogicalAnd": bln(xp.logical_and),
-        "LogicalOr": bln(xp.logical_or),
-        "LogicalXor": bln(xp.logical_xor),
-        "LogicalNot": bln(xp.logical_not),
-    }
+def build(xp):
+    """The elementwise kernels for array module ``xp``: ``{op name: spec}``."""
+    return MathKernels(xp).table()

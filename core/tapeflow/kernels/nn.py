@@ -51,98 +51,155 @@ def window_geometry(size, k, s, d, padding, i):
 COLS_BYTES = 2 << 20
 
 
-def build(xp):
-    as_strided = xp.lib.stride_tricks.as_strided
+def nhwc(x, fmt):
+    """``x`` (of ``data_format`` ``fmt``) as NHWC (a transposed view for NCHW)."""
+    return x if fmt == "NHWC" else x.transpose(0, 2, 3, 1)
 
-    def nhwc(x, fmt):
-        return x if fmt == "NHWC" else x.transpose(0, 2, 3, 1)
 
-    def back(y, fmt):
-        return y if fmt == "NHWC" else y.transpose(0, 3, 1, 2)
+def back(y, fmt):
+    """The NHWC ``y`` back in ``data_format`` ``fmt``."""
+    return y if fmt == "NHWC" else y.transpose(0, 3, 1, 2)
 
-    def shape_nhwc(shape, fmt):
-        n, a, b, c = shape
-        return (n, a, b, c) if fmt == "NHWC" else (n, b, c, a)
 
-    def pad(x, pt, pb, pl, pr, value=0):
+def shape_nhwc(shape, fmt):
+    """A 4-d ``shape`` of ``data_format`` ``fmt`` in NHWC order."""
+    n, a, b, c = shape
+    return (n, a, b, c) if fmt == "NHWC" else (n, b, c, a)
+
+
+def compute_dtype(dt):
+    """The dtype a GEMM of ``dt`` runs in: float16 has no BLAS path in NumPy, float32."""
+    return np.float32 if dt == np.float16 else dt
+
+
+def _offsets(ho, wo, ksize, strides):
+    """The index of each window offset: ``x[sl]`` is that offset of every window."""
+    kh, kw = ksize
+    sh, sw = strides
+    return [(slice(None), slice(i, i + sh * (ho - 1) + 1, sh),
+             slice(j, j + sw * (wo - 1) + 1, sw), slice(None))
+            for i in range(kh) for j in range(kw)]
+
+
+def _pool_geom(shape, ksize, strides, padding):
+    """``(ho, wo, (pad top, bottom, left, right))`` of a pooling of an NHWC ``shape``."""
+    n, h, w, c = shape
+    ho, pt, pb = window_geometry(h, ksize[0], strides[0], 1, padding, 0)
+    wo, pl, pr = window_geometry(w, ksize[1], strides[1], 1, padding, 1)
+    return ho, wo, (pt, pb, pl, pr)
+
+
+def _lowest(dt):
+    """The lowest value of ``dt`` (-inf for floats): max pooling's padding."""
+    return -np.inf if dt.kind == "f" else np.iinfo(dt).min
+
+
+class NNKernels:
+    """The neural-network kernels of one array module ``xp`` (NumPy or CuPy's namespace),
+    one method per kernel; :meth:`table` maps op names to them.
+
+    >>> import numpy as np
+    >>> NNKernels(np).relu(np.array([-1.0, 2.0]))
+    array([0., 2.])
+    """
+
+    def __init__(self, xp):
+        self.xp = xp
+        self._as_strided = xp.lib.stride_tricks.as_strided
+        self._host = xp is np          # blocked im2col on the host, one GEMM on a GPU
+
+    def _pad(self, x, pt, pb, pl, pr, value=0):
+        """The NHWC ``x`` padded in space by ``value``."""
         if pt == pb == pl == pr == 0:
             return x
-        return xp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=value)
+        return self.xp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=value)
 
-    def compute_dtype(dt):
-        # float16 GEMMs have no BLAS path in NumPy: compute them in float32
-        return np.float32 if dt == np.float16 else dt
+    # --- activations ----------------------------------------------------------------
+    def relu(self, x):
+        """``max(x, 0)``."""
+        return self.xp.maximum(x, 0)
 
-    # --- activations --------------------------------------------------------------
-    def relu(x):
-        return xp.maximum(x, 0)
-
-    def relu_grad(dy, x):
+    def relu_grad(self, dy, x):
+        """``dy`` where ``x > 0``, else 0."""
         return dy * (x > 0)
 
-    def relu6(x):
+    def relu6(self, x):
+        """``min(max(x, 0), 6)``."""
+        xp = self.xp
         return xp.minimum(xp.maximum(x, 0), 6)
 
-    def relu6_grad(dy, x):
+    def relu6_grad(self, dy, x):
+        """``dy`` where ``0 < x < 6``, else 0."""
         return dy * ((x > 0) & (x < 6))
 
     # Branch-free forms: NumPy's `where` is ~15x slower than arithmetic on float32.
-    def leaky_relu(x, alpha):
+    def leaky_relu(self, x, alpha):
+        """``x`` where ``x > 0``, else ``alpha * x``."""
+        xp = self.xp
         if 0.0 <= alpha <= 1.0:
             return xp.maximum(x, x * alpha)
         if alpha > 1.0:
             return xp.minimum(x, x * alpha)
         return xp.where(x > 0, x, x * alpha)
 
-    def leaky_relu_grad(dy, x, alpha):
+    def leaky_relu_grad(self, dy, x, alpha):
+        """``dy`` where ``x > 0``, else ``alpha * dy`` (in the features' shape)."""
         if dy.shape != x.shape:
             # the result has the features' shape on every backend (a 0-d x made s a
             # scalar that took dy's shape; OpenCL refuses what does not broadcast to x)
-            dy = xp.broadcast_to(dy, x.shape)
+            dy = self.xp.broadcast_to(dy, x.shape)
         s = (x > 0).astype(dy.dtype)
         s *= 1.0 - alpha
         s += alpha
         s *= dy
         return s
 
-    def elu(x):
+    def elu(self, x):
+        """``x`` where ``x > 0``, else ``exp(x) - 1``."""
+        xp = self.xp
         return xp.maximum(x, 0) + xp.expm1(xp.minimum(x, 0))
 
-    def elu_grad(dy, y):
+    def elu_grad(self, dy, y):
+        """The ELU's gradient from its output ``y``: ``dy * (y + 1)`` where ``y < 0``."""
         # dy * (y + 1) where y < 0, dy elsewhere (y >= -1 always)
-        return dy * (xp.minimum(y, 0) + 1)
+        return dy * (self.xp.minimum(y, 0) + 1)
 
     # --- softmax family -------------------------------------------------------------
-    def _log_softmax(x, axis):
+    def _log_softmax(self, x, axis):
+        """``log(softmax(x))`` along ``axis``, shifted by the maximum."""
         s = x - x.max(axis=axis, keepdims=True)
-        return s - xp.log(xp.exp(s).sum(axis=axis, keepdims=True))
+        return s - self.xp.log(self.xp.exp(s).sum(axis=axis, keepdims=True))
 
-    def softmax(x, axis):
+    def softmax(self, x, axis):
+        """``exp(x) / sum(exp(x))`` along ``axis`` (float16 computed in float32)."""
         dt = x.dtype
         if x.size == 0:             # an empty axis: an empty result (no max to subtract)
-            return xp.empty_like(x)
+            return self.xp.empty_like(x)
         if dt == np.float16:
             x = x.astype(np.float32)
-        e = xp.exp(x - x.max(axis=axis, keepdims=True))
+        e = self.xp.exp(x - x.max(axis=axis, keepdims=True))
         e /= e.sum(axis=axis, keepdims=True)
         return e.astype(dt, copy=False)
 
-    def log_softmax(x, axis):
+    def log_softmax(self, x, axis):
+        """``log(softmax(x))`` along ``axis`` (float16 computed in float32)."""
         dt = x.dtype
         if x.size == 0:
-            return xp.empty_like(x)
+            return self.xp.empty_like(x)
         if dt == np.float16:
             x = x.astype(np.float32)
-        return _log_softmax(x, axis).astype(dt, copy=False)
+        return self._log_softmax(x, axis).astype(dt, copy=False)
 
-    def softmax_xent(logits, labels, axis):
+    def softmax_xent(self, logits, labels, axis):
+        """The cross-entropy of the distributions ``labels`` and ``softmax(logits)``."""
         dt = logits.dtype
         if dt == np.float16:
             logits, labels = logits.astype(np.float32), labels.astype(np.float32)
-        ls = _log_softmax(logits, axis)
+        ls = self._log_softmax(logits, axis)
         return (-(labels * ls).sum(axis=axis)).astype(dt, copy=False)
 
-    def sparse_xent(logits, labels):
+    def sparse_xent(self, logits, labels):
+        """The cross-entropy of class indices ``labels`` and ``softmax(logits)``."""
         nc = logits.shape[-1]
         if labels.size:
             lo, hi = int(labels.min()), int(labels.max())
@@ -157,50 +214,54 @@ def build(xp):
         dt = logits.dtype
         if dt == np.float16:
             logits = logits.astype(np.float32)
-        ls = _log_softmax(logits, -1)
-        picked = xp.take_along_axis(ls, labels[..., None].astype(np.intp), axis=-1)[..., 0]
+        ls = self._log_softmax(logits, -1)
+        picked = self.xp.take_along_axis(ls, labels[..., None].astype(np.intp),
+                                         axis=-1)[..., 0]
         return (-picked).astype(dt, copy=False)
 
-    def sigmoid_xent(x, z):
+    def sigmoid_xent(self, x, z):
+        """The cross-entropy of labels ``z`` and ``sigmoid(x)``, stably."""
+        xp = self.xp
         return xp.maximum(x, 0) - x * z + xp.log1p(xp.exp(-xp.abs(x)))
 
-    # --- bias_add, l2_loss ------------------------------------------------------------
-    def bias_add(x, b, data_format):
+    # --- bias_add, l2_loss ----------------------------------------------------------
+    def bias_add(self, x, b, data_format):
+        """``x + b`` with ``b`` along the channel axis."""
         if data_format == "NCHW" and x.ndim >= 3:
             return x + b.reshape((-1,) + (1,) * (x.ndim - 2))
         return x + b
 
-    def l2_loss(x):
+    def l2_loss(self, x):
+        """``sum(x ** 2) / 2`` (float16 computed in float32)."""
+        xp = self.xp
         dt = x.dtype
         y = x.astype(np.float32) if dt == np.float16 else x
         return xp.asarray(xp.vdot(y.ravel(), y.ravel()) / 2).astype(dt)
 
-    # --- convolution -------------------------------------------------------------------
-    host = xp is np
-
-    def _windows(x, kh, kw, strides, padding, dilations):
+    # --- convolution ----------------------------------------------------------------
+    def _windows(self, x, kh, kw, strides, padding, dilations):
         """Strided view (N, Ho, Wo, kh, kw, C) of the padded NHWC input (no copy)."""
         n, h, w, c = x.shape
         sh, sw = strides
         dh, dw = dilations
         ho, pt, pb = window_geometry(h, kh, sh, dh, padding, 0)
         wo, pl, pr = window_geometry(w, kw, sw, dw, padding, 1)
-        xpd = pad(x, pt, pb, pl, pr)
+        xpd = self._pad(x, pt, pb, pl, pr)
         s0, s1, s2, s3 = xpd.strides
         # read-only use: every consumer copies out of it
-        return as_strided(xpd, (n, ho, wo, kh, kw, c),
-                          (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3))
+        return self._as_strided(xpd, (n, ho, wo, kh, kw, c),
+                                (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3))
 
-    def _blocks(win):
+    def _blocks(self, win):
         """Yield (batch slice, contiguous (rows, kh*kw*C) columns) covering ``win``."""
         n, ho, wo, kh, kw, c = win.shape
         per_image = ho * wo * kh * kw * c
-        cols_bytes = COLS_BYTES if host else None
+        cols_bytes = COLS_BYTES if self._host else None
         if cols_bytes is None:
             yield slice(0, n), win.reshape(n * ho * wo, kh * kw * c)
             return
         b = max(1, cols_bytes // max(per_image * win.itemsize, 1))
-        buf = xp.empty(min(b, n) * per_image, dtype=win.dtype)
+        buf = self.xp.empty(min(b, n) * per_image, dtype=win.dtype)
         for i in range(0, n, b):
             m = min(b, n - i)
             cols = buf[:m * per_image].reshape(m, ho, wo, kh, kw, c)
@@ -214,25 +275,29 @@ def build(xp):
                 cols[...] = win[i:i + m]
             yield slice(i, i + m), cols.reshape(m * ho * wo, kh * kw * c)
 
-    def _conv_nhwc(x, w, strides, padding, dilations):
+    def _conv_nhwc(self, x, w, strides, padding, dilations):
         """NHWC input, HWIO filter, both in the compute dtype: NHWC output."""
         kh, kw, c, o = w.shape
-        win = _windows(x, kh, kw, strides, padding, dilations)
+        win = self._windows(x, kh, kw, strides, padding, dilations)
         n, ho, wo = win.shape[:3]
         wm = w.reshape(kh * kw * c, o)
-        out = xp.empty((n, ho, wo, o), dtype=x.dtype)
-        for sl, cols in _blocks(win):
-            xp.matmul(cols, wm, out=out[sl].reshape(-1, o))
+        out = self.xp.empty((n, ho, wo, o), dtype=x.dtype)
+        for sl, cols in self._blocks(win):
+            self.xp.matmul(cols, wm, out=out[sl].reshape(-1, o))
         return out
 
-    def conv2d(x, w, strides, padding, data_format, dilations):
+    def conv2d(self, x, w, strides, padding, data_format, dilations):
+        """The 2-d convolution (cross-correlation) of ``x`` with the HWIO filter ``w``."""
         dt = x.dtype
         cdt = compute_dtype(dt)
         x = nhwc(x, data_format).astype(cdt, copy=False)
-        out = _conv_nhwc(x, w.astype(cdt, copy=False), strides, padding, dilations)
+        out = self._conv_nhwc(x, w.astype(cdt, copy=False), strides, padding, dilations)
         return back(out.astype(dt, copy=False), data_format)
 
-    def conv2d_backprop_input(w, dy, input_sizes, strides, padding, data_format, dilations):
+    def conv2d_backprop_input(self, w, dy, input_sizes, strides, padding, data_format,
+                              dilations):
+        """The gradient of :meth:`conv2d` with respect to its input."""
+        xp = self.xp
         dt = dy.dtype
         cdt = compute_dtype(dt)
         n, h, wd, c = shape_nhwc(input_sizes, data_format)
@@ -252,11 +317,11 @@ def build(xp):
             # space and transposed (O <-> C): the forward kernel's blocked GEMM again
             a, b = (kh - 1) * dh - pt, (kh - 1) * dh - pb
             l, r = (kw - 1) * dw - pl, (kw - 1) * dw - pr
-            dyp = pad(dy, max(a, 0), max(b, 0), max(l, 0), max(r, 0))
+            dyp = self._pad(dy, max(a, 0), max(b, 0), max(l, 0), max(r, 0))
             dyp = dyp[:, max(-a, 0):dyp.shape[1] - max(-b, 0),
                       max(-l, 0):dyp.shape[2] - max(-r, 0)]
             wf = xp.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
-            dx = _conv_nhwc(dyp, wf, (1, 1), "VALID", dilations)
+            dx = self._conv_nhwc(dyp, wf, (1, 1), "VALID", dilations)
             return back(dx.astype(dt, copy=False), data_format)
         # strided: col2im one window offset at a time, kh*kw small GEMMs (M, O) @ (O, C)
         # each added into a strided view of the padded gradient (no (M, kh*kw*C) buffer)
@@ -271,50 +336,37 @@ def build(xp):
         dx = dxp[:, pt:pt + h, pl:pl + wd, :].astype(dt, copy=False)
         return back(dx, data_format)
 
-    def conv2d_backprop_filter(x, dy, filter_sizes, strides, padding, data_format, dilations):
+    def conv2d_backprop_filter(self, x, dy, filter_sizes, strides, padding, data_format,
+                               dilations):
+        """The gradient of :meth:`conv2d` with respect to its filter."""
         dt = x.dtype
         cdt = compute_dtype(dt)
         x = nhwc(x, data_format).astype(cdt, copy=False)
         dy = nhwc(dy, data_format).astype(cdt, copy=False)
         kh, kw, c, o = filter_sizes
-        win = _windows(x, kh, kw, strides, padding, dilations)
-        dw = xp.zeros((kh * kw * c, o), dtype=cdt)
-        for sl, cols in _blocks(win):
+        win = self._windows(x, kh, kw, strides, padding, dilations)
+        dw = self.xp.zeros((kh * kw * c, o), dtype=cdt)
+        for sl, cols in self._blocks(win):
             dw += cols.T @ dy[sl].reshape(-1, o)
         return dw.reshape(kh, kw, c, o).astype(dt, copy=False)
 
-    # --- pooling ------------------------------------------------------------------------
-    def _offsets(ho, wo, ksize, strides):
-        kh, kw = ksize
-        sh, sw = strides
-        return [(slice(None), slice(i, i + sh * (ho - 1) + 1, sh),
-                 slice(j, j + sw * (wo - 1) + 1, sw), slice(None))
-                for i in range(kh) for j in range(kw)]
-
-    def _pool_geom(shape, ksize, strides, padding):
-        n, h, w, c = shape
-        ho, pt, pb = window_geometry(h, ksize[0], strides[0], 1, padding, 0)
-        wo, pl, pr = window_geometry(w, ksize[1], strides[1], 1, padding, 1)
-        return ho, wo, (pt, pb, pl, pr)
-
-    def _lowest(dt):
-        return -np.inf if dt.kind == "f" else np.iinfo(dt).min
-
-    def max_pool(x, ksize, strides, padding, data_format):
+    # --- pooling --------------------------------------------------------------------
+    def max_pool(self, x, ksize, strides, padding, data_format):
+        """The maximum of each window of ``x``."""
         x = nhwc(x, data_format)
         ho, wo, pads = _pool_geom(x.shape, ksize, strides, padding)
-        xpd = pad(x, *pads, value=_lowest(x.dtype))
+        xpd = self._pad(x, *pads, value=_lowest(x.dtype))
         sls = _offsets(ho, wo, ksize, strides)
         out = xpd[sls[0]].copy()
         for sl in sls[1:]:
-            xp.maximum(out, xpd[sl], out=out)
+            self.xp.maximum(out, xpd[sl], out=out)
         return back(out, data_format)
 
-    def _argmax_masks(x, y, ksize, strides, padding):
+    def _argmax_masks(self, x, y, ksize, strides, padding):
         """Yield (slice, mask) per window offset: the mask marks the windows whose
         first maximum (row-major scan order, as TF routes ties) is at that offset."""
         ho, wo, pads = _pool_geom(x.shape, ksize, strides, padding)
-        xpd = pad(x, *pads, value=_lowest(x.dtype))
+        xpd = self._pad(x, *pads, value=_lowest(x.dtype))
         sls = _offsets(ho, wo, ksize, strides)
         last = len(sls) - 1
         todo = None
@@ -326,91 +378,106 @@ def build(xp):
             else:
                 m &= todo
                 if k < last:
-                    xp.logical_xor(todo, m, out=todo)     # todo & ~m, as m is in todo
+                    self.xp.logical_xor(todo, m, out=todo)    # todo & ~m, as m is in todo
             yield sl, m
 
-    def max_pool_grad(x, y, dy, ksize, strides, padding, data_format):
+    def max_pool_grad(self, x, y, dy, ksize, strides, padding, data_format):
+        """The gradient of :meth:`max_pool`: ``dy`` routed to each window's first maximum."""
+        xp = self.xp
         x, y, dy = nhwc(x, data_format), nhwc(y, data_format), nhwc(dy, data_format)
         n, h, w, c = x.shape
         _, _, (pt, pb, pl, pr) = _pool_geom(x.shape, ksize, strides, padding)
         dxp = xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=dy.dtype)
         disjoint = strides[0] >= ksize[0] and strides[1] >= ksize[1]
-        for sl, m in _argmax_masks(x, y, ksize, strides, padding):
+        for sl, m in self._argmax_masks(x, y, ksize, strides, padding):
             if disjoint:          # each input position is in one window: write, no add
                 xp.multiply(dy, m, out=dxp[sl])
             else:
                 dxp[sl] += dy * m
         return back(dxp[:, pt:pt + h, pl:pl + w, :], data_format)
 
-    def max_pool_grad_grad(x, y, g, ksize, strides, padding, data_format):
+    def max_pool_grad_grad(self, x, y, g, ksize, strides, padding, data_format):
+        """The gradient of :meth:`max_pool_grad`: ``g`` at each window's first maximum."""
         x, y, g = nhwc(x, data_format), nhwc(y, data_format), nhwc(g, data_format)
         _, _, pads = _pool_geom(x.shape, ksize, strides, padding)
-        gp = pad(g, *pads)
-        out = xp.zeros(y.shape, dtype=g.dtype)
-        for sl, m in _argmax_masks(x, y, ksize, strides, padding):
+        gp = self._pad(g, *pads)
+        out = self.xp.zeros(y.shape, dtype=g.dtype)
+        for sl, m in self._argmax_masks(x, y, ksize, strides, padding):
             out += gp[sl] * m
         return back(out, data_format)
 
-    def _pool_count(h, w, ho, wo, pads, ksize, strides, padding, dt):
+    def _pool_count(self, h, w, ho, wo, pads, ksize, strides, padding, dt):
+        """How many input elements each window covers (padding excluded)."""
         if padding == "VALID":
             return dt.type(ksize[0] * ksize[1])
         pt, pb, pl, pr = pads
+        xp = self.xp
         ones = xp.pad(xp.ones((h, w), dtype=dt), ((pt, pb), (pl, pr)))[None, :, :, None]
         cnt = None
         for sl in _offsets(ho, wo, ksize, strides):
             cnt = ones[sl].copy() if cnt is None else cnt + ones[sl]
         return cnt
 
-    def avg_pool(x, ksize, strides, padding, data_format):
+    def avg_pool(self, x, ksize, strides, padding, data_format):
+        """The mean of each window of ``x`` (padding excluded from the count)."""
         dt = x.dtype
         x = nhwc(x, data_format)
         cdt = np.dtype(compute_dtype(dt))
         n, h, w, c = x.shape
         ho, wo, pads = _pool_geom(x.shape, ksize, strides, padding)
-        xpd = pad(x, *pads).astype(cdt, copy=False)
+        xpd = self._pad(x, *pads).astype(cdt, copy=False)
         sls = _offsets(ho, wo, ksize, strides)
         out = xpd[sls[0]].copy()
         for sl in sls[1:]:
             out += xpd[sl]
-        out /= _pool_count(h, w, ho, wo, pads, ksize, strides, padding, cdt)
+        out /= self._pool_count(h, w, ho, wo, pads, ksize, strides, padding, cdt)
         return back(out.astype(dt, copy=False), data_format)
 
-    def avg_pool_grad(dy, orig_input_shape, ksize, strides, padding, data_format):
+    def avg_pool_grad(self, dy, orig_input_shape, ksize, strides, padding, data_format):
+        """The gradient of :meth:`avg_pool`: ``dy`` spread evenly over each window."""
         dt = dy.dtype
         cdt = np.dtype(compute_dtype(dt))
         n, h, w, c = shape_nhwc(orig_input_shape, data_format)
         dy = nhwc(dy, data_format)
         ho, wo, pads = _pool_geom((n, h, w, c), ksize, strides, padding)
         pt, pb, pl, pr = pads
-        g = dy.astype(cdt) / _pool_count(h, w, ho, wo, pads, ksize, strides, padding, cdt)
-        dxp = xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=cdt)
+        g = dy.astype(cdt) / self._pool_count(h, w, ho, wo, pads, ksize, strides, padding,
+                                              cdt)
+        dxp = self.xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=cdt)
         for sl in _offsets(ho, wo, ksize, strides):
             dxp[sl] += g
         return back(dxp[:, pt:pt + h, pl:pl + w, :].astype(dt, copy=False), data_format)
 
-    f = FLOATS
-    return {
-        "Relu": {"fn": relu, "fresh": True, "dtypes": f + ("int32", "int64")},
-        "ReluGrad": {"fn": relu_grad, "fresh": True, "dtypes": f},
-        "Relu6": {"fn": relu6, "dtypes": f},
-        "Relu6Grad": {"fn": relu6_grad, "dtypes": f},
-        "LeakyRelu": {"fn": leaky_relu, "dtypes": f},
-        "LeakyReluGrad": {"fn": leaky_relu_grad, "dtypes": f},
-        "Elu": {"fn": elu, "dtypes": f},
-        "EluGrad": {"fn": elu_grad, "dtypes": f},
-        "Softmax": {"fn": softmax, "fresh": True, "dtypes": f},
-        "LogSoftmax": {"fn": log_softmax, "dtypes": f},
-        "SoftmaxCrossEntropyWithLogits": {"fn": softmax_xent, "dtypes": f},
-        "SparseSoftmaxCrossEntropyWithLogits": {"fn": sparse_xent, "dtypes": f},
-        "SigmoidCrossEntropyWithLogits": {"fn": sigmoid_xent, "dtypes": f},
-        "BiasAdd": {"fn": bias_add, "dtypes": f + ("int32", "int64")},
-        "L2Loss": {"fn": l2_loss, "dtypes": f},
-        "Conv2D": {"fn": conv2d, "dtypes": f},
-        "Conv2DBackpropInput": {"fn": conv2d_backprop_input, "dtypes": f},
-        "Conv2DBackpropFilter": {"fn": conv2d_backprop_filter, "dtypes": f},
-        "MaxPool": {"fn": max_pool, "dtypes": f + ("int32", "int64")},
-        "MaxPoolGrad": {"fn": max_pool_grad, "dtypes": f},
-        "MaxPoolGradGrad": {"fn": max_pool_grad_grad, "dtypes": f},
-        "AvgPool": {"fn": avg_pool, "dtypes": f},
-        "AvgPoolGrad": {"fn": avg_pool_grad, "dtypes": f},
-    }
+    def table(self):
+        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        f = FLOATS
+        return {
+            "Relu": {"fn": self.relu, "fresh": True, "dtypes": f + ("int32", "int64")},
+            "ReluGrad": {"fn": self.relu_grad, "fresh": True, "dtypes": f},
+            "Relu6": {"fn": self.relu6, "dtypes": f},
+            "Relu6Grad": {"fn": self.relu6_grad, "dtypes": f},
+            "LeakyRelu": {"fn": self.leaky_relu, "dtypes": f},
+            "LeakyReluGrad": {"fn": self.leaky_relu_grad, "dtypes": f},
+            "Elu": {"fn": self.elu, "dtypes": f},
+            "EluGrad": {"fn": self.elu_grad, "dtypes": f},
+            "Softmax": {"fn": self.softmax, "fresh": True, "dtypes": f},
+            "LogSoftmax": {"fn": self.log_softmax, "dtypes": f},
+            "SoftmaxCrossEntropyWithLogits": {"fn": self.softmax_xent, "dtypes": f},
+            "SparseSoftmaxCrossEntropyWithLogits": {"fn": self.sparse_xent, "dtypes": f},
+            "SigmoidCrossEntropyWithLogits": {"fn": self.sigmoid_xent, "dtypes": f},
+            "BiasAdd": {"fn": self.bias_add, "dtypes": f + ("int32", "int64")},
+            "L2Loss": {"fn": self.l2_loss, "dtypes": f},
+            "Conv2D": {"fn": self.conv2d, "dtypes": f},
+            "Conv2DBackpropInput": {"fn": self.conv2d_backprop_input, "dtypes": f},
+            "Conv2DBackpropFilter": {"fn": self.conv2d_backprop_filter, "dtypes": f},
+            "MaxPool": {"fn": self.max_pool, "dtypes": f + ("int32", "int64")},
+            "MaxPoolGrad": {"fn": self.max_pool_grad, "dtypes": f},
+            "MaxPoolGradGrad": {"fn": self.max_pool_grad_grad, "dtypes": f},
+            "AvgPool": {"fn": self.avg_pool, "dtypes": f},
+            "AvgPoolGrad": {"fn": self.avg_pool_grad, "dtypes": f},
+        }
+
+
+def build(xp):
+    """The neural-network kernels for array module ``xp``: ``{op name: spec}``."""
+    return NNKernels(xp).table()

@@ -54,28 +54,42 @@ def host_raw64(n, key, counter):
     return loc.gen.integers(0, 2**64, size=n, dtype=np.uint64)   # same words, faster
 
 
-def build(xp, raw64=None):
-    """The random kernels for array module ``xp``; ``raw64(n, key, counter)`` draws the
-    raw 64-bit words (default :func:`host_raw64`; the CuPy backend passes a Philox that
-    runs on the GPU, so the transforms below stay one source for both)."""
-    if raw64 is None:
-        raw64 = host_raw64
+def _size(shape):
+    """The number of elements of ``shape``."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
-    def to_xp(a):
-        return a if xp is np else xp.asarray(a)
 
-    def _size(shape):
-        n = 1
-        for d in shape:
-            n *= d
-        return n
+class RandomKernels:
+    """The random kernels of one array module ``xp`` (NumPy or CuPy's namespace) drawing
+    raw 64-bit words from ``raw64(n, key, counter)`` (default :func:`host_raw64`; the CuPy
+    backend passes a Philox that runs on the GPU, so the transforms stay one source for
+    both), one method per kernel; :meth:`table` maps op names to them.
 
-    def unit_uniform(n, npdt, key, counter):
+    >>> import numpy as np
+    >>> from tapeflow import dtypes
+    >>> u = RandomKernels(np).random_uniform((3,), dtypes.float32, 1, 0, 0.0, 1.0)
+    >>> u.shape, u.dtype, bool(((0 <= u) & (u < 1)).all())
+    ((3,), dtype('float32'), True)
+    """
+
+    def __init__(self, xp, raw64=None):
+        self.xp = xp
+        self.raw64 = host_raw64 if raw64 is None else raw64
+
+    def _words(self, n, key, counter):
+        """``n`` raw 64-bit words of ``(key, counter)``'s stream, as an ``xp`` array."""
+        raw = self.raw64(n, key, counter)
+        return raw if self.xp is np else self.xp.asarray(raw)
+
+    def unit_uniform(self, n, npdt, key, counter):
         """n values in [0, 1) of dtype ``npdt`` (float16/32/64)."""
         if npdt == np.float64:
-            raw = to_xp(raw64(n, key, counter))
+            raw = self._words(n, key, counter)
             return (raw >> _U64(11)).astype(np.float64) * (2.0 ** -53)
-        words = to_xp(raw64((n + 1) // 2, key, counter)).view(np.uint32)[:n]
+        words = self._words((n + 1) // 2, key, counter).view(np.uint32)[:n]
         if npdt == np.float16:
             return ((words >> np.uint32(21)).astype(np.float32) * np.float32(2.0 ** -11)
                     ).astype(np.float16)
@@ -84,10 +98,11 @@ def build(xp, raw64=None):
                     ).astype(npdt)
         return (words >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
 
-    def random_uniform(shape, dtype, key, counter, minval, maxval, device=None):
+    def random_uniform(self, shape, dtype, key, counter, minval, maxval, device=None):
+        """Uniform values in ``[minval, maxval)`` of ``dtype`` from ``(key, counter)``."""
         npdt = dtype.np
         n = _size(shape)
-        u = unit_uniform(n, npdt, key, counter)
+        u = self.unit_uniform(n, npdt, key, counter)
         if minval != 0.0 or maxval != 1.0:
             t = npdt.type
             if npdt.itemsize == 2 and npdt != np.float16:   # bfloat16: scale in float32
@@ -97,30 +112,33 @@ def build(xp, raw64=None):
                 u = u * t(maxval - minval) + t(minval)
             if npdt != np.float64:
                 # rounding may reach maxval in low precision: keep the interval half-open
-                u = xp.minimum(u, xp.nextafter(t(maxval), t(minval)))
+                u = self.xp.minimum(u, self.xp.nextafter(t(maxval), t(minval)))
         return u.astype(npdt, copy=False).reshape(shape)
 
-    def random_uniform_int(shape, dtype, key, counter, minval, maxval, device=None):
+    def random_uniform_int(self, shape, dtype, key, counter, minval, maxval, device=None):
+        """Uniform integers in ``[minval, maxval)`` of ``dtype`` from ``(key, counter)``."""
         n = _size(shape)
         rng = maxval - minval
         if dtype.np == np.int32:
-            words = to_xp(raw64((n + 1) // 2, key, counter)).view(np.uint32)[:n]
+            words = self._words((n + 1) // 2, key, counter).view(np.uint32)[:n]
             vals = (words % np.uint32(rng)).astype(np.int64) + minval
         else:
-            raw = to_xp(raw64(n, key, counter))
+            raw = self._words(n, key, counter)
             vals = (raw % _U64(rng)).astype(np.int64) + minval
         return vals.astype(dtype.np, copy=False).reshape(shape)
 
-    def standard_normal(n, npdt, key, counter):
+    def standard_normal(self, n, npdt, key, counter):
+        """n standard normal values (Box-Muller), float64 or float32 by ``npdt``."""
+        xp = self.xp
         pairs = (n + 1) // 2
         if npdt == np.float64:
-            raw = to_xp(raw64(2 * pairs, key, counter))
+            raw = self._words(2 * pairs, key, counter)
             bits = (raw >> _U64(11)).astype(np.float64)
             u1 = (bits[0::2] + 0.5) * (2.0 ** -53)
             u2 = bits[1::2] * (2.0 ** -53)
             t = np.float64
         else:
-            words = to_xp(raw64(pairs, key, counter)).view(np.uint32)
+            words = self._words(pairs, key, counter).view(np.uint32)
             bits = (words >> np.uint32(8)).astype(np.float32)
             u1 = (bits[0::2] + np.float32(0.5)) * np.float32(2.0 ** -24)
             u2 = bits[1::2] * np.float32(2.0 ** -24)
@@ -132,17 +150,20 @@ def build(xp, raw64=None):
         out[1::2] = r * xp.sin(theta)
         return out[:n]
 
-    def random_normal(shape, dtype, key, counter, mean, stddev, device=None):
+    def random_normal(self, shape, dtype, key, counter, mean, stddev, device=None):
+        """Normal values of ``mean`` and ``stddev`` of ``dtype`` from ``(key, counter)``."""
         npdt = dtype.np
-        z = standard_normal(_size(shape), npdt, key, counter)
+        z = self.standard_normal(_size(shape), npdt, key, counter)
         if mean != 0.0 or stddev != 1.0:
             t = z.dtype.type
             z = z * t(stddev) + t(mean)
         return z.astype(npdt, copy=False).reshape(shape)
 
-    def truncated_normal(shape, dtype, key, counter, mean, stddev, device=None):
+    def truncated_normal(self, shape, dtype, key, counter, mean, stddev, device=None):
+        """Normal values within two standard deviations (inverse CDF, SciPy's ndtri)."""
+        xp = self.xp
         n = _size(shape)
-        raw = to_xp(raw64(n, key, counter))
+        raw = self._words(n, key, counter)
         u = ((raw >> _U64(11)).astype(np.float64) + 0.5) * (2.0 ** -53)
         z = special(xp, "TruncatedNormal").ndtri(u * _PHI_SPAN + _PHI_M2)
         z = xp.clip(z, -2.0, 2.0)
@@ -150,21 +171,34 @@ def build(xp, raw64=None):
             z = z * stddev + mean
         return z.astype(dtype.np).reshape(shape)
 
-    def random_shuffle(x, key, counter, device=None):
+    def random_shuffle(self, x, key, counter, device=None):
+        """``x`` with its first axis permuted by ``(key, counter)``'s stream."""
         n = x.shape[0]
         if n <= 1:
             return x
-        raw = to_xp(raw64(n, key, counter))
-        perm = xp.argsort(raw, kind="stable")
+        raw = self._words(n, key, counter)
+        perm = self.xp.argsort(raw, kind="stable")
         return x[perm]
 
-    # bfloat16 (NumPy only: ml_dtypes) draws as above, in float32 then rounded
-    floats = ("bfloat16",) + FLOATS if xp is np else FLOATS
-    return {
-        "RandomStandardNormal": {"fn": random_normal, "dtypes": floats, "needs_device": True},
-        "RandomUniform": {"fn": random_uniform, "dtypes": floats, "needs_device": True},
-        "RandomUniformInt": {"fn": random_uniform_int, "dtypes": ("int32", "int64"),
-                             "needs_device": True},
-        "TruncatedNormal": {"fn": truncated_normal, "dtypes": floats, "needs_device": True},
-        "RandomShuffle": {"fn": random_shuffle, "dtypes": None, "needs_device": True},
-    }
+    def table(self):
+        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        # bfloat16 (NumPy only: ml_dtypes) draws as above, in float32 then rounded
+        floats = ("bfloat16",) + FLOATS if self.xp is np else FLOATS
+        return {
+            "RandomStandardNormal": {"fn": self.random_normal, "dtypes": floats,
+                                     "needs_device": True},
+            "RandomUniform": {"fn": self.random_uniform, "dtypes": floats,
+                              "needs_device": True},
+            "RandomUniformInt": {"fn": self.random_uniform_int, "dtypes": ("int32", "int64"),
+                                 "needs_device": True},
+            "TruncatedNormal": {"fn": self.truncated_normal, "dtypes": floats,
+                                "needs_device": True},
+            "RandomShuffle": {"fn": self.random_shuffle, "dtypes": None, "needs_device": True},
+        }
+
+
+def build(xp, raw64=None):
+    """The random kernels for array module ``xp``; ``raw64(n, key, counter)`` draws the
+    raw 64-bit words (default :func:`host_raw64`; the CuPy backend passes a Philox that
+    runs on the GPU, so the transforms stay one source for both)."""
+    return RandomKernels(xp, raw64).table()

@@ -33,20 +33,34 @@ def empty_reduction(what, x, axis):
         f"(input shape {list(x.shape)}, axis {'all' if axis is None else list(axis)})")
 
 
-def build(xp):
-    # NumPy warns on 0/0 and log(0); array modules without errstate (CuPy) do not
-    errstate = getattr(xp, "errstate", None) or (lambda **kw: contextlib.nullcontext())
+def _no_errstate(**kw):
+    """``errstate`` for an array module without one (CuPy warns about nothing)."""
+    return contextlib.nullcontext()
 
-    add_reduce = xp.add.reduce if xp is np else None     # NumPy: skip np.sum's layers
-    ones = {}                                             # (length, dtype) -> ones vector
 
-    def gemv_sum(x, axis, keepdims):
+class ReduceKernels:
+    """The reduction kernels of one array module ``xp`` (NumPy or CuPy's namespace), one
+    method per kernel; :meth:`table` maps op names to them.
+
+    >>> import numpy as np
+    >>> ReduceKernels(np).sum(np.ones((2, 3)), axis=(1,), keepdims=False)
+    array([3., 3.])
+    """
+
+    def __init__(self, xp):
+        self.xp = xp
+        # NumPy warns on 0/0 and log(0); array modules without errstate (CuPy) do not
+        self._errstate = getattr(xp, "errstate", None) or _no_errstate
+        self._add_reduce = xp.add.reduce if xp is np else None   # NumPy: skip np.sum's layers
+        self._ones = {}                                           # (length, dtype) -> ones
+
+    def gemv_sum(self, x, axis, keepdims):
         """NumPy's sum over leading or middle axes of a contiguous float array walks the
         kept inner axis a few elements at a time (a (32, 24, 24, 16) array summed to (16,)
         takes 450 us); as ``ones @ x.reshape(outer, reduced, inner)`` BLAS does it in 45 us,
         at least as accurately (NumPy adds outer axes one row at a time, not pairwise).
         None where that does not apply."""
-        if (add_reduce is None or not axis or x.dtype.char not in "fd"
+        if (self._add_reduce is None or not axis or x.dtype.char not in "fd"
                 or not x.flags.c_contiguous or axis[-1] - axis[0] != len(axis) - 1
                 or axis[-1] == x.ndim - 1):
             return None
@@ -62,30 +76,36 @@ def build(xp):
         if red < 16 or inner == 1 or x.size == 0:
             return None
         key = (red, x.dtype.char)
-        v = ones.get(key)
+        v = self._ones.get(key)
         if v is None:
-            v = ones[key] = np.ones(red, dtype=x.dtype)
+            v = self._ones[key] = np.ones(red, dtype=x.dtype)
         r = np.matmul(v, x.reshape(outer, red, inner))
         kept = [1 if axis[0] <= i <= axis[-1] else d for i, d in enumerate(shape)] \
             if keepdims else [d for i, d in enumerate(shape) if not axis[0] <= i <= axis[-1]]
         return r.reshape(kept)
 
-    def sum_(x, axis, keepdims):
+    def sum(self, x, axis, keepdims):
+        """The sum over ``axis``, in the input's dtype."""
+        add_reduce = self._add_reduce
         if add_reduce is not None:
-            r = gemv_sum(x, axis, keepdims)
+            r = self.gemv_sum(x, axis, keepdims)
             if r is not None:
                 return r
             return add_reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
-        return xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+        return self.xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
-    def prod(x, axis, keepdims):
-        return xp.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+    def prod(self, x, axis, keepdims):
+        """The product over ``axis``, in the input's dtype."""
+        return self.xp.prod(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
 
-    def mean(x, axis, keepdims):
-        r = gemv_sum(x, axis, keepdims)
+    def mean(self, x, axis, keepdims):
+        """The mean over ``axis``; integers truncated toward zero as in TensorFlow."""
+        xp = self.xp
+        r = self.gemv_sum(x, axis, keepdims)
         if r is not None:
             r /= count_reduced(x.shape, axis)
             return r
+        add_reduce = self._add_reduce
         if add_reduce is not None and x.dtype.char in "fd" and x.size:
             # np.mean's own layers cost 6 us on a 64-vector; this is 1.5 us
             r = add_reduce(x, axis=axis, keepdims=keepdims)
@@ -99,7 +119,7 @@ def build(xp):
         s = xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
         n = count_reduced(x.shape, axis)
         if x.dtype.kind in "fc":                    # empty: 0 / 0 -> nan, quietly
-            with errstate(invalid="ignore"):
+            with self._errstate(invalid="ignore"):
                 return xp.true_divide(s, n, dtype=x.dtype)
         if n == 0:
             return s
@@ -109,23 +129,28 @@ def build(xp):
         q = xp.abs(s) // n                          # truncate toward zero, as TF
         return xp.where(s < 0, -q, q).astype(x.dtype)
 
-    def max_(x, axis, keepdims):
+    def max(self, x, axis, keepdims):
+        """The maximum over ``axis``; over zero elements an InvalidArgumentError."""
         try:
-            return xp.max(x, axis=axis, keepdims=keepdims)
+            return self.xp.max(x, axis=axis, keepdims=keepdims)
         except ValueError:
             if x.size:
                 raise
             raise empty_reduction("max", x, axis) from None
 
-    def min_(x, axis, keepdims):
+    def min(self, x, axis, keepdims):
+        """The minimum over ``axis``; over zero elements an InvalidArgumentError."""
         try:
-            return xp.min(x, axis=axis, keepdims=keepdims)
+            return self.xp.min(x, axis=axis, keepdims=keepdims)
         except ValueError:
             if x.size:
                 raise
             raise empty_reduction("min", x, axis) from None
 
-    def logsumexp(x, axis, keepdims):
+    def logsumexp(self, x, axis, keepdims):
+        """``log(sum(exp(x)))`` over ``axis``, shifted by the maximum so it cannot overflow."""
+        xp = self.xp
+        errstate = self._errstate
         if x.size == 0:                             # log(0) = -inf over empty axes
             with errstate(divide="ignore"):
                 return xp.log(xp.sum(xp.exp(x), axis=axis, keepdims=keepdims))
@@ -136,41 +161,54 @@ def build(xp):
         out += m
         return out if keepdims else xp.squeeze(out, axis=axis)
 
-    def euclidean_norm(x, axis, keepdims):
+    def euclidean_norm(self, x, axis, keepdims):
+        """``sqrt(sum(x * x))`` over ``axis``."""
+        xp = self.xp
         return xp.sqrt(xp.sum(x * x, axis=axis, keepdims=keepdims))
 
-    def any_(x, axis, keepdims):
-        return xp.any(x, axis=axis, keepdims=keepdims)
+    def any(self, x, axis, keepdims):
+        """Whether any element over ``axis`` is true."""
+        return self.xp.any(x, axis=axis, keepdims=keepdims)
 
-    def all_(x, axis, keepdims):
-        return xp.all(x, axis=axis, keepdims=keepdims)
+    def all(self, x, axis, keepdims):
+        """Whether every element over ``axis`` is true."""
+        return self.xp.all(x, axis=axis, keepdims=keepdims)
 
-    def argmax(x, axis, output_type):
+    def argmax(self, x, axis, output_type):
+        """The index of the first maximum along ``axis``, as ``output_type``."""
         try:
-            return xp.argmax(x, axis=axis).astype(output_type.np, copy=False)
+            return self.xp.argmax(x, axis=axis).astype(output_type.np, copy=False)
         except ValueError:
             if x.size:
                 raise
             raise empty_reduction("argmax", x, (axis,)) from None
 
-    def argmin(x, axis, output_type):
+    def argmin(self, x, axis, output_type):
+        """The index of the first minimum along ``axis``, as ``output_type``."""
         try:
-            return xp.argmin(x, axis=axis).astype(output_type.np, copy=False)
+            return self.xp.argmin(x, axis=axis).astype(output_type.np, copy=False)
         except ValueError:
             if x.size:
                 raise
             raise empty_reduction("argmin", x, (axis,)) from None
 
-    return {
-        "Sum": {"fn": sum_, "fresh": True, "dtypes": NUMERIC + COMPLEX},
-        "Prod": {"fn": prod, "dtypes": NUMERIC + COMPLEX},
-        "Mean": {"fn": mean, "fresh": True, "dtypes": NUMERIC + COMPLEX},
-        "Max": {"fn": max_, "dtypes": NUMERIC},
-        "Min": {"fn": min_, "dtypes": NUMERIC},
-        "ReduceLogSumExp": {"fn": logsumexp, "dtypes": FLOATS},
-        "EuclideanNorm": {"fn": euclidean_norm, "dtypes": FLOATS},
-        "Any": {"fn": any_, "dtypes": ("bool",)},
-        "All": {"fn": all_, "dtypes": ("bool",)},
-        "ArgMax": {"fn": argmax, "dtypes": NUMERIC},
-        "ArgMin": {"fn": argmin, "dtypes": NUMERIC},
-    }
+    def table(self):
+        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        return {
+            "Sum": {"fn": self.sum, "fresh": True, "dtypes": NUMERIC + COMPLEX},
+            "Prod": {"fn": self.prod, "dtypes": NUMERIC + COMPLEX},
+            "Mean": {"fn": self.mean, "fresh": True, "dtypes": NUMERIC + COMPLEX},
+            "Max": {"fn": self.max, "dtypes": NUMERIC},
+            "Min": {"fn": self.min, "dtypes": NUMERIC},
+            "ReduceLogSumExp": {"fn": self.logsumexp, "dtypes": FLOATS},
+            "EuclideanNorm": {"fn": self.euclidean_norm, "dtypes": FLOATS},
+            "Any": {"fn": self.any, "dtypes": ("bool",)},
+            "All": {"fn": self.all, "dtypes": ("bool",)},
+            "ArgMax": {"fn": self.argmax, "dtypes": NUMERIC},
+            "ArgMin": {"fn": self.argmin, "dtypes": NUMERIC},
+        }
+
+
+def build(xp):
+    """The reduction kernels for array module ``xp``: ``{op name: spec}``."""
+    return ReduceKernels(xp).table()
