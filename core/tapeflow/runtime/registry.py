@@ -113,6 +113,11 @@ class KernelEntry:
 class OpDef:
     """The signature of an op.
 
+    Its rules are given here or attached after, by object, each the same way:
+    ``op.def_grad``, ``op.def_jvp``, ``op.def_batch`` and ``op.def_infer`` (decorators
+    that also take the rule itself: ``op.def_jvp(Multilinear())``); a second rule for
+    the op is a PluginConflictError naming both sources unless ``override=True``.
+
     Args:
         name: ``"MatMul"`` for built-ins, ``"project::name"`` for plugins.
         inputs: input names; a name starting with ``*`` is variadic (a list).
