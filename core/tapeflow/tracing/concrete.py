@@ -12,6 +12,7 @@ from ..autodiff.tape import GradientTape
 from ..runtime import context as _ctx
 from ..runtime import dispatch as _dispatch_mod
 from ..runtime import dtypes as _dt
+from ..runtime import nest
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.registry import OpDef
 from ..runtime.tensor import Tensor, _wrap
@@ -19,7 +20,7 @@ from ..runtime.variable import Variable
 from . import graph_passes
 from .codegen import _compile
 from .graph import Graph
-from .signature import _flatten, _pack
+from .signature import _flatten_args
 
 __all__ = ["ConcreteFunction"]
 
@@ -186,9 +187,7 @@ class ConcreteFunction:
         return [env[o] for o in g.outputs]
 
     def __call__(self, *args, **kwargs):
-        leaves = []
-        _flatten((args, kwargs), leaves, "", [])
-        return self._call_leaves(leaves)
+        return self._call_leaves(_flatten_args(args, kwargs)[0])
 
     def _call_leaves(self, leaves):
         g = self.graph
@@ -199,7 +198,7 @@ class ConcreteFunction:
                     and self._pure() else self._eager(leaves))
         else:
             outs = self._call_fast(leaves)
-        return _pack(g.structure, _Outputs(g, outs))
+        return _pack_outputs(g, outs)
 
     def _call_tensors(self, args):
         """The replay for Tensor arguments only (Function's hot path)."""
@@ -207,7 +206,7 @@ class ConcreteFunction:
         res = self._replay([a._data for a in args], args)
         meta = g.meta
         outs = [_wrap(a, meta[o][2]) for a, o in zip(res, g.outputs)]
-        return _pack(g.structure, _Outputs(g, outs))
+        return _pack_outputs(g, outs)
 
     def _call_fast(self, leaves):
         arrays = []
@@ -401,13 +400,12 @@ class _Meta:
         self._device = meta[2]
 
 
-class _Outputs:
-    """Output leaves: graph outputs by index, Python values by their stored value."""
-
-    def __init__(self, graph, outs):
-        self.outs = outs
-        self.py = graph.py_outputs
-
-    def __getitem__(self, i):
-        kind, v = self.py[i]
-        return self.outs[v] if kind == "t" else v
+def _pack_outputs(graph, outs):
+    """The call's result: ``outs`` (the graph's output tensors) and the Python values
+    the trace returned, packed into the traced result's structure."""
+    py = graph.py_outputs
+    if graph.structure is None:            # (one leaf)
+        kind, v = py[0]
+        return outs[v] if kind == "t" else v
+    return nest.pack_sequence_as(graph.structure,
+                                 [outs[v] if kind == "t" else v for kind, v in py])

@@ -36,13 +36,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.dispatch import convert_to_tensor
+from ..runtime import nest
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.tensor import Tensor, _wrap
 from ..runtime.variable import Variable
 from .concrete import ConcreteFunction
 from .graph import Graph, Node
 from .pyfunc import record_node_gradient
-from .signature import _flatten, _pack
+from .signature import _skeleton
 from .tracer import _current, _tl, _Tracer
 
 __all__ = ["cond", "while_loop"]
@@ -96,7 +97,7 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     out = _emit(tr, "cond", [p] + caps.tensors, run, eager, out_k,
                 sub_t.assigned | sub_f.assigned, sub_t.variables + sub_f.variables,
                 sub_t.stateful or sub_f.stateful)
-    return _pack(sub_k.structure, out)
+    return nest.pack_sequence_as(sub_k.structure, out)
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
@@ -303,9 +304,8 @@ def _subtrace(parent, fn, init, name, restore):
     try:
         try:
             out = fn(*args)
-            leaves = []
-            structure = _flatten(out, leaves, "", [])
-            outs = [_as_tensor_in(tr, o, name) for o in leaves]
+            structure = _skeleton(out)
+            outs = [_as_tensor_in(tr, o, name) for o in nest.flatten(out)]
         finally:
             _tl.tracer = parent
     except BaseException:
@@ -321,7 +321,7 @@ def _subtrace(parent, fn, init, name, restore):
     for var in tr.vars:
         if not any(v is var for v in parent.vars):
             parent.vars.append(var)
-    g.structure = ("leaf", 0)
+    g.structure = None
     g.py_outputs = []
     for o in outs:
         g.py_outputs.append(("t", len(g.outputs)))
@@ -349,10 +349,18 @@ def _as_tensor_in(tr, o, name):
     return _as_tensor(o)
 
 
+def _same_structure(a, b):
+    try:
+        nest.assert_same_structure(a, b)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
 def _same_signature(a, b, what):
     ma = [a.graph.meta[o][:2] for o in a.graph.outputs]
     mb = [b.graph.meta[o][:2] for o in b.graph.outputs]
-    if a.structure != b.structure or len(ma) != len(mb) or any(
+    if not _same_structure(a.structure, b.structure) or len(ma) != len(mb) or any(
             tuple(x[0]) != tuple(y[0]) or x[1] != y[1] for x, y in zip(ma, mb)):
         fa = ", ".join(f"{d.name}{list(s)}" for s, d in ma)
         fb = ", ".join(f"{d.name}{list(s)}" for s, d in mb)

@@ -13,6 +13,7 @@ import warnings
 
 from ..ops import random as _random_mod
 from ..runtime import dispatch as _dispatch_mod
+from ..runtime import nest
 from ..runtime.config import cuda_graphs as _cuda_graphs
 from ..runtime.context import tapes_active as _tapes_active
 from ..runtime.context import tracing as _tracing
@@ -22,7 +23,7 @@ from . import capture as _capture
 from .codegen import _compile
 from .concrete import ConcreteFunction
 from .graph import Graph
-from .signature import _arrays_to_tensors, _flatten, _leaf_key, _pretty_path
+from .signature import _arrays_to_tensors, _flatten_args, _leaf_key, _pretty_path, _skeleton
 from .tracer import _current, _tl, _Tracer
 
 __all__ = ["Function", "function", "defun", "RETRACE_WARN_AFTER"]
@@ -86,8 +87,7 @@ class Function:
     def get_concrete_function(self, *args, **kwargs) -> ConcreteFunction:
         """The :class:`ConcreteFunction` for these arguments (traced if new)."""
         args, kwargs = _arrays_to_tensors(args, kwargs)
-        leaves, paths = [], []
-        _flatten((args, kwargs), leaves, "", paths)
+        leaves, paths = _flatten_args(args, kwargs)
         return self._concrete(args, kwargs, leaves, paths)[0]
 
     def _concrete(self, args, kwargs, leaves, paths):
@@ -156,8 +156,8 @@ class Function:
             _scopes[0] -= 1
             _tracing[0] -= 1
             _tl.tracer = parent
-        out_leaves, _ = [], []
-        g.structure = _flatten(result, out_leaves, "", _)
+        g.structure = _skeleton(result)
+        out_leaves = nest.flatten(result)
         g.py_outputs = []
         for x in out_leaves:
             if isinstance(x, Variable):          # returned Variables: their value at the end
@@ -192,8 +192,7 @@ class Function:
             # called while another function traces: inline (its ops join that trace)
             return self.python_function(*args, **kwargs)
         args, kwargs = _arrays_to_tensors(args, kwargs)
-        leaves, paths = [], []
-        _flatten((args, kwargs), leaves, "", paths)
+        leaves, paths = _flatten_args(args, kwargs)
         cf, result = self._concrete(args, kwargs, leaves, paths)
         if not kwargs and all(type(a) is Tensor for a in args):
             self._fast[tuple([_rstate.global_seed] + [

@@ -1,5 +1,6 @@
 """The signature of a traced call: arguments flattened into leaves (with their paths,
-for messages), the cache key of the leaves, and the structure to pack results into.
+for messages), the cache key of the leaves, and the structure to pack results into --
+all by :mod:`tapeflow.runtime.nest`'s rules (namedtuples and dicts in key order kept).
 """
 
 from __future__ import annotations
@@ -7,30 +8,31 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dispatch as _dispatch_mod
+from ..runtime import nest
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 
 
-def _flatten(x, leaves, path, paths):
-    """Nested lists/tuples/dicts -> leaves; returns a structure with ("leaf", i) slots."""
-    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-        return (type(x), [_flatten(v, leaves, f"{path}[{i}]", paths) for i, v in enumerate(x)])
-    if isinstance(x, dict):
-        keys = sorted(x, key=repr)
-        return (dict, keys, [_flatten(x[k], leaves, f"{path}[{k!r}]", paths) for k in keys])
-    leaves.append(x)
-    paths.append(path)
-    return ("leaf", len(leaves) - 1)
+def _none(_):
+    return None
 
 
-def _pack(struct, leaves):
-    if struct[0] == "leaf":
-        return leaves[struct[1]]
-    if struct[0] is dict:
-        return {k: _pack(s, leaves) for k, s in zip(struct[1], struct[2])}
-    typ, items = struct
-    vals = [_pack(s, leaves) for s in items]
-    return typ(vals) if typ in (list, tuple) else typ(*vals)
+def _skeleton(x):
+    """``x`` with None for every leaf: the structure a graph keeps to pack its results
+    (never the traced values themselves)."""
+    return nest.map_structure(_none, x)
+
+
+def _path_str(path):
+    return "".join(f"[{p!r}]" if isinstance(p, str) else f"[{p}]" for p in path)
+
+
+def _flatten_args(args, kwargs):
+    """The leaves of a call's ``(args, kwargs)`` (:func:`tapeflow.runtime.nest.flatten`)
+    and their paths, ``"[0][1]"`` for ``args[1]`` and ``"[1]['k']"`` for ``kwargs['k']``
+    (for :func:`_pretty_path`)."""
+    pairs = nest.flatten_with_paths((args, kwargs))
+    return [x for _, x in pairs], [_path_str(p) for p, _ in pairs]
 
 
 def _arrays_to_tensors(args, kwargs):
@@ -39,13 +41,12 @@ def _arrays_to_tensors(args, kwargs):
     if not any(type(a) is np.ndarray or isinstance(a, (list, tuple, dict))
                for a in (*args, *kwargs.values())):
         return args, kwargs           # (the common case, without flattening)
-    leaves = []
-    struct = _flatten((args, kwargs), leaves, "", [])
+    leaves = nest.flatten((args, kwargs))
     if not any(isinstance(x, np.ndarray) for x in leaves):
         return args, kwargs
     constant = _dispatch_mod.constant
     leaves = [constant(x) if isinstance(x, np.ndarray) else x for x in leaves]
-    return _pack(struct, leaves)
+    return nest.pack_sequence_as((args, kwargs), leaves)
 
 
 def _leaf_key(x):

@@ -42,6 +42,7 @@ import warnings
 from ..ops import array as _array
 from ..runtime import context as _ctx
 from ..runtime import devices as _devs
+from ..runtime import nest
 from ..runtime.context import tracing as _tracing
 from ..runtime.dispatch import convert_to_tensor, copy_to_device, execute
 from ..runtime.errors import InvalidArgumentError
@@ -50,7 +51,7 @@ from ..runtime.tensor import Tensor, _wrap
 from ..runtime.variable import Variable
 from .graph import Graph
 from .codegen import _fresh_random_attrs
-from .signature import _flatten, _pack
+from .signature import _skeleton
 from .tracer import TracingError, _current, _tl, _Tracer
 
 __all__ = ["vectorized_map", "FALLBACK_OPS", "VectorizationWarning", "recording_fallbacks"]
@@ -123,8 +124,8 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
      [0. 4.]
      [6. 6.]], shape=(3, 2), dtype=float32)
     """
-    leaves = []
-    struct = _flatten(elems, leaves, "", [])
+    struct = _skeleton(elems)
+    leaves = nest.flatten(elems)
     xs = []
     for i, x in enumerate(leaves):
         if isinstance(x, Variable):
@@ -143,9 +144,9 @@ def vectorized_map(fn, elems, fallback_to_while_loop=True, warn=True):
         raise InvalidArgumentError(
             "tf.vectorized_map: the leaves of elems have different first dimensions "
             f"{[int(x.shape[0]) for x in xs]}; they must all be the batch size")
-    outs, out_struct = vectorize(lambda *ex: fn(_pack(struct, ex)), xs,
+    outs, out_struct = vectorize(lambda *ex: fn(nest.pack_sequence_as(struct, ex)), xs,
                                  fallback_to_while_loop, warn)
-    return _pack(out_struct, outs)
+    return nest.pack_sequence_as(out_struct, outs)
 
 
 def vectorize(f, xs, fallback=True, warn=True, examples=None):
@@ -192,8 +193,8 @@ def vectorize(f, xs, fallback=True, warn=True, examples=None):
                 "(pass fallback_to_while_loop=True to run it once per example)")
         _warn("the function", why, warn)
         return _loop(f, xs, n)
-    out_leaves = []
-    out_struct = _flatten(result, out_leaves, "", [])
+    out_struct = _skeleton(result)
+    out_leaves = nest.flatten(result)
     outs = []
     for x in out_leaves:
         if isinstance(x, Variable):
@@ -349,8 +350,8 @@ def _loop(f, xs, n):
     rows = []
     struct = None
     for i in range(n):
-        leaves = []
-        struct = _flatten(f(*[c[i] for c in cols]), leaves, "", [])
+        res = f(*[c[i] for c in cols])
+        struct, leaves = _skeleton(res), nest.flatten(res)
         rows.append([convert_to_tensor(x) if x is not None and not isinstance(x, Tensor)
                      else x for x in leaves])
     if not rows:
