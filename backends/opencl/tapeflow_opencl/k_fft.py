@@ -293,7 +293,7 @@ def fft_rows(x, inverse=False):
     return out
 
 
-# --- axes, scaling and the three ops ----------------------------------------------------------------
+# --- axes, scaling and the three ops ------------------------------------------------
 
 def _to_rows(x, axis):
     """``(rows, shape, perm)``: ``x`` with ``axis`` moved last, as a contiguous

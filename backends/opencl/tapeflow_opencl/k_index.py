@@ -427,8 +427,11 @@ def _segment_reduce(keys, updates, out_shape):
 
 # --- ops -----------------------------------------------------------------------------------------
 
-def build():
-    def gather(params, indices, axis, batch_dims):
+class IndexKernels:
+    """The gather and scatter kernels (one method each; :func:`build` registers them)."""
+
+    def gather(self, params, indices, axis, batch_dims):
+        """GatherV2 along ``axis`` after ``batch_dims`` batch dimensions (indices checked)."""
         _int_indices(indices)
         n = params.shape[axis]
         _check_range(indices, n)
@@ -441,7 +444,8 @@ def build():
                     f"{list(indices.shape[:b])}")
         return gather_axis(params, indices, axis, b, check=False)
 
-    def gather_nd(params, indices):
+    def gather_nd(self, params, indices):
+        """GatherNd: the slices of ``params`` at the index vectors (``indices``' last axis)."""
         _int_indices(indices)
         if indices.ndim == 0:
             raise InvalidArgumentError("indices must be at least a vector")
@@ -460,7 +464,8 @@ def build():
         dims += [(params.shape[d], pst[d], 0) for d in range(k, params.ndim)]
         return _gather(params, indices, dims, k, tuple(pst[:k]), ist[-1])
 
-    def scatter_nd(indices, updates, shape):
+    def scatter_nd(self, indices, updates, shape):
+        """ScatterNd: ``updates`` summed into zeros of ``shape`` (sorted keys, segment sums)."""
         _int_indices(indices)
         if indices.ndim == 0:
             raise InvalidArgumentError("indices must be at least a vector")
@@ -489,7 +494,8 @@ def build():
         out = _segment_reduce(keys, updates, (rows, q))
         return rt.view(out, shape)
 
-    def unsorted_segment_sum(data, segment_ids, num_segments):
+    def unsorted_segment_sum(self, data, segment_ids, num_segments):
+        """UnsortedSegmentSum: ``data``'s rows summed per segment id."""
         _int_indices(segment_ids, "segment_ids")
         k = segment_ids.ndim
         if data.shape[:k] != segment_ids.shape:
@@ -511,11 +517,14 @@ def build():
         out = _segment_reduce(keys, data, (num_segments, q))
         return rt.view(out, out_shape)
 
+
+def build():
+    k = IndexKernels()
     return {
-        "GatherV2": {"fn": gather, "dtypes": ALL},
-        "GatherNd": {"fn": gather_nd, "dtypes": ALL},
-        "ScatterNd": {"fn": scatter_nd, "dtypes": NUMERIC},
-        "UnsortedSegmentSum": {"fn": unsorted_segment_sum, "dtypes": NUMERIC},
+        "GatherV2": {"fn": k.gather, "dtypes": ALL},
+        "GatherNd": {"fn": k.gather_nd, "dtypes": ALL},
+        "ScatterNd": {"fn": k.scatter_nd, "dtypes": NUMERIC},
+        "UnsortedSegmentSum": {"fn": k.unsorted_segment_sum, "dtypes": NUMERIC},
     }
 
 

@@ -295,8 +295,11 @@ def _swap_last(a, bshape):
     return t.reshape(bshape + (c, r))
 
 
-def build():
-    def cholesky(x):
+class LapackKernels:
+    """The factorisation kernels (one method each; :func:`build` registers them)."""
+
+    def cholesky(self, x):
+        """Cholesky: the lower factor (a not positive definite matrix raises)."""
         dev = rt.device_of(x)
         n = x.shape[-1]
         out = rt.empty(dev, x.shape, x.dtype)
@@ -312,7 +315,8 @@ def build():
                                        "is not symmetric positive definite.")
         return out
 
-    def eigh(x):
+    def eigh(self, x):
+        """SelfAdjointEigV2: eigenvalues ascending and eigenvectors (Jacobi rotations)."""
         dev = rt.device_of(x)
         n = x.shape[-1]
         bshape = tuple(x.shape[:-2])
@@ -329,7 +333,8 @@ def build():
                   _eps(t), _MAX_SWEEPS)
         return w, v
 
-    def _svd(x, full_matrices, want_uv):
+    def _svd(self, x, full_matrices, want_uv):
+        """The singular values, and with ``want_uv`` the vectors, of a batch of matrices."""
         dev = rt.device_of(x)
         m, n = x.shape[-2:]
         bshape = tuple(x.shape[:-2])
@@ -355,13 +360,16 @@ def build():
             return u, s, _swap_last(v, bshape)
         return v, s, _swap_last(u, bshape)           # A^T = U S V^T, so A = V S U^T
 
-    def svd(x, full_matrices):
-        return _svd(x, full_matrices, True)
+    def svd(self, x, full_matrices):
+        """Svd: singular values and vectors (reduced unless ``full_matrices``)."""
+        return self._svd(x, full_matrices, True)
 
-    def svd_values(x):
-        return _svd(x, False, False)
+    def svd_values(self, x):
+        """SvdValues: the singular values only."""
+        return self._svd(x, False, False)
 
-    def qr(x, full_matrices):
+    def qr(self, x, full_matrices):
+        """Qr: ``q`` and ``r`` (reduced unless ``full_matrices``)."""
         dev = rt.device_of(x)
         m, n = x.shape[-2:]
         bshape = tuple(x.shape[:-2])
@@ -381,10 +389,13 @@ def build():
                       rt.buf(dev, tau), rt.buf(dev, _input(x)), m, n, kq, kr)
         return q, r
 
+
+def build():
+    k = LapackKernels()
     return {
-        "Cholesky": {"fn": cholesky, "dtypes": FLOATS},
-        "SelfAdjointEigV2": {"fn": eigh, "dtypes": FLOATS},
-        "Svd": {"fn": svd, "dtypes": FLOATS},
-        "SvdValues": {"fn": svd_values, "dtypes": FLOATS},
-        "Qr": {"fn": qr, "dtypes": FLOATS},
+        "Cholesky": {"fn": k.cholesky, "dtypes": FLOATS},
+        "SelfAdjointEigV2": {"fn": k.eigh, "dtypes": FLOATS},
+        "Svd": {"fn": k.svd, "dtypes": FLOATS},
+        "SvdValues": {"fn": k.svd_values, "dtypes": FLOATS},
+        "Qr": {"fn": k.qr, "dtypes": FLOATS},
     }

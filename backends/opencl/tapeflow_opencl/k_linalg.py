@@ -136,6 +136,16 @@ __kernel void mm_direct({', '.join(params)}) {{
 """
 
 
+def _pack_copy(t, rows):
+    """The copy of one panel row of ``pack``: ``rows`` elements, zero padded past ``R``."""
+    return f"""
+        if (r0 + {rows} <= R) {{
+            for (int r = 0; r < {rows}; r++) dst[r] = src[(r0 + r) * sr];
+        }} else {{
+            for (int r = 0; r < {rows}; r++) dst[r] = (r0 + r < R) ? src[(r0 + r) * sr] : ({t})0;
+        }}"""
+
+
 def _pack_src(dtype, nd, mr, nr):
     """``pack``: A into row panels ``pa[z][M/MR][K][MR]`` (work items ``(k, panel < nib)``)
     and B into column panels ``pb[z][N/NR][K][NR]`` (the panels after), both read
@@ -145,14 +155,6 @@ def _pack_src(dtype, nd, mr, nr):
     params = [f"__global {t} *pka", f"__global {t} *pkb", f"__global const {t} *pa", "long o_a",
               f"__global const {t} *pb", "long o_b", "long M", "long N", "long K", "long sam",
               "long sak", "long sbk", "long sbn", "long nib", "long njb"] + decl
-
-    def copy(rows):
-        return f"""
-        if (r0 + {rows} <= R) {{
-            for (int r = 0; r < {rows}; r++) dst[r] = src[(r0 + r) * sr];
-        }} else {{
-            for (int r = 0; r < {rows}; r++) dst[r] = (r0 + r < R) ? src[(r0 + r) * sr] : ({t})0;
-        }}"""
     return f"""
 __kernel void pack({', '.join(params)}) {{
     long k = get_global_id(0), pan = get_global_id(1), z = get_global_id(2);
@@ -162,12 +164,12 @@ __kernel void pack({', '.join(params)}) {{
     if (pan < nib) {{
         __global const {t} *src = pa + off_a + k * sak;
         __global {t} *dst = pka + ((z * nib + pan) * K + k) * {mr};
-        long r0 = pan * {mr}, R = M, sr = sam;{copy(mr)}
+        long r0 = pan * {mr}, R = M, sr = sam;{_pack_copy(t, mr)}
     }} else {{
         pan -= nib;
         __global const {t} *src = pb + off_b + k * sbk;
         __global {t} *dst = pkb + ((z * njb + pan) * K + k) * {nr};
-        long r0 = pan * {nr}, R = N, sr = sbn;{copy(nr)}
+        long r0 = pan * {nr}, R = N, sr = sbn;{_pack_copy(t, nr)}
     }}
 }}
 """
@@ -703,10 +705,13 @@ def _solve_lu(w, piv, b, bshape, n, nrhs, dtype):
     return out
 
 
-def build():
-    def matmul(a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False):
+class LinalgKernels:
+    """The matrix-product and LU kernels (one method each; :func:`build` registers them)."""
+
+    def matmul(self, a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False):
         # shape errors are ValueErrors: the core rewrites them with its shape inference's
         # message (as for NumPy's on ``cpu``)
+        """MatMul: the (adjoint) operands as views, one product kernel."""
         if a.ndim < 2 or b.ndim < 2:
             raise ValueError("matmul needs inputs of rank >= 2")
         if transpose_a or adjoint_a:
@@ -717,7 +722,8 @@ def build():
             raise ValueError(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
         return matmul_views(a, b)
 
-    def inv(x, adjoint=False):
+    def inv(self, x, adjoint=False):
+        """MatrixInverse: LU factorisation, then solve against the identity."""
         if adjoint:
             x = _swap_last(x)
         n = x.shape[-1]
@@ -728,7 +734,8 @@ def build():
         _raise_if_singular(bad, "Input is not invertible.")
         return _solve_lu(w, piv, None, bshape, n, n, x.dtype)
 
-    def solve(a, b, adjoint=False):
+    def solve(self, a, b, adjoint=False):
+        """MatrixSolve: LU factorisation of ``a``, then solve for ``b``'s columns."""
         if adjoint:
             a = _swap_last(a)
         n, nrhs = a.shape[-1], b.shape[-1]
@@ -739,18 +746,23 @@ def build():
         _raise_if_singular(bad, "Input matrix is not invertible.")
         return _solve_lu(w, piv, b, bshape, n, nrhs, a.dtype)
 
-    def det(x):
+    def det(self, x):
+        """MatrixDeterminant: the product of the LU diagonal, with the pivots' sign."""
         return _lu(x, tuple(x.shape[:-2]), "det")[3]
 
-    def slogdet(x):
+    def slogdet(self, x):
+        """LogMatrixDeterminant: sign and log of the absolute determinant."""
         _, _, _, sign, logabs = _lu(x, tuple(x.shape[:-2]), "slogdet")
         return sign, logabs
 
+
+def build():
+    k = LinalgKernels()
     return {
-        "MatMul": {"fn": matmul, "dtypes": FLOATS + ("int32", "int64") + cplx.COMPLEX},
+        "MatMul": {"fn": k.matmul, "dtypes": FLOATS + ("int32", "int64") + cplx.COMPLEX},
         "Einsum": {"fn": einsum, "dtypes": NUMERIC + cplx.COMPLEX},
-        "MatrixInverse": {"fn": inv, "dtypes": FLOATS},
-        "MatrixSolve": {"fn": solve, "dtypes": FLOATS},
-        "MatrixDeterminant": {"fn": det, "dtypes": FLOATS},
-        "LogMatrixDeterminant": {"fn": slogdet, "dtypes": FLOATS},
+        "MatrixInverse": {"fn": k.inv, "dtypes": FLOATS},
+        "MatrixSolve": {"fn": k.solve, "dtypes": FLOATS},
+        "MatrixDeterminant": {"fn": k.det, "dtypes": FLOATS},
+        "LogMatrixDeterminant": {"fn": k.slogdet, "dtypes": FLOATS},
     }

@@ -251,12 +251,16 @@ def _affine_args(npdt, scale, shift, hi=None):
         [float(scale), float(shift)]
 
 
-def build():
-    def _dev(device):
+class RandomKernels:
+    """The random kernels (one method each; :func:`build` registers them)."""
+
+    def _dev(self, device):
+        """The OpenCL device of a random op's ``device`` argument."""
         return device.handle
 
-    def random_uniform(shape, dtype, key, counter, minval, maxval, device=None):
-        dev = _dev(device)
+    def random_uniform(self, shape, dtype, key, counter, minval, maxval, device=None):
+        """RandomUniform on ``[minval, maxval)``: one Philox block per work item."""
+        dev = self._dev(device)
         npdt = np.dtype(dtype.np)
         dev.check_dtype(npdt, "RandomUniform")
         affine = minval != 0.0 or maxval != 1.0
@@ -270,8 +274,9 @@ def build():
             extra, vals = _affine_args(npdt, maxval - minval, minval, hi)
         return _launch(dev, "uniform", shape, npdt, key, counter, per, body, extra, vals)
 
-    def random_uniform_int(shape, dtype, key, counter, minval, maxval, device=None):
-        dev = _dev(device)
+    def random_uniform_int(self, shape, dtype, key, counter, minval, maxval, device=None):
+        """RandomUniformInt on ``[minval, maxval)``: the CPU's integer recipe."""
+        dev = self._dev(device)
         npdt = np.dtype(dtype.np)
         per, body = _body_uniform_int(rt.CTYPES[npdt])
         rng = (int(maxval) - int(minval)) & _M64
@@ -279,8 +284,9 @@ def build():
                        [("ulong", "rng", np.uint64), ("ulong", "lo", np.uint64)],
                        [rng, int(minval) & _M64])
 
-    def random_normal(shape, dtype, key, counter, mean, stddev, device=None):
-        dev = _dev(device)
+    def random_normal(self, shape, dtype, key, counter, mean, stddev, device=None):
+        """RandomStandardNormal: ``mean + stddev * z`` (Box-Muller)."""
+        dev = self._dev(device)
         npdt = np.dtype(dtype.np)
         dev.check_dtype(npdt, "RandomStandardNormal")
         affine = mean != 0.0 or stddev != 1.0
@@ -290,8 +296,9 @@ def build():
         extra, vals = _affine_args(adt, stddev, mean) if affine else ([], [])
         return _launch(dev, "normal", shape, npdt, key, counter, per, body, extra, vals)
 
-    def truncated_normal(shape, dtype, key, counter, mean, stddev, device=None):
-        dev = _dev(device)
+    def truncated_normal(self, shape, dtype, key, counter, mean, stddev, device=None):
+        """TruncatedNormal within two standard deviations (inverse CDF)."""
+        dev = self._dev(device)
         npdt = np.dtype(dtype.np)
         dev.check_dtype(npdt, "TruncatedNormal")
         affine = mean != 0.0 or stddev != 1.0
@@ -306,7 +313,8 @@ def build():
         return _launch(dev, "truncated", shape, npdt, key, counter, per, body, extra, vals,
                        ndtri=True)
 
-    def random_shuffle(x, key, counter, device=None):
+    def random_shuffle(self, x, key, counter, device=None):
+        """RandomShuffle: rows gathered by a stable device sort of random words."""
         n = x.shape[0]
         if n <= 1:
             return x
@@ -314,13 +322,16 @@ def build():
         _, perm = stable_argsort_u64(raw_words(dev, n, key, counter))
         return gather_axis(x, perm, 0, 0, check=False)
 
+
+def build():
+    k = RandomKernels()
     # float16 (devices with cl_khr_fp16): the CPU backend's float16 recipes
     f16 = ("float16",) + FLOATS
     return {
-        "RandomStandardNormal": {"fn": random_normal, "dtypes": f16, "needs_device": True},
-        "RandomUniform": {"fn": random_uniform, "dtypes": f16, "needs_device": True},
-        "RandomUniformInt": {"fn": random_uniform_int, "dtypes": ("int32", "int64"),
+        "RandomStandardNormal": {"fn": k.random_normal, "dtypes": f16, "needs_device": True},
+        "RandomUniform": {"fn": k.random_uniform, "dtypes": f16, "needs_device": True},
+        "RandomUniformInt": {"fn": k.random_uniform_int, "dtypes": ("int32", "int64"),
                              "needs_device": True},
-        "TruncatedNormal": {"fn": truncated_normal, "dtypes": f16, "needs_device": True},
-        "RandomShuffle": {"fn": random_shuffle, "dtypes": ALL, "needs_device": True},
+        "TruncatedNormal": {"fn": k.truncated_normal, "dtypes": f16, "needs_device": True},
+        "RandomShuffle": {"fn": k.random_shuffle, "dtypes": ALL, "needs_device": True},
     }

@@ -474,45 +474,42 @@ def reduce(x, axes, keepdims=False, op="sum", out_dtype=None):
 
 
 
+class ReduceKernels:
+    """The reduction kernels: one method per family, bound to its reduction (``op``) by
+    :func:`build` with :func:`runtime.bind`."""
+
+    def plain(self, op, x, axis, keepdims):
+        """Sum, Prod, Mean, ReduceLogSumExp, EuclideanNorm, Any, All: ``op`` over ``axis``."""
+        return reduce(x, axis, keepdims, op)
+
+    def extreme(self, op, x, axis, keepdims):
+        """Max or Min over ``axis``: an empty reduction has no identity and raises."""
+        if count_reduced(x.shape, axis) == 0:
+            raise empty_reduction(op, x, axis)
+        return reduce(x, axis, keepdims, op)
+
+    def arg(self, op, x, axis, output_type):
+        """ArgMax or ArgMin along ``axis``, as ``output_type`` (an empty axis raises)."""
+        if x.shape[axis] == 0:
+            raise empty_reduction(op, x, (axis,))
+        return reduce(x, (axis,), False, op, np.dtype(output_type.np))
+
+
 def build():
-    def plain(op):
-        def k(x, axis, keepdims):
-            return reduce(x, axis, keepdims, op)
-        return k
-
-    def extreme(op):
-        def k(x, axis, keepdims):
-            if count_reduced(x.shape, axis) == 0:
-                raise empty_reduction(op, x, axis)
-            return reduce(x, axis, keepdims, op)
-        return k
-
-    def arg(op):
-        def k(x, axis, output_type):
-            if x.shape[axis] == 0:
-                raise empty_reduction(op, x, (axis,))
-            return reduce(x, (axis,), False, op, np.dtype(output_type.np))
-        return k
-
-    def num(fn):
-        return {"fn": fn, "dtypes": NUMERIC}
-
-    def flt(fn):
-        return {"fn": fn, "dtypes": FLOATS}
-
-    def num_c(fn):
-        return {"fn": fn, "dtypes": NUMERIC + cplx.COMPLEX}
-
-    return {
-        "Sum": num_c(plain("sum")),
-        "Prod": num_c(plain("prod")),
-        "Mean": num_c(plain("mean")),
-        "Max": num(extreme("max")),
-        "Min": num(extreme("min")),
-        "ReduceLogSumExp": flt(plain("logsumexp")),
-        "EuclideanNorm": flt(plain("norm")),
-        "Any": {"fn": plain("any"), "dtypes": BOOL},
-        "All": {"fn": plain("all"), "dtypes": BOOL},
-        "ArgMax": num(arg("argmax")),
-        "ArgMin": num(arg("argmin")),
+    k = ReduceKernels()
+    num, flt, num_c = NUMERIC, FLOATS, NUMERIC + cplx.COMPLEX
+    table = {   # op name: (family, reduction, dtypes)
+        "Sum": (k.plain, "sum", num_c),
+        "Prod": (k.plain, "prod", num_c),
+        "Mean": (k.plain, "mean", num_c),
+        "Max": (k.extreme, "max", num),
+        "Min": (k.extreme, "min", num),
+        "ReduceLogSumExp": (k.plain, "logsumexp", flt),
+        "EuclideanNorm": (k.plain, "norm", flt),
+        "Any": (k.plain, "any", BOOL),
+        "All": (k.plain, "all", BOOL),
+        "ArgMax": (k.arg, "argmax", num),
+        "ArgMin": (k.arg, "argmin", num),
     }
+    return {name: {"fn": rt.bind(family, name.lower(), op), "dtypes": dtypes}
+            for name, (family, op, dtypes) in table.items()}

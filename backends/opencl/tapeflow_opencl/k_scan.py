@@ -192,13 +192,16 @@ def _last(a):
     return int(rt.download(a[a.shape[0] - 1:])[0])
 
 
-def build():
-    def scan(op, init):
-        def k(x, axis, exclusive, reverse):
-            return _scan(x, op, init, axis, exclusive, reverse)
-        return k
+class ScanKernels:
+    """The scan, sort and search kernels: one method each (:meth:`scan` bound to its
+    operator for Cumsum and Cumprod); :func:`build` registers them."""
 
-    def argsort(x, axis, descending):
+    def scan(self, op, init, x, axis, exclusive, reverse):
+        """Cumsum / Cumprod: the inclusive or exclusive scan of ``op`` along ``axis``."""
+        return _scan(x, op, init, axis, exclusive, reverse)
+
+    def argsort(self, x, axis, descending):
+        """ArgSort along ``axis``: a stable merge sort per row (NaN last ascending)."""
         dev = rt.device_of(x)
         outer, n, inner = _rows(x.shape, axis)
         rows = outer * inner
@@ -219,7 +222,8 @@ def build():
         moved = rt.contiguous(res.transpose(perm))            # (outer, n, inner)
         return moved.reshape(x.shape)
 
-    def searchsorted(a, v, side):
+    def searchsorted(self, a, v, side):
+        """SearchSorted: the insertion points of ``v`` in the sorted ``a``."""
         dev = rt.device_of(a)
         out = rt.empty(dev, v.shape, np.int64)
         if out.size == 0:
@@ -231,7 +235,8 @@ def build():
                   int(a.shape[0]), int(side == "right"))
         return out
 
-    def nonzero(x):
+    def nonzero(self, x):
+        """NonZero: per-chunk counts, their scan, then each chunk writes its coordinates."""
         dev = rt.device_of(x)
         size, nd = int(x.size), x.ndim
         if size == 0:
@@ -254,14 +259,15 @@ def build():
                       shape.data, size, chunk, nd)
         return out
 
-    def unique_all(x):
+    def unique_all(self, x):
+        """UniqueAll: values, first indices, inverse and counts from one stable sort."""
         dev = rt.device_of(x)
         size = int(x.size)
         if size == 0:
             return (rt.empty(dev, (0,), x.dtype), rt.empty(dev, (0,), np.int64),
                     rt.empty(dev, x.shape, np.int64), rt.empty(dev, (0,), np.int64))
         flat = _input(x).reshape(size)
-        perm = argsort(flat, 0, False)
+        perm = self.argsort(flat, 0, False)
         src = _UNIQUE.format(T=rt.CTYPES[np.dtype(x.dtype)])
         flag = rt.empty(dev, (size,), np.int64)
         rt.launch(dev, rt.kernel(dev, src, "starts"), (size,), None, flag.data, flat.data,
@@ -280,13 +286,18 @@ def build():
                   first.data, k, size)
         return values, index, inverse.reshape(x.shape), counts
 
+
+def build():
+    k = ScanKernels()
     ints = tuple(d for d in NUMERIC if not d.startswith("float"))
     floats = tuple(d for d in NUMERIC if d.startswith("float"))
     return {
-        "Cumsum": {"fn": scan("+", "0"), "dtypes": floats + ints + cplx.COMPLEX},
-        "Cumprod": {"fn": scan("*", "1"), "dtypes": floats + ints + cplx.COMPLEX},
-        "ArgSort": {"fn": argsort, "dtypes": floats + ints},
-        "SearchSorted": {"fn": searchsorted, "dtypes": floats + ints},
-        "NonZero": {"fn": nonzero, "dtypes": floats + ints + ("bool",)},
-        "UniqueAll": {"fn": unique_all, "dtypes": floats + ints + ("bool",)},
+        "Cumsum": {"fn": rt.bind(k.scan, "cumsum", "+", "0"),
+                   "dtypes": floats + ints + cplx.COMPLEX},
+        "Cumprod": {"fn": rt.bind(k.scan, "cumprod", "*", "1"),
+                    "dtypes": floats + ints + cplx.COMPLEX},
+        "ArgSort": {"fn": k.argsort, "dtypes": floats + ints},
+        "SearchSorted": {"fn": k.searchsorted, "dtypes": floats + ints},
+        "NonZero": {"fn": k.nonzero, "dtypes": floats + ints + ("bool",)},
+        "UniqueAll": {"fn": k.unique_all, "dtypes": floats + ints + ("bool",)},
     }

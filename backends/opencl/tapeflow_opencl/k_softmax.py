@@ -207,17 +207,23 @@ def _rows(kind, x, axis, lab=None, flag=None):
     return out
 
 
-def build():
-    def softmax(x, axis):
+class SoftmaxKernels:
+    """The row kernels (one method each; :func:`build` registers them)."""
+
+    def softmax(self, x, axis):
+        """Softmax along ``axis``: one row-kernel launch."""
         return _rows("softmax", x, axis)
 
-    def log_softmax(x, axis):
+    def log_softmax(self, x, axis):
+        """LogSoftmax along ``axis``: one row-kernel launch."""
         return _rows("log_softmax", x, axis)
 
-    def softmax_xent(logits, labels, axis):
+    def softmax_xent(self, logits, labels, axis):
+        """SoftmaxCrossEntropyWithLogits along ``axis``: one row-kernel launch."""
         return _rows("xent", logits, axis, labels)
 
-    def sparse_xent(logits, labels):
+    def sparse_xent(self, logits, labels):
+        """SparseSoftmaxCrossEntropyWithLogits: labels checked in the same launch."""
         dev = rt.device_of(logits)
         nc = logits.shape[-1]
         if labels.size == 0:
@@ -235,21 +241,26 @@ def build():
                 f"[0, {nc}).  Label values: {shown}")
         return out
 
-    def sigmoid_xent(x, z):
+    def sigmoid_xent(self, x, z):
+        """SigmoidCrossEntropyWithLogits: one elementwise expression."""
         return rt.elementwise("(x0 > 0 ? x0 : 0) - x0 * x1 + log1p(exp(-fabs(x0)))", x.dtype,
                               x, z)
 
-    def l2_loss(x):
+    def l2_loss(self, x):
+        """L2Loss: a sum-of-squares reduction, halved."""
         ct = rt.CTYPES[x.dtype]
         red = Reducer(ct, "0", "v * v", "a + b", f"a * ({ct})0.5")
         return reduce(x, None, False, red)
 
+
+def build():
+    k = SoftmaxKernels()
     f = FLOATS
     return {
-        "Softmax": {"fn": softmax, "dtypes": f},
-        "LogSoftmax": {"fn": log_softmax, "dtypes": f},
-        "SoftmaxCrossEntropyWithLogits": {"fn": softmax_xent, "dtypes": f},
-        "SparseSoftmaxCrossEntropyWithLogits": {"fn": sparse_xent, "dtypes": f},
-        "SigmoidCrossEntropyWithLogits": {"fn": sigmoid_xent, "dtypes": f},
-        "L2Loss": {"fn": l2_loss, "dtypes": f},
+        "Softmax": {"fn": k.softmax, "dtypes": f},
+        "LogSoftmax": {"fn": k.log_softmax, "dtypes": f},
+        "SoftmaxCrossEntropyWithLogits": {"fn": k.softmax_xent, "dtypes": f},
+        "SparseSoftmaxCrossEntropyWithLogits": {"fn": k.sparse_xent, "dtypes": f},
+        "SigmoidCrossEntropyWithLogits": {"fn": k.sigmoid_xent, "dtypes": f},
+        "L2Loss": {"fn": k.l2_loss, "dtypes": f},
     }
