@@ -5,8 +5,8 @@
  * that keeps its dtype: `x * 2.0`) is the figure users compare an
  * eager runtime by. In Python the method frame, slot loads and the Tensor
  * allocation cost ~2x NumPy's own `a + b`; this module removes them. It does
- * exactly what `execute.make_binary_operator` does in Python, and falls back to
- * the Python path (`execute.binary`) for everything else: scalars, Variables,
+ * exactly what `tapeflow.runtime.dispatch.make_binary_operator` does in Python, and
+ * falls back to the Python path (`dispatch.binary`) for everything else: scalars, Variables,
  * mixed devices or dtypes, device scopes, missing kernels, and kernel errors
  * (the Python path re-runs the kernel and translates its error). fast_binary
  * returns NULL with no error set to mean "take the Python path", and NULL with an
@@ -21,12 +21,12 @@
 #include <structmember.h>
 #include <string.h>
 
-static PyTypeObject *TensorType = NULL;   /* tapeflow.tensor.Tensor */
+static PyTypeObject *TensorType = NULL;   /* tapeflow.runtime.tensor.Tensor */
 static Py_ssize_t off_data = -1, off_device = -1;
-static PyObject *scopes_list = NULL;      /* devices._active_scopes: [count] */
-static PyObject *tapes_list = NULL;       /* tape._tapes_active: [count] */
-static PyObject *slow_binary = NULL;      /* execute.binary(op, a, b) */
-static PyObject *local_obj = NULL;        /* tape._local (threading.local) */
+static PyObject *scopes_list = NULL;      /* runtime.devices._active_scopes: [count] */
+static PyObject *tapes_list = NULL;       /* runtime.context.tapes_active: [count] */
+static PyObject *slow_binary = NULL;      /* runtime.dispatch.binary(op, a, b) */
+static PyObject *local_obj = NULL;        /* runtime.context._local (threading.local) */
 static PyObject *empty_dict = NULL;
 static PyObject *str_dtype = NULL, *str_type = NULL, *str_recorders = NULL;
 static PyObject *str_differentiable = NULL;
@@ -48,7 +48,7 @@ typedef struct {
 static ScalarSlot scache[SCACHE_SIZE];
 
 /*
- * record(op, inputs, outputs, attrs, grad_fn): tape._record_py in C. For every
+ * record(op, inputs, outputs, attrs, grad_fn): runtime.context._record_py in C. For every
  * (watched, records) pair in this thread's `_local.recorders` whose watched dict
  * holds id() of an input, append the record tuple and watch the outputs.
  * Returns the record tuple, or None when no tape watched an input.

@@ -5,7 +5,7 @@ wrap the outputs, record on active tapes.
 same path specialised for two operands (Tensor operators), measured because
 ``a + b`` is the figure users compare us by. Both end in ``_run``.
 
-Placement (DESIGN.md section 5): inside ``with tf.device(d)`` ops run on ``d``
+Placement (docs/decisions.md section 5): inside ``with tf.device(d)`` ops run on ``d``
 and host inputs are copied there; otherwise an op runs where its tensor inputs
 live (an accelerator input wins over host inputs) and inputs without a device
 (Python scalars, lists, NumPy arrays) go with it; with no tensor input at all

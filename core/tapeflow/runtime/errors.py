@@ -1,4 +1,4 @@
-"""The exception hierarchy (DESIGN.md section 4).
+"""The exception hierarchy (docs/errors.md, "The error family").
 
 Every error raised on behalf of an op names the op and the device, e.g.
 ``InvalidArgumentError: indices[0] = 3081 is not in [0, 128) [Op:GatherV2] on cpu:0``.

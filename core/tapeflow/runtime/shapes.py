@@ -1,8 +1,8 @@
 """Shape, axis and allocation checks shared by every op signature.
 
 One place decides what a valid shape or axis list is, so every backend sees the
-same validated attrs and every bad value gets the same error (DESIGN.md section
-4): kernels never see a negative dimension, a duplicate axis or a request for
+same validated attrs and every bad value gets the same error (docs/errors.md,
+"Where bad input is caught"): kernels never see a negative dimension, a duplicate axis or a request for
 more memory than the device has.
 
 >>> from tapeflow.runtime import shapes
