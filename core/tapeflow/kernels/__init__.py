@@ -4,7 +4,13 @@ Each module (``math``, ``reduce``, ``linalg``, ``array``, ``nn``, ``random``) ha
 ``build(xp) -> {op name: spec}``, written once against the NumPy API with ``xp`` the
 array module: the NumPy backend builds them with ``numpy``, the CuPy backend with its
 CuPy namespace (``random.build`` also takes the ``raw64`` bit source, so the GPU draws
-its own bits). A spec is the kernel itself or a dict ``{"fn": kernel, "dtypes": names,
+its own bits). The kernels themselves are the methods of one class per module, which
+holds ``xp`` (:class:`~.math.MathKernels`, :class:`~.reduce.ReduceKernels`,
+:class:`~.linalg.LinalgKernels`, :class:`~.array.ArrayKernels`, :class:`~.nn.NNKernels`,
+:class:`~.random.RandomKernels`): ``build(xp)`` is ``<Class>(xp).table()``, where the
+array module's own functions (``xp.add``) appear as they are, with no wrapper. So a
+kernel has its name in tracebacks and profiles (``NNKernels.relu``) and can be called
+alone: ``NNKernels(numpy).relu(x)``. A spec is the kernel itself or a dict ``{"fn": kernel, "dtypes": names,
 "needs_device": bool, "fresh": bool}`` -- the arguments of ``registry.add_kernel``
 (docs/backends.md). A kernel takes native arrays and the op's attrs as keywords and
 returns native arrays.

@@ -277,10 +277,13 @@ class MathKernels:
 
     def table(self):
         """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        return {**self._arithmetic_table(), **self._unary_table(), **self._logic_table()}
+
+    def _arithmetic_table(self):
+        """The binary arithmetic ops and the complex parts."""
         xp = self.xp
-        num, flt, num_c, flt_c, bln = _num, _flt, _num_c, _flt_c, _bln
+        num, flt, num_c = _num, _flt, _num_c
         return {
-            # arithmetic
             "Add": num_c(xp.add),
             "Sub": num_c(xp.subtract),
             "Mul": num_c(xp.multiply),
@@ -299,7 +302,13 @@ class MathKernels:
             "Real": {"fn": xp.real, "dtypes": COMPLEX},
             "Imag": {"fn": xp.imag, "dtypes": COMPLEX},
             "Conj": {"fn": xp.conj, "dtypes": COMPLEX},
-            # unary
+        }
+
+    def _unary_table(self):
+        """The unary functions."""
+        xp = self.xp
+        num, flt, num_c, flt_c = _num, _flt, _num_c, _flt_c
+        return {
             "Abs": num_c(xp.absolute),
             "Sign": num_c(self.sign),
             "Square": num_c(xp.square),
@@ -339,6 +348,13 @@ class MathKernels:
             "Hypot": flt(xp.hypot),
             "LogAddExp": flt(xp.logaddexp),
             "NextAfter": flt(xp.nextafter),
+        }
+
+    def _logic_table(self):
+        """The bitwise, comparison and logical ops."""
+        xp = self.xp
+        num, bln = _num, _bln
+        return {
             "BitwiseAnd": {"fn": xp.bitwise_and, "dtypes": INTS + BOOL},
             "BitwiseOr": {"fn": xp.bitwise_or, "dtypes": INTS + BOOL},
             "BitwiseXor": {"fn": xp.bitwise_xor, "dtypes": INTS + BOOL},
