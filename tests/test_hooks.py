@@ -179,3 +179,22 @@ def test_old_creation_hooks_spelling_adds_observers():
     with pytest.raises(ValueError):
         variable._creation_hooks.remove(obs)
     assert seen == ["old:0"]
+
+
+def test_a_lambda_is_never_the_same_as_another_lambda():
+    # two lambdas share a qualified name ("<lambda>"): only identity makes them the same
+    before = ctx.HOOKS.array_namespace
+    first = lambda v: tf.numpy  # noqa: E731
+    ctx.HOOKS.array_namespace = first          # (as if a lambda had been installed)
+    try:
+        ctx.install_array_namespace(first)     # itself: fine
+        with pytest.raises(PluginConflictError, match="HOOKS.array_namespace"):
+            ctx.install_array_namespace(lambda v: tf.numpy)
+        assert ctx.HOOKS.array_namespace is first
+    finally:
+        ctx.HOOKS.array_namespace = before
+
+
+def test_bad_install_arguments_are_tapeflow_type_errors():
+    with pytest.raises(tf.errors.InvalidTypeError, match="install_constant: expected a callable"):
+        ctx.install_constant(42)

@@ -12,21 +12,22 @@ above it register so that it never imports them.
   up, it calls through the one object :data:`HOOKS`, which those layers fill at
   import with the ``install_*`` functions below (the one place they are documented):
 
-  ========================  ==========================================  ==========================
-  ``HOOKS.<name>``          what the runtime calls it for               installed by
-  ========================  ==========================================  ==========================
-  ``execute``               ``OpDef.__call__`` runs an op               ``runtime.dispatch``
-  ``copy_to_device``        ``Tensor.to``/``.cpu()``/``.gpu()``         ``runtime.dispatch``
-  ``constant``              unpickling a Tensor                         ``runtime.dispatch``
-  ``tracer``                ops, copies, reads and assignments while    ``tapeflow.tracing``
-                            ``tracing[0]`` is non-zero (a no-op
-                            :class:`Tracer` until installed)
-  ``vectorize_jacobian``    ``GradientTape.jacobian(experimental_use_   ``tracing.vectorize``
-                            pfor=True)`` (None until installed)
-  ``array_namespace``       ``Tensor.__array_namespace__``              ``import tapeflow``
-  ``variable_observers``    every new Variable (a tuple: several are    ``tracing`` and
-                            allowed; see :func:`add_variable_observer`)  ``train.checkpoint``
-  ========================  ==========================================  ==========================
+  - ``HOOKS.execute(op, inputs, attrs)``: what ``OpDef.__call__`` runs
+    (``runtime.dispatch`` installs it);
+  - ``HOOKS.copy_to_device(tensor, device)``: ``Tensor.to``/``cpu``/``gpu``
+    (``runtime.dispatch``);
+  - ``HOOKS.constant(value, device=)``: unpickling a Tensor (``runtime.dispatch``);
+  - ``HOOKS.tracer``: told of ops, copies, Variable reads and assignments while
+    ``tracing[0]`` is non-zero (an object with :class:`Tracer`'s methods; a no-op
+    ``Tracer`` until ``tapeflow.tracing`` installs its own);
+  - ``HOOKS.vectorize_jacobian``: ``GradientTape.jacobian(experimental_use_pfor=True)``
+    (None until ``tapeflow.tracing.vectorize`` installs it);
+  - ``HOOKS.array_namespace(api_version)``: ``Tensor.__array_namespace__``
+    (``import tapeflow`` installs it);
+  - ``HOOKS.variable_observers``: a tuple of functions called with every new
+    Variable -- several are allowed (tracing, checkpoint restoration), added and
+    removed with :func:`add_variable_observer`/:func:`remove_variable_observer`,
+    paused in one thread by :func:`suspend_variable_observers`.
 
   A hook holds one function: installing a different one when one is installed raises
   :class:`~tapeflow.errors.PluginConflictError` naming the hook and both objects (as
@@ -44,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from .errors import PluginConflictError
+from .errors import InvalidTypeError, PluginConflictError
 
 __all__ = ["tapes_active", "tracing", "record", "active_tapes", "push_tape", "pop_tape",
            "watch_variable_read", "stop_all_recording", "sync_recorders", "Tracer", "HOOKS",
@@ -209,14 +210,18 @@ _hooks_lock = threading.Lock()
 def _key(obj):
     """What makes two hook objects "the same": identity, or -- for a module reloaded
     with ``importlib.reload`` -- the same module and qualified name (of the function,
-    or of the class of an instance such as a tracer)."""
+    or of the class of an instance such as a tracer). A lambda or a function made
+    inside another is only ever itself."""
     named = obj if hasattr(obj, "__qualname__") else type(obj)
-    return (getattr(named, "__module__", None), getattr(named, "__qualname__", None))
+    qualname = getattr(named, "__qualname__", None)
+    if not isinstance(qualname, str) or "<" in qualname:
+        return (id(obj),)
+    return (getattr(named, "__module__", None), qualname)
 
 
 def _install(name, fn, unset=None):
     if fn is None or not callable(fn) and name != "tracer":
-        raise TypeError(f"install_{name}: expected a callable, got {fn!r}")
+        raise InvalidTypeError(f"install_{name}: expected a callable, got {fn!r}")
     with _hooks_lock:
         cur = getattr(HOOKS, name)
         if cur is not unset and cur is not fn and _key(cur) != _key(fn):
@@ -246,8 +251,8 @@ def install_tracer(tracer: Tracer) -> None:
     """Install the tracer (an object with the methods of :class:`Tracer`) the dispatcher
     and the tensor classes report to while ``tracing[0]`` is non-zero."""
     if not isinstance(tracer, Tracer):
-        raise TypeError(f"install_tracer: expected a context.Tracer subclass instance, "
-                        f"got {tracer!r}")
+        raise InvalidTypeError(f"install_tracer: expected an instance of a "
+                               f"tapeflow.runtime.context.Tracer subclass, got {tracer!r}")
     _install("tracer", tracer, unset=_NO_TRACER)
 
 
@@ -266,14 +271,13 @@ def add_variable_observer(fn) -> None:
     already added is a no-op; a module-level function from a reloaded module replaces
     its old version (a function made per call, such as a closure, is its own observer)."""
     if not callable(fn):
-        raise TypeError(f"add_variable_observer: expected a callable, got {fn!r}")
+        raise InvalidTypeError(f"add_variable_observer: expected a callable, got {fn!r}")
     with _hooks_lock:
         obs = HOOKS.variable_observers
         if any(o is fn for o in obs):
             return
         key = _key(fn)
-        if "<locals>" not in (key[1] or "<locals>"):
-            obs = tuple(o for o in obs if _key(o) != key)
+        obs = tuple(o for o in obs if _key(o) != key)     # (a reloaded module's old one)
         HOOKS.variable_observers = obs + (fn,)
 
 
