@@ -286,7 +286,7 @@ def _check_fill_values(op, tensors, attrs, device):
     ``constant_values``, ``on_value``/``off_value``) are numbers that the result's dtype
     holds exactly (a complex value into a real dtype, 2.5 into int32: refused, as the
     public functions refuse them)."""
-    dt = attrs.get("dtype") or (tensors[0].dtype if op.name == "PadV2" else _dt.float32)
+    dt = attrs.get("dtype") or (tensors[0].dtype if op is _PAD else _dt.float32)
     for name in ("value", "constant_values", "on_value", "off_value"):
         if name in attrs:
             v = attrs[name]

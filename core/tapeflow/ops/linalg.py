@@ -16,6 +16,10 @@ tf.Tensor(
  [0.   0.25]], shape=(2, 2), dtype=float32)
 """
 
+# Long file: the tf.linalg namespace -- matmul/einsum, inverse/solve/determinants,
+# decompositions, FFT -- each op one declaration block beside its public function; the
+# sections are independent and can become modules of an ops/linalg/ package.
+
 from __future__ import annotations
 
 import functools
@@ -971,7 +975,7 @@ def _check_fft(op, tensors, attrs, device):
         raise InvalidArgumentError(
             f"{op.name}: axes must be a non-empty tuple of distinct integer axes of the "
             f"input of shape {_fmt(shape)}, got {_shapes._short(axes)}")
-    if op.name != "IRFFT" and any(shape[a] == 0 for a in axes):
+    if op is not _IRFFT and any(shape[a] == 0 for a in axes):
         raise InvalidArgumentError(
             f"{op.name}: Invalid number of FFT data points (0): the input of shape "
             f"{_fmt(shape)} is empty along the axes {_shapes._short(axes)}")

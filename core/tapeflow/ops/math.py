@@ -20,6 +20,11 @@ tf.Tensor([-1.  8.], shape=(2,), dtype=float32)
 tf.Tensor([False  True], shape=(2,), dtype=bool)
 """
 
+# Long file: the tf.math namespace -- some 70 ops, each one declaration block (its defop with
+# the gradient, JVP and batching rule) beside its public function and example -- in
+# independent sections (arithmetic, unary, complex, inverse trigonometry, bitwise,
+# comparisons, cast) that can become modules of an ops/math/ package re-exporting tf.math.
+
 from __future__ import annotations
 
 import math as _pymath
@@ -110,15 +115,6 @@ def _no_grad(ctx, *dys):
     return (None,) * len(ctx.inputs)
 
 
-#: ops whose complex kernels compute a holomorphic function, so that TensorFlow's
-#: convention for complex gradients (``dz = dy * conj(f'(z))``) is the real rule applied
-#: to ``conj(dy)`` and conjugated (see :func:`_holomorphic`); the linear ops (Add, Sub,
-#: Neg, sums, reshapes...) need nothing, and Abs/Real/Imag/Conj/Complex have own rules
-_HOLOMORPHIC = {"Mul", "RealDiv", "Pow", "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Log1p",
-                "Expm1", "Sin", "Cos", "Tan", "Tanh", "Reciprocal", "Asin", "Acos", "Atan",
-                "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Log2", "Log10"}
-
-
 def _conj(t):
     """``conj(t)`` for a complex ``t``; ``t`` itself otherwise (nothing recorded)."""
     return execute(_CONJ, (t,)) if t.dtype.is_complex else t
@@ -127,7 +123,10 @@ def _conj(t):
 def _holomorphic(grad):
     """The gradient rule of a holomorphic op for complex inputs from its real rule
     ``grad`` (linear in ``dy``): TensorFlow's ``dz = dy * conj(f'(z))`` is
-    ``conj(grad(conj(dy)))``. Real gradients go straight to ``grad``."""
+    ``conj(grad(conj(dy)))``. Real gradients go straight to ``grad``. Each op whose
+    complex kernel computes a holomorphic function declares its gradient so
+    (``_holomorphic(_exp_grad)``); the linear ops (Add, Sub, Neg, sums, reshapes...) need
+    nothing, and Abs/Real/Imag/Conj/Complex have their own rules."""
     def rule(ctx, *dys):
         for d in dys:                   # (a loop, not any(...): this is on every backward)
             if d is not None and d._data.dtype.kind == "c":
@@ -145,8 +144,6 @@ def _holomorphic(grad):
 
 def _bin(name, grad=None, infer=_SAME, differentiable=True, **kw):
     """A broadcasting binary op (``kw``: more of defop's arguments, ``elementwise``...)."""
-    if name in _HOLOMORPHIC:
-        grad = _holomorphic(grad)
     return defop(name, inputs=("x", "y"), broadcast=True, grad=grad or _no_grad, infer=infer,
                  differentiable=differentiable, **kw)
 
@@ -241,12 +238,12 @@ def _addn_grad(ctx, dy):
 
 _ADD = _bin("Add", _add_grad, elementwise=True, jvp=Linear())
 _SUB = _bin("Sub", _sub_grad, elementwise=True, jvp=Linear())
-_MUL = _bin("Mul", _mul_grad, elementwise=True, jvp=Multilinear())
-_DIV = _bin("RealDiv", _div_grad, infer=_bcast_infer("div"), elementwise=True)
+_MUL = _bin("Mul", _holomorphic(_mul_grad), elementwise=True, jvp=Multilinear())
+_DIV = _bin("RealDiv", _holomorphic(_div_grad), infer=_bcast_infer("div"), elementwise=True)
 _FLOORDIV = _bin("FloorDiv", differentiable=False)
 _MOD = _bin("FloorMod", _mod_grad)
 _MOD.def_jvp(elementwise_jvp(_MOD))       # (not fusable, but a diagonal Jacobian)
-_POW = _bin("Pow", _pow_grad, elementwise=True)
+_POW = _bin("Pow", _holomorphic(_pow_grad), elementwise=True)
 _MAXIMUM = _bin("Maximum", _maximum_grad, elementwise=True)
 _MINIMUM = _bin("Minimum", _minimum_grad, elementwise=True)
 _SQDIFF = _bin("SquaredDifference", _sqdiff_grad, elementwise=True)
@@ -498,8 +495,6 @@ def _abs_jvp(ctx, t):
 
 def _un(name, grad=None, differentiable=True, **kw):
     """A unary op (``kw``: more of defop's arguments, ``elementwise``, ``jvp``...)."""
-    if name in _HOLOMORPHIC:
-        grad = _holomorphic(grad)
     return defop(name, inputs=("x",), grad=grad or _no_grad, differentiable=differentiable,
                  **kw)
 
@@ -507,20 +502,20 @@ def _un(name, grad=None, differentiable=True, **kw):
 _NEG = _un("Neg", _neg_grad, elementwise=True, jvp=Linear())
 _ABS = _un("Abs", _abs_grad, elementwise=True, jvp=_abs_jvp)
 _SIGN = _un("Sign", differentiable=False, elementwise=True)
-_SQUARE = _un("Square", _square_grad, elementwise=True)
-_SQRT = _un("Sqrt", _sqrt_grad, elementwise=True)
-_RSQRT = _un("Rsqrt", _rsqrt_grad, elementwise=True)
-_EXP = _un("Exp", _exp_grad, elementwise=True)
-_LOG = _un("Log", _log_grad, elementwise=True)
-_LOG1P = _un("Log1p", _log1p_grad, elementwise=True)
-_EXPM1 = _un("Expm1", _expm1_grad, elementwise=True)
-_SIN = _un("Sin", _sin_grad, elementwise=True)
-_COS = _un("Cos", _cos_grad, elementwise=True)
-_TAN = _un("Tan", _tan_grad, elementwise=True)
-_TANH = _un("Tanh", _tanh_grad, elementwise=True)
+_SQUARE = _un("Square", _holomorphic(_square_grad), elementwise=True)
+_SQRT = _un("Sqrt", _holomorphic(_sqrt_grad), elementwise=True)
+_RSQRT = _un("Rsqrt", _holomorphic(_rsqrt_grad), elementwise=True)
+_EXP = _un("Exp", _holomorphic(_exp_grad), elementwise=True)
+_LOG = _un("Log", _holomorphic(_log_grad), elementwise=True)
+_LOG1P = _un("Log1p", _holomorphic(_log1p_grad), elementwise=True)
+_EXPM1 = _un("Expm1", _holomorphic(_expm1_grad), elementwise=True)
+_SIN = _un("Sin", _holomorphic(_sin_grad), elementwise=True)
+_COS = _un("Cos", _holomorphic(_cos_grad), elementwise=True)
+_TAN = _un("Tan", _holomorphic(_tan_grad), elementwise=True)
+_TANH = _un("Tanh", _holomorphic(_tanh_grad), elementwise=True)
 _SIGMOID = _un("Sigmoid", _sigmoid_grad, elementwise=True)
 _SOFTPLUS = _un("Softplus", _softplus_grad, elementwise=True)
-_RECIPROCAL = _un("Reciprocal", _reciprocal_grad, elementwise=True)
+_RECIPROCAL = _un("Reciprocal", _holomorphic(_reciprocal_grad), elementwise=True)
 _FLOOR = _un("Floor", differentiable=False, elementwise=True)
 _CEIL = _un("Ceil", differentiable=False, elementwise=True)
 _ROUND = _un("Round", differentiable=False, elementwise=True)
@@ -937,16 +932,16 @@ def _logaddexp_grad(ctx, dy):
     return multiply(dy, exp(subtract(x, out))), multiply(dy, exp(subtract(y, out)))
 
 
-_ASIN = _un("Asin", _asin_grad, elementwise=True)
-_ACOS = _un("Acos", _acos_grad, elementwise=True)
-_ATAN = _un("Atan", _atan_grad, elementwise=True)
-_SINH = _un("Sinh", _sinh_grad, elementwise=True)
-_COSH = _un("Cosh", _cosh_grad, elementwise=True)
-_ASINH = _un("Asinh", _asinh_grad, elementwise=True)
-_ACOSH = _un("Acosh", _acosh_grad, elementwise=True)
-_ATANH = _un("Atanh", _atanh_grad, elementwise=True)
-_LOG2 = _un("Log2", _log2_grad, elementwise=True)
-_LOG10 = _un("Log10", _log10_grad, elementwise=True)
+_ASIN = _un("Asin", _holomorphic(_asin_grad), elementwise=True)
+_ACOS = _un("Acos", _holomorphic(_acos_grad), elementwise=True)
+_ATAN = _un("Atan", _holomorphic(_atan_grad), elementwise=True)
+_SINH = _un("Sinh", _holomorphic(_sinh_grad), elementwise=True)
+_COSH = _un("Cosh", _holomorphic(_cosh_grad), elementwise=True)
+_ASINH = _un("Asinh", _holomorphic(_asinh_grad), elementwise=True)
+_ACOSH = _un("Acosh", _holomorphic(_acosh_grad), elementwise=True)
+_ATANH = _un("Atanh", _holomorphic(_atanh_grad), elementwise=True)
+_LOG2 = _un("Log2", _holomorphic(_log2_grad), elementwise=True)
+_LOG10 = _un("Log10", _holomorphic(_log10_grad), elementwise=True)
 _TRUNC = _un("Trunc", differentiable=False, elementwise=True)
 _SIGNBIT = _un("Signbit", differentiable=False, elementwise=True)
 _COPYSIGN = _bin("Copysign", _copysign_grad, elementwise=True)

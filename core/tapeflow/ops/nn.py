@@ -19,6 +19,10 @@ tf.Tensor([0. 2.], shape=(2,), dtype=float32)
 tf.Tensor([0.5 0.5], shape=(2,), dtype=float32)
 """
 
+# Long file: the tf.nn namespace -- activations, softmax and losses, convolution, pooling,
+# dropout -- each op one declaration block (with its backward op's) beside its public
+# function; the sections are independent and can become modules of an ops/nn/ package.
+
 from __future__ import annotations
 
 import functools
