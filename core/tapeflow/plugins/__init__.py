@@ -7,8 +7,8 @@
 ['Backend', 'Library', 'OpDef', 'Registry', 'hookimpl', 'register']
 
 Two equivalent forms. A module declares its ops with a :class:`Library`
-(``@lib.op``, ``@lib.kernel``, ``@lib.gradient``, ``lib.non_differentiable``,
-``@lib.infer``), which implements the hooks itself; or a module (or object)
+(``@lib.op``, ``@lib.kernel``, ``@lib.gradient``, ``lib.jvp``, ``lib.batch``,
+``@lib.infer``, ``lib.non_differentiable``), which implements the hooks itself; or a module (or object)
 implements some of the hooks in :mod:`tapeflow.plugins.hookspecs` and calls the
 :class:`Registry` it is handed. Either is found through the entry-point group
 ``tapeflow``; ``register(obj)`` adds one in-process. See ``docs/plugins.md``.
