@@ -5,8 +5,10 @@
 :mod:`tapeflow.train`), ``losses``, ``metrics``, ``activations``, ``initializers``,
 ``regularizers``, ``backend``, ``mixed_precision`` (dtype policies and the
 ``LossScaleOptimizer``: docs/mixed_precision.md) and ``datasets`` (:mod:`tapeflow.datasets`, e.g.
-``tf.keras.datasets.mnist.load_data()``). Submodules that need other parts of the
-training stack load them on first use.
+``tf.keras.datasets.mnist.load_data()``). Every submodule only re-exports: the objects
+and their ``get`` lookups live in the modules that define them (``tapeflow.losses``,
+``tapeflow.metrics``, ``tapeflow.train.optimizers``); ``metrics``, ``datasets``,
+``callbacks`` and ``mixed_precision`` load on first use.
 
 >>> import tapeflow as tf
 >>> model = tf.keras.Sequential([tf.keras.layers.Dense(10, input_shape=(784,)),
