@@ -8,11 +8,12 @@ when their rules moved next to their definitions."""
 import subprocess
 import sys
 import textwrap
+import warnings
 
-import numpy as np
 import pytest
 
 import tapeflow as tf
+import tapeflow.ops.batching as batching
 from tapeflow.errors import PluginConflictError
 from tapeflow.ops._library import LIB
 from tapeflow.plugins import (Broadcasting, Library, Linear, Multilinear, OpDef, get_op,
@@ -134,14 +135,13 @@ def test_library_jvp_and_batch_are_registered_recorded_and_used():
     assert out.numpy().tolist() == [[2.0, 4.0], [6.0, 8.0]]
     # declared after registration: takes effect at once, and is recorded
     lib.infer(double, lambda shapes, dtypes, attrs: [(shapes[0], dtypes[0])])
-    assert double.op.infer is not None
+    assert double.op.infer is not None and ("rules_lib::double", "infer") in info.rules
 
 
 class _no_vectorization_warning:
     """The op's own batching rule ran: vectorized_map did not fall back to a loop."""
 
     def __enter__(self):
-        import warnings
         self._cm = warnings.catch_warnings(record=True)
         self._rec = self._cm.__enter__()
         warnings.simplefilter("always")
@@ -222,14 +222,13 @@ _NO_INPUTS_WITHOUT_BATCH = {"Eye", "Fill", "LinSpace", "Range"}
 
 
 def test_every_builtin_op_keeps_its_rules():
-    from tapeflow.ops.batching import NO_RULE
     ops = [op for op in LIB.ops if registry.OPS.get(op.name) is op]
     assert len(ops) == 166         # the built-ins (OPS also holds the plugins' ops)
     assert sum(op.jvp is not None for op in ops) == 108
     assert sum(op.batch is not None for op in ops) == 157
     assert {op.name for op in ops if op.jvp is None and op.differentiable} \
         == _DIFFERENTIABLE_WITHOUT_JVP
-    assert {op.name for op in ops if op.batch is None} == set(NO_RULE) | _NO_INPUTS_WITHOUT_BATCH
+    assert {op.name for op in ops if op.batch is None} == set(batching.NO_RULE) | _NO_INPUTS_WITHOUT_BATCH
     for op in ops:
         if op.elementwise and op.differentiable:
             assert op.jvp is not None, op.name       # derived by defop when not written
@@ -282,8 +281,7 @@ def test_the_builtin_rules_are_the_op_modules_not_a_table_by_name():
         for rule in (op.jvp, op.batch):
             if callable(rule) and not isinstance(rule, (Linear, Multilinear, Broadcasting)):
                 assert rule.__module__ in mods, (op.name, rule)
-    import tapeflow.ops.batching as b
-    assert not [n for n, v in vars(b).items() if callable(v) and not n.startswith("__")]
+    assert not [n for n, v in vars(batching).items() if callable(v) and not n.startswith("__")]
 
 
 def test_an_old_api_op_still_takes_def_grad_and_grad():
