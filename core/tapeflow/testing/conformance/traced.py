@@ -139,15 +139,21 @@ def check_traced_sample(spec, sample, device, dtype=None, index=None, other=None
                         f"{_fmt(now)}")
 
 
+#: the tracer (``tapeflow/tracing/``) and the tensor classes and eager context
+#: (``tapeflow/runtime/``): frames there are not where a tensor's value was asked for
+_MACHINERY = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), d) + os.sep for d in ("tracing", "runtime"))
+
+
 def _where(e):
     """`` (in file.py:12 fn)``: the innermost frame of ``e``'s traceback outside the
-    tracer and the tensor classes (where a tensor's value was asked for)."""
-    skip = ("trace.py", "tensor.py", "context.py")
+    tracer and the tensor classes (:data:`_MACHINERY`: where a tensor's value was asked
+    for)."""
     where = ""
     tb = e.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
-        if os.path.basename(code.co_filename) not in skip:
+        if not os.path.abspath(code.co_filename).startswith(_MACHINERY):
             where = f" (in {os.path.basename(code.co_filename)}:{tb.tb_lineno} {code.co_name})"
         tb = tb.tb_next
     return where
