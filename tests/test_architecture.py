@@ -23,10 +23,7 @@ ALLOWED_LOCAL_IMPORTS = {
     # optional dependencies, imported on first use (import tapeflow stays light)
     ("datasets.py", "sklearn.datasets"): "extra tapeflow[datasets]",
     ("models.py", "tqdm"): "progress bars, only when fit() draws one",
-    ("train/checkpoint.py", "safetensors.numpy"): "only when a checkpoint is written/read",
-    # tf.keras is a facade over tapeflow.models (it imports models); compile() resolves
-    # names ("adam", "mse", "accuracy") through it when it runs
-    ("models.py", ".keras"): "facade above models",
+    ("train/checkpoint/_format.py", "safetensors.numpy"): "only when a checkpoint is written/read",
     ("kernels/math.py", "scipy.special"): "extra tapeflow[scipy]",
     ("kernels/math.py", "cupyx.scipy.special"): "part of CuPy, on the CUDA backend only",
     ("kernels/array.py", "cupyx"): "part of CuPy, on the CUDA backend only",
