@@ -219,3 +219,54 @@ def test_wrong_gradient_is_a_clear_error():
         t.gradient(y, x)
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"testing::wrong_shape.*shape \(3,\)"):
         t.gradient(z, x)
+
+
+def test_gradient_function_results_are_checked_and_converted():
+    from tapeflow.plugins import OpDef, hookimpl, register
+
+    as_number = OpDef("testing::grad_number", inputs=("x",), grad=lambda ctx, dy: [[3, 3]])
+    wrong_dtype = OpDef("testing::grad_dtype", inputs=("x",),
+                        grad=lambda ctx, dy: tf.constant([1, 2], dtype=tf.int32))
+    a_string = OpDef("testing::grad_string", inputs=("x",), grad=lambda ctx, dy: "no")
+
+    class Plugin:
+        @hookimpl
+        def tapeflow_register_ops(self, registry):
+            for op in (as_number, wrong_dtype, a_string):
+                registry.add_op(op)
+
+        @hookimpl
+        def tapeflow_register_kernels(self, registry):
+            for op in (as_number, wrong_dtype, a_string):
+                registry.add_kernel(op.name, "cpu", lambda x: x * 2)
+
+    register(Plugin(), name="checked-grads")
+    x = tf.constant([1.0, 2.0], device="cpu:0")
+    with tf.GradientTape(persistent=True) as t:
+        t.watch(x)
+        ys = [as_number(x), wrong_dtype(x), a_string(x)]
+    g = t.gradient(ys[0], x)                  # a list of ints: a float32 tensor
+    assert g.dtype == tf.float32 and g.numpy().tolist() == [3.0, 3.0]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"testing::grad_dtype.*int32 gradient for input 0 \('x'\)"):
+        t.gradient(ys[1], x)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"testing::grad_string.*returned str 'no' for input 0"):
+        t.gradient(ys[2], x)
+
+
+def test_forward_mode_without_rules_points_at_library_jvp():
+    from tapeflow.plugins import Library, register
+    lib = Library("tape_nojvp")
+
+    @lib.op()
+    def wobble(x):
+        """differentiable, but neither its gradient nor its JVP is written"""
+
+    lib.kernel(wobble, "cpu", dtypes=("float32",))(np.sin)
+    register(lib)
+    x = tf.constant([1.0], device="cpu:0")
+    with pytest.raises(tf.errors.NotDifferentiableError,
+                       match="tape_nojvp::wobble.*Library.jvp, see docs/plugins.md"):
+        with tf.autodiff.ForwardAccumulator(x, tf.constant([1.0])):
+            wobble(x)

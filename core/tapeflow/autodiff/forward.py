@@ -3,8 +3,8 @@
 The accumulator records like a tape: while it is active the runtime appends every op
 that reads a tensor it watches to its records, in execution order. Tangents are
 computed when asked (:meth:`ForwardAccumulator.jvp`) by replaying the new records
-forward, each op's JVP rule (``OpDef.jvp``) giving output tangents from input
-tangents:
+forward, each op's JVP rule (``OpDef.jvp``, declared with ``OpDef.def_jvp`` or a
+plugin's ``Library.jvp``) giving output tangents from input tangents:
 
 * a function ``jvp(ctx, *input_tangents)`` (None for inputs without a tangent);
 * :class:`~tapeflow.runtime.registry.Linear`: the op applied to the tangents;
@@ -251,12 +251,13 @@ class ForwardAccumulator:
         if fn is None or not op.differentiable:
             raise NotDifferentiableError(
                 f"forward mode through op {op.name}: it has no JVP rule and no gradient; "
-                "declare one (OpDef.jvp) or stop the tangent (tf.stop_gradient)", op=op.name)
+                "declare one (Library.jvp, see docs/plugins.md) or stop the tangent "
+                "(tf.stop_gradient)", op=op.name)
         if any(t is not None and t.dtype.is_complex for t in tin):
             raise NotDifferentiableError(
                 f"forward mode through op {op.name} with complex tangents: it has no JVP rule, "
                 "and the double-VJP fallback does not hold under the conjugate gradient "
-                "convention; declare one (OpDef.jvp)", op=op.name)
+                "convention; declare one (Library.jvp, see docs/plugins.md)", op=op.name)
         FALLBACK_OPS.add(op.name)
         us = [_zeros(o) for o in outputs]
         ctx = GradContext(op, inputs, outputs, attrs, grad_fn)
