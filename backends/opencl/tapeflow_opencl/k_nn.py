@@ -1,4 +1,4 @@
-"""Neural-network kernels: activations, bias_add, convolution and pooling.
+"""Neural-network kernels: activations, bias_add and convolution.
 
 * Activations and ``BiasAdd`` are expressions for :func:`runtime.elementwise`
   (``alpha`` travels as a cached 0-d device scalar, so one kernel serves every
@@ -32,24 +32,15 @@
     the batch the rows are split in ``S`` slices and ``sum_parts`` adds the ``S``
     partial filters in a fixed order (deterministic).
 
-* Pooling: one work item per output (or input-gradient) element, the window loops
-  inside; window size and strides are compile-time constants. The max-pool
-  gradient routes each window's ``dy`` to its first maximum in row-major window
-  order, padded positions included as the lowest value (the ``cpu`` kernel's tie
-  rule; nothing when no value matches, e.g. NaN). Disjoint windows (strides >=
-  ksize, the usual 2x2/2): one kernel, each window writes its own positions.
-  Overlapping windows: ``max_argmax`` writes each window's argmax offset, then
-  every input position adds ``dy * (argmax == its offset)`` over the windows
-  covering it in window-offset order, the ``cpu`` kernel's summation order (so
-  NaN in ``dy`` spreads the same way). ``AvgPool`` divides by the count of
-  in-bounds positions (SAME and explicit padding), ``AvgPoolGrad`` adds
-  ``dy / count`` in the same order.
+Pooling is :mod:`tapeflow_opencl.k_pool`.
 
 Attributes arrive normalised by ``tapeflow.nn`` (see the ``cpu`` kernels): shape
 and attribute errors are raised there, before dispatch.
 """
 
 from __future__ import annotations
+
+import string
 
 import numpy as np
 
@@ -246,120 +237,91 @@ def _vec_defs(ct, ob, unit_ld, unit_st):
     return vt, ldv, stv
 
 
-_CONV_FWD = """
-// y[n, oh, ow0 + p, o0 .. o0 + OB) for p < PW: one work item
-__kernel void conv_fwd(__global T *y, __global const T *x, long xo, __global const T *w, long wo,
-        long H, long W, long C, long OH, long OW, long O,
-        long xsn, long xsh, long xsw, long xsc,
+#: the two direct convolutions, one template: ``conv_fwd`` (one work item per ``OB``
+#: output channels x ``PW`` output columns of one output row: sums over the taps and
+#: the input channels) and ``conv_bpi`` (the input gradient: one work item per ``OB``
+#: input channels x ``PW`` input columns of one input row: sums over the windows
+#: covering them and the output channels). ``$`` fields: :data:`_DIRECT_ROLES`.
+_CONV_DIRECT = string.Template("""
+// $out[n, $row, $col0 + p, $b0 .. $b0 + OB) for p < PW: $what
+__kernel void $name(__global T *$out, __global const T *$p1, long $p1o, __global const T *$p2,
+        long $p2o, long H, long W, long C, long OH, long OW, long O,
+        long ${s2}sn, long ${s2}sh, long ${s2}sw, long ${s2}s$s2c,
         long wsi, long wsj, long wsc, long wso,
-        long ysn, long ysh, long ysw, long yso,
+        long ${s3}sn, long ${s3}sh, long ${s3}sw, long ${s3}s$s3c,
         long KH, long KW, long SH, long SW, long DH, long DW, long PT, long PL, long NR) {
-    long o0 = get_global_id(0) * OB;
-    long l = get_global_id(1), ncol = (OW + PW - 1) / PW;
-    if (o0 >= O || l >= ncol * NR) return;
-    long nh = l / ncol, ow0 = (l - nh * ncol) * PW;
-    long n = nh / OH, oh = nh - n * OH;
-    long r0 = oh * SH - PT;
-    VT acc[PW];
+    long $b0 = get_global_id(0) * OB;
+    long l = get_global_id(1), ncol = ($NC + PW - 1) / PW;
+    if ($b0 >= $NB || l >= ncol * NR) return;
+    long nh = l / ncol, $col0 = (l - nh * ncol) * PW;
+    long n = nh / $NR, $row = nh - n * $NR;
+$setup    VT acc[PW];
     for (int p = 0; p < PW; p++) acc[p] = (VT)0;
-    __global const T *xn = x + xo + n * xsn;
+    __global const T *$src = $sarr + ${sarr}o + n * ${s2}sn;
     for (long i = 0; i < KH; i++) {
-        long r = r0 + i * DH;
-        if (r < 0 || r >= H) continue;
+$rowtest
         for (long j = 0; j < KW; j++) {
-            __global const T *wp = w + wo + i * wsi + j * wsj + o0 * wso;
-            long xoff[PW];
+            __global const T *wp = w + wo + i * wsi + j * wsj + $b0 * ws$bc;
+            long $off[PW];
             T m[PW];
-            int all = 1;
+            int ${flags}all = 1;
             for (int p = 0; p < PW; p++) {
-                long ow = ow0 + p < OW ? ow0 + p : OW - 1;
-                long q = ow * SW - PL + j * DW;
-                int in = q >= 0 && q < W;
+$coltest
                 all &= in;
                 m[p] = in ? (T)1 : (T)0;
-                xoff[p] = r * xsh + (in ? q : 0) * xsw;
+                $off[p] = $offexpr;
             }
             if (all) {          // interior: no masks
-                for (long c = 0; c < C; c++) {
-                    VT wv = LDV(wp + c * wsc, wso);
+                for (long $k = 0; $k < $K; $k++) {
+                    VT wv = LDV(wp + $k * ws$kc, ws$bc);
                     for (int p = 0; p < PW; p++)
-                        acc[p] += xn[xoff[p] + c * ISTR] * wv;
+                        acc[p] += $src[$off[p] + $k * ISTR] * wv;
                 }
-            } else {
-                for (long c = 0; c < C; c++) {
-                    VT wv = LDV(wp + c * wsc, wso);
+            } ${masked}{
+                for (long $k = 0; $k < $K; $k++) {
+                    VT wv = LDV(wp + $k * ws$kc, ws$bc);
                     for (int p = 0; p < PW; p++)
-                        acc[p] += (xn[xoff[p] + c * ISTR] * m[p]) * wv;
+                        acc[p] += ($src[$off[p] + $k * ISTR] * m[p]) * wv;
                 }
             }
         }
     }
-    __global T *yp = y + n * ysn + oh * ysh + o0 * yso;
+    __global T *$dst = $out + n * ${s3}sn + $row * ${s3}sh + $b0 * ${s3}s$bc;
     for (int p = 0; p < PW; p++) {
-        if (ow0 + p >= OW) break;
-        STV(acc[p], yp + (ow0 + p) * ysw, yso);
+        if ($col0 + p >= $NC) break;
+        STV(acc[p], $dst + ($col0 + p) * ${s3}sw, ${s3}s$bc);
     }
 }
-"""
+""")
 
-_CONV_BPI = """
-// dx[n, h, x0 + p, c0 .. c0 + OB) for p < PW: the sum over the windows covering it
-__kernel void conv_bpi(__global T *dx, __global const T *w, long wo, __global const T *dy,
-        long dyo, long H, long W, long C, long OH, long OW, long O,
-        long dsn, long dsh, long dsw, long dso,
-        long wsi, long wsj, long wsc, long wso,
-        long xsn, long xsh, long xsw, long xsc,
-        long KH, long KW, long SH, long SW, long DH, long DW, long PT, long PL, long NR) {
-    long c0 = get_global_id(0) * OB;
-    long l = get_global_id(1), ncol = (W + PW - 1) / PW;
-    if (c0 >= C || l >= ncol * NR) return;
-    long nh = l / ncol, x0 = (l - nh * ncol) * PW;
-    long n = nh / H, h = nh - n * H;
-    VT acc[PW];
-    for (int p = 0; p < PW; p++) acc[p] = (VT)0;
-    __global const T *dyn = dy + dyo + n * dsn;
-    for (long i = 0; i < KH; i++) {
-        long t = h + PT - i * DH;
-        if (t < 0) break;
-        long a = t / SH;
-        if (a * SH != t || a >= OH) continue;
-        for (long j = 0; j < KW; j++) {
-            __global const T *wp = w + wo + i * wsi + j * wsj + c0 * wsc;
-            long doff[PW];
-            T m[PW];
-            int any = 0, all = 1;
-            for (int p = 0; p < PW; p++) {
-                long xc = x0 + p < W ? x0 + p : W - 1;
-                long u = xc + PL - j * DW;
-                long b = u / SW;
-                int in = u >= 0 && b * SW == u && b < OW;
-                any |= in;
-                all &= in;
-                m[p] = in ? (T)1 : (T)0;
-                doff[p] = a * dsh + (in ? b : 0) * dsw;
-            }
-            if (all) {          // interior: no masks
-                for (long o = 0; o < O; o++) {
-                    VT wv = LDV(wp + o * wso, wsc);
-                    for (int p = 0; p < PW; p++)
-                        acc[p] += dyn[doff[p] + o * ISTR] * wv;
-                }
-            } else if (any) {
-                for (long o = 0; o < O; o++) {
-                    VT wv = LDV(wp + o * wso, wsc);
-                    for (int p = 0; p < PW; p++)
-                        acc[p] += (dyn[doff[p] + o * ISTR] * m[p]) * wv;
-                }
-            }
-        }
-    }
-    __global T *xp = dx + n * xsn + h * xsh + c0 * xsc;
-    for (int p = 0; p < PW; p++) {
-        if (x0 + p >= W) break;
-        STV(acc[p], xp + (x0 + p) * xsw, xsc);
-    }
+#: what differs between the two kernels of :data:`_CONV_DIRECT`
+_DIRECT_ROLES = {
+    "conv_fwd": dict(
+        what="one work item", out="y", p1="x", p1o="xo", p2="w", p2o="wo", s2="x", s2c="c",
+        s3="y", s3c="o", b0="o0", bc="o", NB="O", col0="ow0", NC="OW", row="oh", NR="OH",
+        setup="    long r0 = oh * SH - PT;\n", src="xn", sarr="x", off="xoff", flags="",
+        rowtest="        long r = r0 + i * DH;\n        if (r < 0 || r >= H) continue;",
+        coltest="                long ow = ow0 + p < OW ? ow0 + p : OW - 1;\n"
+                "                long q = ow * SW - PL + j * DW;\n"
+                "                int in = q >= 0 && q < W;",
+        offexpr="r * xsh + (in ? q : 0) * xsw", k="c", K="C", kc="c", masked="else ",
+        dst="yp"),
+    "conv_bpi": dict(
+        what="the sum over the windows covering it", out="dx", p1="w", p1o="wo", p2="dy",
+        p2o="dyo", s2="d", s2c="o", s3="x", s3c="c", b0="c0", bc="c", NB="C", col0="x0",
+        NC="W", row="h", NR="H", setup="", src="dyn", sarr="dy", off="doff", flags="any = 0, ",
+        rowtest="        long t = h + PT - i * DH;\n        if (t < 0) break;\n"
+                "        long a = t / SH;\n        if (a * SH != t || a >= OH) continue;",
+        coltest="                long xc = x0 + p < W ? x0 + p : W - 1;\n"
+                "                long u = xc + PL - j * DW;\n"
+                "                long b = u / SW;\n"
+                "                int in = u >= 0 && b * SW == u && b < OW;\n"
+                "                any |= in;",
+        offexpr="a * dsh + (in ? b : 0) * dsw", k="o", K="O", kc="o", masked="else if (any) ",
+        dst="xp"),
 }
-"""
+_DIRECT_SRC = {name: _CONV_DIRECT.substitute(name=name, **role)
+               for name, role in _DIRECT_ROLES.items()}
 
 _CONV_BPF = """
 // the output positions a in [*lo, *hi) with 0 <= a * S + off < size
@@ -466,6 +428,18 @@ def _geo_args(kh, kw, strides, dilations, pt, pl):
     return (kh, kw, strides[0], strides[1], dilations[0], dilations[1], pt, pl)
 
 
+def _direct(dev, name, dtype, ob, unit, nb, ncols, rows, *args):
+    """Compile and launch ``name`` of :data:`_CONV_DIRECT` over ``nb`` channel blocks x
+    ``ncols`` columns (in blocks of ``PW``) x ``rows`` (image, row) pairs. ``unit``: the
+    element strides of the filter's lanes, the output's lanes and the scalar operand's
+    inner loop (vector loads / stores where 1; ``ISTR`` the literal 1 or the argument)."""
+    role = _DIRECT_ROLES[name]
+    istr = "1" if unit[2] == 1 else f"{role['s2']}s{role['s2c']}"
+    src = _conv_src(_DIRECT_SRC[name], dtype, ob, unit[0] == 1, unit[1] == 1, istr=istr)
+    k = rt.kernel(dev, src, name, _SD_CONV)
+    _launch2(dev, k, nb, -(-ncols // _PW) * rows, *args, rows)
+
+
 def conv2d(x, w, strides, padding, data_format, dilations):
     dev = rt.device_of(x)
     (n, h, wd, c), xst, xoff = _nhwc(x, data_format)
@@ -476,13 +450,10 @@ def conv2d(x, w, strides, padding, data_format, dilations):
         return y
     wst, woff = rt.layout(w)
     ob = _lanes(x.dtype, o)
-    src = _conv_src(_CONV_FWD, x.dtype, ob, wst[3] == 1, yst[3] == 1,
-                    istr="1" if xst[3] == 1 else "xsc")
-    k = rt.kernel(dev, src, "conv_fwd", _SD_CONV)
-    _launch2(dev, k, o // ob, -(-ow // _PW) * n * oh,
-             y.base_data, rt.buf(dev, x), xoff, rt.buf(dev, w), woff,
-             h, wd, c, oh, ow, o, *xst, *wst, *yst,
-             *_geo_args(kh, kw, strides, dilations, pt, pl), n * oh)
+    _direct(dev, "conv_fwd", x.dtype, ob, (wst[3], yst[3], xst[3]), o // ob, ow, n * oh,
+            y.base_data, rt.buf(dev, x), xoff, rt.buf(dev, w), woff,
+            h, wd, c, oh, ow, o, *xst, *wst, *yst,
+            *_geo_args(kh, kw, strides, dilations, pt, pl))
     return y
 
 
@@ -504,13 +475,10 @@ def conv2d_backprop_input(w, dy, input_sizes, strides, padding, data_format, dil
         wt = rt.contiguous(rt.view(w, (kh, kw, o, c), (wst[0], wst[1], wst[3], wst[2]), woff))
         (si, sj, so, sc), woff = rt.layout(wt)
         wst, w = (si, sj, sc, so), wt
-    src = _conv_src(_CONV_BPI, dy.dtype, ob, wst[2] == 1, xst[3] == 1,
-                    istr="1" if dst[3] == 1 else "dso")
-    k = rt.kernel(dev, src, "conv_bpi", _SD_CONV)
-    _launch2(dev, k, c // ob, -(-wd // _PW) * n * h,
-             dx.base_data, rt.buf(dev, w), woff, rt.buf(dev, dy), doff,
-             h, wd, c, oh, ow, o, *dst, *wst, *xst,
-             *_geo_args(kh, kw, strides, dilations, pt, pl), n * h)
+    _direct(dev, "conv_bpi", dy.dtype, ob, (wst[2], xst[3], dst[3]), c // ob, wd, n * h,
+            dx.base_data, rt.buf(dev, w), woff, rt.buf(dev, dy), doff,
+            h, wd, c, oh, ow, o, *dst, *wst, *xst,
+            *_geo_args(kh, kw, strides, dilations, pt, pl))
     return dx
 
 
@@ -546,326 +514,6 @@ def conv2d_backprop_filter(x, dy, filter_sizes, strides, padding, data_format, d
     return dw
 
 
-# --- pooling -------------------------------------------------------------------------------
-
-_POOL = """
-#define T {T}
-#define LOWEST {LOWEST}
-#define ISF {ISF}
-#define KH {KH}
-#define KW {KW}
-#define SH {SH}
-#define SW {SW}
-// (the window's size and strides are compile-time constants: unrolled loops, cheap
-// divisions; the kernel arguments kh_ .. sw_ carry the same values)
-#define POOL_ARGS long H, long W, long C, long OH, long OW, \\
-        long kh_, long kw_, long sh_, long sw_, long PT, long PL, long NR
-// each kernel: dim 0 channels, dim 1 columns, dim 2 (image, row)
-
-__kernel void max_pool(__global T *y, __global const T *x, long xo,
-        long xsn, long xsh, long xsw, long xsc, long ysn, long ysh, long ysw, long ysc,
-        POOL_ARGS) {{
-    long c = get_global_id(0), l = get_global_id(1);
-    if (c >= C || l >= NR * OW) return;
-    long nh = l / OW, b = l - nh * OW;
-    long n = nh / OH, a = nh - n * OH;
-    __global const T *xp = x + xo + n * xsn + c * xsc;
-    T m = LOWEST;
-    for (long i = 0; i < KH; i++) {{
-        long r = a * SH - PT + i;
-        if (r < 0 || r >= H) continue;
-        for (long j = 0; j < KW; j++) {{
-            long q = b * SW - PL + j;
-            if (q < 0 || q >= W) continue;
-            T v = xp[r * xsh + q * xsw];
-#if ISF
-            if (isnan(v) || v > m) m = v;
-#else
-            if (v > m) m = v;
-#endif
-        }}
-    }}
-    y[n * ysn + a * ysh + b * ysw + c * ysc] = m;
-}}
-
-// the window offset (i * KW + j) of the first value equal to the window's output
-// (padded positions count as LOWEST), -1 when none is
-inline int argmax_at(__global const T *xp, long xsh, long xsw, T yv, long a, long b,
-                     POOL_ARGS) {{
-    for (long i = 0; i < KH; i++) {{
-        long r = a * SH - PT + i;
-        for (long j = 0; j < KW; j++) {{
-            long q = b * SW - PL + j;
-            T v = (r < 0 || r >= H || q < 0 || q >= W) ? LOWEST : xp[r * xsh + q * xsw];
-            if (v == yv) return (int)(i * KW + j);
-        }}
-    }}
-    return -1;
-}}
-
-__kernel void max_argmax(__global int *arg, __global const T *x, long xo,
-        long xsn, long xsh, long xsw, long xsc, __global const T *y, long yo,
-        long ysn, long ysh, long ysw, long ysc, POOL_ARGS) {{
-    long c = get_global_id(0), l = get_global_id(1);
-    if (c >= C || l >= NR * OW) return;
-    long nh = l / OW, b = l - nh * OW;
-    long n = nh / OH, a = nh - n * OH;
-    T yv = y[yo + n * ysn + a * ysh + b * ysw + c * ysc];
-    arg[((n * OH + a) * OW + b) * C + c] =
-        argmax_at(x + xo + n * xsn + c * xsc, xsh, xsw, yv, a, b, H, W, C, OH, OW,
-                  KH, KW, SH, SW, PT, PL, NR);
-}}
-
-// disjoint windows: each window writes dy (at its argmax) or 0 to its own positions
-__kernel void max_pool_grad_disjoint(__global T *dx, __global const T *x, long xo,
-        long xsn, long xsh, long xsw, long xsc, __global const T *y, long yo,
-        long ysn, long ysh, long ysw, long ysc, __global const T *dy, long dyo,
-        long dsn, long dsh, long dsw, long dsc,
-        long osn, long osh, long osw, long osc, POOL_ARGS) {{
-    long c = get_global_id(0), l = get_global_id(1);
-    if (c >= C || l >= NR * OW) return;
-    long nh = l / OW, b = l - nh * OW;
-    long n = nh / OH, a = nh - n * OH;
-    T yv = y[yo + n * ysn + a * ysh + b * ysw + c * ysc];
-    T g = dy[dyo + n * dsn + a * dsh + b * dsw + c * dsc];
-    int am = argmax_at(x + xo + n * xsn + c * xsc, xsh, xsw, yv, a, b, H, W, C, OH, OW,
-                       KH, KW, SH, SW, PT, PL, NR);
-    __global T *op = dx + n * osn + c * osc;
-    for (long i = 0; i < KH; i++) {{
-        long r = a * SH - PT + i;
-        if (r < 0 || r >= H) continue;
-        for (long j = 0; j < KW; j++) {{
-            long q = b * SW - PL + j;
-            if (q < 0 || q >= W) continue;
-            op[r * osh + q * osw] = g * (am == (int)(i * KW + j) ? (T)1 : (T)0);
-        }}
-    }}
-}}
-
-// the windows (a, b) covering the input position (h, w): a from ahi down to alo is the
-// window offset i = h + PT - a * SH ascending
-// the windows (a, b) covering the input position (h, w), in window-offset order
-// (i = h + PT - a * SH ascending: a descending); at most one when they are disjoint
-#if KH <= SH && KW <= SW
-#define COVER_LOOP(BODY) \\
-    long a = (h + PT) / SH, b = (w + PL) / SW; \\
-    long i = h + PT - a * SH, j = w + PL - b * SW; \\
-    if (i < KH && j < KW && a < OH && b < OW) {{ BODY }}
-#else
-#define COVER_LOOP(BODY) \\
-    long ahi = (h + PT) / SH, bhi = (w + PL) / SW; \\
-    long alo = h + PT - KH + 1, blo = w + PL - KW + 1; \\
-    alo = alo <= 0 ? 0 : (alo + SH - 1) / SH; \\
-    blo = blo <= 0 ? 0 : (blo + SW - 1) / SW; \\
-    ahi = ahi < OH - 1 ? ahi : OH - 1; \\
-    bhi = bhi < OW - 1 ? bhi : OW - 1; \\
-    for (long a = ahi; a >= alo; a--) {{ \\
-        long i = h + PT - a * SH; \\
-        for (long b = bhi; b >= blo; b--) {{ \\
-            long j = w + PL - b * SW; \\
-            BODY \\
-        }} \\
-    }}
-#endif
-
-__kernel void max_pool_grad(__global T *dx, __global const int *arg,
-        __global const T *dy, long dyo, long dsn, long dsh, long dsw, long dsc,
-        long xsn, long xsh, long xsw, long xsc, POOL_ARGS) {{
-    long c = get_global_id(0), l = get_global_id(1);
-    if (c >= C || l >= NR * W) return;
-    long nh = l / W, w = l - nh * W;
-    long n = nh / H, h = nh - n * H;
-    T acc = (T)0;
-    COVER_LOOP(
-        T term = dy[dyo + n * dsn + a * dsh + b * dsw + c * dsc]
-                 * (arg[((n * OH + a) * OW + b) * C + c] == (int)(i * KW + j) ? (T)1 : (T)0);
-        acc += term;
-    )
-    dx[n * xsn + h * xsh + w * xsw + c * xsc] = acc;
-}}
-
-__kernel void max_pool_grad_grad(__global T *out, __global const T *x, long xo,
-        long xsn, long xsh, long xsw, long xsc, __global const T *y, long yo,
-        long ysn, long ysh, long ysw, long ysc, __global const T *g, long go,
-        long gsn, long gsh, long gsw, long gsc,
-        long osn, long osh, long osw, long osc, POOL_ARGS) {{
-    long c = get_global_id(0), l = get_global_id(1);
-    if (c >= C || l >= NR * OW) return;
-    long nh = l / OW, b = l - nh * OW;
-    long n = nh / OH, a = nh - n * OH;
-    T yv = y[yo + n * ysn + a * ysh + b * ysw + c * ysc];
-    int am = argmax_at(x + xo + n * xsn + c * xsc, xsh, xsw, yv, a, b, H, W, C, OH, OW,
-                       KH, KW, SH, SW, PT, PL, NR);
-    __global const T *gp = g + go + n * gsn + c * gsc;
-    T acc = (T)0;
-    for (long i = 0; i < KH; i++) {{
-        long r = a * SH - PT + i;
-        for (long j = 0; j < KW; j++) {{
-            long q = b * SW - PL + j;
-            T gv = (r < 0 || r >= H || q < 0 || q >= W) ? (T)0 : gp[r * gsh + q * gsw];
-            acc += gv * (am == (int)(i * KW + j) ? (T)1 : (T)0);
-        }}
-    }}
-    out[n * osn + a * osh + b * osw + c * osc] = acc;
-}}
-
-inline T pool_count(long a, long b, POOL_ARGS) {{
-    long r0 = a * SH - PT, q0 = b * SW - PL;
-    long r1 = r0 + KH < H ? r0 + KH : H, q1 = q0 + KW < W ? q0 + KW : W;
-    r0 = r0 > 0 ? r0 : 0;
-    q0 = q0 > 0 ? q0 : 0;
-    return (T)((r1 - r0) * (q1 - q0));
-}}
-
-__kernel void avg_pool(__global T *y, __global const T *x, long xo,
-        long xsn, long xsh, long xsw, long xsc, long ysn, long ysh, long ysw, long ysc,
-        POOL_ARGS) {{
-    long c = get_global_id(0), l = get_global_id(1);
-    if (c >= C || l >= NR * OW) return;
-    long nh = l / OW, b = l - nh * OW;
-    long n = nh / OH, a = nh - n * OH;
-    __global const T *xp = x + xo + n * xsn + c * xsc;
-    T s = (T)0;
-    int first = 1;
-    for (long i = 0; i < KH; i++) {{
-        long r = a * SH - PT + i;
-        for (long j = 0; j < KW; j++) {{
-            long q = b * SW - PL + j;
-            T v = (r < 0 || r >= H || q < 0 || q >= W) ? (T)0 : xp[r * xsh + q * xsw];
-            if (first) {{ s = v; first = 0; }} else s += v;
-        }}
-    }}
-    y[n * ysn + a * ysh + b * ysw + c * ysc] = s / pool_count(a, b, H, W, C, OH, OW,
-                                                             KH, KW, SH, SW, PT, PL, NR);
-}}
-
-__kernel void avg_pool_grad(__global T *dx, __global const T *dy, long dyo,
-        long dsn, long dsh, long dsw, long dsc, long xsn, long xsh, long xsw, long xsc,
-        POOL_ARGS) {{
-    long c = get_global_id(0), l = get_global_id(1);
-    if (c >= C || l >= NR * W) return;
-    long nh = l / W, w = l - nh * W;
-    long n = nh / H, h = nh - n * H;
-    T acc = (T)0;
-    COVER_LOOP(
-        acc += dy[dyo + n * dsn + a * dsh + b * dsw + c * dsc]
-               / pool_count(a, b, H, W, C, OH, OW, KH, KW, SH, SW, PT, PL, NR);
-    )
-    dx[n * xsn + h * xsh + w * xsw + c * xsc] = acc;
-}}
-"""
-
-_LOWEST = {np.dtype(np.float32): "(-INFINITY)", np.dtype(np.float64): "(-INFINITY)",
-           np.dtype(np.int32): "(-2147483647 - 1)",
-           np.dtype(np.int64): "(-9223372036854775807L - 1)"}
-
-
-def _pool_launch(dev, name, dtype, ksize, strides, g0, g1, *args):
-    """Compile (once per dtype and window) and launch the pooling kernel ``name``;
-    Python ints among ``args`` are ``long`` arguments, the rest buffers."""
-    dtype = np.dtype(dtype)
-    src = _POOL.format(T=rt.CTYPES[dtype], LOWEST=_LOWEST[dtype], ISF=int(dtype.kind == "f"),
-                       KH=ksize[0], KW=ksize[1], SH=strides[0], SW=strides[1])
-    sd = [_I if isinstance(v, (int, np.integer)) else None for v in args]
-    _launch2(dev, rt.kernel(dev, src, name, sd), g0, g1, *args)
-
-
-def _pool_geom(h, w, ksize, strides, padding):
-    oh, pt = _geom(h, ksize[0], strides[0], 1, padding, 0)
-    ow, pl = _geom(w, ksize[1], strides[1], 1, padding, 1)
-    return oh, ow, pt, pl
-
-
-def _pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, rows):
-    return (h, w, c, oh, ow, ksize[0], ksize[1], strides[0], strides[1], pt, pl, rows)
-
-
-def max_pool(x, ksize, strides, padding, data_format):
-    dev = rt.device_of(x)
-    (n, h, w, c), xst, xoff = _nhwc(x, data_format)
-    oh, ow, pt, pl = _pool_geom(h, w, ksize, strides, padding)
-    y, yst = _new(dev, (n, oh, ow, c), x.dtype, data_format)
-    if y.size:
-        _pool_launch(dev, "max_pool", x.dtype, ksize, strides, c, ow * n * oh,
-                     y.base_data, rt.buf(dev, x), xoff, *xst, *yst,
-                     *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * oh))
-    return y
-
-
-def max_pool_grad(x, y, dy, ksize, strides, padding, data_format):
-    dev = rt.device_of(x)
-    (n, h, w, c), xst, xoff = _nhwc(x, data_format)
-    (_, oh, ow, _), yst, yoff = _nhwc(y, data_format)
-    _, dst, doff = _nhwc(dy, data_format)
-    _, _, pt, pl = _pool_geom(h, w, ksize, strides, padding)
-    dx, dxst = _new(dev, (n, h, w, c), dy.dtype, data_format)
-    if dx.size == 0:
-        return dx
-    pargs = _pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * oh)
-    if strides[0] >= ksize[0] and strides[1] >= ksize[1]:
-        # disjoint windows: one launch, each window writes its own positions (zeros
-        # first where some positions are in no window)
-        if oh * strides[0] - pt < h or ow * strides[1] - pl < w or pt or pl or \
-                strides[0] > ksize[0] or strides[1] > ksize[1] or not n * oh * ow * c:
-            dx = rt.elementwise("0", dy.dtype, rt.scalar(dev, 0, dy.dtype), out_shape=dx.shape)
-        if n * oh * ow * c:
-            _pool_launch(dev, "max_pool_grad_disjoint", x.dtype, ksize, strides, c, ow * n * oh,
-                         dx.base_data, rt.buf(dev, x), xoff, *xst, rt.buf(dev, y), yoff, *yst,
-                         rt.buf(dev, dy), doff, *dst, *dxst, *pargs)
-        return dx
-    arg = rt.empty(dev, (max(n * oh * ow * c, 1),), np.int32)
-    if n * oh * ow * c:
-        _pool_launch(dev, "max_argmax", x.dtype, ksize, strides, c, ow * n * oh,
-                     arg.base_data, rt.buf(dev, x), xoff, *xst, rt.buf(dev, y), yoff, *yst,
-                     *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * oh))
-    _pool_launch(dev, "max_pool_grad", x.dtype, ksize, strides, c, w * n * h,
-                 dx.base_data, arg.base_data, rt.buf(dev, dy), doff, *dst, *dxst,
-                 *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * h))
-    return dx
-
-
-def max_pool_grad_grad(x, y, g, ksize, strides, padding, data_format):
-    dev = rt.device_of(x)
-    (n, h, w, c), xst, xoff = _nhwc(x, data_format)
-    (_, oh, ow, _), yst, yoff = _nhwc(y, data_format)
-    _, gst, goff = _nhwc(g, data_format)
-    _, _, pt, pl = _pool_geom(h, w, ksize, strides, padding)
-    out, ost = _new(dev, (n, oh, ow, c), g.dtype, data_format)
-    if out.size:
-        _pool_launch(dev, "max_pool_grad_grad", x.dtype, ksize, strides, c, ow * n * oh,
-                     out.base_data, rt.buf(dev, x), xoff, *xst, rt.buf(dev, y), yoff, *yst,
-                     rt.buf(dev, g), goff, *gst, *ost,
-                     *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * oh))
-    return out
-
-
-def avg_pool(x, ksize, strides, padding, data_format):
-    dev = rt.device_of(x)
-    (n, h, w, c), xst, xoff = _nhwc(x, data_format)
-    oh, ow, pt, pl = _pool_geom(h, w, ksize, strides, padding)
-    y, yst = _new(dev, (n, oh, ow, c), x.dtype, data_format)
-    if y.size:
-        _pool_launch(dev, "avg_pool", x.dtype, ksize, strides, c, ow * n * oh,
-                     y.base_data, rt.buf(dev, x), xoff, *xst, *yst,
-                     *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * oh))
-    return y
-
-
-def avg_pool_grad(dy, orig_input_shape, ksize, strides, padding, data_format):
-    dev = rt.device_of(dy)
-    n, a, b, cc = orig_input_shape
-    nhwc = (n, a, b, cc) if data_format == "NHWC" else (n, b, cc, a)
-    _, h, w, c = nhwc
-    (_, oh, ow, _), dst, doff = _nhwc(dy, data_format)
-    _, _, pt, pl = _pool_geom(h, w, ksize, strides, padding)
-    dx, dxst = _new(dev, nhwc, dy.dtype, data_format)
-    if dx.size:
-        _pool_launch(dev, "avg_pool_grad", dy.dtype, ksize, strides, c, w * n * h,
-                     dx.base_data, rt.buf(dev, dy), doff, *dst, *dxst,
-                     *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * h))
-    return dx
-
-
 def build():
     f = FLOATS
     fi = FLOATS + ("int32", "int64")
@@ -883,9 +531,4 @@ def build():
         "Conv2D": {"fn": conv2d, "dtypes": f},
         "Conv2DBackpropInput": {"fn": conv2d_backprop_input, "dtypes": f},
         "Conv2DBackpropFilter": {"fn": conv2d_backprop_filter, "dtypes": f},
-        "MaxPool": {"fn": max_pool, "dtypes": fi},
-        "MaxPoolGrad": {"fn": max_pool_grad, "dtypes": f},
-        "MaxPoolGradGrad": {"fn": max_pool_grad_grad, "dtypes": f},
-        "AvgPool": {"fn": avg_pool, "dtypes": f},
-        "AvgPoolGrad": {"fn": avg_pool_grad, "dtypes": f},
     }

@@ -229,20 +229,20 @@ def raw_words(dev, n, key, counter):
                    "for (int t = 0; t < 4; ++t) EMIT(base + t, w[t]);", [], [])
 
 
+def _f16_as_f32(v):
+    """``v`` rounded to float16, as a float32."""
+    return np.float32(np.float16(v))
+
+
 def _affine_args(npdt, scale, shift, hi=None):
     """Kernel parameters of ``u * scale + shift`` in the output precision (the CPU
     casts the Python-float parameters to the dtype first)."""
-    if npdt == np.float16:
-        # the CPU computes in float16: the parameters rounded to float16 (exact as floats)
+    if npdt in (np.float16, np.float32):
+        # float16: the CPU computes in float16, so the parameters are rounded to float16
+        # (exact as floats)
+        f = _f16_as_f32 if npdt == np.float16 else np.float32
         ex = [("float", "sc", np.float32), ("float", "sh", np.float32)]
-        vals = [np.float32(np.float16(scale)), np.float32(np.float16(shift))]
-        if hi is not None:
-            ex.append(("float", "hi", np.float32))
-            vals.append(np.float32(hi))
-        return ex, vals
-    if npdt == np.float32:
-        ex = [("float", "sc", np.float32), ("float", "sh", np.float32)]
-        vals = [np.float32(scale), np.float32(shift)]
+        vals = [f(scale), f(shift)]
         if hi is not None:
             ex.append(("float", "hi", np.float32))
             vals.append(np.float32(hi))
@@ -254,17 +254,19 @@ def _affine_args(npdt, scale, shift, hi=None):
 class RandomKernels:
     """The random kernels (one method each; :func:`build` registers them)."""
 
-    def _dev(self, device):
-        """The OpenCL device of a random op's ``device`` argument."""
-        return device.handle
+    @staticmethod
+    def _draw(device, dtype, what, affine, body):
+        """``(dev, npdt, per, body)`` of a float draw: the OpenCL device of the op's
+        ``device`` argument (``dtype`` checked on it) and ``body(ctype, affine)``."""
+        dev = device.handle
+        npdt = np.dtype(dtype.np)
+        dev.check_dtype(npdt, what)
+        return (dev, npdt) + body(rt.CTYPES[npdt], affine)
 
     def random_uniform(self, shape, dtype, key, counter, minval, maxval, device=None):
         """RandomUniform on ``[minval, maxval)``: one Philox block per work item."""
-        dev = self._dev(device)
-        npdt = np.dtype(dtype.np)
-        dev.check_dtype(npdt, "RandomUniform")
         affine = minval != 0.0 or maxval != 1.0
-        per, body = _body_uniform(rt.CTYPES[npdt], affine)
+        dev, npdt, per, body = self._draw(device, dtype, "RandomUniform", affine, _body_uniform)
         extra, vals = [], []
         if affine:
             hi = None
@@ -276,7 +278,7 @@ class RandomKernels:
 
     def random_uniform_int(self, shape, dtype, key, counter, minval, maxval, device=None):
         """RandomUniformInt on ``[minval, maxval)``: the CPU's integer recipe."""
-        dev = self._dev(device)
+        dev = device.handle
         npdt = np.dtype(dtype.np)
         per, body = _body_uniform_int(rt.CTYPES[npdt])
         rng = (int(maxval) - int(minval)) & _M64
@@ -286,11 +288,9 @@ class RandomKernels:
 
     def random_normal(self, shape, dtype, key, counter, mean, stddev, device=None):
         """RandomStandardNormal: ``mean + stddev * z`` (Box-Muller)."""
-        dev = self._dev(device)
-        npdt = np.dtype(dtype.np)
-        dev.check_dtype(npdt, "RandomStandardNormal")
         affine = mean != 0.0 or stddev != 1.0
-        per, body = _body_normal(rt.CTYPES[npdt], affine)
+        dev, npdt, per, body = self._draw(device, dtype, "RandomStandardNormal", affine,
+                                          _body_normal)
         # (float16: the float32 draw and affine map, rounded once, as the CPU does)
         adt = np.dtype(np.float32) if npdt == np.float16 else npdt
         extra, vals = _affine_args(adt, stddev, mean) if affine else ([], [])
@@ -298,11 +298,9 @@ class RandomKernels:
 
     def truncated_normal(self, shape, dtype, key, counter, mean, stddev, device=None):
         """TruncatedNormal within two standard deviations (inverse CDF)."""
-        dev = self._dev(device)
-        npdt = np.dtype(dtype.np)
-        dev.check_dtype(npdt, "TruncatedNormal")
         affine = mean != 0.0 or stddev != 1.0
-        per, body = _body_truncated(rt.CTYPES[npdt], affine)
+        dev, npdt, per, body = self._draw(device, dtype, "TruncatedNormal", affine,
+                                          _body_truncated)
         rdt = np.float64 if dev.fp64 else np.float32
         r = "double" if dev.fp64 else "float"
         extra = [(r, "span", rdt), (r, "phim2", rdt)]

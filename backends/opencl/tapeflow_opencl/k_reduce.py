@@ -270,10 +270,15 @@ def _kept_offset(nk, idx="o"):
     return "\n    ".join(lines)
 
 
-def _src_thread(red, T, O, nk, nr):
-    """``red_t``: one work item per output, nested loops over the reduced dims."""
-    params = ["__global O *out", "__global const T *x", "long off", "long M", "long R"]
-    params += _kept_params(nk, nr)
+def _loop_params(nk, nr):
+    """The parameters of the loop kernels ``red_t`` and ``red_v``."""
+    return (["__global O *out", "__global const T *x", "long off", "long M", "long R"]
+            + _kept_params(nk, nr))
+
+
+def _loop_nest(nr, inner):
+    """C loops over the ``nr`` reduced dims (``p{k}``: the element offset at depth
+    ``k``) around the lines ``inner(offset)`` of the innermost offset's name."""
     loops, close = [], []
     prev = "base"
     for k in range(nr):
@@ -283,7 +288,13 @@ def _src_thread(red, T, O, nk, nr):
         close.append(f"{ind}}}")
         prev = f"p{k}"
     ind = "    " * (nr + 1)
-    body = "\n".join(loops + [f"{ind}a = r_upd(a, x[{prev}], r); r++;"] + close[::-1])
+    return "\n".join(loops + [ind + line for line in inner(prev)] + close[::-1])
+
+
+def _src_thread(red, T, O, nk, nr):
+    """``red_t``: one work item per output, nested loops over the reduced dims."""
+    params = _loop_params(nk, nr)
+    body = _loop_nest(nr, lambda p: [f"a = r_upd(a, x[{p}], r); r++;"])
     return (f"{_head(red, T, O)}\n__kernel void red_t({', '.join(params)}) {{\n"
             f"    long o = get_global_id(0);\n    if (o >= M) return;\n"
             f"    {_kept_offset(nk)}\n"
@@ -296,20 +307,9 @@ def _src_tile(red, T, O, nk, nr, tile):
     in memory (the kept innermost dimension has stride 1 and a multiple of ``tile``
     elements): the loops over the reduced dims read ``tile`` neighbours at a time
     into ``tile`` accumulators (CPU devices: cache lines used whole, SIMD)."""
-    params = ["__global O *out", "__global const T *x", "long off", "long M", "long R"]
-    params += _kept_params(nk, nr)
-    loops, close = [], []
-    prev = "base"
-    for k in range(nr):
-        ind = "    " * (k + 1)
-        loops.append(f"{ind}for (long j{k} = 0; j{k} < rd{k}; j{k}++) {{ "
-                     f"long p{k} = {prev} + j{k} * rs{k};")
-        close.append(f"{ind}}}")
-        prev = f"p{k}"
-    ind = "    " * (nr + 1)
-    body = "\n".join(loops + [f"{ind}for (int t = 0; t < TILE; t++) "
-                              f"a[t] = r_upd(a[t], x[{prev} + t], r);",
-                              f"{ind}r++;"] + close[::-1])
+    params = _loop_params(nk, nr)
+    body = _loop_nest(nr, lambda p: [f"for (int t = 0; t < TILE; t++) "
+                                     f"a[t] = r_upd(a[t], x[{p} + t], r);", "r++;"])
     return (f"{_head(red, T, O)}\n#define TILE {tile}\n"
             f"__kernel void red_v({', '.join(params)}) {{\n"
             f"    long o = get_global_id(0) * TILE;\n    if (o >= M) return;\n"
