@@ -238,8 +238,7 @@ def test_forward_accumulator_structures():
 
 
 # --- tf.function ---------------------------------------------------------------------------
-# (passes already: tracing/trace.py kept namedtuples and dicts before runtime.nest; it goes
-#  through runtime.nest once tracing is switched to it)
+# (passed before runtime.nest too, through tracing's own walk; tracing now uses runtime.nest)
 
 def test_function_with_namedtuples_and_dicts():
     @tf.function
@@ -249,6 +248,9 @@ def test_function_with_namedtuples_and_dicts():
     out = f(P(a=tf.constant(1.0), b=tf.constant(2.0)), {"y": tf.constant(10.0),
                                                          "x": tf.constant(3.0)})
     assert type(out) is P and float(out.a) == 11.0 and float(out.b["s"]) == 6.0
+    again = f(P(a=tf.constant(2.0), b=tf.constant(4.0)), {"y": tf.constant(20.0),
+                                                           "x": tf.constant(5.0)})
+    assert float(again.a) == 22.0 and float(again.b["s"]) == 20.0
 
 
 # --- tf.data -------------------------------------------------------------------------------
@@ -279,3 +281,19 @@ def test_dataset_lists_are_one_component():
     out = next(iter(tf.data.Dataset.range(1).map(lambda x: (x, [x, x + 1]))))
     assert type(out) is tuple and len(out) == 2
     assert out[1].numpy().tolist() == [0, 1]
+
+
+def test_custom_gradient_keeps_its_result_structure():
+    @tf.custom_gradient
+    def f(x):
+        def grad(da, ds):                 # one gradient per leaf of the result
+            return da * 2.0 + ds * 3.0
+        return P(a=x * 2.0, b={"s": x * 3.0}), grad
+
+    x = tf.constant(1.0)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        out = f(x)
+        y = out.a + out.b["s"]
+    assert type(out) is P and float(out.b["s"]) == 3.0   # (a plain tuple before)
+    assert float(tape.gradient(y, x)) == 5.0

@@ -24,6 +24,7 @@ from ..runtime.registry import OpDef
 from .tape import GradientTape
 from ..ops import array as _array
 from ..runtime import context as _ctx
+from ..runtime import nest
 from ..runtime.context import stop_all_recording, tapes_active as _tapes_active
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -176,7 +177,7 @@ def custom_gradient(f):
         # re-register the variable reads with the caller's tapes
         for v in variables:
             v.read_value()
-        flat = result if isinstance(result, (list, tuple)) else (result,)
+        flat = nest.flatten(result)           # (grad_fn gets one gradient per leaf)
         with stop_all_recording():   # the custom record below is the only path back
             outs = tuple(_array.identity(convert_to_tensor(r)) for r in flat)
         takes_vars = "variables" in inspect.signature(grad_fn).parameters
@@ -207,9 +208,7 @@ def custom_gradient(f):
 
         backward.__wrapped__ = grad_fn          # errors name the user's function
         _ctx.record(_CUSTOM, inputs + var_values, outs, {}, backward)
-        if isinstance(result, (list, tuple)):
-            return type(result)(outs) if isinstance(result, list) else outs
-        return outs[0]
+        return nest.pack_sequence_as(result, outs)
 
     return decorated
 
