@@ -188,17 +188,7 @@ class FusedKernel:
         nd = len(mshape)
         per = 1 if dev.is_gpu else CPU_ELEMENTS_PER_ITEM
         src = kernel_source(self.spec, modes, nd, per)
-        strided = [j for j, m in enumerate(modes) if m == "g"]
-        sd = [None] * len(self.out_dtypes)
-        for _ in arrays:
-            sd += [None, np.int64]
-        sd.append(np.int64)
-        tail = []
-        if strided:
-            sd += [np.int64] * (nd - 1 + nd * len(strided))
-            tail = list(mshape[1:])
-            for j in strided:
-                tail += list(msts[j])
+        sd, tail = rt.ew_arg_layout(len(self.out_dtypes), mshape, msts, modes)
         n = math.prod(self.shape)
         return rt.kernel(dev, src, "fused", sd), n, tail, (-(-n // per),)
 

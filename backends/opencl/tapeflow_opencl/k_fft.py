@@ -61,6 +61,16 @@ def _mul(dtype):
 
 # --- kernel sources --------------------------------------------------------------------------
 
+def _butterfly(dtype, src, dst, indent):
+    """C lines of the radix-2 Stockham butterfly of element ``j`` (of ``h = n / 2``) in
+    the pass merging sub-transforms of ``ns``: ``src[j]`` and ``src[j + h]`` (the latter
+    times the twiddle, conjugated for ``inv``) into ``dst[d]`` and ``dst[d + ns]``."""
+    lines = ["long k = j & (ns - 1);", "T2 w = tw[k * (h / ns)];", "if (inv) w.y = -w.y;",
+             f"T2 u = {src}[j], v = {_mul(dtype)}({src}[j + h], w);",
+             "long d = ((j - k) << 1) + k;", f"{dst}[d] = u + v;", f"{dst}[d + ns] = u - v;"]
+    return "\n".join(" " * indent + line for line in lines)
+
+
 def _stockham_src(dtype):
     """One radix-2 Stockham pass over rows of length ``n`` (``ns``: the size of the
     sub-transforms merged by this pass; ``tw``: ``exp(-2 pi i m / n)``, ``m < n/2``;
@@ -73,13 +83,7 @@ __kernel void stockham(__global T2 *y, __global const T2 *x, __global const T2 *
     if (j >= h) return;
     __global const T2 *xr = x + b * n;
     __global T2 *yr = y + b * n;
-    long k = j & (ns - 1);
-    T2 w = tw[k * (h / ns)];
-    if (inv) w.y = -w.y;
-    T2 a = xr[j], c = {_mul(dtype)}(xr[j + h], w);
-    long d = ((j - k) << 1) + k;
-    yr[d] = a + c;
-    yr[d + ns] = a - c;
+{_butterfly(dtype, "xr", "yr", 4)}
 }}
 """
 
@@ -99,13 +103,7 @@ __kernel void stockham_local(__global T2 *y, __global const T2 *x, __global cons
     barrier(CLK_LOCAL_MEM_FENCE);
     for (long ns = 1; ns < n; ns <<= 1) {{
         for (long j = lid; j < h; j += wg) {{
-            long k = j & (ns - 1);
-            T2 w = tw[k * (h / ns)];
-            if (inv) w.y = -w.y;
-            T2 u = a[j], v = {_mul(dtype)}(a[j + h], w);
-            long d = ((j - k) << 1) + k;
-            c[d] = u + v;
-            c[d + ns] = u - v;
+{_butterfly(dtype, "a", "c", 12)}
         }}
         barrier(CLK_LOCAL_MEM_FENCE);
         t = a; a = c; c = t;

@@ -54,6 +54,24 @@ _POOL = """
     if (c >= C || l >= NR * W) return; \\
     long nh = l / W, w = l - nh * W; \\
     long n = nh / H, h = nh - n * H;
+// BODY for each position (i, j) of the window of the pooled (a, b) that is inside the
+// input (its row r, column q), in row-major window order
+#define IN_WINDOW(BODY) \\
+    for (long i = 0; i < KH; i++) {{ \\
+        long r = a * SH - PT + i; \\
+        if (r < 0 || r >= H) continue; \\
+        for (long j = 0; j < KW; j++) {{ \\
+            long q = b * SW - PL + j; \\
+            if (q < 0 || q >= W) continue; \\
+            BODY \\
+        }} \\
+    }}
+// m = v where v is larger (floats: or NaN, which wins as in NumPy's maximum)
+#if ISF
+#define TAKE_MAX(m, v) if (isnan(v) || (v) > (m)) (m) = (v);
+#else
+#define TAKE_MAX(m, v) if ((v) > (m)) (m) = (v);
+#endif
 // am: the window offset of the first maximum of the pooled (n, a, b, c) (argmax_at)
 #define WINDOW_ARGMAX \\
     T yv = y[yo + n * ysn + a * ysh + b * ysw + c * ysc]; \\
@@ -65,20 +83,10 @@ __kernel void max_pool(__global T *y, __global const T *x, long xo,
     OUT_POS
     __global const T *xp = x + xo + n * xsn + c * xsc;
     T m = LOWEST;
-    for (long i = 0; i < KH; i++) {{
-        long r = a * SH - PT + i;
-        if (r < 0 || r >= H) continue;
-        for (long j = 0; j < KW; j++) {{
-            long q = b * SW - PL + j;
-            if (q < 0 || q >= W) continue;
-            T v = xp[r * xsh + q * xsw];
-#if ISF
-            if (isnan(v) || v > m) m = v;
-#else
-            if (v > m) m = v;
-#endif
-        }}
-    }}
+    IN_WINDOW(
+        T v = xp[r * xsh + q * xsw];
+        TAKE_MAX(m, v)
+    )
     y[n * ysn + a * ysh + b * ysw + c * ysc] = m;
 }}
 
@@ -111,15 +119,9 @@ __kernel void max_pool_grad_disjoint(__global T *dx, X_Y_ARGS,
     WINDOW_ARGMAX
     T g = dy[dyo + n * dsn + a * dsh + b * dsw + c * dsc];
     __global T *op = dx + n * osn + c * osc;
-    for (long i = 0; i < KH; i++) {{
-        long r = a * SH - PT + i;
-        if (r < 0 || r >= H) continue;
-        for (long j = 0; j < KW; j++) {{
-            long q = b * SW - PL + j;
-            if (q < 0 || q >= W) continue;
-            op[r * osh + q * osw] = g * (am == (int)(i * KW + j) ? (T)1 : (T)0);
-        }}
-    }}
+    IN_WINDOW(
+        op[r * osh + q * osw] = g * (am == (int)(i * KW + j) ? (T)1 : (T)0);
+    )
 }}
 
 // the windows (a, b) covering the input position (h, w): a from ahi down to alo is the

@@ -262,12 +262,16 @@ def _kept_offset(nk, idx="o"):
     lines = ["long base = off;"]
     if nk:
         lines.append(f"long q = {idx};")
-        for k in range(nk - 1, -1, -1):
-            if k:
-                lines.append(f"base += (q % kd{k}) * ks{k}; q /= kd{k};")
-            else:
-                lines.append("base += q * ks0;")
+        lines += _unravel("base", "q", "kd", "ks", nk)
     return "\n    ".join(lines)
+
+
+def _unravel(acc, q, dims, strides, n):
+    """C statements adding to ``acc`` the element offset of the flat index ``q`` over
+    ``n`` dims (sizes ``{dims}k``, strides ``{strides}k``, the last innermost);
+    ``q`` is consumed."""
+    return [f"{acc} += ({q} % {dims}{k}) * {strides}{k}; {q} /= {dims}{k};" if k
+            else f"{acc} += {q} * {strides}0;" for k in range(n - 1, -1, -1)]
 
 
 def _loop_params(nk, nr):
@@ -325,13 +329,7 @@ def _red_offset(nr):
         return "long p = base;"
     if nr == 1:
         return "long p = base + r * rs0;"
-    lines = ["long p = base; long t = r;"]
-    for k in range(nr - 1, -1, -1):
-        if k:
-            lines.append(f"p += (t % rd{k}) * rs{k}; t /= rd{k};")
-        else:
-            lines.append("p += t * rs0;")
-    return " ".join(lines)
+    return " ".join(["long p = base; long t = r;"] + _unravel("p", "t", "rd", "rs", nr))
 
 
 def _src_group(red, T, O, nk, nr, wg, partial, blocked):

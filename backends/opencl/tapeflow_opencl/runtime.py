@@ -632,9 +632,19 @@ def _ew_plan(dev, expr, out_dtype, arrays, preamble, shape):
     in_ct = [CTYPES[a.dtype] for a in arrays]
     src = _ew_source(expr, in_ct, CTYPES[out_dtype], modes, nd, preamble,
                      out_dtype == np.bool_)
+    sd, tail = ew_arg_layout(1, mshape, msts, modes)
+    return kernel(dev, src, "ew", sd), math.prod(shape), tail
+
+
+def ew_arg_layout(n_out, mshape, msts, modes):
+    """``(scalar arg dtypes, tail values)`` of a generated elementwise kernel: ``n_out``
+    output buffers, a buffer and an offset per input (one per entry of ``modes``), the
+    element count, then for the strided inputs (mode ``"g"``) the merged shape past
+    its first dimension and their strides (the tail, from :func:`access_modes`)."""
+    nd = len(mshape)
     strided = [j for j, m in enumerate(modes) if m == "g"]
-    sd = [None]
-    for _ in arrays:
+    sd = [None] * n_out
+    for _ in modes:
         sd += [None, np.int64]
     sd.append(np.int64)
     tail = []
@@ -643,7 +653,7 @@ def _ew_plan(dev, expr, out_dtype, arrays, preamble, shape):
         tail = list(mshape[1:])
         for j in strided:
             tail += list(msts[j])
-    return kernel(dev, src, "ew", sd), math.prod(shape), tail
+    return sd, tail
 
 
 #: (device, expr, dtypes, layouts, ...) -> plan; bounded, cleared when full
