@@ -243,8 +243,8 @@ def from_numpy(np_dtype) -> DType:
 
 # --- promotion: one lattice, two modes ---------------------------------------------------------
 #
-# docs/dtypes.md holds the table below as prose-free rows; tests/test_dtypes.py checks that
-# the two agree, so edit both together.
+# docs/dtypes.md shows LATTICE, ARRAY_API_INT_TO_FLOAT, DEFAULTS and ARRAY_API_WEAK as one
+# table; tests/test_dtypes.py renders it from them and fails when the page differs.
 
 #: ``"tf"``: the ``tf.*`` ops and the Tensor operators; ``"array_api"``: ``tapeflow.numpy``
 MODES = ("tf", "array_api")
@@ -255,18 +255,18 @@ class WeakType:
     below the dtypes of its kind (``int*`` below ``uint8`` and ``int8``), so the scalar
     takes the dtype of any tensor of its kind or above (JAX's weak types)."""
 
-    __slots__ = ("name", "kind")
+    __slots__ = ("name",)
 
-    def __init__(self, name, kind):
-        self.name, self.kind = name, kind
+    def __init__(self, name):
+        self.name = name
 
     def __repr__(self):
         return self.name
 
 
-WEAK_INT = WeakType("int*", "int")
-WEAK_FLOAT = WeakType("float*", "float")
-WEAK_COMPLEX = WeakType("complex*", "complex")
+WEAK_INT = WeakType("int*")
+WEAK_FLOAT = WeakType("float*")
+WEAK_COMPLEX = WeakType("complex*")
 
 #: Python scalar type -> its node (a Python bool is plain bool: the lattice's bottom in "tf")
 _PY_NODE = {bool: bool_, int: WEAK_INT, float: WEAK_FLOAT, complex: WEAK_COMPLEX}
@@ -325,9 +325,8 @@ ARRAY_API_WEAK = {
 
 
 def _kind(d):
-    return d.kind if type(d) is WeakType else (
-        "bool" if d.is_bool else "int" if d.is_integer else "float" if d.is_floating
-        else "complex")
+    return "bool" if d.is_bool else "int" if d.is_integer else "float" if d.is_floating \
+        else "complex"
 
 
 def _least_upper_bounds(mode):
