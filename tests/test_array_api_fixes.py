@@ -410,3 +410,28 @@ def test_the_documented_strict_comparison_is_the_runners_settings():
     assert "--max-examples=5" in block and 'p.add_argument("--max-examples", type=int, ' \
         'default=5' in source
     assert "ARRAY_API_TESTS_MODULE=array_api_strict" in block
+
+
+def test_operators_promote_by_the_tf_lattice_and_functions_by_the_standards():
+    """One lattice, two modes (docs/dtypes.md): ``a + b`` is a ``tf.*`` op (int32 with
+    float32 is float32), ``tnp.add`` the namespace's (NumPy's float64 where the standard
+    leaves it open); within a kind they agree."""
+    import tapeflow.numpy as tnp
+    i = tnp.asarray([1, 2], dtype=tnp.int32)
+    f = tnp.asarray([0.5, 1.5], dtype=tnp.float32)
+    assert (i + f).dtype == tnp.float32 and tnp.add(i, f).dtype == tnp.float64
+    assert (i * 2.5).dtype == tnp.float32 and tnp.multiply(i, 2.5).dtype == tnp.float64
+    np.testing.assert_array_equal(tnp.add(i, f).numpy(), [1.5, 3.5])
+    u = tnp.asarray([1], dtype=tnp.uint8)
+    assert (u + tnp.asarray([1], dtype=tnp.int8)).dtype == tnp.int16
+    assert tnp.add(u, tnp.asarray([1], dtype=tnp.int8)).dtype == tnp.int16
+
+
+def test_namespace_modules_do_not_import_the_package():
+    """tapeflow.numpy is split by concern; linalg and fft import the modules they use,
+    not the package that imports them."""
+    import tapeflow.numpy as tnp
+    for mod in (tnp.linalg, tnp.fft, *(sys.modules[f"tapeflow.numpy.{m}"] for m in (
+            "_base", "_creation", "_elementwise", "_manipulation", "_statistics"))):
+        src = pathlib.Path(mod.__file__).read_text()
+        assert not re.search(r"^from \. import", src, re.M), mod.__name__
