@@ -109,11 +109,9 @@ def _ctype(typ, t):
                                               "double" if typ == "float64" else t)
 
 
-def elementwise_source(name, dtype):
-    """What CuPy generates for ``ELEMENTWISE[name]`` with ``T`` = ``dtype`` (one element
-    per thread instead of CuPy's indexer; the operation and its references as CuPy
-    writes them)."""
-    ins, outs, body = k_cuda.ELEMENTWISE[name]
+def _in_args(ins):
+    """The kernel arguments and element references of the input parameters ``ins`` as
+    CuPy writes them (``T`` inputs are arrays read at ``_i``, the others scalars)."""
     args, refs = [], []
     for typ, n in _params(ins):
         if typ == "T":
@@ -121,6 +119,15 @@ def elementwise_source(name, dtype):
             refs.append(f"const T &{n} = _raw_{n}[_i];")
         else:
             args.append(f"const {_ctype(typ, 'T')} {n}")
+    return args, refs
+
+
+def elementwise_source(name, dtype):
+    """What CuPy generates for ``ELEMENTWISE[name]`` with ``T`` = ``dtype`` (one element
+    per thread instead of CuPy's indexer; the operation and its references as CuPy
+    writes them)."""
+    ins, outs, body = k_cuda.ELEMENTWISE[name]
+    args, refs = _in_args(ins)
     for _typ, n in _params(outs):
         args.append(f"T* _raw_{n}")
         refs.append(f"T &{n} = _raw_{n}[_i];")
@@ -137,13 +144,7 @@ def reduction_source(name, dtype):
     ins, outs, mapx, redx, post, ident = k_cuda.REDUCTIONS[name]
     (otyp, oname), = _params(outs)
     out_c = "T" if otyp == "T" else _ctype(otyp, "T")
-    args, refs = [], []
-    for typ, n in _params(ins):
-        if typ == "T":
-            args.append(f"const T* _raw_{n}")
-            refs.append(f"const T &{n} = _raw_{n}[_i];")
-        else:
-            args.append(f"const {_ctype(typ, 'T')} {n}")
+    args, refs = _in_args(ins)
     args.append(f"{out_c}* _raw_{oname}")
     return (f"{_CUPY_HEADER}{_decl(dtype)}typedef {_CTYPE[dtype]} T;\n"
             f"typedef {out_c} _type_reduce;\n"

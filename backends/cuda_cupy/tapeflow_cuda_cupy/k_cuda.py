@@ -51,7 +51,35 @@ _SMALL_INTS = (np.dtype(np.int8), np.dtype(np.int16), np.dtype(np.uint8), np.dty
 
 # --- row kernels ----------------------------------------------------------------------
 
-_ROWS_TEMPLATE = r"""
+def _warp_reduce(name, step):
+    """A warp reduction of the row-kernel source (``step``: one shuffle step on ``v``
+    with lane offset ``o``), in :data:`_ROWS_TEMPLATE`'s ``str.format`` escaping."""
+    return (f"__device__ __forceinline__ T {name}(T v) {{{{\n"
+            "    #pragma unroll\n"
+            f"    for (int o = 16; o > 0; o >>= 1) {step};\n"
+            "    return v;\n}}\n\n")
+
+
+def _block_reduce(name, warp, fill):
+    """A block reduction of the row-kernel source: ``warp`` within each warp, the warps'
+    results through ``sh`` (``fill`` past the last warp), every thread gets the result."""
+    return (f"__device__ __forceinline__ T {name}(T v, T* sh) {{{{\n"
+            "    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;\n"
+            f"    v = {warp}(v);\n"
+            "    if (lane == 0) sh[wid] = v;\n"
+            "    __syncthreads();\n"
+            "    if (wid == 0) {{\n"
+            f"        v = lane < nw ? sh[lane] : {fill};\n"
+            f"        v = {warp}(v);\n"
+            "        if (lane == 0) sh[0] = v;\n"
+            "    }}\n"
+            "    __syncthreads();\n"
+            "    v = sh[0];\n"
+            "    __syncthreads();\n"
+            "    return v;\n}}\n\n")
+
+
+_ROWS_TEMPLATE = (r"""
 #define T {T}
 #define L {L}
 #define EXP {EXP}
@@ -59,52 +87,11 @@ _ROWS_TEMPLATE = r"""
 #define FMAX {FMAX}
 #define NEG_INF ({NEG_INF})
 
-__device__ __forceinline__ T warp_max(T v) {{
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = FMAX(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}}
-
-__device__ __forceinline__ T warp_sum(T v) {{
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}}
-
-// every thread of the block gets the result; blockDim.x is a multiple of 32
-__device__ __forceinline__ T block_max(T v, T* sh) {{
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    if (wid == 0) {{
-        v = lane < nw ? sh[lane] : NEG_INF;
-        v = warp_max(v);
-        if (lane == 0) sh[0] = v;
-    }}
-    __syncthreads();
-    v = sh[0];
-    __syncthreads();
-    return v;
-}}
-
-__device__ __forceinline__ T block_sum(T v, T* sh) {{
-    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    if (lane == 0) sh[wid] = v;
-    __syncthreads();
-    if (wid == 0) {{
-        v = lane < nw ? sh[lane] : (T)0;
-        v = warp_sum(v);
-        if (lane == 0) sh[0] = v;
-    }}
-    __syncthreads();
-    v = sh[0];
-    __syncthreads();
-    return v;
-}}
-
-// max and sum(exp(x - max)) of one row
+""" + _warp_reduce("warp_max", "v = FMAX(v, __shfl_xor_sync(0xffffffffu, v, o))")
+    + _warp_reduce("warp_sum", "v += __shfl_xor_sync(0xffffffffu, v, o)")
+    + "// every thread of the block gets the result; blockDim.x is a multiple of 32\n"
+    + _block_reduce("block_max", "warp_max", "NEG_INF")
+    + _block_reduce("block_sum", "warp_sum", "(T)0") + r"""// max and sum(exp(x - max)) of one row
 __device__ __forceinline__ void row_stats(const T* xr, const int n, T* sh, T& m, T& s) {{
     T mv = NEG_INF;
     for (int i = threadIdx.x; i < n; i += blockDim.x) mv = FMAX(mv, xr[i]);
@@ -160,7 +147,7 @@ extern "C" __global__ void tapeflow_sparse_xent_rows(
         if (threadIdx.x == 0) loss[r] = -((xr[labels[r]] - m) - LOG(s));
     }}
 }}
-"""
+""")
 
 _ROW_TYPES = {
     _F32: dict(T="float", EXP="expf", LOG="logf", FMAX="fmaxf",
