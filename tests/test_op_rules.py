@@ -87,9 +87,21 @@ def test_a_second_rule_conflicts_naming_both_sources_unless_override(rule, metho
         return None
 
     getattr(op, method)(first)
-    with pytest.raises(PluginConflictError) as e:
-        getattr(op, method)(second, source="second_project")
-    msg = str(e.value)
+    if rule in registry.LENIENT_UNTIL_0_4:
+        # 0.2's def_grad/def_infer replaced silently: 0.3 warns, 0.4 refuses (the plugin
+        # API's deprecation rule, docs/plugins.md section 5)
+        with pytest.warns(DeprecationWarning, match="tapeflow 0.4 raises") as w:
+            getattr(op, method)(second, source="second_project")
+        msg = str(w[0].message)
+        assert getattr(op, rule) is second
+        getattr(op, method)(first, override=True)
+        # strict everywhere else: the plugin Registry (Library.gradient) raised in 0.2
+        with pytest.raises(PluginConflictError):
+            registry.set_rule(op, rule, second, "second_project")
+    else:
+        with pytest.raises(PluginConflictError) as e:
+            getattr(op, method)(second, source="second_project")
+        msg = str(e.value)
     assert "rules_t::h already has a" in msg and registry.RULES[rule] in msg
     assert "'first_project'" in msg and "'second_project'" in msg and "override=True" in msg
     assert "first" in msg and "second" in msg
@@ -136,6 +148,14 @@ def test_library_jvp_and_batch_are_registered_recorded_and_used():
     # declared after registration: takes effect at once, and is recorded
     lib.infer(double, lambda shapes, dtypes, attrs: [(shapes[0], dtypes[0])])
     assert double.op.infer is not None and ("rules_lib::double", "infer") in info.rules
+    # a second one replaced silently in 0.2: it warns until 0.4 refuses it
+    with pytest.warns(DeprecationWarning, match="tapeflow 0.4 raises PluginConflictError"):
+        lib.infer(double, _second_infer)
+    assert double.op.infer is _second_infer
+
+
+def _second_infer(shapes, dtypes, attrs):
+    return [(shapes[0], dtypes[0])]
 
 
 class _no_vectorization_warning:

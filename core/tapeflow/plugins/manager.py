@@ -128,7 +128,8 @@ class Registry:
                     info.kernels.append((opdef.name, dt))
             for op, rule, fn, override in self._rules:
                 opdef = _reg.get_op(op) if isinstance(op, str) else op
-                _reg.set_rule(opdef, rule, fn, self.source, override, rules_undo)
+                _reg.set_rule(opdef, rule, fn, self.source, override, rules_undo,
+                              lenient=rule == "infer")
                 if info is not None:
                     info.rules.append((opdef.name, rule))
         except BaseException:

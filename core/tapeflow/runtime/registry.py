@@ -439,14 +439,21 @@ RULES = {"grad": "gradient", "jvp": "JVP rule", "batch": "batching rule",
          "infer": "shape/dtype inference"}
 
 
-def set_rule(op, rule, fn, source=None, override=False, undo=None):
+#: rules that 0.2 replaced silently (``OpDef.def_grad``/``def_infer``, ``Library.infer``):
+#: replacing one without ``override=True`` warns until 0.4, which refuses it
+LENIENT_UNTIL_0_4 = ("grad", "infer")
+
+
+def set_rule(op, rule, fn, source=None, override=False, undo=None, lenient=False):
     """Attach ``fn`` as rule ``rule`` (a key of :data:`RULES`) of ``op`` (name or OpDef),
     from ``source`` (default: the op's own). The one path of ``OpDef.def_grad``/
     ``def_jvp``/``def_batch``/``def_infer`` and of the plugin ``Registry`` (hence of
     ``Library.gradient``/``jvp``/``batch``/``infer``): a rule the op already has, from
     anyone, is replaced only with ``override=True`` (else PluginConflictError naming both
     sources and rules); ``fn=None`` for ``"grad"`` declares the op non-differentiable.
-    ``undo``: a list that receives what :func:`undo_rules` needs to put it back."""
+    ``undo``: a list that receives what :func:`undo_rules` needs to put it back.
+    ``lenient``: a route that replaced silently in 0.2 (:data:`LENIENT_UNTIL_0_4`) warns
+    (DeprecationWarning) instead of raising, until 0.4."""
     if isinstance(op, str):
         op = get_op(op)
     if rule not in RULES:
@@ -456,9 +463,12 @@ def set_rule(op, rule, fn, source=None, override=False, undo=None):
     source = source or op.source
     if prev is not None and prev is not fn and not override:
         had = op.rule_sources.get(rule) or op.source
-        raise PluginConflictError(
-            f"Op {op.name} already has a {RULES[rule]} (from {had!r}: {_rule_name(prev)}); "
-            f"{source!r} must pass override=True to replace it with {_rule_name(fn)}.")
+        msg = (f"Op {op.name} already has a {RULES[rule]} (from {had!r}: {_rule_name(prev)}); "
+               f"{source!r} must pass override=True to replace it with {_rule_name(fn)}.")
+        if not (lenient and rule in LENIENT_UNTIL_0_4):
+            raise PluginConflictError(msg)
+        warnings.warn(f"{msg} Replacing it without override=True is deprecated: tapeflow 0.4 "
+                      "raises PluginConflictError.", DeprecationWarning, stacklevel=4)
     if undo is not None:
         undo.append((op, rule, prev, op.rule_sources.get(rule), op.differentiable))
     setattr(op, rule, fn)
@@ -487,8 +497,8 @@ def _rule_name(fn):
 def _rule_decorator(op, rule, fn, override, source):
     """``op.def_<rule>``: called with the rule, set it; else a decorator that does."""
     if fn is None:
-        return lambda f: set_rule(op, rule, f, source, override)
-    return set_rule(op, rule, fn, source, override)
+        return lambda f: set_rule(op, rule, f, source, override, lenient=True)
+    return set_rule(op, rule, fn, source, override, lenient=True)
 
 
 def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None, override=False,
