@@ -160,8 +160,9 @@ def _paths_into(x, path, out, lists):
         _paths_into(v, path + (p,), out, lists)
 
 
-def _rebuild(like, k, values):
-    """A node of ``like``'s type holding ``values`` (a Mapping's in sorted key order)."""
+def _rebuild(like, k, values, keys=None):
+    """A node of ``like``'s type holding ``values`` (a Mapping's in the sorted order of
+    its keys, ``keys`` when the caller has sorted them already)."""
     t = type(like)
     if k == _LIST:
         return values if t is list else t(values)
@@ -169,7 +170,7 @@ def _rebuild(like, k, values):
         return tuple(values) if t is tuple else t(values)
     if k == _NAMEDTUPLE:
         return t(*values)
-    by_key = dict(zip(_sorted_keys(like), values))
+    by_key = dict(zip(_sorted_keys(like) if keys is None else keys, values))
     if t is dict:
         return {key: by_key[key] for key in like}
     if t is collections.defaultdict:
@@ -182,10 +183,9 @@ def _pack(s, it, lists):
     if k == _LEAF or (k == _LIST and not lists):
         return next(it)
     if k == _MAPPING:
-        vals = [_pack(s[key], it, lists) for key in _sorted_keys(s)]
-    else:
-        vals = [_pack(v, it, lists) for v in s]
-    return _rebuild(s, k, vals)
+        keys = _sorted_keys(s)
+        return _rebuild(s, k, [_pack(s[key], it, lists) for key in keys], keys)
+    return _rebuild(s, k, [_pack(v, it, lists) for v in s])
 
 
 def pack_sequence_as(structure, flat_sequence, lists_as_leaves=False):
