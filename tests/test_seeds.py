@@ -663,7 +663,7 @@ def test_003_gather_error_is_immediate_and_readable():
     msg = str(info.value)
     assert "indices[0] = 3081 is not in [0, 128)" in msg
     assert "[Op:GatherV2]" in msg
-    # An InvalidArgumentError is also a ValueError (DESIGN.md section 4).
+    # An InvalidArgumentError is also a ValueError (docs/errors.md).
     assert isinstance(info.value, ValueError)
     # In range it works.
     assert float(tf.gather(params, [127])[0]) == 0.0

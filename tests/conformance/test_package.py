@@ -97,7 +97,7 @@ def test_every_spec_module_is_collected():
 
 def test_the_test_kit_cites_docs_that_exist():
     """The kit's docstrings and comments point at pages of docs/ (fuzz.py cited
-    "DESIGN.md section 4", a file the repository does not have)."""
+    a design document the repository does not have)."""
     root = pathlib.Path(__file__).resolve().parents[2]
     bad = []
     for path in sorted((root / "core" / "tapeflow" / "testing").rglob("*.py")):

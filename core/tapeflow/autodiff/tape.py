@@ -61,18 +61,6 @@ _tapes_active = _ctx.tapes_active
 stop_recording = stop_all_recording
 
 
-def _nest_flatten(x, out):
-    """(An adapter for tapeflow.distributed._training, which imports this name: it
-    should call nest.flatten itself; then delete.)"""
-    out.extend(nest.flatten(x))
-    return out
-
-
-def _nest_pack(structure, flat_iter):
-    """(An adapter for tapeflow.distributed._training: see _nest_flatten.)"""
-    return nest.pack_sequence_as(structure, flat_iter)
-
-
 class GradientTape:
     """Record operations for automatic differentiation (TensorFlow semantics).
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..autodiff.tape import GradientTape, _nest_flatten, _nest_pack
+from ..autodiff.tape import GradientTape
 from ..keras.callbacks import Callback
 from ..runtime.dispatch import constant
+from ..runtime import nest
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -116,10 +117,10 @@ class DistributedGradientTape:
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients,
                                     unconnected_gradients=unconnected_gradients)
         single = isinstance(sources, (Tensor, Variable))
-        flat_src = [sources] if single else _nest_flatten(sources, [])
-        flat_g = [grads] if single else _nest_flatten(grads, [])
+        flat_src = [sources] if single else nest.flatten(sources)
+        flat_g = [grads] if single else nest.flatten(grads)
         out = reduce_gradients(flat_g, flat_src, op=self._op, bucket_bytes=self._bucket_bytes)
-        return out[0] if single else _nest_pack(sources, iter(out))
+        return out[0] if single else nest.pack_sequence_as(sources, out)
 
 
 def broadcast_variables(variables, root_rank=0):

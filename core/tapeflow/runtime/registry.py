@@ -123,8 +123,8 @@ class OpDef:
         inputs: input names; a name starting with ``*`` is variadic (a list).
         attrs: attribute names -> defaults (``REQUIRED`` for none).
         num_outputs: an int, or ``callable(attrs, n_inputs) -> int``.
-        dtype_rule: ``"same"``: inputs are promoted to one dtype (NumPy 2 rules,
-            Python scalars weak) before the kernel runs; ``"none"``: each input
+        dtype_rule: ``"same"``: inputs are promoted to one dtype (tapeflow's promotion
+            lattice, docs/dtypes.md; Python scalars weak) before the kernel runs; ``"none"``: each input
             keeps its own dtype (Python scalars take the seeds' defaults).
         dtype_from: which input index (or attr name) decides the kernel's dtype.
         broadcast: the op broadcasts its inputs NumPy-style; gradients are summed
