@@ -18,6 +18,7 @@ slower; a fallback if the kernel cannot be compiled.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -96,56 +97,66 @@ class DeviceCounter:
         return "<Philox counter on the device>"
 
 
-def make_raw64(cp, host_raw64):
-    """``raw64(n, key, counter) -> cupy uint64 array`` on the current device.
+class DeviceRaw64:
+    """``raw64(n, key, counter) -> cupy uint64 array`` on the current device (an instance
+    is the function). After the kernel failed once (NVRTC missing or broken) the words
+    come from ``host_raw64`` (``state["failed"]`` holds why)."""
 
-    ``host_raw64`` is the CPU backend's NumPy generator, used when
-    ``TAPEFLOW_CUDA_PHILOX=host`` is set or the kernel fails to compile.
-    """
-    mode = os.environ.get("TAPEFLOW_CUDA_PHILOX", "device").lower()
+    def __init__(self, cp, host_raw64):
+        self.cp, self.host_raw64 = cp, host_raw64
+        self.kernel = cp.RawKernel(_SOURCE, "tapeflow_philox4x64_10")
+        self.kernel_dev = cp.RawKernel(_SOURCE, "tapeflow_philox4x64_10_dev")
+        self.state = {"failed": None}
+        self.sm_count = {}
 
-    def on_host(n, key, counter):
-        return cp.asarray(host_raw64(n, key, counter))
-
-    if mode == "host" and host_raw64 is not None:
-        return on_host
-
-    kernel = cp.RawKernel(_SOURCE, "tapeflow_philox4x64_10")
-    kernel_dev = cp.RawKernel(_SOURCE, "tapeflow_philox4x64_10_dev")
-    state = {"failed": None}
-    sm_count = {}
-
-    def raw64(n, key, counter):
+    def __call__(self, n, key, counter):
+        """The first ``n`` words of the stream of ``(key, counter)`` (a device counter:
+        the on-device variant of the kernel)."""
+        cp = self.cp
         n = int(n)
         out = cp.empty(n, dtype=np.uint64)
         if n == 0:
             return out
         on_device = type(counter) is DeviceCounter
-        if state["failed"] is not None:
-            return on_host(n, key, int(counter))
+        if self.state["failed"] is not None:
+            return on_host(cp, self.host_raw64, n, key, int(counter))
         nblocks = (n + 3) // 4
         dev = cp.cuda.runtime.getDevice()
-        cap = sm_count.get(dev)
+        cap = self.sm_count.get(dev)
         if cap is None:
-            cap = sm_count[dev] = 32 * cp.cuda.Device(dev).attributes["MultiProcessorCount"]
+            cap = self.sm_count[dev] = 32 * cp.cuda.Device(dev).attributes["MultiProcessorCount"]
         grid = min((nblocks + _THREADS - 1) // _THREADS, cap)
         try:
             if on_device:
-                kernel_dev((grid,), (_THREADS,),
-                           (out, np.int64(n), np.uint64(int(key) & _M64), counter.buf))
+                self.kernel_dev((grid,), (_THREADS,),
+                                (out, np.int64(n), np.uint64(int(key) & _M64), counter.buf))
             else:
-                kernel((grid,), (_THREADS,), (out, np.int64(n), np.uint64(int(key) & _M64),
-                                              np.uint64(int(counter) & _M64)))
+                self.kernel((grid,), (_THREADS,), (out, np.int64(n), np.uint64(int(key) & _M64),
+                                                   np.uint64(int(counter) & _M64)))
         except Exception as e:   # NVRTC missing or broken: stay correct, on the host
-            if host_raw64 is None:
+            if self.host_raw64 is None:
                 raise
-            state["failed"] = e
-            return on_host(n, key, int(counter))
+            self.state["failed"] = e
+            return on_host(cp, self.host_raw64, n, key, int(counter))
         return out
 
-    raw64.kernel = kernel
-    raw64.state = state
-    return raw64
+
+def on_host(cp, host_raw64, n, key, counter):
+    """The words of ``host_raw64`` (NumPy's Philox) copied to the current device."""
+    return cp.asarray(host_raw64(n, key, counter))
+
+
+def make_raw64(cp, host_raw64):
+    """``raw64(n, key, counter) -> cupy uint64 array`` on the current device: a
+    :class:`DeviceRaw64`.
+
+    ``host_raw64`` is the CPU backend's NumPy generator, used when
+    ``TAPEFLOW_CUDA_PHILOX=host`` is set or the kernel fails to compile.
+    """
+    mode = os.environ.get("TAPEFLOW_CUDA_PHILOX", "device").lower()
+    if mode == "host" and host_raw64 is not None:
+        return functools.partial(on_host, cp, host_raw64)
+    return DeviceRaw64(cp, host_raw64)
 
 
 def reference_raw64(n, key, counter):
