@@ -20,9 +20,9 @@ See :mod:`tapeflow.plugins.library` for an op defined and called both ways.
 from __future__ import annotations
 
 from ..runtime import registry as _reg
-# The op library. math first: it re-exports the reductions and array's
-# unsorted_segment_sum (TensorFlow's tf.math holds them), so it must finish after them.
-from . import math, reductions, array, linalg, nn, random  # noqa: F401
+# The op library: the public modules (tf.math and tf's array names re-export the modules
+# that declare the ops; docs/CONVENTIONS_FOR_OPS.md shows the layout and its order).
+from . import math, array, linalg, nn, random  # noqa: F401
 from . import operators  # noqa: F401  (Tensor's and Variable's operators)
 from . import batching  # noqa: F401  (tf.vectorized_map: the ops without a rule)
 

@@ -33,7 +33,7 @@ from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execut
 from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from . import math as _m
+from . import math_ops as _m
 from . import reductions as _r
 from . import array as _a
 
@@ -631,7 +631,7 @@ _DET = defop("MatrixDeterminant", inputs=("input",), grad=_det_grad, check=_chec
 
 def _trace_inv_times(a, t):
     """``trace(A^-1 dA)`` per matrix: ``sum(A^-T * dA)``."""
-    return _m.reduce_sum(_m.multiply(matrix_transpose(inv(a)), t), axis=[-2, -1])
+    return _r.reduce_sum(_m.multiply(matrix_transpose(inv(a)), t), axis=[-2, -1])
 
 
 @_DET.def_jvp
@@ -754,7 +754,7 @@ def _svd_grad(ctx, du, ds, dvh):
         # gradient (the usual case: S alone, or the first min(m, n) vectors)
         k = min(m, n)
         extra = du[..., :, k:] if m > n else dvh[..., k:, :]
-        if float(_m.reduce_max(_m.abs(extra))) != 0.0:
+        if float(_r.reduce_max(_m.abs(extra))) != 0.0:
             raise NotDifferentiableError(
                 "the gradient of svd(full_matrices=True) through the completed singular "
                 "vectors of a non-square matrix is not defined (any orthonormal completion "
@@ -829,7 +829,7 @@ def _eigh_jvp(ctx, t):
     n = int(w.shape[-1])
     m = _mm(_mm(v, _sym(t), _TN), v)
     eye = _eye_like(w, n)
-    dw = _m.reduce_sum(_m.multiply(m, eye), axis=-1)
+    dw = _r.reduce_sum(_m.multiply(m, eye), axis=-1)
     diff = _m.subtract(w[..., None, :], w[..., :, None])
     f = _m.multiply(_m.reciprocal(_m.add(diff, eye)), _m.subtract(1.0, eye))
     return dw, _mm(v, _m.multiply(f, m))
@@ -851,7 +851,7 @@ _SVD_VALUES = defop("SvdValues", inputs=("input",), grad=_svd_values_grad, batch
 @_SVD_VALUES.def_jvp
 def _svd_values_jvp(ctx, t):
     u, _, vh = execute(_SVD, (ctx.inputs[0],), {"full_matrices": False})
-    return _m.reduce_sum(_m.multiply(u, _mm(t, vh, _NT)), axis=-2)      # diag(U^T dA V)
+    return _r.reduce_sum(_m.multiply(u, _mm(t, vh, _NT)), axis=-2)      # diag(U^T dA V)
 
 
 _QR = defop("Qr", inputs=("input",), attrs={"full_matrices": False}, num_outputs=2,

@@ -1,5 +1,8 @@
 """Elementwise math: signatures, gradients and public functions (``tf.add`` ...).
 
+The bottom op module: it imports no other op module. :mod:`tapeflow.ops.math` (the
+``tf.math`` namespace) re-exports it with the reductions and ``unsorted_segment_sum``.
+
 Gradient rules are written with tapeflow ops, so they run on every device and
 are differentiable again (higher order for free). Broadcasting is undone by the
 core for ops declared ``broadcast=True``; rules return full-shape gradients.
@@ -23,7 +26,7 @@ tf.Tensor([False  True], shape=(2,), dtype=bool)
 # Long file: the tf.math namespace -- some 70 ops, each one declaration block (its defop with
 # the gradient, JVP and batching rule) beside its public function and example -- in
 # independent sections (arithmetic, unary, complex, inverse trigonometry, bitwise,
-# comparisons, cast) that can become modules of an ops/math/ package re-exporting tf.math.
+# comparisons, cast) that can become modules of their own, re-exported by ops/math.py.
 
 from __future__ import annotations
 
@@ -1350,16 +1353,3 @@ def _compare_fallback(op, self, other, err):
     if _broadcast_shape(s, o.shape) is None:
         return constant(op is _NOT_EQUAL)
     raise err
-
-
-
-# Reductions live in their own module but belong to the tf.math namespace.
-from .reductions import *  # noqa: E402,F401,F403
-from . import reductions as _reductions  # noqa: E402
-
-__all__ += _reductions.__all__
-
-# TensorFlow also exposes these under tf.math.
-from .array import unsorted_segment_sum  # noqa: E402,F401
-
-__all__ += ["unsorted_segment_sum"]

@@ -38,7 +38,7 @@ from ..runtime.dispatch import convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from . import math as _m
+from . import math_ops as _m
 from . import array as _a
 from . import reductions as _red
 from . import random as _r
@@ -216,13 +216,13 @@ def _axis(axis, ndim, opname):
 
 def _softmax_grad(ctx, dy):
     y = ctx.outputs[0]
-    s = _m.reduce_sum(_m.multiply(dy, y), axis=ctx.attrs["axis"], keepdims=True)
+    s = _red.reduce_sum(_m.multiply(dy, y), axis=ctx.attrs["axis"], keepdims=True)
     return _m.multiply(_m.subtract(dy, s), y)
 
 
 def _log_softmax_grad(ctx, dy):
     sm = execute(_SOFTMAX, ctx.inputs, ctx.attrs)
-    s = _m.reduce_sum(dy, axis=ctx.attrs["axis"], keepdims=True)
+    s = _red.reduce_sum(dy, axis=ctx.attrs["axis"], keepdims=True)
     return _m.subtract(dy, _m.multiply(sm, s))
 
 
@@ -236,7 +236,7 @@ _LOG_SOFTMAX = defop("LogSoftmax", inputs=("logits",), attrs={"axis": -1},
 def _log_softmax_jvp(ctx, t):
     # d log_softmax(x) = t - sum(softmax(x) * t)  (its Jacobian is not symmetric)
     sm = _m.exp(ctx.outputs[0])
-    return _m.subtract(t, _m.reduce_sum(_m.multiply(sm, t), axis=ctx.attrs["axis"],
+    return _m.subtract(t, _red.reduce_sum(_m.multiply(sm, t), axis=ctx.attrs["axis"],
                                         keepdims=True))
 
 
@@ -279,7 +279,7 @@ def _bias_add_grad(ctx, dy):
     nd = dy.ndim
     c = 1 if ctx.attrs["data_format"] == "NCHW" and nd >= 3 else nd - 1
     axes = tuple(i for i in range(nd) if i != c)
-    return dy, _m.reduce_sum(dy, axis=axes) if axes else dy
+    return dy, _red.reduce_sum(dy, axis=axes) if axes else dy
 
 
 def _bias_add_batch(ctx, value, bias):
@@ -335,7 +335,7 @@ def _l2_loss_grad(ctx, dy):
 
 def _l2_loss_batch(ctx, x):
     r = len(x.shape) - 1
-    return _m.multiply(_m.reduce_sum(_m.square(x), axis=tuple(range(1, r + 1))), 0.5)
+    return _m.multiply(_red.reduce_sum(_m.square(x), axis=tuple(range(1, r + 1))), 0.5)
 
 
 _L2_LOSS = defop("L2Loss", inputs=("t",), grad=_l2_loss_grad, batch=_l2_loss_batch)
@@ -343,7 +343,7 @@ _L2_LOSS = defop("L2Loss", inputs=("t",), grad=_l2_loss_grad, batch=_l2_loss_bat
 
 @_L2_LOSS.def_jvp
 def _l2_loss_jvp(ctx, t):
-    return _m.reduce_sum(_m.multiply(ctx.inputs[0], t))         # d sum(x^2) / 2
+    return _red.reduce_sum(_m.multiply(ctx.inputs[0], t))         # d sum(x^2) / 2
 
 
 def l2_loss(t, name=None):
@@ -386,9 +386,9 @@ def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
     for i in (range(len(shape)) if ax is None else ax):
         n *= shape[i]
     inv = 1.0 / n if n else float("nan")
-    mean_k = _m.multiply(_m.reduce_sum(y, axis=ax, keepdims=True), inv)
+    mean_k = _m.multiply(_red.reduce_sum(y, axis=ax, keepdims=True), inv)
     d = _m.subtract(y, mean_k)
-    var = _m.multiply(_m.reduce_sum(_m.multiply(d, d), axis=ax, keepdims=keepdims), inv)
+    var = _m.multiply(_red.reduce_sum(_m.multiply(d, d), axis=ax, keepdims=keepdims), inv)
     mean = mean_k if keepdims else _a.reshape(mean_k, _shape(var))
     if y is not x:
         mean, var = _m.cast(mean, x.dtype), _m.cast(var, x.dtype)

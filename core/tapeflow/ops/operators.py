@@ -21,9 +21,10 @@ from ..runtime.dispatch import binary, convert_to_tensor, execute, make_binary_o
 from ..runtime.errors import TapeflowError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from .array import _getitem, _setitem, expand_dims, squeeze
+from .array_shape import expand_dims, squeeze
+from .array_slice import _getitem, _setitem
 from .linalg import _MATMUL, _NN
-from .math import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQUAL, _FLOORDIV, _GREATER,
+from .math_ops import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQUAL, _FLOORDIV, _GREATER,
                    _GREATER_EQUAL, _LESS, _LESS_EQUAL, _LOGICAL_AND, _LOGICAL_OR,
                    _LOGICAL_XOR, _LSHIFT, _MOD, _MUL, _NOT_EQUAL, _POW, _RSHIFT, _SUB,
                    _compare_fallback, abs, invert, logical_not, negative)

@@ -54,7 +54,7 @@ from ..runtime import shapes as _shapes
 from ._library import batch_with_shape, defop
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..runtime.dispatch import convert_to_tensor, execute
-from . import math as _m
+from . import math_ops as _m
 
 __all__ = ["normal", "uniform", "truncated_normal", "shuffle", "set_seed", "get_seed",
            "random_normal", "random_uniform", "set_random_seed", "random_shuffle"]

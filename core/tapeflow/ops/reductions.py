@@ -1,6 +1,8 @@
 """Reductions (``reduce_sum``, ``reduce_mean``, ``argmax`` ...): signatures, gradients
 and public functions. They belong to the ``tf.math`` namespace (``math`` re-exports
-``__all__``) and are also top-level names.
+``__all__``) and are also top-level names. ``broadcast_to`` (``tf.broadcast_to``,
+re-exported by :mod:`tapeflow.ops.array`) and ``unbroadcast`` are here too: BroadcastTo's
+gradient is a sum and Sum's a broadcast, so the two ops are declared in one module.
 
 ``axis`` reaches kernels normalised: ``None`` (all axes) or a tuple of
 non-negative ints, sorted and unique; ``keepdims`` a bool. Every reduction also
@@ -24,12 +26,69 @@ from ..runtime.errors import InvalidArgumentError
 from ..runtime.dispatch import convert_to_tensor, execute
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
-from . import array as _a
-from . import math as _m
+from . import math_ops as _m
+from ._array_common import _range, _shape_tuple
+from .array_creation import ones_like
+from .array_shape import reshape
 
 __all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
            "reduce_logsumexp", "reduce_any", "reduce_all", "argmax", "argmin",
            "count_nonzero", "reduce_euclidean_norm", "reduce_variance", "reduce_std"]
+
+
+# --- broadcasting and its inverse: BroadcastTo's gradient is a sum, Sum's a broadcast ---
+
+def unbroadcast(g, shape):
+    """Sum ``g`` down to ``shape`` (the inverse of NumPy broadcasting)."""
+    gshape = g._data.shape
+    lead = len(gshape) - len(shape)
+    axes = list(_range(lead))
+    for i, d in enumerate(shape):
+        if d == 1 and gshape[lead + i] != 1:
+            axes.append(lead + i)
+    if axes:
+        g = reduce_sum(g, axis=axes)
+    if tuple(g._data.shape) != tuple(shape):
+        g = reshape(g, shape)
+    return g
+
+
+def _broadcast_to_grad(ctx, dy):
+    return unbroadcast(dy, tuple(ctx.inputs[0].shape))
+
+
+def _broadcast_to_infer(shapes, dtypes, attrs):
+    s = tuple(shapes[0])
+    new = tuple(attrs["shape"])
+    ok = len(s) <= len(new) and all(a == b or a == 1 for a, b in zip(s[::-1], new[::-1]))
+    if not ok:
+        raise InvalidArgumentError(f"Unable to broadcast tensor of shape {s} to shape {new}")
+    return [(new, dtypes[0])]
+
+
+_BROADCAST_TO = defop("BroadcastTo", inputs=("x",), attrs={"shape": None}, dtype_rule="none",
+                      grad=_broadcast_to_grad, infer=_broadcast_to_infer,
+                      check=_shapes.check_shape_attr, jvp=Linear())
+
+
+@_BROADCAST_TO.def_batch
+def _broadcast_to_batch(ctx, x):
+    shape = tuple(ctx.attrs["shape"])
+    s = tuple(x.shape)
+    x = reshape(x, s[:1] + (1,) * (len(shape) - len(s) + 1) + s[1:])
+    return rerun(ctx, (x,), shape=(ctx.size,) + shape)
+
+
+def broadcast_to(input, shape, name=None):
+    """Broadcast ``input`` to ``shape`` (NumPy rules).
+
+    >>> import tapeflow as tf
+    >>> print(tf.broadcast_to([1, 2], [2, 2]))
+    tf.Tensor(
+    [[1 2]
+     [1 2]], shape=(2, 2), dtype=int32)
+    """
+    return execute(_BROADCAST_TO, (input,), {"shape": _shape_tuple(shape, "BroadcastTo")})
 
 
 def _norm_axis(axis, ndim, opname, device=None):
@@ -65,7 +124,7 @@ def _keep(ctx, t):
     0-d result)."""
     if ctx.attrs["keepdims"] or ctx.attrs["axis"] is None:
         return t
-    return _a.reshape(t, _reduced_shape(tuple(ctx.inputs[0].shape), ctx.attrs["axis"]))
+    return reshape(t, _reduced_shape(tuple(ctx.inputs[0].shape), ctx.attrs["axis"]))
 
 
 def _count(shape, axis):
@@ -80,7 +139,7 @@ def _count(shape, axis):
 # --- gradients (tapeflow ops only, so they are differentiable again) ---------------
 
 def _sum_grad(ctx, dy):
-    return _a.broadcast_to(_keep(ctx, dy), tuple(ctx.inputs[0].shape))
+    return broadcast_to(_keep(ctx, dy), tuple(ctx.inputs[0].shape))
 
 
 def _mean_grad(ctx, dy):
@@ -89,7 +148,7 @@ def _mean_grad(ctx, dy):
         return None
     shape = tuple(x.shape)
     n = _count(shape, ctx.attrs["axis"])
-    return _a.broadcast_to(_m.divide(_keep(ctx, dy), float(max(n, 1))), shape)
+    return broadcast_to(_m.divide(_keep(ctx, dy), float(max(n, 1))), shape)
 
 
 def _minmax_grad(ctx, dy):
@@ -158,7 +217,7 @@ def _euclidean_norm_jvp(ctx, t):
 
 def _prod_jvp(ctx, t):
     # sum of t times the product of the other elements (zero-safe: the gradient rule's)
-    others = _prod_grad(ctx, _a.ones_like(ctx.outputs[0]))   # (the unconjugated real rule)
+    others = _prod_grad(ctx, ones_like(ctx.outputs[0]))   # (the unconjugated real rule)
     return _reduce_like(ctx, _m.multiply(t, others))
 
 
