@@ -78,6 +78,23 @@ def test_plugin_registers_backend_and_kernels():
 
 
 @needs_plugin
+def test_every_kernel_has_a_name_of_its_own():
+    """Tracebacks and profiles name each OpenCL kernel (issue 35): no kernel, variant
+    or the kernel a wrapper wraps is a closure of a factory (``build.<locals>.k``)."""
+    bad = []
+    for op_name, spec in PLUGIN.iter_kernels():
+        fns = [spec["fn"], *(spec.get("variants") or {}).values()]
+        while fns:
+            fn = fns.pop()
+            name = getattr(fn, "__qualname__", None)
+            if not name or "<locals>" in name:
+                bad.append(f"{op_name}: {name or repr(fn)}")
+            if getattr(fn, "__wrapped__", None) is not None:
+                fns.append(fn.__wrapped__)
+    assert not bad, "kernels without a name of their own:\n" + "\n".join(sorted(bad))
+
+
+@needs_plugin
 def test_without_pyopencl_the_plugin_loads_and_says_why(tmp_path):
     # a sitecustomize that makes `import pyopencl` fail, as on a machine without it
     (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['pyopencl'] = None\n")

@@ -232,12 +232,10 @@ def by_parts(fn):
     return kernel
 
 
-def _where_complex(fn):
-    """``Where`` (the coordinates of non-zero elements) of a complex array: of the bool
-    array "either part is non-zero"."""
-    def kernel(c):
-        return fn(rt.elementwise("x0.x != 0 || x0.y != 0", np.bool_, c))
-    return kernel
+def where_complex(fn, c):
+    """``Where`` (the coordinates of non-zero elements) of a complex array ``c``: ``fn``
+    (the real kernel) on the bool array "either part is non-zero"."""
+    return fn(rt.elementwise("x0.x != 0 || x0.y != 0", np.bool_, c))
 
 
 def declare(op_name, spec):
@@ -251,7 +249,8 @@ def declare(op_name, spec):
     if op_name in NATIVE:
         return dict(spec, dtypes=tuple(dts) + COMPLEX)
     if op_name in BY_PARTS or op_name == "Where":
-        fn = by_parts(spec["fn"]) if op_name in BY_PARTS else _where_complex(spec["fn"])
+        fn = (by_parts(spec["fn"]) if op_name in BY_PARTS else
+              rt.bind(where_complex, "where_complex", spec["fn"]))
         variants = dict(spec.get("variants") or {})
         variants.update({c: fn for c in COMPLEX})
         return dict(spec, dtypes=tuple(dts) + COMPLEX, variants=variants)
