@@ -37,7 +37,8 @@ def test_batched(spec, dev):
                    and not (p == "the function" and untraceable)}
     assert not unexplained, (
         f"{spec.name} on {dev}: {sorted(unexplained)} ran once per example; give the op a "
-        "batching rule (tapeflow/ops/batching.py) or explain it in NO_RULE")
+        "batching rule (`batch=` or `@OP.def_batch` under the op's defop) or explain it in "
+        "NO_RULE (tapeflow/ops/batching.py)")
 
 
 def test_every_op_has_a_batching_rule_or_is_explained():
