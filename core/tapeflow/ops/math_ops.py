@@ -23,10 +23,12 @@ tf.Tensor([-1.  8.], shape=(2,), dtype=float32)
 tf.Tensor([False  True], shape=(2,), dtype=bool)
 """
 
-# Long file: the tf.math namespace -- some 70 ops, each one declaration block (its defop with
-# the gradient, JVP and batching rule) beside its public function and example -- in
-# independent sections (arithmetic, unary, complex, inverse trigonometry, bitwise,
-# comparisons, cast) that can become modules of their own, re-exported by ops/math.py.
+# Long file: the elementwise ops of tf.math -- some 70 ops, each one declaration block (its
+# defop with the gradient, JVP and batching rule) beside its public function and example.
+# The arithmetic, unary and complex sections' gradients call each other (Pow's uses log,
+# Log's divide, Mul's conj) and cast and the comparisons, so they are one module (about 900
+# lines even without the array API's extras, bitwise and comparisons, which could move to
+# modules above and below it, re-exported by ops/math.py).
 
 from __future__ import annotations
 
