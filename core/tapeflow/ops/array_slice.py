@@ -29,7 +29,8 @@ from .array_creation import _fill_value
 from .array_shape import _TRANSPOSE, expand_dims, reshape
 from .reductions import broadcast_to
 from .array_values import where
-from .array_gather import boolean_mask, gather, scatter_nd, unsorted_segment_sum
+from .array_gather import boolean_mask, gather, gather_nd, scatter_nd, unsorted_segment_sum
+from .array_join import stack
 
 __all__ = ['pad', 'slice', 'strided_slice']
 
@@ -227,9 +228,10 @@ def _bad_index(msg, x):
 
 def _index_spec(x, key):
     """Normalise a ``__getitem__`` key for ``x``: (spec, advanced) where ``advanced``
-    is None or (output axis, integer index, to_front) for one gather after the basic
-    slice; ``to_front``: NumPy puts the gathered dimensions first because an int
-    index and the array index are separated by a slice."""
+    is None or (output axes, integer indices, to_front) for the gather after the basic
+    slice (one axis per integer array); ``to_front``: NumPy puts the gathered
+    dimensions first because the advanced indices (ints and arrays) are separated by a
+    slice, a new axis or an ellipsis."""
     shape = x._data.shape
     nd = len(shape)
     consumed = 0
@@ -310,11 +312,9 @@ def _index_spec(x, key):
                     raise _bad_index(f"slice index {v} of dimension {d} out of bounds.", x)
                 a = np.where(a < 0, a + n, a)
                 idx = constant(a.astype(np.int32 if n < 2**31 else np.int64), device=x._device)
-            if adv is not None:
-                raise _bad_index(
-                    "only one integer-array index per subscript is supported; use "
-                    "tf.gather_nd for point-wise indexing with several index arrays", x)
-            adv = (o, idx)
+            adv = ([], []) if adv is None else adv
+            adv[0].append(o)
+            adv[1].append(idx)
             spec.append(_FULL)
             kinds.append("a")
             d += 1
@@ -323,7 +323,7 @@ def _index_spec(x, key):
     if adv is not None:
         pos = [j for j, c in enumerate(kinds) if c in "ia"]
         front = any(c not in "ia" for c in kinds[pos[0]:pos[-1] + 1])
-        adv = (adv[0], adv[1], front and adv[0] > 0)
+        adv = (adv[0], adv[1], front and adv[0][0] > 0)
     return tuple(spec), adv
 
 
@@ -374,18 +374,45 @@ def _getitem_slow(x, key):
     else:
         y = x   # x[...], x[:], x[()]: the same immutable value
     if adv is not None:
-        o, idx, front = adv
+        y = _advanced(x, y, *adv)
+    return y
+
+
+def _advanced(x, y, axes, indices, front):
+    """The integer-array part of ``x[key]`` on ``y`` (the basic slice): one array is a
+    gather along its axis; several are broadcast together and pick points (NumPy's,
+    the array API standard's): a gather_nd over those axes moved to the front. The
+    broadcast dimensions go where the first array was, or first (``front``)."""
+    if len(axes) == 1:
+        o, idx = axes[0], indices[0]
         y = gather(y, idx, axis=o)
         if front:   # NumPy's rule for separated advanced indices
             k = idx.ndim
             perm = (tuple(_range(o, o + k)) + tuple(_range(o)) + tuple(_range(o + k, y.ndim)))
             y = execute(_TRANSPOSE, (y,), {"perm": perm})
+        return y
+    try:
+        shape = np.broadcast_shapes(*(tuple(i.shape) for i in indices))
+    except ValueError:
+        raise _bad_index("shape mismatch: the integer-array indices cannot be broadcast "
+                         f"together: shapes {[list(i.shape) for i in indices]}", x) from None
+    wide = _dt.int64 if any(i.dtype == _dt.int64 for i in indices) else _dt.int32
+    coords = stack([broadcast_to(_m.cast(i, wide), list(shape)) for i in indices], axis=-1)
+    rest = [d for d in _range(y.ndim) if d not in axes]
+    if axes != list(_range(len(axes))):
+        y = execute(_TRANSPOSE, (y,), {"perm": tuple(axes) + tuple(rest)})
+    y = gather_nd(y, coords)
+    o, k = axes[0], len(shape)
+    if not front and o > 0:     # the broadcast dimensions where the first array was
+        perm = (tuple(_range(k, k + o)) + tuple(_range(k)) + tuple(_range(k + o, y.ndim)))
+        y = execute(_TRANSPOSE, (y,), {"perm": perm})
     return y
 
 
 def _getitem(self, key):
     """``x[key]``: ints, slices (any step), ``...``, ``None``/``tf.newaxis``, negative
-    indices, one integer list/array/tensor (gather semantics) and boolean masks.
+    indices, integer lists/arrays/tensors (one: a gather along its axis; several: the
+    points they pick, broadcast together, as in NumPy) and boolean masks.
 
     >>> import tapeflow as tf
     >>> x = tf.reshape(tf.range(12), [3, 4])
