@@ -316,7 +316,7 @@ def test_searchsorted_samples_are_sorted_in_every_dtype():
     sorted before the cast to unsigned dtypes (-5 wrapped to 251), and NumPy's and
     CuPy's binary searches disagreed on the unsorted result (the H100's 8 searchsorted
     failures)."""
-    from tapeflow.testing.specs import array as specs
+    from tapeflow.testing.specs import sorting as specs
     for dt in (tf.uint8, tf.uint16, tf.uint32, tf.uint64, tf.int8, tf.int32, tf.float16,
                tf.float32, tf.float64):
         for s in specs._searchsorted_samples(dt, np.random.default_rng(0)):
