@@ -162,10 +162,10 @@ def custom_gradient(f):
 
     @functools.wraps(f)
     def decorated(*args, **kwargs):
-        if _ctx.tracing[0] and not kwargs and _ctx.tracer.current() is not None:
+        if _ctx.tracing[0] and not kwargs and _ctx.HOOKS.tracer.current() is not None:
             # traced: one opaque node runs this at every call, so the custom gradient is
             # recorded at replay too (its ops would otherwise be traced as plain ops)
-            return _ctx.tracer.opaque_call(decorated, args)
+            return _ctx.HOOKS.tracer.opaque_call(decorated, args)
         if not _tapes_active[0]:
             out, _ = f(*args, **kwargs)
             return out

@@ -60,7 +60,6 @@ The modules, one concern each (as TensorFlow's ``checkpoint/`` package):
 * ``_state``      -- the directory's ``checkpoint`` state file, ``latest_checkpoint``;
 * ``_format``     -- names and format constants, and which files are a checkpoint's own;
 * ``_atomic``     -- atomic file replacement;
-* ``_hooks``      -- the one accessor of the runtime's variable-creation hooks.
 
 >>> import os, tempfile
 >>> import tapeflow as tf

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
+from ...runtime import context as _ctx
 from ...runtime import dtypes as _dt
 from ...runtime.errors import InvalidArgumentError
 from ...runtime.variable import Variable
-from ._hooks import _suspend_creation_hooks
 from ._load import _read
 from ._state import _check_state_file, _write_state
 from .graph_view import _gather, _is_trackable
@@ -59,7 +59,7 @@ class Checkpoint:
     def save_counter(self):
         """Number of ``save()`` calls (an int64 Variable, saved and restored)."""
         if self._save_counter is None:
-            with _suspend_creation_hooks():
+            with _ctx.suspend_variable_observers():
                 sc = Variable(0, trainable=False, name="save_counter", dtype=_dt.int64,
                               device="cpu:0")
             object.__setattr__(self, "_save_counter", sc)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import contextlib
 import os
 
+from ...runtime import context as _ctx
 from ...runtime.errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from ...runtime.variable import Variable
 from ._format import _base_name, _delete_checkpoint
-from ._hooks import _hooks, _suspended
 from ._load import _assign_all, _mismatch, _raise_mismatch, _read
 from ._state import _check_state_file, _write_state
 from .graph_view import _flatten_child
@@ -122,8 +122,6 @@ def restore_variables_on_create(save_path, map_func=None):
     by_name = loaded.by_name()
 
     def hook(var):
-        if _suspended():
-            return
         name = _base_name(var.name)
         wanted = map_func(name) if map_func is not None else name
         key = by_name.get(wanted)
@@ -136,10 +134,8 @@ def restore_variables_on_create(save_path, map_func=None):
             _raise_mismatch(loaded.path, [err])
         _assign_all([(var, loaded.arrays[key])])
 
-    hooks = _hooks()
-    hooks.append(hook)
+    _ctx.add_variable_observer(hook)
     try:
         yield
     finally:
-        with contextlib.suppress(ValueError):
-            hooks.remove(hook)
+        _ctx.remove_variable_observer(hook)
