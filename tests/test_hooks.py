@@ -8,7 +8,8 @@ import pytest
 
 import tapeflow as tf
 from tapeflow.runtime import context as ctx
-from tapeflow.runtime import dispatch, tensor, variable
+from tapeflow.autodiff import tape
+from tapeflow.runtime import dispatch, registry, tensor, variable
 from tapeflow.runtime.errors import PluginConflictError, TapeflowError
 
 
@@ -29,6 +30,10 @@ def test_old_spellings_are_gone():
     assert not hasattr(tensor, "dispatch_hooks")
     assert not hasattr(tensor, "array_namespace")
     assert not hasattr(ctx, "set_tracer")
+    assert not hasattr(ctx, "tracer")
+    assert not hasattr(registry, "dispatcher")
+    assert not hasattr(variable, "_creation_hooks")
+    assert "VECTORIZE" not in vars(tape)
 
 
 @pytest.mark.parametrize("name", ["execute", "copy_to_device", "constant",
@@ -161,24 +166,6 @@ def test_observer_error_propagates_from_variable_creation():
             tf.Variable(1.0, name="boom")
     finally:
         ctx.remove_variable_observer(obs)
-
-
-def test_old_creation_hooks_spelling_adds_observers():
-    # (train.checkpoint's spelling until it calls add_variable_observer)
-    seen = []
-
-    def obs(v):
-        seen.append(v.name)
-
-    variable._creation_hooks.append(obs)
-    try:
-        assert obs in ctx.HOOKS.variable_observers
-        tf.Variable(1.0, name="old")
-    finally:
-        variable._creation_hooks.remove(obs)
-    with pytest.raises(ValueError):
-        variable._creation_hooks.remove(obs)
-    assert seen == ["old:0"]
 
 
 def test_a_lambda_is_never_the_same_as_another_lambda():

@@ -308,11 +308,3 @@ def variable_created(var) -> None:
         return
     for fn in HOOKS.variable_observers:
         fn(var)
-
-
-def __getattr__(name):
-    # ``context.tracer``: the spelling before HOOKS, read by tapeflow.autodiff.functions
-    # until it reads HOOKS.tracer (then delete this)
-    if name == "tracer":
-        return HOOKS.tracer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

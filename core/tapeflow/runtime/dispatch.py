@@ -791,6 +791,3 @@ _speedups = _load_speedups()
 _ctx.install_execute(execute)
 _ctx.install_copy_to_device(copy_to_device)
 _ctx.install_constant(constant)
-# (OpDef.__call__ still calls registry.dispatcher.execute until registry.py reads
-# HOOKS.execute: then delete this line)
-_reg.dispatcher.execute = execute

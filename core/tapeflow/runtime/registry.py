@@ -23,6 +23,7 @@ import numpy as np
 from . import devices as _devs
 from . import dtypes as _dt
 from . import shapes as _shapes
+from .context import HOOKS
 from .errors import (InvalidArgumentError, NotFoundError, OpError, PluginConflictError,
                      PluginOverrideWarning, TapeflowError)
 from .tensor import Tensor, VariableBase
@@ -33,13 +34,9 @@ from .tensor import Tensor, VariableBase
 HANDLES: dict = {}
 
 
-class _Dispatcher:
-    """``tapeflow.runtime.dispatch`` installs its ``execute`` here at import (it sits
-    above this module): ``OpDef.__call__`` runs through it."""
-    execute = None
-
-
-dispatcher = _Dispatcher()
+#: (``OpDef.__call__`` runs ``HOOKS.execute``, which ``tapeflow.runtime.dispatch`` installs
+#: at import: it sits above this module)
+_HOOKS = HOOKS
 
 __all__ = ["OpDef", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext", "Linear",
            "Multilinear", "BatchContext", "Broadcasting"]
@@ -242,7 +239,7 @@ class OpDef:
                 op=self.name, device=_placement(inputs))
         if self.attr_types and not self.attrs_after_check:
             validate_attrs(self, inputs, full)
-        return dispatcher.execute(self, inputs, full)
+        return _HOOKS.execute(self, inputs, full)
 
     def bind_attrs(self, attrs):
         unknown = set(attrs) - set(self.attrs)

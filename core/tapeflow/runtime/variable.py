@@ -30,30 +30,6 @@ from .tensor import Tensor, VariableBase, _wrap
 
 __all__ = ["Variable"]
 
-
-
-class _ObserverList:
-    """``variable._creation_hooks``, the spelling before ``HOOKS.variable_observers``:
-    ``append``/``remove`` add and remove observers there. Read by tapeflow.train.checkpoint
-    until it calls ``context.add_variable_observer``/``remove_variable_observer``: then
-    delete this."""
-
-    def append(self, fn):
-        _ctx.add_variable_observer(fn)
-
-    def remove(self, fn):
-        if not any(o is fn for o in _HOOKS.variable_observers):
-            raise ValueError(f"{fn!r} is not a variable observer")
-        _ctx.remove_variable_observer(fn)
-
-    def __iter__(self):
-        return iter(_HOOKS.variable_observers)
-
-    def __contains__(self, fn):
-        return fn in _HOOKS.variable_observers
-
-
-_creation_hooks = _ObserverList()
 _tracing = _ctx.tracing
 _tapes_active = _ctx.tapes_active
 # sys.getrefcount of a Variable's value Tensor / its array inside Variable._update when
