@@ -99,7 +99,11 @@ def code_lines(path: pathlib.Path) -> int:
 
 #: the core proper (docs/architecture.md, "Before and after"): the runtime layer, the plugin loader and the tape
 CORE_PROPER = ["runtime/*.py", "plugins/*.py", "autodiff/tape.py"]
-CORE_PROPER_MAX_CODE_LINES = 3000
+#: 3,000 until issue 36, which moved three jobs into the runtime, each replacing copies
+#: elsewhere: the one promotion lattice of tf.* and tapeflow.numpy (dtypes.py, +100), the
+#: one hooks object (context.py, +75) and the one path for an op's rules (registry.py,
+#: +43); docs/architecture.md, "Before and after", keeps the figures
+CORE_PROPER_MAX_CODE_LINES = 3200
 
 
 def core_proper_report():

@@ -1,5 +1,5 @@
 """tf.function, tf.cond and tf.vectorized_map walk arguments and results with
-tapeflow.runtime.nest (tf.nest's rules): a namedtuple of tensors is a structure
+tapeflow.nest (tf.nest's rules): a namedtuple of tensors is a structure
 (its tensors are graph inputs and outputs, not Python values frozen at trace time),
 dicts go in key order, None leaves stay None."""
 
@@ -95,7 +95,7 @@ def test_vectorized_map_over_a_namedtuple():
     np.testing.assert_allclose(out.a.numpy(), [10.0, 40.0])
 
 
-def test_tf_nest_is_the_runtime_nest_module():
-    from tapeflow.runtime import nest
+def test_tf_nest_is_the_nest_module():
+    from tapeflow import nest
     assert tf.nest is nest
     assert tf.nest.flatten({"b": P(1, None), "a": [2]}) == [2, 1, None]

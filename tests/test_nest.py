@@ -1,4 +1,4 @@
-"""tapeflow.runtime.nest: one set of pytree rules (TensorFlow's tf.nest), and the users
+"""tapeflow.nest: one set of pytree rules (TensorFlow's tf.nest), and the users
 of it -- GradientTape, ForwardAccumulator, tf.function and tf.data -- keeping
 namedtuples, dicts (in sorted key order) and None leaves."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow.runtime import nest
+from tapeflow import nest
 from tapeflow.runtime.errors import InvalidArgumentError, InvalidTypeError
 
 P = collections.namedtuple("P", "a b")
@@ -110,7 +110,7 @@ def test_gradient_of_a_namedtuple_of_variables_is_that_namedtuple():
     with tf.GradientTape() as tape:
         y = v1 * v2
     g = tape.gradient(y, P(a=v1, b=v2))
-    assert type(g) is P                      # (a plain tuple before runtime.nest)
+    assert type(g) is P                      # (a plain tuple before tapeflow.nest)
     assert (float(g.a), float(g.b)) == (3.0, 2.0)
 
 
@@ -238,7 +238,7 @@ def test_forward_accumulator_structures():
 
 
 # --- tf.function ---------------------------------------------------------------------------
-# (passed before runtime.nest too, through tracing's own walk; tracing now uses runtime.nest)
+# (passed before tapeflow.nest too, through tracing's own walk; tracing now uses tapeflow.nest)
 
 def test_function_with_namedtuples_and_dicts():
     @tf.function

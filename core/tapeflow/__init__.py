@@ -16,7 +16,8 @@ import importlib as _importlib
 import sys as _sys
 import types as _types
 
-from .runtime import dtypes, errors, nest
+from . import nest
+from .runtime import dtypes, errors
 from .runtime.dtypes import (DType, as_dtype, bfloat16, bool_, double, float16, float32, float64,
                              half, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
                              complex64, complex128)

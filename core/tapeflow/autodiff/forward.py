@@ -37,7 +37,7 @@ from ..ops import reductions as _reductions
 from ..ops.array import unbroadcast as _unbroadcast
 from ..runtime import context as _ctx
 from ..runtime import devices as _devs
-from ..runtime import nest
+from .. import nest
 from ..runtime.dispatch import convert_to_tensor, execute
 from ..runtime.errors import InvalidArgumentError, NotDifferentiableError
 from ..runtime.registry import Multilinear, GradContext, Linear

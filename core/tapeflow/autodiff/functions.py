@@ -24,7 +24,7 @@ from ..runtime.registry import OpDef
 from .tape import GradientTape
 from ..ops import array as _array
 from ..runtime import context as _ctx
-from ..runtime import nest
+from .. import nest
 from ..runtime.context import stop_all_recording, tapes_active as _tapes_active
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable

@@ -13,7 +13,7 @@ given output gradients), playback (:func:`_input_grads` per record), the checks 
 what a gradient function returned (:func:`_accumulate`, with
 :mod:`tapeflow.autodiff.grad_checks`) and the collection per source
 (:meth:`GradientTape._collect`). Sources, targets and output gradients may be any
-nested structure (:mod:`tapeflow.runtime.nest`): the result has the structure of
+nested structure (:mod:`tapeflow.nest`): the result has the structure of
 the sources.
 
 With no tape active anywhere, dispatch does no tape work: it reads one
@@ -37,7 +37,7 @@ import numpy as np
 from ..ops import array as _array
 from ..ops import math as _math
 from ..runtime import context as _ctx
-from ..runtime import nest
+from .. import nest
 from ..runtime.context import stop_all_recording
 from ..runtime.dispatch import _run, _scalar_like, constant, convert_to_tensor
 from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError,

@@ -27,7 +27,7 @@ import threading
 import numpy as np
 
 from ..runtime import devices as _devs
-from ..runtime import nest
+from .. import nest
 from ..runtime.dtypes import as_dtype
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.dispatch import constant

@@ -1,7 +1,7 @@
 """Dataset elements: their structure, and their components as host arrays or Tensors.
 
 An element is a nested structure of tuples, namedtuples and dicts whose leaves are
-components. Its structure follows :mod:`tapeflow.runtime.nest` in its ``tf.data``
+components. Its structure follows :mod:`tapeflow.nest` in its ``tf.data``
 mode (``lists_as_leaves=True``): a list is one component -- a value to convert to one
 tensor -- as in TensorFlow, so ``from_tensor_slices([[1, 2], [3, 4]])`` slices one
 2x2 tensor. Inside the pipeline a component is a host NumPy array; it becomes a
@@ -21,7 +21,7 @@ import numpy as np
 
 from ..runtime import context as _ctx
 from ..runtime import devices as _devs
-from ..runtime import nest
+from .. import nest
 from ..runtime.dispatch import constant
 from ..runtime.dtypes import as_dtype
 from ..runtime.errors import InvalidArgumentError

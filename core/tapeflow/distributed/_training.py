@@ -10,7 +10,7 @@ import numpy as np
 from ..autodiff.tape import GradientTape
 from ..keras.callbacks import Callback
 from ..runtime.dispatch import constant
-from ..runtime import nest
+from .. import nest
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import nest
+from .. import nest
 
 __all__ = ["check_grads", "check_jvp", "assert_allclose"]
 

@@ -12,7 +12,7 @@ from ..autodiff.tape import GradientTape
 from ..runtime import context as _ctx
 from ..runtime import dispatch as _dispatch_mod
 from ..runtime import dtypes as _dt
-from ..runtime import nest
+from .. import nest
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.registry import OpDef
 from ..runtime.tensor import Tensor, _wrap

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.dispatch import convert_to_tensor
-from ..runtime import nest
+from .. import nest
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.tensor import Tensor, _wrap
 from ..runtime.variable import Variable

@@ -13,7 +13,7 @@ import warnings
 
 from ..ops import random as _random_mod
 from ..runtime import dispatch as _dispatch_mod
-from ..runtime import nest
+from .. import nest
 from ..runtime.config import cuda_graphs as _cuda_graphs
 from ..runtime.context import tapes_active as _tapes_active
 from ..runtime.context import tracing as _tracing

@@ -61,7 +61,7 @@ class Graph:
     positions (in ``args``' numbering of the flattened arguments) that are Variables;
     ``meta[vid] = (shape, numpy dtype, Device)``; ``outputs``: the value ids the
     function returns, and ``structure`` how to pack them (the result with None leaves,
-    for :func:`tapeflow.runtime.nest.pack_sequence_as`; None: one leaf).
+    for :func:`tapeflow.nest.pack_sequence_as`; None: one leaf).
     """
 
     def __init__(self, name="f"):

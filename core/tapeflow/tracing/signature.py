@@ -1,6 +1,6 @@
 """The signature of a traced call: arguments flattened into leaves (with their paths,
 for messages), the cache key of the leaves, and the structure to pack results into --
-all by :mod:`tapeflow.runtime.nest`'s rules (namedtuples and dicts in key order kept).
+all by :mod:`tapeflow.nest`'s rules (namedtuples and dicts in key order kept).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import dispatch as _dispatch_mod
-from ..runtime import nest
+from .. import nest
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 
@@ -28,7 +28,7 @@ def _path_str(path):
 
 
 def _flatten_args(args, kwargs):
-    """The leaves of a call's ``(args, kwargs)`` (:func:`tapeflow.runtime.nest.flatten`)
+    """The leaves of a call's ``(args, kwargs)`` (:func:`tapeflow.nest.flatten`)
     and their paths, ``"[0][1]"`` for ``args[1]`` and ``"[1]['k']"`` for ``kwargs['k']``
     (for :func:`_pretty_path`)."""
     pairs = nest.flatten_with_paths((args, kwargs))

@@ -42,7 +42,7 @@ import warnings
 from ..ops import array as _array
 from ..runtime import context as _ctx
 from ..runtime import devices as _devs
-from ..runtime import nest
+from .. import nest
 from ..runtime.context import tracing as _tracing
 from ..runtime.dispatch import convert_to_tensor, copy_to_device, execute
 from ..runtime.errors import InvalidArgumentError

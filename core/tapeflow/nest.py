@@ -19,7 +19,7 @@ dataset element is a leaf (a value to convert to one tensor, so
 here takes ``lists_as_leaves=True`` for that mode; nothing else changes.
 
 >>> import collections
->>> from tapeflow.runtime import nest
+>>> from tapeflow import nest
 >>> P = collections.namedtuple("P", "w b")
 >>> s = {"z": P(w=1, b=[2, 3]), "a": None}
 >>> nest.flatten(s)
@@ -40,7 +40,7 @@ from __future__ import annotations
 import collections
 from collections import abc as _abc
 
-from .errors import InvalidArgumentError, InvalidTypeError
+from .runtime.errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["flatten", "flatten_with_paths", "flatten_up_to", "pack_sequence_as",
            "map_structure", "assert_same_structure", "is_nested"]
@@ -101,7 +101,7 @@ def _children(x, k):
 def is_nested(x, lists_as_leaves=False) -> bool:
     """Whether ``x`` is a structure (list, tuple, namedtuple or Mapping), not a leaf.
 
-    >>> from tapeflow.runtime import nest
+    >>> from tapeflow import nest
     >>> nest.is_nested([1]), nest.is_nested({"a": 1}), nest.is_nested("ab"), nest.is_nested(None)
     (True, True, False, False)
     >>> nest.is_nested([1], lists_as_leaves=True)
@@ -127,7 +127,7 @@ def flatten(structure, lists_as_leaves=False) -> list:
 
     A leaf gives a one-element list (``flatten(None) == [None]``).
 
-    >>> from tapeflow.runtime import nest
+    >>> from tapeflow import nest
     >>> nest.flatten({"b": (1, 2), "a": [3, {"y": 4, "x": 5}]})
     [3, 5, 4, 1, 2]
     >>> nest.flatten(7)
@@ -142,7 +142,7 @@ def flatten_with_paths(structure, lists_as_leaves=False) -> list:
     """``[(path, leaf)]`` in :func:`flatten`'s order; a path is the tuple of indices,
     dict keys and namedtuple field names leading to the leaf.
 
-    >>> from tapeflow.runtime import nest
+    >>> from tapeflow import nest
     >>> nest.flatten_with_paths({"b": [7, 8], "a": 9})
     [(('a',), 9), (('b', 0), 7), (('b', 1), 8)]
     """
@@ -197,7 +197,7 @@ def pack_sequence_as(structure, flat_sequence, lists_as_leaves=False):
     same namedtuple.
 
     >>> import collections
-    >>> from tapeflow.runtime import nest
+    >>> from tapeflow import nest
     >>> P = collections.namedtuple("P", "w b")
     >>> nest.pack_sequence_as(P(w=0, b={"y": 0, "x": 0}), [1, 2, 3])
     P(w=1, b={'y': 3, 'x': 2})
@@ -235,7 +235,7 @@ def map_structure(fn, *structures, check_types=True, lists_as_leaves=False):
     """``fn`` applied to the leaves of ``structures`` (all of the same structure, see
     :func:`assert_same_structure`), in the first structure's shape.
 
-    >>> from tapeflow.runtime import nest
+    >>> from tapeflow import nest
     >>> nest.map_structure(lambda a, b: a + b, {"x": [1, 2]}, {"x": [10, 20]})
     {'x': [11, 22]}
     """
@@ -313,7 +313,7 @@ def assert_same_structure(nest1, nest2, check_types=True, lists_as_leaves=False)
     namedtuples of the same name and fields, two list types, or two Mappings. The
     message names both structures and the path where they part.
 
-    >>> from tapeflow.runtime import nest
+    >>> from tapeflow import nest
     >>> nest.assert_same_structure({"a": [1, 2]}, {"a": [3, 4]})
     >>> nest.assert_same_structure([1, 2], (3, 4), check_types=False)
     >>> try:
@@ -330,7 +330,7 @@ def flatten_up_to(shallow_structure, structure, check_types=True, lists_as_leave
     the shallow structure has a leaf, the whole sub-structure of ``structure`` there is
     one element.
 
-    >>> from tapeflow.runtime import nest
+    >>> from tapeflow import nest
     >>> nest.flatten_up_to((0, {"a": 0}), ((1, 2), {"a": [3, 4]}))
     [(1, 2), [3, 4]]
     """
