@@ -297,3 +297,8 @@ def test_custom_gradient_keeps_its_result_structure():
         y = out.a + out.b["s"]
     assert type(out) is P and float(out.b["s"]) == 3.0   # (a plain tuple before)
     assert float(tape.gradient(y, x)) == 5.0
+
+
+def test_nest_errors_name_the_public_function():
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"\[in tf\.nest\.assert_same_structure\]"):
+        nest.assert_same_structure([1], [1, 2])

@@ -48,7 +48,8 @@ def _fill_value(v, dtype, what, op, x=None):
 
 
 def _match_dtypes(a, b):
-    """Bring two operands to one dtype (NumPy 2 promotion, Python scalars weak).
+    """Bring two operands to one dtype (the tf promotion lattice of docs/dtypes.md,
+    Python scalars weak).
 
     Tensors are cast; other values become host arrays of the target dtype, which
     the dispatcher places with the tensors."""

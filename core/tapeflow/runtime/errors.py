@@ -93,7 +93,8 @@ _CONVERTERS = {"tf.constant", "tf.convert_to_tensor", "constant", "convert_to_te
 
 #: tapeflow modules whose functions are public under another prefix than ``tf.``
 _PREFIXES = {"tapeflow.ops.nn": "tf.nn.", "tapeflow.ops.linalg": "tf.linalg.",
-             "tapeflow.ops.random": "tf.random.", "tapeflow.ops.signal": "tf.signal."}
+             "tapeflow.ops.random": "tf.random.", "tapeflow.ops.signal": "tf.signal.",
+             "tapeflow.nest": "tf.nest."}
 
 
 def _entry_point(tb):
@@ -124,7 +125,7 @@ def _entry_point(tb):
         name = getattr(entry.f_locals.get("self"), "name", None)
         return name if isinstance(name, str) else qual
     module = entry.f_globals.get("__name__") or ""
-    if "." not in qual and module.startswith("tapeflow.ops."):
+    if "." not in qual and (module.startswith("tapeflow.ops.") or module in _PREFIXES):
         return _PREFIXES.get(module, "tf.") + qual
     return qual
 
