@@ -1,8 +1,8 @@
 """Names of layers, losses, metrics and initializers: Keras' snake_case of a class name.
 
 >>> from tapeflow.layers.naming import snake_case
->>> snake_case("GlorotUniform"), snake_case("BatchNormalization"), snake_case("_Private")
-('glorot_uniform', 'batch_normalization', 'private_private')
+>>> snake_case("GlorotUniform"), snake_case("BatchNormalization"), snake_case("MeanSquaredError")
+('glorot_uniform', 'batch_normalization', 'mean_squared_error')
 """
 
 from __future__ import annotations
