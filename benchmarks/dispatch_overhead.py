@@ -85,6 +85,7 @@ def _child(tree):
 def ab(base, rounds):
     """Interleaved A/B of this checkout (``after``) against ``base`` (``before``)."""
     ratios = {name: [] for name in CASES}
+    raw = {name: [] for name in CASES}
     files = {}
     for r in range(rounds):
         sides = [("after", None), ("before", base)]
@@ -96,13 +97,15 @@ def ab(base, rounds):
             a = got["after"][name] / got["after"]["NumPy a + b"]
             b = got["before"][name] / got["before"]["NumPy a + b"]
             ratios[name].append(a / b)
+            raw[name].append(got["after"][name] / got["before"][name])
         print(f"round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
     print(f"after:  {files['after']}\nbefore: {files['before']}")
-    print(f"{'case':24s} {'after/before':>13s}  (median of {rounds} per-round ratios, "
-          "each time over NumPy a + b in its process; min, max)")
+    print(f"{'case':24s} {'after/before':>13s} {'raw':>7s}  (median of {rounds} per-round "
+          "ratios, each time over NumPy a + b in its process (raw: not divided); min, max)")
     for name, rs in ratios.items():
         if name != "NumPy a + b":
-            print(f"{name:24s} {statistics.median(rs):13.3f}  ({min(rs):.3f}, {max(rs):.3f})")
+            print(f"{name:24s} {statistics.median(rs):13.3f} {statistics.median(raw[name]):7.3f}"
+                  f"  ({min(rs):.3f}, {max(rs):.3f})")
 
 
 def main(argv=None):

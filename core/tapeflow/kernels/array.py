@@ -135,7 +135,7 @@ class ArrayKernels:
     # --- shapes ---------------------------------------------------------------------
     def reshape(self, x, shape):
         """``x`` with a new ``shape`` (a view where possible)."""
-        return self.xp.reshape(x, shape)
+        return x.reshape(shape)     # (the array's method: xp.reshape adds a Python call)
 
     def broadcast_to(self, x, shape):
         """``x`` broadcast to ``shape`` (small results materialised: cheaper than a view)."""
