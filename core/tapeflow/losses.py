@@ -33,6 +33,7 @@ from .runtime.dispatch import convert_to_tensor
 from .runtime.tensor import Tensor
 from .runtime.variable import Variable
 from .runtime import dispatch as _dispatch_mod
+from .layers.naming import from_config
 
 __all__ = ["Reduction", "compute_weighted_loss", "sparse_softmax_cross_entropy",
            "softmax_cross_entropy", "sigmoid_cross_entropy", "mean_squared_error",
@@ -473,17 +474,7 @@ def get(identifier):
     if isinstance(identifier, str):
         return _lookup(identifier, repr(identifier))()
     if isinstance(identifier, dict):
-        name, config = identifier.get("class_name"), identifier.get("config", {})
-        if not isinstance(name, str) or not isinstance(config, dict):
-            raise InvalidArgumentError(
-                "losses.get: a config dict needs 'class_name' (a str) and 'config' (a dict "
-                f"of constructor arguments), got {identifier!r}")
-        cls = _lookup(name, f"class_name {name!r}")
-        try:
-            return cls(**config)
-        except TypeError as e:
-            raise InvalidArgumentError(
-                f"losses.get: config {config!r} does not fit {cls.__name__}: {e}") from None
+        return from_config("losses.get", identifier, _lookup)
     if callable(identifier):
         return identifier
     raise InvalidTypeError(

@@ -30,6 +30,7 @@ from .runtime import dtypes as _dt
 from .ops import math as _m
 from .ops import reductions as _r
 from . import losses as _losses
+from .layers.naming import from_config
 from .runtime.errors import InvalidArgumentError, InvalidTypeError
 from .runtime.dispatch import convert_to_tensor
 from .runtime.context import stop_all_recording
@@ -50,13 +51,7 @@ def _t(x):
     return convert_to_tensor(x)
 
 
-def _snake(name):
-    out = []
-    for i, c in enumerate(name):
-        if c.isupper() and i and not name[i - 1].isupper():
-            out.append("_")
-        out.append(c.lower())
-    return "".join(out)
+_snake = _losses._snake     # (default names: the losses' rule, "KLDivergence" -> "kldivergence")
 
 
 class Metric:
@@ -368,20 +363,15 @@ def _unknown(identifier):
         "metric(y_true, y_pred) or a config dict {'class_name': 'Mean', 'config': {}}.")
 
 
-def _from_config(identifier):
-    name, config = identifier.get("class_name"), identifier.get("config", {})
-    if not isinstance(name, str) or not isinstance(config, dict):
-        raise InvalidArgumentError(
-            "metrics.get: a config dict needs 'class_name' (a str) and 'config' (a dict of "
-            f"constructor arguments), got {identifier!r}")
+def _metric_class(name, what):
     cls = _BY_NAME.get(name.lower())
     if cls is None:
         raise _unknown(name)
-    try:
-        return cls(**config)
-    except TypeError as e:
-        raise InvalidArgumentError(
-            f"metrics.get: config {config!r} does not fit {cls.__name__}: {e}") from None
+    return cls
+
+
+def _from_config(identifier):
+    return from_config("metrics.get", identifier, _metric_class)
 
 
 def _accuracy_object(loss):

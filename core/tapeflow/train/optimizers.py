@@ -57,6 +57,7 @@ from ..autodiff.tape import GradientTape
 from ..runtime.context import stop_all_recording
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from ..layers.naming import from_config
 from . import checkpoint as _checkpoint_mod
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
@@ -704,17 +705,7 @@ def get(identifier):
     if isinstance(identifier, str):
         return _lookup(identifier, repr(identifier))()
     if isinstance(identifier, dict):
-        name, config = identifier.get("class_name"), identifier.get("config", {})
-        if not isinstance(name, str) or not isinstance(config, dict):
-            raise InvalidArgumentError(
-                "optimizers.get: a config dict needs 'class_name' (a str) and 'config' (a "
-                f"dict of constructor arguments), got {identifier!r}")
-        cls = _lookup(name, f"class_name {name!r}")
-        try:
-            return cls(**config)
-        except TypeError as e:
-            raise InvalidArgumentError(
-                f"optimizers.get: config {config!r} does not fit {cls.__name__}: {e}") from None
+        return from_config("optimizers.get", identifier, _lookup)
     raise InvalidTypeError(
         "optimizers.get: expected an optimizer name (such as 'adam'), a config dict or an "
         f"optimizer object, got {type(identifier).__name__} {identifier!r}")
