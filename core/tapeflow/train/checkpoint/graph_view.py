@@ -9,13 +9,17 @@ from ...runtime.variable import Variable
 _SLOT = ".OPTIMIZER_SLOT"
 
 
-def _flatten_child(name, value, out):
+def _add_named_children(name, value, out):
+    """Append ``(path, object)`` for ``value`` and what its lists, tuples and dicts hold,
+    the path extended by index or key (``layer/0``, ``opt/m``). Not tf.nest: these paths
+    are the checkpoint format's names, in insertion order (the first path to an object
+    reached twice is its name), which saved files depend on."""
     if isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
-            _flatten_child(f"{name}/{i}", v, out)
+            _add_named_children(f"{name}/{i}", v, out)
     elif isinstance(value, dict):
         for k, v in value.items():
-            _flatten_child(f"{name}/{k}", v, out)
+            _add_named_children(f"{name}/{k}", v, out)
     elif value is not None:
         out.append((name, value))
 
@@ -26,7 +30,7 @@ def _children(obj):
         return []
     out = []
     for name, value in fn().items():
-        _flatten_child(str(name), value, out)
+        _add_named_children(str(name), value, out)
     return out
 
 

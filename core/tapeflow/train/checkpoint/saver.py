@@ -12,7 +12,7 @@ from ...runtime.variable import Variable
 from ._format import _base_name, _delete_checkpoint
 from ._load import _assign_all, _mismatch, _raise_mismatch, _read
 from ._state import _check_state_file, _write_state
-from .graph_view import _flatten_child
+from .graph_view import _add_named_children
 from .save_util import _write
 
 __all__ = ["Saver", "restore_variables_on_create"]
@@ -22,7 +22,7 @@ def _named(var_list):
         items = [(_base_name(str(k)), v) for k, v in var_list.items()]
     else:
         flat = []
-        _flatten_child("", list(var_list), flat)
+        _add_named_children("", list(var_list), flat)
         items = [(_base_name(v.name), v) for _, v in flat]
     out = {}
     for name, var in items:
