@@ -4,10 +4,10 @@
 (elementwise, TF2 semantics), unary ``- + abs() ~``, ``& | ^`` (logical for bool
 tensors, bitwise for integers), and
 ``[]`` (NumPy-style indexing). Each dispatches to an op of the library, which is why
-they live in this layer and not in ``tapeflow.runtime.tensor``: Tensor's binary
-operators are the dispatcher's (``runtime.dispatch.make_binary_operator``, in C when
-the extension is built); a Variable's read the Variable first (and are watched by
-tapes), through the same dispatcher.
+they live in this layer and not in ``tapeflow.runtime.tensor``: Tensor's operators
+are the C core's number slots when it is built (``runtime/_c/tensor.c``); a
+Variable's read the Variable first (and are watched by tapes), through the same
+dispatcher. Tensors stay hashable by identity (tape and dict keys), as TF2's ``.ref()``.
 
 >>> import tapeflow as tf
 >>> x = tf.constant([1., 4.])
@@ -17,7 +17,7 @@ tf.Tensor([False  True], shape=(2,), dtype=bool) tf.Tensor(4.0, shape=(), dtype=
 
 from __future__ import annotations
 
-from ..runtime.dispatch import binary, convert_to_tensor, execute, make_binary_operator
+from ..runtime.dispatch import binary, bind_operator, convert_to_tensor, execute
 from ..runtime.errors import TapeflowError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -67,73 +67,71 @@ def _invert(self):
     return logical_not(self) if self.dtype.is_bool else invert(self)
 
 
+def _logical_or_bitwise(logical, bitwise):
+    """``& | ^``: TensorFlow's logical op for bool tensors, the bitwise one for integers
+    (the array API's operators), chosen by the tensor operand."""
+    def operator(a, b):
+        t = a if isinstance(a, (Tensor, Variable)) else b
+        return binary(logical if t.dtype.is_bool else bitwise, a, b)
+    return operator
+
+
+def _comparison(op):
+    def operator(a, b):
+        try:
+            return binary(op, a, b)
+        except (TapeflowError, TypeError, ValueError) as e:
+            return _compare_fallback(op, a, b, e)
+    return operator
+
+
+def _binary(op):
+    def operator(a, b):
+        return binary(op, a, b)
+    return operator
+
+
 def _install():
-    # Tensor gets the dispatcher's operator methods (fast path inlined, in C when
-    # built). A Variable always takes the general path (it is read, and watched,
-    # there), so its methods are plain calls of ``binary``.
-    def fwd(op, cls):
-        if cls is Tensor:
-            return make_binary_operator(op)
-
-        def method(self, other):
-            return binary(op, self, other)
-        return method
-
-    def rev(op, cls):
-        if cls is Tensor:
-            return make_binary_operator(op, reverse=True)
-
-        def method(self, other):
-            return binary(op, other, self)
-        return method
-
-    def comparison(op, cls):
-        fast = fwd(op, cls)
-
-        def method(self, other):
-            try:
-                return fast(self, other)
-            except (TapeflowError, TypeError, ValueError) as e:
-                return _compare_fallback(op, self, other, e)
-        return method
-
-    def logical_or_bitwise(logical, bitwise, cls, reverse=False):
-        # ``& | ^``: TensorFlow's logical ops for bool tensors, the bitwise ones for
-        # integers (the array API's operators)
-        op_l, op_b = (rev if reverse else fwd)(logical, cls), (rev if reverse else fwd)(
-            bitwise, cls)
-
-        def method(self, other):
-            return (op_l if self.dtype.is_bool else op_b)(self, other)
-        return method
-
-    table = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV, "floordiv": _FLOORDIV,
-             "mod": _MOD, "pow": _POW, "lshift": _LSHIFT, "rshift": _RSHIFT}
-    logic = {"and": (_LOGICAL_AND, _BITAND), "or": (_LOGICAL_OR, _BITOR),
-             "xor": (_LOGICAL_XOR, _BITXOR)}
-    # a < b is b > a: Python tries the reflected comparison itself
-    compare = {"lt": _LESS, "le": _LESS_EQUAL, "gt": _GREATER, "ge": _GREATER_EQUAL}
+    # Each operator is one function of its operands in order, ``f(a, b)``. Tensor's are
+    # the C core's number slots when it is built (the fast path of ``op`` first, then
+    # ``f``: dispatch.bind_operator); otherwise -- and always for a Variable, which is
+    # read, and watched, first -- they are Python methods calling ``f``.
+    ops = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV, "floordiv": _FLOORDIV,
+           "mod": _MOD, "pow": _POW, "lshift": _LSHIFT, "rshift": _RSHIFT,
+           # a < b is b > a: Python tries the reflected comparison itself
+           "lt": _LESS, "le": _LESS_EQUAL, "gt": _GREATER, "ge": _GREATER_EQUAL,
+           "eq": _EQUAL, "ne": _NOT_EQUAL, "and": None, "or": None, "xor": None,
+           "matmul": None}
+    funcs = {name: _binary(op) for name, op in ops.items() if op is not None}
+    funcs.update(eq=_comparison(_EQUAL), ne=_comparison(_NOT_EQUAL), matmul=matmul_vectors,
+                 **{"and": _logical_or_bitwise(_LOGICAL_AND, _BITAND),
+                    "or": _logical_or_bitwise(_LOGICAL_OR, _BITOR),
+                    "xor": _logical_or_bitwise(_LOGICAL_XOR, _BITXOR)})
+    unary = {"neg": negative, "pos": lambda t: t, "abs": abs, "invert": _invert}
+    reflected = set(ops) - {"lt", "le", "gt", "ge", "eq", "ne"}
     for cls in (Tensor, Variable):
-        for name, op in table.items():
-            setattr(cls, f"__{name}__", fwd(op, cls))
-            setattr(cls, f"__r{name}__", rev(op, cls))
-        for name, (op_l, op_b) in logic.items():
-            setattr(cls, f"__{name}__", logical_or_bitwise(op_l, op_b, cls))
-            setattr(cls, f"__r{name}__", logical_or_bitwise(op_l, op_b, cls, reverse=True))
-        for name, op in compare.items():
-            setattr(cls, f"__{name}__", fwd(op, cls))
-        cls.__eq__ = comparison(_EQUAL, cls)
-        cls.__ne__ = comparison(_NOT_EQUAL, cls)
-        # Tensors stay hashable by identity (tape and dict keys), as in TF2's .ref()
-        cls.__hash__ = cls.__dict__.get("__hash__") or object.__hash__
-        cls.__neg__ = negative
-        cls.__pos__ = lambda self: self
-        cls.__abs__ = abs
-        cls.__invert__ = _invert
-        cls.__matmul__ = __matmul__
-        cls.__rmatmul__ = __rmatmul__
-        cls.__getitem__ = _getitem
-        cls.__setitem__ = _setitem
+        if cls is Tensor and all([bind_operator(n, ops[n], f) for n, f in funcs.items()] +
+                                 [bind_operator(n, None, f) for n, f in unary.items()]):
+            continue
+        for name, f in funcs.items():
+            setattr(cls, f"__{name}__", _method(f))
+            if name in reflected:
+                setattr(cls, f"__r{name}__", _method(f, reverse=True))
+        for name, f in unary.items():
+            setattr(cls, f"__{name}__", f)
+    Tensor.__getitem__ = Variable.__getitem__ = _getitem
+    Tensor.__setitem__ = Variable.__setitem__ = _setitem
+
+
+def _method(f, reverse=False):
+    if reverse:
+        def rmethod(self, other):
+            return f(other, self)
+        return rmethod
+
+    def method(self, other):
+        return f(self, other)
+    return method
 
 
 _install()

@@ -16,15 +16,9 @@ or the policy is ``"silent"``/``"warn"``; else DeviceMismatchError.
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
-
-try:        # the optional C fast paths (core/setup.py builds them when it can)
-    from . import _speedups as _sp
-except ImportError:
-    _sp = None
 
 from . import devices as _devs
 from . import dtypes as _dt
@@ -35,7 +29,7 @@ from . import context as _ctx
 from .context import HOOKS as _HOOKS
 from . import registry as _reg
 from .registry import OpDef, get_op, kernel_not_found
-from .tensor import Tensor, VariableBase as Variable, _wrap
+from .tensor import Tensor, VariableBase as Variable, _sp, _wrap
 
 __all__ = ["execute", "convert_to_tensor", "convert_like", "as_tensor_list", "constant",
            "copy_to_device"]
@@ -46,7 +40,6 @@ _tapes_active = _ctx.tapes_active
 record = _ctx.record
 _EMPTY: dict = {}
 _NOFAST: dict = {}
-_new = object.__new__
 SMALL_HOST_ELEMENTS = 16
 
 
@@ -463,18 +456,17 @@ def execute(op, inputs, attrs=_EMPTY):
                            else fn(first._data, second._data))
             except Exception as e:
                 raise _translate(e, op, dev, inputs, attrs) from None
-            t = _new(Tensor)
-            t._data = out
-            t._device = dev
+            t = _wrap(out, dev)
             if _tapes_active[0] and op.differentiable:
                 record(op, inputs, (t,), attrs)
             return t
     return _run(op, *_prepare(op, inputs), attrs)
 
 
-def binary(op, a, b):
+def _binary_py(op, a, b):
     """``execute(op, (a, b))`` for Tensor operators and two-operand functions, the path
-    users time (``a + b``): the C extension mirrors it and falls back to it. A Python
+    users time (``a + b``): ``binary``, which the C core (``runtime/_c/dispatch.c``)
+    replaces with its fast path falling back to this function. A Python
     scalar next to a Tensor becomes a cached 0-d tensor of the Tensor's dtype when NumPy
     2's weak-scalar rule keeps that dtype (the seeds' ``x * 2.0``, Collatz's ``a % 2``).
     Inside a device scope this path is taken when the Tensor operands are on the
@@ -503,9 +495,7 @@ def binary(op, a, b):
                 out = fn(x, y)
             except Exception as e:
                 raise _translate(e, op, dev, (a, b), _EMPTY) from None
-            t = _new(Tensor)
-            t._data = out
-            t._device = dev
+            t = _wrap(out, dev)
             if _tapes_active[0] and op.differentiable:
                 record(op, (a, b), (t,), _EMPTY)
             return t
@@ -558,21 +548,6 @@ def _scalar_or_none(value, like):
     if (tv is float or tv is int) and _keeps_dtype(value, tv, like):
         return _scalar_like(value, like)
     return None
-
-
-def make_binary_operator(op, reverse=False):
-    """A Tensor dunder method for ``op``: the C version from ``tapeflow.runtime._speedups`` when
-    it was built (and ``TAPEFLOW_PURE_PYTHON`` is unset), else ``binary`` itself."""
-    if _speedups is not None:
-        return _speedups.binop(op, op.fast, reverse)
-    if reverse:
-        def rmethod(self, other):
-            return binary(op, other, self)
-        return rmethod
-
-    def method(self, other):
-        return binary(op, self, other)
-    return method
 
 
 def _prepare(op, inputs):
@@ -777,17 +752,34 @@ def _copy_jvp(ctx, t):
 _COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad, jvp=_copy_jvp)
 
 
+binary = _binary_py
+
+
 def _load_speedups():
-    """Bind the optional C fast paths: Tensor operators and ``context.record``."""
-    global record
-    if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0") or _sp is None:
+    """Bind the C core's fast paths (``runtime/_c``; ``runtime.tensor`` decided whether
+    it is in use): ``binary``, ``context.record`` and, through ``ops/operators.py``'s
+    :func:`bind_operator`, the Tensor operators."""
+    global record, binary
+    if _sp is None:
         return None
-    _sp.init(Tensor, _scopes, _tapes_active, binary, _ctx._local, _scalar_or_none)
+    _sp.init(_scopes, _tapes_active, _tracing, _ctx._local, _binary_py, _scalar_or_none,
+             np.ndarray, np.generic)
     record = _ctx.record = _sp.record
+    binary = _sp.binary
     return _sp
 
 
 _speedups = _load_speedups()
+
+
+def bind_operator(name, op, fallback):
+    """Bind Tensor's operator slot ``name`` ("add", "radd" is the same slot; "eq", "neg",
+    ...) in the C core: ``op``'s fast path (or None), else ``fallback(a, b)`` with the
+    operands in order. Returns False without the C core: set the Python methods then."""
+    if _speedups is None:
+        return False
+    _speedups.set_operator(name, op, fallback)
+    return True
 _ctx.install_execute(execute)
 _ctx.install_copy_to_device(copy_to_device)
 _ctx.install_constant(constant)

@@ -26,7 +26,7 @@ from . import shapes as _shapes
 from .context import HOOKS
 from .errors import (InvalidArgumentError, NotFoundError, OpError, PluginConflictError,
                      PluginOverrideWarning, TapeflowError)
-from .tensor import Tensor, VariableBase
+from .tensor import Tensor, VariableBase, _sp
 
 
 #: op name -> the public functions Libraries made for it (tapeflow.plugins.library); the
@@ -622,6 +622,8 @@ def _validate_after_check(op, tensors, attrs, device):
 def _refresh_fast(op, device_type):
     """Rebuild ``op.fast[device_type]``: the dtype -> fn table the hot path reads."""
     entry = op.kernels.get(device_type)
+    if _sp is not None:
+        _sp.kernels_changed()           # (the C core's cache of kernels)
     if (entry is None or entry.needs_device or op.dtype_from != 0 or op.variadic
             or op.check is not None):
         op.fast.pop(device_type, None)

@@ -20,7 +20,14 @@ tf.Tensor(
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
+
+try:        # the optional C core (core/setup.py builds it when it can)
+    from . import _speedups
+except ImportError:
+    _speedups = None
 
 from . import context as _ctx
 from .context import HOOKS as _HOOKS
@@ -114,7 +121,56 @@ class VariableBase:
         raise NotImplementedError
 
 
-class Tensor:
+class _TensorPy:
+    """The pure-Python base of :class:`Tensor` (``TAPEFLOW_PURE_PYTHON=1``, or no C
+    compiler), and the reference the C base ``_speedups.TensorBase`` mirrors
+    (``runtime/_c/tensor.c``): the slots, identity hash, and Python's conversions of a
+    one-element tensor, which the C base falls back to for what it does not do itself
+    (non-host arrays, tracing, errors)."""
+
+    __slots__ = ("_data", "_device", "__weakref__")
+
+    def __bool__(self):
+        if _tracing[0]:
+            _check_traced(self, "bool()")
+        d = self._data
+        if d.size == 1 and self._device.is_host:   # Python control flow: keep it cheap
+            return bool(d)
+        return bool(self._scalar("bool()"))
+
+    def __int__(self):
+        if _tracing[0]:
+            _check_traced(self, "int()")
+        d = self._data
+        if d.size == 1 and self._device.is_host:
+            return int(d.reshape(()) if d.ndim else d)
+        return int(self._scalar("int()"))
+
+    def __float__(self):
+        if _tracing[0]:
+            _check_traced(self, "float()")
+        d = self._data
+        if d.size == 1 and self._device.is_host:
+            return float(d.reshape(()) if d.ndim else d)
+        return float(self._scalar("float()"))
+
+    def __index__(self):
+        if _tracing[0]:
+            _check_traced(self, "__index__")
+        if not self.dtype.is_integer:
+            raise InvalidTypeError(
+                f"only integer tensors can be used as an index; got {self.dtype.name}")
+        return int(self._scalar("__index__"))
+
+    def __hash__(self):
+        return id(self)
+
+
+#: the C core (runtime/_c), unless TAPEFLOW_PURE_PYTHON is set or it was not built
+_sp = None if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0") else _speedups
+
+
+class Tensor(_sp.TensorBase if _sp is not None else _TensorPy):
     """An immutable multi-dimensional value on one device.
 
     Build tensors with ``tf.constant`` / ``tf.convert_to_tensor`` or any op; read
@@ -123,7 +179,7 @@ class Tensor:
     so Python control flow works, as in the seeds' Collatz loop.
     """
 
-    __slots__ = ("_data", "_device", "__weakref__")
+    __slots__ = ()
 
     # Let NumPy defer to our reflected operators (np_array * tensor -> tensor).
     __array_priority__ = 100
@@ -254,38 +310,6 @@ class Tensor:
                 op=what, device=self._device)
         return self._host().reshape(()).item()
 
-    def __bool__(self):
-        if _tracing[0]:
-            _check_traced(self, "bool()")
-        d = self._data
-        if d.size == 1 and self._device.is_host:   # Python control flow: keep it cheap
-            return bool(d)
-        return bool(self._scalar("bool()"))
-
-    def __int__(self):
-        if _tracing[0]:
-            _check_traced(self, "int()")
-        d = self._data
-        if d.size == 1 and self._device.is_host:
-            return int(d.reshape(()) if d.ndim else d)
-        return int(self._scalar("int()"))
-
-    def __float__(self):
-        if _tracing[0]:
-            _check_traced(self, "float()")
-        d = self._data
-        if d.size == 1 and self._device.is_host:
-            return float(d.reshape(()) if d.ndim else d)
-        return float(self._scalar("float()"))
-
-    def __index__(self):
-        if _tracing[0]:
-            _check_traced(self, "__index__")
-        if not self.dtype.is_integer:
-            raise InvalidTypeError(
-                f"only integer tensors can be used as an index; got {self.dtype.name}")
-        return int(self._scalar("__index__"))
-
     def __complex__(self):
         return complex(self._scalar("complex()"))
 
@@ -302,9 +326,6 @@ class Tensor:
         n = len(self)
         for i in range(n):
             yield self[i]
-
-    def __hash__(self):
-        return id(self)
 
     def __reduce__(self):
         return (_rebuild, (self.numpy(), self._device.name))
@@ -354,8 +375,15 @@ def _rebuild(value, device_name):
 
 
 def _wrap(data, device) -> Tensor:
-    """Make a Tensor from a native array (no checks; hot path)."""
+    """Make a Tensor from a native array (no checks; hot path; ``_speedups.wrap``)."""
     t = _new(Tensor)
     t._data = data
     t._device = device
     return t
+
+
+if _sp is not None:
+    _sp.bind_tensor(Tensor)
+    for _name in ("bool", "int", "float", "index"):
+        _sp.set_operator(_name, None, getattr(_TensorPy, f"__{_name}__"))
+    _wrap = _sp.wrap    # noqa: F811 - the same function, in C
