@@ -410,9 +410,9 @@ def _weak(value):
     return None
 
 
-def execute(op, inputs, attrs=_EMPTY):
+def _execute_py(op, inputs, attrs=_EMPTY):
     """Run ``op`` on ``inputs`` (a tuple) with complete ``attrs``; returns a Tensor
-    or a tuple of Tensors.
+    or a tuple of Tensors (``execute``: the C core's fast path falls back to this).
 
     The one fast path: when every input is a Tensor on one device with one dtype --
     outside a device scope, or on the scope's device (the seeds' training loops run
@@ -534,7 +534,8 @@ def _scalar_like(value, like):
     t = _SCALARS.get(key)
     if t is None:
         a = np.array(value, dtype=dt)
-        t = _wrap(a if dev.is_host else dev.backend.from_host(a, dev), dev)
+        # (on the host a NumPy scalar, as NumPy's ops on 0-d arrays return)
+        t = _wrap(a[()] if dev.is_host else dev.backend.from_host(a, dev), dev)
         if len(_SCALARS) > 512:
             _SCALARS.clear()
         _SCALARS[key] = t
@@ -753,20 +754,31 @@ _COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad, jvp=_copy_jvp)
 
 
 binary = _binary_py
+execute = _execute_py
 
 
 def _load_speedups():
     """Bind the C core's fast paths (``runtime/_c``; ``runtime.tensor`` decided whether
-    it is in use): ``binary``, ``context.record`` and, through ``ops/operators.py``'s
+    it is in use): ``binary``, ``execute``, ``context.record`` and, through ``ops/operators.py``'s
     :func:`bind_operator`, the Tensor operators."""
-    global record, binary
+    global record, binary, execute
     if _sp is None:
         return None
     _sp.init(_scopes, _tapes_active, _tracing, _ctx._local, _binary_py, _scalar_or_none,
-             np.ndarray, np.generic)
+             np.ndarray, np.generic, _execute_py, _ctx)
     record = _ctx.record = _sp.record
     binary = _sp.binary
+    execute = _sp.execute
+    _sp.scalar_math({f: i for i, f in enumerate(_SCALAR_UFUNCS)},
+                    (np.float16, np.float32, np.float64),
+                    tuple(d.type for d in map(np.dtype, "?bBhHiIlLqQefd")))
     return _sp
+
+
+#: the ufuncs NumPy scalars compute themselves (runtime/_c/dispatch.c, in its order)
+_SCALAR_UFUNCS = (np.add, np.subtract, np.multiply, np.true_divide, np.floor_divide,
+                  np.remainder, np.equal, np.not_equal, np.less, np.less_equal, np.greater,
+                  np.greater_equal)
 
 
 _speedups = _load_speedups()

@@ -1,13 +1,16 @@
 /*
  * dispatch.c: the binary fast path, in C.
  *
- * Mirrors runtime/dispatch.py `_binary_py` (the reference, and the fallback for
- * everything this file does not handle): two Tensors of one device and one dtype, or a
+ * Mirrors runtime/dispatch.py `_binary_py` and `_execute_py`'s fast path (the
+ * references, and the fallbacks for everything this file does not handle). binary(): two Tensors of one device and one dtype, or a
  * Tensor and a Python scalar that keeps the Tensor's dtype (the seeds' `x * 2.0`,
  * Collatz's `a % 2`), outside a device scope, with a kernel in `op.fast`: one kernel
  * call, one Tensor, one record when a tape of this thread watches an operand. Scalars,
  * Variables, mixed devices or dtypes, device scopes, missing kernels and kernel errors
  * go to the Python path (which re-runs the kernel and translates its error).
+ * execute(op, inputs, attrs): one or two Tensors of one device and dtype, a one-output
+ * op with a kernel in `op.fast`: the kernel called with the attrs as keywords, and the
+ * record made by `context.record` when a tape is active.
  *
  * Two caches keep the Python objects out of the hot path:
  *   - Python scalars: a direct-mapped cache of the 0-d tensors the Python path makes
@@ -31,7 +34,67 @@ static ScalarSlot scache[SCACHE_SIZE];
 #define KCACHE_SIZE 256
 typedef struct {
     PyObject *op, *dev, *dtype, *fn;  /* owned; fn == NULL: empty slot */
+    int scalar_op;                    /* SCALAR_* of fn, or -1 */
 } KernelSlot;
+
+/*
+ * NumPy scalars. NumPy's ops on 0-d arrays return NumPy scalars, whose own arithmetic
+ * (`np.float64(27) % 2`, ~60 ns) is an order of magnitude cheaper than a ufunc call
+ * (~700 ns); loops over scalar tensors (the seeds' Collatz loop) are made of these.
+ * When the kernel is one of the ufuncs below and both operands are NumPy scalars of one
+ * type, the scalar's number slot computes the same IEEE operation (NumPy implements
+ * both with the same npy_* functions): for the real floating types every operation
+ * below, for every type the comparisons (no warnings, no overflow). Integer arithmetic
+ * stays with the ufunc: NumPy's scalar arithmetic warns on overflow, its ufuncs wrap.
+ * A floating-point warning says "scalar add" where the ufunc says "add".
+ */
+enum { SC_ADD, SC_SUB, SC_MUL, SC_TRUEDIV, SC_FLOORDIV, SC_MOD, SC_EQ, SC_NE, SC_LT, SC_LE,
+       SC_GT, SC_GE, NSCALAR_OPS };
+static PyObject *scalar_ops = NULL;      /* {ufunc: SC_*} (init) */
+static PyObject *float_types = NULL;     /* (np.float16, np.float32, np.float64) */
+static PyObject *scalar_types = NULL;    /* the NumPy scalar types of the comparisons */
+
+static int
+type_in(PyObject *types, PyTypeObject *t)
+{
+    if (types == NULL)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(types); i++)
+        if (PyTuple_GET_ITEM(types, i) == (PyObject *)t)
+            return 1;
+    return 0;
+}
+
+/* x OP y by NumPy's scalar arithmetic, or NULL (no error) when it does not apply */
+static PyObject *
+scalar_math(int k, PyObject *x, PyObject *y)
+{
+    PyTypeObject *t = Py_TYPE(x);
+    if (k < 0 || Py_TYPE(y) != t)
+        return NULL;
+    PyObject *r;
+    if (k >= SC_EQ) {
+        static const int cmp[] = {Py_EQ, Py_NE, Py_LT, Py_LE, Py_GT, Py_GE};
+        if (!type_in(scalar_types, t))
+            return NULL;
+        r = PyObject_RichCompare(x, y, cmp[k - SC_EQ]);
+    }
+    else {
+        if (!type_in(float_types, t))
+            return NULL;
+        switch (k) {
+        case SC_ADD: r = PyNumber_Add(x, y); break;
+        case SC_SUB: r = PyNumber_Subtract(x, y); break;
+        case SC_MUL: r = PyNumber_Multiply(x, y); break;
+        case SC_TRUEDIV: r = PyNumber_TrueDivide(x, y); break;
+        case SC_FLOORDIV: r = PyNumber_FloorDivide(x, y); break;
+        default: r = PyNumber_Remainder(x, y); break;
+        }
+    }
+    if (r == NULL)                      /* (np.errstate(all="raise"): the ufunc raises) */
+        PyErr_Clear();
+    return r;
+}
 static KernelSlot kcache[KCACHE_SIZE];
 
 void
@@ -102,15 +165,18 @@ scalar_tensor(PyObject *v, TensorObject *like, PyObject *dtype)
 }
 
 /* op.fast[dev.type][dtype] (borrowed, kept alive by the cache), or NULL with no error
-   when there is none. */
+   when there is none; *scalar_op: its SCALAR_* code or -1 (may be NULL). */
 static PyObject *
-kernel_for(PyObject *op, PyObject *dev, PyObject *dtype)
+kernel_for(PyObject *op, PyObject *dev, PyObject *dtype, int *scalar_op)
 {
     size_t h = ((size_t)op >> 4) ^ ((size_t)dev >> 6) ^ ((size_t)dtype >> 3);
     h ^= h >> 11;
     KernelSlot *k = &kcache[h % KCACHE_SIZE];
-    if (k->fn != NULL && k->op == op && k->dev == dev && k->dtype == dtype)
+    if (k->fn != NULL && k->op == op && k->dev == dev && k->dtype == dtype) {
+        if (scalar_op != NULL)
+            *scalar_op = k->scalar_op;
         return k->fn;
+    }
     PyObject *fast = NULL, *devtype = NULL, *fn = NULL;
     fast = PyObject_GetAttr(op, sp.str_fast);
     if (fast == NULL || !PyDict_Check(fast))
@@ -124,12 +190,28 @@ kernel_for(PyObject *op, PyObject *dev, PyObject *dtype)
     fn = PyDict_GetItemWithError(tbl, dtype);                          /* borrowed */
     if (fn == NULL)
         goto miss;
+    PyObject *nout = PyObject_GetAttr(op, sp.str_num_outputs);   /* (one output only) */
+    int one = nout != NULL && PyLong_CheckExact(nout) && PyLong_AsLong(nout) == 1;
+    Py_XDECREF(nout);
+    if (!one)
+        goto miss;
+    k->scalar_op = -1;
+    if (scalar_ops != NULL) {
+        PyObject *code = PyDict_GetItemWithError(scalar_ops, fn);      /* borrowed */
+        if (code != NULL && PyLong_Check(code))
+            k->scalar_op = (int)PyLong_AsLong(code);
+        if (k->scalar_op >= NSCALAR_OPS)
+            k->scalar_op = -1;
+        PyErr_Clear();
+    }
     Py_XSETREF(k->fn, Py_NewRef(fn));
     Py_XSETREF(k->op, Py_NewRef(op));
     Py_XSETREF(k->dev, Py_NewRef(dev));
     Py_XSETREF(k->dtype, Py_NewRef(dtype));
     Py_DECREF(fast);
     Py_DECREF(devtype);
+    if (scalar_op != NULL)
+        *scalar_op = k->scalar_op;
     return k->fn;
 miss:
     PyErr_Clear();
@@ -151,13 +233,17 @@ fast_tensors(PyObject *op, TensorObject *a, TensorObject *b)
         PyErr_Clear();
         return NULL;
     }
-    PyObject *fn = kernel_for(op, dev, dta);
+    int sop = -1;
+    PyObject *fn = kernel_for(op, dev, dta, &sop);
     if (fn == NULL)
         return NULL;
-    Py_INCREF(fn);                            /* (a kernel may refresh the tables) */
-    PyObject *args[2] = {a->data, b->data};
-    PyObject *out = PyObject_Vectorcall(fn, args, 2, NULL);
-    Py_DECREF(fn);
+    PyObject *out = scalar_math(sop, a->data, b->data);
+    if (out == NULL) {
+        Py_INCREF(fn);                        /* (a kernel may refresh the tables) */
+        PyObject *args[2] = {a->data, b->data};
+        out = PyObject_Vectorcall(fn, args, 2, NULL);
+        Py_DECREF(fn);
+    }
     if (out == NULL) {                        /* the Python path re-raises, translated */
         PyErr_Clear();
         return NULL;
@@ -200,6 +286,92 @@ sp_fast_binary(PyObject *op, PyObject *a, PyObject *b)
     return r;
 }
 
+/* op(*inputs, **attrs) on one or two Tensors of one device and dtype (dispatch.py
+   `_execute_py`'s fast path): the result, or NULL (no error: the Python path). */
+static PyObject *
+fast_execute(PyObject *op, PyObject *inputs, PyObject *attrs)
+{
+    if (sp_Tensor == NULL || !sp_counter_zero(sp.scopes) || !PyTuple_CheckExact(inputs))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(inputs);
+    if (n < 1 || n > 2 || (attrs != NULL && !PyDict_CheckExact(attrs)))
+        return NULL;
+    PyObject *args[2];
+    PyObject *dev = NULL, *dtype = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyTuple_GET_ITEM(inputs, i);
+        if (!SP_IS_TENSOR(x))
+            return NULL;
+        TensorObject *t = (TensorObject *)x;
+        PyObject *dt = sp_tensor_dtype(t);
+        if (dt == NULL || t->device == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (i == 0) {
+            dev = t->device;
+            dtype = dt;
+        }
+        else if (t->device != dev || dt != dtype)
+            return NULL;
+        args[i] = t->data;
+    }
+    PyObject *fn = kernel_for(op, dev, dtype, NULL);
+    if (fn == NULL)
+        return NULL;
+    Py_INCREF(fn);
+    PyObject *out = (attrs != NULL && PyDict_GET_SIZE(attrs) > 0)
+        ? PyObject_VectorcallDict(fn, args, n, attrs) : PyObject_Vectorcall(fn, args, n, NULL);
+    Py_DECREF(fn);
+    if (out == NULL) {                        /* the Python path re-raises, translated */
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *t = sp_tensor_new(out, dev);
+    Py_DECREF(out);
+    if (t == NULL || sp_counter_zero(sp.tapes))
+        return t;
+    /* a tape records somewhere: context.record(op, inputs, (t,), attrs) as dispatch.py
+       does, for a differentiable op */
+    PyObject *d = PyObject_GetAttr(op, sp.str_differentiable);
+    int differentiable = d == NULL ? -1 : PyObject_IsTrue(d);
+    Py_XDECREF(d);
+    PyObject *rec = differentiable > 0 ? PyObject_GetAttr(sp.context, sp.str_record) : NULL;
+    PyObject *outs = rec != NULL ? PyTuple_Pack(1, t) : NULL;
+    PyObject *r = NULL;
+    if (outs != NULL) {
+        PyObject *rargs[4] = {op, inputs, outs, attrs != NULL ? attrs : sp.empty_dict};
+        r = PyObject_Vectorcall(rec, rargs, 4, NULL);
+    }
+    Py_XDECREF(rec);
+    Py_XDECREF(outs);
+    if (differentiable < 0 || (differentiable > 0 && r == NULL)) {
+        Py_XDECREF(r);
+        Py_DECREF(t);
+        return NULL;                          /* the error stays set */
+    }
+    Py_XDECREF(r);
+    return t;
+}
+
+/* execute(op, inputs, attrs={}): dispatch.execute -- the fast path, else _execute_py */
+static PyObject *
+sp_execute(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs < 2 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "execute(op, inputs, attrs={}) takes 2 or 3 arguments");
+        return NULL;
+    }
+    PyObject *r = fast_execute(args[0], args[1], nargs == 3 ? args[2] : NULL);
+    if (r != NULL || PyErr_Occurred())
+        return r;
+    if (sp.slow_execute == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "tapeflow.runtime._speedups.init() was not called");
+        return NULL;
+    }
+    return PyObject_Vectorcall(sp.slow_execute, args, nargs, NULL);
+}
+
 /* binary(op, a, b): dispatch.binary -- the fast path, else dispatch._binary_py */
 static PyObject *
 sp_binary(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
@@ -218,6 +390,23 @@ sp_binary(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return PyObject_Vectorcall(sp.slow_binary, args, 3, NULL);
 }
 
+/* scalar_math(ops, float_types, scalar_types): bind the ufuncs NumPy scalars compute
+   themselves ({ufunc: code in SC_* order}) and the scalar types that may */
+static PyObject *
+sp_scalar_math(PyObject *mod, PyObject *args)
+{
+    PyObject *ops, *floats, *types;
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyDict_Type, &ops, &PyTuple_Type, &floats,
+                          &PyTuple_Type, &types))
+        return NULL;
+    Py_XSETREF(scalar_ops, Py_NewRef(ops));
+    Py_XSETREF(float_types, Py_NewRef(floats));
+    Py_XSETREF(scalar_types, Py_NewRef(types));
+    for (int i = 0; i < KCACHE_SIZE; i++)
+        Py_CLEAR(kcache[i].fn);
+    Py_RETURN_NONE;
+}
+
 /* kernels_changed(): the registry rebuilt a fast table (forget the cached kernels) */
 static PyObject *
 sp_kernels_changed(PyObject *mod, PyObject *unused)
@@ -230,6 +419,10 @@ sp_kernels_changed(PyObject *mod, PyObject *unused)
 PyMethodDef sp_dispatch_methods[] = {
     {"binary", (PyCFunction)(void (*)(void))sp_binary, METH_FASTCALL,
      "binary(op, a, b): runtime.dispatch.binary with its fast path in C."},
+    {"execute", (PyCFunction)(void (*)(void))sp_execute, METH_FASTCALL,
+     "execute(op, inputs, attrs={}): runtime.dispatch.execute with its fast path in C."},
+    {"scalar_math", sp_scalar_math, METH_VARARGS,
+     "scalar_math(ops, float_types, scalar_types): NumPy scalars' own arithmetic."},
     {"kernels_changed", sp_kernels_changed, METH_NOARGS,
      "Forget the cached kernels (the registry rebuilt an op's fast table)."},
     {NULL, NULL, 0, NULL},

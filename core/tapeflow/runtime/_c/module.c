@@ -11,22 +11,24 @@
 
 SpState sp;
 
-/* init(scopes, tapes, tracing, local, binary, scalar_or_none, ndarray, generic) */
+/* init(scopes, tapes, tracing, local, binary, scalar_or_none, ndarray, generic,
+        execute, context) */
 static PyObject *
 sp_init(PyObject *mod, PyObject *args)
 {
-    PyObject *scopes, *tapes, *tracing, *local, *binary, *sfor, *ndarray, *generic;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOOO!O!", &PyList_Type, &scopes, &PyList_Type, &tapes,
-                          &PyList_Type, &tracing, &local, &binary, &sfor, &PyType_Type,
-                          &ndarray, &PyType_Type, &generic))
+    PyObject *scopes, *tapes, *tracing, *local, *binary, *sfor, *ndarray, *generic, *execute,
+             *context;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOO!O!OO", &PyList_Type, &scopes, &PyList_Type,
+                          &tapes, &PyList_Type, &tracing, &local, &binary, &sfor, &PyType_Type,
+                          &ndarray, &PyType_Type, &generic, &execute, &context))
         return NULL;
     if (PyList_GET_SIZE(scopes) < 1 || PyList_GET_SIZE(tapes) < 1
         || PyList_GET_SIZE(tracing) < 1) {
         PyErr_SetString(PyExc_ValueError, "init: counter lists must have one element");
         return NULL;
     }
-    if (!PyCallable_Check(binary)) {
-        PyErr_SetString(PyExc_TypeError, "init: binary must be callable");
+    if (!PyCallable_Check(binary) || !PyCallable_Check(execute)) {
+        PyErr_SetString(PyExc_TypeError, "init: binary and execute must be callable");
         return NULL;
     }
     Py_XSETREF(sp.scopes, Py_NewRef(scopes));
@@ -37,6 +39,8 @@ sp_init(PyObject *mod, PyObject *args)
     Py_XSETREF(sp.scalar_for, sfor == Py_None ? NULL : Py_NewRef(sfor));
     Py_XSETREF(sp.ndarray, Py_NewRef(ndarray));
     Py_XSETREF(sp.generic, Py_NewRef(generic));
+    Py_XSETREF(sp.slow_execute, Py_NewRef(execute));
+    Py_XSETREF(sp.context, Py_NewRef(context));
     sp_dispatch_clear();                 /* (re-)init: forget cached scalars and kernels */
     Py_RETURN_NONE;
 }
@@ -83,8 +87,12 @@ PyInit__speedups(void)
     sp.str_recorders = PyUnicode_InternFromString("recorders");
     sp.str_differentiable = PyUnicode_InternFromString("differentiable");
     sp.str_ndim = PyUnicode_InternFromString("ndim");
+    sp.str_num_outputs = PyUnicode_InternFromString("num_outputs");
+    sp.str_record = PyUnicode_InternFromString("record");
+    sp.empty_dict = PyDict_New();
     if (sp.zero == NULL || sp.str_dtype == NULL || sp.str_type == NULL || sp.str_fast == NULL
         || sp.str_recorders == NULL || sp.str_differentiable == NULL || sp.str_ndim == NULL
+        || sp.str_num_outputs == NULL || sp.str_record == NULL || sp.empty_dict == NULL
         || sp_tensor_ready(m) < 0 || add_methods(m, sp_tensor_methods) < 0
         || add_methods(m, sp_dispatch_methods) < 0 || add_methods(m, sp_tape_methods) < 0) {
         Py_DECREF(m);

@@ -62,12 +62,15 @@ typedef struct {
     PyObject *tracing;       /* runtime.context.tracing: [count] */
     PyObject *local;         /* runtime.context._local (threading.local) */
     PyObject *slow_binary;   /* runtime.dispatch._binary_py(op, a, b) */
+    PyObject *slow_execute;  /* runtime.dispatch._execute_py(op, inputs, attrs) */
+    PyObject *context;       /* the module runtime.context (its `record`) */
+    PyObject *empty_dict;
     PyObject *scalar_for;    /* runtime.dispatch._scalar_or_none(value, like) */
     PyObject *ndarray;       /* numpy.ndarray (host arrays: bool()/int()/float() in C) */
     PyObject *generic;       /* numpy.generic (what NumPy's ops on 0-d arrays return) */
     PyObject *zero;          /* the int 0 */
     PyObject *str_dtype, *str_type, *str_fast, *str_recorders, *str_differentiable,
-             *str_ndim;
+             *str_ndim, *str_num_outputs, *str_record;
 } SpState;
 
 extern SpState sp;

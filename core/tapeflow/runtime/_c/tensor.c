@@ -57,21 +57,41 @@ sp_tensor_new(PyObject *data, PyObject *device)
 }
 
 static void
-tensor_dealloc(TensorObject *t)
+clear_tensor(TensorObject *t)
 {
     if (t->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)t);
     Py_CLEAR(t->data);
     Py_CLEAR(t->device);
     Py_CLEAR(t->dtype);
+}
+
+/* tp_dealloc of TensorBase itself (a bare TensorBase(), which nothing in tapeflow makes) */
+static void
+tensor_dealloc(TensorObject *t)
+{
+    clear_tensor(t);
+    Py_TYPE(t)->tp_free((PyObject *)t);
+}
+
+/* tp_dealloc of the Python class Tensor, set by bind_tensor in place of CPython's
+   subtype_dealloc (whose finalizer, slot and dict handling a Tensor does not need): an
+   exact Tensor goes to the free list. A Python subclass of Tensor keeps subtype_dealloc,
+   which clears its own slots and then calls this function as its base's; the instance
+   holds a reference to its heap type, dropped here in both cases (subtype_dealloc leaves
+   that to a heap base). */
+static void
+tensor_dealloc_heap(TensorObject *t)
+{
     PyTypeObject *type = Py_TYPE(t);
-    if (type == sp_Tensor && nfree < FREELIST_MAX) {
-        /* the memory is kept for sp_tensor_new; subtype_dealloc drops the type's
-           reference after this returns, as after tp_free */
-        freelist[nfree++] = t;
-        return;
-    }
-    type->tp_free((PyObject *)t);
+    if (PyObject_GC_IsTracked((PyObject *)t))
+        PyObject_GC_UnTrack(t);
+    clear_tensor(t);
+    if (type == sp_Tensor && nfree < FREELIST_MAX)
+        freelist[nfree++] = t;            /* the memory, for sp_tensor_new */
+    else
+        type->tp_free((PyObject *)t);
+    Py_DECREF(type);
 }
 
 PyObject *
@@ -298,6 +318,20 @@ tensor_richcompare(PyObject *self, PyObject *other, int op)
     return binary_slot(slot_of[op], self, other);
 }
 
+/* Tensor(): tensors are made by ops (tf.constant, tf.convert_to_tensor ...); a Python
+   subclass of Tensor may be instantiated (empty: its code sets _data and _device) */
+static PyObject *
+tensor_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (type == &TensorBase_Type || type == sp_Tensor) {
+        PyErr_SetString(PyExc_TypeError,
+                        "tf.Tensor cannot be created directly: use tf.constant(value) or "
+                        "tf.convert_to_tensor(value)");
+        return NULL;
+    }
+    return PyType_GenericNew(type, args, kwargs);
+}
+
 static Py_hash_t
 tensor_hash(PyObject *self)
 {
@@ -318,6 +352,7 @@ PyTypeObject TensorBase_Type = {
     .tp_richcompare = tensor_richcompare,
     .tp_weaklistoffset = offsetof(TensorObject, weakreflist),
     .tp_getset = tensor_getset,
+    .tp_new = tensor_new,
 };
 
 /* --- binding ------------------------------------------------------------------------- */
@@ -340,13 +375,17 @@ static PyObject *
 sp_bind_tensor(PyObject *mod, PyObject *cls)
 {
     if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &TensorBase_Type)
-        || ((PyTypeObject *)cls)->tp_basicsize != TensorBase_Type.tp_basicsize) {
-        PyErr_SetString(PyExc_TypeError,
-                        "bind_tensor: a subclass of TensorBase with __slots__ = () expected");
+        || ((PyTypeObject *)cls)->tp_basicsize != TensorBase_Type.tp_basicsize
+        || ((PyTypeObject *)cls)->tp_base != &TensorBase_Type
+        || !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE)
+        || ((PyTypeObject *)cls)->tp_finalize != NULL || ((PyTypeObject *)cls)->tp_del != NULL) {
+        PyErr_SetString(PyExc_TypeError, "bind_tensor: a Python class deriving directly from "
+                        "TensorBase, with __slots__ = () and no __del__, expected");
         return NULL;
     }
     /* (the free list keeps the memory of a previous class's instances: same size) */
     Py_XSETREF(sp_Tensor, (PyTypeObject *)Py_NewRef(cls));
+    sp_Tensor->tp_dealloc = (destructor)tensor_dealloc_heap;
     sp_dispatch_clear();
     Py_RETURN_NONE;
 }
