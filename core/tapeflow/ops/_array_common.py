@@ -76,7 +76,7 @@ def _shape_tuple(shape, op="Reshape"):
     most 64 of them: NumPy's and the devices' limit on dimensions)."""
     try:
         if isinstance(shape, (tuple, list)):
-            out = tuple(map(_index, shape))
+            out = tuple(map(_opindex, shape))       # (its TypeError is reworded below)
         else:
             if isinstance(shape, (Tensor, Variable)):
                 shape = shape.numpy()
@@ -90,7 +90,8 @@ def _shape_tuple(shape, op="Reshape"):
         raise InvalidArgumentError(
             f"shape must be an integer or a list of integers, got {_shapes._short(shape)}",
             op=op, device=_here()) from None
-    _shapes.check_rank(out, op, _here())
+    if len(out) > _shapes.MAX_RANK:
+        _shapes.check_rank(out, op, _here())
     return out
 
 

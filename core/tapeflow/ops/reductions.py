@@ -23,11 +23,11 @@ from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ._library import batch_axis, batch_one_axis, defop, flag, rerun
 from ..runtime.errors import InvalidArgumentError
-from ..runtime.dispatch import convert_to_tensor, execute
+from ..runtime.dispatch import _run, convert_to_tensor, execute
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from . import math_ops as _m
-from ._array_common import _range, _shape_tuple
+from ._array_common import _range, _scopes, _shape_tuple
 from .array_creation import ones_like
 from .array_shape import reshape
 
@@ -41,20 +41,34 @@ __all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod
 def unbroadcast(g, shape):
     """Sum ``g`` down to ``shape`` (the inverse of NumPy broadcasting)."""
     gshape = g._data.shape
+    shape = tuple(shape)
     lead = len(gshape) - len(shape)
     axes = list(_range(lead))
     for i, d in enumerate(shape):
         if d == 1 and gshape[lead + i] != 1:
             axes.append(lead + i)
-    if axes:
-        g = reduce_sum(g, axis=axes)
-    if tuple(g._data.shape) != tuple(shape):
+    if axes:        # (sorted, distinct and in range: no normalisation to do)
+        g = execute(_SUM, (g,), {"axis": tuple(axes), "keepdims": False})
+    if g._data.shape != shape:
         g = reshape(g, shape)
     return g
 
 
+def _broadcast(t, shape):
+    """``broadcast_to(t, shape)`` for a ``shape`` known valid (a tuple of ints: an op
+    input's, in the gradients): no argument conversion, and ``t`` itself when it has the
+    shape already. What ``execute`` would do, without its layers (BroadcastTo has a
+    ``check``, so it has no fast kernel): ``_run`` on ``t``'s device outside a device
+    scope or tracer, ``execute`` inside one (placement, tracing)."""
+    if t._data.shape == shape:
+        return t
+    if type(t) is Tensor and not _scopes[0]:
+        return _run(_BROADCAST_TO, (t,), t._device, {"shape": shape})
+    return execute(_BROADCAST_TO, (t,), {"shape": shape})
+
+
 def _broadcast_to_grad(ctx, dy):
-    return unbroadcast(dy, tuple(ctx.inputs[0].shape))
+    return unbroadcast(dy, ctx.inputs[0]._data.shape)
 
 
 def _broadcast_to_infer(shapes, dtypes, attrs):
@@ -105,8 +119,16 @@ def _reduced_shape(shape, axis):
     return tuple(1 if i in axis else d for i, d in enumerate(shape))
 
 
+# the attrs of a reduction over all axes without keepdims (the defaults): one dict for
+# every call that passes none (attrs are never mutated: records and traces share them)
+_ALL_AXES = {"axis": None, "keepdims": False}
+
+
 def _reduce(op, input_tensor, axis, keepdims, keep_dims, reduction_indices):
     """Convert, normalise ``axis``/``keepdims`` and run a reduction op."""
+    if type(input_tensor) is Tensor and axis is None and keepdims is False and (
+            keep_dims is None and reduction_indices is None):
+        return execute(op, (input_tensor,), _ALL_AXES)     # the defaults: nothing to check
     x = input_tensor if type(input_tensor) is Tensor else convert_to_tensor(input_tensor)
     if reduction_indices is not None and axis is None:
         axis = reduction_indices
@@ -120,11 +142,14 @@ def _reduce(op, input_tensor, axis, keepdims, keep_dims, reduction_indices):
 
 def _keep(ctx, t):
     """``t`` (shaped like the op's output) reshaped to the keepdims=True shape, or as it
-    is when it broadcasts against the input already (keepdims, or a full reduction's
-    0-d result)."""
-    if ctx.attrs["keepdims"] or ctx.attrs["axis"] is None:
+    is when it broadcasts against the input already (NumPy aligns trailing axes):
+    keepdims, a full reduction's 0-d result, or a reduction of leading axes
+    (``axis=(0,)``, ``(0, 1)``...: ``axis`` is sorted and distinct) or of none."""
+    attrs = ctx.attrs
+    axis = attrs["axis"]
+    if attrs["keepdims"] or axis is None or not axis or axis[-1] == len(axis) - 1:
         return t
-    return reshape(t, _reduced_shape(tuple(ctx.inputs[0].shape), ctx.attrs["axis"]))
+    return reshape(t, _reduced_shape(ctx.inputs[0]._data.shape, axis))
 
 
 def _count(shape, axis):
@@ -139,16 +164,17 @@ def _count(shape, axis):
 # --- gradients (tapeflow ops only, so they are differentiable again) ---------------
 
 def _sum_grad(ctx, dy):
-    return broadcast_to(_keep(ctx, dy), tuple(ctx.inputs[0].shape))
+    # (over all axes of a vector: one BroadcastTo kernel call)
+    return _broadcast(_keep(ctx, dy), ctx.inputs[0]._data.shape)
 
 
 def _mean_grad(ctx, dy):
     x = ctx.inputs[0]
     if not x.dtype.is_inexact:
         return None
-    shape = tuple(x.shape)
+    shape = x._data.shape
     n = _count(shape, ctx.attrs["axis"])
-    return broadcast_to(_m.divide(_keep(ctx, dy), float(max(n, 1))), shape)
+    return _broadcast(_m.divide(_keep(ctx, dy), float(max(n, 1))), shape)
 
 
 def _minmax_grad(ctx, dy):
@@ -157,7 +183,7 @@ def _minmax_grad(ctx, dy):
     if not x.dtype.is_floating:
         return None
     mask = _m.cast(_m.equal(x, _keep(ctx, ctx.outputs[0])), x.dtype)
-    count = reduce_sum(mask, axis=ctx.attrs["axis"], keepdims=True)
+    count = execute(_SUM, (mask,), {"axis": ctx.attrs["axis"], "keepdims": True})
     return _m.multiply(_m.divide(mask, count), _keep(ctx, dy))
 
 
