@@ -64,6 +64,9 @@ def _np_from_python(value, dtype, dev=None, op="Const"):
     fits stays a view: its distinct values are copied (a tensor does not change when
     the caller's array does) and broadcast again, since NumPy kernels take zero-stride
     arrays; :func:`_to_device` makes it contiguous where a device needs that."""
+    tv = type(value)
+    if dtype is None and (tv is float or tv is int and -2**31 <= value < 2**31):
+        return np.array(value, np.float32 if tv is float else np.int32)   # tf.constant(27)
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         return _np_from_numpy(value, dtype, dev, op)
     n = _array_elements(value)
