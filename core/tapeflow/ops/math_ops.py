@@ -132,12 +132,18 @@ def _holomorphic(grad):
     complex kernel computes a holomorphic function declares its gradient so
     (``_holomorphic(_exp_grad)``); the linear ops (Add, Sub, Neg, sums, reshapes...) need
     nothing, and Abs/Real/Imag/Conj/Complex have their own rules."""
-    def rule(ctx, *dys):
-        for d in dys:                   # (a loop, not any(...): this is on every backward)
-            if d is not None and d._data.dtype.kind == "c":
-                break
+    def rule(ctx, dy, *more):
+        if not more:                    # (one output: the common case, without a loop)
+            if dy is None or dy._data.dtype.kind != "c":
+                return grad(ctx, dy)
+            dys = (dy,)
         else:
-            return grad(ctx, *dys)
+            dys = (dy, *more)
+            for d in dys:               # (a loop, not any(...): this is on every backward)
+                if d is not None and d._data.dtype.kind == "c":
+                    break
+            else:
+                return grad(ctx, *dys)
         out = grad(ctx, *[None if d is None else _conj(d) for d in dys])
         if isinstance(out, (tuple, list)):
             return type(out)(None if g is None else _conj(g) for g in out)
@@ -160,13 +166,14 @@ def _add_grad(ctx, dy):
 
 
 def _sub_grad(ctx, dy):
-    return dy, negative(dy)
+    return dy, execute(_NEG, (dy,))
 
 
 def _mul_grad(ctx, dy):
+    # (binary, not multiply: the gradients of the path users time skip a Python call)
     x, y = ctx.inputs
     nx, ny = ctx.needs or (True, True)
-    return multiply(dy, y) if nx else None, multiply(dy, x) if ny else None
+    return binary(_MUL, dy, y) if nx else None, binary(_MUL, dy, x) if ny else None
 
 
 def _div_grad(ctx, dy):
@@ -436,7 +443,7 @@ def _rsqrt_grad(ctx, dy):
 
 
 def _exp_grad(ctx, dy):
-    return multiply(dy, ctx.outputs[0])
+    return binary(_MUL, dy, ctx.outputs[0])
 
 
 def _log_grad(ctx, dy):

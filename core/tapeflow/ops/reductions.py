@@ -164,8 +164,10 @@ def _count(shape, axis):
 # --- gradients (tapeflow ops only, so they are differentiable again) ---------------
 
 def _sum_grad(ctx, dy):
-    # (over all axes of a vector: one BroadcastTo kernel call)
-    return _broadcast(_keep(ctx, dy), ctx.inputs[0]._data.shape)
+    # (over all axes: one BroadcastTo kernel call)
+    if ctx.attrs["axis"] is not None:
+        dy = _keep(ctx, dy)
+    return _broadcast(dy, ctx.inputs[0]._data.shape)
 
 
 def _mean_grad(ctx, dy):
@@ -290,6 +292,9 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None, keep_dims=Non
     >>> print(tf.reduce_sum([[1, 2], [3, 4]], axis=[0, 1]))
     tf.Tensor(10, shape=(), dtype=int32)
     """
+    if type(input_tensor) is Tensor and axis is None and keepdims is False and (
+            keep_dims is None and reduction_indices is None):
+        return execute(_SUM, (input_tensor,), _ALL_AXES)    # (_reduce's, one call less)
     return _reduce(_SUM, input_tensor, axis, keepdims, keep_dims, reduction_indices)
 
 
@@ -304,6 +309,9 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None, keep_dims=No
     >>> print(tf.reduce_mean([1, 2]))
     tf.Tensor(1, shape=(), dtype=int32)
     """
+    if type(input_tensor) is Tensor and axis is None and keepdims is False and (
+            keep_dims is None and reduction_indices is None):
+        return execute(_MEAN, (input_tensor,), _ALL_AXES)   # (_reduce's, one call less)
     return _reduce(_MEAN, input_tensor, axis, keepdims, keep_dims, reduction_indices)
 
 
