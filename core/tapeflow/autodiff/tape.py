@@ -1,11 +1,13 @@
 """The tape: records ops whose inputs it watches, plays them back for gradients.
 
-The tape is plain data, as in TensorFlow's ``tape.h``: ``watched`` maps tensor
-ids to the tensors it tracks (sources and recorded outputs, kept alive so ids
-are never reused while recorded), ``records`` is the list of recorded ops in
-creation order, which is a valid topological order, so backprop is one reversed
-loop. A record is a tuple laid out as :class:`TapeRecord` ``(op, inputs, outputs,
-attrs, grad_fn)``; backprop makes a :class:`~tapeflow.runtime.registry.GradContext`
+The tape is plain data, as in TensorFlow's ``tape.h``, held by its core: the tensors
+it watches (sources and recorded outputs, kept alive so ids are never reused while
+recorded) and the recorded ops in creation order, which is a valid topological order,
+so backprop is one reversed loop. The core is ``_speedups.Tape`` (``runtime/_c/tape.c``:
+records are C structs, watching is a bit on the C tensor, the loop is C) or, without the
+C core, :class:`_PyTape`, the reference it mirrors: ``_watched`` maps tensor ids to
+tensors and ``_records`` lists tuples laid out as :class:`TapeRecord` ``(op, inputs,
+outputs, attrs, grad_fn)``. Backprop makes a :class:`~tapeflow.runtime.registry.GradContext`
 only for the records on the path to the target, when it calls their gradient.
 
 Backprop has four steps, each its own function: seeding (:func:`_seed`: ones, or the
@@ -17,7 +19,7 @@ nested structure (:mod:`tapeflow.nest`): the result has the structure of
 the sources.
 
 With no tape active anywhere, dispatch does no tape work: it reads one
-module-level counter (``_tapes_active[0]``) and moves on.
+module-level counter (``context.tapes_active[0]``) and moves on.
 
 >>> import tapeflow as tf
 >>> w = tf.Variable([[1.0]])
@@ -30,6 +32,7 @@ tf.Tensor([[2.]], shape=(1, 1), dtype=float32)
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -42,8 +45,8 @@ from ..runtime.context import stop_all_recording
 from ..runtime.dispatch import _run, _scalar_like, constant, convert_to_tensor
 from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError,
                               NotDifferentiableError)
-from ..runtime.registry import GradContext
-from ..runtime.tensor import Tensor
+from ..runtime.registry import GradContext, get_op
+from ..runtime.tensor import Tensor, _sp
 from ..runtime.variable import Variable
 from .grad_checks import checked_grad, grad_origin, short
 
@@ -55,9 +58,6 @@ __all__ = ["GradientTape", "TapeRecord", "stop_recording", "stop_all_recording"]
 #: installs: None until tapeflow.tracing is imported)
 _HOOKS = _ctx.HOOKS
 
-_new = object.__new__
-#: (the per-thread tape stacks and the recorder live in the eager context)
-_tapes_active = _ctx.tapes_active
 stop_recording = stop_all_recording
 
 
@@ -88,8 +88,8 @@ class GradientTape:
     def __init__(self, persistent=False, watch_accessed_variables=True):
         self._persistent = persistent
         self._watch_vars = watch_accessed_variables
-        self._watched: dict = {}
-        self._records: list = []
+        self._core = _Core()           # the records and the watched tensors
+        self._recorder = self._core if _sp else (self._core._watched, self._core._records)
         self._variables: dict = {}     # id(var) -> var, in first-read order
         self._var_reads: dict = {}     # id(var) -> [value tensors read]
         self._used = False
@@ -130,8 +130,7 @@ class GradientTape:
 
     def reset(self):
         """Forget everything recorded so far (the tape keeps recording)."""
-        self._watched.clear()
-        self._records.clear()
+        self._core.reset()
         self._variables.clear()
         self._var_reads.clear()
         self._used = False
@@ -140,13 +139,13 @@ class GradientTape:
     def watch(self, tensor):
         """Watch tensors or Variables (nested lists/tuples/dicts accepted)."""
         if type(tensor) is Tensor:
-            self._watched[id(tensor)] = tensor
+            self._core.watch(tensor)
             return
         for t in nest.flatten(tensor):
             if isinstance(t, Variable):
                 self._watch_var(t, t._value)
             elif isinstance(t, Tensor):
-                self._watched[id(t)] = t
+                self._core.watch(t)
             else:
                 raise InvalidArgumentError(
                     f"GradientTape.watch expects Tensors or Variables, got {type(t).__name__} "
@@ -161,7 +160,7 @@ class GradientTape:
             reads = self._var_reads[key]
             if reads[-1] is not value and all(r is not value for r in reads):
                 reads.append(value)
-        self._watched[id(value)] = value
+        self._core.watch(value)
 
     def watched_variables(self):
         """Variables watched so far, in the order they were first read."""
@@ -180,12 +179,6 @@ class GradientTape:
         if unconnected_gradients not in ("none", "zero"):
             raise InvalidArgumentError("unconnected_gradients must be 'none' or 'zero', got "
                              f"{unconnected_gradients!r}")
-        if self._used and not self._persistent:
-            raise FailedPreconditionError(
-                "A non-persistent GradientTape can only be used to compute one set of "
-                "gradients (or jacobians); it freed its records after the first call. "
-                "Create the tape with tf.GradientTape(persistent=True) to call gradient() "
-                "several times.")
         targets = [target] if type(target) is Tensor else nest.flatten(target)
         single = type(sources) is Tensor or isinstance(sources, Variable)
         flat_sources = [sources] if single else nest.flatten(sources)
@@ -197,23 +190,35 @@ class GradientTape:
                     f"gradient(): {len(seeds)} output gradient(s) for {len(targets)} "
                     f"target(s) (output_gradients {short(output_gradients)}); give one per "
                     "target, in the targets' structure (None for the default of ones).")
-        keep_recording = self._persistent and self._recording
-        if not keep_recording:
-            self._pause()
+        self._begin()
         try:
             result = self._backprop(targets, flat_sources, seeds, unconnected_gradients)
         finally:
-            if not self._persistent:
-                self._used = True
-                self._release()
+            self._end()
         return result[0] if single else nest.pack_sequence_as(sources, result)
 
-    def _release(self):
-        self._records = []
-        self._watched = {}
-        self._var_reads = {}
-        if self._recording:
-            _ctx.sync_recorders()
+    def _begin(self):
+        """Refuse a second playback of a non-persistent tape, and stop recording (a
+        persistent tape that records goes on recording: the backward ops too)."""
+        if self._used and not self._persistent:
+            raise FailedPreconditionError(
+                "A non-persistent GradientTape can only be used to compute one set of "
+                "gradients (or jacobians); it freed its records after the first call. "
+                "Create the tape with tf.GradientTape(persistent=True) to call gradient() "
+                "several times.")
+        if not self._persistent:
+            self._pause()
+
+    def _end(self):
+        """After a playback: a non-persistent tape frees its records."""
+        if not self._persistent:
+            self._used = True
+            self._core.reset()
+            self._var_reads = {}
+
+    #: the records (TapeRecord-ordered tuples) and ``{id(tensor): tensor}`` watched
+    _records = property(lambda self: self._core._records)
+    _watched = property(lambda self: self._core._watched)
 
     def _backprop(self, targets, sources, seeds, unconnected):
         """Gradients of ``targets`` (seeded with ``seeds``, default ones) for each of
@@ -221,29 +226,14 @@ class GradientTape:
         grads = _seed(targets, seeds)
         if not grads:
             return [None] * len(sources)
-        watched = self._watched
-        # (records are TapeRecord-ordered tuples: unpacked by name, nothing allocated
-        # for the records off the path to the targets)
-        for op, inputs, outputs, attrs, grad_fn in reversed(self._records):
-            if len(outputs) == 1:
-                g = grads.get(id(outputs[0]))
-                if g is None:
-                    continue
-                dys = (g,)
-            else:
-                dys = _output_grads(outputs, grads)
-                if dys is None:
-                    continue
-            fn = grad_fn or op.grad
-            in_grads = _input_grads(op, inputs, outputs, attrs, grad_fn, fn, dys, watched)
-            _accumulate(grads, watched, op, fn, inputs, in_grads)
+        self._core.backprop(grads)
         return self._collect(sources, grads, unconnected)
 
     def _collect(self, sources, grads, unconnected):
         """The gradient of each source: a Variable's is the sum over the values read from
         it; ``None`` (or zeros) where unconnected or for an integer source."""
         add = _math.add
-        watched = self._watched
+        watches = self._core.watches
         out = []
         for s in sources:
             if isinstance(s, Variable):
@@ -254,7 +244,7 @@ class GradientTape:
                         g = rg if g is None else add(g, rg)
                 ref = s._value
             elif isinstance(s, Tensor):
-                g = grads.get(id(s)) if id(s) in watched else None
+                g = grads.get(id(s)) if watches(s) else None
                 ref = s
             else:
                 raise InvalidArgumentError(
@@ -271,16 +261,10 @@ class GradientTape:
     def jacobian(self, target, sources, unconnected_gradients="none",
                  parallel_iterations=None, experimental_use_pfor=True):
         """Full Jacobian: shape ``target.shape + source.shape`` for each source."""
-        if self._used and not self._persistent:
-            raise FailedPreconditionError("A non-persistent GradientTape can only be used once; "
-                               "use tf.GradientTape(persistent=True).")
+        self._begin()
         flat_sources = nest.flatten(sources)
-        if not self._persistent or not self._recording:
-            self._pause()
         tshape = tuple(target.shape)
-        n = 1
-        for d in tshape:
-            n *= d
+        n = math.prod(tshape)
         try:
             vectorize = _HOOKS.vectorize_jacobian
             if experimental_use_pfor and vectorize is not None and n:
@@ -291,9 +275,7 @@ class GradientTape:
             else:
                 rows = self._jacobian_loop(target, flat_sources, tshape, n)
         finally:
-            if not self._persistent:
-                self._used = True
-                self._release()
+            self._end()
         result = []
         for s, r in zip(flat_sources, rows):
             sshape = tuple(s.shape)
@@ -328,17 +310,11 @@ class GradientTape:
     def batch_jacobian(self, target, source, unconnected_gradients="none",
                        parallel_iterations=None, experimental_use_pfor=True):
         """Per-example Jacobian: ``target[b, ...]`` w.r.t. ``source[b, ...]``."""
-        if self._used and not self._persistent:
-            raise FailedPreconditionError("A non-persistent GradientTape can only be used once; "
-                               "use tf.GradientTape(persistent=True).")
-        if not self._persistent or not self._recording:
-            self._pause()
+        self._begin()
         tshape = tuple(target.shape)
         b = tshape[0]
         rest = tshape[1:]
-        m = 1
-        for d in rest:
-            m *= d
+        m = math.prod(rest)
         sshape = tuple(source.shape)
         try:
             vectorize = _HOOKS.vectorize_jacobian
@@ -362,9 +338,7 @@ class GradientTape:
                 out = _array.stack(cols, axis=1) if cols else _array.zeros(
                     (b, 0) + sshape[1:], dtype=source.dtype)
         finally:
-            if not self._persistent:
-                self._used = True
-                self._release()
+            self._end()
         return _array.reshape(out, (b,) + rest + sshape[1:])
 
 
@@ -372,13 +346,53 @@ class TapeRecord(NamedTuple):
     """What a tape records for one op, in this field order (``runtime.context.record``
     appends plain tuples laid out so -- building this class per taped op would cost
     several times the tuple on dispatch's hot path -- and backprop and forward mode
-    unpack them by these names)."""
+    unpack them by these names; the C tape lists its records so)."""
 
     op: Any                    #: the OpDef that ran
     inputs: tuple              #: its input Tensors
     outputs: tuple             #: its output Tensors
     attrs: dict                #: its attrs
     grad_fn: Any               #: a custom gradient for this one call (or None: op.grad)
+
+
+class _PyTape:
+    """The core of a GradientTape without the C core, and the reference of
+    ``_speedups.Tape`` (``runtime/_c/tape.c``): the same methods, the same results."""
+
+    __slots__ = ("_watched", "_records")
+
+    def __init__(self):
+        self._watched: dict = {}       # id(tensor) -> tensor
+        self._records: list = []       # TapeRecord-ordered tuples, in creation order
+
+    def watch(self, t):
+        self._watched[id(t)] = t
+
+    def watches(self, t):
+        return id(t) in self._watched
+
+    def reset(self):
+        self._watched.clear()
+        self._records.clear()
+
+    def backprop(self, grads):
+        """Play the records back in reverse creation order, accumulating the gradients
+        into ``grads`` ``{id(tensor): gradient}`` (nothing allocated for the records
+        off the path to the targets)."""
+        watched = self._watched
+        for op, inputs, outputs, attrs, grad_fn in reversed(self._records):
+            if len(outputs) == 1:
+                g = grads.get(id(outputs[0]))
+                if g is None:
+                    continue
+                dys = (g,)
+            else:
+                dys = _output_grads(outputs, grads)
+                if dys is None:
+                    continue
+            fn = grad_fn or op.grad
+            in_grads = _input_grads(op, inputs, outputs, attrs, grad_fn, fn, dys, watched)
+            _accumulate(grads, watched, op, fn, inputs, in_grads)
 
 
 # --- backprop, one step at a time ------------------------------------------------------
@@ -407,37 +421,36 @@ def _output_grads(outputs, grads):
     """The gradients of a multi-output op's outputs (zeros where one has none), or None
     when no output has one."""
     dys = [grads.get(id(o)) for o in outputs]
-    if all(g is None for g in dys):
-        return None
-    return [_array.zeros_like(o) if g is None else g for o, g in zip(outputs, dys)]
+    return None if all(g is None for g in dys) else [
+        _array.zeros_like(o) if g is None else g for o, g in zip(outputs, dys)]
+
+
+def _no_gradient(op, outputs):
+    raise NotDifferentiableError(
+        f"No gradient is defined for op {op.name}. Define one (Library.gradient, see "
+        "docs/plugins.md, or tapeflow.custom_gradient), declare the op "
+        "non-differentiable, or wrap its use in tf.stop_gradient.",
+        op=op.name, device=outputs[0]._device)
+
+
+def _count_error(op, fn, got, n, outputs):
+    raise InvalidArgumentError(
+        f"{grad_origin(op, fn)} returned {got} gradient(s) but the op has {n} input(s); "
+        "return one gradient (or None) per input.", op=op.name, device=outputs[0]._device)
 
 
 def _input_grads(op, inputs, outputs, attrs, grad_fn, fn, dys, watched):
     """One record played back: the gradient function's result, one entry per input."""
     if fn is None:
-        raise NotDifferentiableError(
-            f"No gradient is defined for op {op.name}. Define one (Library.gradient, see "
-            "docs/plugins.md, or tapeflow.custom_gradient), declare the op "
-            "non-differentiable, or wrap its use in tf.stop_gradient.",
-            op=op.name, device=outputs[0]._device)
-    ctx = _new(GradContext)
-    ctx.op = op
-    ctx.inputs = inputs
-    ctx.outputs = outputs
-    ctx.attrs = attrs
-    ctx.grad_fn = grad_fn
+        _no_gradient(op, outputs)
+    ctx = GradContext(op, inputs, outputs, attrs, grad_fn)
     n = len(inputs)
-    ctx.needs = ((id(inputs[0]) in watched,) if n == 1 else
-                 (id(inputs[0]) in watched, id(inputs[1]) in watched) if n == 2 else
-                 tuple([id(i) in watched for i in inputs]))
+    ctx.needs = tuple([id(i) in watched for i in inputs])
     in_grads = fn(ctx, *dys)
     if type(in_grads) is not tuple:
         in_grads = tuple(in_grads) if isinstance(in_grads, list) else (in_grads,)
     if len(in_grads) != n:
-        raise InvalidArgumentError(
-            f"{grad_origin(op, fn)} returned {len(in_grads)} gradient(s) but the op "
-            f"has {n} input(s); return one gradient (or None) per input.",
-            op=op.name, device=outputs[0]._device)
+        _count_error(op, fn, len(in_grads), n, outputs)
     return in_grads
 
 
@@ -458,3 +471,12 @@ def _accumulate(grads, watched, op, fn, inputs, in_grads):
 
 def _const_like(np_value, like):
     return constant(np_value, device=like._device)
+
+
+if _sp is not None:                     # the C tape: its records, its walk, its recorders
+    _Core = _sp.tape_type()
+    _sp.bind_backprop(GradContext, get_op, _math.add, _output_grads, _no_gradient,
+                      _count_error, checked_grad)
+    _ctx.set_recorders = _sp.set_recorders
+else:
+    _Core = _PyTape

@@ -70,9 +70,16 @@ def active_tapes() -> list:
     return tapes
 
 
+def set_recorders(recorders):
+    """Store this thread's recorders where record() reads them (``tapeflow.autodiff.tape``
+    puts ``_speedups.set_recorders`` here with the C tapes: a C thread-local)."""
+    _local.recorders = recorders
+
+
 def sync_recorders():
-    # this thread's recorders, [(watched dict, records list), ...]: what record() reads
-    _local.recorders = [(t._watched, t._records) for t in active_tapes()]
+    """Tell record() this thread's recorders: each active tape's ``_recorder`` (the C
+    tape core), or its ``(_watched dict, _records list)`` pair (the Python protocol)."""
+    set_recorders([getattr(t, "_recorder", 0) or (t._watched, t._records) for t in active_tapes()])
 
 
 def _add(n):
@@ -82,7 +89,8 @@ def _add(n):
 
 
 def push_tape(tape):
-    """Start recording on ``tape`` (an object with ``_watched`` and ``_records``)."""
+    """Start recording on ``tape`` (an object with ``_watched`` and ``_records``, or with
+    a ``_recorder``: see :func:`sync_recorders`)."""
     active_tapes().append(tape)
     _add(1)
 
@@ -99,13 +107,13 @@ def _record_py(op, inputs, outputs, attrs, grad_fn=None):
     """Record an op on every active tape of this thread that watches an input.
 
     A record is the tuple ``(op, inputs, outputs, attrs, grad_fn)``; backprop makes a
-    GradContext only for records on the path to the target. Returns the record, or
-    None when no tape watched an input.
+    GradContext only for records on the path to the target. Returns whether a tape
+    recorded it.
     """
     try:
         recorders = _local.recorders
     except AttributeError:
-        return None
+        return False
     rec = None
     for w, records in recorders:
         for t in inputs:
@@ -118,7 +126,7 @@ def _record_py(op, inputs, outputs, attrs, grad_fn=None):
         records.append(rec)
         for o in outputs:
             w[id(o)] = o
-    return rec
+    return rec is not None
 
 
 record = _record_py

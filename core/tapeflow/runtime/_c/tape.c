@@ -1,16 +1,397 @@
 /*
- * tape.c: recording an op on this thread's tapes, in C.
+ * tape.c: the tape in C -- recording on this thread's tapes, and the backward walk.
  *
- * Mirrors runtime/context.py _record_py: for every (watched, records) pair in this
- * thread's `_local.recorders` whose watched dict holds id() of an input, append the
- * record tuple (op, inputs, outputs, attrs, grad_fn) -- autodiff/tape.py TapeRecord's
- * layout -- and watch the outputs.
+ * Mirrors runtime/context.py (`_record_py`, `sync_recorders`) and autodiff/tape.py
+ * (`_PyTape`: watch, the records, and its `backprop`, the loop of `_input_grads` and
+ * `_accumulate`), which stay the reference (TAPEFLOW_PURE_PYTHON=1).
+ *
+ * Tape, the core of one GradientTape, holds its records as C structs {op, inputs,
+ * outputs, attrs, grad_fn}; a binary operator's record holds a, b and the result without
+ * tuples (made only when the record is played back or listed), and no record is seen by
+ * the garbage collector one by one (the Tape traverses them). Watching is a bit:
+ *
+ *   - each Tape takes one of 64 process-wide slots when it is made and gives it back
+ *     when it is freed; TensorObject.watch has bit i set while the Tape of slot i
+ *     watches the tensor (a source given to watch(), or an output of one of its
+ *     records). The Tape keeps every tensor it marked alive (its sources and its
+ *     records) and clears its bit on them in reset() and when it is freed, so a slot
+ *     handed to a new Tape starts with no tensor marked. Slots are process-wide, so the
+ *     tapes of two threads never share a bit, and a tensor shared by threads is watched
+ *     only by the tapes that watched it;
+ *   - a Tape made while the 64 slots are taken, and any non-Tensor object, is watched
+ *     through a dict {id: object}, as the Python path does (slower, same behaviour).
+ *
+ * This thread's recorders: set_recorders(seq), which context.sync_recorders calls
+ * whenever this thread's stack of tapes changes, keeps them in a C thread-local with the
+ * OR of their bits, so an op on tensors that no tape of this thread watches costs one
+ * AND. A recorder is a Tape or a (watched dict, records list) pair (ForwardAccumulator,
+ * or any tape-like object of the Python protocol). Until set_recorders is first called,
+ * `context._local.recorders` is read as the Python path does. (A thread that ends with a
+ * tape still recording leaks its recorders tuple: a few bytes.)
+ *
+Long file: recording and the backward walk both work on the Tape's records and watch bits
+ * through the static helpers above them; splitting the walk into its own file would put
+ * the Rec/TapeObject layout and those helpers in speedups.h (and the file in setup.py).
  */
 #include "speedups.h"
 
 static PyObject *sp_empty_dict = NULL;     /* the attrs of a binary operator's record */
+static PyObject *str_grad = NULL, *str_shape = NULL, *str_op = NULL, *str_inputs = NULL,
+                *str_outputs = NULL, *str_attrs = NULL, *str_grad_fn = NULL,
+                *str_needs = NULL;
 
-/* op.differentiable, read when a tape is active (a plugin may change it) */
+/* --- the Tape type ----------------------------------------------------------------- */
+
+typedef struct {
+    PyObject *op, *ins, *outs, *attrs, *grad_fn;   /* ins/outs NULL: binary, in x */
+    PyObject *x[3];                                /* a binary record's a, b, result */
+} Rec;
+
+typedef struct {
+    PyObject_HEAD
+    uint64_t bit;          /* this tape's slot; 0: none, `wdict` watches everything */
+    PyObject *wdict;       /* {id: object} for what the bit cannot mark (NULL: empty) */
+    PyObject *sources;     /* list: the tensors watch() marked with the bit */
+    Rec *recs;
+    Py_ssize_t n, cap;
+} TapeObject;
+
+static PyTypeObject Tape_Type;
+static uint64_t slots_used = 0;
+
+#define IS_TAPE(o) (Py_TYPE(o) == &Tape_Type)
+#define IS_TENSOR(o) PyObject_TypeCheck((o), &TensorBase_Type)
+
+/* Whether the tape watches `o`: 1, 0, or -1 with an error. */
+static int
+tape_watches(TapeObject *tp, PyObject *o)
+{
+    if (tp->bit && IS_TENSOR(o))
+        return (((TensorObject *)o)->watch & tp->bit) != 0;
+    if (tp->wdict == NULL)
+        return 0;
+    PyObject *k = PyLong_FromVoidPtr(o);
+    if (k == NULL)
+        return -1;
+    int r = PyDict_Contains(tp->wdict, k);
+    Py_DECREF(k);
+    return r;
+}
+
+/* Watch `o` (the caller keeps it alive: a source or a record's output): 1 when it is
+   newly watched, 0 when it already was, -1 with an error. */
+static int
+tape_mark(TapeObject *tp, PyObject *o)
+{
+    if (tp->bit && IS_TENSOR(o)) {
+        TensorObject *t = (TensorObject *)o;
+        int fresh = (t->watch & tp->bit) == 0;
+        t->watch |= tp->bit;
+        return fresh;
+    }
+    if (tp->wdict == NULL && (tp->wdict = PyDict_New()) == NULL)
+        return -1;
+    PyObject *k = PyLong_FromVoidPtr(o);
+    if (k == NULL)
+        return -1;
+    int had = PyDict_Contains(tp->wdict, k);
+    int r = had < 0 ? -1 : PyDict_SetItem(tp->wdict, k, o);
+    Py_DECREF(k);
+    return r < 0 ? -1 : !had;
+}
+
+static void
+unmark(TapeObject *tp, PyObject *o)
+{
+    if (o != NULL && IS_TENSOR(o))
+        ((TensorObject *)o)->watch &= ~tp->bit;
+}
+
+/* Forget the records and the watched tensors (their bits cleared first, then the
+   references dropped: a destructor run by the drop sees a consistent, empty tape). */
+static void
+tape_clear(TapeObject *tp)
+{
+    Rec *recs = tp->recs;
+    Py_ssize_t n = tp->n;
+    PyObject *sources = tp->sources, *wdict = tp->wdict;
+    tp->recs = NULL;
+    tp->n = tp->cap = 0;
+    tp->sources = NULL;
+    tp->wdict = NULL;
+    if (tp->bit) {
+        for (Py_ssize_t i = 0; sources != NULL && i < PyList_GET_SIZE(sources); i++)
+            unmark(tp, PyList_GET_ITEM(sources, i));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (recs[i].outs == NULL)
+                unmark(tp, recs[i].x[2]);
+            else
+                for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(recs[i].outs); j++)
+                    unmark(tp, PyTuple_GET_ITEM(recs[i].outs, j));
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject **f = (PyObject **)&recs[i];       /* (a Rec is 8 object pointers) */
+        for (size_t j = 0; j < sizeof(Rec) / sizeof(PyObject *); j++)
+            Py_XDECREF(f[j]);
+    }
+    PyMem_Free(recs);
+    Py_XDECREF(sources);
+    Py_XDECREF(wdict);
+}
+
+/* A new Rec at the end (its fields NULL), or NULL with an error. */
+static Rec *
+tape_push(TapeObject *tp)
+{
+    if (tp->n == tp->cap) {
+        Py_ssize_t cap = tp->cap ? tp->cap * 2 : 16;
+        Rec *recs = PyMem_Realloc(tp->recs, (size_t)cap * sizeof(Rec));
+        if (recs == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        tp->recs = recs;
+        tp->cap = cap;
+    }
+    Rec *r = &tp->recs[tp->n++];
+    memset(r, 0, sizeof *r);
+    return r;
+}
+
+/* The record's inputs / outputs as tuples (a binary record's made once, kept). */
+static PyObject *
+rec_ins(Rec *r)
+{
+    if (r->ins == NULL)
+        r->ins = PyTuple_Pack(2, r->x[0], r->x[1]);
+    return r->ins;
+}
+
+static PyObject *
+rec_outs(Rec *r)
+{
+    if (r->outs == NULL)
+        r->outs = PyTuple_Pack(1, r->x[2]);
+    return r->outs;
+}
+
+static PyObject *
+Tape_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    if (PyTuple_GET_SIZE(args) || (kw != NULL && PyDict_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "Tape() takes no arguments");
+        return NULL;
+    }
+    TapeObject *tp = (TapeObject *)type->tp_alloc(type, 0);
+    if (tp == NULL)
+        return NULL;
+    for (int i = 0; i < 64; i++) {
+        if (!(slots_used & ((uint64_t)1 << i))) {
+            tp->bit = (uint64_t)1 << i;
+            slots_used |= tp->bit;
+            break;
+        }
+    }
+    return (PyObject *)tp;
+}
+
+static int
+Tape_traverse(TapeObject *tp, visitproc visit, void *arg)
+{
+    Py_VISIT(tp->wdict);
+    Py_VISIT(tp->sources);
+    for (Py_ssize_t i = 0; i < tp->n; i++) {
+        Rec *r = &tp->recs[i];
+        Py_VISIT(r->op);
+        Py_VISIT(r->ins);
+        Py_VISIT(r->outs);
+        Py_VISIT(r->attrs);
+        Py_VISIT(r->grad_fn);
+    }
+    return 0;
+}
+
+static int
+Tape_tp_clear(TapeObject *tp)
+{
+    tape_clear(tp);
+    return 0;
+}
+
+static void
+Tape_dealloc(TapeObject *tp)
+{
+    PyObject_GC_UnTrack(tp);
+    tape_clear(tp);
+    slots_used &= ~tp->bit;
+    Py_TYPE(tp)->tp_free((PyObject *)tp);
+}
+
+/* watch(t): watch a tensor (kept alive by the tape) */
+static PyObject *
+Tape_watch(TapeObject *tp, PyObject *t)
+{
+    int fresh = tape_mark(tp, t);
+    if (fresh < 0)
+        return NULL;
+    if (fresh && tp->bit && IS_TENSOR(t)) {
+        if (tp->sources == NULL && (tp->sources = PyList_New(0)) == NULL)
+            return NULL;
+        if (PyList_Append(tp->sources, t) < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Tape_watches(TapeObject *tp, PyObject *t)
+{
+    int r = tape_watches(tp, t);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *
+Tape_reset(TapeObject *tp, PyObject *unused)
+{
+    tape_clear(tp);
+    Py_RETURN_NONE;
+}
+
+/* _records: the records as TapeRecord-ordered tuples, in creation order (a new list) */
+static PyObject *
+Tape_records(TapeObject *tp, void *closure)
+{
+    PyObject *lst = PyList_New(0);
+    for (Py_ssize_t i = 0; lst != NULL && i < tp->n; i++) {
+        Rec *r = &tp->recs[i];
+        PyObject *ins = rec_ins(r), *outs = ins ? rec_outs(r) : NULL;
+        PyObject *rec = outs ? PyTuple_Pack(5, r->op, ins, outs,
+                                            r->attrs ? r->attrs : sp_empty_dict,
+                                            r->grad_fn ? r->grad_fn : Py_None) : NULL;
+        if (rec == NULL || PyList_Append(lst, rec) < 0)
+            Py_CLEAR(lst);
+        Py_XDECREF(rec);
+    }
+    return lst;
+}
+
+static int
+put_id(PyObject *d, PyObject *o)
+{
+    PyObject *k = PyLong_FromVoidPtr(o);
+    int r = k == NULL ? -1 : PyDict_SetItem(d, k, o);
+    Py_XDECREF(k);
+    return r;
+}
+
+/* _watched: {id: tensor} of what the tape watches (a new dict, as _PyTape's) */
+static PyObject *
+Tape_watched(TapeObject *tp, void *closure)
+{
+    PyObject *d = tp->wdict ? PyDict_Copy(tp->wdict) : PyDict_New();
+    for (Py_ssize_t i = 0; d != NULL && tp->sources && i < PyList_GET_SIZE(tp->sources); i++)
+        if (put_id(d, PyList_GET_ITEM(tp->sources, i)) < 0)
+            Py_CLEAR(d);
+    for (Py_ssize_t i = 0; d != NULL && tp->bit && i < tp->n; i++) {
+        PyObject *outs = rec_outs(&tp->recs[i]);
+        for (Py_ssize_t j = 0; outs != NULL && j < PyTuple_GET_SIZE(outs); j++) {
+            PyObject *o = PyTuple_GET_ITEM(outs, j);
+            if (IS_TENSOR(o) && put_id(d, o) < 0) {
+                outs = NULL;
+                break;
+            }
+        }
+        if (outs == NULL)
+            Py_CLEAR(d);
+    }
+    return d;
+}
+
+static PyObject *Tape_backprop(TapeObject *tp, PyObject *grads);
+
+static PyMethodDef Tape_methods[] = {
+    {"watch", (PyCFunction)Tape_watch, METH_O, "watch(t): watch a tensor."},
+    {"watches", (PyCFunction)Tape_watches, METH_O, "watches(t): whether t is watched."},
+    {"reset", (PyCFunction)Tape_reset, METH_NOARGS, "Forget the records and watched tensors."},
+    {"backprop", (PyCFunction)Tape_backprop, METH_O,
+     "backprop(grads): play the records back, accumulating into grads {id(t): gradient}."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Tape_getset[] = {
+    {"_records", (getter)Tape_records, NULL, "The records, as tuples (a copy).", NULL},
+    {"_watched", (getter)Tape_watched, NULL, "{id(t): t} watched (a copy).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject Tape_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tapeflow.runtime._speedups.Tape",
+    .tp_basicsize = sizeof(TapeObject),
+    .tp_dealloc = (destructor)Tape_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The records and watched tensors of one GradientTape (autodiff/tape.py _PyTape).",
+    .tp_traverse = (traverseproc)Tape_traverse,
+    .tp_clear = (inquiry)Tape_tp_clear,
+    .tp_methods = Tape_methods,
+    .tp_getset = Tape_getset,
+    .tp_new = Tape_new,
+};
+
+/* --- this thread's recorders ------------------------------------------------------- */
+
+static _Thread_local PyObject *tl_recorders = NULL;  /* tuple, or NULL: none */
+static _Thread_local uint64_t tl_mask = 0;           /* the bits of its Tapes */
+static _Thread_local int tl_slow = 0;                /* recorders watching by id */
+static int recorders_bound = 0;
+
+/* set_recorders(seq): this thread's recorders (context.sync_recorders) */
+static PyObject *
+sp_set_recorders(PyObject *mod, PyObject *seq)
+{
+    PyObject *tup = PySequence_Tuple(seq);
+    if (tup == NULL)
+        return NULL;
+    uint64_t mask = 0;
+    int slow = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tup); i++) {
+        PyObject *r = PyTuple_GET_ITEM(tup, i);
+        if (IS_TAPE(r) && ((TapeObject *)r)->bit)
+            mask |= ((TapeObject *)r)->bit;
+        else
+            slow++;
+        if (!IS_TAPE(r) && !(PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2
+                             && PyDict_Check(PyTuple_GET_ITEM(r, 0))
+                             && PyList_Check(PyTuple_GET_ITEM(r, 1)))) {
+            Py_DECREF(tup);
+            PyErr_Format(PyExc_TypeError, "set_recorders: expected Tapes or (watched dict, "
+                         "records list) pairs, got %R", r);
+            return NULL;
+        }
+    }
+    recorders_bound = 1;
+    if (PyTuple_GET_SIZE(tup) == 0)
+        Py_CLEAR(tup);
+    Py_XSETREF(tl_recorders, tup);
+    tl_mask = mask;
+    tl_slow = slow;
+    Py_RETURN_NONE;
+}
+
+/* This thread's recorders, a new reference (NULL and no error: none). */
+static PyObject *
+recorders(void)
+{
+    if (recorders_bound)
+        return Py_XNewRef(tl_recorders);
+    PyObject *recs = PyObject_GetAttr(sp.local, sp.str_recorders);
+    if (recs == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
+        PyErr_Clear();
+    return recs;
+}
+
+/* op.differentiable, read when a tape watches an operand (a plugin may change it) */
 static int
 op_differentiable(PyObject *op)
 {
@@ -28,73 +409,112 @@ op_differentiable(PyObject *op)
     return r;
 }
 
+/* Whether a (watched dict, records) pair watches one of n objects: 1, 0, -1. */
+static int
+pair_watches(PyObject *w, PyObject *const *objs, Py_ssize_t n)
+{
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *key = PyLong_FromVoidPtr(objs[j]);
+        int found = key == NULL ? -1 : PyDict_Contains(w, key);
+        Py_XDECREF(key);
+        if (found)
+            return found;
+    }
+    return 0;
+}
+
+/* Record on a pair: append the record tuple, watch the outputs. */
+static int
+pair_record(PyObject *pair, PyObject *rec, PyObject *outs)
+{
+    PyObject *w = PyTuple_GET_ITEM(pair, 0);
+    if (PyList_Append(PyTuple_GET_ITEM(pair, 1), rec) < 0)
+        return -1;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(outs); j++)
+        if (put_id(w, PyTuple_GET_ITEM(outs, j)) < 0)
+            return -1;
+    return 0;
+}
+
+/* Record on a Tape: 0 or -1. ins/outs are tuples, or NULL for binary a, b -> t. */
+static int
+tape_record(TapeObject *tp, PyObject *op, PyObject *ins, PyObject *outs, PyObject *attrs,
+            PyObject *grad_fn, PyObject *const *x)
+{
+    Rec *r = tape_push(tp);
+    if (r == NULL)
+        return -1;
+    r->op = Py_NewRef(op);
+    if (ins == NULL) {
+        for (int i = 0; i < 3; i++)
+            r->x[i] = Py_NewRef(x[i]);
+        return tape_mark(tp, x[2]) < 0 ? -1 : 0;
+    }
+    r->ins = Py_NewRef(ins);
+    r->outs = Py_NewRef(outs);
+    r->attrs = Py_NewRef(attrs);
+    r->grad_fn = grad_fn == Py_None ? NULL : Py_NewRef(grad_fn);
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(outs); j++)
+        if (tape_mark(tp, PyTuple_GET_ITEM(outs, j)) < 0)
+            return -1;
+    return 0;
+}
+
+/* Whether recorder r watches one of the n objects: 1, 0, -1. */
+static int
+recorder_watches(PyObject *r, PyObject *const *objs, Py_ssize_t n)
+{
+    if (IS_TAPE(r)) {
+        for (Py_ssize_t j = 0; j < n; j++) {
+            int w = tape_watches((TapeObject *)r, objs[j]);
+            if (w)
+                return w;
+        }
+        return 0;
+    }
+    if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2 || !PyDict_Check(PyTuple_GET_ITEM(r, 0)))
+        return 0;
+    return pair_watches(PyTuple_GET_ITEM(r, 0), objs, n);
+}
+
 /*
- * record(op, inputs, outputs, attrs, grad_fn): runtime.context._record_py in C. For every
- * (watched, records) pair in this thread's `_local.recorders` whose watched dict
- * holds id() of an input, append the record tuple and watch the outputs.
- * Returns the record tuple, or None when no tape watched an input.
+ * record(op, inputs, outputs, attrs, grad_fn): runtime.context._record_py in C: record
+ * on every recorder of this thread that watches an input. Returns whether one did.
  */
 static PyObject *
 record_impl(PyObject *op, PyObject *inputs, PyObject *outputs, PyObject *attrs,
             PyObject *grad_fn)
 {
-    PyObject *recs = PyObject_GetAttr(sp.local, sp.str_recorders);
-    if (recs == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    PyObject *ins = PySequence_Fast(inputs, "record: inputs must be a sequence");
-    PyObject *outs = ins ? PySequence_Fast(outputs, "record: outputs must be a sequence") : NULL;
-    PyObject *rec = NULL;
-    if (outs == NULL || !PyList_Check(recs))
-        goto fail;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recs); i++) {
-        PyObject *pair = PyList_GET_ITEM(recs, i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)
+    PyObject *recs = recorders();
+    if (recs == NULL)
+        return PyErr_Occurred() ? NULL : Py_NewRef(Py_False);
+    PyObject *ins = PySequence_Tuple(inputs);
+    PyObject *outs = ins ? PySequence_Tuple(outputs) : NULL;
+    PyObject *rec = NULL, *seq = outs ? PySequence_Fast(recs, "recorders") : NULL;
+    int done = 0, rc = seq ? 0 : -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *r = PySequence_Fast_GET_ITEM(seq, i);
+        int w = recorder_watches(r, &PyTuple_GET_ITEM(ins, 0), PyTuple_GET_SIZE(ins));
+        if (w <= 0) {
+            rc = w;
             continue;
-        Py_INCREF(pair);
-        PyObject *w = PyTuple_GET_ITEM(pair, 0), *lst = PyTuple_GET_ITEM(pair, 1);
-        int found = 0;
-        for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(ins) && !found; j++) {
-            PyObject *key = PyLong_FromVoidPtr(PySequence_Fast_GET_ITEM(ins, j));
-            if (key == NULL) { Py_DECREF(pair); goto fail; }
-            found = PyDict_Contains(w, key);
-            Py_DECREF(key);
-            if (found < 0) { Py_DECREF(pair); goto fail; }
         }
-        if (found) {
-            if (rec == NULL) {
-                rec = PyTuple_Pack(5, op, ins, outs, attrs, grad_fn);
-                if (rec == NULL) { Py_DECREF(pair); goto fail; }
-            }
-            if (PyList_Append(lst, rec) < 0) { Py_DECREF(pair); goto fail; }
-            for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(outs); j++) {
-                PyObject *o = PySequence_Fast_GET_ITEM(outs, j);
-                PyObject *key = PyLong_FromVoidPtr(o);
-                if (key == NULL || PyDict_SetItem(w, key, o) < 0) {
-                    Py_XDECREF(key);
-                    Py_DECREF(pair);
-                    goto fail;
-                }
-                Py_DECREF(key);
-            }
+        done = 1;
+        if (IS_TAPE(r)) {
+            rc = tape_record((TapeObject *)r, op, ins, outs, attrs, grad_fn, NULL);
+            continue;
         }
-        Py_DECREF(pair);
+        if (rec == NULL && (rec = PyTuple_Pack(5, op, inputs, outputs, attrs, grad_fn)) == NULL)
+            rc = -1;
+        else
+            rc = pair_record(r, rec, outs);
     }
-    Py_DECREF(recs);
-    Py_DECREF(ins);
-    Py_DECREF(outs);
-    if (rec == NULL)
-        Py_RETURN_NONE;
-    return rec;
-fail:
     Py_XDECREF(rec);
-    Py_DECREF(recs);
+    Py_XDECREF(seq);
     Py_XDECREF(ins);
     Py_XDECREF(outs);
-    return NULL;
+    Py_DECREF(recs);
+    return rc < 0 ? NULL : PyBool_FromLong(done);
 }
 
 static PyObject *
@@ -113,63 +533,338 @@ sp_record(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return record_impl(args[0], args[1], args[2], args[3], nargs == 5 ? args[4] : Py_None);
 }
 
-/* record(op, (a, b), (t,), {}, None) for a binary op, with nothing allocated when no
-   tape of this thread watches `a` or `b` (the common case with a tape open: most
-   tensors are not watched). 0 on success, -1 with an error set. */
+/* record(op, (a, b), (t,), {}, None) for a binary op: nothing allocated when no tape of
+   this thread watches `a` or `b` (with a Tape's bit: one AND), no tuple for a Tape's
+   record. 0 on success, -1 with an error set. */
 int
 sp_record_binary(PyObject *op, PyObject *a, PyObject *b, PyObject *t)
 {
     if (sp_empty_dict == NULL && (sp_empty_dict = PyDict_New()) == NULL)
         return -1;
-    PyObject *recs = PyObject_GetAttr(sp.local, sp.str_recorders);
-    if (recs == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            return -1;
-        PyErr_Clear();
-        return 0;
+    if (recorders_bound) {
+        uint64_t w = (IS_TENSOR(a) ? ((TensorObject *)a)->watch : 0)
+                     | (IS_TENSOR(b) ? ((TensorObject *)b)->watch : 0);
+        if (tl_recorders == NULL || (!(w & tl_mask) && !tl_slow))
+            return 0;
     }
-    int rc = 0;
-    PyObject *ka = NULL, *kb = NULL, *kt = NULL, *rec = NULL;
-    if (!PyList_Check(recs))
-        goto out;
-    ka = PyLong_FromVoidPtr(a);
-    kb = PyLong_FromVoidPtr(b);
-    if (ka == NULL || kb == NULL) { rc = -1; goto out; }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recs); i++) {
-        PyObject *pair = PyList_GET_ITEM(recs, i);
-        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2)
+    PyObject *recs = recorders();
+    if (recs == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *x[3] = {a, b, t};
+    PyObject *seq = PySequence_Fast(recs, "recorders"), *rec = NULL;
+    int rc = seq ? 0 : -1, differentiable = -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *r = PySequence_Fast_GET_ITEM(seq, i);
+        int w = recorder_watches(r, x, 2);
+        if (w <= 0) {
+            rc = w;
             continue;
-        PyObject *w = PyTuple_GET_ITEM(pair, 0), *lst = PyTuple_GET_ITEM(pair, 1);
-        int found = PyDict_Contains(w, ka);
-        if (found == 0)
-            found = PyDict_Contains(w, kb);
-        if (found < 0) { rc = -1; goto out; }
-        if (!found)
+        }
+        if (differentiable < 0 && !(differentiable = op_differentiable(op)))
+            break;
+        if (IS_TAPE(r)) {
+            rc = tape_record((TapeObject *)r, op, NULL, NULL, NULL, NULL, x);
             continue;
+        }
         if (rec == NULL) {
-            if (!op_differentiable(op))
-                goto out;
             PyObject *ins = PyTuple_Pack(2, a, b), *outs = PyTuple_Pack(1, t);
             if (ins != NULL && outs != NULL)
                 rec = PyTuple_Pack(5, op, ins, outs, sp_empty_dict, Py_None);
             Py_XDECREF(ins);
             Py_XDECREF(outs);
-            kt = PyLong_FromVoidPtr(t);
-            if (rec == NULL || kt == NULL) { rc = -1; goto out; }
+            if (rec == NULL) {
+                rc = -1;
+                continue;
+            }
         }
-        if (PyList_Append(lst, rec) < 0 || PyDict_SetItem(w, kt, t) < 0) { rc = -1; goto out; }
+        rc = pair_record(r, rec, PyTuple_GET_ITEM(rec, 2));
     }
-out:
-    Py_XDECREF(ka);
-    Py_XDECREF(kb);
-    Py_XDECREF(kt);
     Py_XDECREF(rec);
+    Py_XDECREF(seq);
     Py_DECREF(recs);
     return rc;
+}
+
+/* --- the backward walk ------------------------------------------------------------- */
+
+/* What the walk calls in Python (autodiff/tape.py, bind_backprop). */
+static struct {
+    PyObject *ctx_type;       /* runtime.registry.GradContext */
+    PyObject *get_op;         /* registry.get_op: the Add OpDef, looked up on first use */
+    PyObject *add_op;         /* the Add OpDef: sp_fast_binary accumulates with it */
+    PyObject *add;            /* ops.math.add(a, b): mixed devices, dtypes, tracing */
+    PyObject *output_grads;   /* _output_grads(outputs, grads) -> dys or None */
+    PyObject *no_gradient;    /* _no_gradient(op, outputs): raises */
+    PyObject *count_error;    /* _count_error(op, fn, got, n, outputs): raises */
+    PyObject *checked_grad;   /* grad_checks.checked_grad(g, inp, i, op, fn) */
+} bk;
+
+static PyObject *
+sp_bind_backprop(PyObject *mod, PyObject *args)
+{
+    PyObject *f[7];
+    if (!PyArg_UnpackTuple(args, "bind_backprop", 7, 7, &f[0], &f[1], &f[2], &f[3], &f[4],
+                           &f[5], &f[6]))
+        return NULL;
+    if (!PyType_Check(f[0])) {
+        PyErr_SetString(PyExc_TypeError, "bind_backprop: GradContext must be a class");
+        return NULL;
+    }
+    Py_CLEAR(bk.add_op);
+    PyObject **slots[7] = {&bk.ctx_type, &bk.get_op, &bk.add, &bk.output_grads,
+                           &bk.no_gradient, &bk.count_error, &bk.checked_grad};
+    for (int i = 0; i < 7; i++)
+        Py_XSETREF(*slots[i], Py_NewRef(f[i]));
+    Py_RETURN_NONE;
+}
+
+/* Whether Tensor g has inp's shape and dtype (the Python path's check): 1, 0, -1. */
+static int
+same_layout(PyObject *g, PyObject *inp)
+{
+    if (!SP_IS_TENSOR(g) || !IS_TENSOR(inp))
+        return 0;
+    TensorObject *tg = (TensorObject *)g, *ti = (TensorObject *)inp;
+    if (tg->data == NULL || ti->data == NULL)
+        return 0;
+    PyObject *dg = sp_tensor_dtype(tg), *di = dg ? sp_tensor_dtype(ti) : NULL;
+    if (di == NULL)
+        return -1;
+    int same = dg == di ? 1 : PyObject_RichCompareBool(dg, di, Py_EQ);
+    if (same <= 0)
+        return same;
+    PyObject *sg = PyObject_GetAttr(tg->data, str_shape);
+    PyObject *si = sg ? PyObject_GetAttr(ti->data, str_shape) : NULL;
+    same = si == NULL ? -1 : PyObject_RichCompareBool(sg, si, Py_EQ);
+    Py_XDECREF(sg);
+    Py_XDECREF(si);
+    return same;
+}
+
+/* grads[id(inp)] += g, with the Add kernel's fast path for one device and dtype. */
+static int
+accumulate(PyObject *grads, PyObject *inp, PyObject *g)
+{
+    PyObject *key = PyLong_FromVoidPtr(inp);
+    if (key == NULL)
+        return -1;
+    PyObject *old = PyDict_GetItemWithError(grads, key);        /* borrowed */
+    PyObject *sum = NULL;
+    if (old == NULL)
+        sum = PyErr_Occurred() ? NULL : Py_NewRef(g);
+    else {
+        Py_INCREF(old);
+        if (bk.add_op == NULL) {      /* (the ops are registered after this module loads) */
+            PyObject *name = PyUnicode_FromString("Add");
+            bk.add_op = name ? PyObject_CallOneArg(bk.get_op, name) : NULL;
+            Py_XDECREF(name);
+            PyErr_Clear();            /* (none: the Python add below) */
+        }
+        sum = bk.add_op ? sp_fast_binary(bk.add_op, old, g) : NULL;
+        if (sum == NULL && !PyErr_Occurred()) {
+            PyObject *args[2] = {old, g};
+            sum = PyObject_Vectorcall(bk.add, args, 2, NULL);
+        }
+        Py_DECREF(old);
+    }
+    int rc = sum == NULL ? -1 : PyDict_SetItem(grads, key, sum);
+    Py_XDECREF(sum);
+    Py_DECREF(key);
+    return rc;
+}
+
+/* The GradContext of one record (as _input_grads makes it: no __init__). */
+static PyObject *
+grad_context(TapeObject *tp, PyObject *op, PyObject *ins, PyObject *outs, PyObject *attrs,
+             PyObject *grad_fn)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(ins);
+    PyObject *needs = PyTuple_New(n);
+    for (Py_ssize_t i = 0; needs != NULL && i < n; i++) {
+        int w = tape_watches(tp, PyTuple_GET_ITEM(ins, i));
+        if (w < 0)
+            Py_CLEAR(needs);
+        else
+            PyTuple_SET_ITEM(needs, i, PyBool_FromLong(w));
+    }
+    PyTypeObject *type = (PyTypeObject *)bk.ctx_type;
+    PyObject *ctx = needs ? type->tp_alloc(type, 0) : NULL;
+    if (ctx == NULL || PyObject_SetAttr(ctx, str_op, op) < 0
+        || PyObject_SetAttr(ctx, str_inputs, ins) < 0
+        || PyObject_SetAttr(ctx, str_outputs, outs) < 0
+        || PyObject_SetAttr(ctx, str_attrs, attrs) < 0
+        || PyObject_SetAttr(ctx, str_grad_fn, grad_fn) < 0
+        || PyObject_SetAttr(ctx, str_needs, needs) < 0)
+        Py_CLEAR(ctx);
+    Py_XDECREF(needs);
+    return ctx;
+}
+
+/* fn(ctx, *dys) as a tuple of one gradient per input (checked count), or NULL. */
+static PyObject *
+call_grad(PyObject *fn, PyObject *ctx, PyObject *dys, PyObject *op, PyObject *outs,
+          Py_ssize_t n)
+{
+    Py_ssize_t nd = PyTuple_GET_SIZE(dys);
+    PyObject *stack[8], **args = nd < 8 ? stack : PyMem_Malloc((size_t)(nd + 1) * sizeof(PyObject *));
+    if (args == NULL)
+        return PyErr_NoMemory();
+    args[0] = ctx;
+    for (Py_ssize_t i = 0; i < nd; i++)
+        args[i + 1] = PyTuple_GET_ITEM(dys, i);
+    PyObject *res = PyObject_Vectorcall(fn, args, (size_t)(nd + 1), NULL);
+    if (args != stack)
+        PyMem_Free(args);
+    if (res == NULL)
+        return NULL;
+    PyObject *tup;
+    if (PyTuple_CheckExact(res))
+        tup = res;
+    else {
+        tup = PyList_Check(res) ? PyList_AsTuple(res) : PyTuple_Pack(1, res);
+        Py_DECREF(res);
+        if (tup == NULL)
+            return NULL;
+    }
+    if (PyTuple_GET_SIZE(tup) == n)
+        return tup;
+    Py_XDECREF(PyObject_CallFunction(bk.count_error, "OOnnO", op, fn, PyTuple_GET_SIZE(tup),
+                                     n, outs));    /* (raises) */
+    Py_DECREF(tup);
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "backprop: wrong number of gradients");
+    return NULL;
+}
+
+/* The output gradients of one record (a tuple), None (a new ref) when it has none. */
+static PyObject *
+output_grads(PyObject *outs, PyObject *grads)
+{
+    if (PyTuple_GET_SIZE(outs) == 1) {
+        PyObject *key = PyLong_FromVoidPtr(PyTuple_GET_ITEM(outs, 0));
+        PyObject *g = key ? PyDict_GetItemWithError(grads, key) : NULL;
+        Py_XDECREF(key);
+        if (g == NULL)
+            return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+        return PyTuple_Pack(1, g);
+    }
+    PyObject *args[2] = {outs, grads};
+    PyObject *r = PyObject_Vectorcall(bk.output_grads, args, 2, NULL);
+    if (r == NULL || r == Py_None)
+        return r;
+    Py_SETREF(r, PySequence_Tuple(r));
+    return r;
+}
+
+/* Play one record back: its input gradients, accumulated into grads. 0 or -1. */
+static int
+play(TapeObject *tp, PyObject *grads, PyObject *op, PyObject *ins, PyObject *outs,
+     PyObject *attrs, PyObject *grad_fn, PyObject *dys)
+{
+    PyObject *fn = grad_fn != Py_None ? Py_NewRef(grad_fn) : PyObject_GetAttr(op, str_grad);
+    if (fn == NULL)
+        return -1;
+    if (fn == Py_None) {
+        Py_XDECREF(PyObject_CallFunctionObjArgs(bk.no_gradient, op, outs, NULL)); /* raises */
+        Py_DECREF(fn);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_RuntimeError, "backprop: no gradient function");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(ins);
+    PyObject *ctx = grad_context(tp, op, ins, outs, attrs, grad_fn);
+    PyObject *in_grads = ctx ? call_grad(fn, ctx, dys, op, outs, n) : NULL;
+    Py_XDECREF(ctx);
+    int rc = in_grads ? 0 : -1;
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        PyObject *g = PyTuple_GET_ITEM(in_grads, i), *inp = PyTuple_GET_ITEM(ins, i);
+        if (g == Py_None)
+            continue;
+        int w = tape_watches(tp, inp);
+        if (w <= 0) {
+            rc = w;
+            continue;
+        }
+        int same = same_layout(g, inp);
+        if (same < 0) {
+            rc = -1;
+            continue;
+        }
+        g = same ? Py_NewRef(g)
+                 : PyObject_CallFunction(bk.checked_grad, "OOnOO", g, inp, i, op, fn);
+        rc = g == NULL ? -1 : accumulate(grads, inp, g);
+        Py_XDECREF(g);
+    }
+    Py_XDECREF(in_grads);
+    Py_DECREF(fn);
+    return rc;
+}
+
+/* backprop(grads): _PyTape.backprop in C -- the records in reverse creation order, each
+   on the path to a gradient played back, gradients accumulated into grads in place. */
+static PyObject *
+Tape_backprop(TapeObject *tp, PyObject *grads)
+{
+    if (!PyDict_Check(grads) || bk.ctx_type == NULL) {
+        PyErr_SetString(PyExc_TypeError, bk.ctx_type == NULL ? "backprop: bind_backprop() "
+                        "was not called" : "backprop(grads): grads must be a dict");
+        return NULL;
+    }
+    for (Py_ssize_t i = tp->n - 1; i >= 0; i--) {
+        if (i >= tp->n)                      /* a gradient function reset the tape */
+            continue;
+        Rec *r = &tp->recs[i];
+        PyObject *outs = rec_outs(r), *ins = outs ? rec_ins(r) : NULL;
+        if (ins == NULL)
+            return NULL;
+        PyObject *op = Py_NewRef(r->op), *attrs = Py_NewRef(r->attrs ? r->attrs : sp_empty_dict);
+        PyObject *grad_fn = Py_NewRef(r->grad_fn ? r->grad_fn : Py_None);
+        Py_INCREF(ins);
+        Py_INCREF(outs);                /* (r moves if a gradient function records here) */
+        PyObject *dys = output_grads(outs, grads);
+        int rc = dys == NULL ? -1
+                 : dys == Py_None ? 0 : play(tp, grads, op, ins, outs, attrs, grad_fn, dys);
+        Py_XDECREF(dys);
+        Py_DECREF(op);
+        Py_DECREF(attrs);
+        Py_DECREF(grad_fn);
+        Py_DECREF(ins);
+        Py_DECREF(outs);
+        if (rc < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* Tape_Type is readied on first use (module.c need not know it). */
+static PyObject *
+sp_tape_type(PyObject *mod, PyObject *unused)
+{
+    if (!(Tape_Type.tp_flags & Py_TPFLAGS_READY)) {
+        const char *names[] = {"grad", "shape", "op", "inputs", "outputs", "attrs", "grad_fn",
+                               "needs"};
+        PyObject **strs[] = {&str_grad, &str_shape, &str_op, &str_inputs, &str_outputs,
+                             &str_attrs, &str_grad_fn, &str_needs};
+        for (int i = 0; i < 8; i++)
+            if (*strs[i] == NULL && (*strs[i] = PyUnicode_InternFromString(names[i])) == NULL)
+                return NULL;
+        if (sp_empty_dict == NULL && (sp_empty_dict = PyDict_New()) == NULL)
+            return NULL;
+        if (PyType_Ready(&Tape_Type) < 0)
+            return NULL;
+    }
+    return Py_NewRef((PyObject *)&Tape_Type);
 }
 
 PyMethodDef sp_tape_methods[] = {
     {"record", (PyCFunction)(void (*)(void))sp_record, METH_FASTCALL,
      "record(op, inputs, outputs, attrs, grad_fn=None): context.record in C."},
+    {"set_recorders", (PyCFunction)sp_set_recorders, METH_O,
+     "set_recorders(seq): this thread's recorders (Tapes or (watched, records) pairs)."},
+    {"tape_type", (PyCFunction)sp_tape_type, METH_NOARGS,
+     "The Tape class (the C core of a GradientTape)."},
+    {"bind_backprop", (PyCFunction)sp_bind_backprop, METH_VARARGS,
+     "bind_backprop(GradContext, get_op, add, output_grads, no_gradient, count_error, "
+     "checked_grad): what the backward walk calls."},
     {NULL, NULL, 0, NULL},
 };
