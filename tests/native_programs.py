@@ -269,7 +269,7 @@ class Program:
         return [n for n in self.pool if n.startswith("w")]
 
     def tape_block(self):
-        """One tape: watch, ops, maybe stop_recording and assign_add, gradients."""
+        """One tape: watch, ops, maybe stop_recording and Variable updates, gradients."""
         r = self.rng
         t = self.fresh("tape")
         persistent = r.random() < 0.4
@@ -280,35 +280,65 @@ class Program:
         self.run(f"{t}.__enter__()")
         floats = self.tensors(floats=True)
         watched = r.sample(floats, min(len(floats), r.randint(1, 2)))
-        for w in watched:
-            self.run(f"{t}.watch({w})")
+        if not watch_vars and self.variables() and r.random() < 0.5:
+            watched.append(r.choice(self.variables()))
+        for name in watched:
+            self.run(f"{t}.watch({name})")
         made = []
         for i in range(r.randint(2, 5)):
-            if i == 1 and r.random() < 0.25:
-                s = self.fresh("stop")
-                self.run(f"{t}.stop_recording()", s)
-                self.run(f"{s}.__enter__()")
-                self.op_step(floats=True)
-                self.run(f"{s}.__exit__(None, None, None)")
-            if self.variables() and r.random() < 0.2:
-                v = r.choice(self.variables())
-                self.run(f"{v}.assign_add({self.constant(*self.meta(v))})", self.fresh("a"))
+            self.tape_extras(t, i)
             before = len(self.pool)
-            self.op_step(floats=True, first=r.choice(watched) if watched and i == 0 else None)
+            self.op_step(floats=r.random() < 0.85,
+                         first=r.choice(watched) if watched and i == 0 else None)
             made += self.pool[before:]
-        made = [n for n in made if self.meta(n)[0] != "int32"] or watched
+        made = [n for n in made if self.meta(n)[0] in ("float32", "float64")] or watched
         ys = [self.fresh("y") for _ in range(2 if persistent else 1)]
         for y in ys:
-            src = r.choice(made) if made else r.choice(self.tensors())
-            self.run(f"tf.reduce_sum({src})", y)
+            self.run(f"tf.reduce_sum({r.choice(made or self.tensors())})", y)
         self.run(f"{t}.__exit__(None, None, None)")
+        self.gradients(t, ys, watched, persistent)
+
+    def tape_extras(self, t, i):
+        """What may happen inside a tape besides its ops: stop_recording(), a Variable
+        update, a conversion, an error."""
+        r = self.rng
+        if i == 1 and r.random() < 0.25:
+            s = self.fresh("stop")
+            self.run(f"{t}.stop_recording()", s)
+            self.run(f"{s}.__enter__()")
+            self.op_step(floats=True)
+            self.run(f"{s}.__exit__(None, None, None)")
+        if self.variables() and r.random() < 0.2:
+            v = r.choice(self.variables())
+            how = r.choice(["assign_add", "assign_add", "assign_sub", "assign"])
+            self.run(f"{v}.{how}({self.constant(*self.meta(v))})", self.fresh("a"))
+        if r.random() < 0.08:
+            self.conversion()
+        if r.random() < 0.08:
+            self.deliberate_error()
+
+    def gradients(self, t, ys, watched, persistent):
+        r = self.rng
+        if r.random() < 0.2:
+            self.run(f"{t}.watched_variables()", self.fresh("wv"))
         sources = list(dict.fromkeys(watched + self.variables()[:r.randint(0, 2)]
                                      + r.sample(self.tensors(), 1)))
-        for k, y in enumerate(ys + ([ys[0]] if not persistent and r.random() < 0.3 else [])):
+        calls = ys + ([ys[0]] if not persistent and r.random() < 0.3 else [])
+        for k, y in enumerate(calls):
             extra = ", unconnected_gradients='zero'" if r.random() < 0.3 else ""
+            if r.random() < 0.15 and y in self.ns:
+                extra += f", output_gradients={self.constant(self.meta(y)[0], ())}"
             srcs = r.sample(sources, r.randint(1, len(sources)))
+            if r.random() < 0.1:
+                srcs.append(srcs[0])                    # the same source twice
             target = f"[{', '.join(srcs)}]" if k or r.random() < 0.7 else srcs[0]
+            if persistent and len(ys) > 1 and r.random() < 0.2:
+                y, extra = f"[{', '.join(ys)}]", ""      # several targets: summed
             self.run(f"{t}.gradient({y}, {target}{extra})", self.fresh("g"))
+        if persistent and r.random() < 0.15:
+            self.run(f"{t}.reset()")
+            self.run(f"{t}.gradient({ys[0]}, {watched[0] if watched else sources[0]})",
+                     self.fresh("g"))
 
     def nested_block(self):
         """A second derivative: the inner tape's gradient, taken inside the outer one."""

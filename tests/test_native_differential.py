@@ -115,7 +115,9 @@ def test_the_programs_cover_what_the_issue_asks_for(runs):
                    "tf.exp(", "tf.reshape(", "tf.matmul(", "bool(", "int(", "float(",
                    "float('nan')", "-0.0", "tf.Variable(", "trainable=False", ".assign_add(",
                    "persistent=True", "watch_accessed_variables=False", ".watch(",
-                   ".stop_recording()", "unconnected_gradients='zero'", "inner", "outer"):
+                   ".stop_recording()", "unconnected_gradients='zero'", "inner", "outer",
+                   ".assign_sub(", ".assign(", "output_gradients=", ".watched_variables()",
+                   ".reset()"):
         assert needle in joined, f"no program of seeds 0..{SEEDS - 1} has {needle!r}"
     errors = {o["error"][0] for o in outcomes if "error" in o}
     assert {"InvalidArgumentError", "FailedPreconditionError", "NotFoundError"} <= errors
