@@ -21,6 +21,7 @@
  *   - the hash (identity, the value Python's `hash(id(t))` gives, as before).
  */
 #include "speedups.h"
+#include <structmember.h>
 
 PyTypeObject *sp_Tensor = NULL;
 
@@ -143,6 +144,11 @@ set_device(TensorObject *t, PyObject *v, void *closure)
     Py_XSETREF(t->device, Py_XNewRef(v));
     return 0;
 }
+
+static PyMemberDef tensor_members[] = {
+    {"__weakref__", T_OBJECT, offsetof(TensorObject, weakreflist), READONLY, NULL},
+    {NULL},
+};
 
 static PyGetSetDef tensor_getset[] = {
     {"_data", (getter)get_data, (setter)set_data, "The backend's array.", NULL},
@@ -352,6 +358,7 @@ PyTypeObject TensorBase_Type = {
     .tp_richcompare = tensor_richcompare,
     .tp_weaklistoffset = offsetof(TensorObject, weakreflist),
     .tp_getset = tensor_getset,
+    .tp_members = tensor_members,
     .tp_new = tensor_new,
 };
 
