@@ -282,3 +282,33 @@ def test_shape_arguments_of_every_integer_kind(dev):
         np.testing.assert_array_equal(tf.broadcast_to(x[0], [2, 3]).numpy(),
                                       np.broadcast_to(_m((2, 3))[0], (2, 3)))
         assert tf.zeros(4).shape == (4,)
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "max", "prod", "logsumexp"])
+@pytest.mark.parametrize("axis", [0, [0, 1], 1, None])
+def test_jacobians_and_vectorized_gradients_of_reductions(name, axis):
+    # a leading-axes reduction's dy is no longer reshaped to keepdims: vectorized_map's
+    # broadcasting rules must still align it (pfor against the loop, and against NumPy)
+    x0 = np.array([[1.0, 5.0, 2.0], [7.0, 5.0, 2.0], [0.5, 1.0, 9.0], [3.0, 3.0, 3.0]])
+    f = getattr(tf, "reduce_" + name)
+    x = tf.constant(x0)
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        y = f(x, axis=axis)
+        z = y * y
+    j = tape.jacobian(z, x).numpy()
+    np.testing.assert_allclose(j, tape.jacobian(z, x, experimental_use_pfor=False).numpy(),
+                               rtol=1e-12)
+    np.testing.assert_allclose(j.reshape(-1, x0.size).sum(axis=0).reshape(x0.shape),
+                               tape.gradient(z, x).numpy(), rtol=1e-12)
+
+    def per_example(v):
+        with tf.GradientTape() as t:
+            t.watch(v)
+            s = tf.reduce_sum(f(v * v, axis=axis))
+        return t.gradient(s, v)
+
+    xs = np.stack([x0, x0[::-1], x0 * 0.5])
+    np.testing.assert_allclose(tf.vectorized_map(per_example, tf.constant(xs)).numpy(),
+                               np.stack([per_example(tf.constant(v)).numpy() for v in xs]),
+                               rtol=1e-12)
