@@ -6,16 +6,20 @@
  * `_accumulate`), which stay the reference (TAPEFLOW_PURE_PYTHON=1).
  *
  * Tape, the core of one GradientTape, holds its records as C structs {op, inputs,
- * outputs, attrs, grad_fn}; a binary operator's record holds a, b and the result without
- * tuples (made only when the record is played back or listed), and no record is seen by
- * the garbage collector one by one (the Tape traverses them). Watching is a bit:
+ * outputs, attrs, grad_fn}, and no record is seen by the garbage collector one by one
+ * (the Tape traverses them). A binary operator's record (the `a + b` of dispatch.c's fast
+ * path) holds a and b, and its result only through a weak reference: a result nobody
+ * holds is on no path to a target (a later record would hold it as an input), so it is
+ * freed as without a tape -- its record is skipped by the walk and not listed in
+ * `_records` -- and a new tensor at its address is never taken for it. Tuples are made
+ * only when a record is played back or listed. Watching is a bit:
  *
  *   - each Tape takes one of 64 process-wide slots when it is made and gives it back
  *     when it is freed; TensorObject.watch has bit i set while the Tape of slot i
  *     watches the tensor (a source given to watch(), or an output of one of its
- *     records). The Tape keeps every tensor it marked alive (its sources and its
- *     records) and clears its bit on them in reset() and when it is freed, so a slot
- *     handed to a new Tape starts with no tensor marked. Slots are process-wide, so the
+ *     records; a reused Tensor starts with no bit). The Tape holds its sources and its
+ *     records' live results, and clears its bit on them in reset() and when it is freed,
+ *     so a slot handed to a new Tape starts with no tensor marked. Slots are process-wide, so the
  *     tapes of two threads never share a bit, and a tensor shared by threads is watched
  *     only by the tapes that watched it;
  *   - a Tape made while the 64 slots are taken, and any non-Tensor object, is watched
@@ -44,7 +48,7 @@ static PyObject *str_grad = NULL, *str_shape = NULL, *str_op = NULL, *str_inputs
 
 typedef struct {
     PyObject *op, *ins, *outs, *attrs, *grad_fn;   /* ins/outs NULL: binary, in x */
-    PyObject *x[3];                                /* a binary record's a, b, result */
+    PyObject *x[3];                  /* a binary record's a, b, and a weakref to its result */
 } Rec;
 
 typedef struct {
@@ -100,6 +104,24 @@ tape_mark(TapeObject *tp, PyObject *o)
     return r < 0 ? -1 : !had;
 }
 
+/* The object of weakref wr, borrowed; NULL when it is gone. */
+static PyObject *
+weak_get(PyObject *wr)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *o = NULL;
+    if (PyWeakref_GetRef(wr, &o) <= 0) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(o);                     /* (alive: referenced elsewhere) */
+    return o;
+#else
+    PyObject *o = PyWeakref_GET_OBJECT(wr);
+    return o == Py_None ? NULL : o;
+#endif
+}
+
 static void
 unmark(TapeObject *tp, PyObject *o)
 {
@@ -124,7 +146,7 @@ tape_clear(TapeObject *tp)
             unmark(tp, PyList_GET_ITEM(sources, i));
         for (Py_ssize_t i = 0; i < n; i++) {
             if (recs[i].outs == NULL)
-                unmark(tp, recs[i].x[2]);
+                unmark(tp, weak_get(recs[i].x[2]));
             else
                 for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(recs[i].outs); j++)
                     unmark(tp, PyTuple_GET_ITEM(recs[i].outs, j));
@@ -168,11 +190,13 @@ rec_ins(Rec *r)
     return r->ins;
 }
 
+/* (NULL and no error: a binary record whose result is gone -- on no path to a target) */
 static PyObject *
 rec_outs(Rec *r)
 {
-    if (r->outs == NULL)
-        r->outs = PyTuple_Pack(1, r->x[2]);
+    PyObject *t = r->outs == NULL ? weak_get(r->x[2]) : NULL;
+    if (t != NULL)
+        r->outs = PyTuple_Pack(1, t);      /* (the result is kept from now on) */
     return r->outs;
 }
 
@@ -265,10 +289,12 @@ Tape_records(TapeObject *tp, void *closure)
     PyObject *lst = PyList_New(0);
     for (Py_ssize_t i = 0; lst != NULL && i < tp->n; i++) {
         Rec *r = &tp->recs[i];
-        PyObject *ins = rec_ins(r), *outs = ins ? rec_outs(r) : NULL;
-        PyObject *rec = outs ? PyTuple_Pack(5, r->op, ins, outs,
-                                            r->attrs ? r->attrs : sp_empty_dict,
-                                            r->grad_fn ? r->grad_fn : Py_None) : NULL;
+        PyObject *outs = rec_outs(r), *ins = outs ? rec_ins(r) : NULL;
+        if (outs == NULL && !PyErr_Occurred())
+            continue;                        /* (a result nobody holds: not listed) */
+        PyObject *rec = ins ? PyTuple_Pack(5, r->op, ins, outs,
+                                           r->attrs ? r->attrs : sp_empty_dict,
+                                           r->grad_fn ? r->grad_fn : Py_None) : NULL;
         if (rec == NULL || PyList_Append(lst, rec) < 0)
             Py_CLEAR(lst);
         Py_XDECREF(rec);
@@ -295,6 +321,8 @@ Tape_watched(TapeObject *tp, void *closure)
             Py_CLEAR(d);
     for (Py_ssize_t i = 0; d != NULL && tp->bit && i < tp->n; i++) {
         PyObject *outs = rec_outs(&tp->recs[i]);
+        if (outs == NULL && !PyErr_Occurred())
+            continue;
         for (Py_ssize_t j = 0; outs != NULL && j < PyTuple_GET_SIZE(outs); j++) {
             PyObject *o = PyTuple_GET_ITEM(outs, j);
             if (IS_TENSOR(o) && put_id(d, o) < 0) {
@@ -446,8 +474,13 @@ tape_record(TapeObject *tp, PyObject *op, PyObject *ins, PyObject *outs, PyObjec
         return -1;
     r->op = Py_NewRef(op);
     if (ins == NULL) {
-        for (int i = 0; i < 3; i++)
-            r->x[i] = Py_NewRef(x[i]);
+        r->x[0] = Py_NewRef(x[0]);
+        r->x[1] = Py_NewRef(x[1]);
+        r->x[2] = PyWeakref_NewRef(x[2], NULL);
+        if (r->x[2] == NULL)
+            return -1;
+        if (PyObject_GC_IsTracked(r->x[2]))   /* (no callback: in no cycle; the collector */
+            PyObject_GC_UnTrack(r->x[2]);     /*  would visit every record's otherwise) */
         return tape_mark(tp, x[2]) < 0 ? -1 : 0;
     }
     r->ins = Py_NewRef(ins);
@@ -814,6 +847,15 @@ Tape_backprop(TapeObject *tp, PyObject *grads)
         if (i >= tp->n)                      /* a gradient function reset the tape */
             continue;
         Rec *r = &tp->recs[i];
+        if (r->outs == NULL) {               /* binary: skipped unless its result has one */
+            PyObject *t = weak_get(r->x[2]), *key = t ? PyLong_FromVoidPtr(t) : NULL;
+            int on_path = key == NULL ? 0 : PyDict_Contains(grads, key);
+            Py_XDECREF(key);
+            if (PyErr_Occurred())
+                return NULL;
+            if (on_path <= 0)
+                continue;
+        }
         PyObject *outs = rec_outs(r), *ins = outs ? rec_ins(r) : NULL;
         if (ins == NULL)
             return NULL;
