@@ -20,7 +20,8 @@ which they disagree is where their texts or outcomes part.
 What a statement gave is recorded exactly: for a tensor its class, dtype, shape and
 values (NaN, infinities and the sign of zeros spelled out), for a Python scalar its
 type and ``repr``, for an error its type and message (memory addresses masked), and
-every warning it raised (NumPy's "in scalar divide" read as "in divide", see _SCALAR).
+every warning it raised (NumPy's "in scalar divide" read as "in divide", and no
+"overflow encountered in cast": see _SCALAR and _CACHED_CAST).
 
 By hand (``--pure`` runs the pure-Python path; the text is the program, copy-pasteable):
 
@@ -55,7 +56,8 @@ from tapeflow.runtime import dispatch  # noqa: E402
 DTYPES = ("float32", "float64", "int32")
 SHAPES = ((), (3,), (2, 3))
 FLOAT_VALUES = ("0.0", "-0.0", "0.5", "1.0", "-1.5", "2.0", "3.0", "-2.5")
-SCALARS = ("0", "1", "2", "-3", "2.5", "-0.0", "0.5", "-1.5", "float('nan')", "True")
+SCALARS = ("0", "1", "2", "-3", "2.5", "-0.0", "0.5", "-1.5", "float('nan')", "True",
+           "float('inf')", "2 ** 31", "1e300", "-129")
 TAPE_SCALARS = ("1", "2", "-3", "2.5", "-0.0", "0.5", "-1.5")
 OPERATORS = ("+", "-", "*", "/", "//", "%", "**", "@", "<", "==", "&")
 TAPE_OPERATORS = ("+", "-", "*", "/", "**", "@")
@@ -65,6 +67,11 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 # whose warnings say "divide by zero encountered in scalar divide" where the ufunc's
 # say "... in divide": the same warning, worded by the other entry point.
 _SCALAR = re.compile(r"(?<=encountered )in scalar ")
+# A Python scalar beside a tensor becomes a cached 0-d tensor of the tensor's dtype
+# (runtime/dispatch.py _scalar_like, and the C core's own cache): NumPy warns when 1e300
+# overflows float32 on the conversion, i.e. the first time only, and the two paths'
+# caches hold different scalars after the same programs. Not compared.
+_CACHED_CAST = "overflow encountered in cast"
 
 
 # --- recording outcomes ---------------------------------------------------------------
@@ -109,10 +116,12 @@ class Program:
         self.count = 0
 
     # --- running ----------------------------------------------------------------------
-    def run(self, src, name=None):
-        """Execute one statement (``name = src`` when name is given) and record it.
-        Returns whether it raised nothing."""
+    def run(self, src, name=None, result=None):
+        """Execute one statement (``name = src`` when name is given; ``src`` itself,
+        possibly a loop, that binds ``result`` otherwise) and record it (``name`` or
+        ``result``). Returns whether it raised nothing."""
         text = f"{name} = {src}" if name else src
+        name = name or result
         outcome = {}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -122,9 +131,10 @@ class Program:
             except Exception as e:      # the error is an outcome to compare
                 self.ns.pop(name, None) if name else None
                 outcome["error"] = [type(e).__name__, _ADDRESS.sub("0x?", str(e))]
+        caught = [[w.category.__name__, _SCALAR.sub("in ", str(w.message))] for w in caught
+                  if str(w.message) != _CACHED_CAST]
         if caught:
-            outcome["warnings"] = [[w.category.__name__, _SCALAR.sub("in ", str(w.message))]
-                                   for w in caught]
+            outcome["warnings"] = caught
         self.steps.append([text, outcome])
         ok = "error" not in outcome
         if ok and name and isinstance(self.ns.get(name), (tf.Tensor, tf.Variable)):
@@ -366,6 +376,45 @@ class Program:
         self.run(f"{outer}.__exit__(None, None, None)")
         self.run(f"{outer}.gradient({g}, {x})", self.fresh("gg"))
 
+    def loop_block(self):
+        """Python control flow on scalar tensors: the seeds' Collatz loop, or a float
+        recurrence (maybe on a tape): the C core's cached scalars and NumPy scalars."""
+        r = self.rng
+        n, k = self.fresh("n"), self.fresh("k")
+        if r.random() < 0.4:
+            self.run(f"{n} = tf.constant({r.randint(1, 30)}, dtype=tf.int32)\n"
+                     f"{k} = 0\n"
+                     f"while bool({n} != 1) and {k} < 40:\n"
+                     f"    {n} = {n} // 2 if bool({n} % 2 == 0) else 3 * {n} + 1\n"
+                     f"    {k} += 1\n"
+                     f"{n} = ({n}, {k})", result=n)
+            return
+        x = self.fresh()
+        self.run(self.constant(r.choice(("float32", "float64")), ()), x)
+        taped = r.random() < 0.5
+        t = self.fresh("tape")
+        if taped:
+            self.run("tf.GradientTape()", t)
+            self.run(f"{t}.__enter__()")
+            self.run(f"{t}.watch({x})")
+        ops = [f"{r.choice(TAPE_OPERATORS[:5])} {r.choice(TAPE_SCALARS)}" for _ in range(3)]
+        self.run(f"{n} = {x}\n"
+                 f"for {k} in range({r.randint(2, 12)}):\n"
+                 f"    {n} = ({n} {ops[0]}) {ops[1]} if bool({n} < {r.choice(TAPE_SCALARS)})"
+                 f" else {n} {ops[2]}", result=n)
+        if taped:
+            self.run(f"{t}.__exit__(None, None, None)")
+            self.run(f"{t}.gradient({n}, {x})", self.fresh("g"))
+
+    def device_block(self):
+        """Ops inside ``tf.device('cpu:0')``: the C operators leave scopes to Python."""
+        d = self.fresh("scope")
+        self.run("tf.device('cpu:0')", d)
+        self.run(f"{d}.__enter__()")
+        for _ in range(self.rng.randint(1, 3)):
+            self.op_step()
+        self.run(f"{d}.__exit__(None, None, None)")
+
     def generate(self):
         r = self.rng
         self.setup()
@@ -378,7 +427,11 @@ class Program:
                 self.tape_block()
             elif block < 0.75:
                 self.nested_block()
-            elif block < 0.88:
+            elif block < 0.82:
+                self.loop_block()
+            elif block < 0.87:
+                self.device_block()
+            elif block < 0.94:
                 self.conversion()
             else:
                 self.deliberate_error()
