@@ -26,7 +26,7 @@ from . import dtypes as _dt
 from .dispatch import constant, convert_to_tensor, copy_to_device, execute
 from .errors import InvalidArgumentError
 from .registry import get_op
-from .tensor import Tensor, VariableBase, _wrap
+from .tensor import Tensor, VariableBase, _sp, _wrap
 
 __all__ = ["Variable"]
 
@@ -374,3 +374,7 @@ def _place(t: Tensor) -> Tensor:
     if dev is not None and t._device is not dev:
         return copy_to_device(t, dev)
     return t
+
+
+if _sp is not None:     # (the C core's fast paths read Variable operands: read_value())
+    _sp.bind_variable(Variable)

@@ -259,11 +259,47 @@ fast_tensors(PyObject *op, TensorObject *a, TensorObject *b)
     return t;
 }
 
+/* The exact Variable class (bind_variable), whose operands the fast paths read. */
+static PyTypeObject *sp_Variable = NULL;
+
+/* x's current value if x is a Variable (read_value(): under its lock, watched by the
+   tapes that watch reads -- what the Python path does first), a new reference; else, or
+   when the value is not an exact Tensor, NULL with no error; NULL with an error when
+   the read failed (the Python path would raise it too). */
+static PyObject *
+read_variable(PyObject *x)
+{
+    if (sp_Variable == NULL || Py_TYPE(x) != sp_Variable)
+        return NULL;
+    PyObject *v = PyObject_CallMethodNoArgs(x, sp.str_read_value);
+    if (v != NULL && !SP_IS_TENSOR(v))
+        Py_CLEAR(v);
+    return v;
+}
+
+static PyObject *fast_operands(PyObject *op, PyObject *a, PyObject *b);
+
 PyObject *
 sp_fast_binary(PyObject *op, PyObject *a, PyObject *b)
 {
     if (sp_Tensor == NULL || !sp_counter_zero(sp.scopes))
         return NULL;
+    if (sp_Variable == NULL || (Py_TYPE(a) != sp_Variable && Py_TYPE(b) != sp_Variable))
+        return fast_operands(op, a, b);
+    PyObject *ra = Py_TYPE(a) == sp_Variable ? read_variable(a) : Py_NewRef(a);
+    if (ra == NULL)
+        return NULL;
+    PyObject *rb = Py_TYPE(b) == sp_Variable ? read_variable(b) : Py_NewRef(b);
+    PyObject *r = rb != NULL ? fast_operands(op, ra, rb) : NULL;
+    Py_DECREF(ra);
+    Py_XDECREF(rb);
+    return r;
+}
+
+/* sp_fast_binary once Variables are read */
+static PyObject *
+fast_operands(PyObject *op, PyObject *a, PyObject *b)
+{
     int ta = SP_IS_TENSOR(a), tb = SP_IS_TENSOR(b);
     if (ta && tb)
         return fast_tensors(op, (TensorObject *)a, (TensorObject *)b);
@@ -297,40 +333,57 @@ fast_execute(PyObject *op, PyObject *inputs, PyObject *attrs)
     if (n < 1 || n > 2 || (attrs != NULL && !PyDict_CheckExact(attrs)))
         return NULL;
     PyObject *args[2];
-    PyObject *dev = NULL, *dtype = NULL;
+    PyObject *dev = NULL, *dtype = NULL, *read = NULL, *fn = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *x = PyTuple_GET_ITEM(inputs, i);
-        if (!SP_IS_TENSOR(x))
-            return NULL;
+        if (!SP_IS_TENSOR(x)) {
+            PyObject *v = read_variable(x);
+            if (v == NULL)
+                goto not_mine;
+            if (read == NULL && (read = PyTuple_New(n)) == NULL) {
+                Py_DECREF(v);
+                goto not_mine;
+            }
+            PyTuple_SET_ITEM(read, i, v);
+            x = v;
+        }
+        else if (read != NULL)
+            PyTuple_SET_ITEM(read, i, Py_NewRef(x));
         TensorObject *t = (TensorObject *)x;
         PyObject *dt = sp_tensor_dtype(t);
         if (dt == NULL || t->device == NULL) {
             PyErr_Clear();
-            return NULL;
+            goto not_mine;
         }
         if (i == 0) {
             dev = t->device;
             dtype = dt;
         }
         else if (t->device != dev || dt != dtype)
-            return NULL;
+            goto not_mine;
         args[i] = t->data;
     }
-    PyObject *fn = kernel_for(op, dev, dtype, NULL);
+    if (read != NULL && n == 2 && PyTuple_GET_ITEM(read, 0) == NULL)
+        PyTuple_SET_ITEM(read, 0, Py_NewRef(PyTuple_GET_ITEM(inputs, 0)));
+    fn = kernel_for(op, dev, dtype, NULL);
     if (fn == NULL)
-        return NULL;
+        goto not_mine;
+    if (read != NULL)                       /* (the tape records the values read) */
+        inputs = read;
     Py_INCREF(fn);
     PyObject *out = (attrs != NULL && PyDict_GET_SIZE(attrs) > 0)
         ? PyObject_VectorcallDict(fn, args, n, attrs) : PyObject_Vectorcall(fn, args, n, NULL);
     Py_DECREF(fn);
     if (out == NULL) {                        /* the Python path re-raises, translated */
         PyErr_Clear();
-        return NULL;
+        goto not_mine;
     }
     PyObject *t = sp_tensor_new(out, dev);
     Py_DECREF(out);
-    if (t == NULL || sp_counter_zero(sp.tapes))
+    if (t == NULL || sp_counter_zero(sp.tapes)) {
+        Py_XDECREF(read);
         return t;
+    }
     /* a tape records somewhere: context.record(op, inputs, (t,), attrs) as dispatch.py
        does, for a differentiable op */
     PyObject *d = PyObject_GetAttr(op, sp.str_differentiable);
@@ -345,6 +398,7 @@ fast_execute(PyObject *op, PyObject *inputs, PyObject *attrs)
     }
     Py_XDECREF(rec);
     Py_XDECREF(outs);
+    Py_XDECREF(read);
     if (differentiable < 0 || (differentiable > 0 && r == NULL)) {
         Py_XDECREF(r);
         Py_DECREF(t);
@@ -352,6 +406,9 @@ fast_execute(PyObject *op, PyObject *inputs, PyObject *attrs)
     }
     Py_XDECREF(r);
     return t;
+not_mine:                                     /* (an error from read_value stays set) */
+    Py_XDECREF(read);
+    return NULL;
 }
 
 /* execute(op, inputs, attrs={}): dispatch.execute -- the fast path, else _execute_py */
@@ -407,6 +464,18 @@ sp_scalar_math(PyObject *mod, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* bind_variable(Variable): the class whose instances the fast paths read */
+static PyObject *
+sp_bind_variable(PyObject *mod, PyObject *cls)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "bind_variable: a class expected");
+        return NULL;
+    }
+    Py_XSETREF(sp_Variable, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
 /* kernels_changed(): the registry rebuilt a fast table (forget the cached kernels) */
 static PyObject *
 sp_kernels_changed(PyObject *mod, PyObject *unused)
@@ -423,6 +492,8 @@ PyMethodDef sp_dispatch_methods[] = {
      "execute(op, inputs, attrs={}): runtime.dispatch.execute with its fast path in C."},
     {"scalar_math", sp_scalar_math, METH_VARARGS,
      "scalar_math(ops, float_types, scalar_types): NumPy scalars' own arithmetic."},
+    {"bind_variable", sp_bind_variable, METH_O,
+     "bind_variable(Variable): operands of this class are read (read_value()) in C."},
     {"kernels_changed", sp_kernels_changed, METH_NOARGS,
      "Forget the cached kernels (the registry rebuilt an op's fast table)."},
     {NULL, NULL, 0, NULL},

@@ -89,10 +89,11 @@ PyInit__speedups(void)
     sp.str_ndim = PyUnicode_InternFromString("ndim");
     sp.str_num_outputs = PyUnicode_InternFromString("num_outputs");
     sp.str_record = PyUnicode_InternFromString("record");
+    sp.str_read_value = PyUnicode_InternFromString("read_value");
     sp.empty_dict = PyDict_New();
     if (sp.zero == NULL || sp.str_dtype == NULL || sp.str_type == NULL || sp.str_fast == NULL
         || sp.str_recorders == NULL || sp.str_differentiable == NULL || sp.str_ndim == NULL
-        || sp.str_num_outputs == NULL || sp.str_record == NULL || sp.empty_dict == NULL
+        || sp.str_num_outputs == NULL || sp.str_record == NULL || sp.str_read_value == NULL || sp.empty_dict == NULL
         || sp_tensor_ready(m) < 0 || add_methods(m, sp_tensor_methods) < 0
         || add_methods(m, sp_dispatch_methods) < 0 || add_methods(m, sp_tape_methods) < 0) {
         Py_DECREF(m);

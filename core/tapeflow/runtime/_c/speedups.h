@@ -70,7 +70,7 @@ typedef struct {
     PyObject *generic;       /* numpy.generic (what NumPy's ops on 0-d arrays return) */
     PyObject *zero;          /* the int 0 */
     PyObject *str_dtype, *str_type, *str_fast, *str_recorders, *str_differentiable,
-             *str_ndim, *str_num_outputs, *str_record;
+             *str_ndim, *str_num_outputs, *str_record, *str_read_value;
 } SpState;
 
 extern SpState sp;
