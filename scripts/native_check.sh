@@ -33,6 +33,7 @@ if [ -n "${NATIVE_TESTS:-}" ]; then
     read -r -a TESTS <<<"$NATIVE_TESTS"
 else
     TESTS=(tests/test_speedups.py tests/test_tape.py tests/test_tensor_variable.py)
+    [ -e tests/test_tape_watch.py ] && TESTS+=(tests/test_tape_watch.py)
     for f in tests/test_native_*.py; do [ -e "$f" ] && TESTS+=("$f"); done
 fi
 PYTEST=(-m pytest -q -p no:xdist -p no:cacheprovider --durations=5
