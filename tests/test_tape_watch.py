@@ -7,10 +7,12 @@ import threading
 import weakref
 
 import numpy as np
+import pytest
 
 import tapeflow as tf
 from tapeflow.autodiff.tape import TapeRecord
 from tapeflow.runtime import context as _ctx
+from tapeflow.runtime.tensor import _sp
 
 
 def test_more_live_tapes_than_watch_slots():
@@ -128,3 +130,21 @@ def test_gradients_of_two_paths_are_summed_and_recorded_by_an_outer_tape():
         g = inner.gradient(y, x)                  # 2x + 2: three paths summed
     np.testing.assert_allclose(g.numpy(), [4.0, 8.0])
     np.testing.assert_allclose(outer.gradient(g, x).numpy(), [2.0, 2.0])
+
+
+@pytest.mark.skipif(_sp is None, reason="the Python tape's records hold every result")
+def test_a_dropped_result_of_a_taped_operator_is_freed():
+    # the C tape holds a binary record's result weakly: a result nobody holds is on no
+    # path to a target, and a new tensor at its address is not taken for it
+    a, b = tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0])
+    with tf.GradientTape(persistent=True) as t:
+        t.watch(a)
+        ref = weakref.ref(a + b)
+        kept = a * b
+        for _ in range(50):                       # reuse the freed tensors' memory
+            fresh = b * 2.0
+        y = kept + fresh
+    assert ref() is None
+    assert [r[0].name for r in t._records] == ["Mul", "Add"]
+    np.testing.assert_allclose(t.gradient(y, a).numpy(), [3.0, 4.0])
+    assert t.gradient(fresh, a) is None

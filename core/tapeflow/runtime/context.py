@@ -48,7 +48,7 @@ import threading
 from .errors import InvalidTypeError, PluginConflictError
 
 __all__ = ["tapes_active", "tracing", "record", "active_tapes", "push_tape", "pop_tape",
-           "watch_variable_read", "stop_all_recording", "sync_recorders", "Tracer", "HOOKS",
+           "watch_variable_read", "stop_all_recording", "set_recorders", "Tracer", "HOOKS",
            "Hooks", "install_execute", "install_copy_to_device", "install_constant",
            "install_tracer", "install_vectorize_jacobian", "install_array_namespace",
            "add_variable_observer", "remove_variable_observer",
@@ -70,29 +70,26 @@ def active_tapes() -> list:
     return tapes
 
 
-def set_recorders(recorders):
-    """Store this thread's recorders where record() reads them (``tapeflow.autodiff.tape``
-    puts ``_speedups.set_recorders`` here with the C tapes: a C thread-local)."""
-    _local.recorders = recorders
+def set_recorders(tapes):
+    """Store what record() reads for this thread's ``tapes``: each one's ``_recorder``
+    (the C tape core), or its ``(_watched dict, _records list)`` pair (the Python
+    protocol). ``tapeflow.autodiff.tape`` puts ``_speedups.set_recorders`` here with the
+    C tapes: the same, kept in a C thread-local."""
+    _local.recorders = [getattr(t, "_recorder", 0) or (t._watched, t._records) for t in tapes]
 
 
-def sync_recorders():
-    """Tell record() this thread's recorders: each active tape's ``_recorder`` (the C
-    tape core), or its ``(_watched dict, _records list)`` pair (the Python protocol)."""
-    set_recorders([getattr(t, "_recorder", 0) or (t._watched, t._records) for t in active_tapes()])
-
-
-def _add(n):
+def _add(n, tapes):
     with _count_lock:
         tapes_active[0] += n
-    sync_recorders()
+    set_recorders(tapes)
 
 
 def push_tape(tape):
     """Start recording on ``tape`` (an object with ``_watched`` and ``_records``, or with
-    a ``_recorder``: see :func:`sync_recorders`)."""
-    active_tapes().append(tape)
-    _add(1)
+    a ``_recorder``: see :func:`set_recorders`)."""
+    tapes = active_tapes()
+    tapes.append(tape)
+    _add(1, tapes)
 
 
 def pop_tape(tape):
@@ -100,7 +97,7 @@ def pop_tape(tape):
     tapes = active_tapes()
     if tape in tapes:
         tapes.remove(tape)
-        _add(-1)
+        _add(-1, tapes)
 
 
 def _record_py(op, inputs, outputs, attrs, grad_fn=None):
@@ -148,12 +145,12 @@ def stop_all_recording():
         yield
         return
     tapes.clear()
-    _add(-len(saved))
+    _add(-len(saved), tapes)
     try:
         yield
     finally:
         tapes.extend(saved)
-        _add(len(saved))
+        _add(len(saved), tapes)
 
 
 class Tracer:

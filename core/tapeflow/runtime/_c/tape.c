@@ -1,7 +1,7 @@
 /*
  * tape.c: the tape in C -- recording on this thread's tapes, and the backward walk.
  *
- * Mirrors runtime/context.py (`_record_py`, `sync_recorders`) and autodiff/tape.py
+ * Mirrors runtime/context.py (`_record_py`, `set_recorders`) and autodiff/tape.py
  * (`_PyTape`: watch, the records, and its `backprop`, the loop of `_input_grads` and
  * `_accumulate`), which stay the reference (TAPEFLOW_PURE_PYTHON=1).
  *
@@ -25,7 +25,7 @@
  *   - a Tape made while the 64 slots are taken, and any non-Tensor object, is watched
  *     through a dict {id: object}, as the Python path does (slower, same behaviour).
  *
- * This thread's recorders: set_recorders(seq), which context.sync_recorders calls
+ * This thread's recorders: set_recorders(tapes), which context.push_tape/pop_tape call
  * whenever this thread's stack of tapes changes, keeps them in a C thread-local with the
  * OR of their bits, so an op on tensors that no tape of this thread watches costs one
  * AND. A recorder is a Tape or a (watched dict, records list) pair (ForwardAccumulator,
@@ -40,6 +40,7 @@ Long file: recording and the backward walk both work on the Tape's records and w
 #include "speedups.h"
 
 static PyObject *sp_empty_dict = NULL;     /* the attrs of a binary operator's record */
+static PyObject *str_recorder = NULL, *str_watched = NULL, *str_records = NULL;
 static PyObject *str_grad = NULL, *str_shape = NULL, *str_op = NULL, *str_inputs = NULL,
                 *str_outputs = NULL, *str_attrs = NULL, *str_grad_fn = NULL,
                 *str_needs = NULL;
@@ -374,11 +375,37 @@ static _Thread_local uint64_t tl_mask = 0;           /* the bits of its Tapes */
 static _Thread_local int tl_slow = 0;                /* recorders watching by id */
 static int recorders_bound = 0;
 
-/* set_recorders(seq): this thread's recorders (context.sync_recorders) */
+/* The recorder of tape-like object t: t._recorder, else (t._watched, t._records). */
 static PyObject *
-sp_set_recorders(PyObject *mod, PyObject *seq)
+recorder_of(PyObject *t)
 {
-    PyObject *tup = PySequence_Tuple(seq);
+    PyObject *r = PyObject_GetAttr(t, str_recorder);
+    if (r != NULL || !PyErr_ExceptionMatches(PyExc_AttributeError))
+        return r;
+    PyErr_Clear();
+    PyObject *w = PyObject_GetAttr(t, str_watched), *recs = w ? PyObject_GetAttr(t, str_records)
+                                                                : NULL;
+    r = recs ? PyTuple_Pack(2, w, recs) : NULL;
+    Py_XDECREF(w);
+    Py_XDECREF(recs);
+    return r;
+}
+
+/* set_recorders(tapes): context.set_recorders in C -- the recorders of this thread's
+   tapes, in a C thread-local */
+static PyObject *
+sp_set_recorders(PyObject *mod, PyObject *tapes)
+{
+    PyObject *seq = PySequence_Fast(tapes, "set_recorders: a list of tapes expected");
+    PyObject *tup = seq ? PyTuple_New(PySequence_Fast_GET_SIZE(seq)) : NULL;
+    for (Py_ssize_t i = 0; tup != NULL && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *r = recorder_of(PySequence_Fast_GET_ITEM(seq, i));
+        if (r == NULL)
+            Py_CLEAR(tup);
+        else
+            PyTuple_SET_ITEM(tup, i, r);
+    }
+    Py_XDECREF(seq);
     if (tup == NULL)
         return NULL;
     uint64_t mask = 0;
@@ -884,10 +911,11 @@ sp_tape_type(PyObject *mod, PyObject *unused)
 {
     if (!(Tape_Type.tp_flags & Py_TPFLAGS_READY)) {
         const char *names[] = {"grad", "shape", "op", "inputs", "outputs", "attrs", "grad_fn",
-                               "needs"};
+                               "needs", "_recorder", "_watched", "_records"};
         PyObject **strs[] = {&str_grad, &str_shape, &str_op, &str_inputs, &str_outputs,
-                             &str_attrs, &str_grad_fn, &str_needs};
-        for (int i = 0; i < 8; i++)
+                             &str_attrs, &str_grad_fn, &str_needs, &str_recorder, &str_watched,
+                             &str_records};
+        for (int i = 0; i < 11; i++)
             if (*strs[i] == NULL && (*strs[i] = PyUnicode_InternFromString(names[i])) == NULL)
                 return NULL;
         if (sp_empty_dict == NULL && (sp_empty_dict = PyDict_New()) == NULL)
@@ -902,7 +930,7 @@ PyMethodDef sp_tape_methods[] = {
     {"record", (PyCFunction)(void (*)(void))sp_record, METH_FASTCALL,
      "record(op, inputs, outputs, attrs, grad_fn=None): context.record in C."},
     {"set_recorders", (PyCFunction)sp_set_recorders, METH_O,
-     "set_recorders(seq): this thread's recorders (Tapes or (watched, records) pairs)."},
+     "set_recorders(tapes): context.set_recorders in C (a C thread-local)."},
     {"tape_type", (PyCFunction)sp_tape_type, METH_NOARGS,
      "The Tape class (the C core of a GradientTape)."},
     {"bind_backprop", (PyCFunction)sp_bind_backprop, METH_VARARGS,
