@@ -8,7 +8,8 @@ namespace: tensors of float32/float64/int32 and shapes (), (3,), (2, 3); Variabl
 True) on either side; ``tf.add``, ``tf.reduce_sum``, ``tf.matmul`` & co.; ``bool()``,
 ``int()``, ``float()``; tapes -- plain, persistent with two ``gradient()`` calls, nested
 for a second derivative, ``watch``, ``stop_recording()``, ``watch_accessed_variables=
-False``, ``assign_add`` inside a tape, ``unconnected_gradients='zero'`` -- and
+False``, ``assign_add`` inside a tape, ``unconnected_gradients='zero'`` -- loops on
+scalar tensors (the seeds' Collatz), device scopes, forward mode, ``tf.function``, and
 deliberate errors. A tape's ``with`` block is spelled ``t.__enter__()`` ...
 ``t.__exit__(None, None, None)`` so that each statement runs, and fails, on its own.
 
@@ -415,6 +416,44 @@ class Program:
             self.op_step()
         self.run(f"{d}.__exit__(None, None, None)")
 
+    def forward_block(self):
+        """Forward mode: a ForwardAccumulator observes the same ops (runtime/context.py)."""
+        r = self.rng
+        floats = self.tensors(floats=True)
+        if not floats:
+            return
+        x = r.choice(floats)
+        acc = self.fresh("acc")
+        self.run(f"tf.autodiff.ForwardAccumulator({x}, {self.constant(*self.meta(x))})", acc)
+        self.run(f"{acc}.__enter__()")
+        for i in range(r.randint(1, 3)):
+            self.op_step(floats=True, first=x if i == 0 else None)
+        self.run(f"{acc}.__exit__(None, None, None)")
+        self.run(f"{acc}.jvp({self.pool[-1]})", self.fresh("jvp"))
+
+    def function_block(self):
+        """tf.function: the same ops traced (the C core honours the tracing counter),
+        called twice, and once on a tape."""
+        r = self.rng
+        floats = self.tensors(floats=True)
+        if not floats:
+            return
+        a = r.choice(floats)
+        b = self.partner(a, floats=True)
+        o1, o2 = r.choice(TAPE_OPERATORS[:5]), r.choice(TAPE_OPERATORS[:5])
+        f = self.fresh("f")
+        self.run(f"tf.function(lambda a, b: (a {o1} b) {o2} {r.choice(TAPE_SCALARS)})", f)
+        self.run(f"{f}({a}, {b})", self.fresh())
+        self.run(f"{f}({a}, {b})", self.fresh())
+        t = self.fresh("tape")
+        self.run("tf.GradientTape()", t)
+        self.run(f"{t}.__enter__()")
+        self.run(f"{t}.watch({a})")
+        y = self.fresh("y")
+        self.run(f"tf.reduce_sum({f}({a}, {b}))", y)
+        self.run(f"{t}.__exit__(None, None, None)")
+        self.run(f"{t}.gradient({y}, [{a}, {b}])", self.fresh("g"))
+
     def generate(self):
         r = self.rng
         self.setup()
@@ -429,9 +468,13 @@ class Program:
                 self.nested_block()
             elif block < 0.82:
                 self.loop_block()
-            elif block < 0.87:
+            elif block < 0.85:
                 self.device_block()
-            elif block < 0.94:
+            elif block < 0.88:
+                self.forward_block()
+            elif block < 0.91:
+                self.function_block()
+            elif block < 0.95:
                 self.conversion()
             else:
                 self.deliberate_error()

@@ -117,7 +117,8 @@ def test_the_programs_cover_what_the_issue_asks_for(runs):
                    "persistent=True", "watch_accessed_variables=False", ".watch(",
                    ".stop_recording()", "unconnected_gradients='zero'", "inner", "outer",
                    ".assign_sub(", ".assign(", "output_gradients=", ".watched_variables()",
-                   ".reset()", "while bool(", "tf.device('cpu:0')", "2 ** 31"):
+                   ".reset()", "while bool(", "tf.device('cpu:0')", "2 ** 31",
+                   "ForwardAccumulator(", ".jvp(", "tf.function("):
         assert needle in joined, f"no program of seeds 0..{SEEDS - 1} has {needle!r}"
     errors = {o["error"][0] for o in outcomes if "error" in o}
     assert {"InvalidArgumentError", "FailedPreconditionError", "NotFoundError"} <= errors
