@@ -32,11 +32,14 @@ export PYOPENCL_CTX="${PYOPENCL_CTX:-intel}"
 if [ -n "${NATIVE_TESTS:-}" ]; then
     read -r -a TESTS <<<"$NATIVE_TESTS"
 else
-    TESTS=(tests/test_speedups.py tests/test_tape.py tests/test_tensor_variable.py)
+    TESTS=(tests/test_speedups.py tests/test_tape.py tests/test_tensor_variable.py
+           tests/test_concurrency.py)
     [ -e tests/test_tape_watch.py ] && TESTS+=(tests/test_tape_watch.py)
     for f in tests/test_native_*.py; do [ -e "$f" ] && TESTS+=("$f"); done
 fi
-PYTEST=(-m pytest -q -p no:xdist -p no:cacheprovider --durations=5
+# (-k "not fork": test_concurrency.py's threads, without its fork() tests: processes
+# that start, not C paths)
+PYTEST=(-m pytest -q -p no:xdist -p no:cacheprovider --durations=5 -k "not fork"
         --deselect tests/test_speedups.py::test_the_pure_python_lane "${TESTS[@]}")
 
 say() { printf '==> native: %s\n' "$*" >&2; }
@@ -104,7 +107,12 @@ else
         || fail "the AddressSanitizer build failed"
     # detect_leaks=0: CPython itself leaves memory at exit (not tapeflow's); what ASan
     # checks here is every read and write of the C code (overflows, use after free)
-    ASAN_ENV=(PYTHONPATH="$TMP/asan/core" LD_PRELOAD="$ASAN_LIB" PYTHONMALLOC=malloc
+    # libstdc++ preloaded too: ASan's interceptor of C++ exceptions (__cxa_throw) binds
+    # at start, and PyOpenCL throws them (without it, ASan aborts at the first one)
+    PRELOAD="$ASAN_LIB"
+    CXX_LIB="$("$CC_BIN" -print-file-name=libstdc++.so 2>/dev/null || true)"
+    [ -n "$CXX_LIB" ] && [ -e "$CXX_LIB" ] && PRELOAD="$ASAN_LIB $CXX_LIB"
+    ASAN_ENV=(PYTHONPATH="$TMP/asan/core" LD_PRELOAD="$PRELOAD" PYTHONMALLOC=malloc
               ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:log_path=$TMP/asan-report")
     # (log_path: pytest captures file descriptor 2, and a process ASan stops loses what
     # was captured; the reports of the test processes and their subprocesses are in
