@@ -29,7 +29,7 @@ from ..runtime.tensor import Tensor
 from . import math_ops as _m
 from ._array_common import _range, _scopes, _shape_tuple
 from .array_creation import ones_like
-from .array_shape import reshape
+from .array_shape import _RESHAPE, reshape
 
 __all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
            "reduce_logsumexp", "reduce_any", "reduce_all", "argmax", "argmin",
@@ -149,7 +149,8 @@ def _keep(ctx, t):
     axis = attrs["axis"]
     if attrs["keepdims"] or axis is None or not axis or axis[-1] == len(axis) - 1:
         return t
-    return reshape(t, _reduced_shape(ctx.inputs[0]._data.shape, axis))
+    # (execute, not tf.reshape: the shape is valid, nothing to convert or check)
+    return execute(_RESHAPE, (t,), {"shape": _reduced_shape(ctx.inputs[0]._data.shape, axis)})
 
 
 def _count(shape, axis):
