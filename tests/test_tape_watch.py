@@ -148,3 +148,20 @@ def test_a_dropped_result_of_a_taped_operator_is_freed():
     assert [r[0].name for r in t._records] == ["Mul", "Add"]
     np.testing.assert_allclose(t.gradient(y, a).numpy(), [3.0, 4.0])
     assert t.gradient(fresh, a) is None
+
+
+def test_an_op_declared_non_differentiable_while_taping_is_no_longer_recorded():
+    from tapeflow.runtime.registry import get_op
+    add = get_op("Add")
+    a, b = tf.constant([1.0]), tf.constant([2.0])
+    with tf.GradientTape() as t:
+        t.watch(a)
+        c = a + b
+        add.differentiable = False
+        try:
+            d = a + b
+        finally:
+            add.differentiable = True
+        e = a + b
+    outs = [r[2][0] for r in t._records]
+    assert len(outs) == 2 and outs[0] is c and outs[1] is e and d is not None

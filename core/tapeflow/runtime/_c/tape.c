@@ -38,6 +38,7 @@ Long file: recording and the backward walk both work on the Tape's records and w
  * the Rec/TapeObject layout and those helpers in speedups.h (and the file in setup.py).
  */
 #include "speedups.h"
+#include <structmember.h>
 
 static PyObject *sp_empty_dict = NULL;     /* the attrs of a binary operator's record */
 static PyObject *str_recorder = NULL, *str_watched = NULL, *str_records = NULL;
@@ -65,7 +66,7 @@ static PyTypeObject Tape_Type;
 static uint64_t slots_used = 0;
 
 #define IS_TAPE(o) (Py_TYPE(o) == &Tape_Type)
-#define IS_TENSOR(o) PyObject_TypeCheck((o), &TensorBase_Type)
+#define IS_TENSOR(o) (Py_TYPE(o) == sp_Tensor || PyObject_TypeCheck((o), &TensorBase_Type))
 
 /* Whether the tape watches `o`: 1, 0, or -1 with an error. */
 static int
@@ -446,10 +447,33 @@ recorders(void)
     return recs;
 }
 
-/* op.differentiable, read when a tape watches an operand (a plugin may change it) */
+/* The slot of OpDef.differentiable (a __slots__ member): its type, the type's version
+   (any change to the class forgets it) and its offset in the instance. */
+static PyTypeObject *diff_type = NULL;
+static unsigned int diff_version = 0;
+static Py_ssize_t diff_offset = 0;
+
+/* op.differentiable, read when a tape watches an operand (a plugin may change it): the
+   slot itself for OpDef's exact class, else getattr */
 static int
 op_differentiable(PyObject *op)
 {
+    PyTypeObject *type = Py_TYPE(op);
+    if (type == diff_type && type->tp_version_tag == diff_version) {
+        PyObject *v = *(PyObject **)((char *)op + diff_offset);
+        if (v == Py_True || v == Py_False)
+            return v == Py_True;
+    }
+    else {
+        PyObject *descr = _PyType_Lookup(type, sp.str_differentiable);        /* borrowed */
+        if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
+            && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX
+            && (type->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG)) {
+            diff_type = type;                    /* (compared, never dereferenced: the */
+            diff_version = type->tp_version_tag; /*  version tag guards a reused address) */
+            diff_offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+        }
+    }
     PyObject *d = PyObject_GetAttr(op, sp.str_differentiable);
     if (d == NULL) {
         PyErr_Clear();
