@@ -131,7 +131,8 @@ fi
 
 T2=$SECONDS
 say "3/3 python -X dev, PYTHONMALLOC=debug, strict build: ${TESTS[*]}"
-DEV_ENV=(PYTHONPATH="$TMP/strict/core" PYTHONMALLOC=debug PYTHONFAULTHANDLER=1)
+# (PYTHONDEVMODE=1 as well as -X dev: the tests' subprocesses run in dev mode too)
+DEV_ENV=(PYTHONPATH="$TMP/strict/core" PYTHONMALLOC=debug PYTHONDEVMODE=1 PYTHONFAULTHANDLER=1)
 so=$(check_import "$TMP/strict/core" "${DEV_ENV[@]}") || fail "the strict build does not import"
 say "tapeflow from $TMP/strict/core ($(basename "$so"))"
 DEV_PYTEST=("${PYTEST[@]}")
