@@ -60,7 +60,7 @@ FLOAT_VALUES = ("0.0", "-0.0", "0.5", "1.0", "-1.5", "2.0", "3.0", "-2.5")
 SCALARS = ("0", "1", "2", "-3", "2.5", "-0.0", "0.5", "-1.5", "float('nan')", "True",
            "float('inf')", "2 ** 31", "1e300", "-129")
 TAPE_SCALARS = ("1", "2", "-3", "2.5", "-0.0", "0.5", "-1.5")
-OPERATORS = ("+", "-", "*", "/", "//", "%", "**", "@", "<", "==", "&")
+OPERATORS = ("+", "-", "*", "/", "//", "%", "**", "@", "<", "==", "&", ">=", "!=", "|")
 TAPE_OPERATORS = ("+", "-", "*", "/", "**", "@")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 # The C core computes float ops on two NumPy scalars with the scalars' own arithmetic
@@ -205,7 +205,7 @@ class Program:
             op = r.choice(TAPE_OPERATORS if floats else OPERATORS)
             if op == "@" and r.random() < 0.8:        # NumPy's @ needs rank >= 1
                 a = r.choice([n for n in names if self.meta(n)[1]] or [a])
-            if op == "&" and r.random() < 0.8:        # bitwise on ints, logical on bools
+            if op in ("&", "|") and r.random() < 0.8:        # bitwise on ints, logical on bools
                 a = r.choice([n for n in names if self.meta(n)[0] in ("int32", "bool")] or [a])
             if op != "@" and r.random() < 0.3:
                 s = r.choice(TAPE_SCALARS if floats else SCALARS)
@@ -213,7 +213,8 @@ class Program:
             b = self.partner(a, floats, matmul=(op == "@"))
             return f"{a} {op} {b}"
         if kind < 0.6:
-            return r.choice([f"-{a}", f"abs({a})"])
+            return r.choice([f"-{a}", f"abs({a})"] + ([f"{a}[0]", f"{a}[..., 1:]"]
+                                                     if self.meta(a)[1] else [f"+{a}"]))
         fn = r.choice(["add", "multiply", "reduce_sum", "exp", "reshape", "matmul"]
                       + ([] if floats else ["equal"]))
         if fn in ("add", "multiply", "equal"):
