@@ -112,7 +112,8 @@ def test_the_programs_cover_what_the_issue_asks_for(runs):
     joined = "\n".join(texts)
     for needle in (" + ", " - ", " * ", " / ", " // ", " % ", " ** ", " @ ", " < ", " == ",
                    " & ", " >= ", " != ", " | ", "= -", "= +", "abs(", "[0]", "[..., 1:]",
-                   "tf.add(", "tf.multiply(", "tf.equal(", "tf.reduce_sum(", "tf.exp(", "tf.reshape(", "tf.matmul(", "bool(", "int(", "float(",
+                   "tf.add(", "tf.multiply(", "tf.equal(", "tf.reduce_sum(", "tf.exp(",
+                   "tf.reshape(", "tf.matmul(", "bool(", "int(", "float(",
                    "float('nan')", "-0.0", "tf.Variable(", "trainable=False", ".assign_add(",
                    "persistent=True", "watch_accessed_variables=False", ".watch(",
                    ".stop_recording()", "unconnected_gradients='zero'", "inner", "outer",
