@@ -146,7 +146,7 @@ def test_the_programs_cover_what_the_issue_asks_for(runs):
 def test_a_wrong_c_operator_is_reported_with_its_seed_and_program(runs):
     # --plant-bug makes `a - b` of two tensors compute `b - a` in the C core's `-` slot
     # of the native process only: the comparison must catch it and say where
-    native, _ = run_both(f"0:{PLANTED}", plant_bug=True)
+    native = _finish(_start(f"0:{PLANTED}", False, "--plant-bug"), "C core (planted bug)")
     pure = runs[1][:PLANTED]
     diffs = differences(native, pure, limit=PLANTED)
     assert diffs, f"a `-` with swapped operands went unnoticed over {PLANTED} seeds"
@@ -154,3 +154,10 @@ def test_a_wrong_c_operator_is_reported_with_its_seed_and_program(runs):
     assert first.startswith("seed ") and "replay: python tests/native_programs.py --seed" in first
     parting = first.splitlines()[-3]                # the C core's statement where they part
     assert " - " in parting, first
+
+
+def test_each_run_checks_that_it_runs_the_path_it_was_asked_for():
+    # were TAPEFLOW_PURE_PYTHON ignored, both runs would be the C core and agree vacuously
+    proc = _start("0:0", True, "--expect", "native")       # (the last --expect counts)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 3 and "expected the native path, but the pure path" in err, err
