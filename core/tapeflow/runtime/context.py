@@ -71,17 +71,15 @@ def active_tapes() -> list:
 
 
 def set_recorders(tapes):
-    """Store what record() reads for this thread's ``tapes``: each one's ``_recorder``
+    """Store what record() reads for this thread's ``tapes`` -- each one's ``_recorder``
     (the C tape core), or its ``(_watched dict, _records list)`` pair (the Python
-    protocol). ``tapeflow.autodiff.tape`` puts ``_speedups.set_recorders`` here with the
-    C tapes: the same, kept in a C thread-local."""
-    _local.recorders = [getattr(t, "_recorder", 0) or (t._watched, t._records) for t in tapes]
-
-
-def _add(n, tapes):
+    protocol) -- and count them in ``tapes_active``. ``tapeflow.autodiff.tape`` puts
+    ``_speedups.set_recorders`` here with the C tapes (bound while no tape records): the
+    same, kept in a C thread-local, counted under the GIL without the lock."""
+    recorders = [getattr(t, "_recorder", 0) or (t._watched, t._records) for t in tapes]
     with _count_lock:
-        tapes_active[0] += n
-    set_recorders(tapes)
+        tapes_active[0] += len(recorders) - len(getattr(_local, "recorders", ()))
+        _local.recorders = recorders
 
 
 def push_tape(tape):
@@ -89,7 +87,7 @@ def push_tape(tape):
     a ``_recorder``: see :func:`set_recorders`)."""
     tapes = active_tapes()
     tapes.append(tape)
-    _add(1, tapes)
+    set_recorders(tapes)
 
 
 def pop_tape(tape):
@@ -97,7 +95,7 @@ def pop_tape(tape):
     tapes = active_tapes()
     if tape in tapes:
         tapes.remove(tape)
-        _add(-1, tapes)
+        set_recorders(tapes)
 
 
 def _record_py(op, inputs, outputs, attrs, grad_fn=None):
@@ -145,12 +143,12 @@ def stop_all_recording():
         yield
         return
     tapes.clear()
-    _add(-len(saved), tapes)
+    set_recorders(tapes)
     try:
         yield
     finally:
         tapes.extend(saved)
-        _add(len(saved), tapes)
+        set_recorders(tapes)
 
 
 class Tracer:

@@ -30,8 +30,9 @@
  * OR of their bits, so an op on tensors that no tape of this thread watches costs one
  * AND. A recorder is a Tape or a (watched dict, records list) pair (ForwardAccumulator,
  * or any tape-like object of the Python protocol). Until set_recorders is first called,
- * `context._local.recorders` is read as the Python path does. (A thread that ends with a
- * tape still recording leaks its recorders tuple: a few bytes.)
+ * `context._local.recorders` is read as the Python path does. A thread that ends with a
+ * tape still recording drops its recorders when its thread state is cleared (a Cleaner
+ * in the thread state's dict), as the Python path's threading.local does.
  *
 Long file: recording and the backward walk both work on the Tape's records and watch bits
  * through the static helpers above them; splitting the walk into its own file would put
@@ -41,7 +42,8 @@ Long file: recording and the backward walk both work on the Tape's records and w
 #include <structmember.h>
 
 static PyObject *sp_empty_dict = NULL;     /* the attrs of a binary operator's record */
-static PyObject *str_recorder = NULL, *str_watched = NULL, *str_records = NULL;
+static PyObject *str_recorder = NULL, *str_watched = NULL, *str_records = NULL,
+                *str_cleaner_key = NULL;
 static PyObject *str_grad = NULL, *str_shape = NULL, *str_op = NULL, *str_inputs = NULL,
                 *str_outputs = NULL, *str_attrs = NULL, *str_grad_fn = NULL,
                 *str_needs = NULL;
@@ -376,6 +378,53 @@ static _Thread_local uint64_t tl_mask = 0;           /* the bits of its Tapes */
 static _Thread_local int tl_slow = 0;                /* recorders watching by id */
 static int recorders_bound = 0;
 
+/* A Cleaner, put in the thread state's dict while the thread has recorders, drops them
+   when that dict is cleared -- when the thread ends (or its state is deleted) with a tape
+   still recording, as the Python path's threading.local would. It clears only the
+   thread-local of the thread that made it (after a fork another thread may clear it). */
+typedef struct {
+    PyObject_HEAD
+    PyObject **slot;          /* &tl_recorders of the thread that made it */
+} CleanerObject;
+
+static void
+Cleaner_dealloc(CleanerObject *c)
+{
+    if (c->slot == &tl_recorders) {
+        tl_mask = 0;
+        tl_slow = 0;
+        Py_CLEAR(tl_recorders);
+    }
+    Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyTypeObject Cleaner_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tapeflow.runtime._speedups._RecordersCleaner",
+    .tp_basicsize = sizeof(CleanerObject),
+    .tp_dealloc = (destructor)Cleaner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+};
+
+/* Make sure this thread's state holds a Cleaner: 0, or -1 with an error. */
+static int
+ensure_cleaner(void)
+{
+    PyObject *d = PyThreadState_GetDict();
+    if (d == NULL)
+        return 0;                     /* (no thread state dict: nothing to hang it on) */
+    int has = PyDict_Contains(d, str_cleaner_key);
+    if (has != 0)
+        return has < 0 ? -1 : 0;
+    CleanerObject *c = PyObject_New(CleanerObject, &Cleaner_Type);
+    if (c == NULL)
+        return -1;
+    c->slot = &tl_recorders;
+    int rc = PyDict_SetItem(d, str_cleaner_key, (PyObject *)c);
+    Py_DECREF(c);
+    return rc;
+}
+
 /* The recorder of tape-like object t: t._recorder, else (t._watched, t._records). */
 static PyObject *
 recorder_of(PyObject *t)
@@ -394,9 +443,17 @@ recorder_of(PyObject *t)
 
 /* set_recorders(tapes): context.set_recorders in C -- the recorders of this thread's
    tapes, in a C thread-local */
+static PyObject *sp_tape_type(PyObject *mod, PyObject *unused);
+
 static PyObject *
 sp_set_recorders(PyObject *mod, PyObject *tapes)
 {
+    if (str_cleaner_key == NULL) {                 /* (the types and names readied) */
+        PyObject *type = sp_tape_type(mod, NULL);
+        if (type == NULL)
+            return NULL;
+        Py_DECREF(type);
+    }
     PyObject *seq = PySequence_Fast(tapes, "set_recorders: a list of tapes expected");
     PyObject *tup = seq ? PyTuple_New(PySequence_Fast_GET_SIZE(seq)) : NULL;
     for (Py_ssize_t i = 0; tup != NULL && i < PySequence_Fast_GET_SIZE(seq); i++) {
@@ -425,6 +482,23 @@ sp_set_recorders(PyObject *mod, PyObject *tapes)
                          "records list) pairs, got %R", r);
             return NULL;
         }
+    }
+    /* tapes_active[0] += the change in this thread's count (atomic: no bytecode runs) */
+    Py_ssize_t delta = PyTuple_GET_SIZE(tup) - (tl_recorders ? PyTuple_GET_SIZE(tl_recorders) : 0);
+    if (delta != 0) {
+        PyObject *d = sp.tapes ? PyLong_FromSsize_t(delta) : NULL;
+        PyObject *n = d ? PyNumber_Add(PyList_GET_ITEM(sp.tapes, 0), d) : NULL;
+        Py_XDECREF(d);
+        if (n == NULL || PyList_SetItem(sp.tapes, 0, n) < 0) {
+            Py_DECREF(tup);
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_RuntimeError, "_speedups.init() was not called");
+            return NULL;
+        }
+    }
+    if (tl_recorders == NULL && PyTuple_GET_SIZE(tup) > 0 && ensure_cleaner() < 0) {
+        Py_DECREF(tup);
+        return NULL;
     }
     recorders_bound = 1;
     if (PyTuple_GET_SIZE(tup) == 0)
@@ -935,16 +1009,17 @@ sp_tape_type(PyObject *mod, PyObject *unused)
 {
     if (!(Tape_Type.tp_flags & Py_TPFLAGS_READY)) {
         const char *names[] = {"grad", "shape", "op", "inputs", "outputs", "attrs", "grad_fn",
-                               "needs", "_recorder", "_watched", "_records"};
+                               "needs", "_recorder", "_watched", "_records",
+                               "tapeflow.runtime._speedups.recorders"};
         PyObject **strs[] = {&str_grad, &str_shape, &str_op, &str_inputs, &str_outputs,
                              &str_attrs, &str_grad_fn, &str_needs, &str_recorder, &str_watched,
-                             &str_records};
-        for (int i = 0; i < 11; i++)
+                             &str_records, &str_cleaner_key};
+        for (int i = 0; i < 12; i++)
             if (*strs[i] == NULL && (*strs[i] = PyUnicode_InternFromString(names[i])) == NULL)
                 return NULL;
         if (sp_empty_dict == NULL && (sp_empty_dict = PyDict_New()) == NULL)
             return NULL;
-        if (PyType_Ready(&Tape_Type) < 0)
+        if (PyType_Ready(&Tape_Type) < 0 || PyType_Ready(&Cleaner_Type) < 0)
             return NULL;
     }
     return Py_NewRef((PyObject *)&Tape_Type);
