@@ -294,6 +294,8 @@ class Program:
         watched = r.sample(floats, min(len(floats), r.randint(1, 2)))
         if not watch_vars and self.variables() and r.random() < 0.5:
             watched.append(r.choice(self.variables()))
+        if r.random() < 0.1:                # watching any tensor, an int32 or bool one too
+            watched += r.sample(self.tensors(), 1)
         for name in watched:
             self.run(f"{t}.watch({name})")
         made = []
@@ -307,8 +309,18 @@ class Program:
         ys = [self.fresh("y") for _ in range(2 if persistent else 1)]
         for y in ys:
             self.run(f"tf.reduce_sum({r.choice(made or self.tensors())})", y)
+        if persistent and r.random() < 0.2:          # a gradient taken while recording
+            self.run(f"{t}.gradient({ys[0]}, {r.choice(watched or self.tensors())})",
+                     self.fresh("g"))
         self.run(f"{t}.__exit__(None, None, None)")
         self.gradients(t, ys, watched, persistent)
+        if persistent and r.random() < 0.2:          # a persistent tape entered again
+            self.run(f"{t}.__enter__()")
+            y = self.fresh("y")
+            self.run(f"tf.reduce_sum({r.choice(made or self.tensors())} * 3.0)", y)
+            self.run(f"{t}.__exit__(None, None, None)")
+            self.run(f"{t}.gradient({y}, [{', '.join(watched or self.tensors()[:1])}])",
+                     self.fresh("g"))
 
     def tape_extras(self, t, i):
         """What may happen inside a tape besides its ops: stop_recording(), a Variable
