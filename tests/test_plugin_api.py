@@ -90,12 +90,17 @@ def test_library_end_to_end():
 
 
 def _calls(fn):
-    """Python-level function calls made by ``fn()`` (frames: wrappers would show)."""
+    """Python-level function calls made by ``fn()`` (frames: wrappers would show), and
+    calls of tapeflow's C core (``execute``, ``binary`` in C when it is built; in Python
+    they are ``_execute_py``/``_binary_py``, and ``_wrap`` makes the result Tensor)."""
     seen = []
 
     def prof(frame, event, arg):
-        if event == "call":
-            seen.append(frame.f_code.co_name)
+        if event == "call" and frame.f_code.co_name != "_wrap":
+            name = frame.f_code.co_name
+            seen.append(name[1:-3] if name in ("_execute_py", "_binary_py") else name)
+        elif event == "c_call" and getattr(arg, "__module__", None) == "tapeflow.runtime._speedups":
+            seen.append(arg.__name__)
     sys.setprofile(prof)
     try:
         fn()

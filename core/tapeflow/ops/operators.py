@@ -17,7 +17,7 @@ tf.Tensor([False  True], shape=(2,), dtype=bool) tf.Tensor(4.0, shape=(), dtype=
 
 from __future__ import annotations
 
-from ..runtime.dispatch import binary, bind_operator, convert_to_tensor, execute
+from ..runtime.dispatch import _speedups, binary, convert_to_tensor, execute
 from ..runtime.errors import TapeflowError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -93,9 +93,9 @@ def _binary(op):
 
 def _install():
     # Each operator is one function of its operands in order, ``f(a, b)``. Tensor's are
-    # the C core's number slots when it is built (the fast path of ``op`` first, then
-    # ``f``: dispatch.bind_operator); otherwise -- and always for a Variable, which is
-    # read, and watched, first -- they are Python methods calling ``f``.
+    # the C core's number slots when it is in use (``set_operator``: the fast path of
+    # ``op`` first, then ``f``); otherwise -- and always for a Variable, which is read,
+    # and watched, first -- they are Python methods calling ``f``.
     ops = {"add": _ADD, "sub": _SUB, "mul": _MUL, "truediv": _DIV, "floordiv": _FLOORDIV,
            "mod": _MOD, "pow": _POW, "lshift": _LSHIFT, "rshift": _RSHIFT,
            # a < b is b > a: Python tries the reflected comparison itself
@@ -110,8 +110,11 @@ def _install():
     unary = {"neg": negative, "pos": lambda t: t, "abs": abs, "invert": _invert}
     reflected = set(ops) - {"lt", "le", "gt", "ge", "eq", "ne"}
     for cls in (Tensor, Variable):
-        if cls is Tensor and all([bind_operator(n, ops[n], f) for n, f in funcs.items()] +
-                                 [bind_operator(n, None, f) for n, f in unary.items()]):
+        if cls is Tensor and _speedups is not None:
+            for name, f in funcs.items():
+                _speedups.set_operator(name, ops[name], f)
+            for name, f in unary.items():
+                _speedups.set_operator(name, None, f)
             continue
         for name, f in funcs.items():
             setattr(cls, f"__{name}__", _method(f))

@@ -762,39 +762,20 @@ execute = _execute_py
 
 def _load_speedups():
     """Bind the C core's fast paths (``runtime/_c``; ``runtime.tensor`` decided whether
-    it is in use): ``binary``, ``execute``, ``context.record`` and, through ``ops/operators.py``'s
-    :func:`bind_operator`, the Tensor operators."""
+    it is in use): ``binary``, ``execute``, ``context.record`` (``ops/operators.py``
+    binds the Tensor operators)."""
     global record, binary, execute
     if _sp is None:
         return None
     _sp.init(_scopes, _tapes_active, _tracing, _ctx._local, _binary_py, _scalar_or_none,
-             np.ndarray, np.generic, _execute_py, _ctx)
+             np, _execute_py, _ctx)
     record = _ctx.record = _sp.record
     binary = _sp.binary
     execute = _sp.execute
-    _sp.scalar_math({f: i for i, f in enumerate(_SCALAR_UFUNCS)},
-                    (np.float16, np.float32, np.float64),
-                    tuple(d.type for d in map(np.dtype, "?bBhHiIlLqQefd")))
     return _sp
 
 
-#: the ufuncs NumPy scalars compute themselves (runtime/_c/dispatch.c, in its order)
-_SCALAR_UFUNCS = (np.add, np.subtract, np.multiply, np.true_divide, np.floor_divide,
-                  np.remainder, np.equal, np.not_equal, np.less, np.less_equal, np.greater,
-                  np.greater_equal)
-
-
 _speedups = _load_speedups()
-
-
-def bind_operator(name, op, fallback):
-    """Bind Tensor's operator slot ``name`` ("add", "radd" is the same slot; "eq", "neg",
-    ...) in the C core: ``op``'s fast path (or None), else ``fallback(a, b)`` with the
-    operands in order. Returns False without the C core: set the Python methods then."""
-    if _speedups is None:
-        return False
-    _speedups.set_operator(name, op, fallback)
-    return True
 _ctx.install_execute(execute)
 _ctx.install_copy_to_device(copy_to_device)
 _ctx.install_constant(constant)

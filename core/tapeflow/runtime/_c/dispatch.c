@@ -447,21 +447,49 @@ sp_binary(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
     return PyObject_Vectorcall(sp.slow_binary, args, 3, NULL);
 }
 
-/* scalar_math(ops, float_types, scalar_types): bind the ufuncs NumPy scalars compute
-   themselves ({ufunc: code in SC_* order}) and the scalar types that may */
-static PyObject *
-sp_scalar_math(PyObject *mod, PyObject *args)
+/* NumPy's ufuncs and scalar types for scalar_math (module.c's init): 0, or -1 with an
+   error. */
+int
+sp_bind_numpy(PyObject *np)
 {
-    PyObject *ops, *floats, *types;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyDict_Type, &ops, &PyTuple_Type, &floats,
-                          &PyTuple_Type, &types))
-        return NULL;
-    Py_XSETREF(scalar_ops, Py_NewRef(ops));
-    Py_XSETREF(float_types, Py_NewRef(floats));
-    Py_XSETREF(scalar_types, Py_NewRef(types));
+    static const char *ufuncs[NSCALAR_OPS] = {
+        "add", "subtract", "multiply", "true_divide", "floor_divide", "remainder",
+        "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+    };
+    static const char *all[] = {"bool_", "int8", "uint8", "int16", "uint16", "int32",
+                                "uint32", "int64", "uint64", "float16", "float32", "float64"};
+    PyObject *ops = PyDict_New();
+    PyObject *ft = PyTuple_New(3), *at = PyTuple_New(12);
+    if (ops == NULL || ft == NULL || at == NULL)
+        goto fail;
+    for (int i = 0; i < NSCALAR_OPS; i++) {
+        PyObject *f = PyObject_GetAttrString(np, ufuncs[i]);
+        PyObject *code = f != NULL ? PyLong_FromLong(i) : NULL;
+        int rc = code != NULL ? PyDict_SetItem(ops, f, code) : -1;
+        Py_XDECREF(f);
+        Py_XDECREF(code);
+        if (rc < 0)
+            goto fail;
+    }
+    for (int i = 0; i < 12; i++) {
+        PyObject *t = PyObject_GetAttrString(np, all[i]);
+        if (t == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(at, i, t);
+        if (i >= 9)                         /* float16, float32, float64 */
+            PyTuple_SET_ITEM(ft, i - 9, Py_NewRef(t));
+    }
+    Py_XSETREF(scalar_ops, ops);
+    Py_XSETREF(float_types, ft);
+    Py_XSETREF(scalar_types, at);
     for (int i = 0; i < KCACHE_SIZE; i++)
         Py_CLEAR(kcache[i].fn);
-    Py_RETURN_NONE;
+    return 0;
+fail:
+    Py_XDECREF(ops);
+    Py_XDECREF(ft);
+    Py_XDECREF(at);
+    return -1;
 }
 
 /* bind_variable(Variable): the class whose instances the fast paths read */
@@ -490,8 +518,6 @@ PyMethodDef sp_dispatch_methods[] = {
      "binary(op, a, b): runtime.dispatch.binary with its fast path in C."},
     {"execute", (PyCFunction)(void (*)(void))sp_execute, METH_FASTCALL,
      "execute(op, inputs, attrs={}): runtime.dispatch.execute with its fast path in C."},
-    {"scalar_math", sp_scalar_math, METH_VARARGS,
-     "scalar_math(ops, float_types, scalar_types): NumPy scalars' own arithmetic."},
     {"bind_variable", sp_bind_variable, METH_O,
      "bind_variable(Variable): operands of this class are read (read_value()) in C."},
     {"kernels_changed", sp_kernels_changed, METH_NOARGS,

@@ -11,16 +11,14 @@
 
 SpState sp;
 
-/* init(scopes, tapes, tracing, local, binary, scalar_or_none, ndarray, generic,
-        execute, context) */
+/* init(scopes, tapes, tracing, local, binary, scalar_or_none, numpy, execute, context) */
 static PyObject *
 sp_init(PyObject *mod, PyObject *args)
 {
-    PyObject *scopes, *tapes, *tracing, *local, *binary, *sfor, *ndarray, *generic, *execute,
-             *context;
-    if (!PyArg_ParseTuple(args, "O!O!O!OOOO!O!OO", &PyList_Type, &scopes, &PyList_Type,
-                          &tapes, &PyList_Type, &tracing, &local, &binary, &sfor, &PyType_Type,
-                          &ndarray, &PyType_Type, &generic, &execute, &context))
+    PyObject *scopes, *tapes, *tracing, *local, *binary, *sfor, *numpy, *execute, *context;
+    if (!PyArg_ParseTuple(args, "O!O!O!OOOOOO", &PyList_Type, &scopes, &PyList_Type,
+                          &tapes, &PyList_Type, &tracing, &local, &binary, &sfor, &numpy,
+                          &execute, &context))
         return NULL;
     if (PyList_GET_SIZE(scopes) < 1 || PyList_GET_SIZE(tapes) < 1
         || PyList_GET_SIZE(tracing) < 1) {
@@ -31,14 +29,21 @@ sp_init(PyObject *mod, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "init: binary and execute must be callable");
         return NULL;
     }
+    PyObject *ndarray = PyObject_GetAttrString(numpy, "ndarray");
+    PyObject *generic = ndarray ? PyObject_GetAttrString(numpy, "generic") : NULL;
+    if (generic == NULL || sp_bind_numpy(numpy) < 0) {
+        Py_XDECREF(ndarray);
+        Py_XDECREF(generic);
+        return NULL;
+    }
     Py_XSETREF(sp.scopes, Py_NewRef(scopes));
     Py_XSETREF(sp.tapes, Py_NewRef(tapes));
     Py_XSETREF(sp.tracing, Py_NewRef(tracing));
     Py_XSETREF(sp.local, Py_NewRef(local));
     Py_XSETREF(sp.slow_binary, Py_NewRef(binary));
     Py_XSETREF(sp.scalar_for, sfor == Py_None ? NULL : Py_NewRef(sfor));
-    Py_XSETREF(sp.ndarray, Py_NewRef(ndarray));
-    Py_XSETREF(sp.generic, Py_NewRef(generic));
+    Py_XSETREF(sp.ndarray, ndarray);
+    Py_XSETREF(sp.generic, generic);
     Py_XSETREF(sp.slow_execute, Py_NewRef(execute));
     Py_XSETREF(sp.context, Py_NewRef(context));
     sp_dispatch_clear();                 /* (re-)init: forget cached scalars and kernels */

@@ -99,6 +99,8 @@ sp_counter_zero(PyObject *lst)
 /* op(a, b) on the fast path (op.fast holds the kernels), or NULL: see above. */
 PyObject *sp_fast_binary(PyObject *op, PyObject *a, PyObject *b);
 void sp_dispatch_clear(void);
+/* Bind NumPy's ufuncs and scalar types (init): 0, or -1 with an error. */
+int sp_bind_numpy(PyObject *numpy);
 extern PyMethodDef sp_dispatch_methods[];
 
 /* --- tape.c -------------------------------------------------------------------------- */
