@@ -27,7 +27,10 @@ freed memory in quarantine): the RSS bound is skipped there, and the loop runs 1
 from __future__ import annotations
 
 import gc
+import json
 import os
+import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -38,6 +41,8 @@ import pytest
 
 import tapeflow as tf
 from tapeflow.runtime import dispatch
+
+_speedups = dispatch._speedups
 
 needs_c = pytest.mark.skipif(
     dispatch._speedups is None,
@@ -124,7 +129,6 @@ def _under_asan():
 
 @needs_c
 def test_a_million_c_path_ops_leak_nothing():
-    import json
     # x 10 ops: 10^6 ops measured; 10^5 under ASan (slow there, and RSS is not checked:
     # the reference counts still show one lost reference per op as a growth of 10^4)
     rounds = 10_000 if _under_asan() else 100_000
@@ -148,7 +152,6 @@ def test_a_million_c_path_ops_leak_nothing():
 
 @needs_c
 def test_the_free_list_is_bounded_and_reused():
-    from tapeflow.runtime import _speedups
     a = tf.constant([1.0])
     many = [a + a for _ in range(5000)]
     del many                                      # 5000 exact Tensors die at once
@@ -201,7 +204,6 @@ def _make(cls, like):
 
 @needs_c
 def test_a_subclass_with_slots_is_made_and_freed():
-    from tapeflow.runtime import _speedups
 
     class Tag:
         pass
@@ -251,8 +253,6 @@ def test_native_md_commands_are_what_the_lane_runs():
     """docs/native.md's command blocks (a suite cannot run the lane inside itself: it
     takes a minute and builds twice) say what scripts/native_check.sh does, with the
     variables core/setup.py reads."""
-    import pathlib
-    import re
     root = pathlib.Path(__file__).resolve().parents[1]
     doc = (root / "docs" / "native.md").read_text()
     lane = (root / "scripts" / "native_check.sh").read_text()
