@@ -7,8 +7,11 @@ so backprop is one reversed loop. The core is ``_speedups.Tape`` (``runtime/_c/t
 records are C structs, watching is a bit on the C tensor, the loop is C) or, without the
 C core, :class:`_PyTape`, the reference it mirrors: ``_watched`` maps tensor ids to
 tensors and ``_records`` lists tuples laid out as :class:`TapeRecord` ``(op, inputs,
-outputs, attrs, grad_fn)``. Backprop makes a :class:`~tapeflow.runtime.registry.GradContext`
-only for the records on the path to the target, when it calls their gradient.
+outputs, attrs, grad_fn)`` (the C core lists its records so, and holds the result of a
+Tensor operator such as ``a + b`` weakly: a result nobody holds is on no path to a
+target, so it is freed as without a tape, and its record is neither played back nor
+listed). Backprop makes a :class:`~tapeflow.runtime.registry.GradContext` only for the
+records on the path to the target, when it calls their gradient.
 
 Backprop has four steps, each its own function: seeding (:func:`_seed`: ones, or the
 given output gradients), playback (:func:`_input_grads` per record), the checks of
