@@ -18,8 +18,8 @@ what earlier statements gave (a dtype, a shape, an error or not), never on anyth
 else, so two processes that agree draw the same program, and the first statement on
 which they disagree is where their texts or outcomes part.
 
-What a statement gave is recorded exactly: for a tensor its class, dtype, shape and
-values (NaN, infinities and the sign of zeros spelled out), for a Python scalar its
+What a statement gave is recorded exactly: for a tensor its class, dtype, device, shape
+and values (NaN, infinities and the sign of zeros spelled out), for a Python scalar its
 type and ``repr``, for an error its type and message (memory addresses masked), and
 every warning it raised (NumPy's "in scalar divide" read as "in divide", and no
 "overflow encountered in cast": see _SCALAR and _CACHED_CAST).
@@ -99,7 +99,8 @@ def encode(value):
     if isinstance(value, (tf.Tensor, tf.Variable)):
         a = value.numpy()
         return {"class": type(value).__name__, "dtype": value.dtype.name,
-                "shape": list(a.shape), "values": _values(a.tolist())}
+                "device": str(value.device), "shape": list(a.shape),
+                "values": _values(a.tolist())}
     if isinstance(value, (bool, int, float)):
         return {"py": type(value).__name__, "repr": repr(value)}
     return {"other": type(value).__name__, "repr": _ADDRESS.sub("0x?", repr(value))}
@@ -130,7 +131,8 @@ class Program:
                 exec(text, self.ns)
                 outcome["value"] = encode(self.ns.get(name)) if name else None
             except Exception as e:      # the error is an outcome to compare
-                self.ns.pop(name, None) if name else None
+                if name:
+                    self.ns.pop(name, None)
                 outcome["error"] = [type(e).__name__, _ADDRESS.sub("0x?", str(e))]
         caught = [[w.category.__name__, _SCALAR.sub("in ", str(w.message))] for w in caught
                   if str(w.message) != _CACHED_CAST]
@@ -173,7 +175,7 @@ class Program:
 
     def partner(self, a, floats=False, matmul=False):
         """A second tensor for ``a``: mostly one of the same dtype whose shape fits."""
-        names = self.tensors(floats)
+        names = self.tensors(floats) or [a]
         da, sa = self.meta(a)
 
         def fits(n):
