@@ -326,7 +326,7 @@ class Program:
 
     def tape_extras(self, t, i):
         """What may happen inside a tape besides its ops: stop_recording(), a Variable
-        update, a conversion, an error."""
+        update, a conversion, an error, results dropped at once."""
         r = self.rng
         if i == 1 and r.random() < 0.25:
             s = self.fresh("stop")
@@ -342,6 +342,10 @@ class Program:
             self.conversion()
         if r.random() < 0.08:
             self.deliberate_error()
+        for _ in range(r.randint(0, 2) if r.random() < 0.3 else 0):
+            expr = self.op_expr(floats=True)    # a result nobody keeps: freed at once,
+            if expr is not None:                # and its memory reused by the next one
+                self.run(expr)
 
     def gradients(self, t, ys, watched, persistent):
         r = self.rng
