@@ -165,3 +165,13 @@ def test_an_op_declared_non_differentiable_while_taping_is_no_longer_recorded():
         e = a + b
     outs = [r[2][0] for r in t._records]
     assert len(outs) == 2 and outs[0] is c and outs[1] is e and d is not None
+
+
+def test_a_thread_that_ends_with_a_tape_recording_no_longer_counts_it():
+    # (else every op after it would look for tapes: tf.function replays recorded, ...)
+    before = _ctx.tapes_active[0]
+    ended = threading.Thread(target=lambda: tf.GradientTape().__enter__())
+    ended.start()
+    ended.join(30)
+    gc.collect()
+    assert _ctx.tapes_active[0] == before

@@ -55,12 +55,10 @@ from .grad_checks import checked_grad, grad_origin, short
 
 __all__ = ["GradientTape", "TapeRecord", "stop_recording", "stop_all_recording"]
 
-#: (jacobian() and batch_jacobian() compute all rows at once with
-#: ``_ctx.HOOKS.vectorize_jacobian``, ``rows(f, seeds, first seed) -> [f's output
-#: leaves, each with the batch of seeds in front]``, which tapeflow.tracing.vectorize
-#: installs: None until tapeflow.tracing is imported)
-_HOOKS = _ctx.HOOKS
-
+# (jacobian() and batch_jacobian() compute all rows at once with
+# ``_ctx.HOOKS.vectorize_jacobian``, ``rows(f, seeds, first seed) -> [f's output
+# leaves, each with the batch of seeds in front]``, which tapeflow.tracing.vectorize
+# installs: None until tapeflow.tracing is imported)
 stop_recording = stop_all_recording
 
 
@@ -269,7 +267,7 @@ class GradientTape:
         tshape = tuple(target.shape)
         n = math.prod(tshape)
         try:
-            vectorize = _HOOKS.vectorize_jacobian
+            vectorize = _ctx.HOOKS.vectorize_jacobian
             if experimental_use_pfor and vectorize is not None and n:
                 eye = np.eye(n, dtype=target.dtype.np).reshape((n,) + tshape)
                 rows = vectorize(
@@ -281,14 +279,12 @@ class GradientTape:
             self._end()
         result = []
         for s, r in zip(flat_sources, rows):
-            sshape = tuple(s.shape)
-            if r is None:
-                # unconnected (or an empty target): None, or zeros when asked
-                result.append(_array.zeros(tshape + sshape, dtype=s.dtype)
+            want = tshape + tuple(s.shape)
+            if r is None:           # unconnected (or an empty target): None, or zeros
+                result.append(_array.zeros(want, dtype=s.dtype)
                               if unconnected_gradients == "zero" or n == 0 else None)
-                continue
-            want = tshape + sshape
-            result.append(r if tuple(r.shape) == want else _array.reshape(r, want))
+            else:
+                result.append(r if tuple(r.shape) == want else _array.reshape(r, want))
         return nest.pack_sequence_as(sources, result)
 
     def _jacobian_loop(self, target, flat_sources, tshape, n):
@@ -302,13 +298,9 @@ class GradientTape:
             gs = self._backprop([target], flat_sources, [seed], "none")
             for r, g in zip(rows, gs):
                 r.append(g)
-        out = []
-        for s, r in zip(flat_sources, rows):
-            if all(g is None for g in r):
-                out.append(None)
-            else:
-                out.append(_array.stack([_array.zeros_like(s) if g is None else g for g in r]))
-        return out
+        return [None if all(g is None for g in r) else
+                _array.stack([_array.zeros_like(s) if g is None else g for g in r])
+                for s, r in zip(flat_sources, rows)]
 
     def batch_jacobian(self, target, source, unconnected_gradients="none",
                        parallel_iterations=None, experimental_use_pfor=True):
@@ -320,7 +312,7 @@ class GradientTape:
         m = math.prod(rest)
         sshape = tuple(source.shape)
         try:
-            vectorize = _HOOKS.vectorize_jacobian
+            vectorize = _ctx.HOOKS.vectorize_jacobian
             if experimental_use_pfor and vectorize is not None and m and b:
                 eye = np.zeros((m, b, m), dtype=target.dtype.np)
                 eye[np.arange(m), :, np.arange(m)] = 1

@@ -70,16 +70,28 @@ def active_tapes() -> list:
     return tapes
 
 
+class _Recorders(list):
+    """This thread's recorders, counted in ``tapes_active`` from their making to their
+    end: replaced by the next ones, or dropped with the threading.local when the thread
+    ends with a tape still recording (which then no longer counts)."""
+
+    def __init__(self, tapes):
+        super().__init__(getattr(t, "_recorder", 0) or (t._watched, t._records) for t in tapes)
+        with _count_lock:
+            tapes_active[0] += len(self)
+
+    def __del__(self, lock=_count_lock, count=tapes_active):
+        with lock:
+            count[0] -= len(self)
+
+
 def set_recorders(tapes):
     """Store what record() reads for this thread's ``tapes`` -- each one's ``_recorder``
     (the C tape core), or its ``(_watched dict, _records list)`` pair (the Python
-    protocol) -- and count them in ``tapes_active``. ``tapeflow.autodiff.tape`` puts
-    ``_speedups.set_recorders`` here with the C tapes (bound while no tape records): the
-    same, kept in a C thread-local, counted under the GIL without the lock."""
-    recorders = [getattr(t, "_recorder", 0) or (t._watched, t._records) for t in tapes]
-    with _count_lock:
-        tapes_active[0] += len(recorders) - len(getattr(_local, "recorders", ()))
-        _local.recorders = recorders
+    protocol) -- and count them in ``tapes_active`` while they last. ``tapeflow.autodiff.
+    tape`` puts ``_speedups.set_recorders`` here with the C tapes (bound while no tape
+    records): the same, kept in a C thread-local, counted under the GIL."""
+    _local.recorders = _Recorders(tapes)
 
 
 def push_tape(tape):

@@ -31,8 +31,9 @@
  * AND. A recorder is a Tape or a (watched dict, records list) pair (ForwardAccumulator,
  * or any tape-like object of the Python protocol). Until set_recorders is first called,
  * `context._local.recorders` is read as the Python path does. A thread that ends with a
- * tape still recording drops its recorders when its thread state is cleared (a Cleaner
- * in the thread state's dict), as the Python path's threading.local does.
+ * tape still recording drops its recorders, and their count in tapes_active, when its
+ * thread state is cleared (a Cleaner in the thread state's dict), as the Python path's
+ * threading.local does.
  *
 Long file: recording and the backward walk both work on the Tape's records and watch bits
  * through the static helpers above them; splitting the walk into its own file would put
@@ -236,6 +237,8 @@ Tape_traverse(TapeObject *tp, visitproc visit, void *arg)
         Py_VISIT(r->outs);
         Py_VISIT(r->attrs);
         Py_VISIT(r->grad_fn);
+        Py_VISIT(r->x[0]);                 /* (a Tensor subclass may be tracked) */
+        Py_VISIT(r->x[1]);
     }
     return 0;
 }
@@ -390,10 +393,19 @@ typedef struct {
 static void
 Cleaner_dealloc(CleanerObject *c)
 {
-    if (c->slot == &tl_recorders) {
+    if (c->slot == &tl_recorders && tl_recorders != NULL) {
+        PyObject *et, *ev, *tb, *n = NULL;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *d = PyLong_FromSsize_t(-PyTuple_GET_SIZE(tl_recorders));
+        if (d != NULL && sp.tapes != NULL                  /* (no longer counted) */
+            && (n = PyNumber_Add(PyList_GET_ITEM(sp.tapes, 0), d)) != NULL)
+            PyList_SetItem(sp.tapes, 0, n);
+        Py_XDECREF(d);
+        PyErr_Clear();
         tl_mask = 0;
         tl_slow = 0;
         Py_CLEAR(tl_recorders);
+        PyErr_Restore(et, ev, tb);
     }
     Py_TYPE(c)->tp_free((PyObject *)c);
 }
@@ -483,6 +495,10 @@ sp_set_recorders(PyObject *mod, PyObject *tapes)
             return NULL;
         }
     }
+    if (tl_recorders == NULL && PyTuple_GET_SIZE(tup) > 0 && ensure_cleaner() < 0) {
+        Py_DECREF(tup);
+        return NULL;
+    }
     /* tapes_active[0] += the change in this thread's count (atomic: no bytecode runs) */
     Py_ssize_t delta = PyTuple_GET_SIZE(tup) - (tl_recorders ? PyTuple_GET_SIZE(tl_recorders) : 0);
     if (delta != 0) {
@@ -496,16 +512,12 @@ sp_set_recorders(PyObject *mod, PyObject *tapes)
             return NULL;
         }
     }
-    if (tl_recorders == NULL && PyTuple_GET_SIZE(tup) > 0 && ensure_cleaner() < 0) {
-        Py_DECREF(tup);
-        return NULL;
-    }
     recorders_bound = 1;
     if (PyTuple_GET_SIZE(tup) == 0)
         Py_CLEAR(tup);
+    tl_mask = mask;                   /* (all set before the old tuple goes: its tapes' */
+    tl_slow = slow;                   /*  destructors may record or set recorders) */
     Py_XSETREF(tl_recorders, tup);
-    tl_mask = mask;
-    tl_slow = slow;
     Py_RETURN_NONE;
 }
 
@@ -602,8 +614,13 @@ tape_record(TapeObject *tp, PyObject *op, PyObject *ins, PyObject *outs, PyObjec
         r->x[0] = Py_NewRef(x[0]);
         r->x[1] = Py_NewRef(x[1]);
         r->x[2] = PyWeakref_NewRef(x[2], NULL);
-        if (r->x[2] == NULL)
+        if (r->x[2] == NULL) {                /* (no half-made record stays) */
+            Py_CLEAR(r->op);
+            Py_CLEAR(r->x[0]);
+            Py_CLEAR(r->x[1]);
+            tp->n--;
             return -1;
+        }
         if (PyObject_GC_IsTracked(r->x[2]))   /* (no callback: in no cycle; the collector */
             PyObject_GC_UnTrack(r->x[2]);     /*  would visit every record's otherwise) */
         return tape_mark(tp, x[2]) < 0 ? -1 : 0;
