@@ -240,6 +240,10 @@ r = p.unavailable_reason(); r and print(r); sys.exit(1 if r else 0)' >"$VENV/poc
         lane "fuzz: 8000 bad-input calls on cpu:0 and opencl:0" \
             env PYOPENCL_CTX=$INTEL_OPENCL "$VPY" "$ROOT/scripts/fuzz.py" --calls 8000 --seed 0 \
             --devices cpu:0,opencl:0 --chunk 4000 --top 20
+        # The C core (core/tapeflow/runtime/_c): built with -Werror, its tests under
+        # AddressSanitizer and under python -X dev with PYTHONMALLOC=debug (docs/native.md)
+        lane "native: the C core strict, under ASan and -X dev (scripts/native_check.sh)" \
+            env PYOPENCL_CTX=$INTEL_OPENCL VPY="$VPY" bash "$ROOT/scripts/native_check.sh"
         # The array API standard's own test suite (tests/array_api_suite/, pinned; its
         # expected failures listed with reasons there; docs/array-api.md), on cpu:0 and,
         # without the fft extension, on opencl:0 (PYOPENCL_CTX: one OpenCL device)
