@@ -124,3 +124,17 @@ def test_the_pure_python_lane():
                         "-n", "0", *LANE], cwd=root, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)])
+def test_int_of_a_non_finite_tensor_is_a_clear_error(value, shape):
+    """int() of NaN or infinity: NumPy's bare ValueError/OverflowError named neither
+    the conversion nor the device (both paths: the C slot falls back to the Python
+    method for the error); float() and bool() of them are fine."""
+    t = tf.constant(np.full(shape, value, np.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"int\(\) of a float32 tensor holding -?(nan|inf).*is_finite.*cpu:0"):
+        int(t)
+    assert math.isnan(float(t)) if math.isnan(value) else float(t) == value
+    assert bool(t) is True

@@ -131,28 +131,27 @@ class _TensorPy:
     __slots__ = ("_data", "_device", "__weakref__")
 
     def __bool__(self):
-        if _tracing[0]:
-            _check_traced(self, "bool()")
-        d = self._data
-        if d.size == 1 and self._device.is_host:   # Python control flow: keep it cheap
-            return bool(d)
-        return bool(self._scalar("bool()"))
+        return _TensorPy._to_python(self, bool, "bool()")
 
     def __int__(self):
-        if _tracing[0]:
-            _check_traced(self, "int()")
-        d = self._data
-        if d.size == 1 and self._device.is_host:
-            return int(d.reshape(()) if d.ndim else d)
-        return int(self._scalar("int()"))
+        return _TensorPy._to_python(self, int, "int()")
 
     def __float__(self):
+        return _TensorPy._to_python(self, float, "float()")
+
+    def _to_python(self, kind, what):
+        """``kind(value)`` of a one-element tensor (Python control flow: cheap on the
+        host); NaN or infinity into an int is an error naming the tensor and the fix."""
         if _tracing[0]:
-            _check_traced(self, "float()")
+            _check_traced(self, what)
         d = self._data
-        if d.size == 1 and self._device.is_host:
-            return float(d.reshape(()) if d.ndim else d)
-        return float(self._scalar("float()"))
+        v = self._scalar(what) if d.size != 1 or not self._device.is_host else d.reshape(())
+        try:
+            return kind(v)
+        except (ValueError, OverflowError) as e:        # int(nan), int(inf)
+            raise InvalidArgumentError(f"{what} of a {self.dtype.name} tensor holding {v}: {e}; "
+                                       "check it first (tf.math.is_finite)", op=what,
+                                       device=self._device) from None
 
     def __index__(self):
         if _tracing[0]:
