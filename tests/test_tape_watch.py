@@ -175,3 +175,19 @@ def test_a_thread_that_ends_with_a_tape_recording_no_longer_counts_it():
     ended.join(30)
     gc.collect()
     assert _ctx.tapes_active[0] == before
+
+
+def test_a_none_target_names_the_likely_cause():
+    """gradient(None, x) -- the unconnected inner gradient of a second-order program --
+    named a Const op the user never called (found by the differential test)."""
+    x, y = tf.constant(2.0), tf.constant(3.0)
+    with tf.GradientTape() as outer:
+        outer.watch(x)
+        with tf.GradientTape() as inner:
+            inner.watch(x)
+            z = y * y
+        g = inner.gradient(z, x)
+    assert g is None
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="target is None.*unconnected_gradients='zero'"):
+        outer.gradient(g, x)

@@ -399,6 +399,10 @@ def _seed(targets, seeds):
     add = _math.add
     for i, t in enumerate(targets):
         if type(t) is not Tensor:
+            if t is None:       # (nest.flatten keeps None: a leaf)
+                raise InvalidArgumentError(
+                    "GradientTape.gradient(): the target is None -- an unconnected inner "
+                    "gradient? Give the inner gradient() unconnected_gradients='zero'.")
             t = t._value if isinstance(t, Variable) else convert_to_tensor(t)
         if seeds is not None and seeds[i] is not None:
             s = convert_to_tensor(seeds[i], dtype=t.dtype)
