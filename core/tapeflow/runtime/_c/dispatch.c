@@ -237,7 +237,7 @@ fast_tensors(PyObject *op, TensorObject *a, TensorObject *b)
     PyObject *fn = kernel_for(op, dev, dta, &sop);
     if (fn == NULL)
         return NULL;
-    PyObject *out = scalar_math(sop, a->data, b->data);
+    PyObject *out = sop >= 0 ? scalar_math(sop, a->data, b->data) : NULL;
     if (out == NULL) {
         Py_INCREF(fn);                        /* (a kernel may refresh the tables) */
         PyObject *args[2] = {a->data, b->data};

@@ -50,7 +50,12 @@ extern PyTypeObject *sp_Tensor;
 /* A new exact Tensor holding new references to data and device (from the free list). */
 PyObject *sp_tensor_new(PyObject *data, PyObject *device);
 /* data.dtype (borrowed, cached on the tensor); NULL with an error when it has none. */
-PyObject *sp_tensor_dtype(TensorObject *t);
+PyObject *sp_tensor_dtype_read(TensorObject *t);
+static inline PyObject *
+sp_tensor_dtype(TensorObject *t)
+{
+    return t->dtype != NULL ? t->dtype : sp_tensor_dtype_read(t);
+}
 int sp_tensor_ready(PyObject *module);
 extern PyMethodDef sp_tensor_methods[];
 

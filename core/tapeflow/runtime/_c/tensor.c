@@ -85,7 +85,9 @@ static void
 tensor_dealloc_heap(TensorObject *t)
 {
     PyTypeObject *type = Py_TYPE(t);
-    if (PyObject_GC_IsTracked((PyObject *)t))
+    /* (an exact Tensor is never tracked: sp_tensor_new untracks it and Python cannot
+       make one; subtype_dealloc re-tracks a subclass's instance before calling this) */
+    if (type != sp_Tensor && PyObject_GC_IsTracked((PyObject *)t))
         PyObject_GC_UnTrack(t);
     clear_tensor(t);
     if (type == sp_Tensor && nfree < FREELIST_MAX)
@@ -96,15 +98,13 @@ tensor_dealloc_heap(TensorObject *t)
 }
 
 PyObject *
-sp_tensor_dtype(TensorObject *t)
+sp_tensor_dtype_read(TensorObject *t)
 {
-    if (t->dtype == NULL) {
-        if (t->data == NULL) {
-            PyErr_SetString(PyExc_AttributeError, "_data");
-            return NULL;
-        }
-        t->dtype = PyObject_GetAttr(t->data, sp.str_dtype);
+    if (t->data == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "_data");
+        return NULL;
     }
+    t->dtype = PyObject_GetAttr(t->data, sp.str_dtype);
     return t->dtype;
 }
 
