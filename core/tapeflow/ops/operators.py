@@ -111,8 +111,8 @@ def _install():
     reflected = set(ops) - {"lt", "le", "gt", "ge", "eq", "ne"}
     for cls in (Tensor, Variable):
         if cls is Tensor and _speedups is not None:
-            for name, f in funcs.items():
-                _speedups.set_operator(name, ops[name], f)
+            for name, f in funcs.items():       # (direct: f is binary(op, a, b))
+                _speedups.set_operator(name, ops[name], f, name not in ("eq", "ne"))
             for name, f in unary.items():
                 _speedups.set_operator(name, None, f)
             continue

@@ -36,7 +36,8 @@ typedef struct {
     PyObject_HEAD
     PyObject *data;         /* Tensor._data: the backend's array (NULL until set) */
     PyObject *device;       /* Tensor._device: the runtime's Device */
-    PyObject *dtype;        /* data.dtype, read once; cleared whenever _data is set */
+    PyObject *dtype;        /* data.dtype, read once for the array `dtype_src` */
+    PyObject *dtype_src;    /* (borrowed: only compared) the array dtype was read from */
     PyObject *weakreflist;
     uint64_t watch;         /* tape.c: the tapes of this thread watching it, one bit each */
 } TensorObject;
@@ -54,7 +55,7 @@ PyObject *sp_tensor_dtype_read(TensorObject *t);
 static inline PyObject *
 sp_tensor_dtype(TensorObject *t)
 {
-    return t->dtype != NULL ? t->dtype : sp_tensor_dtype_read(t);
+    return t->dtype != NULL && t->dtype_src == t->data ? t->dtype : sp_tensor_dtype_read(t);
 }
 int sp_tensor_ready(PyObject *module);
 extern PyMethodDef sp_tensor_methods[];

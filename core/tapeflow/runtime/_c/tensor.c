@@ -41,6 +41,7 @@ sp_tensor_new(PyObject *data, PyObject *device)
         t->weakreflist = NULL;
         t->watch = 0;
         t->dtype = NULL;
+        t->dtype_src = NULL;
     }
     else {
         t = (TensorObject *)sp_Tensor->tp_alloc(sp_Tensor, 0);
@@ -104,55 +105,22 @@ sp_tensor_dtype_read(TensorObject *t)
         PyErr_SetString(PyExc_AttributeError, "_data");
         return NULL;
     }
-    t->dtype = PyObject_GetAttr(t->data, sp.str_dtype);
+    Py_XSETREF(t->dtype, PyObject_GetAttr(t->data, sp.str_dtype));
+    t->dtype_src = t->dtype != NULL ? t->data : NULL;
     return t->dtype;
 }
 
 /* --- the slots as attributes ------------------------------------------------------- */
 
-static PyObject *
-get_data(TensorObject *t, void *closure)
-{
-    if (t->data == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "_data");
-        return NULL;
-    }
-    return Py_NewRef(t->data);
-}
-
-static int
-set_data(TensorObject *t, PyObject *v, void *closure)
-{
-    Py_XSETREF(t->data, Py_XNewRef(v));
-    Py_CLEAR(t->dtype);
-    return 0;
-}
-
-static PyObject *
-get_device(TensorObject *t, void *closure)
-{
-    if (t->device == NULL) {
-        PyErr_SetString(PyExc_AttributeError, "_device");
-        return NULL;
-    }
-    return Py_NewRef(t->device);
-}
-
-static int
-set_device(TensorObject *t, PyObject *v, void *closure)
-{
-    Py_XSETREF(t->device, Py_XNewRef(v));
-    return 0;
-}
-
+/* Member descriptors (not getsets): CPython 3.11+ specialises `t._data` and `t._device`
+   in Python code to a load at the slot's offset, as for __slots__. A write to `_data`
+   needs no hook: the dtype cache is keyed by the array it was read from (an array
+   assigned later is read again; ops/array_slice.py's __setitem__ is the one writer
+   and keeps the dtype). */
 static PyMemberDef tensor_members[] = {
+    {"_data", T_OBJECT_EX, offsetof(TensorObject, data), 0, "The backend's array."},
+    {"_device", T_OBJECT_EX, offsetof(TensorObject, device), 0, "The Device."},
     {"__weakref__", T_OBJECT, offsetof(TensorObject, weakreflist), READONLY, NULL},
-    {NULL},
-};
-
-static PyGetSetDef tensor_getset[] = {
-    {"_data", (getter)get_data, (setter)set_data, "The backend's array.", NULL},
-    {"_device", (getter)get_device, (setter)set_device, "The Device.", NULL},
     {NULL},
 };
 
@@ -174,6 +142,7 @@ static const char *unary_names[NUNARY] = {
 typedef struct {
     PyObject *op;         /* the OpDef of the fast path, or NULL */
     PyObject *fallback;   /* fallback(a, b): `a OP b` in Python, operands in order */
+    int direct;           /* fallback is binary(op, a, b): call dispatch._binary_py */
 } BinarySlot;
 static BinarySlot binary_slots[NBINARY];
 static PyObject *unary_slots[NUNARY];     /* fallback(t) */
@@ -186,6 +155,10 @@ binary_slot(int k, PyObject *a, PyObject *b)
         PyObject *r = sp_fast_binary(s->op, a, b);
         if (r != NULL || PyErr_Occurred())
             return r;
+        if (s->direct && sp.slow_binary != NULL) {   /* (device scopes, promotion ...) */
+            PyObject *args[3] = {s->op, a, b};
+            return PyObject_Vectorcall(sp.slow_binary, args, 3, NULL);
+        }
     }
     if (s->fallback == NULL)
         Py_RETURN_NOTIMPLEMENTED;
@@ -357,7 +330,6 @@ PyTypeObject TensorBase_Type = {
     .tp_doc = "The C base of tapeflow.Tensor: its array, its device, its operators.",
     .tp_richcompare = tensor_richcompare,
     .tp_weaklistoffset = offsetof(TensorObject, weakreflist),
-    .tp_getset = tensor_getset,
     .tp_members = tensor_members,
     .tp_new = tensor_new,
 };
@@ -397,13 +369,16 @@ sp_bind_tensor(PyObject *mod, PyObject *cls)
     Py_RETURN_NONE;
 }
 
-/* set_operator(name, op, fallback): slot `name` runs op's fast path (op may be None),
-   else fallback(a, b) -- or fallback(t) for the unary slots and bool/int/float/index */
+/* set_operator(name, op, fallback, direct=False): slot `name` runs op's fast path (op
+   may be None), else fallback(a, b) -- or fallback(t) for the unary slots and
+   bool/int/float/index; direct: fallback is binary(op, a, b), so the slot calls the
+   Python path dispatch._binary_py itself (one call, not fallback's two layers) */
 static PyObject *
 sp_set_operator(PyObject *mod, PyObject *args)
 {
     PyObject *name, *op, *fallback;
-    if (!PyArg_ParseTuple(args, "UOO", &name, &op, &fallback))
+    int direct = 0;
+    if (!PyArg_ParseTuple(args, "UOO|p", &name, &op, &fallback, &direct))
         return NULL;
     if (!PyCallable_Check(fallback)) {
         PyErr_SetString(PyExc_TypeError, "set_operator: the fallback must be callable");
@@ -423,6 +398,7 @@ sp_set_operator(PyObject *mod, PyObject *args)
         return NULL;
     Py_XSETREF(binary_slots[k].op, op == Py_None ? NULL : Py_NewRef(op));
     Py_XSETREF(binary_slots[k].fallback, Py_NewRef(fallback));
+    binary_slots[k].direct = direct && op != Py_None;
     Py_RETURN_NONE;
 }
 
