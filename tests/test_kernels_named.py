@@ -16,12 +16,15 @@ from tapeflow.kernels.array import ArrayKernels
 from tapeflow.kernels.linalg import LinalgKernels
 from tapeflow.kernels.math import MathKernels
 from tapeflow.kernels.nn import NNKernels
+from tapeflow.kernels.nn_fused import FusedNNKernels
+from tapeflow.kernels.optim import OptimKernels
 from tapeflow.kernels.random import RandomKernels
 from tapeflow.kernels.reduce import ReduceKernels
 from tapeflow.plugins import get_op
 
 CLASSES = {"math": MathKernels, "reduce": ReduceKernels, "linalg": LinalgKernels,
-           "array": ArrayKernels, "nn": NNKernels, "random": RandomKernels}
+           "array": ArrayKernels, "nn": NNKernels, "random": RandomKernels,
+           "optim": OptimKernels, "nn_fused": FusedNNKernels}
 
 
 def _table_fns(name):

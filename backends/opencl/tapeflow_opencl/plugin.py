@@ -27,7 +27,7 @@ __all__ = ["BACKEND", "OpenCLBackend", "unavailable_reason", "TAPEFLOW_PLUGIN_AP
            "KERNEL_MODULES", "SKIPPED"]
 
 KERNEL_MODULES = ("k_math", "k_reduce", "k_softmax", "k_linalg", "k_array", "k_index", "k_nn",
-                  "k_pool", "k_random", "k_scan", "k_lapack", "k_fft")
+                  "k_pool", "k_random", "k_scan", "k_lapack", "k_fft", "k_optim", "k_fused_conv")
 
 #: ops a kernel module defines that no loaded op declares (skipped, not fatal)
 SKIPPED: list = []

@@ -1,6 +1,7 @@
 """Array-module-generic kernels: the public kernel library backends share.
 
-Each module (``math``, ``reduce``, ``linalg``, ``array``, ``nn``, ``random``) has
+Each module (``math``, ``reduce``, ``linalg``, ``array``, ``nn``, ``random``, ``optim``,
+``nn_fused``) has
 ``build(xp) -> {op name: spec}``, written once against the NumPy API with ``xp`` the
 array module: the NumPy backend builds them with ``numpy``, the CuPy backend with its
 CuPy namespace (``random.build`` also takes the ``raw64`` bit source, so the GPU draws
@@ -60,7 +61,7 @@ BF16_NATIVE = frozenset({"Cast", "Reshape", "BroadcastTo", "Transpose", "ExpandD
                          "Shape", "Size", "Rank", "SelectV2", "Where", "Equal", "NotEqual"})
 
 #: the kernel modules, in registration order
-MODULES = ("math", "reduce", "linalg", "array", "nn", "random")
+MODULES = ("math", "reduce", "linalg", "array", "nn", "random", "optim", "nn_fused")
 
 
 def module(name):
