@@ -13,7 +13,7 @@ OPS_DIR = pathlib.Path(tf.__file__).parent / "ops"
 #: bottom to top, as docs/CONVENTIONS_FOR_OPS.md lists them
 ORDER = ["_library", "math_ops", "_array_common", "array_creation", "array_shape",
          "reductions", "array_batching", "array_values", "array_join", "array_gather",
-         "array_slice", "array_sort", "array", "math", "random", "linalg", "nn", "operators",
+         "array_slice", "array_sort", "array", "math", "random", "linalg", "nn", "nn_fused", "optim", "operators",
          "batching", "__init__"]
 
 

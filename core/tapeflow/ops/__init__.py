@@ -23,6 +23,7 @@ from ..runtime import registry as _reg
 # The op library: the public modules (tf.math and tf's array names re-export the modules
 # that declare the ops; docs/CONVENTIONS_FOR_OPS.md shows the layout and its order).
 from . import math, array, linalg, nn, random  # noqa: F401
+from . import nn_fused, optim  # noqa: F401  (fused ops: issue 34)
 from . import operators  # noqa: F401  (Tensor's and Variable's operators)
 from . import batching  # noqa: F401  (tf.vectorized_map: the ops without a rule)
 
