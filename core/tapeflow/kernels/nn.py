@@ -275,8 +275,14 @@ class NNKernels:
                 cols[...] = win[i:i + m]
             yield slice(i, i + m), cols.reshape(m * ho * wo, kh * kw * c)
 
-    def _conv_nhwc(self, x, w, strides, padding, dilations):
-        """NHWC input, HWIO filter, both in the compute dtype: NHWC output."""
+    def _conv_nhwc(self, x, w, strides, padding, dilations, epilogue=None):
+        """NHWC input, HWIO filter, both in the compute dtype: NHWC output.
+
+        ``epilogue``, when given, is called as ``epilogue(block)`` on each contiguous
+        NHWC output block (a batch slice, shape ``(m, Ho, Wo, O)``) right after its
+        GEMM, while it is still in cache, and must update it in place (the fused
+        convolution's bias/activation); its return value is ignored.
+        """
         kh, kw, c, o = w.shape
         win = self._windows(x, kh, kw, strides, padding, dilations)
         n, ho, wo = win.shape[:3]
@@ -284,6 +290,8 @@ class NNKernels:
         out = self.xp.empty((n, ho, wo, o), dtype=x.dtype)
         for sl, cols in self._blocks(win):
             self.xp.matmul(cols, wm, out=out[sl].reshape(-1, o))
+            if epilogue is not None:
+                epilogue(out[sl])
         return out
 
     def conv2d(self, x, w, strides, padding, data_format, dilations):
