@@ -10,7 +10,8 @@ on the ratio benchmarks (``benchmarks/ratio_cases.py``), with a significance tes
 How it measures. The base commit (``--base``; default: the last commit of main with
 uncommitted changes, else -- a clean checkout, as CI's -- the newest commit at least 6
 hours older than HEAD, main before the work being submitted; see ``base_commit``) is
-exported with ``git archive`` into a temporary directory; each side runs in its own
+exported with ``git archive`` into a temporary directory, its C core built there as an
+install builds it (``build_native``); each side runs in its own
 process with ``PYTHONPATH`` pointing at that side's ``core/``, ``backends/*`` and
 ``plugins/gelu`` (the process checks that tapeflow really comes from there, else the
 gate fails), and the same harness (``benchmarks/ratio_cases.py`` of the working tree).
@@ -220,7 +221,26 @@ def export(rev, dest):
     arch = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev, *have],
                           check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
+    build_native(dest)
     return dest
+
+
+def build_native(tree):
+    """Build the C core of the exported tree in place, as installing it does (a commit
+    with ``core/tapeflow/runtime/_c`` otherwise runs its pure-Python fallback and the
+    gate compares a pure-Python base with a compiled working tree). A failed build is
+    reported and leaves that side on the fallback, as it would leave a user's install."""
+    core = Path(tree) / "core"
+    if not (core / "tapeflow" / "runtime" / "_c").is_dir() or not (core / "setup.py").is_file():
+        return False
+    proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                          cwd=str(core), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        print(f"bench-check: note: the C core of {tree} did not build; that side runs the "
+              "pure-Python fallback:\n" + (proc.stdout + proc.stderr)[-1500:], flush=True)
+        return False
+    return True
 
 
 def side_env(tree, threads=1):

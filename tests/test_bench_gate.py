@@ -124,3 +124,19 @@ def test_a_case_that_breaks_after_fails_and_skips_stay_na():
     rows, _ = bench_check.judge(before, after, {})
     verdicts = {r["case"]: r["verdict"] for r in rows}
     assert verdicts == {"mlp_step@cpu:0": "ERROR", "cnn_step@opencl:0": "n/a"}
+
+
+def test_the_exported_base_runs_its_c_core(tmp_path):
+    """The base commit is measured as an install runs it: with its C core built (a base
+    on the pure-Python fallback made every C-core change look like a 2x speed-up and hid
+    regressions of the same size)."""
+    import subprocess
+    import sys
+    tree = bench_check.export("HEAD", tmp_path)
+    assert list((tmp_path / "core" / "tapeflow" / "runtime").glob("_speedups*.so"))
+    code = ("import tapeflow, tapeflow.runtime.tensor as t; "
+            "print(t._sp is not None, tapeflow.__file__)")
+    out = subprocess.run([sys.executable, "-c", code], env=bench_check.side_env(tree),
+                         capture_output=True, text=True, check=True, cwd=str(tmp_path)).stdout
+    native, origin = out.split()
+    assert native == "True" and origin.startswith(str(tmp_path))
