@@ -163,7 +163,22 @@ def loop(step):
     return run
 
 
-# --- the seeds' CNN (guide: Conv2D(16,[3,3],relu) x2, GlobalAveragePooling2D, Dense(10)) --
+# --- the CNNs: the seeds' (guide), examples/train_cnn.py's and the MNIST tutorial's -------
+
+#: layer lists: ("conv", filters, kernel, padding, activation), ("pool", size),
+#: ("gap",), ("flatten",), ("dense", units, activation or None)
+CNN_ARCHS = {
+    # the guide's CNN: Conv2D(16,[3,3],relu) x2, GlobalAveragePooling2D, Dense(10)
+    "small": [("conv", 16, 3, "valid", "relu"), ("conv", 16, 3, "valid", "relu"), ("gap",),
+              ("dense", 10, None)],
+    # examples/train_cnn.py
+    "example": [("conv", 32, 3, "same", "relu"), ("pool", 2), ("conv", 64, 3, "same", "relu"),
+                ("pool", 2), ("flatten",), ("dense", 128, "relu"), ("dense", 10, None)],
+    # TensorFlow's "Deep MNIST for experts" tutorial (without its dropout)
+    "tutorial": [("conv", 32, 5, "same", "relu"), ("pool", 2), ("conv", 64, 5, "same", "relu"),
+                 ("pool", 2), ("flatten",), ("dense", 1024, "relu"), ("dense", 10, None)],
+}
+
 
 def cnn_data(batch, hw=28, seed=0):
     """``(images (batch, hw, hw, 1) float32, labels (batch,) int64)``."""
@@ -172,20 +187,30 @@ def cnn_data(batch, hw=28, seed=0):
             rng.integers(0, 10, batch).astype(np.int64))
 
 
-def tf_cnn_step(tf, xn, yn, device=None, weights=None, seed=0):
-    """``(model, step)``: the seeds' CNN built on ``device`` (the current one if None),
-    its weights set to ``weights`` if given, and ``step()`` one Adam step returning the
-    loss."""
+def _tf_layer(tf, spec):
+    L = tf.keras.layers
+    kind = spec[0]
+    if kind == "conv":
+        return L.Conv2D(spec[1], [spec[2], spec[2]], padding=spec[3], activation=spec[4])
+    if kind == "pool":
+        return L.MaxPooling2D((spec[1], spec[1]), (spec[1], spec[1]))
+    if kind == "gap":
+        return L.GlobalAveragePooling2D()
+    if kind == "flatten":
+        return L.Flatten()
+    return L.Dense(spec[1], activation=spec[2])
+
+
+def tf_cnn_step(tf, xn, yn, device=None, weights=None, seed=0, arch="small"):
+    """``(model, step)``: the CNN ``arch`` (:data:`CNN_ARCHS`) built on ``device`` (the
+    current one if None), its weights set to ``weights`` if given, and ``step()`` one
+    Adam step returning the loss."""
     def on_device():
         return tf.device(device) if device else contextlib.nullcontext()
 
     with on_device():
         tf.random.set_seed(seed)
-        model = tf.keras.Sequential([
-            tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
-            tf.keras.layers.Conv2D(16, [3, 3], activation="relu"),
-            tf.keras.layers.GlobalAveragePooling2D(),
-            tf.keras.layers.Dense(10)])
+        model = tf.keras.Sequential([_tf_layer(tf, s) for s in CNN_ARCHS[arch]])
         opt = tf.train.AdamOptimizer()
         x, y = tf.constant(xn), tf.constant(yn)
         model(x)
@@ -203,34 +228,74 @@ def tf_cnn_step(tf, xn, yn, device=None, weights=None, seed=0):
     return model, step
 
 
-def torch_cnn_step(torch, weights, xn, yn, cuda=False):
-    """``step()``: one Adam step of the same CNN in PyTorch from tapeflow's ``weights``
-    (HWIO kernels, (in, out) dense), returning the loss; NCHW on the CPU (PyTorch's
-    layout), channels-last on CUDA."""
+def _torch_layers(torch, arch, weights, hw, channels):
+    """``[callable]``: the PyTorch layers of ``arch`` (NCHW) holding tapeflow's ``weights``
+    (HWIO kernels -> OIHW, (in, out) dense -> (out, in); the first dense after a Flatten
+    gets its rows reordered from NHWC's (h, w, c) to NCHW's (c, h, w))."""
     nn, F = torch.nn, torch.nn.functional
-    k1, b1, k2, b2, w3, b3 = weights
-    c1, c2, d = nn.Conv2d(1, 16, 3), nn.Conv2d(16, 16, 3), nn.Linear(16, 10)
-    with torch.no_grad():                       # HWIO -> OIHW, (in, out) -> (out, in)
-        c1.weight.copy_(torch.from_numpy(k1.transpose(3, 2, 0, 1).copy()))
-        c1.bias.copy_(torch.from_numpy(b1))
-        c2.weight.copy_(torch.from_numpy(k2.transpose(3, 2, 0, 1).copy()))
-        c2.bias.copy_(torch.from_numpy(b2))
-        d.weight.copy_(torch.from_numpy(w3.T.copy()))
-        d.bias.copy_(torch.from_numpy(b3))
+    ws = iter(weights)
+    layers, modules = [], []
+    h = w = hw
+    c = channels
+    flat = None
+    for spec in arch:
+        kind = spec[0]
+        if kind == "conv":
+            k = next(ws)
+            m = nn.Conv2d(c, spec[1], spec[2], padding=spec[3])
+            with torch.no_grad():
+                m.weight.copy_(torch.from_numpy(k.transpose(3, 2, 0, 1).copy()))
+                m.bias.copy_(torch.from_numpy(next(ws)))
+            if spec[3] == "valid":
+                h, w = h - spec[2] + 1, w - spec[2] + 1
+            c = spec[1]
+            layers += [m, F.relu] if spec[4] == "relu" else [m]
+            modules.append(m)
+        elif kind == "pool":
+            layers.append(lambda t, s=spec[1]: F.max_pool2d(t, s))
+            h, w = h // spec[1], w // spec[1]
+        elif kind == "gap":
+            layers.append(lambda t: t.mean(dim=(2, 3)))
+        elif kind == "flatten":
+            layers.append(lambda t: t.flatten(1))
+            flat = (h, w, c)
+        else:
+            wt = next(ws)
+            if flat is not None:
+                fh, fw, fc = flat
+                wt = wt.reshape(fh, fw, fc, -1).transpose(2, 0, 1, 3).reshape(fh * fw * fc, -1)
+                flat = None
+            m = nn.Linear(wt.shape[0], spec[1])
+            with torch.no_grad():
+                m.weight.copy_(torch.from_numpy(wt.T.copy()))
+                m.bias.copy_(torch.from_numpy(next(ws)))
+            layers += [m, F.relu] if spec[2] == "relu" else [m]
+            modules.append(m)
+    return layers, modules
+
+
+def torch_cnn_step(torch, weights, xn, yn, cuda=False, arch="small"):
+    """``step()``: one Adam step of the same CNN in PyTorch from tapeflow's ``weights``,
+    returning the loss; NCHW on the CPU (PyTorch's layout), channels-last on CUDA."""
+    F = torch.nn.functional
+    layers, modules = _torch_layers(torch, CNN_ARCHS[arch], weights, xn.shape[1], xn.shape[3])
     if cuda:
         cl = torch.channels_last
-        c1, c2, d = (m.cuda().to(memory_format=cl) for m in (c1, c2, d))
+        for m in modules:
+            m.cuda().to(memory_format=cl)
         x = torch.from_numpy(xn).cuda().permute(0, 3, 1, 2).contiguous(memory_format=cl)
         y = torch.from_numpy(yn).cuda()
     else:
         x = torch.from_numpy(xn.transpose(0, 3, 1, 2).copy())   # NCHW, PyTorch's layout
         y = torch.from_numpy(yn)
-    params = list(c1.parameters()) + list(c2.parameters()) + list(d.parameters())
+    params = [p for m in modules for p in m.parameters()]
     opt = torch.optim.Adam(params, lr=1e-3, eps=1e-8)
 
     def step():
-        h = F.relu(c2(F.relu(c1(x))))
-        loss = F.cross_entropy(d(h.mean(dim=(2, 3))), y)
+        h = x
+        for layer in layers:
+            h = layer(h)
+        loss = F.cross_entropy(h, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
