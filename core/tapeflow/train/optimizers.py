@@ -34,6 +34,9 @@ The update rules are TensorFlow 1's kernels (``training_ops.cc``):
 * Adagrad: ``accum += g*g`` (starts at ``initial_accumulator_value``);
   ``var -= lr * g / sqrt(accum)``.
 
+Each update is one fused kernel per variable (``ApplyAdam``..., :mod:`.fused_update`)
+on a device that has it, bitwise the op-by-op update on NumPy; ``opt.fused = False``.
+
 The Keras names ``SGD``, ``Adam``, ``RMSprop`` (``learning_rate=``, ``beta_1=``...)
 are thin subclasses with Keras's defaults, re-exported by ``tf.keras.optimizers``.
 """
@@ -58,7 +61,9 @@ from ..runtime.context import stop_all_recording
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from ..layers.naming import from_config
+from ..ops import optim as _optim
 from . import checkpoint as _checkpoint_mod
+from .fused_update import FUSED_DEFAULT, apply_fused, scalar_coefficient
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
            "RMSPropOptimizer", "AdagradOptimizer", "SGD", "Adam", "RMSprop", "Adagrad",
@@ -96,6 +101,8 @@ class Optimizer:
 
     _slot_specs: tuple = ()          # ((slot name, initial fill value), ...)
     _default_name = "Optimizer"
+    #: one fused kernel per variable and step where the device has it (train/fused_update.py)
+    fused = FUSED_DEFAULT
 
     def __init__(self, learning_rate, use_locking=False, name=None):
         if learning_rate is None:
@@ -377,18 +384,19 @@ class Optimizer:
                              f"{[v.name for _, v in gv]}")
         return self.apply_gradients(gv, global_step=global_step)
 
+    def _fused(self, op, grad, var, slots, coefs, **attrs):
+        """The fused update ``op`` of ``var`` and its ``slots`` (train/fused_update.py):
+        False when off or without a kernel (the caller runs the op-by-op update).
+        ``coefs``: ``(name, value)`` pairs, made 0-d Tensors of the variable's dtype."""
+        if not self.fused or op.kernels.get(var._device.type) is None:
+            return False
+        attrs = {k: v if type(v) is bool else float(v) for k, v in attrs.items()}
+        cs = [scalar_coefficient(value, var, self._cache, name) for name, value in coefs]
+        return apply_fused(op, var, slots, grad, cs, attrs)
+
     def _coef(self, value, var, cache):
         """``value`` (a per-step Tensor) on ``var``'s device and in its dtype (cached)."""
-        key = (var._device, var.dtype)
-        c = cache.get(key)
-        if c is None:
-            c = value
-            if c.dtype != var.dtype:
-                c = _m.cast(c, var.dtype)
-            if c._device is not var._device:
-                c = c.to(var._device)
-            cache[key] = c
-        return c
+        return scalar_coefficient(value, var, cache, None, reshape=False)
 
 
 class GradientDescentOptimizer(Optimizer):
@@ -401,6 +409,8 @@ class GradientDescentOptimizer(Optimizer):
 
     def _apply_dense(self, grad, var, slots):
         lr = self._lr_now
+        if self._fused(_optim.APPLY_GRADIENT_DESCENT, grad, var, (), (("lr", lr),)):
+            return
         if isinstance(lr, Tensor):
             lr = self._coef(lr, var, self._cache)
         var.assign_sub(grad * lr)
@@ -422,9 +432,11 @@ class MomentumOptimizer(Optimizer):
     def _apply_dense(self, grad, var, slots):
         accum = slots[1]
         lr = self._lr_now
+        mom = self._momentum
+        if self.fused and self._fused_momentum(grad, var, accum, lr, mom):
+            return
         if isinstance(lr, Tensor):
             lr = self._coef(lr, var, self._cache)
-        mom = self._momentum
         # (read_value(): Tensor-Tensor ops take the C fast path; the temporaries are gone
         # before each assign, so the update can still reuse the buffer in place)
         accum.assign(accum.read_value() * mom + grad)
@@ -432,6 +444,14 @@ class MomentumOptimizer(Optimizer):
             var.assign_sub(grad * lr + accum.read_value() * (mom * lr))
         else:
             var.assign_sub(accum.read_value() * lr)
+
+    def _fused_momentum(self, grad, var, accum, lr, mom):
+        # (mom * lr as the op-by-op update: in Python, or a tensor op for a Tensor lr)
+        if isinstance(lr, Tensor):
+            lr = scalar_coefficient(lr, var, self._cache, "lr")
+        return self._fused(_optim.APPLY_MOMENTUM, grad, var, (accum,),
+                           (("lr", lr), ("mom_lr", mom * lr)), momentum=mom,
+                           use_nesterov=self._use_nesterov)
 
 
 class AdamOptimizer(Optimizer):
@@ -460,6 +480,9 @@ class AdamOptimizer(Optimizer):
 
     def _apply_dense(self, grad, var, slots):
         _, m, v = slots
+        if self._fused(_optim.APPLY_ADAM, grad, var, (m, v), (("lr_t", self._lr_t),),
+                       beta1=self._beta1, beta2=self._beta2, epsilon=self._epsilon):
+            return
         lr_t = self._coef(self._lr_t, var, self._cache)
         m.assign_add((grad - m.read_value()) * (1 - self._beta1))
         v.assign_add((grad * grad - v.read_value()) * (1 - self._beta2))
@@ -493,6 +516,11 @@ class RMSPropOptimizer(Optimizer):
     def _apply_dense(self, grad, var, slots):
         ms, mom = slots[1], slots[2]
         lr = self._lr_now
+        c = self._centered
+        if self._fused(_optim.APPLY_CENTERED_RMS_PROP if c else _optim.APPLY_RMS_PROP, grad,
+                       var, (slots[3], ms, mom) if c else (ms, mom), (("lr", lr),),
+                       rho=self._decay, momentum=self._momentum, epsilon=self._epsilon):
+            return
         if isinstance(lr, Tensor):
             lr = self._coef(lr, var, self._cache)
         one_minus = 1 - self._decay
@@ -530,6 +558,8 @@ class AdagradOptimizer(Optimizer):
     def _apply_dense(self, grad, var, slots):
         acc = slots[1]
         lr = self._lr_now
+        if self._fused(_optim.APPLY_ADAGRAD, grad, var, (acc,), (("lr", lr),)):
+            return
         if isinstance(lr, Tensor):
             lr = self._coef(lr, var, self._cache)
         acc.assign_add(grad * grad)
@@ -599,13 +629,9 @@ class SGD(_KerasMixin, MomentumOptimizer):
             self._slot_specs = ()
 
     def _apply_dense(self, grad, var, slots):
-        if not self._slot_specs:       # plain SGD: one assign_sub per variable
-            lr = self._lr_now
-            if isinstance(lr, Tensor):
-                lr = self._coef(lr, var, self._cache)
-            var.assign_sub(grad * lr)
-        else:
-            MomentumOptimizer._apply_dense(self, grad, var, slots)
+        # (plain SGD: GradientDescent's update, one kernel or assign_sub per variable)
+        base = MomentumOptimizer if self._slot_specs else GradientDescentOptimizer
+        base._apply_dense(self, grad, var, slots)
 
 
 class Adam(_KerasMixin, AdamOptimizer):
@@ -641,6 +667,11 @@ class RMSprop(_KerasMixin, RMSPropOptimizer):
             return RMSPropOptimizer._apply_dense(self, grad, var, slots)
         ms = slots[1]
         lr = self._lr_now
+        c = self._centered
+        if self._fused(_optim.APPLY_KERAS_CENTERED_RMS_PROP if c else _optim.APPLY_KERAS_RMS_PROP,
+                       grad, var, (ms, slots[3]) if c else (ms,), (("lr", lr),),
+                       rho=self._decay, epsilon=self._epsilon):
+            return
         if isinstance(lr, Tensor):
             lr = self._coef(lr, var, self._cache)
         one_minus = 1 - self._decay

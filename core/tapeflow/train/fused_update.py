@@ -1,0 +1,144 @@
+"""The fused optimizer update: one kernel per variable and step (issue 34).
+
+:func:`apply_fused` runs an op of :mod:`tapeflow.ops.optim` (``ApplyAdam``...) for one
+Variable and its slots, and stores the results in them, with the Variables' buffer
+donation rule (docs/decisions.md sections 10 and "Fused optimizer updates"):
+
+* it returns False, changing nothing, when the op has no kernel for the Variable's
+  device type and dtype (float16/bfloat16 on NumPy, a backend without the op): the
+  optimizer then runs its op-by-op update;
+* while a ``tf.function`` traces, the values are read with ``read_value()`` and the
+  results stored with ``assign``, so the trace records the reads, the op and the
+  writes exactly as it records the op-by-op update;
+* eagerly, it takes the locks of the Variable and its slots (in creation order, the
+  order a ``tf.function`` replay takes them) and, when every buffer is a host NumPy
+  array nobody else can see (reference counts: no tape record, no user reference, no
+  view), calls the kernel with ``inplace=True``: the update is written into the
+  buffers. Otherwise it runs the op (new arrays) and stores its results. Readers take
+  a Variable's value under its lock, so none sees a half-written buffer.
+
+``TAPEFLOW_FUSED_OPTIMIZERS=0`` turns the fused path off for the process (read at
+import); ``optimizer.fused = False`` for one optimizer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from ..runtime import context as _ctx
+from ..runtime.dispatch import constant as _constant
+from ..runtime.dispatch import execute
+from ..runtime.tensor import Tensor, _wrap
+from ..ops import math as _m
+from ..ops.array import reshape as _reshape
+
+__all__ = ["FUSED_DEFAULT", "apply_fused", "scalar_coefficient"]
+
+#: whether optimizers use the fused kernels unless told otherwise
+FUSED_DEFAULT = os.environ.get("TAPEFLOW_FUSED_OPTIMIZERS", "1").strip().lower() not in (
+    "0", "false", "no", "off")
+
+_tracing = _ctx.tracing
+# sys.getrefcount of a value Tensor / its array in _donatable when only the Variable holds
+# it: the Variable's _value (or the Tensor's _data), the `cur` list's entry (the
+# Tensor only), and getrefcount's argument
+_DONATE_T = 3
+_DONATE_A = 2
+
+
+def scalar_coefficient(value, var, cache, key, reshape=True):
+    """``value`` (a Python number or a scalar Tensor) as a 0-d Tensor of ``var``'s dtype
+    on its device, cached in ``cache`` per (key, device, dtype) for one step. A Python
+    number converts as the op-by-op update's weak scalar does (rounded to the dtype
+    once); a Tensor is cast, then moved (``reshape=False``: and keeps its shape: the
+    op-by-op update's ``Optimizer._coef``)."""
+    k = (key, var._device, var.dtype)
+    c = cache.get(k)
+    if c is None:
+        if isinstance(value, Tensor):
+            c = value
+            if c.dtype != var.dtype:
+                c = _m.cast(c, var.dtype)
+            if c._device is not var._device:
+                c = c.to(var._device)
+            if reshape and len(c.shape):
+                c = _reshape(c, [])
+        else:
+            c = _constant(value, dtype=var.dtype, device=var._device)
+        cache[k] = c
+    return c
+
+
+def _kernel(op, var):
+    """The kernel function of ``op`` for ``var``'s device type and dtype, or None."""
+    entry = op.kernels.get(var._device.type)
+    if entry is None:
+        return None
+    npdt = var.dtype.np
+    if entry.np_dtypes is not None and npdt not in entry.np_dtypes:
+        return None
+    if entry.variants:
+        return entry.variants.get(npdt, entry.fn)
+    return entry.fn
+
+
+def _donatable(cur):
+    """Whether every value Tensor of ``cur`` and its array are seen by nobody but its
+    Variable (the rule of ``Variable._update``)."""
+    getrc = sys.getrefcount
+    for i in range(len(cur)):
+        t = cur[i]
+        if getrc(t) > _DONATE_T + 1:     # (+1: the local `t`)
+            return False
+        a = t._data
+        ok = (type(a) is np.ndarray and a.base is None and a.flags.writeable
+              and getrc(a) <= _DONATE_A + 1)
+        del a, t
+        if not ok:
+            return False
+    return True
+
+
+def apply_fused(op, var, slots, grad, coefs, attrs):
+    """Run the fused update ``op`` for ``var`` and its ``slots`` (Variables) with the
+    validated gradient ``grad`` and the 0-d coefficient Tensors ``coefs``; True when
+    done, False (nothing changed) when the op has no kernel for the Variable (the
+    caller runs the op-by-op update). Called under ``stop_all_recording()``."""
+    fn = _kernel(op, var)
+    if fn is None:
+        return False
+    owners = (var, *slots)
+    if _tracing[0]:
+        outs = execute(op, (*[v.read_value() for v in owners], grad, *coefs), attrs)
+        for v, o in zip(owners, outs if len(owners) > 1 else (outs,)):
+            v.assign(o)
+        return True
+    locks = [v._lock for v in sorted(owners, key=_creation)]
+    for lk in locks:
+        lk.acquire()
+    try:
+        cur = [v._value for v in owners]
+        if var._device.is_host and _donatable(cur):
+            arrays = [t._data for t in cur]
+            del cur
+            outs = fn(*arrays, grad._data, *[c._data for c in coefs], inplace=True, **attrs)
+            del arrays
+            dev = var._device
+            for v, a in zip(owners, outs if len(owners) > 1 else (outs,)):
+                v._value = _wrap(a, dev)
+        else:
+            outs = execute(op, (*cur, grad, *coefs), attrs)
+            del cur
+            for v, o in zip(owners, outs if len(owners) > 1 else (outs,)):
+                v._value = o
+    finally:
+        for lk in reversed(locks):
+            lk.release()
+    return True
+
+
+def _creation(v):
+    return v._id
