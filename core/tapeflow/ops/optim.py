@@ -56,7 +56,7 @@ def _op(name, inputs, n_scalars, attrs):
     _N_SCALARS[name] = n_scalars
     attrs = dict(attrs, inplace=False)
     return defop(name, inputs=inputs, attrs=attrs, num_outputs=len(inputs) - n_scalars - 1,
-                 differentiable=False, check=_check,
+                 differentiable=False, check=_check, dtype_rule="none",
                  attr_types={a: _FLOAT_ATTRS[a] for a in attrs})
 
 
