@@ -8,6 +8,9 @@ filter reshaped to ``(kh*kw*C, O)`` (free: it is contiguous); the filter gradien
 the transposed GEMM on the same columns. The input gradient is, for stride 1, the
 same blocked convolution of the padded output gradient with the filter flipped and
 transposed; for larger strides (col2im) ``kh*kw`` small GEMMs added into strided views.
+On the host, 3x3 stride-1 float32 convolutions with many channels (and their filter
+gradients) go through Winograd F(4x4, 3x3) instead (:mod:`.winograd`, its cost rule
+and accuracy in docs/winograd.md).
 Pooling loops over the ``kh*kw`` window offsets with whole-array ufuncs. NCHW is
 handled by transposed views.
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime.errors import InvalidArgumentError
+from . import winograd
 
 FLOATS = ("float16", "float32", "float64")
 
@@ -275,15 +279,36 @@ class NNKernels:
                 cols[...] = win[i:i + m]
             yield slice(i, i + m), cols.reshape(m * ho * wo, kh * kw * c)
 
+    def _winograd_geometry(self, x, w_shape, strides, padding, dilations, o):
+        """``(pads, (Ho, Wo))`` when the convolution of the NHWC ``x`` with a filter of
+        ``w_shape`` goes the Winograd way (:func:`.winograd.use_winograd`: host, 3x3,
+        stride and dilation 1, float32, shapes where it measured faster), else None.
+        ``o`` is the GEMMs' output width (``O`` forward, ``C`` for the filter gradient)."""
+        kh, kw, c = w_shape[:3]
+        if not (self._host and kh == kw == 3 and tuple(strides) == (1, 1)
+                and tuple(dilations) == (1, 1)):
+            return None
+        n, h, wd = x.shape[:3]
+        ho, pt, pb = window_geometry(h, 3, 1, 1, padding, 0)
+        wo, pl, pr = window_geometry(wd, 3, 1, 1, padding, 1)
+        if not winograd.use_winograd(n, ho, wo, c, o, x.dtype):
+            return None
+        return (pt, pb, pl, pr), (ho, wo)
+
     def _conv_nhwc(self, x, w, strides, padding, dilations, epilogue=None):
         """NHWC input, HWIO filter, both in the compute dtype: NHWC output.
 
         ``epilogue``, when given, is called as ``epilogue(block)`` on each contiguous
         NHWC output block (a batch slice, shape ``(m, Ho, Wo, O)``) right after its
-        GEMM, while it is still in cache, and must update it in place (the fused
-        convolution's bias/activation); its return value is ignored.
+        GEMM (or its Winograd output transform), while it is still in cache, and must
+        update it in place (the fused convolution's bias/activation); its return
+        value is ignored. 3x3 stride-1 float32 convolutions go through Winograd
+        F(4x4, 3x3) on the host where :func:`.winograd.use_winograd` says so.
         """
         kh, kw, c, o = w.shape
+        wino = self._winograd_geometry(x, w.shape, strides, padding, dilations, o)
+        if wino is not None:
+            return winograd.conv3x3(self.xp, x, w, *wino, epilogue=epilogue)
         win = self._windows(x, kh, kw, strides, padding, dilations)
         n, ho, wo = win.shape[:3]
         wm = w.reshape(kh * kw * c, o)
@@ -352,6 +377,9 @@ class NNKernels:
         x = nhwc(x, data_format).astype(cdt, copy=False)
         dy = nhwc(dy, data_format).astype(cdt, copy=False)
         kh, kw, c, o = filter_sizes
+        wino = self._winograd_geometry(x, filter_sizes, strides, padding, dilations, o)
+        if wino is not None:
+            return winograd.filter_grad3x3(self.xp, x, dy, wino[0]).astype(dt, copy=False)
         win = self._windows(x, kh, kw, strides, padding, dilations)
         dw = self.xp.zeros((kh * kw * c, o), dtype=cdt)
         for sl, cols in self._blocks(win):

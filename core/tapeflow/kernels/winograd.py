@@ -1,0 +1,230 @@
+"""Winograd minimal-filtering convolutions for 3x3, stride-1, dilation-1 filters.
+
+Lavin & Gray's F(m x m, 3 x 3): the output is cut into m x m tiles; each reads an
+``a x a`` input tile (``a = m + 2``, neighbouring tiles overlap by 2). With the
+transforms ``V = B^T d B`` (input tile), ``U = G g G^T`` (filter) and
+``Y = A^T M A`` (output), the convolution of a batch is, for each of the ``a*a``
+tile positions ``xi``, one GEMM over the channels::
+
+    M[xi] = V[xi] @ U[xi]        (tiles x C) @ (C x O)
+
+``a*a / (9 m*m)`` of im2col's multiplications (F(2,3): 16/36 = 0.44,
+F(4,3): 36/144 = 0.25), plus the transforms, which are cheap (small GEMMs with the
+``a x a`` matrices over the whole tile buffer). Tiles are processed a block of
+images at a time (:data:`TILE_BYTES`) so that the transformed tiles are still in
+cache when the GEMMs read them.
+
+The filter gradient ``dW[p, q] = sum_{y, x} x[y + p, x + q] dy[y, x]`` is the same
+trilinear form with the roles of the filter and the output swapped, F(3 x 3, m x m):
+the same input tiles and the same ``B^T``, the output-gradient tiles transformed with
+``A`` (``A dy A^T``), one GEMM per tile position summing over the tiles,
+``(C x tiles) @ (tiles x O)``, and the 3x3 result read back with ``G^T M G``.
+
+Which convolutions go this way is :func:`use_winograd`'s rule (measured on the
+development machine; see docs/winograd.md); accuracy is in the same document.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: F(2x2, 3x3): interpolation points 0, 1, -1, infinity (Lavin & Gray 2016).
+F2 = {
+    "m": 2,
+    "BT": np.array([[1, 0, -1, 0],
+                    [0, 1, 1, 0],
+                    [0, -1, 1, 0],
+                    [0, 1, 0, -1]], dtype=np.float64),
+    "G": np.array([[1, 0, 0],
+                   [0.5, 0.5, 0.5],
+                   [0.5, -0.5, 0.5],
+                   [0, 0, 1]], dtype=np.float64),
+    "AT": np.array([[1, 1, 1, 0],
+                    [0, 1, -1, -1]], dtype=np.float64),
+}
+
+#: F(4x4, 3x3): points 0, 1, -1, 2, -2, infinity.
+F4 = {
+    "m": 4,
+    "BT": np.array([[4, 0, -5, 0, 1, 0],
+                    [0, -4, -4, 1, 1, 0],
+                    [0, 4, -4, -1, 1, 0],
+                    [0, -2, -1, 2, 1, 0],
+                    [0, 2, -1, -2, 1, 0],
+                    [0, 4, 0, -5, 0, 1]], dtype=np.float64),
+    "G": np.array([[1 / 4, 0, 0],
+                   [-1 / 6, -1 / 6, -1 / 6],
+                   [-1 / 6, 1 / 6, -1 / 6],
+                   [1 / 24, 1 / 12, 1 / 6],
+                   [1 / 24, -1 / 12, 1 / 6],
+                   [0, 0, 1]], dtype=np.float64),
+    "AT": np.array([[1, 1, 1, 1, 1, 0],
+                    [0, 1, -1, 2, -2, 0],
+                    [0, 1, 1, 4, 4, 0],
+                    [0, 1, -1, 8, -8, 1]], dtype=np.float64),
+}
+
+#: The transformed input tiles of one block of images take about this many bytes
+#: (256 KiB to 4 MiB measured the same, within noise, on the 2-core dev machine).
+TILE_BYTES = 1 << 20
+
+#: ``"auto"``: :func:`use_winograd`'s measured rule; ``"always"``: every eligible
+#: convolution (3x3, stride 1, dilation 1, float32 compute, host); ``"never"``: im2col
+#: only (bit-for-bit the results of earlier releases).
+MODE = "auto"
+
+#: The rule (docs/winograd.md has the measurements behind it): Winograd F(4x4, 3x3)
+#: when both channel counts are at least ``MIN_CHANNELS``, or at least
+#: ``MIN_CHANNELS_LARGE`` with an output of at least ``LARGE_IMAGE`` pixels, and the
+#: output is at least ``MIN_SIDE`` on each side (smaller ones waste most of a tile).
+#: im2col is a single GEMM of BLAS efficiency; Winograd's 4x fewer multiplications
+#: pay for its memory-bound transforms (NumPy passes over 2.25x the input) only when
+#: the GEMMs dominate: C=O=128 gained 1.04-1.76x (fwd) and 0.97-1.75x (filter
+#: gradient) from 8x8 to 56x56 images; C=O=64 lost 6-22% below 32x32 and gained
+#: 1.3-1.5x at 56x56; C=O<=32 and the seeds' CNN (C=1 and 16) always lost (0.16-0.9x).
+MIN_CHANNELS = 128
+MIN_CHANNELS_LARGE = 64
+LARGE_IMAGE = 48 * 48
+MIN_SIDE = 8
+
+
+def use_winograd(n, ho, wo, c, o, dtype):
+    """Whether a 3x3 stride-1 convolution of ``n`` images to ``ho x wo`` outputs with
+    ``c`` input and ``o`` output channels (GEMM ``(tiles x c) @ (c x o)``), computed in
+    ``dtype``, goes the Winograd way on the host (:data:`MODE` and the rule above).
+
+    >>> use_winograd(32, 32, 32, 128, 128, "float32"), use_winograd(32, 26, 26, 16, 16, "float32")
+    (True, False)
+    """
+    if MODE == "never" or np.dtype(dtype) != np.float32 or min(n, ho, wo, c, o) <= 0:
+        return False
+    if MODE == "always":
+        return True
+    k = min(c, o)
+    if min(ho, wo) < MIN_SIDE:
+        return False
+    return k >= MIN_CHANNELS or (k >= MIN_CHANNELS_LARGE and ho * wo >= LARGE_IMAGE)
+
+
+def _two_sided(xp, mat, t):
+    """``mat @ t[:, :, k] @ mat.T`` for every trailing index ``k`` of ``t``
+    (shape ``(q, q, ...)``), as two GEMMs: result ``(p, p, ...)`` (the filter's)."""
+    p, q = mat.shape
+    rest = t.shape[2:]
+    tmp = xp.matmul(mat, t.reshape(q, -1)).reshape(p, q, -1)
+    return xp.matmul(mat, tmp).reshape((p, p) + rest)
+
+
+def _kron(xp, mat, dt):
+    """``mat (x) mat``: the two-sided transform of a flattened tile as one GEMM."""
+    return xp.asarray(np.kron(mat, mat), dtype=dt)
+
+
+class _Tiler:
+    """The tile geometry of one convolution and a zero-bordered buffer holding one
+    block of padded images, from which the overlapping ``a x a`` tiles are read."""
+
+    def __init__(self, xp, x, pads, out_hw, m, chans):
+        self.xp, self.x, self.m, self.a = xp, x, m, m + 2
+        n, h, w, c = x.shape
+        ho, wo = out_hw
+        self.th, self.tw = -(-ho // m), -(-wo // m)
+        self.out_hw = out_hw
+        hp, wp = self.th * m + 2, self.tw * m + 2
+        per_image = self.a * self.a * self.th * self.tw * max(chans, 1) * x.itemsize
+        self.block = max(1, min(n, TILE_BYTES // max(per_image, 1)))
+        pt, pl = pads[0], pads[2]
+        # the part of x the tiles see, and where it goes in the padded buffer
+        self.src = (slice(0, max(min(h, hp - pt), 0)), slice(0, max(min(w, wp - pl), 0)))
+        self.dst = (slice(pt, pt + self.src[0].stop), slice(pl, pl + self.src[1].stop))
+        self.padded = xp.zeros((self.block, hp, wp, c), dtype=x.dtype)
+
+    def tiles(self, i, k, d):
+        """Copy the tiles of images ``i:i+k`` into ``d`` (shape ``(a, a, k, th, tw, C)``)."""
+        xpd = self.padded[:k]
+        xpd[:, self.dst[0], self.dst[1]] = self.x[i:i + k, self.src[0], self.src[1]]
+        s0, s1, s2, s3 = xpd.strides
+        a, m = self.a, self.m
+        d[...] = self.xp.lib.stride_tricks.as_strided(
+            xpd, d.shape, (s1, s2, s0, s1 * m, s2 * m, s3))
+
+    def scatter(self, y, dst):
+        """Write the (m, m, k, th, tw, O) output tiles ``y`` into NHWC ``dst``."""
+        m = self.m
+        ho, wo = self.out_hw
+        for p in range(m):
+            for q in range(m):
+                dst[:, p::m, q::m] = y[p, q, :, :-(-(ho - p) // m), :-(-(wo - q) // m)]
+
+    def gather(self, src, e):
+        """The inverse of :meth:`scatter`: NHWC ``src`` into (m, m, k, th, tw, O) ``e``
+        whose overhang (beyond the output) is zero."""
+        m = self.m
+        ho, wo = self.out_hw
+        for p in range(m):
+            for q in range(m):
+                e[p, q, :, :-(-(ho - p) // m), :-(-(wo - q) // m)] = src[:, p::m, q::m]
+
+
+def conv3x3(xp, x, w, pads, out_hw, f=F4, epilogue=None):
+    """Stride-1 3x3 convolution (cross-correlation) of the NHWC ``x`` with the HWIO
+    ``w`` (both in the compute dtype), zero-padded by ``pads`` (top, bottom, left,
+    right), output ``(N, *out_hw, O)``; ``epilogue(block)`` as in
+    ``NNKernels._conv_nhwc``, on each batch block of the output."""
+    m = f["m"]
+    a = m + 2
+    n, c, o, dt = x.shape[0], x.shape[3], w.shape[3], x.dtype
+    out = xp.empty((n, *out_hw, o), dtype=dt)
+    if out.size == 0 or x.size == 0:
+        out[...] = 0
+        return out
+    u = _two_sided(xp, xp.asarray(f["G"], dtype=dt), w).reshape(a * a, c, o)
+    kb, ka = _kron(xp, f["BT"], dt), _kron(xp, f["AT"], dt)
+    tl = _Tiler(xp, x, pads, out_hw, m, max(c, o))
+    b, th, tw = tl.block, tl.th, tl.tw
+    d = xp.empty((a, a, b, th, tw, c), dtype=dt)
+    v = xp.empty((a * a, b * th * tw, c), dtype=dt)
+    mm = xp.empty((a * a, b * th * tw, o), dtype=dt)
+    y = xp.empty((m, m, b, th, tw, o), dtype=dt)
+    for i in range(0, n, b):
+        k = min(b, n - i)
+        r = k * th * tw
+        tl.tiles(i, k, d[:, :, :k])
+        xp.matmul(kb, d[:, :, :k].reshape(a * a, -1), out=v[:, :r].reshape(a * a, -1))
+        xp.matmul(v[:, :r], u, out=mm[:, :r])
+        xp.matmul(ka, mm[:, :r].reshape(a * a, -1), out=y[:, :, :k].reshape(m * m, -1))
+        blk = out[i:i + k]
+        tl.scatter(y[:, :, :k], blk)
+        if epilogue is not None:
+            epilogue(blk)
+    return out
+
+
+def filter_grad3x3(xp, x, dy, pads, f=F4):
+    """The 3x3 filter gradient (HWIO) of a stride-1 convolution of the NHWC ``x``
+    padded by ``pads``, given its NHWC output gradient ``dy`` (compute dtype)."""
+    m = f["m"]
+    a = m + 2
+    n, c, dt = x.shape[0], x.shape[3], x.dtype
+    _, ho, wo, o = dy.shape
+    if x.size == 0 or dy.size == 0:
+        return xp.zeros((3, 3, c, o), dtype=dt)
+    kb, kz = _kron(xp, f["BT"], dt), _kron(xp, f["AT"].T, dt)
+    tl = _Tiler(xp, x, pads, (ho, wo), m, max(c, o))
+    b, th, tw = tl.block, tl.th, tl.tw
+    d = xp.empty((a, a, b, th, tw, c), dtype=dt)
+    v = xp.empty((a * a, b * th * tw, c), dtype=dt)
+    e = xp.zeros((m, m, b, th, tw, o), dtype=dt)
+    z = xp.empty((a * a, b * th * tw, o), dtype=dt)
+    acc = xp.zeros((a * a, c, o), dtype=dt)
+    part = xp.empty((a * a, c, o), dtype=dt)
+    for i in range(0, n, b):
+        k = min(b, n - i)
+        r = k * th * tw
+        tl.tiles(i, k, d[:, :, :k])
+        xp.matmul(kb, d[:, :, :k].reshape(a * a, -1), out=v[:, :r].reshape(a * a, -1))
+        tl.gather(dy[i:i + k], e[:, :, :k])
+        xp.matmul(kz, e[:, :, :k].reshape(m * m, -1), out=z[:, :r].reshape(a * a, -1))
+        xp.matmul(v[:, :r].transpose(0, 2, 1), z[:, :r], out=part)
+        acc += part
+    return _two_sided(xp, xp.asarray(f["G"].T, dtype=dt), acc.reshape(a, a, c, o))
