@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ import tapeflow as tf
 from tapeflow.kernels.optim import OptimKernels
 from tapeflow.ops import optim
 from tapeflow.train import optimizers as O
+from tapeflow.tracing.vectorize import VectorizationWarning
 
 
 def _opencl():
@@ -313,3 +315,18 @@ def test_environment_variable_turns_the_fused_path_off():
                          text=True, check=True).stdout.split()
     assert out == ["False", "False"]
     assert O.Adam().fused is True
+
+
+def test_vectorized_map_of_a_fused_update_equals_one_per_example():
+    """The ops' batching rule: per-example variables and gradients, shared slots."""
+    var = tf.constant(np.arange(6, dtype=np.float32).reshape(3, 2))
+    g = tf.constant(np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2))
+    m, v = tf.constant([0.5, -0.5]), tf.constant([0.25, 0.5])
+    lr = tf.constant(0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", VectorizationWarning)       # (no per-example loop)
+        got = tf.vectorized_map(lambda a: optim.APPLY_ADAM(a[0], m, v, a[1], lr), (var, g))
+    for i in range(3):
+        want = optim.APPLY_ADAM(var[i], m, v, g[i], lr)
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a.numpy()[i], b.numpy())

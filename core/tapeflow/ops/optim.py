@@ -20,8 +20,10 @@ tf.Tensor([0. 1.], shape=(2,), dtype=float32)
 
 from __future__ import annotations
 
+from ..runtime.dispatch import execute
 from ..runtime.errors import InvalidArgumentError
 from ._library import defop
+from .reductions import broadcast_to
 
 __all__ = ["APPLY_GRADIENT_DESCENT", "APPLY_MOMENTUM", "APPLY_ADAM", "APPLY_RMS_PROP",
            "APPLY_CENTERED_RMS_PROP", "APPLY_KERAS_RMS_PROP", "APPLY_KERAS_CENTERED_RMS_PROP",
@@ -52,11 +54,23 @@ def _check(op, tensors, attrs, device):
                 f"{op.name}: input '{name}' must be a scalar (0-d), got shape {tuple(t.shape)}")
 
 
+def _batch(ctx, *inputs):
+    """``tf.vectorized_map``: the update is elementwise in the variable, slots and
+    gradient (an unbatched one is broadcast to the batch); a coefficient per example
+    is not covered (NotImplemented: one update per example)."""
+    n = len(ctx.op.inputs) - _N_SCALARS[ctx.op.name]
+    if any(ctx.batched[n:]):
+        return NotImplemented
+    shape = next(x.shape for x, b in zip(inputs, ctx.batched) if b)
+    arrays = [x if b else broadcast_to(x, shape) for x, b in zip(inputs[:n], ctx.batched)]
+    return execute(ctx.op, (*arrays, *inputs[n:]), ctx.attrs)
+
+
 def _op(name, inputs, n_scalars, attrs):
     _N_SCALARS[name] = n_scalars
     attrs = dict(attrs, inplace=False)
     return defop(name, inputs=inputs, attrs=attrs, num_outputs=len(inputs) - n_scalars - 1,
-                 differentiable=False, check=_check, dtype_rule="none",
+                 differentiable=False, check=_check, dtype_rule="none", batch=_batch,
                  attr_types={a: _FLOAT_ATTRS[a] for a in attrs})
 
 
