@@ -1,9 +1,101 @@
-"""Fused convolution epilogues (issue 34): Conv2D + BiasAdd + activation as one kernel.
+"""Fused convolution epilogues (issue 34): Conv2D + BiasAdd + activation as one kernel
+(the op ``_FusedConv2D``, :mod:`tapeflow.ops.nn_fused`, docs/fused-ops.md).
 
-(Being filled in: the class holds ``xp`` like the other kernel modules.)
+The convolution is :meth:`NNKernels._conv_nhwc <tapeflow.kernels.nn.NNKernels._conv_nhwc>`
+(im2col GEMMs a block of images at a time on the host, Winograd where its cost rule
+says so, one GEMM on a GPU); the bias and the activation run as its ``epilogue``, in
+place on each output block right after the block's GEMM, while it is still in cache:
+no second pass over the output and no temporary of its size (LeakyRelu, Elu and Gelu
+use one temporary of a block's size). On CuPy (the CUDA backend's fallback when
+cuDNN's fused path is off) the "block" is the whole batch.
+
+The activations compute what the unfused kernels compute (``maximum(z, 0)``, ...), so
+the fused result equals the unfused one up to the GEMM's own rounding; float16 runs in
+float32 (as Conv2D does) and is rounded once at the end.
+
+>>> import numpy as np
+>>> k = FusedNNKernels(np)
+>>> x, w = np.ones((1, 3, 3, 1)), np.ones((2, 2, 1, 1))
+>>> k.fused_conv2d(x, w, np.array([-5.0]), (1, 1), "VALID", "NHWC", (1, 1),
+...                ("BiasAdd", "Relu"), 1, 0.2)[0, :, :, 0]
+array([[0., 0.],
+       [0., 0.]])
 """
 
 from __future__ import annotations
+
+import math as _pymath
+
+from .math import special
+from .nn import FLOATS, NNKernels, back, compute_dtype, nhwc
+
+_SQRT_HALF = 1.0 / _pymath.sqrt(2.0)
+_SQRT_2_PI = _pymath.sqrt(2.0 / _pymath.pi)
+
+
+class Epilogue:
+    """``block += bias; block = act(block)`` in place, for one ``_FusedConv2D`` call
+    (``act`` from ``fused_ops``; an instance is the ``epilogue`` given to
+    ``_conv_nhwc``, called once per NHWC output block)."""
+
+    def __init__(self, xp, bias, act, alpha):
+        self.xp = xp
+        self.bias = bias
+        self.alpha = alpha
+        self.act = None if act is None else getattr(self, "_" + act.lower())
+
+    def __call__(self, block):
+        xp = self.xp
+        xp.add(block, self.bias, out=block)
+        if self.act is not None:
+            self.act(block)
+
+    def _relu(self, z):
+        self.xp.maximum(z, 0, out=z)
+
+    def _relu6(self, z):
+        xp = self.xp
+        xp.maximum(z, 0, out=z)
+        xp.minimum(z, 6, out=z)
+
+    def _leakyrelu(self, z):
+        xp, a = self.xp, self.alpha
+        t = xp.multiply(z, a)
+        if 0.0 <= a <= 1.0:            # the unfused kernel's branch-free forms
+            xp.maximum(z, t, out=z)
+        elif a > 1.0:
+            xp.minimum(z, t, out=z)
+        else:
+            xp.copyto(z, t, where=~(z > 0))
+
+    def _elu(self, z):
+        xp = self.xp
+        t = xp.minimum(z, 0)
+        xp.expm1(t, out=t)
+        xp.maximum(z, 0, out=z)
+        xp.add(z, t, out=z)
+
+    def _geluexact(self, z):
+        # 0.5 z (1 + erf(z / sqrt 2)), the unfused gelu's operations
+        xp = self.xp
+        t = xp.multiply(z, z.dtype.type(_SQRT_HALF))
+        special(xp, "_FusedConv2D (GeluExact)").erf(t, out=t)
+        t += 1
+        xp.multiply(z, 0.5, out=z)
+        xp.multiply(z, t, out=z)
+
+    def _geluapproximate(self, z):
+        # 0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715 z^3)))
+        xp = self.xp
+        t = xp.multiply(z, z)
+        t *= z
+        t *= z.dtype.type(0.044715)
+        t += z
+        t *= z.dtype.type(_SQRT_2_PI)
+        xp.tanh(t, out=t)
+        t += 1
+        xp.multiply(z, 0.5, out=z)
+        xp.multiply(z, t, out=z)
 
 
 class FusedNNKernels:
@@ -11,11 +103,26 @@ class FusedNNKernels:
 
     def __init__(self, xp):
         self.xp = xp
+        self.nn = NNKernels(xp)
 
     def table(self):
         """``{op name: spec}`` of this module (see :mod:`tapeflow.kernels`)."""
-        return {}
+        return {"_FusedConv2D": {"fn": self.fused_conv2d, "dtypes": FLOATS}}
+
+    def fused_conv2d(self, x, w, b, strides, padding, data_format, dilations, fused_ops,
+                     num_args=1, leakyrelu_alpha=0.2):
+        """``act(conv2d(x, w) + b)`` (``act`` = ``fused_ops[1]``, if any), the bias and
+        the activation applied to each output block right after its GEMM."""
+        dt = x.dtype
+        cdt = compute_dtype(dt)
+        act = fused_ops[1] if len(fused_ops) > 1 else None
+        ep = Epilogue(self.xp, b.astype(cdt, copy=False), act, float(leakyrelu_alpha))
+        out = self.nn._conv_nhwc(nhwc(x, data_format).astype(cdt, copy=False),
+                                 w.astype(cdt, copy=False), strides, padding, dilations,
+                                 epilogue=ep)
+        return back(out.astype(dt, copy=False), data_format)
 
 
 def build(xp):
+    """The fused convolution kernels for array module ``xp``: ``{op name: spec}``."""
     return FusedNNKernels(xp).table()
