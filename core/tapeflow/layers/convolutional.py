@@ -12,11 +12,25 @@ from __future__ import annotations
 
 from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
 from ..ops import nn as _nn
+from ..ops import nn_fused as _fused
 from . import activations as _act
 from .base import Layer
 from .core import _channels, _check_constraints
 
 __all__ = ["Conv2D", "Convolution2D"]
+
+
+#: activations the layer runs inside ``_FusedConv2D`` (with the bias): the function ->
+#: ``(fused_ops, leakyrelu_alpha)``; any other callable runs after an unfused convolution
+_FUSABLE = {
+    _act.relu: (("BiasAdd", "Relu"), 0.2), _nn.relu: (("BiasAdd", "Relu"), 0.2),
+    _act.relu6: (("BiasAdd", "Relu6"), 0.2), _nn.relu6: (("BiasAdd", "Relu6"), 0.2),
+    _act.elu: (("BiasAdd", "Elu"), 0.2), _nn.elu: (("BiasAdd", "Elu"), 0.2),
+    _act.leaky_relu: (("BiasAdd", "LeakyRelu"), 0.2),
+    _nn.leaky_relu: (("BiasAdd", "LeakyRelu"), 0.2),
+    _act.gelu: (("BiasAdd", "GeluExact"), 0.2),
+    None: (("BiasAdd",), 0.2),
+}
 
 
 def _pair(v, what):
@@ -39,6 +53,10 @@ def _padding(padding):
 
 class Conv2D(Layer):
     """2-D convolution: ``activation(conv2d(inputs, kernel) + bias)``.
+
+    With a bias and no activation, or relu, relu6, elu, leaky_relu (alpha 0.2) or gelu
+    (the exact one), the layer runs one ``_FusedConv2D`` op (bias and activation in
+    the convolution's epilogue, docs/fused-ops.md); other activations run unfused.
 
     ``filters``; ``kernel_size`` (int or pair); ``strides``; ``padding`` ``'valid'``
     or ``'same'`` (any case); ``data_format`` ``'channels_last'`` (NHWC, default) or
@@ -95,6 +113,14 @@ class Conv2D(Layer):
 
     def call(self, inputs):
         fmt = self._fmt
+        fused = _FUSABLE.get(self.activation) if self.bias is not None else None
+        if fused is not None:
+            # bias and activation in the convolution's epilogue (docs/fused-ops.md)
+            ops, alpha = fused
+            return _fused.fused_conv2d(
+                inputs, self._read(self.kernel), self._read(self.bias), strides=self.strides,
+                padding=self.padding, data_format=fmt, dilations=self.dilation_rate,
+                activation=ops[1] if len(ops) > 1 else None, leakyrelu_alpha=alpha)
         y = _nn.conv2d(inputs, self._read(self.kernel), strides=self.strides,
                        padding=self.padding, data_format=fmt, dilations=self.dilation_rate)
         b = self.bias
