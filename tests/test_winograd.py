@@ -148,13 +148,16 @@ def test_realistic_sizes_within_the_documented_bound(dist):
     _assert_within(g, dw_ref(x, dy, pads), dw_ref(np.abs(x), np.abs(dy), pads), F4_BOUND)
 
 
-@pytest.mark.parametrize("tile_bytes", [1, 1 << 20])
-def test_blocks_of_images_and_the_epilogue_on_the_winograd_path(monkeypatch, tile_bytes):
-    # 1 byte: one image per block (the buffers reused, a shorter last block); 1 MiB: one
+@pytest.mark.parametrize("tile_bytes,blocks", [(1, 5), (12960, 2), (1 << 20, 1)])
+def test_blocks_of_images_and_the_epilogue_on_the_winograd_path(monkeypatch, tile_bytes,
+                                                                 blocks):
+    # an image is 36 positions x 3x2 tiles x 5 channels x 4 bytes = 4320 bytes of tiles:
+    # 1 byte, one image per block; 12960, a block of 3 and a shorter last one of 2 (the
+    # buffers' first elements viewed as a smaller block); 1 MiB, a single block
     monkeypatch.setattr(winograd, "TILE_BYTES", tile_bytes)
     monkeypatch.setattr(winograd, "MODE", "always")
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((3, 9, 7, 4)).astype(np.float32)
+    x = rng.standard_normal((5, 9, 7, 4)).astype(np.float32)
     w = rng.standard_normal((3, 3, 4, 5)).astype(np.float32)
     seen = []
 
@@ -165,7 +168,7 @@ def test_blocks_of_images_and_the_epilogue_on_the_winograd_path(monkeypatch, til
 
     y = nn_kernels.NNKernels(np)._conv_nhwc(x, w, (1, 1), "SAME", (1, 1),
                                            epilogue=relu_in_place)
-    assert sum(seen) == 3 and len(seen) == (3 if tile_bytes == 1 else 1)
+    assert sum(seen) == 5 and len(seen) == blocks
     ref = conv_ref(x, w, (1, 1, 1, 1))
     _assert_within(y, np.maximum(ref, 0), conv_ref(np.abs(x), np.abs(w), (1, 1, 1, 1)),
                    F4_BOUND)
