@@ -61,7 +61,9 @@ OPTIMIZERS = [
     ("variable_lr_rmsprop", lambda: O.RMSPropOptimizer(tf.Variable(0.05), momentum=0.5)),
 ]
 IDS = [i for i, _ in OPTIMIZERS]
-SHAPES = [(4, 5), (7,), ()]
+#: (the last is updated in blocks on NumPy: more than kernels.optim.BLOCK elements, and a
+#: partial last block)
+SHAPES = [(4, 5), (7,), (), (181, 190)]
 
 
 def _grads(dtype, step):
@@ -133,6 +135,11 @@ def test_the_fused_path_runs_no_assign(monkeypatch, device):
     opt.apply_gradients([(g, w)])
     assert sorted(calls[2:]) == ["beta1_power:0", "beta2_power:0", "w/Adam:0", "w/Adam_1:0",
                                  "w:0"]
+
+
+def test_blocks_cover_the_whole_variable():
+    from tapeflow.kernels.optim import BLOCK
+    assert BLOCK < 181 * 190 and (181 * 190) % BLOCK
 
 
 def test_kernels_in_place_and_functional():

@@ -49,35 +49,37 @@ _DONATE_T = 3
 _DONATE_A = 2
 
 
-def scalar_coefficient(value, var, cache, key, reshape=True):
+def scalar_coefficient(value, var, cache, key, reshape=True, dev=None, dtype=None):
     """``value`` (a Python number or a scalar Tensor) as a 0-d Tensor of ``var``'s dtype
     on its device, cached in ``cache`` per (key, device, dtype) for one step. A Python
     number converts as the op-by-op update's weak scalar does (rounded to the dtype
     once); a Tensor is cast, then moved (``reshape=False``: and keeps its shape: the
-    op-by-op update's ``Optimizer._coef``)."""
-    k = (key, var._device, var.dtype)
+    op-by-op update's ``Optimizer._coef``). ``dev``, ``dtype``: ``var``'s, when known."""
+    if dev is None:
+        dev, dtype = var._device, var.dtype
+    k = (key, dev, dtype)
     c = cache.get(k)
     if c is None:
         if isinstance(value, Tensor):
             c = value
-            if c.dtype != var.dtype:
-                c = _m.cast(c, var.dtype)
-            if c._device is not var._device:
-                c = c.to(var._device)
+            if c.dtype != dtype:
+                c = _m.cast(c, dtype)
+            if c._device is not dev:
+                c = c.to(dev)
             if reshape and len(c.shape):
                 c = _reshape(c, [])
         else:
-            c = _constant(value, dtype=var.dtype, device=var._device)
+            c = _constant(value, dtype=dtype, device=dev)
         cache[k] = c
     return c
 
 
-def _kernel(op, var):
-    """The kernel function of ``op`` for ``var``'s device type and dtype, or None."""
-    entry = op.kernels.get(var._device.type)
+def _kernel(op, dev, dtype):
+    """The kernel function of ``op`` for device ``dev`` and ``dtype``, or None."""
+    entry = op.kernels.get(dev.type)
     if entry is None:
         return None
-    npdt = var.dtype.np
+    npdt = dtype.np
     if entry.np_dtypes is not None and npdt not in entry.np_dtypes:
         return None
     if entry.variants:
@@ -102,17 +104,31 @@ def _donatable(cur):
     return True
 
 
-def apply_fused(op, var, slots, grad, coefs, attrs):
+def _step_attrs(op, attrs, cache):
+    """``attrs`` with real numbers as floats (the ops' attr type), once per op and step."""
+    a = cache.get(op)
+    if a is None:
+        a = cache[op] = {k: v if type(v) is bool else float(v) for k, v in attrs.items()}
+    return a
+
+
+def apply_fused(op, var, slots, grad, coefs, attrs, cache):
     """Run the fused update ``op`` for ``var`` and its ``slots`` (Variables) with the
-    validated gradient ``grad`` and the 0-d coefficient Tensors ``coefs``; True when
-    done, False (nothing changed) when the op has no kernel for the Variable (the
-    caller runs the op-by-op update). Called under ``stop_all_recording()``."""
-    fn = _kernel(op, var)
+    validated gradient ``grad``, the coefficients ``coefs`` (``(name, value)`` pairs:
+    :func:`scalar_coefficient`) and ``attrs``; ``cache``: the step's (dropped after
+    it). True when done, False (nothing changed) when the op has no kernel for the
+    Variable (the caller runs the op-by-op update). Called under
+    ``stop_all_recording()``."""
+    dev = var._device
+    dtype = var.dtype
+    fn = _kernel(op, dev, dtype)
     if fn is None:
         return False
+    cs = [scalar_coefficient(value, var, cache, name, True, dev, dtype) for name, value in coefs]
+    attrs = _step_attrs(op, attrs, cache)
     owners = (var, *slots)
     if _tracing[0]:
-        outs = execute(op, (*[v.read_value() for v in owners], grad, *coefs), attrs)
+        outs = execute(op, (*[v.read_value() for v in owners], grad, *cs), attrs)
         for v, o in zip(owners, outs if len(owners) > 1 else (outs,)):
             v.assign(o)
         return True
@@ -121,16 +137,15 @@ def apply_fused(op, var, slots, grad, coefs, attrs):
         lk.acquire()
     try:
         cur = [v._value for v in owners]
-        if var._device.is_host and _donatable(cur):
+        if dev.is_host and _donatable(cur):
             arrays = [t._data for t in cur]
             del cur
-            outs = fn(*arrays, grad._data, *[c._data for c in coefs], inplace=True, **attrs)
+            outs = fn(*arrays, grad._data, *[c._data for c in cs], inplace=True, **attrs)
             del arrays
-            dev = var._device
             for v, a in zip(owners, outs if len(owners) > 1 else (outs,)):
                 v._value = _wrap(a, dev)
         else:
-            outs = execute(op, (*cur, grad, *coefs), attrs)
+            outs = execute(op, (*cur, grad, *cs), attrs)
             del cur
             for v, o in zip(owners, outs if len(owners) > 1 else (outs,)):
                 v._value = o

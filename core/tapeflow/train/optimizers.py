@@ -388,11 +388,7 @@ class Optimizer:
         """The fused update ``op`` of ``var`` and its ``slots`` (train/fused_update.py):
         False when off or without a kernel (the caller runs the op-by-op update).
         ``coefs``: ``(name, value)`` pairs, made 0-d Tensors of the variable's dtype."""
-        if not self.fused or op.kernels.get(var._device.type) is None:
-            return False
-        attrs = {k: v if type(v) is bool else float(v) for k, v in attrs.items()}
-        cs = [scalar_coefficient(value, var, self._cache, name) for name, value in coefs]
-        return apply_fused(op, var, slots, grad, cs, attrs)
+        return self.fused and apply_fused(op, var, slots, grad, coefs, attrs, self._cache)
 
     def _coef(self, value, var, cache):
         """``value`` (a per-step Tensor) on ``var``'s device and in its dtype (cached)."""
