@@ -29,6 +29,12 @@ compute from constants.
     dead-code elimination: drops nodes whose outputs nothing uses, keeping
     side effects (Variable assignments, prints, ``py_function``, random ops --
     they advance the random stream --, control flow that assigns).
+``conv``
+    convolution-epilogue fusion (:mod:`tapeflow.tracing.conv_fusion`): ``Conv2D``,
+    its bias and its activation become one ``_FusedConv2D`` op where the device has
+    its kernel. Unlike the others this pass installs an op with a gradient of its own
+    (the unfused ops' gradient, :mod:`tapeflow.ops.nn_fused`), which is what the
+    taped replay differentiates. Runs before ``fuse``.
 ``fuse``
     elementwise fusion (:mod:`tapeflow.graph_fusion`, when present).
 ``reuse``
@@ -67,6 +73,7 @@ import numpy as np
 
 from ..runtime.errors import InvalidArgumentError
 from .graph import Node
+from .conv_fusion import fuse_conv as _fuse_conv
 from .graph_fusion import fuse as _fuse
 
 __all__ = ["PASSES", "optimize", "dce", "simplify", "fold_constants", "cse", "reuse_buffers",
@@ -594,6 +601,7 @@ def _xent_softmax_kernel(original, checked):
 #: name -> pass, in the order :func:`optimize` runs them
 PASSES = {"simplify": simplify, "fold": fold_constants, "cse": cse, "dce": dce}
 
+PASSES["conv"] = _fuse_conv  # Conv2D + bias + activation -> _FusedConv2D: before "fuse"
 PASSES["fuse"] = _fuse   # elementwise fusion: one kernel per chain, per backend
 
 PASSES["xent"] = combine_softmax_xent
