@@ -184,14 +184,28 @@ def _step_fn(s, dts=()):
     return special
 
 
-def _generate(plan, n_in, slot_dtype, shape, out_vals, arg_dtypes):
+def _generate(plan, n_in, slot_dtype, shape, out_vals, arg_dtypes, out_slots, full=None):
     """Straight-line Python for the plan (no per-call interpretation: a fused chain of
-    two ufuncs must cost two ufunc calls, as in hand-written NumPy)."""
+    two ufuncs must cost two ufunc calls, as in hand-written NumPy). ``out=``: the
+    outputs' arrays (one array, or a tuple for several), written into instead of new
+    ones (tf.function's buffer plan). ``full``: an input of the group's shape when
+    traced, whose shape at the call is the buffers' (a value of data-dependent shape,
+    ``tf.boolean_mask``'s, has another length at each call); None: ``shape``."""
     ns = {"empty": np.empty, "shape": shape}
-    lines = [f"def run({', '.join(f'v{i}' for i in range(n_in))}):"]
+    lines = [f"def run({''.join(f'v{i}, ' for i in range(n_in))}out=None):",
+             f"    shape = v{full}.shape" if full is not None else "    pass",
+             "    if out is None:"]
     for j, d in enumerate(slot_dtype):
         ns[f"d{j}"] = d
-        lines.append(f"    b{j} = empty(shape, d{j})")
+        if j in out_slots:
+            lines.append(f"        b{j} = empty(shape, d{j})")
+    if len(out_slots) == 1:
+        lines += ["    else:", f"        b{out_slots[0]} = out"]
+    else:
+        lines += ["    else:", "        " + "".join(f"b{j}, " for j in out_slots) + "= out"]
+    for j in range(len(slot_dtype)):
+        if j not in out_slots:
+            lines.append(f"    b{j} = empty(shape, d{j})")
     for k, (s, args, slot) in enumerate(plan):
         ns[f"f{k}"] = _step_fn(s, [np.dtype(d) for d in arg_dtypes[k]])
         lines.append(f"    v{n_in + k} = f{k}({', '.join(f'v{a}' for a in args)}, out=b{slot})")
@@ -247,9 +261,13 @@ def compile_spec(spec):
             free.setdefault(s.dtype, []).append(slot)
     out_vals = list(spec.outputs)
     arg_dtypes = [[spec.value_dtype(a) for a in s.args] for s in spec.steps]
-    run = _generate(plan, n_in, slot_dtype, shape, out_vals, arg_dtypes)
+    out_slots = [slot_of[v] for v in out_vals]
+    full = next((j for j, (s, _) in enumerate(spec.inputs) if tuple(s) == shape), None)
+    run = _generate(plan, n_in, slot_dtype, shape, out_vals, arg_dtypes, out_slots, full)
     # for the buffer-reuse pass: the outputs are new arrays that share memory with
-    # nothing, and the inputs are only read
+    # nothing, and the inputs are only read; for the buffer plan: ``out=`` is taken
+    # (never one of the inputs: an output's slot is written before the last read)
     run._tapeflow_fresh = True
     run._tapeflow_inplace = True
+    run._tapeflow_out = True
     return run

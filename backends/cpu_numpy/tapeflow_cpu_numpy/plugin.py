@@ -73,4 +73,5 @@ def tapeflow_register_kernels(registry):
     for op_name, spec in kernels.iter_kernels(np):
         registry.add_kernel(op_name, "cpu", spec["fn"], dtypes=spec.get("dtypes"),
                             needs_device=spec.get("needs_device", False),
-                            fresh=spec.get("fresh", False), variants=spec.get("variants"))
+                            fresh=spec.get("fresh", False), variants=spec.get("variants"),
+                            out=spec.get("out", False))

@@ -30,15 +30,16 @@ class LinalgKernels:
         self._swap = xp.swapaxes
         self._LinAlgError = getattr(xp.linalg, "LinAlgError", ArithmeticError)
 
-    def matmul(self, a, b, transpose_a, transpose_b):
-        """``a @ b`` of matrices (rank >= 2), either one transposed as a view first."""
+    def matmul(self, a, b, transpose_a, transpose_b, out=None):
+        """``a @ b`` of matrices (rank >= 2), either one transposed as a view first;
+        written into ``out`` when given (tf.function's buffer plan)."""
         if transpose_a:
             a = self._swap(a, -1, -2)
         if transpose_b:
             b = self._swap(b, -1, -2)
         if a.ndim < 2 or b.ndim < 2:          # xp.matmul would take vectors; TF does not
             raise ValueError("matmul needs inputs of rank >= 2")
-        return self._matmul(a, b)
+        return self._matmul(a, b, out=out)
 
     def einsum(self, *operands, equation):
         """The Einstein summation ``equation`` of ``operands`` (BLAS when it pays off)."""
@@ -134,7 +135,7 @@ class LinalgKernels:
             "FFT": {"fn": self.fft, "dtypes": COMPLEX},
             "RFFT": {"fn": self.rfft, "dtypes": LAPACK},
             "IRFFT": {"fn": self.irfft, "dtypes": COMPLEX},
-            "MatMul": {"fn": self.matmul, "fresh": True,
+            "MatMul": {"fn": self.matmul, "fresh": True, "out": True,
                        "dtypes": FLOATS + ("int32", "int64") + COMPLEX},
             "Einsum": {"fn": self.einsum, "dtypes": NUMERIC + COMPLEX},
             "MatrixInverse": {"fn": self.inv, "dtypes": LAPACK},

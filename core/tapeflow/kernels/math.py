@@ -88,24 +88,33 @@ def _check_int_divisor(x, y):
         raise InvalidArgumentError("Integer division by zero")
 
 
+def _spec(fn, dtypes):
+    """A kernel spec; a ufunc (NumPy's or CuPy's) also declares ``out``: it writes into
+    a given array (``xp.add(a, b, out=buf)``), which tf.function's buffer plan uses
+    (docs/backends.md, "Output buffers")."""
+    if type(fn).__name__ == "ufunc":
+        return {"fn": fn, "dtypes": dtypes, "out": True}
+    return {"fn": fn, "dtypes": dtypes}
+
+
 def _num(fn):
-    return {"fn": fn, "dtypes": NUMERIC}
+    return _spec(fn, NUMERIC)
 
 
 def _flt(fn):
-    return {"fn": fn, "dtypes": FLOATS}
+    return _spec(fn, FLOATS)
 
 
 def _num_c(fn):
-    return {"fn": fn, "dtypes": NUMERIC + COMPLEX}
+    return _spec(fn, NUMERIC + COMPLEX)
 
 
 def _flt_c(fn):
-    return {"fn": fn, "dtypes": FLOATS + COMPLEX}
+    return _spec(fn, FLOATS + COMPLEX)
 
 
 def _bln(fn):
-    return {"fn": fn, "dtypes": BOOL}
+    return _spec(fn, BOOL)
 
 
 class MathKernels:

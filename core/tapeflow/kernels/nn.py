@@ -119,13 +119,14 @@ class NNKernels:
         return self.xp.pad(x, ((0, 0), (pt, pb), (pl, pr), (0, 0)), constant_values=value)
 
     # --- activations ----------------------------------------------------------------
-    def relu(self, x):
-        """``max(x, 0)``."""
-        return self.xp.maximum(x, 0)
+    def relu(self, x, out=None):
+        """``max(x, 0)`` (into ``out`` when given, which may be ``x``)."""
+        return self.xp.maximum(x, 0, out=out)
 
-    def relu_grad(self, dy, x):
-        """``dy`` where ``x > 0``, else 0."""
-        return dy * (x > 0)
+    def relu_grad(self, dy, x, out=None):
+        """``dy`` where ``x > 0``, else 0 (into ``out`` when given, which may be ``dy``
+        or ``x``: the mask is computed first)."""
+        return self.xp.multiply(dy, x > 0, out=out)
 
     def relu6(self, x):
         """``min(max(x, 0), 6)``."""
@@ -229,11 +230,11 @@ class NNKernels:
         return xp.maximum(x, 0) - x * z + xp.log1p(xp.exp(-xp.abs(x)))
 
     # --- bias_add, l2_loss ----------------------------------------------------------
-    def bias_add(self, x, b, data_format):
-        """``x + b`` with ``b`` along the channel axis."""
+    def bias_add(self, x, b, data_format, out=None):
+        """``x + b`` with ``b`` along the channel axis (into ``out`` when given)."""
         if data_format == "NCHW" and x.ndim >= 3:
-            return x + b.reshape((-1,) + (1,) * (x.ndim - 2))
-        return x + b
+            b = b.reshape((-1,) + (1,) * (x.ndim - 2))
+        return self.xp.add(x, b, out=out)
 
     def l2_loss(self, x):
         """``sum(x ** 2) / 2`` (float16 computed in float32)."""
@@ -488,8 +489,9 @@ class NNKernels:
         """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
         f = FLOATS
         return {
-            "Relu": {"fn": self.relu, "fresh": True, "dtypes": f + ("int32", "int64")},
-            "ReluGrad": {"fn": self.relu_grad, "fresh": True, "dtypes": f},
+            "Relu": {"fn": self.relu, "fresh": True, "out": True,
+                     "dtypes": f + ("int32", "int64")},
+            "ReluGrad": {"fn": self.relu_grad, "fresh": True, "out": True, "dtypes": f},
             "Relu6": {"fn": self.relu6, "dtypes": f},
             "Relu6Grad": {"fn": self.relu6_grad, "dtypes": f},
             "LeakyRelu": {"fn": self.leaky_relu, "dtypes": f},
@@ -501,7 +503,7 @@ class NNKernels:
             "SoftmaxCrossEntropyWithLogits": {"fn": self.softmax_xent, "dtypes": f},
             "SparseSoftmaxCrossEntropyWithLogits": {"fn": self.sparse_xent, "dtypes": f},
             "SigmoidCrossEntropyWithLogits": {"fn": self.sigmoid_xent, "dtypes": f},
-            "BiasAdd": {"fn": self.bias_add, "dtypes": f + ("int32", "int64")},
+            "BiasAdd": {"fn": self.bias_add, "out": True, "dtypes": f + ("int32", "int64")},
             "L2Loss": {"fn": self.l2_loss, "dtypes": f},
             "Conv2D": {"fn": self.conv2d, "dtypes": f},
             "Conv2DBackpropInput": {"fn": self.conv2d_backprop_input, "dtypes": f},

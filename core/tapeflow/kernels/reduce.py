@@ -54,12 +54,12 @@ class ReduceKernels:
         self._add_reduce = xp.add.reduce if xp is np else None   # NumPy: skip np.sum's layers
         self._ones = {}                                           # (length, dtype) -> ones
 
-    def gemv_sum(self, x, axis, keepdims):
+    def gemv_sum(self, x, axis, keepdims, out=None):
         """NumPy's sum over leading or middle axes of a contiguous float array walks the
         kept inner axis a few elements at a time (a (32, 24, 24, 16) array summed to (16,)
         takes 450 us); as ``ones @ x.reshape(outer, reduced, inner)`` BLAS does it in 45 us,
         at least as accurately (NumPy adds outer axes one row at a time, not pairwise).
-        None where that does not apply."""
+        None where that does not apply. ``out``: the result's array, written into."""
         if (self._add_reduce is None or not axis or x.dtype.char not in "fd"
                 or not x.flags.c_contiguous or axis[-1] - axis[0] != len(axis) - 1
                 or axis[-1] == x.ndim - 1):
@@ -79,20 +79,24 @@ class ReduceKernels:
         v = self._ones.get(key)
         if v is None:
             v = self._ones[key] = np.ones(red, dtype=x.dtype)
+        if out is not None:
+            np.matmul(v, x.reshape(outer, red, inner), out=out.reshape(outer, inner))
+            return out
         r = np.matmul(v, x.reshape(outer, red, inner))
         kept = [1 if axis[0] <= i <= axis[-1] else d for i, d in enumerate(shape)] \
             if keepdims else [d for i, d in enumerate(shape) if not axis[0] <= i <= axis[-1]]
         return r.reshape(kept)
 
-    def sum(self, x, axis, keepdims):
-        """The sum over ``axis``, in the input's dtype."""
+    def sum(self, x, axis, keepdims, out=None):
+        """The sum over ``axis``, in the input's dtype (into ``out`` when given: an array
+        of the result's shape, never ``x``)."""
         add_reduce = self._add_reduce
         if add_reduce is not None:
-            r = self.gemv_sum(x, axis, keepdims)
+            r = self.gemv_sum(x, axis, keepdims, out)
             if r is not None:
                 return r
-            return add_reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
-        return self.xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype)
+            return add_reduce(x, axis=axis, keepdims=keepdims, dtype=x.dtype, out=out)
+        return self.xp.sum(x, axis=axis, keepdims=keepdims, dtype=x.dtype, out=out)
 
     def prod(self, x, axis, keepdims):
         """The product over ``axis``, in the input's dtype."""
@@ -195,7 +199,7 @@ class ReduceKernels:
     def table(self):
         """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
         return {
-            "Sum": {"fn": self.sum, "fresh": True, "dtypes": NUMERIC + COMPLEX},
+            "Sum": {"fn": self.sum, "fresh": True, "out": True, "dtypes": NUMERIC + COMPLEX},
             "Prod": {"fn": self.prod, "dtypes": NUMERIC + COMPLEX},
             "Mean": {"fn": self.mean, "fresh": True, "dtypes": NUMERIC + COMPLEX},
             "Max": {"fn": self.max, "dtypes": NUMERIC},

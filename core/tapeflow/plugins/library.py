@@ -140,15 +140,17 @@ class Library:
         return op
 
     def kernel(self, op, device_types, *, dtypes=None, needs_device=False, override=False,
-               fresh=False):
+               fresh=False, out=False):
         """Decorator: ``fn(*native_inputs, **attrs)`` is ``op``'s kernel on
         ``device_types`` (one or several), for ``dtypes`` (names; ``None``: all).
         ``fresh=True``: it returns new host arrays sharing memory with nothing and
-        keeps no reference to its inputs (tf.function may then reuse their buffers)."""
+        keeps no reference to its inputs (tf.function may then reuse their buffers).
+        ``out=True``: it also takes ``out=`` an array of its result's shape and dtype and
+        writes there (tf.function's buffer plan; docs/backends.md, "Output buffers")."""
         def deco(fn):
             for dt in [device_types] if isinstance(device_types, str) else device_types:
                 self._add("add_kernel", _ref(op), dt, fn, dtypes=dtypes,
-                          needs_device=needs_device, override=override, fresh=fresh)
+                          needs_device=needs_device, override=override, fresh=fresh, out=out)
             return fn
         return deco
 

@@ -65,16 +65,18 @@ class Registry:
         return op
 
     def add_kernel(self, op, device_type: str, fn, dtypes=None, needs_device=False,
-                   override=False, fresh=False, variants=None):
+                   override=False, fresh=False, variants=None, out=False):
         """Register ``fn`` as the kernel of ``op`` (name or OpDef) on ``device_type``.
         ``fresh=True`` declares that it returns new host arrays sharing memory with
         nothing and keeps no reference to its inputs (tf.function may reuse buffers).
         ``variants``: ``{dtype: fn}`` for declared dtypes that run another function
-        (e.g. bfloat16 computed in float32), so that the others call ``fn`` directly."""
+        (e.g. bfloat16 computed in float32), so that the others call ``fn`` directly.
+        ``out=True``: ``fn`` also takes ``out=`` a preallocated result array (the
+        buffer plan of tf.function; docs/backends.md, "Output buffers")."""
         if not callable(fn):
             raise InvalidTypeError(f"kernel for {op} on {device_type} is not callable: {fn!r}")
         self._kernels.append((op, device_type, fn, dtypes, needs_device, override, fresh,
-                              variants))
+                              variants, out))
 
     def add_backend(self, backend: _devs.Backend):
         """Add a :class:`~tapeflow.plugins.Backend`."""
@@ -119,11 +121,11 @@ class Registry:
             for op, override in self._ops:
                 _reg.add_op(op, source=self.source, override=override)
                 added_ops.append(op)
-            for op, dt, fn, dtypes, nd, override, fresh, variants in self._kernels:
+            for op, dt, fn, dtypes, nd, override, fresh, variants, out in self._kernels:
                 opdef = _reg.get_op(op) if isinstance(op, str) else op
                 undo.append((opdef, dt, opdef.kernels.get(dt)))
                 _reg.add_kernel(opdef, dt, fn, dtypes, nd, source=self.source, override=override,
-                                fresh=fresh, variants=variants)
+                                fresh=fresh, variants=variants, out=out)
                 if info is not None:
                     info.kernels.append((opdef.name, dt))
             for op, rule, fn, override in self._rules:

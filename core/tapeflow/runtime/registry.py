@@ -83,16 +83,19 @@ class KernelEntry:
     new host arrays sharing memory with nothing and keeps no reference to its inputs
     (tf.function's buffer reuse may then recycle its inputs and outputs). ``variants``:
     None, or ``{np.dtype: fn}`` for declared dtypes that run another function than ``fn``
-    (dispatch picks it by the op's key dtype; the others call ``fn`` with no wrapper)."""
+    (dispatch picks it by the op's key dtype; the others call ``fn`` with no wrapper).
+    ``out``: ``fn`` (and its variants) also take ``out=`` an array of the result's shape,
+    dtype and device, write the result there and return it (docs/backends.md, "Output
+    buffers"); implies ``fresh``'s promises on inputs (nothing kept, no view returned)."""
 
     __slots__ = ("fn", "dtypes", "np_dtypes", "needs_device", "source", "device_type",
-                 "fresh", "variants")
+                 "fresh", "variants", "out")
 
     def __init__(self, fn, device_type, dtypes=None, needs_device=False, source=None,
-                 fresh=False, variants=None):
+                 fresh=False, variants=None, out=False):
         self.fn = fn
         self.variants = _np_keyed(variants)
-        self.fresh = bool(fresh)
+        self.fresh, self.out = bool(fresh), bool(out)
         self.device_type = device_type
         self.dtypes = None if dtypes is None else tuple(_dt.as_dtype(d) for d in dtypes)
         # np.dtype objects *and* scalar types, so `arr.dtype in np_dtypes` is one hash
@@ -499,7 +502,7 @@ def _rule_decorator(op, rule, fn, override, source):
 
 
 def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None, override=False,
-               fresh=False, variants=None):
+               fresh=False, variants=None, out=False):
     if isinstance(op, str):
         op = get_op(op)
     prev = op.kernels.get(device_type)
@@ -507,7 +510,7 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
         raise PluginConflictError(
             f"Kernel for ({op.name}, {device_type}) is registered by both {prev.source!r} and "
             f"{source!r}. Pass override=True in the second registration to replace it.")
-    entry = KernelEntry(fn, device_type, dtypes, needs_device, source, fresh, variants)
+    entry = KernelEntry(fn, device_type, dtypes, needs_device, source, fresh, variants, out)
     if prev is not None and prev.source != source:
         _overridden(op.name, device_type, prev.source, source)
     op.kernels[device_type] = entry

@@ -7,6 +7,12 @@ or a new node kind extends). An emitter gets the node, its index, the generated
 names of its inputs and outputs, the graph, and the namespace of the generated
 function, where it puts the objects the line refers to (kernels, constants,
 Variables) under names suffixed with the node's index.
+
+With a buffer plan (:mod:`tapeflow.tracing.memory_plan`), a planned node's line passes
+its slot's buffer: ``v7 = K6(v5, v6, out=b2, **A6)``; the buffers come in as the third
+argument (``_pool``). The *first* program of a plan passes no ``out`` and keeps the
+result of each slot's first writer as that slot's buffer (``_pool[:] = ...`` before it
+returns), so buffers are made by the kernels themselves, on any backend.
 """
 
 from __future__ import annotations
@@ -121,15 +127,40 @@ def _last_uses(graph):
     return dels
 
 
+def _emit_planned(n, i, ins, outs, ns, plan, first, first_writer):
+    """A planned op node: its kernel with ``out=`` its slot's buffer; in the first
+    program, without, keeping the result when the node is its slot's first writer."""
+    ns[f"K{i}"] = plan.kernels[i]
+    slots = plan.node_slot[i]
+    out = f"b{slots[0]}" if len(slots) == 1 else "(" + "".join(f"b{j}, " for j in slots) + ")"
+    args = [ins] if first else [ins, f"out={out}"]
+    if n.kind == "op" and any(not k.startswith("_") for k in n.attrs):
+        ns[f"A{i}"] = {k: v for k, v in n.attrs.items() if not k.startswith("_")}
+        args.append(f"**A{i}")
+    line = f"    {outs} = K{i}({', '.join(args)})"
+    for j, o in zip(slots, n.outputs):
+        if first and first_writer.get(j) == i:
+            line += f"; b{j} = v{o}"
+    return line
+
+
 def _ident(name):
     return "".join(c if c.isalnum() else "_" for c in name) or "f"
 
 
-def _compile(graph: Graph):
-    """Straight-line Python for ``graph``: ``run(arrays, vars) -> output arrays``.
-    Returns ``(run, source, {line number: node index}, file name)``."""
+def _compile(graph: Graph, plan=None, first=False):
+    """Straight-line Python for ``graph``: ``run(arrays, vars) -> output arrays``
+    (with a buffer ``plan``: ``run(arrays, vars, buffers)``, ``first``: the program of
+    the plan's first call). Returns ``(run, source, {line number: node index}, file
+    name)``."""
     ns = {"_wrap": _wrap}
-    lines = [f"def run_{_ident(graph.name)}(_args, _vargs):"]
+    planned = plan.node_slot if plan is not None else {}
+    first_writer = plan.first_writers() if plan is not None else {}
+    nslots = len(plan.slots) if plan is not None else 0
+    pool = "".join(f"b{j}, " for j in range(nslots))
+    lines = [f"def run_{_ident(graph.name)}(_args, _vargs{', _pool' if plan else ''}):"]
+    if plan is not None and not first:
+        lines.append(f"    {pool}= _pool")
     if graph.args:
         lines.append("    " + "".join(f"v{a}, " for a in graph.args) + "= _args")
     linemap = {}
@@ -147,12 +178,19 @@ def _compile(graph: Graph):
         outs = ", ".join(f"v{o}" for o in n.outputs)
         ins = ", ".join(f"v{x}" for x in n.inputs)
         linemap[len(lines) + 1] = i
-        lines.append(emit(n, i, ins, outs, graph, ns))
+        if i in planned:
+            lines.append(_emit_planned(n, i, ins, outs, ns, plan, first, first_writer))
+        else:
+            lines.append(emit(n, i, ins, outs, graph, ns))
         if i in dels:
             lines.append("    del " + ", ".join(f"v{v}" for v in sorted(dels[i])))
+    if plan is not None and first:
+        lines.append(f"    _pool[:] = ({pool})")
     lines.append("    return (" + "".join(f"v{o}, " for o in graph.outputs) + ")")
     src = "\n".join(lines) + "\n"
-    filename = f"<tapeflow.function {graph.name}>"
+    tag = "" if plan is None else " (first call of its buffer plan)" if first else \
+        " (buffer plan)"
+    filename = f"<tapeflow.function {graph.name}{tag}>"
     exec(compile(src, filename, "exec"), ns)
     fn = ns[f"run_{_ident(graph.name)}"]
     return fn, src, linemap, filename

@@ -20,6 +20,7 @@ from ..runtime.variable import Variable
 from . import graph_passes
 from .codegen import _compile
 from .graph import Graph
+from .memory_plan import PlannedRun, plan as _plan_buffers
 from .signature import _flatten_args
 
 __all__ = ["ConcreteFunction"]
@@ -43,6 +44,12 @@ class ConcreteFunction:
 
     cuda_graph_info = None
 
+    #: plan the intermediates' buffers (:mod:`tapeflow.tracing.memory_plan`) when the
+    #: graph is optimised; False: every replay allocates (for comparisons)
+    buffer_plan = True
+    #: the :class:`~tapeflow.tracing.memory_plan.MemoryPlan` in use, or None
+    memory_plan = None
+
     def __init__(self, graph, optimize=True, passes=None, trace=None):
         self.graph = graph
         # the decorator that traces the backward pass (tapeflow.function, passed in by
@@ -53,6 +60,12 @@ class ConcreteFunction:
         if optimize:
             self.passes_run = graph_passes.optimize(graph, passes)
         self._run, self.source, self._linemap, self._filename = _compile(graph)
+        self._linemaps = {self._filename: self._linemap}
+        if optimize and self.buffer_plan:
+            self.memory_plan = _plan_buffers(graph)
+            if self.memory_plan is not None:
+                self._run = PlannedRun(graph, self.memory_plan, self._run)
+                self._linemaps.update(self._run.linemaps)
 
     #: the Variables the function writes (its own assignments and those of its
     #: tf.cond / tf.while_loop branches): a position in the Variable arguments, or a
@@ -117,8 +130,9 @@ class ConcreteFunction:
         tb = e.__traceback__
         node = None
         while tb is not None:
-            if tb.tb_frame.f_code.co_filename == self._filename:
-                node = self.graph.nodes[self._linemap.get(tb.tb_lineno, 0)]
+            linemap = self._linemaps.get(tb.tb_frame.f_code.co_filename)
+            if linemap is not None:
+                node = self.graph.nodes[linemap.get(tb.tb_lineno, 0)]
             tb = tb.tb_next
         if node is None or node.kind not in ("op", "fused") or node.op is None:
             return e
