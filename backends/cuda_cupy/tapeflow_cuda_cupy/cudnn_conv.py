@@ -23,6 +23,14 @@ of every tensor, pre/post padding, strides, dilations) plus the TF32 flag and th
 reason. Each new key logs one debug line on the ``tapeflow.cuda`` logger saying which
 path it takes and why; ``python -m tapeflow info`` shows :func:`describe`.
 
+``_FusedConv2D`` (Conv2D + bias + activation, :mod:`tapeflow.ops.nn_fused`) is one
+graph: ``conv_fprop`` -> ``bias`` (a ``[1, K, 1, 1]`` tensor) -> the frontend's
+pointwise ``relu`` (Relu; Relu6 as ``lower_clip=0, upper_clip=6``), ``leaky_relu``
+(alpha in [0, 1]), ``elu``, ``gelu`` or ``gelu_approx_tanh``; the epilogue is part of
+the graph key. Written against the frontend's pybind API and checked with the
+stand-ins of tests/test_fused_conv.py; **never run on a GPU yet** (a case cuDNN
+refuses -- float64 runtime fusion, typically -- runs the shared kernel).
+
 Layouts: cuDNN dims are always NCHW (image) and KCRS (filter); the memory layout is in
 the strides. NHWC images use NHWC strides and the HWIO filter is copied to KRSC
 ("NHWC" filters, what the NHWC engines take); NCHW images use NCHW strides and a KCRS
@@ -48,6 +56,9 @@ from tapeflow.kernels.nn import window_geometry
 from . import precision
 
 OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+#: the fused convolution (Conv2D + bias + activation, issue 34): one cuDNN graph
+#: (conv_fprop -> bias -> activation) where the cuDNN path is on
+FUSED_OP = "_FusedConv2D"
 ENV = "TAPEFLOW_CUDNN"
 INSTALL_HINT = "pip install -e 'backends/cuda_cupy[cudnn]'"
 HOW_TO_ENABLE = f"{ENV}=1 or tf.config.experimental.enable_cudnn_convolutions(True)"
@@ -177,7 +188,7 @@ def spec_of(op, a_shape, b_shape, dtype, attrs):
         n, a, b, c = shape
         return (n, a, b, c) if fmt == "NHWC" else (n, b, c, a)
 
-    if op == "Conv2D":
+    if op in ("Conv2D", FUSED_OP):
         x, wt, dy = nhwc(a_shape), tuple(b_shape), None
     elif op == "Conv2DBackpropInput":
         x, wt, dy = nhwc(tuple(attrs["input_sizes"])), tuple(a_shape), nhwc(b_shape)
@@ -229,7 +240,7 @@ class Plan:
     def __init__(self, spec, graph, tensors, workspace, engine, precision_):
         self.spec = spec
         self.graph = graph
-        self.tensors = tensors          # (first input, second input, output), op order
+        self.tensors = tensors          # (inputs in op order..., output)
         self.workspace = workspace      # bytes
         self.engine = engine
         self.precision = precision_
@@ -239,8 +250,55 @@ class Plan:
                 f"engine={self.engine} {self.precision} workspace={self.workspace}>")
 
 
-def build_plan(cudnn, handle, spec: Spec, tf32: bool) -> Plan:
-    """Build and check the cuDNN graph of ``spec``; raises when cuDNN cannot run it."""
+def epilogue_of(attrs):
+    """``(activation or None, leakyrelu_alpha)`` of a ``_FusedConv2D``'s attrs when the
+    cuDNN graph can express its epilogue, else a string saying why not."""
+    ops = tuple(attrs.get("fused_ops", ()))
+    act = ops[1] if len(ops) > 1 else None
+    alpha = float(attrs.get("leakyrelu_alpha", 0.2))
+    if act not in _EPILOGUES:
+        return f"activation {act!r} has no cuDNN pointwise form"
+    if act == "LeakyRelu" and not 0.0 <= alpha <= 1.0:
+        return f"LeakyRelu alpha {alpha} outside [0, 1] (cuDNN's lower-clip slope)"
+    return act, alpha if act == "LeakyRelu" else 0.0
+
+
+def _epilogue(g, z, act, alpha):
+    """The activation ``act`` of the cuDNN tensor ``z`` (the frontend's pointwise ops)."""
+    if act == "Relu":
+        return g.relu(input=z, name="act")
+    if act == "Relu6":
+        return g.relu(input=z, lower_clip=0.0, upper_clip=6.0, name="act")
+    if act == "LeakyRelu":
+        return g.leaky_relu(input=z, negative_slope=alpha, name="act")
+    if act == "Elu":
+        return g.elu(input=z, name="act")
+    if act == "GeluExact":
+        return g.gelu(input=z, name="act")
+    return g.gelu_approx_tanh(input=z, name="act")
+
+
+#: the activations the fused graph takes (None: bias only)
+_EPILOGUES = (None, "Relu", "Relu6", "LeakyRelu", "Elu", "GeluExact", "GeluApproximate")
+
+
+def _fused_graph(g, spec, dt, conv, epilogue):
+    """``act(conv_fprop(X, W) + B)`` in graph ``g``; returns (X, W, B, Y)."""
+    (xd, xs), (wd, ws), (yd, ys) = spec.image(), spec.filter(), spec.output()
+    x = g.tensor(name="X", dim=xd, stride=xs, data_type=dt)
+    w = g.tensor(name="W", dim=wd, stride=ws, data_type=dt)
+    b = g.tensor(name="B", dim=[1, spec.k, 1, 1], stride=[spec.k, 1, spec.k, spec.k],
+                 data_type=dt)
+    z = g.bias(input=g.conv_fprop(image=x, weight=w, **conv), bias=b, name="bias")
+    act, alpha = epilogue
+    out = z if act is None else _epilogue(g, z, act, alpha)
+    out.set_output(True).set_dim(yd).set_stride(ys).set_data_type(dt)
+    return x, w, b, out
+
+
+def build_plan(cudnn, handle, spec: Spec, tf32: bool, epilogue=None) -> Plan:
+    """Build and check the cuDNN graph of ``spec``; raises when cuDNN cannot run it.
+    ``epilogue``: ``(activation, alpha)`` of a ``_FusedConv2D`` (:func:`epilogue_of`)."""
     dt = getattr(cudnn.data_type, IO_TYPES[spec.dtype])
     acc = cudnn.data_type.DOUBLE if spec.dtype == "float64" else cudnn.data_type.FLOAT
     g = cudnn.pygraph(io_data_type=dt, intermediate_data_type=acc, compute_data_type=acc,
@@ -249,7 +307,9 @@ def build_plan(cudnn, handle, spec: Spec, tf32: bool) -> Plan:
     conv = {"pre_padding": list(spec.pre), "post_padding": list(spec.post),
             "stride": list(spec.stride), "dilation": list(spec.dilation),
             "compute_data_type": acc}
-    if spec.op == "Conv2D":
+    if spec.op == FUSED_OP:
+        tensors = _fused_graph(g, spec, dt, conv, epilogue)
+    elif spec.op == "Conv2D":
         x = g.tensor(name="X", dim=xd, stride=xs, data_type=dt)
         w = g.tensor(name="W", dim=wd, stride=ws, data_type=dt)
         out = g.conv_fprop(image=x, weight=w, **conv)
@@ -365,6 +425,11 @@ class Convolutions:
         tf32 = precision.enabled()
         dev = int(self.cp.cuda.runtime.getDevice())
         key = (spec, tf32, dev)
+        if op == FUSED_OP:
+            ep = epilogue_of(attrs)
+            if isinstance(ep, str):
+                return None, ep
+            key = (spec, tf32, dev, ep)
         with self.lock:
             hit = self.cache.get(key)
             if hit is None:
@@ -375,14 +440,15 @@ class Convolutions:
         return hit, None
 
     def _build(self, cudnn, key):
-        spec, tf32, dev = key
+        spec, tf32, dev = key[:3]
+        epilogue = key[3] if len(key) > 3 else None
         what = (f"{spec.op} on cuda:{dev}, {spec.fmt} {spec.dtype} input "
                 f"{list(spec.memory_shape('image'))}, filter {[spec.r, spec.s, spec.c, spec.k]},"
                 f" strides {list(spec.stride)}, padding pre {list(spec.pre)} post "
                 f"{list(spec.post)}, dilations {list(spec.dilation)}, "
                 f"{precision.label(spec.dtype, tf32)}")
         try:
-            plan = build_plan(cudnn, self._handle(cudnn, dev)[0], spec, tf32)
+            plan = build_plan(cudnn, self._handle(cudnn, dev)[0], spec, tf32, epilogue)
         except Exception as e:  # unsupported here: the im2col kernel runs it
             why = f"cuDNN has no engine for it ({type(e).__name__}: {e})"
             log.debug("%s: im2col (%s)", what, why)
@@ -402,12 +468,18 @@ class Convolutions:
             h = self.handles[dev] = [cudnn.create_handle(), None]
         return h
 
-    def run(self, plan, a, b):
-        """Execute ``plan`` on the op's two inputs; returns the op's output array."""
+    def run(self, plan, a, b, bias=None):
+        """Execute ``plan`` on the op's two inputs (and the fused op's ``bias``);
+        returns the op's output array."""
         cp = self.cp
         spec = plan.spec
         cudnn = frontend()[0]
-        if spec.op == "Conv2D":
+        if spec.op == FUSED_OP:
+            a = cp.ascontiguousarray(a)
+            b = filter_to_cudnn(cp, b, spec.fmt)
+            bias = cp.ascontiguousarray(bias)
+            out = cp.empty(spec.memory_shape("output"), dtype=a.dtype)
+        elif spec.op == "Conv2D":
             a = cp.ascontiguousarray(a)
             b = filter_to_cudnn(cp, b, spec.fmt)
             out = cp.empty(spec.memory_shape("output"), dtype=a.dtype)
@@ -422,14 +494,14 @@ class Convolutions:
         ws = cp.cuda.alloc(plan.workspace) if plan.workspace else None
         dev = int(cp.cuda.runtime.getDevice())
         stream = cp.cuda.get_current_stream().ptr
-        ta, tb, tout = plan.tensors
+        buffers = dict(zip(plan.tensors, [x.data.ptr for x in (a, b, bias, out)
+                                          if x is not None]))
         with self.lock:
             h = self._handle(cudnn, dev)
             if h[1] != stream:
                 cudnn.set_stream(handle=h[0], stream=stream)
                 h[1] = stream
-            plan.graph.execute({ta: a.data.ptr, tb: b.data.ptr, tout: out.data.ptr},
-                               ws.ptr if ws is not None else 0, handle=h[0])
+            plan.graph.execute(buffers, ws.ptr if ws is not None else 0, handle=h[0])
         if spec.op == "Conv2DBackpropFilter":
             out = filter_from_cudnn(cp, out, spec.fmt)
         return out
@@ -437,11 +509,11 @@ class Convolutions:
     def kernel(self, op):
         shared = self.shared[op]
 
-        def k(a, b, **attrs):
+        def k(a, b, *bias, **attrs):
             plan, why = self.plan_for(op, a, b, attrs)
             if plan is not None:
                 try:
-                    out = self.run(plan, a, b)
+                    out = self.run(plan, a, b, *bias)
                 except Exception as e:  # cuDNN refused at run time: never again for this key
                     why = f"cuDNN failed to run it ({type(e).__name__}: {e})"
                     log.warning("%s on cuda: %s; using im2col for this case from now on",
@@ -454,7 +526,7 @@ class Convolutions:
                     return out
             self.counts[(op, "im2col")] += 1
             self.last[op] = ("im2col", why)
-            return shared(a, b, **attrs)
+            return shared(a, b, *bias, **attrs)
 
         k.__name__ = f"cudnn_or_im2col_{op}"
         k.__wrapped__ = shared
@@ -466,8 +538,10 @@ ACTIVE: list = [None]
 
 
 def build(cp, fns) -> dict:
-    """``{op: kernel}`` for the conv ops present in ``fns`` (the im2col kernels)."""
-    conv = Convolutions(cp, {op: fns[op] for op in OPS if op in fns})
+    """``{op: kernel}`` for the conv ops present in ``fns`` (the im2col kernels), the
+    fused convolution ``_FusedConv2D`` included (the shared kernel: im2col with the
+    bias and activation applied in place afterwards, when cuDNN does not take it)."""
+    conv = Convolutions(cp, {op: fns[op] for op in (*OPS, FUSED_OP) if op in fns})
     ACTIVE[0] = conv
     return {op: conv.kernel(op) for op in conv.shared}
 

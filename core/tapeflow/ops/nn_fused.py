@@ -224,6 +224,7 @@ def _activation_name(activation):
     return name
 
 
+@_nn._on_device
 def fused_conv2d(input, filters, bias, strides=1, padding="VALID", data_format="NHWC",
                  dilations=None, activation=None, leakyrelu_alpha=0.2, name=None):
     """``activation(bias_add(conv2d(input, filters, ...), bias))`` as one op

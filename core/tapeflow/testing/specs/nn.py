@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import re
 
+import math
+
 import numpy as np
 
 import tapeflow as tf
 from tapeflow.errors import InvalidArgumentError
+from tapeflow.ops.nn_fused import fused_conv2d
 from tapeflow.testing.opinfo import ErrorSample, OpSpec, Sample
 
 F16 = {"float16": (1e-2, 1e-2)}
@@ -452,6 +455,63 @@ def _dropout_samples(dt, rng):
             Sample((x,), {"keep_prob": 0.75}, name="keep_prob")]
 
 
+# --- the fused convolution (_FusedConv2D) ----------------------------------------------
+
+def _ref_activation(z, act, alpha):
+    """The activations of ``_FusedConv2D`` in float64 NumPy (SciPy-free erf)."""
+    if act is None:
+        return z
+    if act == "Relu":
+        return np.maximum(z, 0)
+    if act == "Relu6":
+        return np.minimum(np.maximum(z, 0), 6)
+    if act == "LeakyRelu":
+        return np.where(z > 0, z, alpha * z)
+    if act == "Elu":
+        return np.where(z > 0, z, np.expm1(np.minimum(z, 0)))
+    if act == "GeluApproximate":
+        return 0.5 * z * (1 + np.tanh(np.sqrt(2 / np.pi) * (z + 0.044715 * z ** 3)))
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    return 0.5 * z * (1 + erf(z / np.sqrt(2)))
+
+
+def ref_fused_conv2d(x, w, b, strides=1, padding="VALID", data_format="NHWC", dilations=None,
+                     activation=None, leakyrelu_alpha=0.2):
+    """``act(conv2d(x, w) + b)`` from :func:`ref_conv2d`, in float64."""
+    z = ref_conv2d(x.astype(np.float64), w.astype(np.float64), strides, padding, data_format,
+                   1 if dilations is None else dilations)
+    z = z + (b.astype(np.float64) if data_format == "NHWC"
+             else b.astype(np.float64)[:, None, None])
+    return _ref_activation(z, activation, leakyrelu_alpha).astype(x.dtype)
+
+
+#: (activation, leakyrelu_alpha) of the fused-convolution samples
+_FUSED_ACTS = ((None, 0.2), ("Relu", 0.2), ("Relu6", 0.2), ("LeakyRelu", 0.3),
+               ("LeakyRelu", -0.5), ("Elu", 0.2), ("GeluExact", 0.2),
+               ("GeluApproximate", 0.2))
+
+
+def _fused_samples(dt, rng):
+    """Quarters for the input and filter (the products are multiples of 1/16, exact in
+    float32) and a bias of 1/32 plus quarters: every pre-activation is at least 1/32
+    from the activations' kinks (0 and 6), so finite differences see one smooth piece."""
+    cases = [c for c in _conv_cases() if c[3] in ("same_s1", "same_s2", "same_d2",
+                                                  "valid_mixed", "explicit")]
+    out = []
+    for k, (act, alpha) in enumerate(_FUSED_ACTS):
+        xs, ws, kw, name = cases[k % len(cases)]
+        x = (rng.integers(-4, 5, xs) / 4).astype(dt.np)
+        w = (rng.integers(-2, 3, ws) / 4).astype(dt.np)
+        b = (rng.integers(-8, 9, ws[3]) / 4 + 1 / 32).astype(dt.np)
+        kw = dict(kw, activation=act, leakyrelu_alpha=alpha)
+        tag = f"{act or 'bias'}{'_neg' if alpha < 0 else ''}_{name}"
+        out.append(Sample((x, w, b), kw, name=tag))
+        if "dilations" not in kw or isinstance(kw.get("dilations"), int):
+            out.append(Sample((x.transpose(0, 3, 1, 2).copy(), w, b), _nchw_kwargs(kw),
+                              name=tag + "_nchw"))
+    return out
+
+
 # --- specs -------------------------------------------------------------------------------
 
 _X = np.ones((1, 5, 5, 3), np.float32)
@@ -536,6 +596,19 @@ SPECS = [
                                InvalidArgumentError, "4-D", name="rank")]),
     OpSpec("nn.avg_pool2d", tf.nn.avg_pool2d, _pool_ref("avg"), _pool_samples("avg"),
            op="AvgPool", tol=F16),
+    OpSpec("nn_fused.fused_conv2d", fused_conv2d, ref_fused_conv2d, _fused_samples,
+           op="_FusedConv2D", dtypes=("float32", "float64"), grad_tol=(1e-4, 1e-5),
+           errors=[
+               ErrorSample((_X, np.ones((3, 3, 3, 4), np.float32), np.ones(3, np.float32)),
+                           {"padding": "SAME"}, InvalidArgumentError, "one value per output",
+                           name="bias_size"),
+               ErrorSample((_X, np.ones((3, 3, 3, 4), np.float32), np.ones(4, np.float32)),
+                           {"padding": "SAME", "activation": "Swish"}, InvalidArgumentError,
+                           "activation must be", name="bad_activation"),
+               ErrorSample((_X, np.ones((3, 3, 2, 4), np.float32), np.ones(4, np.float32)),
+                           {"padding": "SAME"}, InvalidArgumentError, "in_channels",
+                           name="channel_mismatch"),
+           ]),
     OpSpec("nn.dropout", tf.nn.dropout, check_dropout, _dropout_samples,
            dtypes=("float16", "float32", "float64"), grad_order=0, check=check_dropout,
            errors=[ErrorSample((np.ones(3, np.float32),), {"rate": 1.0}, InvalidArgumentError,
