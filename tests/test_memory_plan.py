@@ -349,3 +349,50 @@ def test_a_kernel_breaking_the_out_contract_drops_the_plan():
         np.testing.assert_array_equal(f(tf.constant(x_np)).numpy(), want)
     run = _run(f, (tf.constant(x_np),))
     assert run.plan is None and run.buffers == []
+
+
+def _opencl():
+    try:
+        with tf.device("opencl:0"):
+            tf.constant(1.0)
+    except Exception as e:               # (no OpenCL device here: the reason is shown)
+        pytest.skip(f"no opencl:0: {e}")
+    from tapeflow_opencl import k_linalg, k_math
+    return k_math.build(), k_linalg.build()
+
+
+def _dev(a):
+    with tf.device("opencl:0"):
+        return tf.constant(a)._data
+
+
+def test_opencl_elementwise_and_matmul_kernels_write_into_out():
+    math_t, linalg_t = _opencl()
+    x, y = _f32(6, 5), _f32(6, 5)
+    b = _f32(5)
+    cases = [("Add", (x, b)), ("Mul", (x, y)), ("Maximum", (x, y)), ("Exp", (x,)),
+             ("Neg", (x,)), ("Less", (x, y))]
+    for name, args in cases:
+        spec = math_t[name]
+        assert spec.get("out") is True, name
+        dargs = [_dev(a) for a in args]
+        want = spec["fn"](*dargs).get()
+        for _ in range(2):               # (the second call runs the cached plan)
+            out = _dev(np.zeros(want.shape, want.dtype))
+            assert spec["fn"](*dargs, out=out) is out
+            np.testing.assert_array_equal(out.get(), want, err_msg=name)
+    # in place: out is the input of the result's shape
+    dx = _dev(x)
+    want = math_t["Mul"]["fn"](dx, _dev(y)).get()
+    assert math_t["Mul"]["fn"](dx, _dev(y), out=dx) is dx
+    np.testing.assert_array_equal(dx.get(), want)
+    mm = linalg_t["MatMul"]
+    assert mm.get("out") is True
+    a, c, d = _dev(_f32(7, 6)), _dev(_f32(5, 6)), _dev(_f32(7, 4))
+    for lhs, rhs, ta, tb in ((a, c, False, True), (a, d, True, False)):
+        want = mm["fn"](lhs, rhs, transpose_a=ta, transpose_b=tb).get()
+        out = _dev(np.zeros(want.shape, np.float32))
+        assert mm["fn"](lhs, rhs, transpose_a=ta, transpose_b=tb, out=out) is out
+        np.testing.assert_array_equal(out.get(), want)
+    with pytest.raises(ValueError, match="out= must be a contiguous"):
+        mm["fn"](a, c, transpose_b=True, out=_dev(np.zeros((5, 7), np.float32)))

@@ -286,16 +286,21 @@ def _variant(dev, dtype, m, n, k):
     return "direct"
 
 
-def matmul_views(a, b):
+def matmul_views(a, b, out=None):
     """``a @ b`` for device arrays (views) of shapes ``[..., M, K]`` and ``[..., K, N]``
-    with NumPy-broadcast batch dimensions: a new contiguous ``[batch..., M, N]`` array.
-    Shapes must already be validated."""
+    with NumPy-broadcast batch dimensions: a new contiguous ``[batch..., M, N]`` array,
+    or ``out`` (the buffer plan's: that shape, contiguous at offset 0, never an input)
+    written. Shapes must already be validated."""
     dev = rt.device_of(a)
     dt = a.dtype
     m, k = a.shape[-2:]
     n = b.shape[-1]
     bshape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
-    out = rt.empty(dev, bshape + (m, n), dt)
+    if out is None:
+        out = rt.empty(dev, bshape + (m, n), dt)
+    elif out.offset or not rt.is_contiguous(out) or out.shape != bshape + (m, n):
+        raise ValueError(f"matmul: out= must be a contiguous {bshape + (m, n)} array at "
+                         f"offset 0, not {out.shape}")
     z = math.prod(bshape)
     if out.size == 0:
         return out
@@ -708,7 +713,8 @@ def _solve_lu(w, piv, b, bshape, n, nrhs, dtype):
 class LinalgKernels:
     """The matrix-product and LU kernels (one method each; :func:`build` registers them)."""
 
-    def matmul(self, a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False):
+    def matmul(self, a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False,
+               out=None):
         # shape errors are ValueErrors: the core rewrites them with its shape inference's
         # message (as for NumPy's on ``cpu``)
         """MatMul: the (adjoint) operands as views, one product kernel."""
@@ -720,7 +726,7 @@ class LinalgKernels:
             b = _swap_last(b)
         if a.shape[-1] != b.shape[-2]:
             raise ValueError(f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
-        return matmul_views(a, b)
+        return matmul_views(a, b, out)
 
     def inv(self, x, adjoint=False):
         """MatrixInverse: LU factorisation, then solve against the identity."""
@@ -759,7 +765,8 @@ class LinalgKernels:
 def build():
     k = LinalgKernels()
     return {
-        "MatMul": {"fn": k.matmul, "dtypes": FLOATS + ("int32", "int64") + cplx.COMPLEX},
+        "MatMul": {"fn": k.matmul, "dtypes": FLOATS + ("int32", "int64") + cplx.COMPLEX,
+                   "out": True},
         "Einsum": {"fn": einsum, "dtypes": NUMERIC + cplx.COMPLEX},
         "MatrixInverse": {"fn": k.inv, "dtypes": FLOATS},
         "MatrixSolve": {"fn": k.solve, "dtypes": FLOATS},

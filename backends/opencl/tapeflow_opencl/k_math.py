@@ -71,6 +71,38 @@ def _check_divisor(x, y):
             raise InvalidArgumentError("Integer division by zero")
 
 
+def into(expr, out, *arrays, preamble=""):
+    """:func:`runtime.elementwise` writing into ``out`` (the ``out=`` capability,
+    docs/backends.md, "Output buffers"): a contiguous array of the result's shape and
+    dtype at offset 0, which may be one of ``arrays`` when it has exactly that shape
+    (each work item reads its own element before writing it). Returns ``out``."""
+    if out.offset or not rt.is_contiguous(out):
+        raise ValueError("out= must be a contiguous array at offset 0 (the buffer plan's)")
+    dev = rt._BY_QUEUE[arrays[0].queue.int_ptr]
+    key = (dev.index, expr, out.dtype, preamble, out.shape,
+           *[(a.dtype, a.shape, a.strides) for a in arrays])
+    plan = rt._PLANS.get(key)
+    if plan is None:       # (made and cached by one call the usual way)
+        rt.elementwise(expr, out.dtype, *arrays, preamble=preamble, out_shape=out.shape)
+        plan = rt._PLANS.get(key)
+        if plan is None:   # (an empty result: nothing to write)
+            return out
+    k, n, tail, _ = plan
+    args = [out.base_data]
+    for a in arrays:
+        args += [a.base_data, a.offset // a.dtype.itemsize]
+    args.append(n)
+    rt.launch(dev, k, (n,), None, *args, *tail)
+    return out
+
+
+def _ew(expr, dt, *xs, out=None):
+    """``expr`` over ``xs`` into a new array of ``dt``, or into ``out``."""
+    if out is None:
+        return rt.elementwise(expr, dt, *xs)
+    return into(expr, out, *xs)
+
+
 # --- the expression table: the kernels of build() and elementwise fusion share it ------------
 
 #: binary ops: (float expression, integer expression or None, NumPy function giving the
@@ -211,22 +243,23 @@ class MathKernels:
     differ only by their expression (bound to it with :func:`runtime.bind` by
     :func:`build`)."""
 
-    def binary(self, expr_f, expr_i, npfn, x, y):
-        """A binary op of :data:`_BINARY`: its float or integer expression, NumPy's dtype."""
+    def binary(self, expr_f, expr_i, npfn, x, y, out=None):
+        """A binary op of :data:`_BINARY`: its float or integer expression, NumPy's dtype
+        (into ``out`` when given, as the ones below)."""
         dt = _result_dtype(npfn, x.dtype, y.dtype)
-        return rt.elementwise(expr_f if _isf(x) else expr_i, dt, x, y)
+        return _ew(expr_f if _isf(x) else expr_i, dt, x, y, out=out)
 
-    def unary(self, expr_f, expr_i, x):
+    def unary(self, expr_f, expr_i, x, out=None):
         """A unary op (``expr_i`` None: the float expression on every dtype)."""
-        return rt.elementwise(expr_f if (_isf(x) or expr_i is None) else expr_i, x.dtype, x)
+        return _ew(expr_f if (_isf(x) or expr_i is None) else expr_i, x.dtype, x, out=out)
 
-    def same_dtype(self, expr_f, expr_i, x, y):
+    def same_dtype(self, expr_f, expr_i, x, y, out=None):
         """Maximum and Minimum: the float (NaN-propagating) or integer expression."""
-        return rt.elementwise(expr_f if _isf(x) else expr_i, x.dtype, x, y)
+        return _ew(expr_f if _isf(x) else expr_i, x.dtype, x, y, out=out)
 
-    def compare(self, op, x, y):
+    def compare(self, op, x, y, out=None):
         """A comparison ``x0 <op> x1`` with a bool result."""
-        return rt.elementwise(f"x0 {op} x1", np.bool_, x, y)
+        return _ew(f"x0 {op} x1", np.bool_, x, y, out=out)
 
     def to_bool(self, expr, *xs):
         """A float predicate or a logical op: ``expr`` with a bool result."""
@@ -340,18 +373,18 @@ def build():
     }
     for name, (ef, ei, npfn) in _BINARY.items():
         if name in ("Maximum", "Minimum"):
-            table[name] = dict(num, fn=p(k.same_dtype, name.lower(), ef, ei))
+            table[name] = dict(num, fn=p(k.same_dtype, name.lower(), ef, ei), out=True)
         else:
-            table[name] = dict(flt if ei is None else num,
+            table[name] = dict(flt if ei is None else num, out=True,
                                fn=p(k.binary, name.lower(), ef, ei, npfn))
     for name in ("Neg", "Square"):
-        table[name] = dict(num, fn=p(k.unary, name.lower(), *_UNARY_NUM[name]))
+        table[name] = dict(num, fn=p(k.unary, name.lower(), *_UNARY_NUM[name]), out=True)
     for name, expr in _UNARY_FLOAT.items():
-        table[name] = dict(flt, fn=p(k.unary, name.lower(), expr, None))
+        table[name] = dict(flt, fn=p(k.unary, name.lower(), expr, None), out=True)
     for name, expr in _PREDICATES.items():
         table[name] = dict(flt, fn=p(k.to_bool, name.lower(), expr))
     for name, (cop, dts) in _COMPARISONS.items():
-        table[name] = {"fn": p(k.compare, name.lower(), cop), "dtypes": dts}
+        table[name] = {"fn": p(k.compare, name.lower(), cop), "dtypes": dts, "out": True}
     for name, expr in _LOGICAL.items():
         table[name] = {"fn": p(k.to_bool, name.lower(), expr), "dtypes": BOOL}
     for name, (expr, dts) in _BITWISE.items():
