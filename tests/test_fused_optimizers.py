@@ -164,9 +164,10 @@ def _ptr(var):
 
 
 def test_update_in_place_when_nobody_sees_the_buffer():
-    w = tf.Variable(np.ones((8, 8), np.float32))
+    with tf.device("cpu:0"):
+        w = tf.Variable(np.ones((8, 8), np.float32))
+        g = tf.constant(np.full((8, 8), 0.5, np.float32))
     opt = O.AdamOptimizer(0.1)
-    g = tf.constant(np.full((8, 8), 0.5, np.float32))
     opt.apply_gradients([(g, w)])
     m, v = opt.get_slot(w, "m"), opt.get_slot(w, "v")
     before = [_ptr(w), _ptr(m), _ptr(v)]
