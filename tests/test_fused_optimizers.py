@@ -2,8 +2,8 @@
 
 Every optimizer and option, fused against the op-by-op update (``opt.fused = False``)
 in one process: bitwise on cpu:0 (the same operations in the same order), within
-float rounding on opencl:0 (float32: rtol 1e-6, float64: rtol 1e-13, against the cpu
-op-by-op update). The in-place rule: a buffer someone else can see (a user's
+float rounding on opencl:0 and cuda:0 where present (float32: rtol 1e-6, float64: rtol
+1e-13, against the cpu op-by-op update). The in-place rule: a buffer someone else can see (a user's
 reference, a NumPy view, a tape's record) is never written. Tracing, threads, bad
 input, checkpoints and float16/bfloat16 variables (the op-by-op fallback).
 """
@@ -24,17 +24,18 @@ from tapeflow.train import optimizers as O
 from tapeflow.tracing.vectorize import VectorizationWarning
 
 
-def _opencl():
-    try:
-        with tf.device("opencl:0"):
-            tf.constant(1.0) + 1.0
-        return True
-    except Exception:
-        return False
+def _first_of_each_type():
+    """The first device of each non-host type (opencl:0, cuda:0 where present)."""
+    seen, out = set(), []
+    for d in tf.list_devices():
+        if d.type != "cpu" and d.type not in seen:
+            seen.add(d.type)
+            out.append(d.name)
+    return out
 
 
-HAS_OPENCL = _opencl()
-DEVICES = ["cpu:0"] + (["opencl:0"] if HAS_OPENCL else [])
+ACCELERATORS = _first_of_each_type()
+DEVICES = ["cpu:0"] + ACCELERATORS
 
 #: (id, factory): every optimizer and option the fused ops cover
 OPTIMIZERS = [
@@ -110,11 +111,12 @@ def test_fused_equals_unfused_bitwise_on_cpu(make, dtype):
     assert not np.array_equal(fw[0], _train(make, True, dtype, "cpu:0", steps=0)[0][0])
 
 
-@pytest.mark.skipif(not HAS_OPENCL, reason="no opencl:0 device")
+@pytest.mark.parametrize("device", ACCELERATORS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("make", [m for _, m in OPTIMIZERS], ids=IDS)
-def test_fused_on_opencl_matches_cpu_unfused(make, dtype):
-    fw, fs = _train(make, True, dtype, "opencl:0")
+def test_fused_on_an_accelerator_matches_cpu_unfused(make, dtype, device):
+    """opencl:0 (one generated kernel per op), cuda:0 (the shared kernels on CuPy)."""
+    fw, fs = _train(make, True, dtype, device)
     uw, us = _train(make, False, dtype, "cpu:0")
     rtol = 1e-6 if dtype == "float32" else 1e-13
     for a, b in zip(fw + fs, uw + us):
@@ -338,3 +340,12 @@ def test_vectorized_map_of_a_fused_update_equals_one_per_example():
         want = optim.APPLY_ADAM(var[i], m, v, g[i], lr)
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a.numpy()[i], b.numpy())
+
+
+def test_the_cuda_backend_declares_the_shared_fused_kernels():
+    """CUDA runs :class:`OptimKernels` built with CuPy (declared without CuPy)."""
+    kernels = pytest.importorskip("tapeflow_cuda_cupy.kernels")
+    declared = kernels.declared()
+    for op in optim.__all__:
+        name = getattr(optim, op).name
+        assert tuple(declared[name][0]) == ("float32", "float64"), name
