@@ -9,10 +9,12 @@ tile positions ``xi``, one GEMM over the channels::
     M[xi] = V[xi] @ U[xi]        (tiles x C) @ (C x O)
 
 ``a*a / (9 m*m)`` of im2col's multiplications (F(2,3): 16/36 = 0.44,
-F(4,3): 36/144 = 0.25), plus the transforms, which are cheap (small GEMMs with the
-``a x a`` matrices over the whole tile buffer). Tiles are processed a block of
-images at a time (:data:`TILE_BYTES`) so that the transformed tiles are still in
-cache when the GEMMs read them.
+F(4,3): 36/144 = 0.25), plus the transforms: GEMMs with the small ``a x a`` matrices
+over the whole tile buffer (memory-bound passes; for 64 channels they cost about as
+much as the tile GEMMs, which is why the rule below wants many channels). Tiles are
+processed a block of images at a time (:data:`TILE_BYTES`) so that the transformed
+tiles are still in cache when the GEMMs read them. The default is F(4x4, 3x3):
+F(2x2, 3x3) is as accurate as im2col but was never faster than it here.
 
 The filter gradient ``dW[p, q] = sum_{y, x} x[y + p, x + q] dy[y, x]`` is the same
 trilinear form with the roles of the filter and the output swapped, F(3 x 3, m x m):
@@ -139,15 +141,35 @@ class _Tiler:
         self.dst = (slice(pt, pt + self.src[0].stop), slice(pl, pl + self.src[1].stop))
         self.padded = xp.zeros((self.block, hp, wp, c), dtype=x.dtype)
         self.full = None
+        self.bufs = {}
 
-    def tiles(self, i, k, d):
-        """Copy the tiles of images ``i:i+k`` into ``d`` (shape ``(a, a, k, th, tw, C)``)."""
+    def transformed(self, i, k, bt, v):
+        """``B^T d B`` of every input tile of images ``i:i+k``, into ``v`` (shape
+        ``(a*a, k*th*tw, C)``). ``B^T`` is applied to the rows of the padded images
+        before they are cut into overlapping column tiles (1.5x the input, not
+        2.25x), then along the columns: two passes of ``a x a`` GEMMs, 45 flops per
+        input element instead of the 162 of one ``(B^T (x) B^T)`` GEMM on the tiles
+        (25-30% off the transform, which costs as much as the tile GEMMs at C=64)."""
+        xp, a, m, th, tw = self.xp, self.a, self.m, self.th, self.tw
         xpd = self.padded[:k]
         xpd[:, self.dst[0], self.dst[1]] = self.x[i:i + k, self.src[0], self.src[1]]
-        s0, s1, s2, s3 = xpd.strides
-        a, m = self.a, self.m
-        d[...] = self.xp.lib.stride_tricks.as_strided(
-            xpd, d.shape, (s1, s2, s0, s1 * m, s2 * m, s3))
+        _, hp, wp, c = xpd.shape
+        s0, s1, _, s3 = xpd.strides
+        rows = xp.lib.stride_tricks.as_strided(xpd, (a, k, th, wp * c), (s1, s0, s1 * m, s3))
+        t1 = self._scratch("t1", (a, k, th, wp, c), k)
+        xp.matmul(bt, rows.reshape(a, -1), out=t1.reshape(a, -1))
+        q0, q1, q2, q3, q4 = t1.strides
+        d = self._scratch("d", (a, a, k, th, tw, c), k)
+        d[...] = xp.lib.stride_tricks.as_strided(t1, d.shape, (q0, q3, q1, q2, q3 * m, q4))
+        xp.matmul(bt, d.reshape(a, a, -1), out=v.reshape(a, a, -1))
+
+    def _scratch(self, name, shape, k):
+        """A contiguous ``shape`` (for ``k`` images) view of a flat buffer sized for a
+        full block."""
+        size = int(np.prod(shape))
+        if name not in self.bufs:
+            self.bufs[name] = self.xp.empty(size // k * self.block, dtype=self.x.dtype)
+        return self.bufs[name][:size].reshape(shape)
 
     def _full(self, o):
         """A zero-bordered (block, th*m, tw*m, o) buffer for outputs that overhang."""
@@ -211,18 +233,17 @@ def conv3x3(xp, x, w, pads, out_hw, f=F4, epilogue=None):
         out[...] = 0
         return out
     u = _two_sided(xp, xp.asarray(f["G"], dtype=dt), w).reshape(a * a, c, o)
-    kb, ka = _kron(xp, f["BT"], dt), _kron(xp, f["AT"], dt)
+    bt, ka = xp.asarray(f["BT"], dtype=dt), _kron(xp, f["AT"], dt)
     tl = _Tiler(xp, x, pads, out_hw, m, max(c, o))
     b, th, tw = tl.block, tl.th, tl.tw
-    bufs = _Buffers(xp, dt, d=(a, a, b, th, tw, c), v=(a * a, b * th * tw, c),
-                    mm=(a * a, b * th * tw, o), y=(m, m, b, th, tw, o))
+    bufs = _Buffers(xp, dt, v=(a * a, b * th * tw, c), mm=(a * a, b * th * tw, o),
+                    y=(m, m, b, th, tw, o))
     for i in range(0, n, b):
         k = min(b, n - i)
         r = k * th * tw
-        d, v = bufs.get("d", (a, a, k, th, tw, c)), bufs.get("v", (a * a, r, c))
-        mm, y = bufs.get("mm", (a * a, r, o)), bufs.get("y", (m, m, k, th, tw, o))
-        tl.tiles(i, k, d)
-        xp.matmul(kb, d.reshape(a * a, -1), out=v.reshape(a * a, -1))       # B^T d B
+        v, mm = bufs.get("v", (a * a, r, c)), bufs.get("mm", (a * a, r, o))
+        y = bufs.get("y", (m, m, k, th, tw, o))
+        tl.transformed(i, k, bt, v)                                        # B^T d B
         xp.matmul(v, u, out=mm)                                            # per position
         xp.matmul(ka, mm.reshape(a * a, -1), out=y.reshape(m * m, -1))     # A^T M A
         blk = out[i:i + k]
@@ -241,20 +262,19 @@ def filter_grad3x3(xp, x, dy, pads, f=F4):
     _, ho, wo, o = dy.shape
     if x.size == 0 or dy.size == 0:
         return xp.zeros((3, 3, c, o), dtype=dt)
-    kb, kz = _kron(xp, f["BT"], dt), _kron(xp, f["AT"].T, dt)
+    bt, kz = xp.asarray(f["BT"], dtype=dt), _kron(xp, f["AT"].T, dt)
     tl = _Tiler(xp, x, pads, (ho, wo), m, max(c, o))
     b, th, tw = tl.block, tl.th, tl.tw
-    bufs = _Buffers(xp, dt, d=(a, a, b, th, tw, c), v=(a * a, b * th * tw, c),
-                    e=(m, m, b, th, tw, o), z=(a * a, b * th * tw, o))
+    bufs = _Buffers(xp, dt, v=(a * a, b * th * tw, c), e=(m, m, b, th, tw, o),
+                    z=(a * a, b * th * tw, o))
     acc = xp.zeros((a * a, c, o), dtype=dt)
     part = xp.empty((a * a, c, o), dtype=dt)
     for i in range(0, n, b):
         k = min(b, n - i)
         r = k * th * tw
-        d, v = bufs.get("d", (a, a, k, th, tw, c)), bufs.get("v", (a * a, r, c))
+        v = bufs.get("v", (a * a, r, c))
         e, z = bufs.get("e", (m, m, k, th, tw, o)), bufs.get("z", (a * a, r, o))
-        tl.tiles(i, k, d)
-        xp.matmul(kb, d.reshape(a * a, -1), out=v.reshape(a * a, -1))       # B^T d B
+        tl.transformed(i, k, bt, v)                                        # B^T d B
         tl.gather(dy[i:i + k], e)
         xp.matmul(kz, e.reshape(m * m, -1), out=z.reshape(a * a, -1))      # A dy A^T
         xp.matmul(v.transpose(0, 2, 1), z, out=part)     # (C x tiles) @ (tiles x O)
