@@ -349,3 +349,20 @@ def test_the_cuda_backend_declares_the_shared_fused_kernels():
     for op in optim.__all__:
         name = getattr(optim, op).name
         assert tuple(declared[name][0]) == ("float32", "float64"), name
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_numpy_scalar_learning_rate_acts_as_the_python_number(fused):
+    """np.float64(0.1) on a float32 variable: the op-by-op update used to fail half-way
+    (a float64 step into a float32 variable, after the momentum slot had changed)."""
+    def run(lr):
+        w = tf.Variable([1.0, 2.0])
+        opt = O.MomentumOptimizer(lr, 0.9, use_nesterov=True)
+        opt.fused = fused
+        for _ in range(2):
+            opt.apply_gradients([(tf.constant([1.0, 1.0]), w)])
+        return w.numpy()
+    want = run(0.1)
+    for lr in (np.float64(0.1), np.float32(0.1)):
+        np.testing.assert_array_equal(run(lr), want)
+    np.testing.assert_array_equal(run(np.int64(1)), run(1))

@@ -239,7 +239,8 @@ class Optimizer:
             raise InvalidArgumentError(
                 f"{type(self).__name__}: the learning rate must be a real number or a "
                 f"floating-point scalar tensor, got {lr!r}. No variable was updated.")
-        return lr
+        # (a NumPy scalar acts as the Python number: np.float64(0.1) on a float32 variable)
+        return lr.item() if isinstance(lr, (np.integer, np.floating)) else lr
 
     def _finish(self):
         """After every variable was updated (Adam's beta powers)."""
