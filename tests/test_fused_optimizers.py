@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow.kernels.optim import OptimKernels
+from tapeflow.kernels.optim import BLOCK, OptimKernels
 from tapeflow.ops import optim
 from tapeflow.train import optimizers as O
 from tapeflow.tracing.vectorize import VectorizationWarning
@@ -140,7 +140,6 @@ def test_the_fused_path_runs_no_assign(monkeypatch, device):
 
 
 def test_blocks_cover_the_whole_variable():
-    from tapeflow.kernels.optim import BLOCK
     assert BLOCK < 181 * 190 and (181 * 190) % BLOCK
 
 
