@@ -365,3 +365,21 @@ def test_a_numpy_scalar_learning_rate_acts_as_the_python_number(fused):
     for lr in (np.float64(0.1), np.float32(0.1)):
         np.testing.assert_array_equal(run(lr), want)
     np.testing.assert_array_equal(run(np.int64(1)), run(1))
+
+
+@pytest.mark.skipif("opencl:0" not in ACCELERATORS, reason="no opencl:0 device")
+def test_the_opencl_kernel_in_place_and_functional():
+    fn = optim.APPLY_ADAM.kernels["opencl"].fn
+    with tf.device("opencl:0"):
+        ts = [tf.constant(np.linspace(a, b, 5, dtype=np.float32)) for a, b in
+              ((1, 2), (0, 1), (0.5, 1), (-1, 1))]
+        lr = tf.constant(0.1)
+    arrays = [t._data for t in ts]
+    before = [t.numpy() for t in ts]
+    new = fn(*arrays, lr._data, beta1=0.9, beta2=0.999, epsilon=1e-8)
+    for t, b in zip(ts, before):
+        np.testing.assert_array_equal(t.numpy(), b)          # functional: inputs unchanged
+    same = fn(*arrays, lr._data, beta1=0.9, beta2=0.999, epsilon=1e-8, inplace=True)
+    assert all(o is a for o, a in zip(same, arrays))
+    for t, n in zip(ts, new):
+        np.testing.assert_array_equal(t.numpy(), n.get())
