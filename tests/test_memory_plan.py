@@ -396,3 +396,22 @@ def test_opencl_elementwise_and_matmul_kernels_write_into_out():
         np.testing.assert_array_equal(out.get(), want)
     with pytest.raises(ValueError, match="out= must be a contiguous"):
         mm["fn"](a, c, transpose_b=True, out=_dev(np.zeros((5, 7), np.float32)))
+
+
+def test_an_error_in_a_planned_replay_names_the_op():
+    w = tf.constant(_f32(4, 4))
+
+    @tf.function
+    def f(x, idx):
+        h = tf.nn.relu(tf.matmul(x, w))            # MatMul planned (read by Relu)
+        return tf.gather(h, idx)
+
+    x = tf.constant(_f32(4, 4))
+    ok = tf.constant([0, 3])
+    for _ in range(3):
+        f(x, ok)
+    assert f.get_concrete_function(x, ok).memory_plan is not None
+    assert _run(f, (x, ok)).calls_planned >= 1
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"Gather") as e:
+        f(x, tf.constant([0, 7]))
+    assert "7" in str(e.value)
