@@ -331,7 +331,8 @@ def test_slots_are_made_lazily_on_the_variables_device():
 
 
 def test_sgd_step_is_one_update_per_variable(monkeypatch):
-    """SGD's per-step work: one ``assign_sub`` per variable and nothing else."""
+    """SGD's op-by-op path (``fused = False``; the fused kernel is
+    tests/test_fused_optimizers.py's): one ``assign_sub`` per variable and nothing else."""
     calls = []
     real = tf.Variable.assign_sub
 
@@ -341,7 +342,9 @@ def test_sgd_step_is_one_update_per_variable(monkeypatch):
 
     monkeypatch.setattr(tf.Variable, "assign_sub", spy)
     ws = [tf.Variable(tf.ones([4]), name=f"w{i}") for i in range(3)]
-    tf.train.GradientDescentOptimizer(0.1).apply_gradients([(tf.ones([4]), w) for w in ws])
+    opt = tf.train.GradientDescentOptimizer(0.1)
+    opt.fused = False
+    opt.apply_gradients([(tf.ones([4]), w) for w in ws])
     assert calls == ["w0:0", "w1:0", "w2:0"]
 
 
