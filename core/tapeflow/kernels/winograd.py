@@ -76,18 +76,26 @@ TILE_BYTES = 1 << 20
 MODE = "auto"
 
 #: The rule (docs/winograd.md has the measurements behind it): Winograd F(4x4, 3x3)
-#: when both channel counts are at least ``MIN_CHANNELS``, or at least
-#: ``MIN_CHANNELS_LARGE`` with an output of at least ``LARGE_IMAGE`` pixels, and the
-#: output is at least ``MIN_SIDE`` on each side (smaller ones waste most of a tile).
-#: im2col is a single GEMM of BLAS efficiency; Winograd's 4x fewer multiplications
-#: pay for its memory-bound transforms (NumPy passes over 2.25x the input) only when
-#: the GEMMs dominate: C=O=128 gained 1.04-1.76x (fwd) and 0.97-1.75x (filter
-#: gradient) from 8x8 to 56x56 images; C=O=64 lost 6-22% below 32x32 and gained
-#: 1.3-1.5x at 56x56; C=O<=32 and the seeds' CNN (C=1 and 16) always lost (0.16-0.9x).
+#: when both channel counts are at least ``MIN_CHANNELS`` on an output of at least
+#: ``MIN_IMAGE`` pixels, or at least ``MIN_CHANNELS_LARGE`` on one of at least
+#: ``LARGE_IMAGE``, and the 4x4 tiles cover the output with at most 15% overhang
+#: (``MIN_TILE_USE``: 14x14 is 77% used, 26x26 86%). im2col is a copy and one GEMM
+#: of BLAS efficiency; Winograd's 4x fewer multiplications have to pay for its
+#: memory-bound transforms and copies, which use one core while the GEMMs use all:
+#: in CPU time (one thread) it was 1.1-1.6x faster from 64 channels on 16x16 images
+#: up, a tie at 32 channels or 14x14, and 0.2-0.8x slower on the seeds' CNN (C=1, 16);
+#: with two BLAS threads the GEMMs halve and the copies do not, so the rule keeps a
+#: margin: 128 channels from 16x16, 64 from 48x48.
 MIN_CHANNELS = 128
+MIN_IMAGE = 16 * 16
 MIN_CHANNELS_LARGE = 64
 LARGE_IMAGE = 48 * 48
-MIN_SIDE = 8
+MIN_TILE_USE = 0.85
+
+
+def tile_use(ho, wo, m=4):
+    """The fraction of the ``m x m`` output tiles covering ``ho x wo`` that is output."""
+    return ho * wo / ((-(-ho // m) * m) * (-(-wo // m) * m))
 
 
 def use_winograd(n, ho, wo, c, o, dtype):
@@ -102,10 +110,11 @@ def use_winograd(n, ho, wo, c, o, dtype):
         return False
     if MODE == "always":
         return True
-    k = min(c, o)
-    if min(ho, wo) < MIN_SIDE:
+    k, pixels = min(c, o), ho * wo
+    if tile_use(ho, wo) < MIN_TILE_USE:
         return False
-    return k >= MIN_CHANNELS or (k >= MIN_CHANNELS_LARGE and ho * wo >= LARGE_IMAGE)
+    return ((k >= MIN_CHANNELS and pixels >= MIN_IMAGE)
+            or (k >= MIN_CHANNELS_LARGE and pixels >= LARGE_IMAGE))
 
 
 def _two_sided(xp, mat, t):
