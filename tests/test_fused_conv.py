@@ -408,3 +408,24 @@ def test_cudnn_fused_path_falls_back_where_the_graph_cannot_say_it(fused_fake):
     assert conv.last["_FusedConv2D"][0] == "im2col" and "alpha" in conv.last["_FusedConv2D"][1]
     np.testing.assert_allclose(np.asarray(got),
                                k_fused.FusedNNKernels(np).fused_conv2d(x, w, b, **attrs))
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_epilogue_on_rows_equals_the_broadcast_form(act):
+    """The contiguous block's row form (tiled bias, zero and six rows; a whole image per
+    row, or one image row when the image is big) gives the plain broadcast result."""
+    rng = np.random.default_rng(13)
+    b = rng.standard_normal(8).astype(np.float32) * 4
+    for shape in ((3, 5, 4, 8), (2, 50, 60, 8)):            # small and > ROW_ELEMS images
+        z = (rng.standard_normal(shape) * 4).astype(np.float32)
+        contiguous = z.copy()
+        strided = np.asfortranarray(z)                      # not C-contiguous: broadcast form
+        for blk in (contiguous, strided):
+            k_fused.Epilogue(np, b, act, 0.3)(blk)
+        np.testing.assert_allclose(contiguous, strided, rtol=1e-6, atol=1e-6)
+        zt = tf.constant(z + b)
+        ref = {None: zt, "Relu": tf.nn.relu(zt), "Relu6": tf.nn.relu6(zt),
+               "LeakyRelu": tf.nn.leaky_relu(zt, 0.3), "Elu": tf.nn.elu(zt),
+               "GeluExact": tf.keras.activations.gelu(zt),
+               "GeluApproximate": tf.keras.activations.gelu(zt, approximate=True)}[act]
+        np.testing.assert_allclose(contiguous, ref.numpy(), rtol=1e-5, atol=1e-5)

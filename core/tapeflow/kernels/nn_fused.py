@@ -29,6 +29,10 @@ import math as _pymath
 from .math import special
 from .nn import FLOATS, NNKernels, back, compute_dtype, nhwc
 
+#: the epilogue works on rows of up to this many elements (a whole image when it is
+#: that small, else one image row): see :class:`Epilogue`
+ROW_ELEMS = 1 << 14
+
 _SQRT_HALF = 1.0 / _pymath.sqrt(2.0)
 _SQRT_2_PI = _pymath.sqrt(2.0 / _pymath.pi)
 
@@ -36,29 +40,51 @@ _SQRT_2_PI = _pymath.sqrt(2.0 / _pymath.pi)
 class Epilogue:
     """``block += bias; block = act(block)`` in place, for one ``_FusedConv2D`` call
     (``act`` from ``fused_ops``; an instance is the ``epilogue`` given to
-    ``_conv_nhwc``, called once per NHWC output block)."""
+    ``_conv_nhwc``, called once per NHWC output block).
+
+    A contiguous block is viewed as rows of whole pixels (a whole image when it has
+    at most :data:`ROW_ELEMS` elements, else one image row), and the bias and the
+    activations' constants (0, 6) are tiled to one row: NumPy then runs one SIMD inner
+    loop per row. Broadcasting a ``(C,)`` bias runs one inner loop per pixel (C
+    elements), and ``maximum(z, 0)`` with a scalar takes a loop 3x slower than with an
+    array (NumPy 2.4, float32: 280 vs 80 us on the seeds' CNN's first output)."""
 
     def __init__(self, xp, bias, act, alpha):
         self.xp = xp
         self.bias = bias
         self.alpha = alpha
         self.act = None if act is None else getattr(self, "_" + act.lower())
+        self._rows = None      # (row length, bias row, zeros row, sixes row)
+
+    def _consts(self, block):
+        """``(block as rows, bias, 0, 6)``: tiled rows for a contiguous block, else the
+        block itself with the (C,) bias and scalars."""
+        n, ho, wo, o = block.shape
+        if not block.flags.c_contiguous or block.size == 0:
+            return block, self.bias, 0, 6
+        per = ho * wo * o if ho * wo * o <= ROW_ELEMS else wo * o
+        rows = self._rows
+        if rows is None or rows[0] != per:
+            xp = self.xp
+            b = xp.tile(self.bias, per // o)
+            rows = self._rows = (per, b, xp.zeros_like(b), xp.full_like(b, 6))
+        return (block.reshape(-1, per),) + rows[1:]
 
     def __call__(self, block):
-        xp = self.xp
-        xp.add(block, self.bias, out=block)
+        z, bias, zero, six = self._consts(block)
+        self.xp.add(z, bias, out=z)
         if self.act is not None:
-            self.act(block)
+            self.act(z, zero, six)
 
-    def _relu(self, z):
-        self.xp.maximum(z, 0, out=z)
+    def _relu(self, z, zero, six):
+        self.xp.maximum(z, zero, out=z)
 
-    def _relu6(self, z):
+    def _relu6(self, z, zero, six):
         xp = self.xp
-        xp.maximum(z, 0, out=z)
-        xp.minimum(z, 6, out=z)
+        xp.maximum(z, zero, out=z)
+        xp.minimum(z, six, out=z)
 
-    def _leakyrelu(self, z):
+    def _leakyrelu(self, z, zero, six):
         xp, a = self.xp, self.alpha
         t = xp.multiply(z, a)
         if 0.0 <= a <= 1.0:            # the unfused kernel's branch-free forms
@@ -68,14 +94,14 @@ class Epilogue:
         else:
             xp.copyto(z, t, where=~(z > 0))
 
-    def _elu(self, z):
+    def _elu(self, z, zero, six):
         xp = self.xp
-        t = xp.minimum(z, 0)
+        t = xp.minimum(z, zero)
         xp.expm1(t, out=t)
-        xp.maximum(z, 0, out=z)
+        xp.maximum(z, zero, out=z)
         xp.add(z, t, out=z)
 
-    def _geluexact(self, z):
+    def _geluexact(self, z, zero, six):
         # 0.5 z (1 + erf(z / sqrt 2)), the unfused gelu's operations
         xp = self.xp
         t = xp.multiply(z, z.dtype.type(_SQRT_HALF))
@@ -84,7 +110,7 @@ class Epilogue:
         xp.multiply(z, 0.5, out=z)
         xp.multiply(z, t, out=z)
 
-    def _geluapproximate(self, z):
+    def _geluapproximate(self, z, zero, six):
         # 0.5 z (1 + tanh(sqrt(2 / pi) (z + 0.044715 z^3)))
         xp = self.xp
         t = xp.multiply(z, z)
