@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from math import erf
 
 import numpy as np
 import pytest
@@ -20,7 +21,8 @@ from tapeflow.errors import InvalidArgumentError
 from tapeflow.kernels import nn as k_nn
 from tapeflow.kernels import nn_fused as k_fused
 from tapeflow.kernels import winograd
-from tapeflow.ops.nn_fused import ACTIVATIONS, fused_conv2d, unfused
+from tapeflow.ops.nn_fused import ACTIVATIONS, FUSED_CONV2D, fused_conv2d, unfused
+from tapeflow.runtime.dispatch import execute
 
 DEVICES = [d.name for d in tf.list_devices() if d.type in ("cpu", "opencl")]
 ACTS = (None,) + ACTIVATIONS
@@ -278,8 +280,6 @@ def test_bad_input_names_the_op_the_device_and_the_fix():
     with pytest.raises(InvalidArgumentError, match=r"share one floating-point dtype"):
         fused_conv2d(tf.constant(x), tf.constant(W.astype(np.float64)), tf.constant(B),
                      padding="SAME")
-    from tapeflow.ops.nn_fused import FUSED_CONV2D
-    from tapeflow.runtime.dispatch import execute
     with pytest.raises(InvalidArgumentError, match=r"fused_ops must be"):
         execute(FUSED_CONV2D, (tf.constant(x), tf.constant(W), tf.constant(B)),
                 {"padding": "SAME", "fused_ops": ("BiasAdd", "Tanh")})
@@ -300,7 +300,6 @@ def _cudnn_test_module():
 def _fused_fake_graph_class(T):
     """FakeGraph with the frontend's bias and pointwise activations (the pybind names and
     keywords), executed with cuDNN's definitions in float64."""
-    from math import erf
 
     class FusedGraph(T.FakeGraph):
         def __init__(self, module, **kw):
