@@ -45,5 +45,7 @@ NO_RULE = {
 PARTIAL_RULE = {
     "Conv2D": "a filter per example: a grouped convolution, which tapeflow has no kernel for",
     "Conv2DBackpropInput": "a filter per example (as Conv2D)",
+    "_FusedConv2D": "a filter or bias per example: a grouped convolution, which tapeflow has "
+                    "no kernel for",
     "SearchSorted": "a sorted sequence per example: the kernels take one 1-D sequence",
 }
