@@ -68,7 +68,7 @@ def tapeflow_register_kernels(registry):
             continue
         registry.add_kernel(op_name, "opencl", spec["fn"], dtypes=spec.get("dtypes"),
                             needs_device=spec.get("needs_device", False),
-                            variants=spec.get("variants"))
+                            variants=spec.get("variants"), out=spec.get("out", False))
 
 
 #: ops with no OpenCL kernel (tests/backends/test_opencl.py: every other op has one here);
