@@ -174,3 +174,37 @@ def test_blas_sums_keep_nan_and_inf_and_views_take_numpys_path():
         t = tf.reduce_sum(tf.transpose(tf.constant(x), [1, 0, 2]), axis=1).numpy()
     assert np.isnan(s[1, 2]) and np.isinf(s[0, 1]) and s[2, 3] == 20
     np.testing.assert_array_equal(s, t)
+
+
+def _max_pool_grad_by_window(x, dy, k):
+    """Reference: each window's gradient goes to its first maximum in row-major order
+    (TF's routing of ties); a window whose maximum is NaN gets none."""
+    dx = np.zeros_like(x)
+    n, h, w, c = x.shape
+    for b, i, j, ch in itertools.product(range(n), range(h // k), range(w // k), range(c)):
+        win = x[b, i * k:(i + 1) * k, j * k:(j + 1) * k, ch]
+        if np.isnan(win).any():
+            continue
+        p, q = np.unravel_index(np.argmax(win), win.shape)     # argmax: the first maximum
+        dx[b, i * k + p, j * k + q, ch] = dy[b, i, j, ch]
+    return dx
+
+
+@pytest.mark.parametrize("shape", [(2, 6, 6, 3), (2, 7, 9, 2), (1, 4, 4, 1)])
+@pytest.mark.parametrize("values", ["distinct", "relu zeros", "nan"])
+def test_max_pool_grad_of_tiling_windows_routes_ties_to_the_first_maximum(shape, values):
+    """2x2 windows with stride 2 take the tiled two-pass path; ties (ReLU's zeros before
+    a pool), NaN windows and rows/columns left over by VALID must route as the
+    window-offset loop does."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(np.float32)
+    if values == "relu zeros":
+        x = np.maximum(np.round(x), 0).astype(np.float32)
+    elif values == "nan":
+        x[0, 1, 1, 0] = np.nan
+    k = nn_kernels.NNKernels(np)
+    y = k.max_pool(x, (2, 2), (2, 2), "VALID", "NHWC")
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    got = k.max_pool_grad(x, y, dy, (2, 2), (2, 2), "VALID", "NHWC")
+    np.testing.assert_array_equal(got, _max_pool_grad_by_window(x, dy, 2))
+    assert values != "relu zeros" or np.count_nonzero(got) < x.size // 4 + 1

@@ -423,7 +423,9 @@ class NNKernels:
         xp = self.xp
         x, y, dy = nhwc(x, data_format), nhwc(y, data_format), nhwc(dy, data_format)
         n, h, w, c = x.shape
-        _, _, (pt, pb, pl, pr) = _pool_geom(x.shape, ksize, strides, padding)
+        ho, wo, (pt, pb, pl, pr) = _pool_geom(x.shape, ksize, strides, padding)
+        if tuple(strides) == tuple(ksize) and pt == pb == pl == pr == 0:
+            return back(self._max_pool_grad_tiled(x, y, dy, ksize, ho, wo), data_format)
         dxp = xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=dy.dtype)
         disjoint = strides[0] >= ksize[0] and strides[1] >= ksize[1]
         for sl, m in self._argmax_masks(x, y, ksize, strides, padding):
@@ -432,6 +434,39 @@ class NNKernels:
             else:
                 dxp[sl] += dy * m
         return back(dxp[:, pt:pt + h, pl:pl + w, :], data_format)
+
+    def _max_pool_grad_tiled(self, x, y, dy, ksize, ho, wo):
+        """:meth:`max_pool_grad` of windows that tile the NHWC ``x`` (stride = window, no
+        padding) in two passes over the tiled view ``(N, Ho, kh, Wo, kw, C)`` instead of
+        four per window offset; a window holding its maximum twice (a tie: ReLU's zeros)
+        routes the gradient to the first one in row-major order, as the offset loop does;
+        one whose maximum is NaN routes none. (The MNIST tutorial's 32x28x28x32 pool, one
+        thread: 2.5 -> 1.5 ms.)"""
+        xp = self.xp
+        kh, kw = ksize
+        n, h, w, c = x.shape
+        x6 = x[:, :ho * kh, :wo * kw].reshape(n, ho, kh, wo, kw, c)
+        m = x6 == y[:, :, None, :, None, :]
+        if int(xp.count_nonzero(m)) != y.size:
+            # a window with its maximum twice (ReLU's zeros) or none (NaN): keep only
+            # the first match in row-major window order, as the offset loop does
+            todo = None
+            for i in range(kh):
+                for j in range(kw):
+                    mk = m[:, :, i, :, j, :]
+                    if todo is None:
+                        todo = ~mk
+                        continue
+                    mk &= todo
+                    xp.logical_xor(todo, mk, out=todo)
+        g = xp.empty(m.shape, dtype=dy.dtype)
+        xp.copyto(g, m)                   # (bool -> float, then a float multiply: 2x
+        g *= dy[:, :, None, :, None, :]   # faster than one mixed-dtype multiply)
+        if ho * kh == h and wo * kw == w:
+            return g.reshape(x.shape)
+        dx = xp.zeros(x.shape, dtype=dy.dtype)
+        dx[:, :ho * kh, :wo * kw] = g.reshape(n, ho * kh, wo * kw, c)
+        return dx
 
     def max_pool_grad_grad(self, x, y, g, ksize, strides, padding, data_format):
         """The gradient of :meth:`max_pool_grad`: ``g`` at each window's first maximum."""
