@@ -1,7 +1,7 @@
 """The CPU kernels' fast paths against plain references (issue 20).
 
 Convolutions build their im2col columns a block of images at a time
-(``tapeflow.kernels.nn.COLS_BYTES``), copy few-channel windows offset by offset, and
+(``tapeflow.kernels.nn.COLS_BYTES``), build few-channel columns transposed, and
 compute the stride-1 input gradient as a convolution of the padded output gradient;
 sums over leading or middle axes go through BLAS (``ones @ x``). Each path is compared
 here with a float64 reference written the obvious way, with the block size forced
@@ -63,7 +63,7 @@ def conv_ref(x, w, strides, padding, dilations):
 
 CASES = [
     # (x shape, filter shape, strides, padding, dilations)
-    ((7, 9, 8, 1), (3, 3, 1, 4), (1, 1), "VALID", (1, 1)),        # C=1: offset-by-offset copy
+    ((7, 9, 8, 1), (3, 3, 1, 4), (1, 1), "VALID", (1, 1)),        # C=1: transposed columns
     ((5, 8, 7, 3), (3, 2, 3, 5), (1, 1), "SAME", (1, 1)),
     ((6, 8, 8, 6), (3, 3, 6, 4), (1, 1), "VALID", (1, 1)),        # C=6: one strided copy
     ((5, 9, 10, 4), (3, 3, 4, 2), (2, 1), "SAME", (1, 1)),        # strided: col2im path
