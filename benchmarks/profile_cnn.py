@@ -22,16 +22,21 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 
-def tapeflow_profile(xn, yn, arch, steps):
-    """``(wall ms per step, {op: ms per step}, calls per step, weights)``."""
-    model, step = common.tf_cnn_step(tf, xn, yn, arch=arch)
-    weights = [v.numpy() for v in model.trainable_variables]
+def wall_ms(step, steps):
+    """Milliseconds per ``step()`` over ``steps`` calls, after three warm-up calls."""
     for _ in range(3):
         step()
     t = time.perf_counter()
     for _ in range(steps):
         step()
-    wall = (time.perf_counter() - t) / steps * 1e3
+    return (time.perf_counter() - t) / steps * 1e3
+
+
+def tapeflow_profile(xn, yn, arch, steps):
+    """``(wall ms per step, {op: ms per step}, calls per step, weights)``."""
+    model, step = common.tf_cnn_step(tf, xn, yn, arch=arch)
+    weights = [v.numpy() for v in model.trainable_variables]
+    wall = wall_ms(step, steps)
     with tf.profiler.profile() as prof:
         for _ in range(steps):
             step()
@@ -44,12 +49,7 @@ def tapeflow_profile(xn, yn, arch, steps):
 def torch_profile(torch, weights, xn, yn, arch, steps):
     """``(wall ms per step, {op: self CPU ms per step})`` of the same step in PyTorch."""
     step = common.torch_cnn_step(torch, weights, xn, yn, arch=arch)
-    for _ in range(3):
-        step()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    wall = (time.perf_counter() - t) / steps * 1e3
+    wall = wall_ms(step, steps)
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
