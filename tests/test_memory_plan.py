@@ -403,7 +403,8 @@ def test_an_error_in_a_planned_replay_names_the_op():
 
     @tf.function
     def f(x, idx):
-        h = tf.nn.relu(tf.matmul(x, w))            # MatMul planned (read by Relu)
+        # the first MatMul and the Relu writing over it are planned (read by a MatMul)
+        h = tf.matmul(tf.nn.relu(tf.matmul(x, w)), w)
         return tf.gather(h, idx)
 
     x = tf.constant(_f32(4, 4))

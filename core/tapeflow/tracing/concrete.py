@@ -300,6 +300,10 @@ class ConcreteFunction:
             nodes = []
             for n in g.nodes:
                 nodes.extend(n.attrs["_nodes"] if n.kind == "fused" else [n])
+            # this program returns every intermediate: none may be written in place
+            # (the reuse pass decided its in-place kernels for a replay that lets
+            # them die), or a value the backward pass reads is overwritten
+            nodes = graph_passes.without_inplace(nodes)
             saved, seen = [], set()
             for n in nodes:
                 if n.kind in ("op", "copy"):

@@ -394,11 +394,41 @@ def _inplace_ufunc(ufunc, pos, nin, budget):
             return ufunc(a, b)
     k.__name__ = f"{ufunc.__name__}_inplace{pos}"
     k.__qualname__ = k.__name__
-    k._tapeflow_inplace = True
+    return _mark_inplace(k, ufunc, pos)
+
+
+def _mark_inplace(k, original, pos):
+    """Flag ``k``, a rewritten kernel that may write into its input ``pos``, and keep
+    the kernel it stands in for (:func:`without_inplace` puts it back)."""
+    k._tapeflow_inplace = True          # keeps no input, returns no view (as fused kernels)
+    k._tapeflow_writes = pos            # ... but may write into input ``pos``
+    k._tapeflow_original = original
     return k
 
 
-def _inplace_special(name, pos, budget):
+def written_input(n):
+    """The position of the input node ``n``'s kernel may write into (a kernel the
+    ``reuse`` pass installed), or None."""
+    return getattr(n.fn, "_tapeflow_writes", None)
+
+
+def without_inplace(nodes):
+    """``nodes`` with every kernel the ``reuse`` pass made to write into an input
+    replaced by the kernel it stood in for (copies of those nodes; the others as they
+    are). For a program over the same nodes that keeps values alive the pass saw die:
+    the forward program that saves intermediates for a backward pass."""
+    out = []
+    for n in nodes:
+        original = getattr(n.fn, "_tapeflow_original", None)
+        if original is not None:
+            n = Node(n.kind, n.inputs, n.outputs, op=n.op, attrs=n.attrs, fn=original,
+                     device=n.device, var=n.var, value=n.value, needs_device=n.needs_device,
+                     stateful=n.stateful, label=n.label)
+        out.append(n)
+    return out
+
+
+def _inplace_special(name, pos, budget, original):
     """In-place versions of NumPy backend kernels that are elementwise (writing into
     input ``pos``), or None."""
     getrc = sys.getrefcount
@@ -421,8 +451,7 @@ def _inplace_special(name, pos, budget):
         return None
     k.__name__ = f"{name}_inplace{pos}"
     k.__qualname__ = k.__name__
-    k._tapeflow_inplace = True
-    return k
+    return _mark_inplace(k, original, pos)
 
 
 def reuse_buffers(graph):
@@ -440,9 +469,15 @@ def reuse_buffers(graph):
     * ``a`` is not returned, not assigned to a Variable, and has the exact shape and
       dtype of ``n``'s output (no broadcasting into it);
     * at run time ``a`` is a writeable ndarray that owns its memory and is referenced
-      only by the replay (checked with ``sys.getrefcount``; otherwise ``n`` allocates).
+      only by ``a``'s local of the replay (checked with ``sys.getrefcount`` against
+      the references that local, the call and the check itself hold; the replay
+      deletes every other local of the chain before ``n`` runs, so a buffer plan's
+      pool or a program that keeps ``a`` alive makes ``n`` allocate).
 
     Arguments, constants and Variable reads are never fresh, so they are never written.
+    The rewritten kernel keeps the one it replaces (:func:`without_inplace`): a program
+    over the same nodes that keeps intermediates alive -- the forward program that
+    saves values for a backward pass -- runs the originals.
 
     >>> import numpy as np, tapeflow as tf
     >>> @tf.function(passes=("reuse",))
@@ -466,7 +501,6 @@ def reuse_buffers(graph):
         if n.kind in ("assign",) or n.kind in _OPAQUE_KINDS:
             escaped.update(n.inputs)
     owned = set()
-    aliases = {}        # vid -> how many other locals of the replay hold the same buffer
     for n in nodes:
         if _fresh_producer(n, graph):
             for o in n.outputs:
@@ -493,16 +527,20 @@ def reuse_buffers(graph):
                     or n.inputs.count(a) != 1 or graph.meta[a] != out_meta
                     or not all(_clean_consumer(c) for c in consumers.get(a, ()))):
                 continue
-            budget = _BUDGET + aliases.get(a, 0)
+            # The generated replay deletes each local after its last use (codegen's
+            # ``del``), so when ``n`` runs, the only local holding ``a``'s buffer is
+            # ``a``'s own -- the buffers of the earlier links of an in-place chain
+            # died at those links. One more reference (a buffer plan's pool, a
+            # program that keeps ``a`` alive) and the kernel allocates.
+            budget = _BUDGET
             if uf is not None:
                 k = _inplace_ufunc(uf, pos, uf.nin, budget)
             else:
-                k = _inplace_special(special, pos, budget)
+                k = _inplace_special(special, pos, budget, fn)
                 if k is None:
                     continue
             n.fn = k
             owned.add(n.outputs[0])        # the same buffer, now owned by the output
-            aliases[n.outputs[0]] = aliases.get(a, 0) + 1
             rewritten += 1
             break
     return rewritten

@@ -40,7 +40,7 @@ import numpy as np
 
 from .capture import DATA_DEPENDENT_SHAPES
 from .codegen import _compile
-from .graph_passes import _clean_consumer
+from .graph_passes import _clean_consumer, written_input
 
 __all__ = ["MemoryPlan", "PlannedRun", "plan"]
 
@@ -99,7 +99,7 @@ def out_kernel(n, graph):
         return None
     if n.fn is entry.fn:
         return entry.fn
-    if getattr(n.fn, "_tapeflow_inplace", False):
+    if written_input(n) is not None:
         variants = entry.variants or ()
         if not any(graph.meta[v][1] in variants for v in (*n.inputs, *n.outputs)):
             return entry.fn
@@ -127,7 +127,13 @@ def _dynamic_values(graph):
 
 
 def _candidates(graph, last):
-    """``{node index: out kernel}`` of the nodes whose result may live in a slot."""
+    """``{node index: out kernel}`` of the nodes whose result may live in a slot.
+
+    A node the ``reuse`` pass rewrote to write into an input and that gets no slot runs
+    that kernel in the planned replay too: its result *is* the input's buffer, so that
+    input is seen as far as the result is (a returned result: the input may not live in
+    a slot either). Decided last node first, so every reader of a value is decided
+    before its producer."""
     nodes = graph.nodes
     escaped = set(graph.outputs) | set(graph.args)
     for n in nodes:
@@ -135,14 +141,18 @@ def _candidates(graph, last):
             escaped.update(n.inputs)
     dyn = _dynamic_values(graph)
     cands = {}
-    for i, n in enumerate(nodes):
+    for i in range(len(nodes) - 1, -1, -1):
+        n = nodes[i]
         fn = out_kernel(n, graph)
-        if fn is None or not n.outputs or any(v in dyn for v in n.inputs):
-            continue
-        if all(o not in escaped and o not in dyn and o in last and graph.meta[o][0]
-               and 0 not in graph.meta[o][0] for o in n.outputs):
+        if (fn is not None and n.outputs and not any(v in dyn for v in n.inputs)
+                and all(o not in escaped and o not in dyn and o in last and graph.meta[o][0]
+                        and 0 not in graph.meta[o][0] for o in n.outputs)):
             cands[i] = fn
-    return cands
+            continue
+        pos = written_input(n)
+        if pos is not None:
+            escaped.add(n.inputs[pos])
+    return dict(sorted(cands.items()))
 
 
 def plan(graph):
