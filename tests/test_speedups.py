@@ -106,7 +106,8 @@ LANE = ["tests/test_speedups.py", "tests/test_tape.py", "tests/test_tensor_varia
         "tests/test_reductions_fast.py", "tests/test_plugin_api.py", "tests/test_bad_input.py",
         "tests/test_vectorized_map.py", "tests/test_value_types.py", "tests/test_hooks.py",
         "tests/test_nest.py", "tests/test_function_nest.py",
-        "tests/training/test_layers_models.py"]
+        "tests/training/test_layers_models.py", "tests/test_tape_reentry.py",
+        "tests/test_bad_input_round4.py"]
 
 
 def test_the_pure_python_lane():

@@ -43,6 +43,7 @@ from ..runtime.errors import InvalidArgumentError, NotDifferentiableError
 from ..runtime.registry import Multilinear, GradContext, Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from .recording import Recorder
 from .tape import GradientTape, TapeRecord
 
 __all__ = ["ForwardAccumulator", "FALLBACK_OPS"]
@@ -69,7 +70,7 @@ def _fit(t, like):
     return t
 
 
-class ForwardAccumulator:
+class ForwardAccumulator(Recorder):
     """Forward-mode derivatives (TensorFlow's ``tf.autodiff.ForwardAccumulator``):
     Jacobian-vector products of everything computed from ``primals`` inside the
     ``with`` block, along ``tangents``.
@@ -143,15 +144,8 @@ class ForwardAccumulator:
         if t is not None and id(value) not in self._tangents:
             self._watch(value, t)
 
-    def __enter__(self):
-        _ctx.push_tape(self)
-        self._recording = True
-        return self
-
-    def __exit__(self, exc_type, *exc):
-        if self._recording:
-            _ctx.pop_tape(self)
-            self._recording = False
+    def __exit__(self, exc_type, *exc):   # (__enter__: Recorder's)
+        self._pause()
         if exc_type is None:
             self._advance()            # while enclosing tapes/accumulators still record
         return False

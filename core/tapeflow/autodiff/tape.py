@@ -52,6 +52,7 @@ from ..runtime.registry import GradContext, get_op
 from ..runtime.tensor import Tensor, _sp
 from ..runtime.variable import Variable
 from .grad_checks import checked_grad, grad_origin, short
+from .recording import Recorder
 
 __all__ = ["GradientTape", "TapeRecord", "stop_recording", "stop_all_recording"]
 
@@ -62,7 +63,7 @@ __all__ = ["GradientTape", "TapeRecord", "stop_recording", "stop_all_recording"]
 stop_recording = stop_all_recording
 
 
-class GradientTape:
+class GradientTape(Recorder):
     """Record operations for automatic differentiation (TensorFlow semantics).
 
     Args:
@@ -96,25 +97,10 @@ class GradientTape:
         self._used = False
         self._recording = False
 
-    # --- context -------------------------------------------------------------
-    def __enter__(self):
-        _ctx.push_tape(self)
-        self._recording = True
-        return self
-
+    # --- context (entering, pausing, resuming: Recorder's) ------------------------
     def __exit__(self, *exc):
         self._pause()
         return False
-
-    def _pause(self):
-        if self._recording:
-            _ctx.pop_tape(self)
-            self._recording = False
-
-    def _resume(self):
-        if not self._recording:
-            _ctx.push_tape(self)
-            self._recording = True
 
     @contextlib.contextmanager
     def stop_recording(self):

@@ -16,9 +16,11 @@ import numpy as np
 
 from ..runtime import context as _ctx
 from ..runtime import dtypes as _dt
+from ..runtime import devices as _devs
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import constant, convert_to_tensor, execute
-from ..runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
+from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
+                              ResourceExhaustedError)
 from ..runtime.registry import Linear, REQUIRED
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -299,19 +301,28 @@ def _index_spec(x, key):
                         "tensor", x)
                 idx = k
             else:
-                a = np.asarray(k)
+                try:
+                    a = np.asarray(k)
+                except (ValueError, TypeError) as e:     # ragged: [[0, 1], [0]]
+                    raise _list_index_error(k, d, x, e) from None
                 if a.dtype.kind == "b" or a.dtype.kind not in "iu" and a.size:
                     raise _bad_index(
                         "Only integers, slices (`:`), ellipsis (`...`), tf.newaxis (`None`) "
                         f"and integer or boolean tensors are valid indices, got {k!r}", x)
                 n = shape[d]
-                a = a.astype(np.int64)
-                bad = (a < -n) | (a >= n)
-                if bad.any():
-                    v = int(a.reshape(-1)[np.argmax(bad.reshape(-1))])
-                    raise _bad_index(f"slice index {v} of dimension {d} out of bounds.", x)
-                a = np.where(a < 0, a + n, a)
-                idx = constant(a.astype(np.int32 if n < 2**31 else np.int64), device=x._device)
+                if a.size > _shapes._SMALL:
+                    _check_index_array(x, key, a, d, n)
+                try:
+                    a = a.astype(np.int64)
+                    bad = (a < -n) | (a >= n)
+                    if bad.any():
+                        v = int(a.reshape(-1)[np.argmax(bad.reshape(-1))])
+                        raise _bad_index(f"slice index {v} of dimension {d} out of bounds.", x)
+                    a = np.where(a < 0, a + n, a)
+                    a = a.astype(np.int32 if n < 2**31 else np.int64)
+                except MemoryError as e:
+                    raise _index_array_exhausted(x, key, a, d, str(e)) from None
+                idx = constant(a, device=x._device)
             adv = ([], []) if adv is None else adv
             adv[0].append(o)
             adv[1].append(idx)
@@ -327,6 +338,74 @@ def _index_spec(x, key):
     return tuple(spec), adv
 
 
+def _gather_op(key):
+    """The op that gathers for the integer arrays of ``key``: GatherV2 for one, GatherNd
+    for several (for errors)."""
+    arrays = [k for k in key if not (type(k) in (int, _slice) or k is None or k is Ellipsis
+                                     or isinstance(k, np.integer))]
+    return "GatherV2" if len(arrays) <= 1 else "GatherNd"
+
+
+def _described(x):
+    return f"a {x.dtype.name} tensor of shape {list(x._data.shape)}"
+
+
+def _list_index_error(k, d, x, e):
+    """An index list NumPy cannot make an array of (ragged: rows of different lengths)."""
+    what = ("is a ragged list (nested lists of different lengths), not a rectangular "
+            "integer array" if isinstance(e, ValueError) else f"is not an integer array ({e})")
+    return _bad_index(
+        f"x[key]: the index {_shapes._short(k)} for dimension {d} of {_described(x)} {what}. "
+        "Give integer-array indices as rectangular lists, arrays or tensors (every row the "
+        "same length), or index with each row separately and join the results (tf.concat, "
+        "tf.stack)", x)
+
+
+def _index_array_exhausted(x, key, a, d, detail):
+    return ResourceExhaustedError(
+        f"Out of memory: x[key]: the integer-array index of shape {list(a.shape)} for "
+        f"dimension {d} of {_described(x)} {detail}. Index fewer elements at a time (split the "
+        "index array), or compute on the small array and let tf.gather broadcast it",
+        op=_gather_op(key), device=x._device)
+
+
+def _check_index_array(x, key, a, d, n):
+    """ResourceExhaustedError before the copies of a huge index array are made: its int64
+    positions on the host (the bounds check), then its index tensor on ``x``'s device."""
+    host = _devs.get_device("cpu:0")
+    for dev, need, what in ((host, a.size * 8, "as int64 positions"),
+                            (x._device, a.size * (4 if n < 2**31 else 8), "as an index tensor")):
+        limit = _shapes.device_memory_limit(dev)
+        if limit is not None and need > limit:
+            raise _index_array_exhausted(
+                x, key, a, d, f"needs {_shapes.format_bytes(need)} ({need} bytes) {what}, more "
+                f"than {dev} can hold in one buffer ({_shapes.format_bytes(limit)})")
+
+
+def _check_result(x, out_shape, op, what, coords=None):
+    """ResourceExhaustedError before an integer-array index of ``x`` gathers a result of
+    ``out_shape`` -- and, for several arrays, the coordinates of its points, ``coords``
+    ``(shape, dtype)`` -- that cannot fit on ``x``'s device."""
+    dev = x._device
+    out = _shapes.num_elements(out_shape) * np.dtype(x.dtype.np).itemsize
+    need = out
+    also = ""
+    if coords is not None:
+        cb = _shapes.num_elements(coords[0]) * np.dtype(coords[1].np).itemsize
+        need = max(out, cb)
+        also = (f" and the {coords[1].name} coordinates of the points it picks (shape "
+                f"{coords[0]}) {_shapes.format_bytes(cb)} ({cb} bytes)")
+    limit = _shapes.device_memory_limit(dev)
+    if limit is None or need <= limit:
+        return
+    raise ResourceExhaustedError(
+        f"Out of memory: x[key]: {what}: the result, a {x.dtype.name} tensor of shape "
+        f"{out_shape}, needs {_shapes.format_bytes(out)} ({out} bytes){also}, more than {dev} "
+        f"can hold in one buffer ({_shapes.format_bytes(limit)}); the input is "
+        f"{_described(x)}. Index fewer points at a time (split the index arrays), or gather "
+        "along one axis at a time (tf.gather)", op=op, device=dev)
+
+
 def _is_mask(k):
     tk = type(k)
     if tk is int or tk is _slice or k is None or k is Ellipsis:
@@ -338,7 +417,10 @@ def _is_mask(k):
     if isinstance(k, np.ndarray):
         return k.dtype.kind == "b"
     if isinstance(k, list) and k:
-        a = np.asarray(k)
+        try:
+            a = np.asarray(k)
+        except (ValueError, TypeError):     # ragged: _index_spec says so
+            return False
         return a.dtype.kind == "b"
     return False
 
@@ -385,6 +467,10 @@ def _advanced(x, y, axes, indices, front):
     broadcast dimensions go where the first array was, or first (``front``)."""
     if len(axes) == 1:
         o, idx = axes[0], indices[0]
+        ys = y._data.shape
+        if idx._data.size > ys[o] and idx._data.size > _shapes._SMALL // 4:
+            _check_result(x, list(ys[:o]) + list(idx.shape) + list(ys[o + 1:]), "GatherV2",
+                          f"the integer-array index of shape {list(idx.shape)} for dimension {o}")
         y = gather(y, idx, axis=o)
         if front:   # NumPy's rule for separated advanced indices
             k = idx.ndim
@@ -397,8 +483,12 @@ def _advanced(x, y, axes, indices, front):
         raise _bad_index("shape mismatch: the integer-array indices cannot be broadcast "
                          f"together: shapes {[list(i.shape) for i in indices]}", x) from None
     wide = _dt.int64 if any(i.dtype == _dt.int64 for i in indices) else _dt.int32
-    coords = stack([broadcast_to(_m.cast(i, wide), list(shape)) for i in indices], axis=-1)
     rest = [d for d in _range(y.ndim) if d not in axes]
+    if _shapes.num_elements(shape) > _shapes._SMALL // 4:
+        _check_result(x, list(shape) + [y._data.shape[d] for d in rest], "GatherNd",
+                      f"the integer-array indices of shapes {[list(i.shape) for i in indices]} "
+                      f"broadcast to shape {list(shape)}", (list(shape) + [len(indices)], wide))
+    coords = stack([broadcast_to(_m.cast(i, wide), list(shape)) for i in indices], axis=-1)
     if axes != list(_range(len(axes))):
         y = execute(_TRANSPOSE, (y,), {"perm": tuple(axes) + tuple(rest)})
     y = gather_nd(y, coords)
@@ -528,6 +618,74 @@ def _scalar_value(value, x):
     return constant(value, dtype=x.dtype)
 
 
+def _key_repr(key):
+    """A short description of an index key: arrays and tensors by shape and dtype."""
+    if isinstance(key, tuple):
+        return "(" + ", ".join(_key_repr(k) for k in key) + ("," if len(key) == 1 else "") + ")"
+    if isinstance(key, np.ndarray):
+        return f"<array of shape {list(key.shape)}, {key.dtype}>"
+    if isinstance(key, (Tensor, Variable)):
+        return f"<{type(key).__name__} of shape {list(key.shape)}, {key.dtype.name}>"
+    return _shapes._short(key)
+
+
+def _set_exhausted(x, key, detail):
+    return ResourceExhaustedError(
+        f"Out of memory: x[key] = value on {_described(x)} with the index {_key_repr(key)}: "
+        f"{detail}; nothing was changed. Assign fewer elements at a time (split the index "
+        "arrays)", device=x._device)
+
+
+def _check_set_positions(x, key, hkey):
+    """ResourceExhaustedError before the positions a huge integer-array key selects are
+    computed on the host (int64, at least one per point its arrays broadcast to)."""
+    arrays = []
+    for k in (hkey if isinstance(hkey, tuple) else (hkey,)):
+        if isinstance(k, (list, np.ndarray)):
+            try:
+                a = np.asarray(k) if isinstance(k, list) else k
+            except (ValueError, TypeError):
+                return                          # (ragged: the indexing says so)
+            if a.dtype.kind != "b":
+                arrays.append(a.shape)
+    if not arrays:
+        return
+    try:
+        shape = np.broadcast_shapes(*arrays)
+    except ValueError:
+        return                                  # (the indexing says so)
+    points = _shapes.num_elements(shape)
+    if points <= _shapes._SMALL:
+        return
+    host = _devs.get_device("cpu:0")
+    need = points * 8
+    limit = _shapes.device_memory_limit(host)
+    if limit is not None and need > limit:
+        raise _set_exhausted(
+            x, key, f"its integer arrays broadcast to shape {list(shape)}, whose int64 "
+            f"positions need {_shapes.format_bytes(need)} ({need} bytes), more than the host "
+            f"({host}) can hold ({_shapes.format_bytes(limit)})")
+
+
+def _set_index_error(x, key, hkey, e):
+    """The error for a ``__setitem__`` key NumPy refused (``e``): a ragged list is named."""
+    for d, k in enumerate(hkey if isinstance(hkey, tuple) else (hkey,)):
+        if isinstance(k, list):
+            try:
+                np.asarray(k)
+            except (ValueError, TypeError) as e2:
+                what = ("a ragged list (nested lists of different lengths), not a rectangular "
+                        "integer array" if isinstance(e2, ValueError) else str(e2))
+                return InvalidArgumentError(
+                    f"x[key] = value: the index {_shapes._short(k)} (entry {d} of the key) is "
+                    f"{what}, for {_described(x)}; nothing was changed. Give integer-array "
+                    "indices as rectangular lists, arrays or tensors (every row the same "
+                    "length), or assign row by row", device=x._device)
+    return InvalidArgumentError(
+        f"x[key] = value: index {_key_repr(key)} is not valid for shape {list(x._data.shape)} "
+        f"(a {x.dtype.name} tensor): {e}; nothing was changed", device=x._device)
+
+
 def _setitem(self, key, value):
     """``x[key] = value``: the elements ``x[key]`` selects (ints, slices, ``...``,
     ``None``, boolean masks, integer arrays; NumPy's rules, the last write wins) take
@@ -553,11 +711,17 @@ def _setitem(self, key, value):
             "tf.where/tf.tensor_scatter_nd_update-style ops")
     shape = tuple(int(d) for d in x.shape)
     n = int(np.prod(shape, dtype=np.int64))
+    hkey = _host_key(key)
+    if n:
+        _check_set_positions(x, key, hkey)
     try:
-        pos = np.arange(n, dtype=np.int64).reshape(shape)[_host_key(key)]
+        pos = np.arange(n, dtype=np.int64).reshape(shape)[hkey]
     except (IndexError, TypeError, ValueError) as e:
-        raise InvalidArgumentError(f"x[key] = value: index {key!r} is not valid for shape "
-                                   f"{list(shape)}: {e}") from None
+        raise _set_index_error(x, key, hkey, e) from None
+    except MemoryError as e:
+        raise _set_exhausted(x, key, f"the positions it selects do not fit in host memory "
+                             f"({e})") from None
+    sel = tuple(int(d) for d in np.shape(pos))
     pos = np.asarray(pos).reshape(-1)
     v = _scalar_value(value, x) if type(value) in (builtins.bool, int, float, complex) \
         else convert_to_tensor(value)
@@ -567,7 +731,6 @@ def _setitem(self, key, value):
             raise InvalidTypeError(f"x[key] = value: a {v.dtype.name} value does not fit a "
                                    f"{x.dtype.name} tensor; cast it first")
         v = _m.cast(v, x.dtype)
-    sel = tuple(int(d) for d in np.arange(n).reshape(shape)[_host_key(key)].shape)
     if v.device != x.device:
         v = v.to(x.device)
     v = reshape(broadcast_to(v, sel), [-1])
@@ -591,3 +754,7 @@ def _setitem(self, key, value):
         self.assign(new)
     else:
         self._data = new._data
+
+
+#: how errors name the functions Tensor and Variable install as methods (runtime.errors)
+PUBLIC_NAMES = {"_getitem": "Tensor.__getitem__", "_setitem": "Tensor.__setitem__"}

@@ -265,22 +265,23 @@ def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
         if dt is not None and t.dtype is not dt:
             t = execute(get_op("Cast"), (t,), {"dtype": dt})
         if shape is not None:
-            shape = tuple(int(d) for d in shape)
-            t = execute(get_op("Reshape" if t.size == int(np.prod(shape)) else "BroadcastTo"),
+            shape = _const_shape(shape, t.dtype, t._data.shape, t._device)
+            n = _shapes.num_elements(shape)
+            if t.size != n:
+                _shapes.check_allocation(shape, t.dtype, t._device, "Const")
+            t = execute(get_op("Reshape" if t.size == n else "BroadcastTo"),
                         (t,), {"shape": shape})
         if device is not None:
             t = copy_to_device(t, device)
         return t
-    if device is not None:
-        dev = _devs.get_device(device)
-    else:
-        dev = _devs.current_device() or _devs.default_device()
+    dev = (_devs.get_device(device) if device is not None else
+           _devs.current_device() or _devs.default_device())
     try:
         a = _np_from_python(value, dt, dev)
     except OpError as e:
         raise e.with_context("Const", dev) from None
     if shape is not None:
-        shape = _shapes.as_shape(shape, "Const", dev)
+        shape = _const_shape(shape, _dt.from_numpy(a.dtype), a.shape, dev)
         if a.size == _shapes.num_elements(shape):
             a = a.reshape(shape)
         elif a.size == 1:
@@ -291,6 +292,18 @@ def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
                 f"constant: value of shape {a.shape} ({a.size} elements) cannot be reshaped or "
                 f"broadcast to shape {shape}", op="Const", device=dev)
     return _wrap(_to_device(a, dev), dev)
+
+
+def _const_shape(shape, dtype, value_shape, dev):
+    """``constant``'s ``shape=`` as a tuple of non-negative ints; refused with the value's
+    dtype and shape and what to give instead (``tf.constant(x, shape=[None])``)."""
+    try:
+        return _shapes.as_shape(shape, "Const", dev)
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(
+            f"constant: shape={_shapes._short(shape)} is not a valid shape for a {dtype.name} "
+            f"value of shape {list(value_shape)}: {e.message}. Give a list of non-negative "
+            "integers (shape=[2, 3]); None is for tf.TensorSpec", op="Const", device=dev) from None
 
 
 def convert_to_tensor(value, dtype=None, name=None, dtype_hint=None, preferred_dtype=None):

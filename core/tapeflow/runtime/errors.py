@@ -81,12 +81,15 @@ class OpError(TapeflowError):
 
 def _internal(frame) -> bool:
     """A frame of tapeflow's own code (its test kit and module-level code excepted:
-    those call tapeflow as a user does)."""
+    those call tapeflow as a user does; its comprehensions and lambdas are its own)."""
     name = frame.f_globals.get("__name__") or ""
     return ((name == "tapeflow" or name.startswith("tapeflow."))
             and not name.startswith("tapeflow.testing")
-            and not frame.f_code.co_name.startswith("<"))
+            and frame.f_code.co_name != "<module>")
 
+
+#: (a module without PUBLIC_NAMES: see _entry_point)
+_NO_NAMES: dict = {}
 
 #: public functions whose own op is Const (no need to name them twice)
 _CONVERTERS = {"tf.constant", "tf.convert_to_tensor", "constant", "convert_to_tensor"}
@@ -121,6 +124,9 @@ def _entry_point(tb):
         return None
     code = entry.f_code
     qual = getattr(code, "co_qualname", code.co_name)
+    # (a module names its functions installed under another name in PUBLIC_NAMES:
+    # ops.array_slice's _getitem is Tensor.__getitem__)
+    qual = entry.f_globals.get("PUBLIC_NAMES", _NO_NAMES).get(qual, qual)
     if qual == "OpDef.__call__":                      # an op called directly: its name
         name = getattr(entry.f_locals.get("self"), "name", None)
         return name if isinstance(name, str) else qual
