@@ -30,6 +30,7 @@ from ..ops import math as _m
 from ..ops import reductions as _r
 from ..runtime import dtypes as _dt
 from ..runtime.context import stop_all_recording
+from ..runtime.dispatch import convert_to_tensor
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -136,11 +137,19 @@ class LossScaleOptimizer:
     # --- the step ----------------------------------------------------------------------
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         """Apply already unscaled gradients with the inner optimizer, unless one is not
-        finite: then nothing is updated and the scale halves (dynamic scaling)."""
+        finite: then nothing is updated and the scale halves (dynamic scaling).
+
+        Bad input (a pair, a gradient's shape or dtype, a hyperparameter of the inner
+        optimizer) raises the inner optimizer's error before anything changes, the
+        scale included, whether or not a gradient is finite."""
         pairs = list(grads_and_vars)
+        validate = getattr(self._inner, "_validate_step", None)
+        if validate is not None:        # (a tapeflow optimizer: everything it checks)
+            validate(pairs, kwargs["global_step"] if "global_step" in kwargs
+                     else args[0] if args else None)
         with stop_all_recording():
-            finite = all(bool(_r.reduce_all(_m.is_finite(g))) for g, _ in pairs
-                         if g is not None and (g.dtype.is_floating or g.dtype.is_complex))
+            finite = all(bool(_r.reduce_all(_m.is_finite(g))) for g in _gradients(pairs)
+                         if g.dtype.is_floating or g.dtype.is_complex)
         if not finite:
             if self._dynamic:
                 self._scale.assign(max(float(self._scale) / 2.0, 1.0))
@@ -185,3 +194,15 @@ class LossScaleOptimizer:
     def __repr__(self):
         return (f"<LossScaleOptimizer({type(self._inner).__name__}) "
                 f"loss_scale={float(self._scale):g}>")
+
+
+def _gradients(pairs):
+    """The gradients of ``pairs`` that are not None, as Tensors (a list or a NumPy array
+    converted to its variable's dtype, as the optimizer converts it)."""
+    for pair in pairs:
+        g, v = pair
+        if g is None:
+            continue
+        if not isinstance(g, (Tensor, Variable)):
+            g = convert_to_tensor(g, dtype=getattr(v, "dtype", None))
+        yield g

@@ -17,6 +17,10 @@ donation rule (docs/decisions.md sections 10 and "Fused optimizer updates"):
   buffers. Otherwise it runs the op (new arrays) and stores its results. Readers take
   a Variable's value under its lock, so none sees a half-written buffer.
 
+The work is split in two so that ``apply_gradients`` stays all or nothing:
+:func:`prepare_fused` (the kernel, the coefficients cast and moved, the attrs: what can
+fail) runs for every variable of a step before :func:`run_fused` writes the first one.
+
 ``TAPEFLOW_FUSED_OPTIMIZERS=0`` turns the fused path off for the process (read at
 import); ``optimizer.fused = False`` for one optimizer.
 """
@@ -31,11 +35,12 @@ import numpy as np
 from ..runtime import context as _ctx
 from ..runtime.dispatch import constant as _constant
 from ..runtime.dispatch import execute
+from ..runtime.errors import InvalidArgumentError
 from ..runtime.tensor import Tensor, _wrap
 from ..ops import math as _m
-from ..ops.array import reshape as _reshape
 
-__all__ = ["FUSED_DEFAULT", "apply_fused", "scalar_coefficient"]
+__all__ = ["FUSED_DEFAULT", "apply_fused", "kernel_for", "prepare_fused", "run_fused",
+           "scalar_coefficient"]
 
 #: whether optimizers use the fused kernels unless told otherwise
 FUSED_DEFAULT = os.environ.get("TAPEFLOW_FUSED_OPTIMIZERS", "1").strip().lower() not in (
@@ -49,25 +54,30 @@ _DONATE_T = 3
 _DONATE_A = 2
 
 
-def scalar_coefficient(value, var, cache, key, reshape=True, dev=None, dtype=None):
-    """``value`` (a Python number or a scalar Tensor) as a 0-d Tensor of ``var``'s dtype
-    on its device, cached in ``cache`` per (key, device, dtype) for one step. A Python
+def scalar_coefficient(value, var, cache, key, dev=None, dtype=None):
+    """``value`` (a Python number or a 0-d Tensor) as a 0-d Tensor of ``var``'s dtype on
+    its device, cached in ``cache`` per (key, device, dtype) for one step. A Python
     number converts as the op-by-op update's weak scalar does (rounded to the dtype
-    once); a Tensor is cast, then moved (``reshape=False``: and keeps its shape: the
-    op-by-op update's ``Optimizer._coef``). ``dev``, ``dtype``: ``var``'s, when known."""
+    once); a Tensor is cast, then moved. ``dev``, ``dtype``: ``var``'s, when known.
+
+    A Tensor of any other shape is refused, never reshaped: the optimizer validates its
+    hyperparameters before the step (``Optimizer._check_hyperparameters``), so this is
+    a guard, and the fused and op-by-op updates see the same coefficient."""
     if dev is None:
         dev, dtype = var._device, var.dtype
     k = (key, dev, dtype)
     c = cache.get(k)
     if c is None:
         if isinstance(value, Tensor):
+            if len(value.shape):
+                raise InvalidArgumentError(
+                    f"optimizer coefficient '{key or 'lr'}' must be a scalar (0-d), got "
+                    f"shape {tuple(value.shape)}. No variable was updated.")
             c = value
             if c.dtype != dtype:
                 c = _m.cast(c, dtype)
             if c._device is not dev:
                 c = c.to(dev)
-            if reshape and len(c.shape):
-                c = _reshape(c, [])
         else:
             c = _constant(value, dtype=dtype, device=dev)
         cache[k] = c
@@ -112,26 +122,39 @@ def _step_attrs(op, attrs, cache):
     return a
 
 
-def apply_fused(op, var, slots, grad, coefs, attrs, cache):
-    """Run the fused update ``op`` for ``var`` and its ``slots`` (Variables) with the
-    validated gradient ``grad``, the coefficients ``coefs`` (``(name, value)`` pairs:
-    :func:`scalar_coefficient`) and ``attrs``; ``cache``: the step's (dropped after
-    it). True when done, False (nothing changed) when the op has no kernel for the
-    Variable (the caller runs the op-by-op update). Called under
-    ``stop_all_recording()``."""
+def kernel_for(op, var):
+    """The kernel of ``op`` for ``var``'s device and dtype, or None (no fused update)."""
+    return _kernel(op, var._device, var.dtype)
+
+
+def prepare_fused(op, var, coefs, attrs, cache, fn=None):
+    """Everything the fused update ``op`` of ``var`` needs but the write: ``(fn, the
+    coefficient Tensors, attrs)``, or None when the op has no kernel for the Variable
+    (the caller runs the op-by-op update). ``coefs``: ``(name, value)`` pairs
+    (:func:`scalar_coefficient`); ``cache``: the step's (dropped after it); ``fn``: the
+    kernel when the caller looked it up. Writes nothing."""
     dev = var._device
     dtype = var.dtype
-    fn = _kernel(op, dev, dtype)
     if fn is None:
-        return False
-    cs = [scalar_coefficient(value, var, cache, name, True, dev, dtype) for name, value in coefs]
-    attrs = _step_attrs(op, attrs, cache)
+        fn = _kernel(op, dev, dtype)
+        if fn is None:
+            return None
+    cs = [scalar_coefficient(value, var, cache, name, dev, dtype) for name, value in coefs]
+    return fn, cs, _step_attrs(op, attrs, cache)
+
+
+def run_fused(op, plan, var, slots, grad):
+    """Write the fused update ``op`` of ``var`` and its ``slots`` (Variables) with the
+    validated gradient ``grad`` and the ``plan`` of :func:`prepare_fused`. Called under
+    ``stop_all_recording()``; only the kernel itself can fail here (out of memory)."""
+    fn, cs, attrs = plan
+    dev = var._device
     owners = (var, *slots)
     if _tracing[0]:
         outs = execute(op, (*[v.read_value() for v in owners], grad, *cs), attrs)
         for v, o in zip(owners, outs if len(owners) > 1 else (outs,)):
             v.assign(o)
-        return True
+        return
     locks = [v._lock for v in sorted(owners, key=_creation)]
     for lk in locks:
         lk.acquire()
@@ -152,6 +175,15 @@ def apply_fused(op, var, slots, grad, coefs, attrs, cache):
     finally:
         for lk in reversed(locks):
             lk.release()
+
+
+def apply_fused(op, var, slots, grad, coefs, attrs, cache):
+    """:func:`prepare_fused` then :func:`run_fused` for one variable: True when done,
+    False (nothing changed) when the op has no kernel for the Variable."""
+    plan = prepare_fused(op, var, coefs, attrs, cache)
+    if plan is None:
+        return False
+    run_fused(op, plan, var, slots, grad)
     return True
 
 

@@ -5,12 +5,19 @@
 tapeflow ops, under ``stop_all_recording()`` so no tape records the update. A ``None``
 gradient is skipped with a warning naming the variable. All or nothing: every
 (gradient, variable) pair is validated first -- a floating-point Variable, a gradient
-of its dtype and shape (copied to its device), its slots created -- and no Variable
-changes unless every pair passed; the error names the pair and says so. One
+of its dtype and shape (copied to its device) -- and every hyperparameter of the step
+(the learning rate, ``momentum``, the betas, ``epsilon``, ``decay``/``rho``: a real
+number, a 0-d tensor or Variable, or a callable returning one; a tensor of any other
+shape, a string, None, a complex number or a bool is refused naming the optimizer, the
+hyperparameter and what it got); then the slots are created and every new value is
+computed; only then is anything written. No Variable, slot, beta power, iteration
+counter or ``global_step`` changes unless everything passed; the error says so (the
+checks: :mod:`.optimizer_checks`). Inside a ``tf.function`` the hyperparameters other
+than the learning rate are read at trace time (a Variable one is refused). One
 ``apply_gradients`` runs at a time per optimizer (a lock: its per-step state is shared).
-Slots (Adam's ``m``/``v``,
-Momentum's accumulator...) are made lazily, one per variable, on that variable's
-device; ``variables()`` lists them with the non-slot state (Adam's beta powers).
+Slots (Adam's ``m``/``v``, Momentum's accumulator...) are made lazily, one per
+variable, on that variable's device; ``variables()`` lists them with the non-slot state
+(Adam's beta powers).
 
 >>> import tapeflow as tf
 >>> w = tf.Variable([1.0, 2.0])
@@ -53,9 +60,7 @@ from ..runtime import dtypes as _dt
 from ..ops import math as _m
 from ..ops.array import fill as _fill
 from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
-                              TapeflowError)
-from ..runtime.dispatch import convert_to_tensor as _convert
-from ..runtime.dispatch import copy_to_device as _copy_to_device
+                              UnimplementedError)
 from ..autodiff.tape import GradientTape
 from ..runtime.context import stop_all_recording
 from ..runtime.tensor import Tensor
@@ -63,7 +68,13 @@ from ..runtime.variable import Variable
 from ..layers.naming import from_config
 from ..ops import optim as _optim
 from . import checkpoint as _checkpoint_mod
-from .fused_update import FUSED_DEFAULT, apply_fused, scalar_coefficient
+from .fused_update import (FUSED_DEFAULT, kernel_for, prepare_fused, run_fused,
+                           scalar_coefficient)
+from .global_step import (create_global_step, get_global_step, get_or_create_global_step,
+                          reset_global_step)
+from .optimizer_checks import (check_step_args, checked_gradient,
+                               checked_values, hyperparameter as _hyperparameter, short as _short,
+                               unpack)
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
            "RMSPropOptimizer", "AdagradOptimizer", "SGD", "Adam", "RMSprop", "Adagrad",
@@ -78,11 +89,6 @@ def _base_name(var):
     return head if sep and tail.isdigit() else name
 
 
-def _short(v):
-    r = repr(v)
-    return r if len(r) < 60 else r[:57] + "..."
-
-
 def _restore_deferred(obj):
     restore_deferred = _checkpoint_mod.restore_deferred
     restore_deferred(obj)
@@ -90,7 +96,11 @@ def _restore_deferred(obj):
 
 class Optimizer:
     """Base class: subclasses declare ``_slot_specs`` (``(slot name, initial value)``
-    in creation order) and implement ``_apply_dense(grad, var, slots)``.
+    in creation order) and ``_hyperparameters``, and implement the update twice, each
+    without writing: ``_dense(grad, var, slot values)`` (the op-by-op update: the
+    variable's delta and the new slot values) and ``_fused_op()``/``_fused_args(var,
+    state)`` (the fused kernel's op, slots, coefficients and attrs). ``apply_gradients``
+    validates, computes every update, then writes them all.
 
     Checkpointing (``tf.train.Checkpoint``): ``_trackable_children()`` returns the
     non-slot variables (``beta1_power``...); slots are saved next to the variable
@@ -101,12 +111,17 @@ class Optimizer:
 
     _slot_specs: tuple = ()          # ((slot name, initial fill value), ...)
     _default_name = "Optimizer"
+    #: the hyperparameters besides the learning rate, read once per step:
+    #: ``((attribute, the name the user passed it as), ...)``
+    _hyperparameters: tuple = ()
     #: one fused kernel per variable and step where the device has it (train/fused_update.py)
     fused = FUSED_DEFAULT
 
     def __init__(self, learning_rate, use_locking=False, name=None):
         if learning_rate is None:
-            raise InvalidArgumentError("learning_rate must be given")
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: learning_rate must be given (a Python float or a 0-d "
+                "tensor)")
         self._learning_rate = learning_rate
         self._use_locking = use_locking
         self._name = name or self._default_name
@@ -126,14 +141,6 @@ class Optimizer:
         self._learning_rate = value
 
     lr = learning_rate
-
-    def _lr(self):
-        lr = self._learning_rate
-        if callable(lr) and not isinstance(lr, (Tensor, Variable)):
-            lr = lr()
-        if isinstance(lr, Variable):
-            lr = lr.read_value()
-        return lr
 
     def get_name(self):
         return self._name
@@ -220,77 +227,72 @@ class Optimizer:
         return out
 
     # --- the update ------------------------------------------------------------------
-    def _prepare(self):
-        """Per-step coefficients, computed once per ``apply_gradients`` (the learning
-        rate, and a cache of it cast per variable dtype/device). Adam overrides it."""
+    def _check_hyperparameters(self):
+        """Read and check every hyperparameter of this step, before anything is created
+        or written: ``self._lr_now`` (a Python number or a 0-d floating-point Tensor)
+        and ``self._h`` (attribute -> Python float: ``momentum``, the betas...)."""
         self._lr_now = self._checked_lr()
+        h = {}
+        for attr, public in self._hyperparameters:
+            v = getattr(self, attr)
+            h[attr] = v if type(v) is float else _hyperparameter(self, public, v, False)
+        self._h = h
+
+    def _prepare(self):
+        """Per-step coefficients derived from the checked hyperparameters, once per
+        ``apply_gradients`` after the slots exist, and the step's cache of them cast
+        per variable dtype/device. Adam overrides it (``lr_t``)."""
         self._cache = {}
 
     def _checked_lr(self):
-        """The learning rate of this step: a real number or a floating-point scalar
+        """The learning rate of this step: a real number or a 0-d floating-point
         Tensor (checked before any Variable is updated)."""
-        lr = self._lr()
-        if isinstance(lr, Tensor):
-            ok = lr.dtype.is_floating and lr.shape.num_elements() == 1
-        else:
-            ok = (isinstance(lr, (int, float, np.integer, np.floating))
-                  and not isinstance(lr, bool))
-        if not ok:
-            raise InvalidArgumentError(
-                f"{type(self).__name__}: the learning rate must be a real number or a "
-                f"floating-point scalar tensor, got {lr!r}. No variable was updated.")
-        # (a NumPy scalar acts as the Python number: np.float64(0.1) on a float32 variable)
-        return lr.item() if isinstance(lr, (np.integer, np.floating)) else lr
+        lr = self._learning_rate
+        if type(lr) is float:
+            return lr
+        return _hyperparameter(self, "learning_rate", lr, True)
 
-    def _finish(self):
-        """After every variable was updated (Adam's beta powers)."""
+    def _finish_updates(self):
+        """``[(Variable, method, value), ...]``: the writes after every variable's update
+        (Adam's beta powers, Keras's ``iterations``), computed before anything is written."""
+        return []
 
-    def _apply_dense(self, grad, var, slots):
+    def _fused_op(self):
+        """The fused update op of this optimizer (``tapeflow.ops.optim``), or None."""
+        return None
+
+    def _fused_args(self, var, st):
+        """``(slot Variables in the op's order, ((name, coefficient), ...), attrs)`` of
+        the fused update of ``var`` (``st``: ``(var, *slots)``)."""
+        raise NotImplementedError
+
+    def _dense(self, grad, var, slots):
+        """The op-by-op update, computed without writing: ``slots`` are the slots'
+        current values (Tensors, in ``_slot_specs`` order); returns ``(delta, new slot
+        values)``, the variable's new value being ``var - delta``."""
         raise NotImplementedError
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Apply ``[(gradient, variable), ...]``; a ``None`` gradient is skipped with a
         warning naming the variable. Increments ``global_step`` by one when given.
 
-        All or nothing: every pair is checked (and its slots created) before the first
-        Variable changes; a bad pair raises InvalidArgumentError naming it, and then no
-        variable, slot, iteration counter or ``global_step`` has changed."""
-        pairs = []
-        skipped = []
-        for i, pair in enumerate(grads_and_vars):
-            try:
-                g, v = pair
-            except (TypeError, ValueError):
-                raise InvalidTypeError("apply_gradients expects (gradient, variable) pairs, got "
-                                       f"{pair!r} at position {i}. No variable was "
-                                       "updated.") from None
-            if not isinstance(v, Variable):
-                raise InvalidTypeError(
-                    f"apply_gradients: {v!r} (position {i}) is not a tf.Variable (the pair is "
-                    "(gradient, variable), in that order). No variable was updated.")
-            if g is None:
-                skipped.append(v)
-                continue
-            pairs.append((g, v, i))
+        All or nothing: every pair and every hyperparameter is checked, the slots are
+        created and every new value computed before the first Variable changes; a bad
+        pair or hyperparameter raises InvalidArgumentError (or InvalidTypeError) naming
+        it, and then no variable, slot, iteration counter or ``global_step`` has
+        changed."""
+        pairs, skipped = unpack(self, grads_and_vars)
         for v in skipped:
             warnings.warn(
                 f"{type(self).__name__}: the gradient of Variable '{v.name}' is None; it is not "
                 "updated (the loss does not depend on it, or the path is not differentiable).",
                 UserWarning, stacklevel=2)
-        if not pairs:
-            names = [v.name for v in skipped]
-            raise InvalidArgumentError(
-                f"No gradients provided for any variable: {names}. Check that the loss "
-                "depends on the variables (read inside the tape).")
-        if global_step is not None and not (isinstance(global_step, Variable)
-                                            and not global_step.dtype.is_bool):
-            raise InvalidTypeError(
-                f"apply_gradients: global_step must be a numeric tf.Variable (e.g. "
-                f"tf.train.get_or_create_global_step()), got {global_step!r}. No variable "
-                "was updated.")
+        check_step_args(self, pairs, skipped, global_step)
         with self._apply_lock, stop_all_recording():
-            # 1. validate every pair and make what the update needs; nothing changes yet
-            checked = [(self._checked_gradient(g, v, i), v) for g, v, i in pairs]
+            # 1. validate every pair and every hyperparameter: nothing is created yet
+            checked = [(checked_gradient(self, g, v, i), v) for g, v, i in pairs]
+            self._check_hyperparameters()
+            # 2. make what the update needs (new Variables only; no existing one changes)
             if not self._non_slot_ready:
                 if len(self._non_slot) < len(self._non_slot_specs()):
                     self._create_non_slot([(g, v) for g, v in checked])
@@ -302,48 +304,55 @@ class Optimizer:
                 if st is None or st[0] is not v:
                     st = self._create_slots(v)
                 work.append((g, v, st))
+            del checked
             self._prepare()
-            # 2. update (only validated tensors from here on)
+            # 3. compute every update (fused: the kernel and its coefficients; op-by-op:
+            # the new slot values and the variable's delta); still nothing is written
+            op = self._fused_op() if self.fused else None
+            fused, deltas, pending = [], [], {}
             for g, v, st in work:
-                self._apply_dense(g, v, st)
-            del work, checked
-            self._finish()
+                fn = None if op is None else kernel_for(op, v)
+                if fn is not None:
+                    slots, coefs, attrs = self._fused_args(v, st)
+                    fused.append((prepare_fused(op, v, coefs, attrs, self._cache, fn),
+                                  v, slots, g))
+                    continue
+                entry = pending.get(id(v))         # (the same Variable twice: in order)
+                if entry is None:
+                    cur = [s.read_value() for s in st[1:]]
+                    entry = pending[id(v)] = [st, cur, cur]
+                cur = entry[2]
+                delta, new = self._dense(g, v, cur)
+                entry[2] = checked_values(self, v, g, delta, st, cur, new)
+                deltas.append((v, delta))
+            finish = self._finish_updates()
+            del work
+            # 4. write: the fused kernels, the op-by-op deltas (assign_sub: atomic per
+            # Variable), the slots, the step's own state, global_step
+            for plan, v, slots, g in fused:
+                run_fused(op, plan, v, slots, g)
+            for v, delta in deltas:
+                v.assign_sub(delta)
+            for st, old, new in pending.values():
+                for s, a, b in zip(st[1:], old, new):
+                    if a is not b:
+                        s.assign(b)
+            for v, method, value in finish:
+                getattr(v, method)(value)
             if global_step is not None:
                 global_step.assign_add(1)
         return None
 
-    def _checked_gradient(self, g, v, i):
-        """The gradient of pair ``i`` as a Tensor of ``v``'s dtype, shape and device, or
-        InvalidArgumentError naming the pair (nothing has been updated yet)."""
-        where = (f"{type(self).__name__}.apply_gradients: pair {i} (Variable '{v.name}', "
-                 f"{v.dtype.name}, shape {tuple(v.shape)} on {v._device})")
-        if not v.dtype.is_floating:
-            raise InvalidArgumentError(
-                f"{where}: cannot optimize a Variable of dtype {v.dtype.name}: only floating "
-                "point variables can be optimized. No variable was updated.")
-        if type(g) is not Tensor:
-            try:
-                g = _convert(g, dtype=v.dtype)
-            except (TapeflowError, TypeError, ValueError) as e:
-                raise InvalidArgumentError(
-                    f"{where}: the gradient {_short(g)} is not a {v.dtype.name} tensor: "
-                    f"{getattr(e, 'message', e)} No variable was updated.") from None
-        if g.dtype != v.dtype:
-            raise InvalidArgumentError(
-                f"{where}: the gradient has dtype {g.dtype.name}, the variable "
-                f"{v.dtype.name}; tf.cast it first. No variable was updated.")
-        if g.shape != v.shape:
-            raise InvalidArgumentError(
-                f"{where}: the gradient has shape {tuple(g.shape)}, the variable "
-                f"{tuple(v.shape)}; they must be equal. No variable was updated.")
-        if g._device is not v._device:
-            try:
-                g = _copy_to_device(g, v._device)
-            except (TapeflowError, TypeError, ValueError) as e:
-                raise InvalidArgumentError(
-                    f"{where}: the gradient on {g._device} cannot be copied to the variable's "
-                    f"device: {getattr(e, 'message', e)} No variable was updated.") from None
-        return g
+    def _validate_step(self, grads_and_vars, global_step=None):
+        """Check what ``apply_gradients(grads_and_vars, global_step)`` would check --
+        every pair, every hyperparameter -- and raise its error; create and write
+        nothing (``LossScaleOptimizer`` runs it before it decides to skip a step)."""
+        pairs, skipped = unpack(self, grads_and_vars)
+        check_step_args(self, pairs, skipped, global_step)
+        with self._apply_lock, stop_all_recording():
+            for g, v, i in pairs:
+                checked_gradient(self, g, v, i)
+            self._check_hyperparameters()
 
     def compute_gradients(self, loss, var_list=None, gate_gradients=None,
                           aggregation_method=None, colocate_gradients_with_ops=False,
@@ -385,15 +394,13 @@ class Optimizer:
                              f"{[v.name for _, v in gv]}")
         return self.apply_gradients(gv, global_step=global_step)
 
-    def _fused(self, op, grad, var, slots, coefs, **attrs):
-        """The fused update ``op`` of ``var`` and its ``slots`` (train/fused_update.py):
-        False when off or without a kernel (the caller runs the op-by-op update).
-        ``coefs``: ``(name, value)`` pairs, made 0-d Tensors of the variable's dtype."""
-        return self.fused and apply_fused(op, var, slots, grad, coefs, attrs, self._cache)
-
-    def _coef(self, value, var, cache):
-        """``value`` (a per-step Tensor) on ``var``'s device and in its dtype (cached)."""
-        return scalar_coefficient(value, var, cache, None, reshape=False)
+    def _lr_for(self, var):
+        """The step's learning rate for the op-by-op update of ``var``: the Python
+        number, or the 0-d Tensor cast to its dtype and moved to its device (cached)."""
+        lr = self._lr_now
+        if isinstance(lr, Tensor):
+            lr = scalar_coefficient(lr, var, self._cache, "lr")
+        return lr
 
 
 class GradientDescentOptimizer(Optimizer):
@@ -404,13 +411,14 @@ class GradientDescentOptimizer(Optimizer):
     def __init__(self, learning_rate, use_locking=False, name="GradientDescent"):
         super().__init__(learning_rate, use_locking, name)
 
-    def _apply_dense(self, grad, var, slots):
-        lr = self._lr_now
-        if self._fused(_optim.APPLY_GRADIENT_DESCENT, grad, var, (), (("lr", lr),)):
-            return
-        if isinstance(lr, Tensor):
-            lr = self._coef(lr, var, self._cache)
-        var.assign_sub(grad * lr)
+    def _fused_op(self):
+        return _optim.APPLY_GRADIENT_DESCENT
+
+    def _fused_args(self, var, st):
+        return (), (("lr", self._lr_now),), {}
+
+    def _dense(self, grad, var, slots):
+        return grad * self._lr_for(var), ()
 
 
 class MomentumOptimizer(Optimizer):
@@ -419,6 +427,7 @@ class MomentumOptimizer(Optimizer):
 
     _default_name = "Momentum"
     _slot_specs = (("momentum", 0.0),)
+    _hyperparameters = (("_momentum", "momentum"),)
 
     def __init__(self, learning_rate, momentum, use_locking=False, name="Momentum",
                  use_nesterov=False):
@@ -426,29 +435,23 @@ class MomentumOptimizer(Optimizer):
         self._momentum = momentum
         self._use_nesterov = bool(use_nesterov)
 
-    def _apply_dense(self, grad, var, slots):
-        accum = slots[1]
-        lr = self._lr_now
-        mom = self._momentum
-        if self.fused and self._fused_momentum(grad, var, accum, lr, mom):
-            return
-        if isinstance(lr, Tensor):
-            lr = self._coef(lr, var, self._cache)
-        # (read_value(): Tensor-Tensor ops take the C fast path; the temporaries are gone
-        # before each assign, so the update can still reuse the buffer in place)
-        accum.assign(accum.read_value() * mom + grad)
-        if self._use_nesterov:
-            var.assign_sub(grad * lr + accum.read_value() * (mom * lr))
-        else:
-            var.assign_sub(accum.read_value() * lr)
+    def _fused_op(self):
+        return _optim.APPLY_MOMENTUM
 
-    def _fused_momentum(self, grad, var, accum, lr, mom):
+    def _fused_args(self, var, st):
         # (mom * lr as the op-by-op update: in Python, or a tensor op for a Tensor lr)
-        if isinstance(lr, Tensor):
-            lr = scalar_coefficient(lr, var, self._cache, "lr")
-        return self._fused(_optim.APPLY_MOMENTUM, grad, var, (accum,),
-                           (("lr", lr), ("mom_lr", mom * lr)), momentum=mom,
-                           use_nesterov=self._use_nesterov)
+        mom = self._h["_momentum"]
+        lr = self._lr_for(var)
+        return (st[1],), (("lr", lr), ("mom_lr", mom * lr)), {
+            "momentum": mom, "use_nesterov": self._use_nesterov}
+
+    def _dense(self, grad, var, slots):
+        lr = self._lr_for(var)
+        mom = self._h["_momentum"]
+        accum = slots[0] * mom + grad
+        if self._use_nesterov:
+            return grad * lr + accum * (mom * lr), (accum,)
+        return accum * lr, (accum,)
 
 
 class AdamOptimizer(Optimizer):
@@ -457,6 +460,7 @@ class AdamOptimizer(Optimizer):
 
     _default_name = "Adam"
     _slot_specs = (("m", 0.0), ("v", 0.0))
+    _hyperparameters = (("_beta1", "beta1"), ("_beta2", "beta2"), ("_epsilon", "epsilon"))
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  use_locking=False, name="Adam"):
@@ -466,30 +470,39 @@ class AdamOptimizer(Optimizer):
         self._epsilon = epsilon
 
     def _non_slot_specs(self):
-        return [("beta1_power", self._beta1), ("beta2_power", self._beta2)]
+        # (the betas checked: a callable's or a Variable's value, a float)
+        names = dict(self._hyperparameters)
+        return [(p, _hyperparameter(self, names[a], getattr(self, a), False))
+                for p, a in (("beta1_power", "_beta1"), ("beta2_power", "_beta2"))]
 
     def _prepare(self):
         b1p = self._non_slot["beta1_power"]
         b2p = self._non_slot["beta2_power"]
-        lr = self._checked_lr()
-        self._lr_t = lr * _m.sqrt(1 - b2p.read_value()) / (1 - b1p.read_value())
+        self._lr_t = self._lr_now * _m.sqrt(1 - b2p.read_value()) / (1 - b1p.read_value())
         self._cache = {}
 
-    def _apply_dense(self, grad, var, slots):
-        _, m, v = slots
-        if self._fused(_optim.APPLY_ADAM, grad, var, (m, v), (("lr_t", self._lr_t),),
-                       beta1=self._beta1, beta2=self._beta2, epsilon=self._epsilon):
-            return
-        lr_t = self._coef(self._lr_t, var, self._cache)
-        m.assign_add((grad - m.read_value()) * (1 - self._beta1))
-        v.assign_add((grad * grad - v.read_value()) * (1 - self._beta2))
-        var.assign_sub(m.read_value() * lr_t / (_m.sqrt(v.read_value()) + self._epsilon))
+    def _fused_op(self):
+        return _optim.APPLY_ADAM
 
-    def _finish(self):
+    def _fused_args(self, var, st):
+        h = self._h
+        return st[1:], (("lr_t", self._lr_t),), {
+            "beta1": h["_beta1"], "beta2": h["_beta2"], "epsilon": h["_epsilon"]}
+
+    def _dense(self, grad, var, slots):
+        h = self._h
+        m, v = slots
+        lr_t = scalar_coefficient(self._lr_t, var, self._cache, "lr_t")
+        m = m + (grad - m) * (1 - h["_beta1"])
+        v = v + (grad * grad - v) * (1 - h["_beta2"])
+        return m * lr_t / (_m.sqrt(v) + h["_epsilon"]), (m, v)
+
+    def _finish_updates(self):
+        h = self._h
         b1p = self._non_slot["beta1_power"]
         b2p = self._non_slot["beta2_power"]
-        b1p.assign(b1p.read_value() * self._beta1)
-        b2p.assign(b2p.read_value() * self._beta2)
+        return [(b1p, "assign", b1p.read_value() * h["_beta1"]),
+                (b2p, "assign", b2p.read_value() * h["_beta2"])]
 
 
 class RMSPropOptimizer(Optimizer):
@@ -497,6 +510,8 @@ class RMSPropOptimizer(Optimizer):
     Slots: ``rms``, ``momentum`` and, when ``centered``, ``mg``."""
 
     _default_name = "RMSProp"
+    _hyperparameters = (("_decay", "decay"), ("_momentum", "momentum"),
+                        ("_epsilon", "epsilon"))
 
     def __init__(self, learning_rate, decay=0.9, momentum=0.0, epsilon=1e-10,
                  use_locking=False, centered=False, name="RMSProp"):
@@ -510,33 +525,33 @@ class RMSPropOptimizer(Optimizer):
 
     _rms_init = 1.0
 
-    def _apply_dense(self, grad, var, slots):
-        ms, mom = slots[1], slots[2]
-        lr = self._lr_now
-        c = self._centered
-        if self._fused(_optim.APPLY_CENTERED_RMS_PROP if c else _optim.APPLY_RMS_PROP, grad,
-                       var, (slots[3], ms, mom) if c else (ms, mom), (("lr", lr),),
-                       rho=self._decay, momentum=self._momentum, epsilon=self._epsilon):
-            return
-        if isinstance(lr, Tensor):
-            lr = self._coef(lr, var, self._cache)
-        one_minus = 1 - self._decay
-        ms.assign_add((grad * grad - ms.read_value()) * one_minus)
+    def _fused_op(self):
+        return _optim.APPLY_CENTERED_RMS_PROP if self._centered else _optim.APPLY_RMS_PROP
+
+    def _fused_args(self, var, st):
+        h = self._h
+        return ((st[3], st[1], st[2]) if self._centered else st[1:3]), (
+            ("lr", self._lr_now),), {"rho": h["_decay"], "momentum": h["_momentum"],
+                                     "epsilon": h["_epsilon"]}
+
+    def _dense(self, grad, var, slots):
+        h = self._h
+        lr = self._lr_for(var)
+        ms, mom = slots[0], slots[1]
+        one_minus = 1 - h["_decay"]
+        ms = ms + (grad * grad - ms) * one_minus
         if self._centered:
-            mg = slots[3]
-            mg.assign_add((grad - mg.read_value()) * one_minus)
-            mgv = mg.read_value()
-            denom = ms.read_value() - mgv * mgv + self._epsilon
-            del mgv
+            mg = slots[2]
+            mg = mg + (grad - mg) * one_minus
+            denom = ms - mg * mg + h["_epsilon"]
         else:
-            denom = ms.read_value() + self._epsilon
+            denom = ms + h["_epsilon"]
         step = grad * lr / _m.sqrt(denom)
         del denom
-        if self._momentum:
-            step = mom.read_value() * self._momentum + step
-        mom.assign(step)      # (momentum 0: mom * 0 + step == step for finite values)
-        del step
-        var.assign_sub(mom.read_value())
+        if h["_momentum"]:
+            step = mom * h["_momentum"] + step
+        # (momentum 0: the momentum slot is the step, as mom * 0 + step for finite values)
+        return step, ((ms, step, mg) if self._centered else (ms, step))
 
 
 class AdagradOptimizer(Optimizer):
@@ -546,21 +561,24 @@ class AdagradOptimizer(Optimizer):
 
     def __init__(self, learning_rate, initial_accumulator_value=0.1, use_locking=False,
                  name="Adagrad"):
-        if initial_accumulator_value <= 0.0:
-            raise InvalidArgumentError("initial_accumulator_value must be positive: "
-                             f"{initial_accumulator_value}")
+        init = _hyperparameter(self, "initial_accumulator_value", initial_accumulator_value,
+                               False, when=".")
+        if not init > 0.0:
+            raise InvalidArgumentError(
+                f"{type(self).__name__}: initial_accumulator_value must be positive, got "
+                f"{initial_accumulator_value!r}")
         super().__init__(learning_rate, use_locking, name)
-        self._slot_specs = (("accumulator", initial_accumulator_value),)
+        self._slot_specs = (("accumulator", init),)
 
-    def _apply_dense(self, grad, var, slots):
-        acc = slots[1]
-        lr = self._lr_now
-        if self._fused(_optim.APPLY_ADAGRAD, grad, var, (acc,), (("lr", lr),)):
-            return
-        if isinstance(lr, Tensor):
-            lr = self._coef(lr, var, self._cache)
-        acc.assign_add(grad * grad)
-        var.assign_sub(grad * lr / _m.sqrt(acc.read_value()))
+    def _fused_op(self):
+        return _optim.APPLY_ADAGRAD
+
+    def _fused_args(self, var, st):
+        return (st[1],), (("lr", self._lr_now),), {}
+
+    def _dense(self, grad, var, slots):
+        acc = slots[0] + grad * grad
+        return grad * self._lr_for(var) / _m.sqrt(acc), (acc,)
 
 
 # --- Keras names (tf.keras.optimizers re-exports these) ------------------------------
@@ -573,9 +591,14 @@ class _KerasMixin:
         if "lr" in kwargs:                       # Keras 2's old spelling
             self._learning_rate = kwargs.pop("lr")
         for k in ("decay", "clipnorm", "clipvalue", "global_clipnorm"):
-            if kwargs.get(k) not in (None, 0, 0.0):
-                raise NotImplementedError(f"{type(self).__name__}({k}=...) is not supported")
-            kwargs.pop(k, None)
+            v = kwargs.pop(k, None)
+            if v is None or (isinstance(v, (int, float, np.integer, np.floating))
+                             and not isinstance(v, (bool, np.bool_)) and v == 0):
+                continue
+            raise UnimplementedError(
+                f"{type(self).__name__}({k}={_short(v)}) is not supported: leave {k} unset "
+                "(clip the gradients yourself, e.g. with tf.clip_by_global_norm, before "
+                "apply_gradients)")
         if kwargs:
             raise InvalidTypeError(f"{type(self).__name__}: unexpected arguments {sorted(kwargs)}")
 
@@ -596,9 +619,8 @@ class _KerasMixin:
             _restore_deferred(self)
         return it
 
-    def _finish(self):
-        super()._finish()
-        self._non_slot["iter"].assign_add(1)
+    def _finish_updates(self):
+        return super()._finish_updates() + [(self._non_slot["iter"], "assign_add", 1)]
 
     def minimize(self, loss, var_list=None, grad_loss=None, name=None, tape=None,
                  global_step=None):
@@ -622,13 +644,23 @@ class SGD(_KerasMixin, MomentumOptimizer):
         MomentumOptimizer.__init__(self, learning_rate, momentum, name=name,
                                    use_nesterov=nesterov)
         self._keras_init(kwargs)
-        if not momentum:
+        # (plain SGD: GradientDescent's update, one kernel or assign_sub per variable; a
+        # momentum that is not a plain number (a tensor, a callable) keeps the slot)
+        if isinstance(momentum, (int, float)) and not isinstance(momentum, bool) \
+                and not momentum:
             self._slot_specs = ()
 
-    def _apply_dense(self, grad, var, slots):
-        # (plain SGD: GradientDescent's update, one kernel or assign_sub per variable)
-        base = MomentumOptimizer if self._slot_specs else GradientDescentOptimizer
-        base._apply_dense(self, grad, var, slots)
+    def _fused_op(self):
+        return (MomentumOptimizer if self._slot_specs else GradientDescentOptimizer
+                )._fused_op(self)
+
+    def _fused_args(self, var, st):
+        return (MomentumOptimizer if self._slot_specs else GradientDescentOptimizer
+                )._fused_args(self, var, st)
+
+    def _dense(self, grad, var, slots):
+        return (MomentumOptimizer if self._slot_specs else GradientDescentOptimizer
+                )._dense(self, grad, var, slots)
 
 
 class Adam(_KerasMixin, AdamOptimizer):
@@ -636,11 +668,12 @@ class Adam(_KerasMixin, AdamOptimizer):
     epsilon=1e-7)`` (the same update as AdamOptimizer)."""
 
     _default_name = "Adam"
+    _hyperparameters = (("_beta1", "beta_1"), ("_beta2", "beta_2"), ("_epsilon", "epsilon"))
 
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
                  amsgrad=False, name="Adam", **kwargs):
         if amsgrad:
-            raise NotImplementedError("Adam(amsgrad=True) is not supported")
+            raise UnimplementedError("Adam(amsgrad=True) is not supported")
         AdamOptimizer.__init__(self, learning_rate, beta_1, beta_2, epsilon, name=name)
         self._keras_init(kwargs)
 
@@ -652,6 +685,7 @@ class RMSprop(_KerasMixin, RMSPropOptimizer):
 
     _default_name = "RMSprop"
     _rms_init = 0.0
+    _hyperparameters = (("_decay", "rho"), ("_momentum", "momentum"), ("_epsilon", "epsilon"))
 
     def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7,
                  centered=False, name="RMSprop", **kwargs):
@@ -659,35 +693,40 @@ class RMSprop(_KerasMixin, RMSPropOptimizer):
                                   centered=centered, name=name)
         self._keras_init(kwargs)
 
-    def _apply_dense(self, grad, var, slots):
-        if self._momentum:
-            return RMSPropOptimizer._apply_dense(self, grad, var, slots)
-        ms = slots[1]
-        lr = self._lr_now
-        c = self._centered
-        if self._fused(_optim.APPLY_KERAS_CENTERED_RMS_PROP if c else _optim.APPLY_KERAS_RMS_PROP,
-                       grad, var, (ms, slots[3]) if c else (ms,), (("lr", lr),),
-                       rho=self._decay, epsilon=self._epsilon):
-            return
-        if isinstance(lr, Tensor):
-            lr = self._coef(lr, var, self._cache)
-        one_minus = 1 - self._decay
-        ms.assign_add((grad * grad - ms.read_value()) * one_minus)
+    def _fused_op(self):
+        if self._h["_momentum"]:
+            return RMSPropOptimizer._fused_op(self)
+        return (_optim.APPLY_KERAS_CENTERED_RMS_PROP if self._centered
+                else _optim.APPLY_KERAS_RMS_PROP)
+
+    def _fused_args(self, var, st):
+        h = self._h
+        if h["_momentum"]:
+            return RMSPropOptimizer._fused_args(self, var, st)
+        return ((st[1], st[3]) if self._centered else (st[1],)), (("lr", self._lr_now),), {
+            "rho": h["_decay"], "epsilon": h["_epsilon"]}
+
+    def _dense(self, grad, var, slots):
+        h = self._h
+        if h["_momentum"]:
+            return RMSPropOptimizer._dense(self, grad, var, slots)
+        lr = self._lr_for(var)
+        ms = slots[0]
+        one_minus = 1 - h["_decay"]
+        ms = ms + (grad * grad - ms) * one_minus
         if self._centered:
-            mg = slots[3]
-            mg.assign_add((grad - mg.read_value()) * one_minus)
-            mgv = mg.read_value()
-            denom = ms.read_value() - mgv * mgv
-            del mgv
+            mg = slots[2]
+            mg = mg + (grad - mg) * one_minus
+            denom = ms - mg * mg
         else:
-            denom = ms.read_value()
-        step = grad * lr / (_m.sqrt(denom) + self._epsilon)
-        del denom
-        var.assign_sub(step)
+            denom = ms
+        step = grad * lr / (_m.sqrt(denom) + h["_epsilon"])
+        return step, ((ms, slots[1], mg) if self._centered else (ms, slots[1]))
 
 
 class Adagrad(_KerasMixin, AdagradOptimizer):
-    """``tf.keras.optimizers.Adagrad(learning_rate=0.001, initial_accumulator_value=0.1)``."""
+    """``tf.keras.optimizers.Adagrad(learning_rate=0.001, initial_accumulator_value=0.1)``
+    (TensorFlow 1's update: ``epsilon`` is accepted and not used)."""
 
     _default_name = "Adagrad"
 
@@ -741,53 +780,3 @@ def get(identifier):
 
 #: the name ``tf.train`` exported before ``get`` (kept)
 get_optimizer = get
-
-
-# --- the global step -----------------------------------------------------------------
-
-_global_step = None
-_gs_lock = threading.Lock()
-
-
-def get_global_step(graph=None):
-    """The process's global step Variable, or None before it was created."""
-    return _global_step
-
-
-def create_global_step(graph=None):
-    """Create the global step (an int64, non-trainable Variable named ``global_step``
-    on the host, value 0); raises ValueError if it already exists."""
-    global _global_step
-    with _gs_lock:
-        if _global_step is not None:
-            raise InvalidArgumentError('"global_step" already exists.')
-        _global_step = Variable(0, trainable=False, name="global_step", dtype=_dt.int64,
-                                device="cpu:0")
-        return _global_step
-
-
-def get_or_create_global_step(graph=None):
-    """The one global step of this process (created at 0 on first call).
-
-    >>> import tapeflow as tf
-    >>> tf.train.reset_global_step()
-    >>> step = tf.train.get_or_create_global_step()
-    >>> step is tf.train.get_or_create_global_step(), step.dtype, int(step)
-    (True, tf.int64, 0)
-    """
-    gs = _global_step
-    if gs is not None:
-        return gs
-    try:
-        return create_global_step()
-    except ValueError:
-        return _global_step
-
-
-def reset_global_step():
-    """Forget the global step, so the next ``get_or_create_global_step()`` makes a new
-    one at 0 (for tests, and for several independent runs in one process). Objects that
-    already hold the old Variable keep it."""
-    global _global_step
-    with _gs_lock:
-        _global_step = None

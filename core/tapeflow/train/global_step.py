@@ -1,0 +1,62 @@
+"""The global step: one int64 counter Variable per process, TensorFlow 1's
+``tf.train.get_or_create_global_step()`` (``apply_gradients(..., global_step=)``
+increments it; the summary writer reads it).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..runtime import dtypes as _dt
+from ..runtime.errors import InvalidArgumentError
+from ..runtime.variable import Variable
+
+__all__ = ["get_or_create_global_step", "get_global_step", "create_global_step",
+           "reset_global_step"]
+
+_global_step = None
+_gs_lock = threading.Lock()
+
+
+def get_global_step(graph=None):
+    """The process's global step Variable, or None before it was created."""
+    return _global_step
+
+
+def create_global_step(graph=None):
+    """Create the global step (an int64, non-trainable Variable named ``global_step``
+    on the host, value 0); raises ValueError if it already exists."""
+    global _global_step
+    with _gs_lock:
+        if _global_step is not None:
+            raise InvalidArgumentError('"global_step" already exists.')
+        _global_step = Variable(0, trainable=False, name="global_step", dtype=_dt.int64,
+                                device="cpu:0")
+        return _global_step
+
+
+def get_or_create_global_step(graph=None):
+    """The one global step of this process (created at 0 on first call).
+
+    >>> import tapeflow as tf
+    >>> tf.train.reset_global_step()
+    >>> step = tf.train.get_or_create_global_step()
+    >>> step is tf.train.get_or_create_global_step(), step.dtype, int(step)
+    (True, tf.int64, 0)
+    """
+    gs = _global_step
+    if gs is not None:
+        return gs
+    try:
+        return create_global_step()
+    except ValueError:
+        return _global_step
+
+
+def reset_global_step():
+    """Forget the global step, so the next ``get_or_create_global_step()`` makes a new
+    one at 0 (for tests, and for several independent runs in one process). Objects that
+    already hold the old Variable keep it."""
+    global _global_step
+    with _gs_lock:
+        _global_step = None
