@@ -245,7 +245,12 @@ class Variable(VariableBase):
         lock = self._lock          # (acquire/release: half the cost of `with` here)
         lock.acquire()
         prev = self._value
-        self._value = new
+        # a tape recording: the value is a new Tensor, so a later read is a read of the
+        # Variable, not the computation assigned (assignments are not differentiable;
+        # TensorFlow's reads are reads of the variable's handle). While tracing, the
+        # tracer's hook does the same once it has seen the value assigned.
+        self._value = (new if _tracing[0] or not _tapes_active[0]
+                       else _wrap(new._data, new._device))
         lock.release()
         if _tracing[0]:
             _HOOKS.tracer.trace_assign(self, prev)

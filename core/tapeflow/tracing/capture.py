@@ -45,9 +45,8 @@ take its Philox counter from a device buffer (``supports_random`` False; the CUD
 capturer can: each random node of the program reads its counter from a one-word
 device buffer that every call sets, before the launch, to the counter the plain
 replay would have used — same stream, same numbers), an op the capturer refuses
-(``op_unsupported``: the CUDA backend's kernels that check indices on the host), a
-Variable read after it is
-assigned, or when the warm-up or the capture raises (e.g.
+(``op_unsupported``: the CUDA backend's kernels that check indices on the host), or when
+the warm-up or the capture raises (e.g.
 ``cudaErrorStreamCaptureUnsupported`` from a kernel that synchronises).
 
 What a capturer (returned by ``Backend.graph_capture(device)``) provides:
@@ -175,14 +174,9 @@ def eligibility(graph):
                            "(only CUDA can)")
     if not any(n.kind in ("op", "fused") for n in nodes):
         return dev, capturer, "it runs no kernel"
-    assigned = set()
     for n in nodes:
-        if n.kind == "assign":
-            assigned.add(_var_key(n.var))
-        elif n.kind == "read" and _var_key(n.var) in assigned:
-            return dev, capturer, (f"it reads Variable {_var_label(n.var)} after assigning "
-                                   "it (an in-place update would change the value read)")
-        elif n.kind == "op":
+        # (a read after an assignment reads the value assigned: capture_graph)
+        if n.kind == "op":
             why = _op_reason(n, capturer)
             if why:
                 return dev, capturer, f"op {n.name}: {why}"
@@ -254,7 +248,10 @@ def capture_graph(graph, capturer):
                 g.arg_names.append(f"var:{_var_label(n.var)}")
             m = modes.get(key, "")
             if n.kind == "read":
-                rename[n.outputs[0]] = var_vid[key]
+                # a read after an assignment in this graph reads the value assigned (the
+                # Variable's buffer is written at the end)
+                w = writes.get(key)
+                rename[n.outputs[0]] = var_vid[key] if w is None else rename.get(w, w)
                 modes[key] = "read" if not m else m
             else:
                 writes[key] = n.inputs[0]

@@ -6,12 +6,16 @@ record whose gradient is a traced backward function (see :mod:`tapeflow.tracing.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 
 from ..autodiff.tape import GradientTape
 from ..runtime import context as _ctx
 from ..runtime import dispatch as _dispatch_mod
 from ..runtime import dtypes as _dt
+from ..ops.random import _next_counter
 from .. import nest
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.registry import OpDef
@@ -23,7 +27,27 @@ from .graph import Graph
 from .memory_plan import PlannedRun, plan as _plan_buffers
 from .signature import _flatten_args
 
-__all__ = ["ConcreteFunction"]
+__all__ = ["ConcreteFunction", "reading"]
+
+#: this thread's {id(Variable): Tensor} that op-by-op replays read instead (``reading``)
+_held = threading.local()
+
+
+@contextlib.contextmanager
+def reading(variables, values):
+    """Within, an op-by-op replay (:meth:`ConcreteFunction._eager`, the branches and
+    bodies of ``tf.cond`` / ``tf.while_loop``) reads ``values`` for ``variables`` -- the
+    values they had when a node ran forward, for its gradient computed later (after an
+    assignment, maybe) -- and its assignments to them change only those values (the
+    re-run has no side effects)."""
+    prev = getattr(_held, "values", None)
+    held = dict(prev or {})
+    held.update({id(v): t for v, t in zip(variables, values)})
+    _held.values = held
+    try:
+        yield
+    finally:
+        _held.values = prev
 
 
 def _ordered_locks(variables):
@@ -169,7 +193,11 @@ class ConcreteFunction:
         for n in g.nodes:
             k = n.kind
             if k == "op":
-                out = execute(n.op, tuple(env[i] for i in n.inputs), n.attrs)
+                attrs = n.attrs
+                if n.stateful and "counter" in attrs and "key" in attrs:
+                    # a random op: the next counter of its stream, as the fast replay
+                    attrs = {**attrs, "counter": _next_counter(attrs["key"])}
+                out = execute(n.op, tuple(env[i] for i in n.inputs), attrs)
                 outs = out if isinstance(out, tuple) else (out,)
                 for o, t in zip(n.outputs, outs):
                     env[o] = t
@@ -180,9 +208,24 @@ class ConcreteFunction:
                     env[n.outputs[0]] = reads[n]
                     continue
                 var = vargs[n.var] if isinstance(n.var, int) else n.var
+                held = getattr(_held, "values", None)
+                if held is not None and id(var) in held:
+                    env[n.outputs[0]] = held[id(var)]
+                    continue
                 env[n.outputs[0]] = var.read_value()
             elif k == "assign":
                 var = vargs[n.var] if isinstance(n.var, int) else n.var
+                held = getattr(_held, "values", None)
+                if held is not None and id(var) in held:     # a gradient's re-run
+                    # the value assigned, read later as a read of the Variable (as in
+                    # eager code): not connected to what was assigned, its gradient the
+                    # Variable's (the value held for it)
+                    new = env[n.inputs[0]]
+                    out = _wrap(new._data, new._device)
+                    _ctx.record(_held_read_op(), (held[id(var)],), (out,), {},
+                                _pass_gradient)
+                    held[id(var)] = out
+                    continue
                 var.assign(env[n.inputs[0]])
             elif k == "copy":
                 env[n.outputs[0]] = copy_to_device(env[n.inputs[0]], n.device)
@@ -391,6 +434,19 @@ class ConcreteFunction:
 
 
 _CALL_OP = []
+_HELD_READ_OP = []
+
+
+def _held_read_op():
+    """The OpDef of a held Variable's read after an assignment in a gradient's re-run
+    (a tape record only: the value assigned, the gradient passed to the value held)."""
+    if not _HELD_READ_OP:
+        _HELD_READ_OP.append(OpDef("HeldVariableRead", inputs=("value",), dtype_rule="none"))
+    return _HELD_READ_OP[0]
+
+
+def _pass_gradient(ctx, dy):
+    return (dy,)
 
 
 def _call_op():

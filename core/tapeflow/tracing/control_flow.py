@@ -15,8 +15,10 @@ or in the loop body does not print while tracing (the loop then runs for real, w
 the compiled sub-graphs, for the trace's own values). A tape recording while the node
 is traced (inside the function, or around its first call) gets one record whose
 gradient re-runs the node eagerly under a tape
-(:func:`tapeflow.tracing.pyfunc.record_node_gradient`), so both are differentiable to any order, traced or not; a ``cond``/``while`` node that
-assigns Variables is not differentiated (its gradient would assign them again).
+(:func:`tapeflow.tracing.pyfunc.record_node_gradient`), with the Variables it reads
+and assigns held at their values from before the node (the re-run assigns nothing,
+and a gradient taken after a later assignment sees what the node saw), so both are
+differentiable to any order, traced or not, assignments or not.
 Traced loop variables keep their dtype and shape (``shape_invariants`` that let a
 shape change are honoured eagerly only); ``maximum_iterations`` bounds the loop.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime import context as _ctx
 from ..runtime.dispatch import convert_to_tensor
 from .. import nest
 from ..runtime.errors import InvalidArgumentError
@@ -94,9 +97,8 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
         cf, idx = (cf_t, idx_t) if bool(pred_t) else (cf_f, idx_f)
         return cf._eager([cap_ts[i] for i in idx], vargs)
 
-    out = _emit(tr, "cond", [p] + caps.tensors, run, eager, out_k,
-                sub_t.assigned | sub_f.assigned, sub_t.variables + sub_f.variables,
-                sub_t.stateful or sub_f.stateful)
+    out = _emit(tr, "cond", [p] + caps.tensors, run, eager, out_k, (sub_t, sub_f),
+                sub_t.stateful or sub_f.stateful, sub_k.var_before)
     return nest.pack_sequence_as(sub_k.structure, out)
 
 
@@ -165,15 +167,15 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
 
     # the trace's own values: run the loop now with the compiled sub-graphs (this also
     # makes the Variable assignments of the body happen, as they will at every call)
+    before = {id(v): v._value for v in sub_c.assigned_vars + sub_b.assigned_vars}
     _tl.tracer = None           # (Python nodes in the loop run eagerly, untraced)
     try:
         res = run(tr.vargs, *[v._data for v in vals], *[t._data for t in caps.tensors])
     finally:
         _tl.tracer = tr
     result = [_wrap(a, s[2]) for a, s in zip(res, specs)]
-    out = _emit(tr, "while", vals + caps.tensors, run, eager, result,
-                sub_c.assigned | sub_b.assigned, sub_c.variables + sub_b.variables,
-                sub_c.stateful or sub_b.stateful)
+    out = _emit(tr, "while", vals + caps.tensors, run, eager, result, (sub_c, sub_b),
+                sub_c.stateful or sub_b.stateful, before)
     return out[0] if single else _rebuild(typ, out)
 
 
@@ -321,6 +323,9 @@ def _subtrace(parent, fn, init, name, restore):
     for var in tr.vars:
         if not any(v is var for v in parent.vars):
             parent.vars.append(var)
+    for var in tr.read_vars:
+        if not any(v is var for v in parent.read_vars):
+            parent.read_vars.append(var)
     g.structure = None
     g.py_outputs = []
     for o in outs:
@@ -332,7 +337,10 @@ def _subtrace(parent, fn, init, name, restore):
     sub.concrete = ConcreteFunction(g, optimize=True, passes=("dce",))
     sub.capture_tensors = tr.captures
     sub.assigned = set(tr.assigned)
-    sub.variables = list(tr.vars)
+    sub.assigned_vars = list(tr.assigned.values())
+    sub.var_before = dict(tr.var_before)
+    # the Variables it reads (captured or arguments): its gradient covers them
+    sub.variables = list(tr.read_vars)
     # side effects (prints, Python, random ops, assignments) keep the node alive
     sub.stateful = any(n.stateful or n.kind in ("assign", "print", "py") for n in g.nodes)
     return sub, outs
@@ -369,12 +377,34 @@ def _same_signature(a, b, what):
                                    f"and ({fb})")
 
 
-def _emit(tr, kind, inputs, run, eager, result, assigned_ids, variables, stateful):
+def _emit(tr, kind, inputs, run, eager, result, subs, stateful, before):
     """Append a ``cond``/``while`` node to ``tr``'s graph; returns aliases of ``result``
-    bound to the node's outputs, differentiable by the tapes recording now (unless the
-    node assigns Variables: its gradient would re-run the assignments)."""
+    bound to the node's outputs, differentiable by the tapes recording now
+    (``subs``: the node's traced parts; ``before``: ``{id(Variable): value}`` of the
+    Variables they assign, as they were before the node ran). The gradient re-runs the
+    node with the Variables it reads and assigns held at their values from before it
+    (so it neither sees a later assignment nor assigns anything)."""
     g = tr.graph
     ins = [tr.vid_of(t) for t in inputs]
+    variables, assigned = [], []
+    for sub in subs:
+        for v in sub.variables:
+            if not any(v is u for u in variables):
+                variables.append(v)
+        for v in sub.assigned_vars:
+            if not any(v is u for u in assigned):
+                assigned.append(v)
+    assigned_ids = {id(v) for v in assigned}
+    hold = variables + [v for v in assigned if not any(v is u for u in variables)]
+    values = None
+    if _ctx.tapes_active[0] and hold:
+        # the held values, read before the node (read nodes ahead of it when needed)
+        values = []
+        for v in hold:
+            t = tr.read(v, before.get(id(v), v._value))
+            if v.trainable:
+                _ctx.watch_variable_read(v, t)
+            values.append(t)
     outs = []
     aliases = []
     for t in result:
@@ -384,14 +414,10 @@ def _emit(tr, kind, inputs, run, eager, result, assigned_ids, variables, statefu
         outs.append(vid)
         aliases.append(a)
     g.nodes.append(Node(kind, ins, outs, fn=run, attrs={"_eager": eager, "_vargs": True},
-                                stateful=bool(assigned_ids) or stateful, label=kind))
+                        stateful=bool(assigned_ids) or stateful, label=kind))
     for key in assigned_ids:
         tr.var_vid.pop(key, None)          # the next read reads the Variable again
-    if not assigned_ids:
-        vargs = tr.vargs
-        seen = []
-        for v in variables:
-            if not any(v is u for u in seen):
-                seen.append(v)
-        record_node_gradient(lambda *ts: eager(vargs, *ts), inputs, aliases, seen)
+    vargs = tr.vargs
+    record_node_gradient(lambda *ts: eager(vargs, *ts), inputs, aliases, variables,
+                         assigned, values)
     return aliases

@@ -17,7 +17,8 @@ from .. import nest
 from ..runtime.config import cuda_graphs as _cuda_graphs
 from ..runtime.context import tapes_active as _tapes_active
 from ..runtime.context import tracing as _tracing
-from ..runtime.tensor import Tensor
+from ..ops.array_values import identity as _identity
+from ..runtime.tensor import Tensor, _wrap
 from ..runtime.variable import Variable
 from . import capture as _capture
 from .codegen import _compile
@@ -79,7 +80,13 @@ class Function:
     def _key(self, leaves):
         # the global random seed is part of the signature: random ops' keys are fixed at
         # trace time, so tf.random.set_seed(other) traces again (and stays reproducible)
-        return tuple(_leaf_key(x) for x in leaves) + (("seed", _rstate.global_seed),)
+        key = tuple(_leaf_key(x) for x in leaves) + (("seed", _rstate.global_seed),)
+        # one Variable passed for two parameters: its reads and assignments are one
+        # Variable's (a trace of its own; Tensors passed twice are told apart in _trace)
+        vs = [id(x) for x in leaves if isinstance(x, Variable)]
+        if len(vs) > 1 and len(set(vs)) < len(vs):
+            key += (("aliased", tuple(vs.index(v) for v in vs)),)
+        return key
 
     def _arg_names(self, paths):
         return [_pretty_path(p, self._sig) for p in paths]
@@ -94,11 +101,11 @@ class Function:
         key = self._key(leaves)
         cf = self._cache.get(key)
         if cf is not None:
-            return cf, None
+            return cf, _NOT_TRACED
         with self._lock:
             cf = self._cache.get(key)
             if cf is not None:
-                return cf, None
+                return cf, _NOT_TRACED
             cf, result = self._trace(args, kwargs, leaves, paths)
             self._cache[key] = cf
             self._keys.append((key, paths))
@@ -124,6 +131,7 @@ class Function:
 
     # tracing ------------------------------------------------------------------------------
     def _trace(self, args, kwargs, leaves, paths):
+        args, kwargs, leaves = _distinct_tensors(args, kwargs, leaves)
         g = Graph(self._name)
         parent = _current()
         tr = _Tracer(g, parent)
@@ -197,8 +205,10 @@ class Function:
         if not kwargs and all(type(a) is Tensor for a in args):
             self._fast[tuple([_rstate.global_seed] + [
                 (a._data.shape, a._data.dtype, a._device) for a in args])] = cf
-        if result is not None:
-            return result        # the trace ran the function: its result is this call's
+        if result is not _NOT_TRACED:
+            # the trace ran the function (its side effects included): its result is this
+            # call's, None too (running the graph as well would do everything twice)
+            return result
         return cf._call_leaves(leaves)
 
     @property
@@ -213,6 +223,45 @@ class Function:
 
     def __repr__(self):
         return f"<tf.function {self._name} ({len(self._cache)} traced signatures)>"
+
+
+def _distinct_tensors(args, kwargs, leaves):
+    """The arguments with every Tensor passed again (``f(x, x)``) replaced by a new
+    Tensor of the same value: each parameter becomes its own input of the graph, which
+    later calls (``f(a, b)``) fill with different values. Under a recording tape the
+    new one is an Identity (recorded, not traced: gradients reach the Tensor passed)."""
+    seen = set()
+    dup = False
+    for x in leaves:
+        if type(x) is Tensor:
+            if id(x) in seen:
+                dup = True
+                break
+            seen.add(id(x))
+    if not dup:
+        return args, kwargs, leaves
+    seen = set()
+    out = []
+    tr = _tl.tracer
+    for x in leaves:
+        if type(x) is Tensor:
+            if id(x) in seen:
+                if _tapes_active[0]:
+                    _tl.tracer = None
+                    try:
+                        x = _identity(x)
+                    finally:
+                        _tl.tracer = tr
+                else:
+                    x = _wrap(x._data, x._device)
+            seen.add(id(x))
+        out.append(x)
+    args, kwargs = nest.pack_sequence_as((args, kwargs), out)
+    return args, kwargs, out
+
+
+#: what Function._concrete returns as the result when it did not trace (a cached graph)
+_NOT_TRACED = object()
 
 
 def function(func=None, *, optimize=True, passes=None, name=None, input_signature=None,

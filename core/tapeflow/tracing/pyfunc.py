@@ -13,6 +13,7 @@ import numpy as np
 
 from ..autodiff.tape import GradientTape
 from ..ops import math as _m
+from ..ops.array_values import identity as _identity
 from ..runtime import context as _ctx
 from ..runtime import dtypes as _dt
 from ..runtime.dispatch import convert_to_tensor
@@ -20,6 +21,7 @@ from ..runtime.errors import InvalidArgumentError
 from ..runtime.registry import OpDef
 from ..runtime.tensor import Tensor, _wrap
 from ..runtime.variable import Variable
+from .concrete import reading
 from .graph import Node
 from .tracer import _current, _tl
 
@@ -97,8 +99,16 @@ def _py_call(func, inp, touts, single, label, kind_out=None):
     # traced: run it now (for the trace's values) and record a node that runs it again
     ts = [x if isinstance(x, Tensor) else convert_to_tensor(x) for x in inp]
     _tl.tracer = None
+    read_vars = ()
     try:
-        out = eager(*ts)
+        if _ctx.tapes_active[0]:
+            # the Variables func reads: its gradient for the tapes recording now covers
+            # them too (a gradient function that re-runs a branch reading a Variable)
+            with GradientTape() as probe:
+                out = eager(*ts)
+            read_vars = probe.watched_variables()
+        else:
+            out = eager(*ts)
     finally:
         _tl.tracer = tr
     ins = [tr.vid_of(t) for t in ts]
@@ -118,25 +128,30 @@ def _py_call(func, inp, touts, single, label, kind_out=None):
         return tuple(t._data for t in res)
     g.nodes.append(Node("py", ins, ovids, fn=run, attrs={"_eager": eager}, stateful=True,
                         label=label))
-    record_node_gradient(eager, ts, fresh)
+    record_node_gradient(eager, ts, fresh, read_vars)
     return fresh
 
 
 _NODE_OP = None
 
 
-def record_node_gradient(eager_fn, inputs, outputs, variables=()):
+def record_node_gradient(eager_fn, inputs, outputs, variables=(), held=(), values=None):
     """Make a traced ``py`` / ``cond`` / ``while`` node differentiable by the tapes
     recording while it is traced (a tape inside the traced function, or outside
     around its first call).
 
     ``eager_fn(*inputs)`` runs the node eagerly through the dispatcher and returns
     its outputs; ``outputs`` are the tensors the trace gave for them; ``variables``:
-    trainable Variables the node reads. The tape record's gradient function is a
-    :func:`py_function` that re-runs ``eager_fn`` under a GradientTape and returns
-    ``tape.gradient(outputs, inputs + variables, output_gradients=dys)``: inside a
-    trace it becomes a ``py`` node itself (so it runs at every call, with that
-    call's values), and it is recorded the same way, so gradients of any order work.
+    the Variables the node reads; ``held``: others it assigns; ``values``: the values
+    of ``variables + held`` when the node started (default: read now). The tape
+    record's gradient function is a :func:`py_function` that re-runs ``eager_fn``
+    under a GradientTape -- graph replays inside it (branches, loop bodies) reading
+    those values and assigning nothing (:func:`tapeflow.tracing.concrete.reading`),
+    so a gradient computed after the node, or after an assignment, sees what the node
+    saw -- and returns ``tape.gradient(outputs, inputs + trainable variables,
+    output_gradients=dys)``: inside a trace it becomes a ``py`` node itself (so it
+    runs at every call, with that call's values), and it is recorded the same way,
+    so gradients of any order work.
     """
     _tapes_active = _ctx.tapes_active
     record = _ctx.record
@@ -145,28 +160,57 @@ def record_node_gradient(eager_fn, inputs, outputs, variables=()):
     global _NODE_OP
     if _NODE_OP is None:
         _NODE_OP = OpDef("TracedNode", inputs=("*inputs",), dtype_rule="none")
-    variables = [v for v in variables if v.trainable and v.dtype.is_inexact]
-    var_values = [v.read_value() for v in variables]      # the tapes watch these reads
+    hold = []
+    for v in list(variables) + list(held):
+        if not any(v is u for u in hold):
+            hold.append(v)
+    if values is None:
+        values = [v.read_value() for v in hold]      # the tapes watch these reads
+    diffv = [j for j, v in enumerate(hold)
+             if v.trainable and v.dtype.is_inexact and any(v is u for u in variables)]
+    variables = [hold[j] for j in diffv]
+    var_values = [values[j] for j in diffv]
     inputs = list(inputs)
     diff = [i for i, t in enumerate(inputs) if t.dtype.is_inexact]
     if not diff and not variables:
         return
     n = len(inputs)
+    nh = len(hold)
+    diff_set = frozenset(diff)
     touts = [inputs[i].dtype for i in diff] + [v.dtype for v in variables]
 
     def grad_eager(*ts):
-        xs, dys = list(ts[:n]), list(ts[n:])
+        # the node's inputs, the held Variables' values when it ran (its gradient may
+        # run after an assignment), the output gradients
+        xs, vals, dys = list(ts[:n]), list(ts[n:n + nh]), list(ts[n + nh:])
+        if hold:
+            # replayed op by op, an input may be the very Tensor a Variable holds (a
+            # read node's value), and a value passed here too: each is read through an
+            # Identity (recorded by the tapes outside, so higher orders still see it),
+            # or a tape watching one tensor twice would count its gradient twice
+            cur = {id(v._value) for v in hold}
+            xs = [_identity(x) if i in diff_set and id(x) in cur else x
+                  for i, x in enumerate(xs)]
+            vals = [_identity(t) if j in diffv else t for j, t in enumerate(vals)]
+        dvals = [vals[j] for j in diffv]
         with GradientTape() as tape:
             for i in diff:
                 tape.watch(xs[i])
+            tape.watch(dvals)
             for v in variables:
                 tape.watch(v)
-            outs = eager_fn(*xs)
-        return tape.gradient(list(outs), [xs[i] for i in diff] + list(variables),
-                             output_gradients=dys, unconnected_gradients="zero")
+            # graph replays (branches, loop bodies) read ``vals`` and assign nothing;
+            # Python code (a py_function) reads the Variables: one of the two
+            # gradients of a Variable is zero
+            with reading(hold, vals):
+                outs = eager_fn(*xs)
+        gs = tape.gradient(list(outs), [xs[i] for i in diff] + dvals + list(variables),
+                           output_gradients=dys, unconnected_gradients="zero")
+        k, m = len(diff), len(variables)
+        return list(gs[:k]) + [a + b for a, b in zip(gs[k:k + m], gs[k + m:])]
 
     def backward(ctx, *dys):
-        gs = py_function(grad_eager, inputs + list(dys), touts)
+        gs = py_function(grad_eager, inputs + list(values) + list(dys), touts)
         res = [None] * n
         for k, i in enumerate(diff):
             res[i] = gs[k]

@@ -76,6 +76,7 @@ from .function_cache import RETRACE_WARN_AFTER, Function, defun, function
 from .graph import Graph, Node
 from .pyfunc import opaque_call, print_, py_function, record_node_gradient
 from .tracer import TracingError, _on_variable_created, _tl
+from ..runtime.tensor import _wrap
 
 __all__ = ["function", "defun", "Function", "ConcreteFunction", "Graph", "Node",
            "TracingError", "py_function", "opaque_call", "print_", "RETRACE_WARN_AFTER",
@@ -108,6 +109,9 @@ class _ContextTracer(_ctx.Tracer):
         tr = _tl.tracer
         if tr is not None:
             tr.assign(var, var._value, prev)
+        if _ctx.tapes_active[0]:
+            # a later read is a read of the Variable for a tape (Variable.assign)
+            var._value = _wrap(var._value._data, var._value._device)
 
     def trace_check(self, t, what):
         tr = _tl.tracer

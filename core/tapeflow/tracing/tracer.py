@@ -48,6 +48,7 @@ class _Tracer:
         self.dynamic: set = set()      # vids whose value depends on arguments/state
         self.var_vid: dict = {}        # id(Variable) -> vid of its current value
         self.vars: list = []           # Variables captured (kept alive)
+        self.read_vars: list = []      # every Variable read, arguments included (gradients)
         self.var_before: dict = {}     # id(Variable) -> its value before the first assign
         self.captures: list = []       # tensors of enclosing traces this one reads
         self.assigned: dict = {}       # id(Variable) -> Variable, those assigned
@@ -124,8 +125,10 @@ class _Tracer:
             vid = g.new_value(value._data.shape, value._data.dtype, value._device)
             g.nodes.append(Node("read", (), (vid,), var=ref))
             self.var_vid[id(var)] = vid
-            if not isinstance(ref, int):
+            if not isinstance(ref, int) and not any(v is var for v in self.vars):
                 self.vars.append(var)
+            if not any(v is var for v in self.read_vars):
+                self.read_vars.append(var)
         alias = _wrap(value._data, value._device)
         self.bind(alias, vid, True)
         return alias
@@ -138,7 +141,10 @@ class _Tracer:
         self.graph.nodes.append(Node("assign", (vid,), (), var=ref))
         if not isinstance(ref, int) and not any(v is var for v in self.vars):
             self.vars.append(var)
-        self.var_vid[id(var)] = vid
+        # the next read reads the Variable again (a read node): its value is the one
+        # assigned, but for a GradientTape it is a read of the Variable, as in eager
+        # code, not the computation that was assigned
+        self.var_vid.pop(id(var), None)
         self.dynamic.add(vid)
 
     def created(self, var):

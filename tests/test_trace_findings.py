@@ -1,0 +1,251 @@
+"""What the differential test of tracing found beyond the issue's reproducers (issue 43;
+``tests/test_trace_differential.py``): each a small program whose traced result or
+gradient differed from eager execution, fixed, and kept here as it was found.
+docs/tracing-invariants.md lists them with their causes."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import tapeflow as tf
+
+
+def _grads(fn, x, sources, *args):
+    with tf.GradientTape(persistent=True) as t:
+        t.watch(x)
+        out = fn(x, *args)
+        loss = tf.reduce_sum(out * out) if not isinstance(out, (list, tuple)) else sum(
+            tf.reduce_sum(o * o) for o in out if o is not None)
+    return [None if g is None else g.numpy() for g in t.gradient(loss, sources)]
+
+
+def _assert_same(got, want, rtol=1e-6):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None), (g, w)
+        if g is not None:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-9)
+
+
+def test_random_ops_draw_new_numbers_under_an_outer_tape():
+    # a graph with a random op is replayed op by op under a tape: it drew the trace's
+    # numbers at every call
+    @tf.function
+    def f(x):
+        return x * tf.random.uniform([3], seed=5)
+
+    x = tf.constant([1.0, 1.0, 1.0])
+    tf.random.set_seed(1)
+    want = [(x * tf.random.uniform([3], seed=5)).numpy() for _ in range(3)]
+    tf.random.set_seed(1)
+    got = []
+    for _ in range(3):
+        with tf.GradientTape() as t:
+            t.watch(x)
+            y = f(x)
+        got.append(y.numpy())
+        np.testing.assert_array_equal(t.gradient(y, x).numpy(), y.numpy())
+    np.testing.assert_array_equal(np.array(got), np.array(want))
+
+
+def test_a_function_returning_nothing_runs_its_side_effects_once():
+    v = tf.Variable(0.0)
+
+    @tf.function
+    def step(x):
+        v.assign_add(x)
+
+    step(tf.constant(1.0))
+    assert float(v.numpy()) == 1.0
+    step(tf.constant(2.0))
+    assert float(v.numpy()) == 3.0
+
+
+def test_the_same_tensor_for_two_parameters_then_two_tensors():
+    @tf.function
+    def f(a, b):
+        return a - 2.0 * b
+
+    x = tf.constant([1.0, 2.0])
+    np.testing.assert_array_equal(f(x, x).numpy(), [-1.0, -2.0])
+    np.testing.assert_array_equal(f(tf.constant([5.0, 5.0]), tf.constant([1.0, 0.0])).numpy(),
+                                  [3.0, 5.0])
+    # a tape around the first call sees both uses of x
+    with tf.GradientTape() as t:
+        t.watch(x)
+        y = tf.reduce_sum(tf.function(lambda a, b: a * b)(x, x))
+    np.testing.assert_array_equal(t.gradient(y, x).numpy(), [2.0, 4.0])
+
+
+def test_the_same_variable_for_two_parameters_then_two_variables():
+    @tf.function
+    def f(a, b):
+        a.assign_add(tf.ones([2]))
+        return b.read_value()
+
+    v, w = tf.Variable([1.0, 1.0]), tf.Variable([7.0, 7.0])
+    np.testing.assert_array_equal(f(v, v).numpy(), [2.0, 2.0])
+    np.testing.assert_array_equal(f(v, w).numpy(), [7.0, 7.0])
+    np.testing.assert_array_equal(v.numpy(), [3.0, 3.0])
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_a_read_after_an_assignment_is_a_read_of_the_variable(traced):
+    # as in TensorFlow: assignments are not differentiable; the read after one is a
+    # read of the Variable (its gradient the Variable's), not the computation assigned
+    v = tf.Variable([1.0, 2.0])
+    x = tf.constant([3.0, 4.0])
+
+    def body(x):
+        v.assign(x * 2.0)
+        y = v.read_value() * 3.0
+        v.assign_sub(tf.tanh(x))
+        return y, v.read_value()
+    fn = tf.function(body) if traced else body
+    for _ in range(3):
+        with tf.GradientTape(persistent=True) as t:
+            t.watch(x)
+            y, z = fn(x)
+        assert t.gradient(y, x) is None and t.gradient(z, x) is None
+        np.testing.assert_array_equal(t.gradient(y, v).numpy(), [3.0, 3.0])
+        np.testing.assert_array_equal(t.gradient(z, v).numpy(), [1.0, 1.0])
+
+
+@pytest.mark.parametrize("kind", ["cond", "while"])
+def test_control_flow_that_assigns_is_differentiable_at_every_call(kind):
+    v = tf.Variable([1.0, 2.0])
+
+    def body(x):
+        def assigning():
+            v.assign_add(x)
+            return x * x * 2.0
+        if kind == "cond":
+            return tf.cond(tf.reduce_sum(x) > 0, assigning, lambda: x * 3.0)
+        return tf.while_loop(lambda i, y: i < 2,
+                             lambda i, y: (i + 1, (v.assign_add(y), y * y)[1]),
+                             (tf.constant(0), x))[1]
+    x = tf.constant([0.5, 0.25])
+    want = _grads(body, x, [x])
+    f = tf.function(body)
+    for _ in range(3):
+        _assert_same(_grads(f, x, [x]), want)
+
+
+def test_control_flow_reading_a_variable_argument_gives_its_gradient():
+    rng = np.random.default_rng(0)
+
+    def body(x, v):
+        return tf.while_loop(lambda i, y: i < 2, lambda i, y: (i + 1, y * v),
+                             (tf.constant(0), x))[1]
+    v = tf.Variable(rng.standard_normal((2, 2)))
+    x = tf.constant(rng.standard_normal((2, 2)))
+    want = _grads(body, x, [x, v], v)
+    f = tf.function(body)
+    for _ in range(3):
+        _assert_same(_grads(f, x, [x, v], v), want)
+
+
+def test_a_gradient_after_an_assignment_sees_the_values_the_node_saw():
+    # the gradient of a while loop reading v, taken inside the function after v was
+    # assigned: it re-ran the loop with v's new value
+    rng = np.random.default_rng(1)
+    v = tf.Variable(rng.standard_normal((2, 2)))
+
+    def body(x):
+        with tf.GradientTape() as t:
+            t.watch(x)
+            y = tf.while_loop(lambda i, y: i < 2, lambda i, y: (i + 1, tf.tanh(y * v)),
+                              (tf.constant(0), x))[1]
+            loss = tf.reduce_sum(y)
+        v.assign_sub(tf.ones([2, 2], dtype=tf.float64))
+        return t.gradient(loss, [x, v])
+    x = tf.constant(rng.standard_normal((2, 2)))
+    v0 = v.numpy()
+    want = [g.numpy() for g in body(x)]
+    f = tf.function(body)
+    for _ in range(3):
+        v.assign(v0)
+        _assert_same([g.numpy() for g in f(x)], want)
+
+
+def test_a_read_after_an_assignment_inside_a_branch_is_not_the_assigned_computation():
+    v = tf.Variable(np.ones((2, 2)))
+
+    def body(x):
+        def branch():
+            v.assign_sub(tf.tanh(x) * 0.25)
+            return v.read_value() * 2.0
+        return tf.cond(tf.reduce_sum(x) > -100, branch, lambda: x)
+    x = tf.constant(np.full((2, 2), 0.5))
+    f = tf.function(body)
+    for fn in (body, f, f):
+        v.assign(np.ones((2, 2)))
+        with tf.GradientTape() as t:
+            t.watch(x)
+            y = fn(x)
+        g = t.gradient(y, x)
+        assert g is None or not np.any(g.numpy()), g
+
+
+def _second_order(fn, v, x, w):
+    with tf.GradientTape() as t:
+        out, g = fn(x)
+        loss = tf.reduce_sum(out * w[0]) + tf.reduce_sum(g * w[1])
+    return t.gradient(loss, v).numpy()
+
+
+def test_second_order_through_a_branch_that_reads_a_variable():
+    rng = np.random.default_rng(2)
+    w = [rng.standard_normal((3, 3)) for _ in range(2)]
+    v0 = rng.standard_normal((3, 3))
+
+    def make(v):
+        def body(x):
+            with tf.GradientTape() as t:
+                r = v.read_value()
+                c = tf.cond(tf.reduce_sum(x) > -100, lambda: tf.transpose(v) * v,
+                            lambda: r * x)
+                loss = tf.reduce_sum(tf.tanh(c))
+            return c, t.gradient(loss, v)
+        return body
+    x = tf.constant(np.ones((3, 3)))
+    v = tf.Variable(v0)
+    want = _second_order(make(v), v, x, w)
+    v = tf.Variable(v0)
+    f = tf.function(make(v))
+    for _ in range(2):
+        np.testing.assert_allclose(_second_order(f, v, x, w), want, rtol=1e-9)
+
+
+def test_a_tape_in_another_thread_does_not_change_a_gradient_through_a_branch():
+    # another thread's tape sends this thread's calls down the op-by-op replay, where
+    # the branch's input was the Variable's own value tensor: counted twice
+    rng = np.random.default_rng(3)
+    v = tf.Variable(rng.standard_normal((4, 4)))
+
+    @tf.function
+    def f(x):
+        with tf.GradientTape() as t:
+            t.watch(x)
+            r = v.read_value()
+            c = tf.cond(tf.reduce_sum(tf.nn.softplus(r)) > 0, lambda: tf.transpose(r),
+                        lambda: tf.matmul(v, x))
+            loss = tf.reduce_sum(tf.tanh(c))
+        return t.gradient(loss, v)
+    xs = [tf.constant(rng.standard_normal((4, 4))) for _ in range(3)]
+    want = [f(x).numpy() for x in xs]
+    bad = []
+
+    def worker():
+        for _ in range(100):
+            for x, w in zip(xs, want):
+                if not np.allclose(f(x).numpy(), w):
+                    bad.append(1)
+    ts = [threading.Thread(target=worker) for _ in range(3)]
+    for t in ts:
+        t.start()
+    with tf.GradientTape():            # and this thread records too
+        for t in ts:
+            t.join()
+    assert not bad
