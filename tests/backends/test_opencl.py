@@ -754,3 +754,18 @@ def test_leaky_relu_grad_takes_the_features_shape_as_on_the_cpu():
                 execute(OPS["LeakyReluGrad"], (dy, x), {"alpha": 0.2})
             got = execute(OPS["LeakyReluGrad"], (x, dy), {"alpha": 0.2}).numpy()
             np.testing.assert_allclose(got, np.broadcast_to([-1.0, 0.5, 2.0], (2, 2, 3)))
+
+
+@needs_device
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_searchsorted_orders_nan_last_as_numpy(side):
+    # the bad-input fuzzer found SearchSorted(a, nan) 0 on OpenCL and len(a) on the CPU
+    a = np.array([1.0, 2.0, np.inf, np.nan], np.float32)
+    v = np.array([np.nan, 0.5, 2.0, np.inf, -np.inf], np.float32)
+    with tf.device("opencl:0"):
+        got = tf.searchsorted(tf.constant(a), tf.constant(v), side=side).numpy()
+    np.testing.assert_array_equal(got, np.searchsorted(a, v, side=side))
+    with tf.device("opencl:0"):
+        ints = tf.searchsorted(tf.constant([1, 3, 3, 7]), tf.constant([3, 0, 9]), side=side)
+    np.testing.assert_array_equal(ints.numpy(), np.searchsorted([1, 3, 3, 7], [3, 0, 9],
+                                                                  side=side))

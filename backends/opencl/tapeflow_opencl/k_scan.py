@@ -79,7 +79,9 @@ __kernel void argsort(__global long *out, __global long *tmp, __global const {T}
 }}
 """
 
+# LT: NumPy's order, NaN after everything (a sorted float array ends with its NaNs)
 _SEARCH = """
+{LT}
 __kernel void search(__global long *out, __global const {T} *a, __global const {T} *v,
                      const long n, const int right) {{
     const long g = get_global_id(0);
@@ -87,7 +89,7 @@ __kernel void search(__global long *out, __global const {T} *a, __global const {
     long lo = 0, hi = n;
     while (lo < hi) {{
         const long mid = (lo + hi) / 2;
-        const int go = right ? !(x < a[mid]) : (a[mid] < x);
+        const int go = right ? !LT(x, a[mid]) : LT(a[mid], x);
         if (go) lo = mid + 1; else hi = mid;
     }}
     out[g] = lo;
@@ -229,7 +231,9 @@ class ScanKernels:
         if out.size == 0:
             return out
         t = rt.CTYPES[np.dtype(a.dtype)]
-        kern = rt.kernel(dev, _SEARCH.format(T=t), "search",
+        lt = ("#define LT(p, q) ((p) < (q) || (!isnan(p) && isnan(q)))"
+              if np.dtype(a.dtype).kind == "f" else "#define LT(p, q) ((p) < (q))")
+        kern = rt.kernel(dev, _SEARCH.format(T=t, LT=lt), "search",
                          [None, None, None, np.int64, np.int32])
         rt.launch(dev, kern, (int(v.size),), None, out.data, _input(a).data, _input(v).data,
                   int(a.shape[0]), int(side == "right"))

@@ -108,8 +108,12 @@ _SKIP_FUNCTIONS = {"device", "function", "defun", "py_function", "print", "while
                    "implicit_value_and_gradients", "set_seed", "get_seed", "no_op",
                    "executing_eagerly", "list_devices", "num_gpus", "as_dtype",
                    "set_default_device", "get_default_device", "enable_eager_execution",
-                   "identity_n", "convert_to_tensor", "constant", "Variable",
+                   "identity_n", "convert_to_tensor", "Variable",
                    "set_random_seed"}
+
+
+#: public functions of the runtime that take user values like an op does
+_RUNTIME_FUNCTIONS = {"constant"}
 
 
 class _Poison:
@@ -279,8 +283,9 @@ def targets():
             fn = getattr(ns, name, None)
             if (name.startswith("_") or name in _SKIP_FUNCTIONS or not inspect.isfunction(fn)
                     or not (fn.__module__ or "").startswith("tapeflow.")
-                    or fn.__module__.startswith(("tapeflow.runtime.", "tapeflow.autodiff.",
-                                                 "tapeflow.tracing.", "tapeflow.ops._library"))
+                    or (fn.__module__.startswith(("tapeflow.runtime.", "tapeflow.autodiff.",
+                                                  "tapeflow.tracing.", "tapeflow.ops._library"))
+                        and name not in _RUNTIME_FUNCTIONS)
                     or id(fn) in seen):
                 continue
             seen.add(id(fn))
