@@ -249,3 +249,27 @@ def test_a_tape_in_another_thread_does_not_change_a_gradient_through_a_branch():
         for t in ts:
             t.join()
     assert not bad
+
+
+def test_a_branch_capturing_one_value_twice_after_simplify():
+    # `simplify` drops the Identity: the cond node reads one value for two captures, and
+    # its gradient's re-run (op by op, under the outer tape) watched that tensor twice
+    def body(x):
+        with tf.GradientTape() as t:
+            t.watch(x)
+            a = tf.square(x)
+            b = tf.identity(a)
+            y = tf.cond(tf.reduce_sum(x) > -100, lambda: a * tf.sigmoid(b), lambda: a)
+            loss = tf.reduce_sum(y)
+        return y, t.gradient(loss, x)
+    x = tf.constant([0.5, -1.5])
+    want = _grads(body, x, [x])
+    with tf.GradientTape() as t:
+        t.watch(x)
+        want_inner = body(x)[1].numpy()
+    f = tf.function(body)
+    for _ in range(3):
+        _assert_same(_grads(f, x, [x]), want)
+        with tf.GradientTape() as t:
+            t.watch(x)
+            np.testing.assert_allclose(f(x)[1].numpy(), want_inner, rtol=1e-6)

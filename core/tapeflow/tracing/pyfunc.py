@@ -176,22 +176,24 @@ def record_node_gradient(eager_fn, inputs, outputs, variables=(), held=(), value
         return
     n = len(inputs)
     nh = len(hold)
-    diff_set = frozenset(diff)
     touts = [inputs[i].dtype for i in diff] + [v.dtype for v in variables]
 
     def grad_eager(*ts):
         # the node's inputs, the held Variables' values when it ran (its gradient may
         # run after an assignment), the output gradients
         xs, vals, dys = list(ts[:n]), list(ts[n:n + nh]), list(ts[n + nh:])
-        if hold:
-            # replayed op by op, an input may be the very Tensor a Variable holds (a
-            # read node's value), and a value passed here too: each is read through an
-            # Identity (recorded by the tapes outside, so higher orders still see it),
-            # or a tape watching one tensor twice would count its gradient twice
-            cur = {id(v._value) for v in hold}
-            xs = [_identity(x) if i in diff_set and id(x) in cur else x
-                  for i, x in enumerate(xs)]
-            vals = [_identity(t) if j in diffv else t for j, t in enumerate(vals)]
+        # One tensor may come in twice: as two inputs (a value a branch captures twice),
+        # or, replayed op by op, as an input and the very Tensor a Variable holds (a
+        # read node's value), also passed here as a held value. A tape watching one
+        # tensor twice would give each the gradient of both: all but its first use are
+        # read through an Identity (recorded by the tapes outside: higher orders still
+        # see the tensor).
+        seen = {id(v._value) for v in hold}
+        for i in diff:
+            if id(xs[i]) in seen:
+                xs[i] = _identity(xs[i])
+            seen.add(id(xs[i]))
+        vals = [_identity(t) if j in diffv else t for j, t in enumerate(vals)]
         dvals = [vals[j] for j in diffv]
         with GradientTape() as tape:
             for i in diff:
