@@ -258,13 +258,18 @@ def test_traced_training_step_equals_eager():
     assert ops.count("ApplyAdam") == 2
 
 
-def test_two_threads_lose_no_update():
-    """Two threads, each its own optimizer, update the same Variables: every step lands."""
-    ws = [tf.Variable(np.zeros((64,), np.float32)), tf.Variable(np.zeros((3, 3), np.float32))]
+@pytest.mark.parametrize("fused", [True, False])
+def test_two_threads_lose_no_update(fused):
+    """Two threads, each its own optimizer, update the same Variables: every step lands
+    (op by op: the update is computed first, then written with assign_sub, under the
+    Variable's lock)."""
+    ws = [tf.Variable(np.zeros((64,), np.float32)), tf.Variable(np.zeros((3, 3), np.float32)),
+          tf.Variable(np.zeros((), np.float32))]
     n = 200
 
     def work():
         opt = O.GradientDescentOptimizer(1.0)
+        opt.fused = fused
         gs = [tf.ones(w.shape) for w in ws]
         for _ in range(n):
             opt.apply_gradients(list(zip(gs, ws)))

@@ -24,7 +24,6 @@ Everything is placed on ``cpu:0`` (bitwise equality is the CPU kernels' promise)
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
@@ -530,27 +529,6 @@ def test_loss_scale_optimizer_refuses_bad_input_even_when_a_gradient_is_not_fini
     inner.learning_rate = 0.1
     opt.apply_gradients([([np.inf, 1.0], w), (np.float32(1.0), s)])   # host values: skipped
     assert float(opt.loss_scale) == 4.0
-
-
-def test_op_by_op_updates_from_two_threads_lose_nothing():
-    """The op-by-op update computes first and writes each variable with assign_sub (its
-    lock): two optimizers updating the same Variables lose no step."""
-    ws = [tf.Variable(np.zeros((64,), np.float32)), tf.Variable(np.zeros((), np.float32))]
-    n = 150
-
-    def work():
-        opt = O.GradientDescentOptimizer(1.0)
-        opt.fused = False
-        gs = [tf.ones(w.shape) for w in ws]
-        for _ in range(n):
-            opt.apply_gradients(list(zip(gs, ws)))
-    threads = [threading.Thread(target=work) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for w in ws:
-        np.testing.assert_array_equal(w.numpy(), np.full(w.shape, -2.0 * n))
 
 
 def test_a_nan_learning_rate_is_applied_as_tensorflow_does():
