@@ -3,7 +3,9 @@
 gradient differed from eager execution, fixed, and kept here as it was found.
 docs/tracing-invariants.md lists them with their causes."""
 
+import gc
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -273,3 +275,103 @@ def test_a_branch_capturing_one_value_twice_after_simplify():
         with tf.GradientTape() as t:
             t.watch(x)
             np.testing.assert_allclose(f(x)[1].numpy(), want_inner, rtol=1e-6)
+
+
+# --- found by an independent probe of the same kind (issue 43) ----------------------------
+
+def test_assigning_a_variable_from_a_variable_reads_it_at_every_call():
+    src, dst = tf.Variable([1.0, 2.0]), tf.Variable([0.0, 0.0])
+
+    @tf.function
+    def step():
+        dst.assign(src)
+        src.assign_add([10.0, 10.0])
+    for _ in range(3):
+        step()
+    np.testing.assert_array_equal(dst.numpy(), [21.0, 22.0])
+
+
+@pytest.mark.parametrize("use", [
+    lambda x, i: x[i],
+    lambda x, i: tf.zeros(i),
+    lambda x, i: x * float(i),
+    lambda x, i: x[: int(i)],
+])
+def test_a_variable_whose_value_python_needs_is_refused_while_tracing(use):
+    # as a tensor's value is: it would be frozen into the graph
+    i = tf.Variable(1)
+
+    @tf.function
+    def f(x):
+        return use(x, i)
+    with pytest.raises(tf.tracing.TracingError, match="needs the value"):
+        f(tf.constant([10.0, 20.0, 30.0]))
+    use(tf.constant([10.0, 20.0]), i)           # (eagerly it works)
+
+
+@pytest.mark.parametrize("make", [lambda x: tf.unstack(x * 2.0)[0],
+                                  lambda x: tf.split(x * 2.0, 1)[0],
+                                  lambda x: tf.stack([x * 2.0])[0]])
+def test_an_op_of_several_outputs_with_one_this_time(make):
+    f = tf.function(make)
+    x = tf.constant([[1.0, 2.0, 3.0]])
+    want = make(x).numpy()
+    for _ in range(3):
+        with tf.GradientTape() as t:
+            t.watch(x)
+            y = f(x)
+        np.testing.assert_array_equal(y.numpy(), want)
+        np.testing.assert_array_equal(t.gradient(y, x).numpy(), np.full(x.shape, 2.0))
+
+
+@pytest.mark.parametrize("use_pfor", [True, False])
+def test_a_jacobian_is_differentiable_eagerly_and_traced(use_pfor):
+    def f(x):
+        with tf.GradientTape() as t:
+            t.watch(x)
+            z = tf.sin(x) * x
+        return t.jacobian(z, x, experimental_use_pfor=use_pfor)
+    x = tf.constant([0.5, 1.0, 2.0])
+    want = 2.0 * np.cos(x.numpy()) - x.numpy() * np.sin(x.numpy())
+    for fn in (f, tf.function(f)):
+        with tf.GradientTape() as outer:
+            outer.watch(x)
+            j = fn(x)
+        np.testing.assert_allclose(outer.gradient(j, x).numpy(), want, rtol=1e-5)
+
+
+def test_an_unhashable_argument_never_replays_another_objects_trace():
+    class Cfg:
+        __hash__ = None
+
+        def __init__(self, s):
+            self.scale = s
+
+    @tf.function
+    def g(x, cfg):
+        return x * cfg.scale
+    x = tf.constant([1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for s in range(2, 30):
+            c = Cfg(float(s))
+            assert float(g(x, c)[0]) == s
+            del c
+            gc.collect()
+
+
+def test_negative_zero_and_zero_are_two_signatures():
+    f = tf.function(lambda x, s: x / s)
+    x = tf.constant([1.0])
+    with np.errstate(divide="ignore"):
+        assert float(f(x, 0.0)[0]) == np.inf
+        assert float(f(x, -0.0)[0]) == -np.inf
+
+
+def test_a_returned_numpy_array_is_the_callers_own():
+    f = tf.function(lambda x: (x * 2.0, np.zeros(3, np.float32)))
+    x = tf.constant([1.0])
+    for _ in range(3):
+        _, a = f(x)
+        np.testing.assert_array_equal(a, [0.0, 0.0, 0.0])
+        a[0] = 99.0

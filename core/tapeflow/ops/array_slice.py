@@ -291,7 +291,7 @@ def _index_spec(x, key):
             o += m
         else:
             if isinstance(k, Variable):
-                k = k._current()
+                k = k._host()
             if isinstance(k, Tensor):
                 kd = k.dtype
                 if not kd.is_integer:
@@ -430,7 +430,7 @@ def _scalar_index(k):
     if type(k) is int or type(k) is _slice or k is None or k is Ellipsis:
         return k
     if isinstance(k, Variable):
-        k = k._current()
+        k = k._host()
     if isinstance(k, Tensor):
         if k.ndim == 0 and k.dtype.is_integer:
             return int(k)

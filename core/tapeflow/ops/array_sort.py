@@ -52,7 +52,8 @@ def _check_searchsorted(op, tensors, attrs, device):
     if len(a._data.shape) != 1:
         raise InvalidArgumentError(f"sorted_sequence must be 1-D, got shape "
                                    f"{list(a._data.shape)}", op=op.name, device=device)
-    if attrs.get("side") not in ("left", "right"):
+    side = attrs.get("side")
+    if not isinstance(side, str) or side not in ("left", "right"):
         raise InvalidArgumentError(f"side must be 'left' or 'right', got {attrs.get('side')!r}",
                                    op=op.name, device=device)
     if a.dtype is not v.dtype:
@@ -184,7 +185,7 @@ def searchsorted(sorted_sequence, values, side="left", out_type=None, name=None)
     if len(a.shape) != 1:
         raise InvalidArgumentError(f"searchsorted: sorted_sequence must be 1-D, got shape "
                                    f"{list(a.shape)}", op="SearchSorted")
-    if side not in ("left", "right"):
+    if not isinstance(side, str) or side not in ("left", "right"):
         raise InvalidArgumentError(f"searchsorted: side must be 'left' or 'right', got {side!r}",
                                    op="SearchSorted")
     if v.dtype is not a.dtype:

@@ -109,8 +109,7 @@ class Variable(VariableBase):
     def shape(self):
         return self._value.shape
 
-    def get_shape(self):
-        return self._value.shape
+    get_shape = shape.fget
 
     @property
     def ndim(self):
@@ -162,23 +161,29 @@ class Variable(VariableBase):
         lock.release()
         return v
 
+    def _host(self) -> Tensor:
+        """The value for a host conversion (``numpy()``, ``int()``, an index, a shape):
+        while tf.function traces, a read, which the tracer refuses as it refuses a
+        tensor's (the value would be frozen into the graph)."""
+        return self.read_value() if _tracing[0] else self._current()
+
     def numpy(self):
-        return self._current().numpy()
+        return self._host().numpy()
 
     def __array__(self, dtype=None, copy=None):
-        return self._current().__array__(dtype, copy)
+        return self._host().__array__(dtype, copy)
 
     def __bool__(self):
-        return bool(self._current())
+        return bool(self._host())
 
     def __int__(self):
-        return int(self._current())
+        return int(self._host())
 
     def __float__(self):
-        return float(self._current())
+        return float(self._host())
 
     def __index__(self):
-        return self._current().__index__()
+        return self._host().__index__()
 
     def __len__(self):
         return len(self._value)
@@ -204,7 +209,7 @@ class Variable(VariableBase):
         cur = self._value
         dt = cur.dtype
         if isinstance(value, Variable):
-            value = value._current()
+            value = value.read_value()       # (traced, watched: a read, as TensorFlow's)
         refusal = _coercion_refusal(value, dt)
         if refusal is not None:
             src, advice = refusal
@@ -249,8 +254,7 @@ class Variable(VariableBase):
         # Variable, not the computation assigned (assignments are not differentiable;
         # TensorFlow's reads are reads of the variable's handle). While tracing, the
         # tracer's hook does the same once it has seen the value assigned.
-        self._value = (new if _tracing[0] or not _tapes_active[0]
-                       else _wrap(new._data, new._device))
+        self._value = new if _tracing[0] or not _tapes_active[0] else _wrap(new._data, new._device)
         lock.release()
         if _tracing[0]:
             _HOOKS.tracer.trace_assign(self, prev)

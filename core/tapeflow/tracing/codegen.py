@@ -50,6 +50,8 @@ def _emit_op(n, i, ins, outs, graph, ns):
         # ("_"-keys are the passes' bookkeeping, not kernel attributes)
         ns[f"A{i}"] = {k: v for k, v in n.attrs.items() if not k.startswith("_")}
         args.append(f"**A{i}")
+    if len(n.outputs) == 1 and n.kind == "op" and n.op is not None and n.op.num_outputs != 1:
+        outs += ","              # an op of a variable number of outputs, one this time
     return f"    {outs} = K{i}({', '.join(args)})"
 
 

@@ -480,6 +480,12 @@ def _pack_outputs(graph, outs):
     py = graph.py_outputs
     if graph.structure is None:            # (one leaf)
         kind, v = py[0]
-        return outs[v] if kind == "t" else v
+        return outs[v] if kind == "t" else _fresh(v)
     return nest.pack_sequence_as(graph.structure,
-                                 [outs[v] if kind == "t" else v for kind, v in py])
+                                 [outs[v] if kind == "t" else _fresh(v) for kind, v in py])
+
+
+def _fresh(v):
+    """A Python value the trace returned, for one call: a NumPy array is copied (the
+    caller may write into it; the next call's must not change)."""
+    return v.copy() if isinstance(v, np.ndarray) else v

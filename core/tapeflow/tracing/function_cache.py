@@ -22,7 +22,7 @@ from ..runtime.tensor import Tensor, _wrap
 from ..runtime.variable import Variable
 from . import capture as _capture
 from .codegen import _compile
-from .concrete import ConcreteFunction
+from .concrete import ConcreteFunction, _fresh
 from .graph import Graph
 from .signature import _arrays_to_tensors, _flatten_args, _leaf_key, _pretty_path, _skeleton
 from .tracer import _current, _tl, _Tracer
@@ -175,7 +175,7 @@ class Function:
                 g.py_outputs.append(("t", len(g.outputs)))
                 g.outputs.append(vid)
             else:
-                g.py_outputs.append(("py", x))
+                g.py_outputs.append(("py", _fresh(x)))      # (the caller has x)
         g.captured_variables = list(tr.vars)
         cf = ConcreteFunction(g, self.optimize, self.passes, trace=function)
         cf._set_writes(tr)

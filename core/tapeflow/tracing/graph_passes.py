@@ -227,7 +227,7 @@ def _evaluate(n, args):
         res = n.fn(*args, **kw)
     except Exception:            # leave it to the replay (which reports it properly)
         return None
-    vals = tuple(res) if len(n.outputs) > 1 else (res,)
+    vals = tuple(res) if len(n.outputs) > 1 or n.op.num_outputs != 1 else (res,)
     if len(vals) != len(n.outputs):
         return None
     if any(int(getattr(v, "nbytes", 0)) > FOLD_LIMIT_BYTES for v in vals):

@@ -56,11 +56,30 @@ def _leaf_key(x):
         return ("T", tuple(x._data.shape), x._data.dtype, x._device)
     if type(x) is slice:        # (unhashable before Python 3.12)
         return ("S", x.start, x.stop, x.step)
+    if type(x) is float:        # -0.0 == 0.0, and nan != nan: by their text
+        return ("F", repr(x))
     try:
         hash(x)
     except TypeError:
-        return ("id", id(x))
+        # by identity, holding the object: while the trace is cached its id is not
+        # reused by another object (which would replay this one's trace)
+        return ("id", _ById(x))
     return ("P", type(x), x)
+
+
+class _ById:
+    """An unhashable argument in a cache key: equal to itself only."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __eq__(self, other):
+        return type(other) is _ById and other.obj is self.obj
 
 
 def _pretty_path(path, sig):

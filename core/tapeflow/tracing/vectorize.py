@@ -363,6 +363,17 @@ def _loop(f, xs, n):
 
 
 def _jacobian_rows(f, seeds, first):
+    if _ctx.active_tapes() and _current() is None:
+        # A tape of this thread records (the Jacobian is differentiated again): the
+        # traced per-row function would capture the forward values as constants, so
+        # the rows are computed one by one, eagerly, where the tape sees them
+        cols = list(zip(*[f(seeds[i]) for i in range(int(seeds.shape[0]))]))
+        out = []
+        for col in cols:
+            ref = next((g for g in col if g is not None), None)
+            out.append(None if ref is None else _array.stack(
+                [_array.zeros_like(ref) if g is None else g for g in col]))
+        return tuple(out)
     outs, _ = vectorize(f, [seeds], fallback=True, warn=True, examples=[first])
     return outs
 
