@@ -77,9 +77,9 @@ class _Gen:
         stmts = []
         pool = list(pool)
         kinds = ["un", "un", "bin", "bin", "bin", "cbin", "mm", "mm", "red", "view", "view",
-                 "softmax", "conv", "xent", "read", "gather"]
+                 "softmax", "conv", "xent", "read", "gather", "pieces"]
         if allow_assign and prog.var_init:
-            kinds += ["assign", "assign"]
+            kinds += ["assign", "assign", "vassign"]
         if self.depth < 2:
             kinds += ["cond", "while"]
             if allow_calls:
@@ -171,6 +171,16 @@ class _Gen:
                 return None
             prog.consts.append(rng.integers(0, n, size=n).astype(np.int32))
             return ("xent", a, len(prog.consts) - 1), "c"
+        if kind == "pieces":           # ops of a variable number of outputs (one, or n)
+            a = self.pick("m", pool)
+            if a is None:
+                return None
+            how = str(rng.choice(("split1", "split", "unstack")))
+            return ("pieces", how, a), "m"
+        if kind == "vassign":          # a Variable assigned from a Variable (maybe itself)
+            k = len(prog.var_init)
+            prog.assigns = True
+            return ("vassign", int(rng.integers(k)), int(rng.integers(k))), None
         if kind == "read":
             if not prog.var_init:
                 return None
@@ -468,6 +478,16 @@ def _run(env, stmts, pool):
                 var.assign_add(x * 0.5)
             else:
                 var.assign_sub(x * 0.25)
+        elif k == "pieces":
+            x = pool[st[2]]
+            if st[1] == "split1":
+                pool.append(tf.split(x, 1, axis=1)[0] * 1.5)
+            elif st[1] == "split":
+                pool.append(tf.concat(tf.split(x, n, axis=1)[::-1], axis=1))
+            else:
+                pool.append(tf.stack(tf.unstack(x)[::-1]))
+        elif k == "vassign":
+            V[st[1]].assign(V[st[2]])
         elif k == "gather":
             pool.append(tf.gather(pool[st[1]], env.index))
         elif k == "rand":
