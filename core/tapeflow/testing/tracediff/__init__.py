@@ -13,7 +13,9 @@ nothing it returned may change afterwards.
 matrices, columns and scalars -- elementwise chains with broadcasting, ``MatMul``, a
 ``Conv2D`` with bias and activation, reductions, softmax and sparse cross-entropy,
 views and reshapes (transpose, reversed columns, reshape round trips, slices joined
-again), reads and assignments of Variables (captured, or passed as arguments),
+again), ops of a variable number of outputs (``split``, ``unstack``), reads and
+assignments of Variables (captured, or passed as arguments; from values and from
+other Variables),
 random ops with op seeds, a ``Gather`` whose index argument goes out of range at
 some call (an error both sides must raise), nested ``tf.function`` s, ``tf.cond``
 and ``tf.while_loop`` with bodies of their own -- and the way to run it (also drawn
