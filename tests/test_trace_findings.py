@@ -375,3 +375,109 @@ def test_a_returned_numpy_array_is_the_callers_own():
         _, a = f(x)
         np.testing.assert_array_equal(a, [0.0, 0.0, 0.0])
         a[0] = 99.0
+
+
+# --- found by a second independent probe (issue 43) ----------------------------------------
+
+def test_an_output_the_target_does_not_reach_adds_nothing_to_the_gradient():
+    # the traced backward was given zeros for the other output: 0 * inf = nan
+    def f(x):
+        return x * 2.0, tf.sqrt(x)
+    x = tf.constant([0.0, 1.0])
+    for fn in (f, tf.function(f), tf.function(f)):
+        with tf.GradientTape() as t:
+            t.watch(x)
+            y, _ = fn(x)
+        np.testing.assert_array_equal(t.gradient(y, x).numpy(), [2.0, 2.0])
+
+
+def test_a_variable_keeps_its_device_when_updated_under_another_device_scope():
+    if not any(str(d) == "opencl:0" for d in tf.config.list_devices()):
+        pytest.skip("no opencl:0 device")
+    for traced in (False, True):
+        v = tf.Variable([0.0, 0.0])
+
+        def f():
+            with tf.device("opencl:0"):
+                v.assign_add(tf.constant([1.0, 1.0]))
+                v.assign(v + 1.0)
+            return v.read_value()
+        fn = tf.function(f) if traced else f
+        got = [fn().numpy().tolist() for _ in range(3)]
+        assert got == [[2.0, 2.0], [4.0, 4.0], [6.0, 6.0]], (traced, got)
+        assert v.device == "cpu:0"
+
+
+@pytest.mark.parametrize("watch_accessed", [True, False])
+def test_an_explicitly_watched_variable_is_watched_when_traced(watch_accessed):
+    u = tf.Variable([3.0, 4.0], trainable=watch_accessed)
+
+    def f(x):
+        with tf.GradientTape(watch_accessed_variables=watch_accessed) as t:
+            t.watch(u)
+            y = tf.reduce_sum(u * x)
+        return t.gradient(y, u)
+    x = tf.constant([0.3, 1.4])
+    for fn in (f, tf.function(f), tf.function(f)):
+        np.testing.assert_allclose(fn(x).numpy(), [0.3, 1.4], rtol=1e-6)
+
+
+def test_a_trainable_and_a_non_trainable_variable_argument_trace_apart():
+    def f(v):
+        with tf.GradientTape() as t:
+            y = tf.reduce_sum(v * v)
+        return t.gradient(y, v)
+    g = tf.function(f)
+    a, b = tf.Variable([1.0, 2.0]), tf.Variable([1.0, 2.0], trainable=False)
+    np.testing.assert_array_equal(g(a).numpy(), [2.0, 4.0])
+    assert g(b) is None and f(b) is None
+
+
+def test_a_checkpoint_restored_into_an_optimizer_then_traced_training(tmp_path):
+    w0 = tf.Variable([[0.1], [0.2]])
+    o0 = tf.keras.optimizers.Adam(0.05)
+    o0.apply_gradients([(tf.constant([[1.0], [1.0]]), w0)])
+    path = tf.train.Checkpoint(w=w0, optimizer=o0).save(str(tmp_path / "ck"))
+    x, y = tf.constant([[1.0, 2.0]]), tf.constant([[1.0]])
+    results = []
+    for traced in (False, True):
+        w = tf.Variable([[0.0], [0.0]])
+        opt = tf.keras.optimizers.Adam(0.05)
+        tf.train.Checkpoint(w=w, optimizer=opt).restore(path)   # deferred: no slots yet
+
+        def step(x, y):
+            with tf.GradientTape() as t:
+                loss = tf.reduce_sum(tf.square(tf.matmul(x, w) - y))
+            opt.apply_gradients([(t.gradient(loss, w), w)])
+            return loss
+        fn = tf.function(step) if traced else step
+        for _ in range(3):
+            fn(x, y)
+        results.append((int(opt.iterations.numpy()), w.numpy()))
+    assert results[0][0] == results[1][0] == 4
+    np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-6)
+
+
+def test_init_scope_runs_once_while_tracing():
+    v = tf.Variable(0.0)
+
+    @tf.function
+    def f(x):
+        with tf.init_scope():
+            v.assign_add(1.0)
+        return x + v
+    assert [float(f(tf.constant(1.0))) for _ in range(3)] == [2.0, 2.0, 2.0]
+    assert float(v.numpy()) == 1.0
+
+
+def test_the_loss_scale_optimizer_says_it_cannot_be_traced():
+    # it decides on the host whether to skip a step: frozen at trace time, silently
+    w = tf.Variable([1.0, 2.0])
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1))
+
+    @tf.function
+    def step():
+        opt.apply_gradients([(w * 1.0, w)])
+    with pytest.raises(tf.errors.UnimplementedError, match="LossScaleOptimizer.*tf.function"):
+        step()
+    np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])

@@ -38,7 +38,7 @@ from .ops.random import (random_normal, random_shuffle, random_uniform, set_rand
                          truncated_normal)
 from .runtime import config
 from . import plugins, ops
-from .tracing.trace import function, defun, py_function
+from .tracing.trace import function, defun, init_scope, py_function
 from .tracing.control_flow import cond, while_loop
 from .tracing.vectorize import vectorized_map
 from .runtime import devices as _devices_mod

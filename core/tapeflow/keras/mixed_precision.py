@@ -29,9 +29,10 @@ from ..layers.policy import POLICY_NAMES, Policy, global_policy, set_global_poli
 from ..ops import math as _m
 from ..ops import reductions as _r
 from ..runtime import dtypes as _dt
+from ..runtime.context import HOOKS as _HOOKS
 from ..runtime.context import stop_all_recording
 from ..runtime.dispatch import convert_to_tensor
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..runtime.errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 
@@ -142,6 +143,15 @@ class LossScaleOptimizer:
         Bad input (a pair, a gradient's shape or dtype, a hyperparameter of the inner
         optimizer) raises the inner optimizer's error before anything changes, the
         scale included, whether or not a gradient is finite."""
+        if _HOOKS.tracer.current() is not None:
+            # it decides in Python whether to skip the step and how to change the scale:
+            # traced, that decision would be frozen into the graph
+            raise UnimplementedError(
+                "LossScaleOptimizer.apply_gradients cannot run inside tf.function yet: it "
+                "decides on the host whether the gradients are finite (skip the step, halve "
+                "the scale), which a traced graph would freeze at its first call. Compute "
+                "the loss and gradients in a tf.function and call apply_gradients eagerly, "
+                "or use the inner optimizer with a fixed loss scale inside tf.function.")
         pairs = list(grads_and_vars)
         validate = getattr(self._inner, "_validate_step", None)
         if validate is not None:        # (a tapeflow optimizer: everything it checks)

@@ -140,9 +140,9 @@ record = _record_py
 
 
 def watch_variable_read(var, value):
-    """Called when a trainable Variable is read while tapes are active."""
-    for tape in active_tapes():
-        if tape._watch_vars:
+    """Called when a Variable is read while tapes are active."""
+    for tape in active_tapes():     # (every trainable one, or the ones a tape watches)
+        if (tape._watch_vars and var.trainable) or id(var) in getattr(tape, "_variables", ()):
             tape._watch_var(var, value)
 
 

@@ -13,6 +13,7 @@ array([2., 3.], dtype=float32)
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import sys
 import threading
@@ -75,13 +76,9 @@ class Variable(VariableBase):
             raise InvalidArgumentError("Variable needs an initial_value")
         if callable(initial_value):
             initial_value = initial_value()
-        if device is not None:
-            with _devs.device(device):
-                value = convert_to_tensor(initial_value, dtype=dtype)
-                value = _place(value)
-        else:
+        with _devs.device(device) if device is not None else contextlib.nullcontext():
             value = convert_to_tensor(initial_value, dtype=dtype)
-            if _devs.current_device() is not None:
+            if _devs.current_device() is not None:      # (device=, or a device scope)
                 value = _place(value)
         if (isinstance(initial_value, Tensor) and dtype is not None
                 and value.dtype != _dt.as_dtype(dtype)):
@@ -128,9 +125,7 @@ class Variable(VariableBase):
 
     # pickle/deepcopy: a lock is not copyable; the copy gets its own
     def __getstate__(self):
-        state = self.__dict__.copy()
-        state.pop("_lock", None)
-        return state
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -145,7 +140,7 @@ class Variable(VariableBase):
         lock.release()
         if _tracing[0]:
             v = _HOOKS.tracer.trace_read(self, v)
-        if _tapes_active[0] and self.trainable:
+        if _tapes_active[0]:
             _ctx.watch_variable_read(self, v)
         return v
 
@@ -230,6 +225,8 @@ class Variable(VariableBase):
                 f"Cannot {op} {_describe(value)} to Variable '{self.name}' of dtype "
                 f"{cur.dtype.name}: {msg.rstrip('.')}. The variable was left unchanged.",
                 op=op, device=cur._device) from None
+        if t._device is not cur._device:     # (a Variable stays on its device)
+            t = copy_to_device(t, cur._device)
         if t.dtype != dt:
             raise InvalidArgumentError(
                 f"Cannot {op} a {t.dtype.name} value to Variable '{self.name}' of dtype "
@@ -289,7 +286,8 @@ class Variable(VariableBase):
                 self._value = _wrap(arr, cur._device)
                 return self
             del arr
-            with _ctx.stop_all_recording():
+            # (on the Variable's device, whatever the device scope: it never moves)
+            with _ctx.stop_all_recording(), _devs.device(cur._device):
                 if _tracing[0]:             # a traced read: the update is part of the graph
                     cur = self.read_value()
                 prev = self._value

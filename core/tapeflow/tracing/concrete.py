@@ -14,6 +14,7 @@ import numpy as np
 from ..autodiff.tape import GradientTape
 from ..runtime import context as _ctx
 from ..runtime import dispatch as _dispatch_mod
+from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..ops.random import _next_counter
 from .. import nest
@@ -331,7 +332,31 @@ class ConcreteFunction:
             else:
                 grads = self._saved_backward_function()(saved, dys)
             return tuple(grads) + (None,) * (n_in - len(grads))
-        _tape.record(_call_op(), tuple(inputs), tuple(outs), {}, backward)
+        if len(outs) == 1:
+            _tape.record(_call_op(), tuple(inputs), tuple(outs), {}, backward)
+            return outs
+        # Several outputs: a tape fills the gradient of an output the target does not
+        # reach with zeros, and 0 * inf (sqrt at 0, say) in its backward would be NaN
+        # where eager code computes nothing. So one record per output collects its
+        # gradient (None: not reached), and a record before them, reached through a
+        # link value, runs the backward once with what they collected.
+        got = [None] * len(outs)
+        link = _wrap(_LINK, _devs.get_device("cpu:0"))
+
+        def collect(i):
+            def grad(ctx, dy):
+                got[i] = dy
+                return (_link_grad(),)
+            return grad
+
+        def backward_all(ctx, _):
+            dys = list(got)
+            got[:] = [None] * len(outs)
+            return backward(ctx, *dys)
+        call_op = _call_op()
+        _tape.record(call_op, tuple(inputs), (link,), {}, backward_all)
+        for i, o in enumerate(outs):
+            _tape.record(call_op, (link,), (o,), {}, collect(i))
         return outs
 
     def _saved_program(self):
@@ -395,7 +420,7 @@ class ConcreteFunction:
                                      None)
             outs = [env[o] for o in g.outputs if env[o].dtype.is_inexact]
             live = [t for t in srcs if t is not None and t.dtype.is_inexact]
-            gs = iter(tape.gradient(outs, live, output_gradients=list(dys)))
+            gs = iter(_reached_gradient(tape, outs, live, dys))
             return [next(gs) if t is not None and t.dtype.is_inexact else None for t in srcs]
         self._bwd_saved = self._trace_backward(backward, name=f"{g.name}_backward")
         return self._bwd_saved
@@ -424,7 +449,7 @@ class ConcreteFunction:
                 outs = cf._eager(full, vargs=full, reads=reads)
             outs = [o for o in outs if o.dtype.is_inexact]
             srcs = [x for x in xs if x.dtype.is_inexact]
-            gs = iter(tape.gradient(outs, srcs, output_gradients=list(dys)))
+            gs = iter(_reached_gradient(tape, outs, srcs, dys))
             return [next(gs) if x.dtype.is_inexact else None for x in xs]
         self._bwd = self._trace_backward(backward, name=f"{g.name}_backward_recompute")
         return self._bwd
@@ -434,6 +459,16 @@ class ConcreteFunction:
 
 
 _CALL_OP = []
+#: the value linking a traced call's record to its outputs' records (_call_recorded)
+_LINK = np.zeros((), np.float32)
+_LINK_GRAD = []
+
+
+def _link_grad():
+    """The gradient an output's record gives the link (a 0-d zero on the host)."""
+    if not _LINK_GRAD:
+        _LINK_GRAD.append(_wrap(np.zeros((), np.float32), _devs.get_device("cpu:0")))
+    return _LINK_GRAD[0]
 _HELD_READ_OP = []
 
 
@@ -454,6 +489,16 @@ def _call_op():
     if not _CALL_OP:
         _CALL_OP.append(OpDef("TracedCall", inputs=("*inputs",), dtype_rule="none"))
     return _CALL_OP[0]
+
+
+def _reached_gradient(tape, outs, sources, dys):
+    """``tape.gradient(outs, sources, output_gradients=dys)`` over the outputs whose
+    gradient is not None (None: the target does not reach that output)."""
+    pairs = [(o, d) for o, d in zip(outs, dys) if d is not None]
+    if not pairs:
+        return [None] * len(sources)
+    return tape.gradient([o for o, _ in pairs], sources,
+                         output_gradients=[d for _, d in pairs])
 
 
 def _stand_in():

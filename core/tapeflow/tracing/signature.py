@@ -51,7 +51,8 @@ def _arrays_to_tensors(args, kwargs):
 
 def _leaf_key(x):
     if isinstance(x, Variable):
-        return ("V", tuple(x.shape), x.dtype.name, x._device)
+        # (trainable: whether tapes inside watch its reads is decided at trace time)
+        return ("V", tuple(x.shape), x.dtype.name, x._device, x.trainable)
     if isinstance(x, Tensor):
         return ("T", tuple(x._data.shape), x._data.dtype, x._device)
     if type(x) is slice:        # (unhashable before Python 3.12)

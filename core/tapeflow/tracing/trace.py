@@ -70,6 +70,8 @@ This module is the public face of tracing and installs it into the runtime
 
 from __future__ import annotations
 
+import contextlib
+
 from ..runtime import context as _ctx
 from .concrete import ConcreteFunction
 from .function_cache import RETRACE_WARN_AFTER, Function, defun, function
@@ -78,9 +80,35 @@ from .pyfunc import opaque_call, print_, py_function, record_node_gradient
 from .tracer import TracingError, _on_variable_created, _tl
 from ..runtime.tensor import _wrap
 
-__all__ = ["function", "defun", "Function", "ConcreteFunction", "Graph", "Node",
+__all__ = ["function", "defun", "init_scope", "Function", "ConcreteFunction", "Graph", "Node",
            "TracingError", "py_function", "opaque_call", "print_", "RETRACE_WARN_AFTER",
            "record_node_gradient"]
+
+
+@contextlib.contextmanager
+def init_scope():
+    """Run the body eagerly even while :func:`function` traces, as TensorFlow's
+    ``tf.init_scope``: its ops are not part of the graph (they run once, now), and no
+    tape records them. For one-time initialisation inside a traced function: a value
+    restored from a checkpoint into a Variable created there, say.
+
+    >>> import tapeflow as tf
+    >>> v = tf.Variable(0.0)
+    >>> @tf.function
+    ... def f(x):
+    ...     with tf.init_scope():
+    ...         v.assign_add(1.0)           # once, while tracing
+    ...     return x + v
+    >>> [float(f(tf.constant(1.0))) for _ in range(3)]
+    [2.0, 2.0, 2.0]
+    """
+    tr = _tl.tracer
+    _tl.tracer = None
+    try:
+        with _ctx.stop_all_recording():
+            yield
+    finally:
+        _tl.tracer = tr
 
 
 class _ContextTracer(_ctx.Tracer):

@@ -11,6 +11,7 @@ import os
 from ...runtime import dtypes as _dt
 from ...runtime.dispatch import constant as _constant
 from ...runtime.errors import InvalidArgumentError, NotFoundError
+from ...tracing.trace import init_scope
 from .. import files as _files
 from . import _format
 from ._format import FORMAT, INDEX_SUFFIX, VERSION, DataLossError, _base_name, _st
@@ -153,9 +154,12 @@ def _raise_mismatch(path, errors):
 def _assign_all(pairs):
     """``[(Variable, numpy array)]``: convert every value first (on the variable's device),
     then assign -- a failure while converting leaves every variable unchanged."""
-    values = [(var, _constant(a, dtype=var.dtype, device=var.device)) for var, a in pairs]
-    for var, value in values:
-        var.assign(value)
+    # (inside a traced function -- an optimizer's slots created at its first step --
+    # the restore happens once, now, not at every call of the graph)
+    with init_scope():
+        values = [(var, _constant(a, dtype=var.dtype, device=var.device)) for var, a in pairs]
+        for var, value in values:
+            var.assign(value)
 
 
 def list_variables(ckpt_dir_or_file):
