@@ -309,7 +309,7 @@ def test_checkpointed_slots_restore_and_training_continues_identically(tmp_path)
 def test_half_precision_variables_take_the_op_by_op_update(dtype):
     def run(fused):
         w = tf.Variable(tf.cast(tf.constant([1.0, -2.0, 0.5]), dtype))
-        opt = O.SGD(0.5, momentum=0.5)    # (Adam: beta2_power 0.999 is 1 in bfloat16)
+        opt = O.SGD(0.5, momentum=0.5)
         opt.fused = fused
         for _ in range(3):
             opt.apply_gradients([(tf.cast(tf.constant([0.5, 0.25, -1.0]), dtype), w)])
@@ -388,3 +388,24 @@ def test_the_opencl_kernel_in_place_and_functional():
     assert all(o is a for o, a in zip(same, arrays))
     for t, n in zip(ts, new):
         np.testing.assert_array_equal(t.numpy(), n.get())
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+@pytest.mark.parametrize("make", [lambda: O.AdamOptimizer(0.01), lambda: O.Adam(0.01)])
+def test_adam_beta_powers_do_not_take_a_half_precision_variables_dtype(half, make):
+    # the powers took the dtype of the variable that sorts first by name: a float16 one
+    # drifted every variable's bias correction, a bfloat16 one (0.999 -> 1) froze them
+    def run(with_half):
+        w = tf.Variable(np.zeros(3, np.float32), name="w")
+        pairs = [(tf.constant([1.0, -1.0, 0.5]), w)]
+        if with_half:
+            h = tf.Variable(tf.zeros([2], half), name="a_half")      # sorts before "w"
+            pairs.append((tf.cast(tf.ones([2]), half), h))
+        opt = make()
+        for _ in range(20):
+            opt.apply_gradients(pairs)
+        return w.numpy(), opt
+    alone, _ = run(False)
+    mixed, opt = run(True)
+    np.testing.assert_array_equal(mixed, alone)
+    assert {v.dtype.name for v in opt.variables() if "power" in v.name} == {"float32"}

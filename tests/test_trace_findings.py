@@ -481,3 +481,13 @@ def test_the_loss_scale_optimizer_says_it_cannot_be_traced():
     with pytest.raises(tf.errors.UnimplementedError, match="LossScaleOptimizer.*tf.function"):
         step()
     np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])
+
+
+def test_a_returned_variable_is_its_value_from_the_first_call_on():
+    v = tf.Variable([1.0, 2.0])
+    f = tf.function(lambda: {"v": v, "twice": v * 2.0})
+    r1, r2 = f(), f()
+    v.assign([10.0, 20.0])
+    for r in (r1, r2):
+        assert not isinstance(r["v"], tf.Variable)
+        np.testing.assert_array_equal(r["v"].numpy(), [1.0, 2.0])

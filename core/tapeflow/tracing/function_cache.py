@@ -207,8 +207,10 @@ class Function:
                 (a._data.shape, a._data.dtype, a._device) for a in args])] = cf
         if result is not _NOT_TRACED:
             # the trace ran the function (its side effects included): its result is this
-            # call's, None too (running the graph as well would do everything twice)
-            return result
+            # call's, None too (running the graph as well would do everything twice);
+            # a returned Variable is its value, as every later call returns it
+            return (nest.map_structure(_value_of, result)
+                    if isinstance(result, (Variable, list, tuple, dict)) else result)
         return cf._call_leaves(leaves)
 
     @property
@@ -223,6 +225,10 @@ class Function:
 
     def __repr__(self):
         return f"<tf.function {self._name} ({len(self._cache)} traced signatures)>"
+
+
+def _value_of(x):
+    return x._current() if isinstance(x, Variable) else x
 
 
 def _distinct_tensors(args, kwargs, leaves):

@@ -206,15 +206,20 @@ class Optimizer:
         return []
 
     def _create_non_slot(self, pairs):
-        first = min((v for _, v in pairs), key=lambda v: v.name)
+        vs = [v for _, v in pairs]
+        first = min(vs, key=lambda v: v.name)
+        # float32 at least -- in float16 or bfloat16 a beta power stops moving (0.999
+        # rounds to 1) and every variable's update would use it -- and float64 where a
+        # variable is double: not the dtype of whichever variable sorts first
+        wide = any(v.dtype in (_dt.float64, _dt.complex128) for v in vs)
+        dtype = _dt.float64 if wide else _dt.float32
         for name, init in self._non_slot_specs():
             if name not in self._non_slot:
-                self._non_slot[name] = self._make_non_slot(name, init, first)
+                self._non_slot[name] = self._make_non_slot(name, init, first, dtype)
         _restore_deferred(self)
 
-    def _make_non_slot(self, name, init, first):
-        return Variable(init, trainable=False, name=name, dtype=first.dtype,
-                        device=first._device)
+    def _make_non_slot(self, name, init, first, dtype):
+        return Variable(init, trainable=False, name=name, dtype=dtype, device=first._device)
 
     def _trackable_children(self):
         return dict(self._non_slot)
@@ -605,17 +610,17 @@ class _KerasMixin:
     def _non_slot_specs(self):
         return [("iter", _IterInit)] + super()._non_slot_specs()
 
-    def _make_non_slot(self, name, init, first):
+    def _make_non_slot(self, name, init, first, dtype=None):
         if init is _IterInit:
             return Variable(0, trainable=False, name=name, dtype=_dt.int64, device="cpu:0")
-        return super()._make_non_slot(name, init, first)
+        return super()._make_non_slot(name, init, first, dtype)
 
     @property
     def iterations(self):
         """Number of ``apply_gradients`` calls (an int64 Variable on the host)."""
         it = self._non_slot.get("iter")
         if it is None:
-            it = self._non_slot["iter"] = self._make_non_slot("iter", _IterInit, None)
+            it = self._non_slot["iter"] = self._make_non_slot("iter", _IterInit, None, None)
             _restore_deferred(self)
         return it
 
