@@ -288,3 +288,18 @@ def test_a_tape_records_on_after_a_refused_index():
     assert tape.gradient(y, x).numpy().tolist() == [2.0, 0.0, 2.0]
     assert tape.gradient(y, v).numpy().tolist() == [[0.0, 0.0], [1.0, 1.0]]
     assert v.numpy().tolist() == [[1.0, 2.0], [3.0, 4.0]]
+
+
+@pytest.mark.parametrize("value", [np.array(["2020-01-01", "2020-01-02"], "datetime64[D]"),
+                                   np.array([1, 2], "timedelta64[s]"),
+                                   np.array([(3.0,), (5.0,)], dtype=[("a", "f8")])])
+def test_dates_times_and_structured_arrays_are_not_coerced_to_numbers(value):
+    # a third probe: a datetime64 "gradient" became float32 numbers of days
+    for fn in (lambda: tf.constant(value, dtype=tf.float32),
+               lambda: tf.convert_to_tensor(value, dtype=tf.float32)):
+        with pytest.raises(errors.InvalidArgumentError, match="date, time or structured"):
+            fn()
+    w = tf.Variable([1.0, 2.0])
+    with pytest.raises(errors.InvalidArgumentError, match="No variable was updated"):
+        tf.train.GradientDescentOptimizer(0.1).apply_gradients([(value, w)])
+    np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])

@@ -207,10 +207,10 @@ def _check_lossless(value, dtype):
             kind = np.asarray(value).dtype.kind
         except (ValueError, TypeError, OverflowError):
             return                          # the conversion itself reports it
-    if kind in "USO" or (kind == "f" and dtype.np.kind in "iub") or (
+    if kind in "USOMmV" or (kind == "f" and dtype.np.kind in "iub") or (
             kind == "c" and dtype.np.kind != "c"):
         what = {"f": "floating-point", "c": "complex", "U": "string", "S": "bytes",
-                "O": "non-numeric"}[kind]
+                "O": "non-numeric"}.get(kind, "date, time or structured")
         raise InvalidArgumentError(
             f"Cannot convert {_short(value)} to a tensor of dtype {dtype.name}: it holds "
             f"{what} values, and tapeflow does not truncate or coerce them silently. Convert "
