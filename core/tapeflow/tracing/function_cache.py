@@ -228,7 +228,7 @@ class Function:
 
 
 def _value_of(x):
-    return x._current() if isinstance(x, Variable) else x
+    return x.read_value() if isinstance(x, Variable) else x      # (watched, as a read)
 
 
 def _distinct_tensors(args, kwargs, leaves):
