@@ -68,7 +68,7 @@ def _load(tf32=False):
         raise NoGPU(f"CuPy is not importable ({type(e).__name__}: {e}); "
                     "pip install -e 'backends/cuda_cupy[cuda13]'") from None
     if not any(d.type == "cuda" for d in tf.list_devices()):
-        from tapeflow.runtime.devices import _table
+        from tapeflow.runtime.devices import table
         raise NoGPU("tapeflow has no cuda device: "
                     f"{_table.unavailable.get('cupy', 'tapeflow-cuda-cupy not loaded')}")
     torch, why = load_torch(cuda=True, tf32=tf32)

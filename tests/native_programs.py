@@ -513,11 +513,11 @@ def plant_bug():
         if isinstance(a, tf.Tensor) and isinstance(b, tf.Tensor):
             return sub(b, a)
         return sub(a, b)
-    dispatch._speedups.set_operator("sub", None, swapped)
+    dispatch.speedups.set_operator("sub", None, swapped)
 
 
 def path():
-    return "native" if dispatch._speedups is not None else "pure"
+    return "native" if dispatch.speedups is not None else "pure"
 
 
 def main(argv=None):
@@ -533,7 +533,7 @@ def main(argv=None):
         print(f"expected the {a.expect} path, but the {path()} path is in use", file=sys.stderr)
         return 3
     if a.plant_bug:
-        if dispatch._speedups is None:
+        if dispatch.speedups is None:
             print("--plant-bug needs the C core", file=sys.stderr)
             return 2
         plant_bug()

@@ -302,6 +302,85 @@ def test_no_kernel_defined_inside_a_function():
                            and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)))
     assert not bad, "kernels defined inside functions:\n" + "\n".join(bad)
 
+# --- issue 44: no private name crosses a package -----------------------------------------
+
+def _private(name):
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _package_of(module):
+    """``tapeflow.<sub>`` for a module of a subpackage, ``tapeflow`` for the top-level
+    modules; another distribution's module (a backend, a plugin) is its own package."""
+    parts = module.split(".")
+    if parts[0] != "tapeflow":
+        return parts[0]
+    return ".".join(parts[:2]) if len(parts) > 1 and (PKG / parts[1]).is_dir() else "tapeflow"
+
+
+def _private_crossings(path, module, is_pkg, mods):
+    """``(line, what)`` for each private name ``module`` (at ``path``) takes from another
+    package: ``from pkg.mod import _name``, an import from a private module
+    (``pkg._mod``), and ``mod._name`` read through an imported module."""
+    mine = _package_of(module + ".x" if is_pkg and module != "tapeflow" else module)
+    here = module.split(".") if is_pkg else module.split(".")[:-1]
+    tree = ast.parse(path.read_text())
+    aliases, out = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = here[:len(here) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            if not target.startswith("tapeflow"):
+                continue
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                if sub in mods:
+                    aliases[a.asname or a.name] = sub
+                owner = sub if sub in mods and not mods[sub][1] else target
+                if _package_of(owner) == mine:
+                    continue
+                if _private(a.name) or any(_private(p) for p in target.split(".")):
+                    out.append((node.lineno, f"from {target} import {a.name}"))
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("tapeflow") and a.asname:
+                    aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in aliases and _private(node.attr)):
+            target = aliases[node.value.id]
+            if _package_of(target + ".x" if mods.get(target, (0, False))[1] else target) != mine:
+                out.append((node.lineno, f"{target}.{node.attr}"))
+    return out
+
+
+def test_no_private_name_crosses_a_package():
+    """What another package needs from one has a public name (``runtime.wrap``, not
+    ``runtime.tensor._wrap``): a plugin author who reads the core learns the public
+    API. Checked for the core's packages and for the backends and plugins."""
+    mods = _module_table()
+    bad = []
+    for mod, (path, is_pkg) in sorted(mods.items()):
+        if path.suffix == ".py":
+            bad += [f"{path.relative_to(ROOT)}:{ln}: {what}"
+                    for ln, what in _private_crossings(path, mod, is_pkg, mods)]
+    for path in sorted([*(ROOT / "backends").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]):
+        if "egg-info" in path.parts or "build" in path.parts:
+            continue
+        rel = path.relative_to(ROOT)
+        mod = ".".join(rel.with_suffix("").parts[2:])       # backends/<dir>/<pkg>/...
+        bad += [f"{rel}:{ln}: {what}" for ln, what in
+                _private_crossings(path, mod or "plugin", path.name == "__init__.py", mods)]
+    assert not bad, "private names used across packages:\n" + "\n".join(bad)
+
+
+def test_the_private_name_check_sees_one(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("from ..runtime.tensor import _wrap\nfrom ..runtime import dispatch\n"
+                 "dispatch._run\nfrom ..runtime.tensor import wrap\n")
+    mods = _module_table()
+    found = _private_crossings(p, "tapeflow.tracing.m", False, mods)
+    assert [ln for ln, _ in found] == [1, 3], found
+
 
 if __name__ == "__main__":       # python tests/test_architecture.py: the line counts
     rep = core_proper_report()

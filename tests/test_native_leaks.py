@@ -42,10 +42,10 @@ import pytest
 import tapeflow as tf
 from tapeflow.runtime import dispatch
 
-_speedups = dispatch._speedups
+_speedups = dispatch.speedups
 
 needs_c = pytest.mark.skipif(
-    dispatch._speedups is None,
+    dispatch.speedups is None,
     reason="the C core is not in use (TAPEFLOW_PURE_PYTHON=1, or it was not built): "
            "there is no C code to check")
 
@@ -57,7 +57,7 @@ CHILD = textwrap.dedent("""
     from tapeflow.runtime import dispatch
     from tapeflow.runtime.registry import OPS
 
-    assert dispatch._speedups is not None, "the C core is not in use"
+    assert dispatch.speedups is not None, "the C core is not in use"
     N = int(sys.argv[1])                          # loop rounds: 10 ops and a gradient each
     a = tf.constant([1.0, 2.0])
     b = tf.constant([3.0, 4.0])

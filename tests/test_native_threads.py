@@ -59,10 +59,10 @@ def _run(target, n):
 
 
 def test_the_c_core_is_what_runs_here():
-    if dispatch._speedups is None:
+    if dispatch.speedups is None:
         pytest.skip("the C core is not in use: these tests run the pure-Python path")
     x = tf.constant([1.0])
-    assert type(x + x) is tf.Tensor and tf.Tensor.__mro__[1] is dispatch._speedups.TensorBase
+    assert type(x + x) is tf.Tensor and tf.Tensor.__mro__[1] is dispatch.speedups.TensorBase
 
 
 def test_two_threads_two_tapes_shared_variables(switch_often):

@@ -11,7 +11,7 @@ import sys
 import textwrap
 
 import tapeflow as tf
-from tapeflow.ops._library import LIB
+from tapeflow.ops.library import LIB
 from tapeflow.plugins import Library
 
 
@@ -30,7 +30,7 @@ def test_the_builtin_ops_are_a_library_registered_like_a_plugin():
 SAME_PATH = textwrap.dedent("""
     import numpy as np
     import tapeflow as tf
-    from tapeflow.ops._library import LIB
+    from tapeflow.ops.library import LIB
     from tapeflow.plugins import Library, register
     from tapeflow.tracing.trace import TracingError
 

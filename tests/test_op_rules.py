@@ -15,7 +15,7 @@ import pytest
 import tapeflow as tf
 import tapeflow.ops.batching as batching
 from tapeflow.errors import PluginConflictError
-from tapeflow.ops._library import LIB
+from tapeflow.ops.library import LIB
 from tapeflow.plugins import (Broadcasting, Library, Linear, Multilinear, OpDef, get_op,
                               register)
 from tapeflow.runtime import registry
@@ -265,7 +265,7 @@ def test_the_elementwise_jvp_is_derived_when_the_op_is_defined():
     code = textwrap.dedent("""
         import numpy as np
         import tapeflow as tf
-        from tapeflow.ops._library import BROADCASTING, defop
+        from tapeflow.ops.library import BROADCASTING, defop
         from tapeflow.plugins import Linear
 
         cube = defop("TestOnlyCube", inputs=("x",), elementwise=True,
@@ -299,7 +299,7 @@ def test_the_builtin_rules_are_the_op_modules_not_a_table_by_name():
     mods = {f"tapeflow.ops.{m}" for m in (
         "math_ops", "reductions", "array_creation", "array_shape", "array_values", "array_join",
         "array_gather", "array_slice", "array_sort", "array_batching", "linalg", "nn", "random",
-        "nn_fused", "optim", "_library")}
+        "nn_fused", "optim", "library")}
     for op in LIB.ops:
         for rule in (op.jvp, op.batch):
             if callable(rule) and not isinstance(rule, (Linear, Multilinear, Broadcasting)):

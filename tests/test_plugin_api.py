@@ -92,11 +92,11 @@ def test_library_end_to_end():
 def _calls(fn):
     """Python-level function calls made by ``fn()`` (frames: wrappers would show), and
     calls of tapeflow's C core (``execute``, ``binary`` in C when it is built; in Python
-    they are ``_execute_py``/``_binary_py``, and ``_wrap`` makes the result Tensor)."""
+    they are ``_execute_py``/``_binary_py``, and ``wrap`` makes the result Tensor)."""
     seen = []
 
     def prof(frame, event, arg):
-        if event == "call" and frame.f_code.co_name != "_wrap":
+        if event == "call" and frame.f_code.co_name != "wrap":
             name = frame.f_code.co_name
             seen.append(name[1:-3] if name in ("_execute_py", "_binary_py") else name)
         elif event == "c_call" and getattr(arg, "__module__", None) == "tapeflow.runtime._speedups":
@@ -222,7 +222,7 @@ def test_a_failed_plugin_leaves_existing_ops_untouched():
         assert tanh_op.kernels["cpu"] is saved
     finally:
         tanh_op.kernels["cpu"] = saved
-        registry._refresh_fast(tanh_op, "cpu")
+        registry.refresh_fast(tanh_op, "cpu")
     assert tf.tanh(tf.constant([1.0])).numpy()[0] != 0
 
 

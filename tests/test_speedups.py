@@ -88,13 +88,13 @@ def test_a_negative_zero_scalar_keeps_its_sign():
 
 def test_the_c_module_is_in_use_unless_disabled():
     if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0"):
-        assert dispatch._speedups is None
+        assert dispatch.speedups is None
         return
     try:
         from tapeflow.runtime import _speedups  # noqa: F401
     except ImportError:
         pytest.skip("the C module was not built here (no compiler): the pure-Python path runs")
-    assert dispatch._speedups is not None
+    assert dispatch.speedups is not None
     # the operators are the C base type's number slots, not Python methods
     assert tf.Tensor.__mro__[1] is _speedups.TensorBase
     assert "__add__" not in tf.Tensor.__dict__ and "__bool__" not in tf.Tensor.__dict__

@@ -12,7 +12,7 @@ import pytest
 import tapeflow as tf
 from tapeflow.autodiff.tape import TapeRecord
 from tapeflow.runtime import context as _ctx
-from tapeflow.runtime.tensor import _sp
+from tapeflow.runtime.tensor import speedups
 
 
 def test_more_live_tapes_than_watch_slots():
@@ -132,7 +132,7 @@ def test_gradients_of_two_paths_are_summed_and_recorded_by_an_outer_tape():
     np.testing.assert_allclose(outer.gradient(g, x).numpy(), [2.0, 2.0])
 
 
-@pytest.mark.skipif(_sp is None, reason="the Python tape's records hold every result")
+@pytest.mark.skipif(speedups is None, reason="the Python tape's records hold every result")
 def test_a_dropped_result_of_a_taped_operator_is_freed():
     # the C tape holds a binary record's result weakly: a result nobody holds is on no
     # path to a target, and a new tensor at its address is not taken for it

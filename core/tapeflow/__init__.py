@@ -54,7 +54,7 @@ del _name, _mod
 bool = bool_  # noqa: A001  (tf.bool)
 newaxis = None
 
-from .plugins.manager import _version as _v  # noqa: E402
+from .plugins.manager import version as _v  # noqa: E402
 
 __version__ = _v()
 
@@ -71,7 +71,7 @@ def enable_eager_execution(config=None, device_policy=None, execution_mode=None)
 enable_v2_behavior = enable_eager_execution
 
 # Built-in ops, then the backends and plugins found through entry points.
-from .ops._library import LIB as _builtin_ops  # noqa: E402
+from .ops.library import LIB as _builtin_ops  # noqa: E402
 from .plugins import manager as _pm  # noqa: E402  (the module)
 
 _pm.register_builtin(_builtin_ops, "tapeflow-builtin-ops")
@@ -139,7 +139,7 @@ class _TestNS:
 
     @staticmethod
     def is_built_with_cuda():
-        _table = _devices_mod._table
+        _table = _devices_mod.table
         return any(d.type == "cuda" for d in _table.by_name.values())
 
 

@@ -68,7 +68,7 @@ def collect(ops_glob=None, smoke=True) -> dict:
 
     import tapeflow as tf
     from tapeflow.runtime import registry
-    from tapeflow.runtime.devices import _table
+    from tapeflow.runtime.devices import table
     from tapeflow.testing.conformance import unavailable_devices
 
     versions = {"tapeflow": tf.__version__, "python": platform.python_version(),
@@ -88,12 +88,12 @@ def collect(ops_glob=None, smoke=True) -> dict:
     except Exception:
         default = None
     backends = []
-    for be in _table.backends:
-        devs = [d for d in _table.by_name.values() if d.backend is be]
+    for be in table.backends:
+        devs = [d for d in table.by_name.values() if d.backend is be]
         backends.append({
             "name": be.name, "device_type": be.device_type,
-            "available": be.name not in _table.unavailable,
-            "reason": _table.unavailable.get(be.name, ""),
+            "available": be.name not in table.unavailable,
+            "reason": table.unavailable.get(be.name, ""),
             "devices": [{"name": d.name, "description": d.description, "is_gpu": d.is_gpu,
                          "gpu_alias": None if d.gpu_index is None else f"gpu:{d.gpu_index}",
                          "default": d.name == default,
@@ -103,7 +103,7 @@ def collect(ops_glob=None, smoke=True) -> dict:
         })
 
     dtypes_seen = []
-    for be in _table.backends:
+    for be in table.backends:
         if be.device_type not in dtypes_seen:
             dtypes_seen.append(be.device_type)
     ops = {}

@@ -33,7 +33,7 @@ from .ops import math as _m
 from .ops import random as _random
 from .ops import reductions as _r
 from .runtime.dispatch import convert_to_tensor
-from .layers.base import Layer, _bump
+from .layers.base import Layer, bump_name_counter
 from .autodiff.tape import GradientTape
 from .runtime.tensor import Tensor
 from .runtime.variable import Variable
@@ -349,7 +349,7 @@ class Sequential(Model):
         if not isinstance(layer, Layer):
             raise InvalidTypeError(f"Sequential.add() needs a Layer, got {type(layer).__name__}")
         self._layer_list.append(layer)
-        _bump()
+        bump_name_counter()
         if len(self._layer_list) == 1 and layer._batch_input_shape is not None:
             self.__dict__["_build_shape"] = layer._batch_input_shape
         if self._build_shape is not None:
@@ -360,7 +360,7 @@ class Sequential(Model):
         if not self._layer_list:
             raise InvalidTypeError("There are no layers in the model.")
         layer = self._layer_list.pop()
-        _bump()
+        bump_name_counter()
         return layer
 
     def call(self, inputs, training=None):

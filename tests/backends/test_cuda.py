@@ -75,16 +75,16 @@ def seed_restore():
 
 @needs_plugin
 def test_plugin_loads_and_reports_its_state():
-    from tapeflow.runtime.devices import _table
+    from tapeflow.runtime.devices import table
     from tapeflow_cuda_cupy.backend import BACKEND
-    assert BACKEND in _table.backends
+    assert BACKEND in table.backends
     assert (BACKEND.name, BACKEND.device_type, BACKEND.gpu_priority) == ("cupy", "cuda", 0)
     reason = PLUGIN.unavailable_reason()
     if reason is None:
         assert tf.num_gpus() >= 1 and "cuda:0" in tf.config.list_devices()
         return
     # unavailable: said once, with the reason, and asking for the device says it again
-    assert _table.unavailable.get("cupy") == reason
+    assert table.unavailable.get("cupy") == reason
     assert isinstance(reason, str) and len(reason) > 10
     assert "cuda:0" not in tf.config.list_devices()
     with pytest.raises(NotFoundError) as e:

@@ -65,9 +65,9 @@ def _run(code, **env):
 
 @needs_plugin
 def test_plugin_registers_backend_and_kernels():
-    from tapeflow.runtime.devices import _table
+    from tapeflow.runtime.devices import table
     from tapeflow_opencl.backend import BACKEND
-    assert BACKEND in _table.backends
+    assert BACKEND in table.backends
     assert (BACKEND.name, BACKEND.device_type) == ("opencl", "opencl")
     # every op of the standard set has an opencl kernel, but the declared ones (which the
     # conformance suite marks as known gaps)
@@ -223,9 +223,9 @@ def test_device_naming_and_gpu_alias():
     assert tf.runtime.devices.get_device("/device:OPENCL:0") is d
     h = d.handle
     if h.is_gpu:
-        assert d in tf.runtime.devices._table.gpus
+        assert d in tf.runtime.devices.table.gpus
     else:   # a CPU device (PoCL) is opencl:N only
-        assert d not in tf.runtime.devices._table.gpus
+        assert d not in tf.runtime.devices.table.gpus
         assert d.gpu_index is None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import tapeflow as tf
-from tapeflow.ops._library import LIB
+from tapeflow.ops.library import LIB
 from tapeflow.ops.batching import NO_RULE, PARTIAL_RULE
 from tapeflow.testing import conformance
 

@@ -45,11 +45,11 @@ from ..ops import math as _math
 from ..runtime import context as _ctx
 from .. import nest
 from ..runtime.context import stop_all_recording
-from ..runtime.dispatch import _run, _scalar_like, constant, convert_to_tensor
+from ..runtime.dispatch import run, scalar_like, constant, convert_to_tensor
 from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError,
                               NotDifferentiableError)
 from ..runtime.registry import GradContext, get_op
-from ..runtime.tensor import Tensor, _sp
+from ..runtime.tensor import Tensor, speedups
 from ..runtime.variable import Variable
 from .grad_checks import checked_grad, grad_origin, short
 from .recording import Recorder
@@ -91,7 +91,7 @@ class GradientTape(Recorder):
         self._persistent = persistent
         self._watch_vars = watch_accessed_variables
         self._core = _Core()           # the records and the watched tensors
-        self._recorder = self._core if _sp else (self._core._watched, self._core._records)
+        self._recorder = self._core if speedups else (self._core._watched, self._core._records)
         self._variables: dict = {}     # id(var) -> var, in first-read order
         self._var_reads: dict = {}     # id(var) -> [value tensors read]
         self._used = False
@@ -393,9 +393,9 @@ def _seed(targets, seeds):
         if seeds is not None and seeds[i] is not None:
             s = convert_to_tensor(seeds[i], dtype=t.dtype)
         elif not t._data.shape:
-            s = _scalar_like(1, t)        # a scalar loss: the cached 0-d one
+            s = scalar_like(1, t)        # a scalar loss: the cached 0-d one
         else:
-            s = _run(_array._FILL, (), t._device,
+            s = run(_array.FILL, (), t._device,
                      {"shape": t._data.shape, "value": 1, "dtype": t.dtype})
         k = id(t)
         grads[k] = add(grads[k], s) if k in grads else s
@@ -458,10 +458,10 @@ def _const_like(np_value, like):
     return constant(np_value, device=like._device)
 
 
-if _sp is not None:                     # the C tape: its records, its walk, its recorders
-    _Core = _sp.tape_type()
-    _sp.bind_backprop(GradContext, get_op, _math.add, _output_grads, _no_gradient,
+if speedups is not None:                     # the C tape: its records, its walk, its recorders
+    _Core = speedups.tape_type()
+    speedups.bind_backprop(GradContext, get_op, _math.add, _output_grads, _no_gradient,
                       _count_error, checked_grad)
-    _ctx.set_recorders = _sp.set_recorders
+    _ctx.set_recorders = speedups.set_recorders
 else:
     _Core = _PyTape

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..runtime.dispatch import constant
 from ..runtime.errors import DeadlineExceededError, InvalidArgumentError, InvalidTypeError
-from ..runtime.tensor import Tensor, _wrap
+from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from . import _world
 
@@ -233,7 +233,7 @@ def _host_array(t: Tensor) -> np.ndarray:
 
 def _from_host(a: np.ndarray, dev) -> Tensor:
     """A tensor on ``dev`` holding the (fresh, owned) host array ``a``."""
-    return _wrap(dev.backend.from_host(a, dev), dev)
+    return wrap(dev.backend.from_host(a, dev), dev)
 
 
 def _mpi_reduce_op(w, op, dtype):
@@ -391,7 +391,7 @@ def _reduce_bucket_cuda(w, bucket, op, scale, post, dev, reduce):  # pragma: no 
         outs, off = [], 0
         for _, t in bucket:
             k = t.size
-            outs.append(_wrap(buf[off:off + k].reshape(tuple(t.shape)), dev))
+            outs.append(wrap(buf[off:off + k].reshape(tuple(t.shape)), dev))
             off += k
     return outs
 

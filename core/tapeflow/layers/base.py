@@ -55,7 +55,7 @@ __all__ = ["Layer", "variable_creator_scope", "reset_uids", "unique_layer_name"]
 _VERSION = [0]
 
 
-def _bump():
+def bump_name_counter():
     _VERSION[0] += 1
 
 
@@ -143,7 +143,7 @@ def _bumping(base, name):
 
     def method(self, *args, **kwargs):
         r = fn(self, *args, **kwargs)
-        _bump()
+        bump_name_counter()
         return r
     method.__name__ = name
     return method
@@ -267,7 +267,7 @@ class Layer:
         d["_batch_input_shape"] = (None if batch_input_shape is None
                                    else tuple(batch_input_shape))
         d["_expects_training"] = _takes_training(type(self))
-        _bump()
+        bump_name_counter()
 
     # --- attribute tracking ---------------------------------------------------------------
     def __setattr__(self, name, value):
@@ -282,26 +282,26 @@ class Layer:
             return
         if _is_tracked_leaf(value):
             tracked[name] = value
-            _bump()
+            bump_name_counter()
         else:
             wrapped = _wrap_container(value)
             if wrapped is not None:
                 value = wrapped
                 tracked[name] = value
-                _bump()
+                bump_name_counter()
             elif name in tracked:
                 del tracked[name]
-                _bump()
+                bump_name_counter()
             elif name == "trainable":
                 value = bool(value)
-                _bump()
+                bump_name_counter()
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name):
         tracked = self.__dict__.get("_tracked")
         if tracked is not None and name in tracked:
             del tracked[name]
-            _bump()
+            bump_name_counter()
         object.__delattr__(self, name)
 
     def _child_items(self):
@@ -468,7 +468,7 @@ class Layer:
         reg = regularizers.get(regularizer)
         if reg is not None:
             self._regularizers.append((reg, var))
-        _bump()
+        bump_name_counter()
         return var
 
     add_variable = add_weight
@@ -533,7 +533,7 @@ class Layer:
             d["_in_call_build"] = False
         d["built"] = True
         d["_input_device"] = self._own_device()
-        _bump()
+        bump_name_counter()
         # A checkpoint restored before this layer had variables left their values pending
         # on it (tf.train.Checkpoint's deferred restoration): assign them now, before use.
         ckpt = sys.modules.get("tapeflow.train.checkpoint")

@@ -15,7 +15,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.dispatch import constant as _constant
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
 from ..runtime.tensor import Tensor as _Tensor
-from ..runtime.tensor import _wrap
+from ..runtime.tensor import wrap
 from ..runtime.variable import Variable as _Variable
 from ._base import _as_dtype, _scalar_dtype, _t, complex64, float32, int64
 
@@ -232,8 +232,8 @@ def from_dlpack(x, /, *, device=None, copy=None):
         if copy is False:
             raise InvalidArgumentError(f"from_dlpack(copy=False) cannot move {src.name} memory "
                                        f"to {dst.name}")
-        return _wrap(data, src).to(dst.name)
-    return _wrap(data.copy() if copy else data, src)
+        return wrap(data, src).to(dst.name)
+    return wrap(data.copy() if copy else data, src)
 
 
 # --- data types --------------------------------------------------------------------------------

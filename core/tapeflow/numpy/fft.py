@@ -30,7 +30,7 @@ from ._manipulation import roll
 __all__ = ["fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft",
            "fftfreq", "rfftfreq", "fftshift", "ifftshift"]
 
-_SWAP = _L._SWAP_NORM          # the other norm: "backward" <-> "forward", "ortho" stays
+_SWAP = _L.SWAP_NORM          # the other norm: "backward" <-> "forward", "ortho" stays
 
 
 def _complex_input(x, what):

@@ -14,11 +14,11 @@ import numpy as np
 from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ..runtime.dispatch import _run, convert_to_tensor
+from ..runtime.dispatch import run, convert_to_tensor
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from ._library import check_fits
+from .library import check_fits
 
 # This module defines `range` and `slice`: keep the builtins under other names.
 _range = builtins.range
@@ -31,9 +31,9 @@ def _index(v):
         return operator.index(v)
     except TypeError:
         raise InvalidTypeError(f"expected an integer, got {type(v).__name__} "
-                               f"{_shapes._short(v)}") from None
+                               f"{_shapes.short_repr(v)}") from None
 _FULL = _slice(None)
-_scopes = _devs._active_scopes
+_scopes = _devs.active_scopes
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -46,7 +46,7 @@ def _here(x=None):
 
 def _create(op, attrs):
     """Run a creation op (no tensor input) on the scope's or the default device."""
-    return _run(op, (), (_scopes[0] and _devs.current_device()) or _devs.default_device(), attrs)
+    return run(op, (), (_scopes[0] and _devs.current_device()) or _devs.default_device(), attrs)
 
 
 def _tensor(x):
@@ -60,7 +60,7 @@ def _ndim(x):
     try:
         return np.ndim(x)
     except (ValueError, TypeError) as e:
-        raise InvalidArgumentError(f"Cannot convert {_shapes._short(x)} to a tensor: {e}",
+        raise InvalidArgumentError(f"Cannot convert {_shapes.short_repr(x)} to a tensor: {e}",
                                    device=_here()) from None
 
 
@@ -88,7 +88,7 @@ def _shape_tuple(shape, op="Reshape"):
                 out = (_index(shape),)
     except TypeError:
         raise InvalidArgumentError(
-            f"shape must be an integer or a list of integers, got {_shapes._short(shape)}",
+            f"shape must be an integer or a list of integers, got {_shapes.short_repr(shape)}",
             op=op, device=_here()) from None
     if len(out) > _shapes.MAX_RANK:
         _shapes.check_rank(out, op, _here())
@@ -153,5 +153,5 @@ def _check_fill_values(op, tensors, attrs, device, dtype=None):
             v = attrs[name]
             if not isinstance(v, (builtins.bool, int, float, complex, np.bool_, np.number)):
                 raise InvalidTypeError(f"attr '{name}' of {op.name} must be a number, got "
-                                       f"{type(v).__name__} {_shapes._short(v)}")
+                                       f"{type(v).__name__} {_shapes.short_repr(v)}")
             check_fits(v, dt, f"attr '{name}' of {op.name}:", op.name, device=device)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from .array_batching import batch_all, batch_fold, batch_leading, batch_unfold  # noqa: F401
 from .array_creation import *  # noqa: F401,F403
-from .array_creation import _FILL, lin_space  # noqa: F401
+from .array_creation import FILL, lin_space  # noqa: F401
 from .array_gather import *  # noqa: F401,F403
 from .array_join import *  # noqa: F401,F403
 from .array_join import batch_coords  # noqa: F401

@@ -18,12 +18,12 @@ import numpy as np
 from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ..runtime.dispatch import _run, execute
+from ..runtime.dispatch import run, execute
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import math_ops as _m
-from ._library import batch_axis, BROADCASTING, check_fits, defop, rerun
+from .library import batch_axis, BROADCASTING, check_fits, defop, rerun
 from ._array_common import (_check_fill_values, _create, _here, _index, _ndim, _norm_axis1,
                             _scalar_arg, _scopes, _shape_tuple, _tensor, _value_dtype, _weak)
 
@@ -41,7 +41,7 @@ def _fill_value(v, dtype, what, op, x=None):
     s = _scalar_arg(v, what, op)
     if not isinstance(s, (builtins.bool, int, float, complex)):
         raise InvalidTypeError(f"{what} must be a number, got {type(s).__name__} "
-                               f"{_shapes._short(s)}", op=op, device=_here(x))
+                               f"{_shapes.short_repr(s)}", op=op, device=_here(x))
     dtype = _value_dtype(v) if dtype is None else _dt.as_dtype(dtype)
     check_fits(s, dtype, what, op, x)
     return s, dtype
@@ -73,7 +73,7 @@ def _match_dtypes(a, b):
                 v = _m.cast(v, target)
         elif dev is not None and type(w) is not _dt.DType:
             # a Python scalar: filled on the device (no synchronous host-to-device copy)
-            v = _run(_FILL, (), dev, {"shape": (), "value": v, "dtype": target})
+            v = run(FILL, (), dev, {"shape": (), "value": v, "dtype": target})
         else:
             v = np.asarray(v, dtype=target.np)
         out.append(v)
@@ -85,7 +85,7 @@ def _check_fill(op, tensors, attrs, device):
     _check_fill_values(op, tensors, attrs, device)
 
 
-_FILL = defop("Fill", inputs=(), attrs={"shape": None, "value": 0, "dtype": None},
+FILL = defop("Fill", inputs=(), attrs={"shape": None, "value": 0, "dtype": None},
               dtype_from="dtype", differentiable=False, check=_check_fill,
               attr_types={"shape": "shape?"})
 
@@ -98,7 +98,7 @@ def fill(dims, value, dtype=None, name=None):
     tf.Tensor([7 7], shape=(2,), dtype=int32)
     """
     value, dt = _fill_value(value, dtype, "fill value", "Fill")
-    return _create(_FILL, {"shape": _shape_tuple(dims, "Fill"), "value": value, "dtype": dt})
+    return _create(FILL, {"shape": _shape_tuple(dims, "Fill"), "value": value, "dtype": dt})
 
 
 def zeros(shape, dtype=_dt.float32, name=None):
@@ -108,7 +108,7 @@ def zeros(shape, dtype=_dt.float32, name=None):
     >>> tf.zeros([1, 1, 784]).shape
     TensorShape([1, 1, 784])
     """
-    return _create(_FILL, {"shape": _shape_tuple(shape, "Fill"), "value": 0,
+    return _create(FILL, {"shape": _shape_tuple(shape, "Fill"), "value": 0,
                            "dtype": _dt.as_dtype(dtype)})
 
 
@@ -119,7 +119,7 @@ def ones(shape, dtype=_dt.float32, name=None):
     >>> print(tf.ones([2], tf.int64))
     tf.Tensor([1 1], shape=(2,), dtype=int64)
     """
-    return _create(_FILL, {"shape": _shape_tuple(shape, "Fill"), "value": 1,
+    return _create(FILL, {"shape": _shape_tuple(shape, "Fill"), "value": 1,
                            "dtype": _dt.as_dtype(dtype)})
 
 
@@ -135,7 +135,7 @@ def _like(op, x, value, dtype):
         # inside a device scope the result goes to the scope's device, not x's
         x = _tensor(x)
         dt = x.dtype if dtype is None else _dt.as_dtype(dtype)
-        return _create(_FILL, {"shape": tuple(x._data.shape), "value": value, "dtype": dt})
+        return _create(FILL, {"shape": tuple(x._data.shape), "value": value, "dtype": dt})
     if dtype is None:
         return execute(op, (x,), _LIKE_NONE)
     dt = _dt.as_dtype(dtype)
@@ -281,7 +281,7 @@ def linspace(start, stop, num, name=None, axis=0):
         v = _scalar_arg(v, what, "LinSpace")
         if isinstance(v, (bool, complex)) or not isinstance(v, (int, float)):
             raise InvalidTypeError(f"linspace: {what} must be a real number, got "
-                                   f"{_shapes._short(v)}", op="LinSpace", device=_here())
+                                   f"{_shapes.short_repr(v)}", op="LinSpace", device=_here())
         bounds.append(float(v))
     return _create(_LINSPACE, {"start": bounds[0], "stop": bounds[1], "num": n, "dtype": dt})
 

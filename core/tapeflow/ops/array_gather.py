@@ -19,7 +19,7 @@ from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import math_ops as _m
-from ._library import defop, rerun
+from .library import defop, rerun
 from ._array_common import (_here, _index, _ndim, _norm_axis1, _prod, _range, _scalar_arg,
                             _shape_tuple, _tensor)
 from .array_creation import range, zeros, zeros_like

@@ -20,7 +20,7 @@ from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import reductions as _r
-from ._library import batch_axis, batch_one_axis, defop, rerun
+from .library import batch_axis, batch_one_axis, defop, rerun
 from ._array_common import _here, _index, _ndim, _norm_axis1, _range, _shape_tuple, _tensor
 from .array_shape import _RESHAPE
 from .array_batching import batch_all

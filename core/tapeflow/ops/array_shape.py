@@ -18,7 +18,7 @@ from ..runtime.dispatch import execute
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear, REQUIRED
 from . import math_ops as _m
-from ._library import batch_axis, batch_with_shape, defop, flag, rerun
+from .library import batch_axis, batch_with_shape, defop, flag, rerun
 from ._array_common import _here, _ndim, _norm_axis1, _opindex, _prod, _range, _shape_tuple, _tensor
 from .array_creation import zeros
 
@@ -116,7 +116,7 @@ def transpose(a, perm=None, conjugate=False, name="transpose"):
     else:
         if not isinstance(perm, (list, tuple)) and len(getattr(perm, "shape", ())) != 1:
             raise InvalidTypeError(f"transpose: perm must be a list of {nd} dimensions, got "
-                                   f"{_shapes._short(perm)}", op="Transpose", device=_here(a))
+                                   f"{_shapes.short_repr(perm)}", op="Transpose", device=_here(a))
         p = tuple(d + nd if d < 0 else d for d in
                   (_shapes.as_index(v, "perm", "Transpose", _here(a))
                    for v in (perm.numpy().tolist() if hasattr(perm, "numpy") else

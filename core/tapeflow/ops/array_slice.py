@@ -25,7 +25,7 @@ from ..runtime.registry import Linear, REQUIRED
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import math_ops as _m
-from ._library import defop, rerun
+from .library import defop, rerun
 from ._array_common import _check_fill_values, _FULL, _here, _range, _shape_tuple, _slice, _tensor
 from .array_creation import _fill_value
 from .array_shape import _TRANSPOSE, expand_dims, reshape
@@ -120,7 +120,7 @@ def pad(tensor, paddings, mode="CONSTANT", constant_values=0, name=None):
         raise InvalidArgumentError(
             f"pad: paddings must be an integer array of shape [{len(s)}, 2] (one [before, "
             f"after] pair per dimension of the input of shape {list(s)}), got "
-            f"{_shapes._short(paddings)}", op=op, device=dev) from None
+            f"{_shapes.short_repr(paddings)}", op=op, device=dev) from None
     if p.size == 0 and len(s) == 0:
         p = p.reshape(0, 2)
     if p.shape != (len(s), 2) or (p.size and p.dtype.kind not in "iu"):
@@ -310,7 +310,7 @@ def _index_spec(x, key):
                         "Only integers, slices (`:`), ellipsis (`...`), tf.newaxis (`None`) "
                         f"and integer or boolean tensors are valid indices, got {k!r}", x)
                 n = shape[d]
-                if a.size > _shapes._SMALL:
+                if a.size > _shapes.SMALL:
                     _check_index_array(x, key, a, d, n)
                 try:
                     a = a.astype(np.int64)
@@ -355,7 +355,7 @@ def _list_index_error(k, d, x, e):
     what = ("is a ragged list (nested lists of different lengths), not a rectangular "
             "integer array" if isinstance(e, ValueError) else f"is not an integer array ({e})")
     return _bad_index(
-        f"x[key]: the index {_shapes._short(k)} for dimension {d} of {_described(x)} {what}. "
+        f"x[key]: the index {_shapes.short_repr(k)} for dimension {d} of {_described(x)} {what}. "
         "Give integer-array indices as rectangular lists, arrays or tensors (every row the "
         "same length), or index with each row separately and join the results (tf.concat, "
         "tf.stack)", x)
@@ -468,7 +468,7 @@ def _advanced(x, y, axes, indices, front):
     if len(axes) == 1:
         o, idx = axes[0], indices[0]
         ys = y._data.shape
-        if idx._data.size > ys[o] and idx._data.size > _shapes._SMALL // 4:
+        if idx._data.size > ys[o] and idx._data.size > _shapes.SMALL // 4:
             _check_result(x, list(ys[:o]) + list(idx.shape) + list(ys[o + 1:]), "GatherV2",
                           f"the integer-array index of shape {list(idx.shape)} for dimension {o}")
         y = gather(y, idx, axis=o)
@@ -484,7 +484,7 @@ def _advanced(x, y, axes, indices, front):
                          f"together: shapes {[list(i.shape) for i in indices]}", x) from None
     wide = _dt.int64 if any(i.dtype == _dt.int64 for i in indices) else _dt.int32
     rest = [d for d in _range(y.ndim) if d not in axes]
-    if _shapes.num_elements(shape) > _shapes._SMALL // 4:
+    if _shapes.num_elements(shape) > _shapes.SMALL // 4:
         _check_result(x, list(shape) + [y._data.shape[d] for d in rest], "GatherNd",
                       f"the integer-array indices of shapes {[list(i.shape) for i in indices]} "
                       f"broadcast to shape {list(shape)}", (list(shape) + [len(indices)], wide))
@@ -626,7 +626,7 @@ def _key_repr(key):
         return f"<array of shape {list(key.shape)}, {key.dtype}>"
     if isinstance(key, (Tensor, Variable)):
         return f"<{type(key).__name__} of shape {list(key.shape)}, {key.dtype.name}>"
-    return _shapes._short(key)
+    return _shapes.short_repr(key)
 
 
 def _set_exhausted(x, key, detail):
@@ -655,7 +655,7 @@ def _check_set_positions(x, key, hkey):
     except ValueError:
         return                                  # (the indexing says so)
     points = _shapes.num_elements(shape)
-    if points <= _shapes._SMALL:
+    if points <= _shapes.SMALL:
         return
     host = _devs.get_device("cpu:0")
     need = points * 8
@@ -677,7 +677,7 @@ def _set_index_error(x, key, hkey, e):
                 what = ("a ragged list (nested lists of different lengths), not a rectangular "
                         "integer array" if isinstance(e2, ValueError) else str(e2))
                 return InvalidArgumentError(
-                    f"x[key] = value: the index {_shapes._short(k)} (entry {d} of the key) is "
+                    f"x[key] = value: the index {_shapes.short_repr(k)} (entry {d} of the key) is "
                     f"{what}, for {_described(x)}; nothing was changed. Give integer-array "
                     "indices as rectangular lists, arrays or tensors (every row the same "
                     "length), or assign row by row", device=x._device)

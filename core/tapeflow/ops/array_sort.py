@@ -18,7 +18,7 @@ from ..runtime.dispatch import execute
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear
 from . import math_ops as _m
-from ._library import batch_one_axis, defop, flag
+from .library import batch_one_axis, defop, flag
 from ._array_common import _tensor
 from .array_shape import transpose
 from .array_gather import gather
@@ -131,7 +131,7 @@ def argsort(values, axis=-1, direction="ASCENDING", stable=True, name=None):
     flag(stable, "argsort: stable", "ArgSort", x)       # (always stable)
     if not isinstance(direction, str) or direction not in ("ASCENDING", "DESCENDING"):
         raise InvalidArgumentError(f"argsort: direction must be 'ASCENDING' or 'DESCENDING', "
-                                   f"got {_shapes._short(direction)}", op="ArgSort",
+                                   f"got {_shapes.short_repr(direction)}", op="ArgSort",
                                    device=x._device)
     return execute(_ARGSORT, (x,), {"axis": _scan_axis(x, axis, "argsort"),
                                     "descending": direction == "DESCENDING"})

@@ -19,7 +19,7 @@ from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import math_ops as _m
 from . import reductions as _r
-from ._library import BROADCASTING, defop, elementwise_jvp
+from .library import BROADCASTING, defop, elementwise_jvp
 from ._array_common import _here, _tensor
 from .array_creation import _check_select, _LIKE_NONE, _match_dtypes, _ZEROS_LIKE, ones_like
 
@@ -154,7 +154,7 @@ def _is_complex(v):
 def _describe(v):
     d = getattr(v, "dtype", None)
     if d is None or not hasattr(v, "shape") or isinstance(v, np.generic):
-        return _shapes._short(v)
+        return _shapes.short_repr(v)
     return f"{type(v).__name__} of dtype {getattr(d, 'name', d)} and shape {list(v.shape)}"
 
 

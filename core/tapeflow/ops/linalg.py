@@ -27,7 +27,7 @@ import functools
 import numpy as np
 
 from ..runtime import shapes as _shapes
-from ._library import BROADCASTING, defop, flag, rerun
+from .library import BROADCASTING, defop, flag, rerun
 from ..runtime.errors import InvalidArgumentError, NotDifferentiableError, UnimplementedError
 from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
@@ -920,12 +920,12 @@ def qr(input, full_matrices=False, name=None):
 # for y = c F x (F the DFT matrix, c the norm's scale), TensorFlow's convention gives
 # dx = c conj(F) dy: the inverse transform with the other norm ("backward" <-> "forward").
 
-_SWAP_NORM = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
+SWAP_NORM = {"backward": "forward", "forward": "backward", "ortho": "ortho"}
 
 
 def _fft_grad(ctx, dy):
     a = ctx.attrs
-    return execute(_FFT, (dy,), {"axes": a["axes"], "norm": _SWAP_NORM[a["norm"]],
+    return execute(_FFT, (dy,), {"axes": a["axes"], "norm": SWAP_NORM[a["norm"]],
                                  "inverse": not a["inverse"]})
 
 
@@ -938,7 +938,7 @@ def _rfft_grad(ctx, dy):
     pads = [[0, 0] for _ in range(x.ndim)]
     pads[last][1] = n - int(dy.shape[last])
     full = _a.pad(dy, pads)
-    g = execute(_FFT, (full,), {"axes": a["axes"], "norm": _SWAP_NORM[a["norm"]],
+    g = execute(_FFT, (full,), {"axes": a["axes"], "norm": SWAP_NORM[a["norm"]],
                                 "inverse": True})
     return _m.real(g)
 
@@ -950,7 +950,7 @@ def _irfft_grad(ctx, dy):
     x = ctx.inputs[0]
     last = a["axes"][-1]
     n = a["n"]
-    g = execute(_RFFT, (dy,), {"axes": a["axes"], "norm": _SWAP_NORM[a["norm"]]})
+    g = execute(_RFFT, (dy,), {"axes": a["axes"], "norm": SWAP_NORM[a["norm"]]})
     k = int(g.shape[last])
     w = np.full(k, 2.0)
     w[0] = 1.0
@@ -974,22 +974,22 @@ def _check_fft(op, tensors, attrs, device):
             and -nd <= a < nd for a in axes) or len({int(a) % nd for a in axes}) != len(axes)):
         raise InvalidArgumentError(
             f"{op.name}: axes must be a non-empty tuple of distinct integer axes of the "
-            f"input of shape {_fmt(shape)}, got {_shapes._short(axes)}")
+            f"input of shape {_fmt(shape)}, got {_shapes.short_repr(axes)}")
     if op is not _IRFFT and any(shape[a] == 0 for a in axes):
         raise InvalidArgumentError(
             f"{op.name}: Invalid number of FFT data points (0): the input of shape "
-            f"{_fmt(shape)} is empty along the axes {_shapes._short(axes)}")
-    if not isinstance(attrs["norm"], str) or attrs["norm"] not in _SWAP_NORM:
+            f"{_fmt(shape)} is empty along the axes {_shapes.short_repr(axes)}")
+    if not isinstance(attrs["norm"], str) or attrs["norm"] not in SWAP_NORM:
         raise InvalidArgumentError(f"{op.name}: Invalid norm value "
-                                   f"{_shapes._short(attrs['norm'])}: norm must be 'backward', "
+                                   f"{_shapes.short_repr(attrs['norm'])}: norm must be 'backward', "
                                    "'ortho' or 'forward'")
     if not isinstance(attrs.get("inverse", False), (bool, np.bool_)):
         raise InvalidArgumentError(
-            f"{op.name}: inverse must be a bool, got {_shapes._short(attrs['inverse'])}")
+            f"{op.name}: inverse must be a bool, got {_shapes.short_repr(attrs['inverse'])}")
     n = attrs.get("n", 1)
     if not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)) or n < 1:
         raise InvalidArgumentError(f"{op.name}: Invalid number of FFT data points n="
-                                   f"{_shapes._short(n)}: n must be a positive int")
+                                   f"{_shapes.short_repr(n)}: n must be a positive int")
 
 
 def _fft_batch(ctx, x):
@@ -1027,7 +1027,7 @@ def fft_transform(x, axes, norm="backward", inverse=False, kind="c2c", n=None):
     if kind == "c2r" and (not isinstance(n, (int, np.integer)) or isinstance(n, bool)
                           or n < 1):
         raise InvalidArgumentError(f"irfft: n must be a positive int, got {n!r}", op="IRFFT")
-    if not isinstance(norm, str) or norm not in _SWAP_NORM:
+    if not isinstance(norm, str) or norm not in SWAP_NORM:
         raise InvalidArgumentError(f"fft: norm must be 'backward', 'ortho' or 'forward', got "
                                    f"{norm!r}", op="FFT")
     if len(set(axes)) != len(axes) or not axes:

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..runtime import devices as _devs
 from ..runtime import shapes as _shapes
-from ._library import (BROADCASTING, batch_axis, batch_one_axis, defop, flag, real_number,
+from .library import (BROADCASTING, batch_axis, batch_one_axis, defop, flag, real_number,
                        rerun)
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.dispatch import convert_like, convert_to_tensor, execute
@@ -378,7 +378,7 @@ def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
         if kind not in "biuf":
             raise InvalidArgumentError(
                 f"moments: shift must be None or a real number or tensor, got "
-                f"{_shapes._short(shift)}", op="Moments", device=x._device)
+                f"{_shapes.short_repr(shift)}", op="Moments", device=x._device)
     y = _m.cast(x, "float32") if x.dtype.name == "float16" else x
     ax = _red._norm_axis(axes, y.ndim, "Moments")
     shape = _shape(y)

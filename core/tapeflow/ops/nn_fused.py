@@ -41,7 +41,7 @@ from .array_creation import zeros_like as _zeros_like
 from . import math_ops as _m
 from . import nn as _nn
 from . import reductions as _red
-from ._library import defop, real_number
+from .library import defop, real_number
 
 __all__ = ["fused_conv2d", "ACTIVATIONS"]
 

@@ -17,7 +17,7 @@ tf.Tensor([False  True], shape=(2,), dtype=bool) tf.Tensor(4.0, shape=(), dtype=
 
 from __future__ import annotations
 
-from ..runtime.dispatch import _speedups, binary, convert_to_tensor, execute
+from ..runtime.dispatch import speedups, binary, convert_to_tensor, execute
 from ..runtime.errors import TapeflowError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -110,11 +110,11 @@ def _install():
     unary = {"neg": negative, "pos": lambda t: t, "abs": abs, "invert": _invert}
     reflected = set(ops) - {"lt", "le", "gt", "ge", "eq", "ne"}
     for cls in (Tensor, Variable):
-        if cls is Tensor and _speedups is not None:
+        if cls is Tensor and speedups is not None:
             for name, f in funcs.items():       # (direct: f is binary(op, a, b))
-                _speedups.set_operator(name, ops[name], f, name not in ("eq", "ne"))
+                speedups.set_operator(name, ops[name], f, name not in ("eq", "ne"))
             for name, f in unary.items():
-                _speedups.set_operator(name, None, f)
+                speedups.set_operator(name, None, f)
             continue
         for name, f in funcs.items():
             setattr(cls, f"__{name}__", _method(f))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from ..runtime.dispatch import execute
 from ..runtime.errors import InvalidArgumentError
-from ._library import defop
+from .library import defop
 from .reductions import broadcast_to
 
 __all__ = ["APPLY_GRADIENT_DESCENT", "APPLY_MOMENTUM", "APPLY_ADAM", "APPLY_RMS_PROP",

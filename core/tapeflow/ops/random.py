@@ -51,7 +51,7 @@ import numpy as _np
 from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ._library import batch_with_shape, defop
+from .library import batch_with_shape, defop
 from ..runtime.errors import InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..runtime.dispatch import convert_to_tensor, execute
 from . import math_ops as _m
@@ -84,12 +84,12 @@ class _State:
     nondet_counter = itertools.count()
 
 
-_state = _State()
+STATE = _State()
 
 
 def _reseed_after_fork():
-    _state.nondet_key = _mix64(int.from_bytes(os.urandom(8), "little"))
-    _state.nondet_counter = itertools.count()
+    STATE.nondet_key = _mix64(int.from_bytes(os.urandom(8), "little"))
+    STATE.nondet_counter = itertools.count()
 
 
 if hasattr(os, "register_at_fork"):
@@ -104,9 +104,9 @@ def set_seed(seed):
     """
     if seed is not None:
         seed = _shapes.as_index(seed, "the global seed", "SetSeed")
-    _state.global_seed = seed
-    _state.op_seeds = itertools.count()
-    _state.counters = {}
+    STATE.global_seed = seed
+    STATE.op_seeds = itertools.count()
+    STATE.counters = {}
 
 
 set_random_seed = set_seed
@@ -115,10 +115,10 @@ set_random_seed = set_seed
 def get_seed(op_seed):
     """The ``(global seed, op seed)`` pair an op with ``op_seed`` uses (TF semantics);
     ``(None, None)`` when neither is set."""
-    g = _state.global_seed
+    g = STATE.global_seed
     if g is not None:
         if op_seed is None:
-            op_seed = next(_state.op_seeds)
+            op_seed = next(STATE.op_seeds)
         return g, int(op_seed)
     if op_seed is not None:
         return DEFAULT_GLOBAL_SEED, int(op_seed)
@@ -127,26 +127,26 @@ def get_seed(op_seed):
 
 def _key_counter(seed):
     """(key, counter) attrs for one random op call."""
-    g = _state.global_seed
+    g = STATE.global_seed
     if g is None and seed is None:
-        return _state.nondet_key, next(_state.nondet_counter)
+        return STATE.nondet_key, next(STATE.nondet_counter)
     if g is None:
         g = DEFAULT_GLOBAL_SEED
     elif seed is None:
-        seed = next(_state.op_seeds)
+        seed = next(STATE.op_seeds)
     key = _mix64(_mix64(int(g) & _M64) ^
                  (_shapes.as_index(seed, "seed", "RandomSeed") & _M64))
-    counters = _state.counters
+    counters = STATE.counters
     c = counters.get(key, 0)
     counters[key] = c + 1
     return key, c
 
 
-def _next_counter(key):
+def next_counter(key):
     """The next counter of ``key``'s stream (a random op replayed by tf.function)."""
-    if key == _state.nondet_key:
-        return next(_state.nondet_counter)
-    counters = _state.counters
+    if key == STATE.nondet_key:
+        return next(STATE.nondet_counter)
+    counters = STATE.counters
     c = counters.get(key, 0)
     counters[key] = c + 1
     return c
@@ -238,7 +238,7 @@ def _real_param(v, what, op, dt):
     d = getattr(v, "dtype", None)
     kind = None if d is None else getattr(d, "np", d).kind
     if isinstance(v, complex) or kind == "c":
-        got = _shapes._short(v) if d is None else f"dtype {getattr(d, 'name', d)}"
+        got = _shapes.short_repr(v) if d is None else f"dtype {getattr(d, 'name', d)}"
         raise InvalidTypeError(
             f"{what} must be real, got the complex {got}: the samples are {dt.name} and "
             "its imaginary part would be dropped; pass a real value", op=op)

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from ..runtime import dtypes as _dt
 from ..runtime import shapes as _shapes
-from ._library import batch_axis, batch_one_axis, defop, flag, rerun
+from .library import batch_axis, batch_one_axis, defop, flag, rerun
 from ..runtime.errors import InvalidArgumentError
-from ..runtime.dispatch import _run, convert_to_tensor, execute
+from ..runtime.dispatch import run, convert_to_tensor, execute
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from . import math_ops as _m
@@ -63,7 +63,7 @@ def _broadcast(t, shape):
     if t._data.shape == shape:
         return t
     if type(t) is Tensor and not _scopes[0]:
-        return _run(_BROADCAST_TO, (t,), t._device, {"shape": shape})
+        return run(_BROADCAST_TO, (t,), t._device, {"shape": shape})
     return execute(_BROADCAST_TO, (t,), {"shape": shape})
 
 

@@ -126,7 +126,7 @@ class Library:
         ``tapeflow.runtime.dispatch.execute`` from your function after converting the
         arguments). Keywords are OpDef's (``inputs``, ``attrs``, ``attr_types``,
         ``grad``, ``infer``, ``check``, ...). The built-in ops are declared this way,
-        by the Library ``tapeflow`` (:mod:`tapeflow.ops._library`).
+        by the Library ``tapeflow`` (:mod:`tapeflow.ops.library`).
 
         >>> from tapeflow.plugins import Library
         >>> lib = Library("defdoc")

@@ -142,7 +142,7 @@ class Registry:
                     opdef.kernels.pop(dt, None)
                 else:
                     opdef.kernels[dt] = prev
-                _reg._refresh_fast(opdef, dt)
+                _reg.refresh_fast(opdef, dt)
             for op in added_ops:
                 if _reg.OPS.get(op.name) is op:
                     del _reg.OPS[op.name]
@@ -156,7 +156,7 @@ class Registry:
             _manager.backends.extend(self._backends)
             if info is not None:
                 info.backends += [b.name for b in self._backends]
-            _devs._table.rebuild(_manager.backends)
+            _devs.table.rebuild(_manager.backends)
 
 
 class _Manager:
@@ -267,7 +267,7 @@ def register(obj, name: str | None = None, strict: bool = True):
 
 
 def register_builtin(obj, name):
-    info = PluginInfo(name, distribution="tapeflow", version=_version())
+    info = PluginInfo(name, distribution="tapeflow", version=version())
     _manager._run_plugin(obj, info, strict=True)
 
 
@@ -288,7 +288,7 @@ def plugin_report() -> list[PluginInfo]:
     return list(_manager.plugins.values())
 
 
-def _version():
+def version():
     try:
         return md.version("tapeflow")
     except md.PackageNotFoundError:

@@ -211,17 +211,17 @@ class _Table:
         self.default = None
 
 
-_table = _Table()
+table = _Table()
 
 
 def _describe_available() -> str:
-    have = ", ".join(sorted(_table.by_name)) or "none"
-    msg = f"Available devices: {have}" + (f" (gpu:0..gpu:{len(_table.gpus) - 1} alias "
-                                          + ", ".join(g.name for g in _table.gpus) + ")"
-                                          if _table.gpus else "")
-    if _table.unavailable:
+    have = ", ".join(sorted(table.by_name)) or "none"
+    msg = f"Available devices: {have}" + (f" (gpu:0..gpu:{len(table.gpus) - 1} alias "
+                                          + ", ".join(g.name for g in table.gpus) + ")"
+                                          if table.gpus else "")
+    if table.unavailable:
         msg += ". Unavailable backends: " + "; ".join(
-            f"{k}: {v}" for k, v in sorted(_table.unavailable.items()))
+            f"{k}: {v}" for k, v in sorted(table.unavailable.items()))
     return msg
 
 
@@ -230,40 +230,40 @@ def get_device(spec) -> Device:
     if type(spec) is Device:
         return spec
     name = canonical_name(spec)
-    d = _table.by_name.get(name)
+    d = table.by_name.get(name)
     if d is not None:
         return d
     typ, idx = name.split(":")
-    if typ == "gpu" and int(idx) < len(_table.gpus):
-        return _table.gpus[int(idx)]
+    if typ == "gpu" and int(idx) < len(table.gpus):
+        return table.gpus[int(idx)]
     raise NotFoundError(f"Device {spec!r} ({name}) does not exist. " + _describe_available())
 
 
 def list_devices() -> list[Device]:
     """Every usable device, CPU first."""
-    return sorted(_table.by_name.values(), key=lambda d: (not d.is_host, d.type, d.index))
+    return sorted(table.by_name.values(), key=lambda d: (not d.is_host, d.type, d.index))
 
 
 def num_gpus() -> int:
     """Number of GPU devices over all backends (``gpu:0`` ... ``gpu:N-1``)."""
-    return len(_table.gpus)
+    return len(table.gpus)
 
 
 def default_device() -> Device:
     """Where new tensors go outside a ``device()`` scope: the user's choice
     (``TAPEFLOW_DEFAULT_DEVICE`` or :func:`set_default_device`), else the first
     GPU, else ``cpu:0``."""
-    d = _table.default
+    d = table.default
     if d is None:
-        if _table.user_default:
-            d = get_device(_table.user_default)
-        elif _table.gpus:
-            d = _table.gpus[0]
-        elif "cpu:0" in _table.by_name:
-            d = _table.by_name["cpu:0"]
+        if table.user_default:
+            d = get_device(table.user_default)
+        elif table.gpus:
+            d = table.gpus[0]
+        elif "cpu:0" in table.by_name:
+            d = table.by_name["cpu:0"]
         else:
             raise FailedPreconditionError("No device is available. " + _describe_available())
-        _table.default = d
+        table.default = d
     return d
 
 
@@ -272,21 +272,21 @@ def set_default_device(spec) -> None:
     if spec is not None:
         get_device(spec)  # validate now, not at the first op
         spec = canonical_name(spec) if isinstance(spec, str) else spec.name
-    _table.user_default = spec
-    _table.default = None
+    table.user_default = spec
+    table.default = None
 
 
 # --- the device() scope ----------------------------------------------------------
-# `_active_scopes[0]` counts open scopes in all threads: dispatch reads this module
+# `active_scopes[0]` counts open scopes in all threads: dispatch reads this module
 # global (a few ns) and touches the thread-local stack only when it is non-zero.
 _local = threading.local()
-_active_scopes = [0]
+active_scopes = [0]
 _scope_lock = threading.Lock()
 
 
 def current_device() -> Device | None:
     """The innermost ``device()`` scope of this thread, or None."""
-    if not _active_scopes[0]:
+    if not active_scopes[0]:
         return None
     stack = getattr(_local, "stack", None)
     return stack[-1] if stack else None
@@ -315,11 +315,11 @@ class device:
             stack = _local.stack = []
         stack.append(self._device)
         with _scope_lock:
-            _active_scopes[0] += 1
+            active_scopes[0] += 1
         return self._device
 
     def __exit__(self, *exc):
         _local.stack.pop()
         with _scope_lock:
-            _active_scopes[0] -= 1
+            active_scopes[0] -= 1
         return False

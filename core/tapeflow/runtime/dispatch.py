@@ -3,7 +3,7 @@ wrap the outputs, record on active tapes.
 
 ``execute(op, inputs, attrs)`` is the general entry point; ``binary`` is the
 same path specialised for two operands (Tensor operators), measured because
-``a + b`` is the figure users compare us by. Both end in ``_run``.
+``a + b`` is the figure users compare us by. Both end in ``run``.
 
 Placement (docs/decisions.md section 5): inside ``with tf.device(d)`` ops run on ``d``
 and host inputs are copied there; otherwise an op runs where its tensor inputs
@@ -29,12 +29,12 @@ from . import context as _ctx
 from .context import HOOKS as _HOOKS
 from . import registry as _reg
 from .registry import OpDef, get_op, kernel_not_found
-from .tensor import Tensor, VariableBase as Variable, _sp, _wrap
+from .tensor import Tensor, VariableBase as Variable, speedups, wrap
 
 __all__ = ["execute", "convert_to_tensor", "convert_like", "as_tensor_list", "constant",
            "copy_to_device"]
 
-_scopes = _devs._active_scopes
+active_scopes = _devs.active_scopes
 _tracing = _ctx.tracing
 _tapes_active = _ctx.tapes_active
 record = _ctx.record
@@ -70,7 +70,7 @@ def _np_from_python(value, dtype, dev=None, op="Const"):
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         return _np_from_numpy(value, dtype, dev, op)
     n = _array_elements(value)
-    if n is not None and n > _shapes._SMALL:
+    if n is not None and n > _shapes.SMALL:
         _check_conversion(value, n, dtype, dev, op)
     if dtype is not None:
         _check_lossless(value, dtype)
@@ -107,7 +107,7 @@ def _np_from_numpy(value, dtype, dev, op):
     broadcast views kept as views of a copy of their distinct values."""
     if value.ndim and value.size > 1 and 0 in value.strides:
         src = value[tuple(slice(0, 1) if st == 0 else slice(None) for st in value.strides)]
-        if value.size > _shapes._SMALL:
+        if value.size > _shapes.SMALL:
             _check_conversion(value, value.size, dtype, dev, op)
     else:
         src = None
@@ -236,7 +236,7 @@ def _to_device(host_array, dev, op="Const"):
     if dev.is_host:
         return host_array
     if not host_array.flags.c_contiguous:   # (ascontiguousarray would make 0-d arrays 1-d)
-        if host_array.size > _shapes._SMALL:
+        if host_array.size > _shapes.SMALL:
             _check_conversion(host_array, host_array.size, None, dev, op)
         try:
             host_array = np.ascontiguousarray(host_array)
@@ -291,7 +291,7 @@ def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
             raise InvalidArgumentError(
                 f"constant: value of shape {a.shape} ({a.size} elements) cannot be reshaped or "
                 f"broadcast to shape {shape}", op="Const", device=dev)
-    return _wrap(_to_device(a, dev), dev)
+    return wrap(_to_device(a, dev), dev)
 
 
 def _const_shape(shape, dtype, value_shape, dev):
@@ -301,7 +301,7 @@ def _const_shape(shape, dtype, value_shape, dev):
         return _shapes.as_shape(shape, "Const", dev)
     except InvalidArgumentError as e:
         raise InvalidArgumentError(
-            f"constant: shape={_shapes._short(shape)} is not a valid shape for a {dtype.name} "
+            f"constant: shape={_shapes.short_repr(shape)} is not a valid shape for a {dtype.name} "
             f"value of shape {list(value_shape)}: {e.message}. Give a list of non-negative "
             "integers (shape=[2, 3]); None is for tf.TensorSpec", op="Const", device=dev) from None
 
@@ -356,7 +356,7 @@ def as_tensor_list(values, op, what="values"):
     if isinstance(values, (list, tuple)):
         return tuple(values)
     if isinstance(values, (Tensor, Variable, np.ndarray)) and len(values.shape) >= 1:
-        if isinstance(values, np.ndarray) and values.size > _shapes._SMALL:
+        if isinstance(values, np.ndarray) and values.size > _shapes.SMALL:
             # (a broadcast view: its rows, converted one by one, add up to all of it)
             dev = _devs.current_device() or _devs.default_device()
             try:
@@ -383,7 +383,7 @@ def copy_to_device(t: Tensor, device) -> Tensor:
     src = t._device
     if src is dev:
         return t
-    if src.is_host and t._data.size > _shapes._SMALL and not t._data.flags.c_contiguous:
+    if src.is_host and t._data.size > _shapes.SMALL and not t._data.flags.c_contiguous:
         _check_conversion(t._data, t._data.size, None, dev, "Copy")   # (a broadcast view)
     if src.backend is dev.backend:
         data = dev.backend.copy_from(t._data, src, dev)
@@ -391,11 +391,11 @@ def copy_to_device(t: Tensor, device) -> Tensor:
         data = np.array(src.backend.to_host(t._data, src), copy=True)
     else:
         data = dev.backend.copy_from(t._data, src, dev)
-    out = _wrap(data, dev)
+    out = wrap(data, dev)
     if _tracing[0]:
         _HOOKS.tracer.trace_copy(t, out, dev)
     if _tapes_active[0]:
-        record(_COPY, (t,), (out,), _EMPTY, None)
+        record(COPY, (t,), (out,), _EMPTY, None)
     return out
 
 
@@ -409,7 +409,7 @@ def _weak(value):
         return value
     if tv is list or tv is tuple:
         n = _array_elements(value)
-        if n is not None and n > _shapes._SMALL:
+        if n is not None and n > _shapes.SMALL:
             return None         # (a list of large arrays: measured by the conversion)
         try:
             a = np.asarray(value)
@@ -438,11 +438,11 @@ def _execute_py(op, inputs, attrs=_EMPTY):
     no device argument and ops without a ``check``), one dict lookup finds the kernel,
     and the result is wrapped and recorded on the active tapes here. Everything else --
     conversion, promotion, placement, checks, composites, several outputs, tracing --
-    goes through ``_prepare`` and ``_run``.
+    goes through ``_prepare`` and ``run``.
     """
     if inputs:
         first = inputs[0]
-        if type(first) is Tensor and (not _scopes[0] or (
+        if type(first) is Tensor and (not active_scopes[0] or (
                 not _tracing[0] and first._device is _devs.current_device())):
             dev = first._device
             dt = first._data.dtype
@@ -459,11 +459,11 @@ def _execute_py(op, inputs, attrs=_EMPTY):
                                 x._data.dtype != dt and op.dtype_rule == "same"):
                             break
                     else:
-                        return _run(op, inputs, dev, attrs)
-                    return _run(op, *_prepare(op, inputs), attrs)
+                        return run(op, inputs, dev, attrs)
+                    return run(op, *_prepare(op, inputs), attrs)
             fn = op.fast.get(dev.type, _NOFAST).get(dt)
             if fn is None or op.num_outputs != 1:
-                return _run(op, inputs, dev, attrs)
+                return run(op, inputs, dev, attrs)
             try:
                 if second is None:
                     out = fn(first._data, **attrs) if attrs else fn(first._data)
@@ -471,12 +471,12 @@ def _execute_py(op, inputs, attrs=_EMPTY):
                     out = (fn(first._data, second._data, **attrs) if attrs
                            else fn(first._data, second._data))
             except Exception as e:
-                raise _translate(e, op, dev, inputs, attrs) from None
-            t = _wrap(out, dev)
+                raise translate_error(e, op, dev, inputs, attrs) from None
+            t = wrap(out, dev)
             if _tapes_active[0] and op.differentiable:
                 record(op, inputs, (t,), attrs)
             return t
-    return _run(op, *_prepare(op, inputs), attrs)
+    return run(op, *_prepare(op, inputs), attrs)
 
 
 def _binary_py(op, a, b):
@@ -487,18 +487,18 @@ def _binary_py(op, a, b):
     2's weak-scalar rule keeps that dtype (the seeds' ``x * 2.0``, Collatz's ``a % 2``).
     Inside a device scope this path is taken when the Tensor operands are on the
     scope's device (the C operators leave scopes to this function)."""
-    if not _scopes[0] or _on_scope_device(a, b):
+    if not active_scopes[0] or _on_scope_device(a, b):
         ta = type(a)
         tb = type(b)
         if ta is Tensor:
             if tb is not Tensor:
                 if not ((tb is float or tb is int) and _keeps_dtype(b, tb, a)):
-                    return _run(op, *_prepare(op, (a, b)), _EMPTY)
-                b = _scalar_like(b, a)
+                    return run(op, *_prepare(op, (a, b)), _EMPTY)
+                b = scalar_like(b, a)
         elif tb is Tensor and (ta is float or ta is int) and _keeps_dtype(a, ta, b):
-            a = _scalar_like(a, b)
+            a = scalar_like(a, b)
         else:
-            return _run(op, *_prepare(op, (a, b)), _EMPTY)
+            return run(op, *_prepare(op, (a, b)), _EMPTY)
         dev = a._device
         x = a._data
         dt = x.dtype
@@ -506,16 +506,16 @@ def _binary_py(op, a, b):
         if b._device is dev and (y.dtype is dt or y.dtype == dt):
             fn = op.fast.get(dev.type, _NOFAST).get(dt)
             if fn is None:
-                return _run(op, (a, b), dev, _EMPTY)
+                return run(op, (a, b), dev, _EMPTY)
             try:
                 out = fn(x, y)
             except Exception as e:
-                raise _translate(e, op, dev, (a, b), _EMPTY) from None
-            t = _wrap(out, dev)
+                raise translate_error(e, op, dev, (a, b), _EMPTY) from None
+            t = wrap(out, dev)
             if _tapes_active[0] and op.differentiable:
                 record(op, (a, b), (t,), _EMPTY)
             return t
-    return _run(op, *_prepare(op, (a, b)), _EMPTY)
+    return run(op, *_prepare(op, (a, b)), _EMPTY)
 
 
 def _on_scope_device(a, b):
@@ -539,7 +539,7 @@ def _keeps_dtype(value, tv, like):
 _SCALARS: dict = {}
 
 
-def _scalar_like(value, like):
+def scalar_like(value, like):
     """A 0-d tensor of ``like``'s dtype and device holding a Python scalar (cached:
     tensors are immutable, and loops reuse the same few constants)."""
     dev = like._device
@@ -551,7 +551,7 @@ def _scalar_like(value, like):
     if t is None:
         a = np.array(value, dtype=dt)
         # (on the host a NumPy scalar, as NumPy's ops on 0-d arrays return)
-        t = _wrap(a[()] if dev.is_host else dev.backend.from_host(a, dev), dev)
+        t = wrap(a[()] if dev.is_host else dev.backend.from_host(a, dev), dev)
         if len(_SCALARS) > 512:
             _SCALARS.clear()
         _SCALARS[key] = t
@@ -563,7 +563,7 @@ def _scalar_or_none(value, like):
     keeps ``like``'s dtype, else None (the C operators' cache asks this on a miss)."""
     tv = type(value)
     if (tv is float or tv is int) and _keeps_dtype(value, tv, like):
-        return _scalar_like(value, like)
+        return scalar_like(value, like)
     return None
 
 
@@ -635,7 +635,7 @@ def _prepare(op, inputs):
                 raise e.with_context(op.name, dev) from None
             if target is not None and a.dtype != target.np:
                 a = a.astype(target.np)
-            x = _wrap(_to_device(a, dev, op.name), dev)
+            x = wrap(_to_device(a, dev, op.name), dev)
         out.append(x)
     return tuple(out), dev
 
@@ -667,7 +667,7 @@ def _move(op, x, dev, in_scope, inputs):
         "tf.config.set_device_policy('silent').", op=op.name, device=dev)
 
 
-def _run(op, tensors, dev, attrs):
+def run(op, tensors, dev, attrs):
     if op.check is not None:
         try:
             op.check(op, tensors, attrs, dev)
@@ -696,15 +696,15 @@ def _run(op, tensors, dev, attrs):
         else:
             out = fn(*arrays)
     except Exception as e:
-        raise _translate(e, op, dev, tensors, attrs) from None
+        raise translate_error(e, op, dev, tensors, attrs) from None
     if op.num_outputs == 1:
-        res = _wrap(out, dev)
+        res = wrap(out, dev)
         if _tracing[0]:
             _HOOKS.tracer.trace_op(op, tensors, (res,), attrs, fn, dev, entry.needs_device)
         if _tapes_active[0] and op.differentiable and tensors:
             record(op, tensors, (res,), attrs)
         return res
-    outs = tuple(_wrap(o, dev) for o in out)
+    outs = tuple(wrap(o, dev) for o in out)
     if _tracing[0]:
         _HOOKS.tracer.trace_op(op, tensors, outs, attrs, fn, dev, entry.needs_device)
     if _tapes_active[0] and op.differentiable and tensors:
@@ -733,7 +733,7 @@ def describe_inputs(tensors, attrs=None):
     return s
 
 
-def _translate(e, op, dev, tensors, attrs):
+def translate_error(e, op, dev, tensors, attrs):
     """Turn whatever a kernel raised into a tapeflow error naming op and device."""
     if isinstance(e, OpError):
         return e.with_context(op.name, dev)
@@ -766,7 +766,7 @@ def _copy_jvp(ctx, t):
     return copy_to_device(t, ctx.outputs[0]._device)
 
 
-_COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad, jvp=_copy_jvp)
+COPY = OpDef("Copy", inputs=("x",), grad=_copy_grad, jvp=_copy_jvp)
 
 
 binary = _binary_py
@@ -778,17 +778,17 @@ def _load_speedups():
     it is in use): ``binary``, ``execute``, ``context.record`` (``ops/operators.py``
     binds the Tensor operators)."""
     global record, binary, execute
-    if _sp is None:
+    if speedups is None:
         return None
-    _sp.init(_scopes, _tapes_active, _tracing, _ctx._local, _binary_py, _scalar_or_none,
+    speedups.init(active_scopes, _tapes_active, _tracing, _ctx._local, _binary_py, _scalar_or_none,
              np, _execute_py, _ctx)
-    record = _ctx.record = _sp.record
-    binary = _sp.binary
-    execute = _sp.execute
-    return _sp
+    record = _ctx.record = speedups.record
+    binary = speedups.binary
+    execute = speedups.execute
+    return speedups
 
 
-_speedups = _load_speedups()
+speedups = _load_speedups()
 _ctx.install_execute(execute)
 _ctx.install_copy_to_device(copy_to_device)
 _ctx.install_constant(constant)

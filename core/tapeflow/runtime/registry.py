@@ -26,7 +26,7 @@ from . import shapes as _shapes
 from .context import HOOKS
 from .errors import (InvalidArgumentError, NotFoundError, OpError, PluginConflictError,
                      PluginOverrideWarning, TapeflowError)
-from .tensor import Tensor, VariableBase, _sp
+from .tensor import Tensor, VariableBase, speedups
 
 
 #: op name -> the public functions Libraries made for it (tapeflow.plugins.library); the
@@ -318,7 +318,7 @@ class OpDef:
         self.check = check
         self.attrs_after_check = True
         for dt in list(self.kernels):
-            _refresh_fast(self, dt)
+            refresh_fast(self, dt)
 
 
 class Linear:
@@ -514,7 +514,7 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
     if prev is not None and prev.source != source:
         _overridden(op.name, device_type, prev.source, source)
     op.kernels[device_type] = entry
-    _refresh_fast(op, device_type)
+    refresh_fast(op, device_type)
 
 
 def rebind_kernel(op, device_type, old, new, variants=None) -> bool:
@@ -532,7 +532,7 @@ def rebind_kernel(op, device_type, old, new, variants=None) -> bool:
     entry.fn = new
     if variants:
         entry.variants = _np_keyed(variants)
-    _refresh_fast(op, device_type)
+    refresh_fast(op, device_type)
     return True
 
 
@@ -622,11 +622,11 @@ def _validate_after_check(op, tensors, attrs, device):
                 stacklevel=6)        # (the op's caller: check, _run, execute, the op's function)
 
 
-def _refresh_fast(op, device_type):
+def refresh_fast(op, device_type):
     """Rebuild ``op.fast[device_type]``: the dtype -> fn table the hot path reads."""
     entry = op.kernels.get(device_type)
-    if _sp is not None:
-        _sp.kernels_changed()           # (the C core's cache of kernels)
+    if speedups is not None:
+        speedups.kernels_changed()           # (the C core's cache of kernels)
     if (entry is None or entry.needs_device or op.dtype_from != 0 or op.variadic
             or op.check is not None):
         op.fast.pop(device_type, None)

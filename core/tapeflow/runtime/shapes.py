@@ -70,7 +70,7 @@ def as_index(value, what, op, device=None) -> int:
         return operator.index(value)
     except TypeError:
         raise InvalidArgumentError(
-            f"{what} must be an integer, got {type(value).__name__} {_short(value)}",
+            f"{what} must be an integer, got {type(value).__name__} {short_repr(value)}",
             op=op, device=device) from None
 
 
@@ -218,7 +218,7 @@ def check_shape_attr(op, tensors, attrs, device):
                 break
             n *= d
         else:
-            if type(shape) is tuple and n < _SMALL:   # the common case: nothing to check
+            if type(shape) is tuple and n < SMALL:   # the common case: nothing to check
                 return
     except TypeError:
         pass
@@ -229,10 +229,10 @@ def check_shape_attr(op, tensors, attrs, device):
 
 
 #: results of fewer elements than this fit on any device (256 MiB of float64)
-_SMALL = 1 << 25
+SMALL = 1 << 25
 
 
-def _short(v):
+def short_repr(v):
     r = repr(v)
     return r if len(r) < 60 else r[:57] + "..."
 
@@ -263,11 +263,11 @@ _KIND_WORDS = {"any": "not a tensor or an array", "bool": "a bool", "int": "an i
 
 def _fail_type(op, name, want, v):
     raise InvalidTypeError(
-        f"attr '{name}' of {op} must be {want}, got {type(v).__name__} {_short(v)}", op=op)
+        f"attr '{name}' of {op} must be {want}, got {type(v).__name__} {short_repr(v)}", op=op)
 
 
 def _fail_value(op, name, want, v):
-    raise InvalidArgumentError(f"attr '{name}' of {op} must be {want}, got {_short(v)}", op=op)
+    raise InvalidArgumentError(f"attr '{name}' of {op} must be {want}, got {short_repr(v)}", op=op)
 
 
 def _is_int(v):

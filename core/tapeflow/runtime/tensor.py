@@ -166,10 +166,10 @@ class _TensorPy:
 
 
 #: the C core (runtime/_c), unless TAPEFLOW_PURE_PYTHON is set or it was not built
-_sp = None if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0") else _speedups
+speedups = None if os.environ.get("TAPEFLOW_PURE_PYTHON", "") not in ("", "0") else _speedups
 
 
-class Tensor(_sp.TensorBase if _sp is not None else _TensorPy):
+class Tensor(speedups.TensorBase if speedups is not None else _TensorPy):
     """An immutable multi-dimensional value on one device.
 
     Build tensors with ``tf.constant`` / ``tf.convert_to_tensor`` or any op; read
@@ -373,7 +373,7 @@ def _rebuild(value, device_name):
     return _HOOKS.constant(value, device=device_name)
 
 
-def _wrap(data, device) -> Tensor:
+def wrap(data, device) -> Tensor:
     """Make a Tensor from a native array (no checks; hot path; ``_speedups.wrap``)."""
     t = _new(Tensor)
     t._data = data
@@ -381,8 +381,8 @@ def _wrap(data, device) -> Tensor:
     return t
 
 
-if _sp is not None:
-    _sp.bind_tensor(Tensor)
+if speedups is not None:
+    speedups.bind_tensor(Tensor)
     for _name in ("bool", "int", "float", "index"):
-        _sp.set_operator(_name, None, getattr(_TensorPy, f"__{_name}__"))
-    _wrap = _sp.wrap    # noqa: F811 - the same function, in C
+        speedups.set_operator(_name, None, getattr(_TensorPy, f"__{_name}__"))
+    wrap = speedups.wrap    # noqa: F811 - the same function, in C

@@ -27,7 +27,7 @@ from . import dtypes as _dt
 from .dispatch import constant, convert_to_tensor, copy_to_device, execute
 from .errors import InvalidArgumentError
 from .registry import get_op
-from .tensor import Tensor, VariableBase, _sp, _wrap
+from .tensor import Tensor, VariableBase, speedups, wrap
 
 __all__ = ["Variable"]
 
@@ -251,7 +251,7 @@ class Variable(VariableBase):
         # Variable, not the computation assigned (assignments are not differentiable;
         # TensorFlow's reads are reads of the variable's handle). While tracing, the
         # tracer's hook does the same once it has seen the value assigned.
-        self._value = new if _tracing[0] or not _tapes_active[0] else _wrap(new._data, new._device)
+        self._value = new if _tracing[0] or not _tapes_active[0] else wrap(new._data, new._device)
         lock.release()
         if _tracing[0]:
             _HOOKS.tracer.trace_assign(self, prev)
@@ -283,7 +283,7 @@ class Variable(VariableBase):
                     and d._data.shape == arr.shape and cur._device.is_host
                     and sys.getrefcount(cur) <= _DONATE_T and sys.getrefcount(arr) <= _DONATE_A):
                 ufunc(arr, d._data, out=arr)
-                self._value = _wrap(arr, cur._device)
+                self._value = wrap(arr, cur._device)
                 return self
             del arr
             # (on the Variable's device, whatever the device scope: it never moves)
@@ -383,5 +383,5 @@ def _place(t: Tensor) -> Tensor:
     return t
 
 
-if _sp is not None:     # (the C core's fast paths read Variable operands: read_value())
-    _sp.bind_variable(Variable)
+if speedups is not None:     # (the C core's fast paths read Variable operands: read_value())
+    speedups.bind_variable(Variable)

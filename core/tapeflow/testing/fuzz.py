@@ -284,7 +284,7 @@ def targets():
             if (name.startswith("_") or name in _SKIP_FUNCTIONS or not inspect.isfunction(fn)
                     or not (fn.__module__ or "").startswith("tapeflow.")
                     or (fn.__module__.startswith(("tapeflow.runtime.", "tapeflow.autodiff.",
-                                                  "tapeflow.tracing.", "tapeflow.ops._library"))
+                                                  "tapeflow.tracing.", "tapeflow.ops.library"))
                         and name not in _RUNTIME_FUNCTIONS)
                     or id(fn) in seen):
                 continue

@@ -71,7 +71,7 @@ import numpy as np
 
 from ..ops import random as _random_mod
 from ..runtime import config as _config
-from ..runtime.tensor import _wrap
+from ..runtime.tensor import wrap
 from .graph import Graph, Node
 from .graph_passes import _declared_fresh
 
@@ -387,7 +387,7 @@ class CapturedRun:
             buf = v._value._data
             if w and self.own.get(i) is not buf:
                 buf = c.copy(buf)
-                v._value = _wrap(buf, v._value._device)
+                v._value = wrap(buf, v._value._device)
                 self.own[i] = buf
             bufs.append(buf)
         self.bound = bufs
@@ -410,7 +410,7 @@ class CapturedRun:
         """Each random node's next counter (drawn as the plain replay draws it, in
         program order) into its device buffer: right before the program runs."""
         if self.counters:
-            next_counter = _random_mod._next_counter
+            next_counter = _random_mod.next_counter
             set_counter = self.capturer.set_counter
             for key, ctr in self.counters:
                 set_counter(ctr, next_counter(key))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..ops import random as _random_mod
 from ..runtime.errors import InvalidArgumentError
-from ..runtime.tensor import _wrap
+from ..runtime.tensor import wrap
 from .graph import Graph
 
 __all__ = ["EMITTERS"]
@@ -27,7 +27,7 @@ __all__ = ["EMITTERS"]
 
 def _fresh_random_attrs(attrs):
     """``f() -> attrs`` with the next counter of the op's key (see tapeflow.random)."""
-    _next_counter = _random_mod._next_counter
+    _next_counter = _random_mod.next_counter
     key = attrs["key"]
 
     def fresh():
@@ -155,7 +155,7 @@ def _compile(graph: Graph, plan=None, first=False):
     (with a buffer ``plan``: ``run(arrays, vars, buffers)``, ``first``: the program of
     the plan's first call). Returns ``(run, source, {line number: node index}, file
     name)``."""
-    ns = {"_wrap": _wrap}
+    ns = {"_wrap": wrap}
     planned = plan.node_slot if plan is not None else {}
     first_writer = plan.first_writers() if plan is not None else {}
     nslots = len(plan.slots) if plan is not None else 0

@@ -16,11 +16,11 @@ from ..runtime import context as _ctx
 from ..runtime import dispatch as _dispatch_mod
 from ..runtime import devices as _devs
 from ..runtime import dtypes as _dt
-from ..ops.random import _next_counter
+from ..ops.random import next_counter
 from .. import nest
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.registry import OpDef
-from ..runtime.tensor import Tensor, _wrap
+from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from . import graph_passes
 from .codegen import _compile
@@ -161,7 +161,7 @@ class ConcreteFunction:
             tb = tb.tb_next
         if node is None or node.kind not in ("op", "fused") or node.op is None:
             return e
-        _translate = _dispatch_mod._translate
+        _translate = _dispatch_mod.translate_error
         ins = [_Meta(self.graph.meta[i]) for i in node.inputs]
         return _translate(e, node.op, node.device, ins, node.attrs)
 
@@ -197,13 +197,13 @@ class ConcreteFunction:
                 attrs = n.attrs
                 if n.stateful and "counter" in attrs and "key" in attrs:
                     # a random op: the next counter of its stream, as the fast replay
-                    attrs = {**attrs, "counter": _next_counter(attrs["key"])}
+                    attrs = {**attrs, "counter": next_counter(attrs["key"])}
                 out = execute(n.op, tuple(env[i] for i in n.inputs), attrs)
                 outs = out if isinstance(out, tuple) else (out,)
                 for o, t in zip(n.outputs, outs):
                     env[o] = t
             elif k == "const":
-                env[n.outputs[0]] = _wrap(n.value, n.device)
+                env[n.outputs[0]] = wrap(n.value, n.device)
             elif k == "read":
                 if reads is not None and n in reads:
                     env[n.outputs[0]] = reads[n]
@@ -222,7 +222,7 @@ class ConcreteFunction:
                     # eager code): not connected to what was assigned, its gradient the
                     # Variable's (the value held for it)
                     new = env[n.inputs[0]]
-                    out = _wrap(new._data, new._device)
+                    out = wrap(new._data, new._device)
                     _ctx.record(_held_read_op(), (held[id(var)],), (out,), {},
                                 _pass_gradient)
                     held[id(var)] = out
@@ -263,7 +263,7 @@ class ConcreteFunction:
         g = self.graph
         res = self._replay([a._data for a in args], args)
         meta = g.meta
-        outs = [_wrap(a, meta[o][2]) for a, o in zip(res, g.outputs)]
+        outs = [wrap(a, meta[o][2]) for a, o in zip(res, g.outputs)]
         return _pack_outputs(g, outs)
 
     def _call_fast(self, leaves):
@@ -278,7 +278,7 @@ class ConcreteFunction:
                 arrays.append(x._data)
         res = self._replay(arrays, vargs)
         g = self.graph
-        return [_wrap(a, g.meta[o][2]) for a, o in zip(res, g.outputs)]
+        return [wrap(a, g.meta[o][2]) for a, o in zip(res, g.outputs)]
 
     # --- the traced backward pass -----------------------------------------------------
     #: with a tape recording, replay fast and record the call as one tape record whose
@@ -318,10 +318,10 @@ class ConcreteFunction:
             self._replay(arrays, tensors)        # raises the error naming the op
             raise
         k = len(g.outputs)
-        outs = [_wrap(a, g.meta[o][2]) for a, o in zip(res[:k], g.outputs)]
+        outs = [wrap(a, g.meta[o][2]) for a, o in zip(res[:k], g.outputs)]
         if not outs:
             return outs
-        saved = [_wrap(a, g.meta[v][2]) for a, v in zip(res[k:], saved_vids)]
+        saved = [wrap(a, g.meta[v][2]) for a, v in zip(res[k:], saved_vids)]
         n_in = len(inputs)
         float_outs = [i for i, o in enumerate(outs) if o.dtype.is_inexact]
 
@@ -341,7 +341,7 @@ class ConcreteFunction:
         # gradient (None: not reached), and a record before them, reached through a
         # link value, runs the backward once with what they collected.
         got = [None] * len(outs)
-        link = _wrap(_LINK, _devs.get_device("cpu:0"))
+        link = wrap(_LINK, _devs.get_device("cpu:0"))
 
         def collect(i):
             def grad(ctx, dy):
@@ -397,7 +397,7 @@ class ConcreteFunction:
         bwd = getattr(self, "_bwd_saved", None)
         if bwd is not None:
             return bwd
-        _COPY = _dispatch_mod._COPY
+        _COPY = _dispatch_mod.COPY
         g = self.graph
         _, saved_vids, nodes = self._saved_program()
         tensor_args = [a for i, a in enumerate(g.args) if not _is_var_slot(g, i)]
@@ -467,7 +467,7 @@ _LINK_GRAD = []
 def _link_grad():
     """The gradient an output's record gives the link (a 0-d zero on the host)."""
     if not _LINK_GRAD:
-        _LINK_GRAD.append(_wrap(np.zeros((), np.float32), _devs.get_device("cpu:0")))
+        _LINK_GRAD.append(wrap(np.zeros((), np.float32), _devs.get_device("cpu:0")))
     return _LINK_GRAD[0]
 _HELD_READ_OP = []
 

@@ -41,7 +41,7 @@ from ..runtime import context as _ctx
 from ..runtime.dispatch import convert_to_tensor
 from .. import nest
 from ..runtime.errors import InvalidArgumentError
-from ..runtime.tensor import Tensor, _wrap
+from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from .concrete import ConcreteFunction
 from .graph import Graph, Node
@@ -173,7 +173,7 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
         res = run(tr.vargs, *[v._data for v in vals], *[t._data for t in caps.tensors])
     finally:
         _tl.tracer = tr
-    result = [_wrap(a, s[2]) for a, s in zip(res, specs)]
+    result = [wrap(a, s[2]) for a, s in zip(res, specs)]
     out = _emit(tr, "while", vals + caps.tensors, run, eager, result, (sub_c, sub_b),
                 sub_c.stateful or sub_b.stateful, before)
     return out[0] if single else _rebuild(typ, out)
@@ -299,7 +299,7 @@ def _subtrace(parent, fn, init, name, restore):
         vid = g.new_value(v._data.shape, v._data.dtype, v._device)
         g.args.append(vid)
         g.arg_names.append(f"x{len(args)}")
-        t = _wrap(v._data, v._device)
+        t = wrap(v._data, v._device)
         tr.bind(t, vid, True)
         args.append(t)
     _tl.tracer = tr
@@ -409,7 +409,7 @@ def _emit(tr, kind, inputs, run, eager, result, subs, stateful, before):
     aliases = []
     for t in result:
         vid = g.new_value(t._data.shape, t._data.dtype, t._device)
-        a = _wrap(t._data, t._device)
+        a = wrap(t._data, t._device)
         tr.bind(a, vid, True)
         outs.append(vid)
         aliases.append(a)

@@ -18,7 +18,7 @@ from ..runtime.config import cuda_graphs as _cuda_graphs
 from ..runtime.context import tapes_active as _tapes_active
 from ..runtime.context import tracing as _tracing
 from ..ops.array_values import identity as _identity
-from ..runtime.tensor import Tensor, _wrap
+from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from . import capture as _capture
 from .codegen import _compile
@@ -30,7 +30,7 @@ from .tracer import _current, _tl, _Tracer
 __all__ = ["Function", "function", "defun", "RETRACE_WARN_AFTER"]
 
 # the random state (tapeflow.random): its global seed is part of every signature
-_rstate = _random_mod._state
+_rstate = _random_mod.STATE
 
 #: warn when one Function has traced this many signatures
 RETRACE_WARN_AFTER = 5
@@ -154,7 +154,7 @@ class Function:
                 tr.bind(x, vid, True)
                 targs.append(x)
         tr.vargs = targs
-        _scopes = _dispatch_mod._scopes
+        _scopes = _dispatch_mod.active_scopes
         _tl.tracer = tr
         _tracing[0] += 1
         _scopes[0] += 1           # every op takes the dispatcher's slow path, where the hook is
@@ -259,7 +259,7 @@ def _distinct_tensors(args, kwargs, leaves):
                     finally:
                         _tl.tracer = tr
                 else:
-                    x = _wrap(x._data, x._device)
+                    x = wrap(x._data, x._device)
             seen.add(id(x))
         out.append(x)
     args, kwargs = nest.pack_sequence_as((args, kwargs), out)

@@ -165,7 +165,7 @@ def simplify(graph):
     keep = []
     for n in graph.nodes:
         if (n.kind == "op" and len(n.inputs) == 1 and len(n.outputs) == 1
-                and n.op is not None and _is_noop(graph, n)):
+                and n.op is not None and is_noop(graph, n)):
             mapping[n.outputs[0]] = n.inputs[0]
             continue
         keep.append(n)
@@ -175,7 +175,7 @@ def simplify(graph):
     return removed
 
 
-def _is_noop(graph, n):
+def is_noop(graph, n):
     name = n.op.name
     src, dst = graph.meta[n.inputs[0]], graph.meta[n.outputs[0]]
     if src != dst:                       # shape, dtype and device all unchanged

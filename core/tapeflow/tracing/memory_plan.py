@@ -126,7 +126,7 @@ def _dynamic_values(graph):
     return dyn
 
 
-def _candidates(graph, last):
+def candidates(graph, last):
     """``{node index: out kernel}`` of the nodes whose result may live in a slot.
 
     A node the ``reuse`` pass rewrote to write into an input and that gets no slot runs
@@ -174,7 +174,7 @@ def plan(graph):
     for i, n in enumerate(nodes):
         for v in n.inputs:
             last[v] = i
-    cands = _candidates(graph, last)
+    cands = candidates(graph, last)
     if not cands:
         return None
     meta = graph.meta

@@ -19,7 +19,7 @@ from ..runtime import dtypes as _dt
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.registry import OpDef
-from ..runtime.tensor import Tensor, _wrap
+from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from .concrete import reading
 from .graph import Node
@@ -117,14 +117,14 @@ def _py_call(func, inp, touts, single, label, kind_out=None):
     fresh = []
     for t in out:
         vid = g.new_value(t._data.shape, t._data.dtype, t._device)
-        alias = _wrap(t._data, t._device)
+        alias = wrap(t._data, t._device)
         tr.bind(alias, vid, True)
         ovids.append(vid)
         fresh.append(alias)
     metas = [g.meta[i][2] for i in ins]
 
     def run(*arrays):
-        res = eager(*[_wrap(a, d) for a, d in zip(arrays, metas)])
+        res = eager(*[wrap(a, d) for a, d in zip(arrays, metas)])
         return tuple(t._data for t in res)
     g.nodes.append(Node("py", ins, ovids, fn=run, attrs={"_eager": eager}, stateful=True,
                         label=label))
@@ -257,7 +257,7 @@ def print_(*inputs, sep=" ", end="\n", output_stream=None, summarize=3):
     def run(*arrays):
         items = list(template)
         for p, a, d in zip(positions, arrays, metas):
-            items[p] = _wrap(a, d)
+            items[p] = wrap(a, d)
         print(sep.join(fmt(x) for x in items), end=end, file=stream)
         return ()
 

@@ -78,7 +78,7 @@ from .function_cache import RETRACE_WARN_AFTER, Function, defun, function
 from .graph import Graph, Node
 from .pyfunc import opaque_call, print_, py_function, record_node_gradient
 from .tracer import TracingError, _on_variable_created, _tl
-from ..runtime.tensor import _wrap
+from ..runtime.tensor import wrap
 
 __all__ = ["function", "defun", "init_scope", "Function", "ConcreteFunction", "Graph", "Node",
            "TracingError", "py_function", "opaque_call", "print_", "RETRACE_WARN_AFTER",
@@ -139,7 +139,7 @@ class _ContextTracer(_ctx.Tracer):
             tr.assign(var, var._value, prev)
         if _ctx.tapes_active[0]:
             # a later read is a read of the Variable for a tape (Variable.assign)
-            var._value = _wrap(var._value._data, var._value._device)
+            var._value = wrap(var._value._data, var._value._device)
 
     def trace_check(self, t, what):
         tr = _tl.tracer

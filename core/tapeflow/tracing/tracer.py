@@ -19,7 +19,7 @@ import threading
 from ..runtime.context import tracing as _tracing
 from ..runtime.errors import TapeflowError
 from ..runtime.registry import OpDef
-from ..runtime.tensor import _wrap
+from ..runtime.tensor import wrap
 from .graph import Node
 
 __all__ = ["TracingError"]
@@ -129,7 +129,7 @@ class _Tracer:
                 self.vars.append(var)
             if not any(v is var for v in self.read_vars):
                 self.read_vars.append(var)
-        alias = _wrap(value._data, value._device)
+        alias = wrap(value._data, value._device)
         self.bind(alias, vid, True)
         return alias
 

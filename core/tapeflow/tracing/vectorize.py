@@ -47,7 +47,7 @@ from ..runtime.context import tracing as _tracing
 from ..runtime.dispatch import convert_to_tensor, copy_to_device, execute
 from ..runtime.errors import InvalidArgumentError
 from ..runtime.registry import BatchContext, Broadcasting
-from ..runtime.tensor import Tensor, _wrap
+from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from .graph import Graph
 from .codegen import _fresh_random_attrs
@@ -59,7 +59,7 @@ __all__ = ["vectorized_map", "FALLBACK_OPS", "VectorizationWarning", "recording_
 #: the ops (and Python/control-flow nodes) that ran once per example in this process
 FALLBACK_OPS: set = set()
 
-_scopes = _devs._active_scopes
+_scopes = _devs.active_scopes
 _BROADCASTING = Broadcasting()
 
 
@@ -239,7 +239,7 @@ def _run(g: Graph, tr, xs, n, out_vids, warn):
             for o, t, b in zip(node.outputs, outs, oflags):
                 env[o] = (t, b)
         elif kind == "const":
-            env[node.outputs[0]] = (_wrap(node.value, node.device), False)
+            env[node.outputs[0]] = (wrap(node.value, node.device), False)
         elif kind == "read":
             env[node.outputs[0]] = (node.var.read_value(), False)
         elif kind == "copy":

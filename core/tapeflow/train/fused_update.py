@@ -36,7 +36,7 @@ from ..runtime import context as _ctx
 from ..runtime.dispatch import constant as _constant
 from ..runtime.dispatch import execute
 from ..runtime.errors import InvalidArgumentError
-from ..runtime.tensor import Tensor, _wrap
+from ..runtime.tensor import Tensor, wrap
 from ..ops import math as _m
 
 __all__ = ["FUSED_DEFAULT", "apply_fused", "kernel_for", "prepare_fused", "run_fused",
@@ -166,7 +166,7 @@ def run_fused(op, plan, var, slots, grad):
             outs = fn(*arrays, grad._data, *[c._data for c in cs], inplace=True, **attrs)
             del arrays
             for v, a in zip(owners, outs if len(owners) > 1 else (outs,)):
-                v._value = _wrap(a, dev)
+                v._value = wrap(a, dev)
         else:
             outs = execute(op, (*cur, grad, *cs), attrs)
             del cur

@@ -5,7 +5,7 @@ on a device type, and why an op cannot run on a device at all."""
 from __future__ import annotations
 
 from ... import plugins
-from ...runtime.devices import _table
+from ...runtime.devices import table
 from ...runtime.registry import OPS
 from ._common import SkipCase
 
@@ -19,10 +19,10 @@ def unavailable_devices() -> dict:
     """``{device name: reason}`` for devices this installation knows of but cannot use:
     devices of backends that report themselves unavailable, and the well-known
     device types (:data:`KNOWN_DEVICE_TYPES`) no loaded backend provides."""
-    have = {d.type for d in _table.by_name.values()}
+    have = {d.type for d in table.by_name.values()}
     out = {}
-    for be in _table.backends:
-        reason = _table.unavailable.get(be.name)
+    for be in table.backends:
+        reason = table.unavailable.get(be.name)
         if reason and be.device_type not in have:
             out.setdefault(f"{be.device_type}:0", f"backend {be.name!r} is unavailable: {reason}")
     report = plugins.plugin_report()

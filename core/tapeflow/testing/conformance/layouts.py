@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...runtime.tensor import _wrap
+from ...runtime.tensor import wrap
 from ._common import SkipCase, _kind, _tf
 
 
@@ -147,7 +147,7 @@ def noncontiguous_tensor(x, device, via_ops=None, layout=TRANSPOSED):
             view = host[1:]
         else:
             view = np.broadcast_to(host, x.shape)
-        return _wrap(view, dev)
+        return wrap(view, dev)
     transpose = getattr(tf, "transpose", None)
     broadcast_to = getattr(tf, "broadcast_to", None)
     if transpose is None or broadcast_to is None or not hasattr(tf.Tensor, "__getitem__"):

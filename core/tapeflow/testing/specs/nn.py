@@ -431,7 +431,7 @@ def check_dropout(out, x, rate=None, noise_shape=None, seed=None, keep_prob=None
     n = kept.size
     assert abs(frac - (1 - rate)) < 5 * np.sqrt(rate * (1 - rate) / n) + 1e-9, frac
     # reproducible with a seed, and the gradient is the same scaled mask
-    saved = tf.random._state.global_seed
+    saved = tf.random.STATE.global_seed
     try:
         tf.random.set_seed(7)
         xt = tf.constant(x)

@@ -28,7 +28,7 @@ def _reproducible(fn, args, kwargs, device):
     """Same global seed -> same sequence; same op seed -> same sequence; and two
     consecutive draws differ."""
     import contextlib
-    saved = tf.random._state.global_seed
+    saved = tf.random.STATE.global_seed
     try:
         with tf.device(device) if device else contextlib.nullcontext():
             tf.random.set_seed(1234)

@@ -39,13 +39,13 @@ def _plant_pass(name, wrong):
 def _simplify_wrong(graph):
     # "a view op whose input and output have the same shape, dtype and device is a no-op"
     # (true of Reshape, false of Transpose)
-    orig = graph_passes._is_noop
+    orig = graph_passes.is_noop
     try:
-        graph_passes._is_noop = lambda g, n: (orig(g, n) or n.op.name in ("Transpose",)
+        graph_passes.is_noop = lambda g, n: (orig(g, n) or n.op.name in ("Transpose",)
                                              and g.meta[n.inputs[0]] == g.meta[n.outputs[0]])
         return graph_passes.simplify(graph)
     finally:
-        graph_passes._is_noop = orig
+        graph_passes.is_noop = orig
 
 
 def _fold_wrong(graph):
@@ -149,8 +149,8 @@ def _plant_plan():
             return orig(graph, last)
         finally:
             graph.outputs[:] = outs
-    orig = memory_plan._candidates
-    with _patch(memory_plan, "_candidates", candidates):
+    orig = memory_plan.candidates
+    with _patch(memory_plan, "candidates", candidates):
         yield
 
 

@@ -6,7 +6,7 @@ The op modules (``math``, ``array``, ...) declare each op with :func:`defop`, wh
 is ``LIB.define`` with the attr types of the table below; ``import tapeflow``
 registers ``LIB`` like any plugin (``tapeflow.plugins.register``).
 
->>> from tapeflow.ops._library import LIB
+>>> from tapeflow.ops.library import LIB
 >>> LIB.namespace, any(op.name == "MatMul" for op in LIB.ops)
 ('tapeflow', True)
 """
@@ -157,7 +157,7 @@ def real_number(v, what, op, x=None):
     a list) raises InvalidTypeError naming ``op`` (``what``: the argument, e.g.
     ``"leaky_relu: alpha"``; ``x``: the input, for the device named).
 
-    >>> from tapeflow.ops._library import real_number
+    >>> from tapeflow.ops.library import real_number
     >>> real_number(0.5, "leaky_relu: alpha", "LeakyRelu")
     0.5
     >>> real_number(1j, "leaky_relu: alpha", "LeakyRelu")
@@ -188,7 +188,7 @@ def check_fits(v, dtype, what, op, x=None, device=None):
     input, or ``device``: the device named).
 
     >>> import tapeflow as tf
-    >>> from tapeflow.ops._library import check_fits
+    >>> from tapeflow.ops.library import check_fits
     >>> check_fits(1 + 2j, tf.float32, "fill value", "Fill")
     Traceback (most recent call last):
     ...
@@ -225,7 +225,7 @@ def flag(v, what, op, x=None):
     number, 0.5) raises InvalidTypeError naming ``op``: its truth value would be a
     silent guess.
 
-    >>> from tapeflow.ops._library import flag
+    >>> from tapeflow.ops.library import flag
     >>> flag(1, "cumsum: exclusive", "Cumsum")
     True
     >>> flag("no", "cumsum: exclusive", "Cumsum")
