@@ -79,7 +79,7 @@ check_import() {
     env PYTHONPATH="$dir" "$@" "$VPY" -c '
 import sys, tapeflow
 from tapeflow.runtime import dispatch
-sp = dispatch._speedups
+sp = dispatch.speedups
 assert sp is not None, "the C core is not in use"
 for f in (tapeflow.__file__, sp.__file__):
     assert f.startswith(sys.argv[1]), f"{f} is not under {sys.argv[1]}"
