@@ -10,7 +10,7 @@ import tapeflow as tf
 from tapeflow.runtime import context as ctx
 from tapeflow.autodiff import tape
 from tapeflow.runtime import dispatch, registry, tensor, variable
-from tapeflow.runtime.errors import PluginConflictError, TapeflowError
+from tapeflow.errors import PluginConflictError, TapeflowError
 
 
 def test_layers_installed_their_hooks():

@@ -9,7 +9,7 @@ import pytest
 
 import tapeflow as tf
 from tapeflow import nest
-from tapeflow.runtime.errors import InvalidArgumentError, InvalidTypeError
+from tapeflow.errors import InvalidArgumentError, InvalidTypeError
 
 P = collections.namedtuple("P", "a b")
 

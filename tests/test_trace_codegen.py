@@ -9,7 +9,7 @@ import pytest
 
 import tapeflow as tf
 from tapeflow.runtime import context as ctx
-from tapeflow.runtime.errors import InvalidArgumentError
+from tapeflow.errors import InvalidArgumentError
 from tapeflow.runtime.registry import get_op
 from tapeflow.tracing import codegen, trace, tracer
 from tapeflow.tracing.graph import Graph, Node

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import tapeflow as tf
 from tapeflow.runtime import registry
 from tapeflow.runtime.devices import Device, list_devices
-from tapeflow.runtime.dtypes import ALL_DTYPES, DType, as_dtype
+from tapeflow.dtypes import ALL_DTYPES, DType, as_dtype
 from tapeflow.runtime.tensor import TensorShape
 
 

@@ -17,8 +17,8 @@ import sys as _sys
 import types as _types
 
 from . import nest
-from .runtime import dtypes, errors
-from .runtime.dtypes import (DType, as_dtype, bfloat16, bool_, double, float16, float32, float64,
+from . import dtypes, errors
+from .dtypes import (DType, as_dtype, bfloat16, bool_, double, float16, float32, float64,
                              half, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
                              complex64, complex128)
 from .runtime.devices import device, list_devices, num_gpus
@@ -46,7 +46,7 @@ from .runtime import devices as _devices_mod
 # The public module paths of TensorFlow's namespaces (``from tapeflow.errors import ...``,
 # ``import tapeflow.math``): aliases of the modules in the layers, so backends and plugins
 # never name a layer's internal path.
-for _name, _mod in (("errors", errors), ("dtypes", dtypes), ("math", math), ("nn", nn),
+for _name, _mod in (("math", math), ("nn", nn),
                     ("linalg", linalg), ("random", random), ("config", config)):
     _sys.modules.setdefault(f"{__name__}.{_name}", _mod)
 del _name, _mod

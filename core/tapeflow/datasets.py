@@ -30,7 +30,7 @@ import zlib
 import numpy as np
 
 from .train import files as _files
-from .runtime.errors import DataLossError, ResourceExhaustedError
+from .errors import DataLossError, ResourceExhaustedError
 
 __all__ = ["load_digits", "digits", "fashion_mnist", "mnist", "DatasetNotFoundError",
            "read_idx", "read_npz", "DATA_DIR_ENV"]

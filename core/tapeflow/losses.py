@@ -28,7 +28,7 @@ from .ops import array as _a
 from .ops import math as _m
 from .ops import nn as _nn
 from .ops import reductions as _r
-from .runtime.errors import InvalidArgumentError, InvalidTypeError
+from .errors import InvalidArgumentError, InvalidTypeError
 from .runtime.dispatch import convert_to_tensor
 from .runtime.tensor import Tensor
 from .runtime.variable import Variable

@@ -26,12 +26,12 @@ from __future__ import annotations
 import sys
 
 from .ops import array as _a
-from .runtime import dtypes as _dt
+from . import dtypes as _dt
 from .ops import math as _m
 from .ops import reductions as _r
 from . import losses as _losses
 from .layers.naming import from_config
-from .runtime.errors import InvalidArgumentError, InvalidTypeError
+from .errors import InvalidArgumentError, InvalidTypeError
 from .runtime.dispatch import convert_to_tensor
 from .runtime.context import stop_all_recording
 from .runtime.tensor import Tensor

@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from .runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
+from .errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
 from .ops import array as _a
 from .runtime import devices as _devs
 from .ops import math as _m

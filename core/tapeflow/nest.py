@@ -40,7 +40,7 @@ from __future__ import annotations
 import collections
 from collections import abc as _abc
 
-from .runtime.errors import InvalidArgumentError, InvalidTypeError
+from .errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["flatten", "flatten_with_paths", "flatten_up_to", "pack_sequence_as",
            "map_structure", "assert_same_structure", "is_nested"]

@@ -39,7 +39,7 @@ import types
 
 from .runtime import devices as _devs
 from .runtime import registry as _reg
-from .runtime.errors import FailedPreconditionError
+from .errors import FailedPreconditionError
 
 __all__ = ["profile", "Profile", "Event", "experimental"]
 

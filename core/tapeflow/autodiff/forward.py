@@ -39,7 +39,7 @@ from ..runtime import context as _ctx
 from ..runtime import devices as _devs
 from .. import nest
 from ..runtime.dispatch import convert_to_tensor, execute
-from ..runtime.errors import InvalidArgumentError, NotDifferentiableError
+from ..errors import InvalidArgumentError, NotDifferentiableError
 from ..runtime.registry import Multilinear, GradContext, Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable

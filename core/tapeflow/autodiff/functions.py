@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.registry import OpDef
 from .tape import GradientTape

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..ops.array import unbroadcast as _unbroadcast
 from ..runtime.dispatch import convert_to_tensor
-from ..runtime.errors import InvalidArgumentError, TapeflowError
+from ..errors import InvalidArgumentError, TapeflowError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from threading import get_ident
 
 from ..runtime import context as _ctx
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 __all__ = ["Recorder", "reentry_error"]
 

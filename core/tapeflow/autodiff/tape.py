@@ -46,7 +46,7 @@ from ..runtime import context as _ctx
 from .. import nest
 from ..runtime.context import stop_all_recording
 from ..runtime.dispatch import run, scalar_like, constant, convert_to_tensor
-from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError,
+from ..errors import (FailedPreconditionError, InvalidArgumentError,
                               NotDifferentiableError)
 from ..runtime.registry import GradContext, get_op
 from ..runtime.tensor import Tensor, speedups

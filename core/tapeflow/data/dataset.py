@@ -28,8 +28,8 @@ import numpy as np
 
 from ..runtime import devices as _devs
 from .. import nest
-from ..runtime.dtypes import as_dtype
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..dtypes import as_dtype
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.dispatch import constant
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable

@@ -23,8 +23,8 @@ from ..runtime import context as _ctx
 from ..runtime import devices as _devs
 from .. import nest
 from ..runtime.dispatch import constant
-from ..runtime.dtypes import as_dtype
-from ..runtime.errors import InvalidArgumentError
+from ..dtypes import as_dtype
+from ..errors import InvalidArgumentError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from ..runtime.dispatch import constant
-from ..runtime.errors import DeadlineExceededError, InvalidArgumentError, InvalidTypeError
+from ..errors import DeadlineExceededError, InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from . import _world

@@ -11,7 +11,7 @@ from ..autodiff.tape import GradientTape
 from ..keras.callbacks import Callback
 from ..runtime.dispatch import constant
 from .. import nest
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from ..train.optimizers import Optimizer

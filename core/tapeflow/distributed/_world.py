@@ -19,7 +19,7 @@ import sys
 import threading
 import traceback
 
-from ..runtime.errors import InvalidArgumentError, UnimplementedError
+from ..errors import InvalidArgumentError, UnimplementedError
 
 #: Environment variables an MPI launcher sets (Open MPI, MPICH/Hydra, PMIx, Slurm)
 LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK",

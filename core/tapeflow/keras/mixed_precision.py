@@ -28,11 +28,11 @@ from __future__ import annotations
 from ..layers.policy import POLICY_NAMES, Policy, global_policy, set_global_policy
 from ..ops import math as _m
 from ..ops import reductions as _r
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime.context import HOOKS as _HOOKS
 from ..runtime.context import stop_all_recording
 from ..runtime.dispatch import convert_to_tensor
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
+from ..errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 

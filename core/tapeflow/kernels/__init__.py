@@ -46,7 +46,7 @@ import importlib
 import ml_dtypes
 import numpy as np
 
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 
 __all__ = ["MODULES", "BF16_NATIVE", "compute_in_float32", "iter_kernels", "module"]
 

@@ -6,7 +6,7 @@ transposes are ``swapaxes`` views (BLAS reads them without a copy).
 
 from __future__ import annotations
 
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 FLOATS = ("float16", "float32", "float64")
 NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
-from ..runtime.errors import InvalidArgumentError, UnimplementedError
+from ..errors import InvalidArgumentError, UnimplementedError
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")

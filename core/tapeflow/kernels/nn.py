@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from . import winograd
 
 FLOATS = ("float16", "float32", "float64")

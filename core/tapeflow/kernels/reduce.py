@@ -9,7 +9,7 @@ import contextlib
 
 import numpy as np
 
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")

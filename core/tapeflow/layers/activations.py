@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math as _pymath
 
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..ops import math as _m
 from ..ops import nn as _nn
 from ..ops.array import where as _where

@@ -35,8 +35,8 @@ import threading
 
 import numpy as np
 
-from ..runtime.errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
-from ..runtime import dtypes as _dt
+from ..errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
+from .. import dtypes as _dt
 from ..runtime.dispatch import convert_to_tensor, copy_to_device
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable

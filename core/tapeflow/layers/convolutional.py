@@ -10,7 +10,7 @@ TensorShape([3, 3, 1, 16])
 
 from __future__ import annotations
 
-from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ..errors import FailedPreconditionError, InvalidArgumentError
 from ..ops import nn as _nn
 from ..ops import nn_fused as _fused
 from . import activations as _act

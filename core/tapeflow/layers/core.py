@@ -11,7 +11,7 @@ TensorShape([1, 1, 10])
 
 from __future__ import annotations
 
-from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ..errors import FailedPreconditionError, InvalidArgumentError
 from ..ops import array as _a
 from ..ops import math as _m
 from ..ops import nn as _nn

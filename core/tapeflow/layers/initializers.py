@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import math
 
-from ..runtime.errors import InvalidArgumentError
-from ..runtime import dtypes as _dt
+from ..errors import InvalidArgumentError
+from .. import dtypes as _dt
 from ..ops import random as _random
 from ..ops.array import ones as _ones
 from ..ops.array import zeros as _zeros

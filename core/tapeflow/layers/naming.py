@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 __all__ = ["snake_case", "from_config"]
 

@@ -19,7 +19,7 @@ tape); in inference it uses the moving statistics. ``gamma``/``beta`` are traina
 
 from __future__ import annotations
 
-from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ..errors import FailedPreconditionError, InvalidArgumentError
 from ..ops import array as _a
 from ..ops import math as _m
 from ..ops import nn as _nn

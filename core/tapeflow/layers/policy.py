@@ -22,8 +22,8 @@ gets ``dtype="float32"`` so its softmax runs in float32, as in Keras.
 
 from __future__ import annotations
 
-from ..runtime import dtypes as _dt
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from .. import dtypes as _dt
+from ..errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["Policy", "global_policy", "set_global_policy", "POLICY_NAMES"]
 

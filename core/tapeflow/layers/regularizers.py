@@ -9,7 +9,7 @@ tf.Tensor(2.5, shape=(), dtype=float32)
 
 from __future__ import annotations
 
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..ops import math as _m
 
 __all__ = ["Regularizer", "L1L2", "L1", "L2", "l1", "l2", "l1_l2", "get"]

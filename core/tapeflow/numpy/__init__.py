@@ -23,8 +23,8 @@ from __future__ import annotations
 import sys as _sys
 
 from ..runtime import devices as _devs
-from ..runtime import dtypes as _dt
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError, UnimplementedError  # noqa: F401
+from .. import dtypes as _dt
+from ..errors import InvalidArgumentError, InvalidTypeError, UnimplementedError  # noqa: F401
 # the namespace, one module per concern (its public names are the standard's)
 from ._base import (  # noqa: F401, A004 (bool, abs, all ... are the standard's names)
     bool, can_cast, complex128, complex64, e, finfo, float16, float32, float64, iinfo, inf,

@@ -9,9 +9,9 @@ import math as _math
 import numpy as _np
 
 from ..ops import math as _M
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime.dispatch import constant as _constant
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor as _Tensor
 from ..runtime.variable import Variable as _Variable
 

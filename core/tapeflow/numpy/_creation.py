@@ -11,9 +11,9 @@ import numpy as _np
 from ..ops import array as _A
 from ..ops import math as _M
 from ..runtime import devices as _devs
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime.dispatch import constant as _constant
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
+from ..errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
 from ..runtime.tensor import Tensor as _Tensor
 from ..runtime.tensor import wrap
 from ..runtime.variable import Variable as _Variable

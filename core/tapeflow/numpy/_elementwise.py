@@ -4,7 +4,7 @@ rounding, bitwise)."""
 from __future__ import annotations
 
 from ..ops import math as _M
-from ..runtime.errors import InvalidTypeError
+from ..errors import InvalidTypeError
 from ._base import _binary, _float_input, _float_unary, _pair, _t, bool  # noqa: A004 (the dtype)
 from ._creation import ones_like, zeros_like
 

@@ -12,7 +12,7 @@ from ..ops import linalg as _L
 from ..ops import math as _M
 from ..ops.operators import matmul_vectors as _matmul_vectors
 from ..runtime.dispatch import constant as _constant
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.tensor import Tensor as _Tensor
 from ._base import _pair, _t, result_type
 

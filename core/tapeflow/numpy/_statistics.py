@@ -11,7 +11,7 @@ from .. import ops as _ops
 from ..ops import array as _A
 from ..ops import math as _M
 from ..runtime.dispatch import constant as _constant
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ._base import _as_dtype, _float_input, _pair, _t, int64, uint64
 from ._creation import _full, zeros_like
 from ._manipulation import broadcast_to, concat, moveaxis

@@ -21,8 +21,8 @@ import numpy as _np
 from ..ops import array as _A
 from ..ops import linalg as _L
 from ..ops import math as _M
-from ..runtime import dtypes as _dt
-from ..runtime.errors import InvalidArgumentError
+from .. import dtypes as _dt
+from ..errors import InvalidArgumentError
 from ._base import _t
 from ._creation import asarray
 from ._manipulation import roll

@@ -12,10 +12,10 @@ import operator
 import numpy as np
 
 from ..runtime import devices as _devs
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import run, convert_to_tensor
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from .library import check_fits

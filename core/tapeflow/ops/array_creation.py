@@ -16,10 +16,10 @@ import builtins
 import numpy as np
 
 from ..runtime import devices as _devs
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import run, execute
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import math_ops as _m

@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..runtime import devices as _devs
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import constant, execute
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import execute
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear, REQUIRED
 from . import math_ops as _m
 from .library import batch_axis, batch_with_shape, defop, flag, rerun

@@ -15,11 +15,11 @@ import builtins
 import numpy as np
 
 from ..runtime import context as _ctx
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime import devices as _devs
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import constant, convert_to_tensor, execute
-from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
+from ..errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
                               ResourceExhaustedError)
 from ..runtime.registry import Linear, REQUIRED
 from ..runtime.tensor import Tensor
@@ -756,5 +756,5 @@ def _setitem(self, key, value):
         self._data = new._data
 
 
-#: how errors name the functions Tensor and Variable install as methods (runtime.errors)
+#: how errors name the functions Tensor and Variable install as methods (tapeflow.errors)
 PUBLIC_NAMES = {"_getitem": "Tensor.__getitem__", "_setitem": "Tensor.__setitem__"}

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import execute
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear
 from . import math_ops as _m
 from .library import batch_one_axis, defop, flag

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import as_tensor_list, constant, execute
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..plugins.library import Library
 from ..runtime import devices as _devs
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.dispatch import execute
 from ..runtime.registry import CORE_NAMESPACE, Broadcasting, OpDef
 

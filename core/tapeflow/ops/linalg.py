@@ -28,7 +28,7 @@ import numpy as np
 
 from ..runtime import shapes as _shapes
 from .library import BROADCASTING, defop, flag, rerun
-from ..runtime.errors import InvalidArgumentError, NotDifferentiableError, UnimplementedError
+from ..errors import InvalidArgumentError, NotDifferentiableError, UnimplementedError
 from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor

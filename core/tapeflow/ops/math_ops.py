@@ -36,9 +36,9 @@ import math as _pymath
 
 import numpy as np
 
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from .library import BROADCASTING, defop, elementwise_jvp
-from ..runtime.errors import InvalidArgumentError, TapeflowError
+from ..errors import InvalidArgumentError, TapeflowError
 from ..runtime.dispatch import as_tensor_list, binary, constant, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor

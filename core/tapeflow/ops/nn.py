@@ -33,7 +33,7 @@ from ..runtime import devices as _devs
 from ..runtime import shapes as _shapes
 from .library import (BROADCASTING, batch_axis, batch_one_axis, defop, flag, real_number,
                        rerun)
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.dispatch import convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor

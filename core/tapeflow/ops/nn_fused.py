@@ -33,7 +33,7 @@ from __future__ import annotations
 import math as _pymath
 
 from ..runtime.dispatch import convert_like, convert_to_tensor, execute
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from . import array as _a

@@ -18,7 +18,7 @@ tf.Tensor([False  True], shape=(2,), dtype=bool) tf.Tensor(4.0, shape=(), dtype=
 from __future__ import annotations
 
 from ..runtime.dispatch import speedups, binary, convert_to_tensor, execute
-from ..runtime.errors import TapeflowError
+from ..errors import TapeflowError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from .array_shape import expand_dims, squeeze

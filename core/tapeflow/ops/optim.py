@@ -21,7 +21,7 @@ tf.Tensor([0. 1.], shape=(2,), dtype=float32)
 from __future__ import annotations
 
 from ..runtime.dispatch import execute
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from .library import defop
 from .reductions import broadcast_to
 

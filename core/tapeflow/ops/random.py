@@ -49,10 +49,10 @@ import os
 import numpy as _np
 
 from ..runtime import devices as _devs
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime import shapes as _shapes
 from .library import batch_with_shape, defop
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError, TapeflowError
+from ..errors import InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..runtime.dispatch import convert_to_tensor, execute
 from . import math_ops as _m
 

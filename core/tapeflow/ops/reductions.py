@@ -19,10 +19,10 @@ tf.Tensor(
 
 from __future__ import annotations
 
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime import shapes as _shapes
 from .library import batch_axis, batch_one_axis, defop, flag, rerun
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.dispatch import run, convert_to_tensor, execute
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor

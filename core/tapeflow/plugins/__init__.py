@@ -15,7 +15,7 @@ implements some of the hooks in :mod:`tapeflow.plugins.hookspecs` and calls the
 """
 
 from ..runtime.devices import Backend, Device
-from ..runtime.errors import PluginConflictError, PluginError
+from ..errors import PluginConflictError, PluginError
 from ..runtime.registry import (REQUIRED, BatchContext, Broadcasting, GradContext, KernelEntry,
                                 Linear, Multilinear, OpDef, get_op, rebind_kernel)
 from .hookspecs import API_VERSION, hookimpl, hookspec

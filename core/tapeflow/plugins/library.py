@@ -31,8 +31,8 @@ import dis
 import inspect
 import linecache
 
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError, OpError
-from ..runtime import dtypes as _dt
+from ..errors import InvalidArgumentError, InvalidTypeError, OpError
+from .. import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import binary, execute
 from ..runtime.registry import CORE_NAMESPACE, HANDLES, REQUIRED, OpDef, attr_error

@@ -23,7 +23,7 @@ import pluggy
 
 from ..runtime import devices as _devs
 from ..runtime import registry as _reg
-from ..runtime.errors import InvalidTypeError, PluginError
+from ..errors import InvalidTypeError, PluginError
 from . import hookspecs
 
 ENTRY_POINT_GROUP = "tapeflow"

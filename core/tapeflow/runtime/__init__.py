@@ -11,7 +11,8 @@ library, autodiff and tracing register what the runtime calls
 'execute'
 """
 
-from . import errors, dtypes, context, devices, shapes, tensor, registry, dispatch, variable
+from .. import errors, dtypes
+from . import context, devices, shapes, tensor, registry, dispatch, variable
 from . import config
 from .tensor import Tensor, TensorShape
 from .variable import Variable

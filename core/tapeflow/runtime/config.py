@@ -10,7 +10,7 @@ from __future__ import annotations
 import os as _os
 import types as _types
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from . import devices as _devs
 from .dispatch import policy as _policy
 

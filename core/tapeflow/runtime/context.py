@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from .errors import InvalidTypeError, PluginConflictError
+from ..errors import InvalidTypeError, PluginConflictError
 
 __all__ = ["tapes_active", "tracing", "record", "active_tapes", "push_tape", "pop_tape",
            "watch_variable_read", "stop_all_recording", "set_recorders", "Tracer", "HOOKS",

@@ -23,7 +23,7 @@ import functools
 import os
 import threading
 
-from .errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
+from ..errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 
 __all__ = ["Device", "Backend", "device", "canonical_name", "get_device", "list_devices",
            "num_gpus", "default_device", "set_default_device", "current_device"]

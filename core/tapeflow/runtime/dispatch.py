@@ -21,9 +21,9 @@ import warnings
 import numpy as np
 
 from . import devices as _devs
-from . import dtypes as _dt
+from .. import dtypes as _dt
 from . import shapes as _shapes
-from .errors import (DeviceMismatchError, InvalidArgumentError, InvalidTypeError, OpError,
+from ..errors import (DeviceMismatchError, InvalidArgumentError, InvalidTypeError, OpError,
                      ResourceExhaustedError, TapeflowError)
 from . import context as _ctx
 from .context import HOOKS as _HOOKS
@@ -92,7 +92,7 @@ def _np_from_python(value, dtype, dev=None, op="Const"):
 
 
 def _supported(a, value):
-    if a.dtype not in _dt._FROM_NP:
+    if a.dtype not in _dt.FROM_NP:
         if a.dtype.kind == "f" and a.dtype.itemsize > 8:
             a = a.astype(np.float64)
         else:

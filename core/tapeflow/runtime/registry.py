@@ -21,10 +21,10 @@ import warnings
 import numpy as np
 
 from . import devices as _devs
-from . import dtypes as _dt
+from .. import dtypes as _dt
 from . import shapes as _shapes
 from .context import HOOKS
-from .errors import (InvalidArgumentError, NotFoundError, OpError, PluginConflictError,
+from ..errors import (InvalidArgumentError, NotFoundError, OpError, PluginConflictError,
                      PluginOverrideWarning, TapeflowError)
 from .tensor import Tensor, VariableBase, speedups
 

@@ -28,8 +28,8 @@ except ImportError:         # pragma: no cover - Windows
 
 import numpy as np
 
-from . import dtypes as _dt
-from .errors import InvalidArgumentError, InvalidTypeError, ResourceExhaustedError
+from .. import dtypes as _dt
+from ..errors import InvalidArgumentError, InvalidTypeError, ResourceExhaustedError
 from .tensor import Tensor, VariableBase
 
 __all__ = ["as_index", "as_shape", "normalize_axis", "normalize_axes", "check_allocation",

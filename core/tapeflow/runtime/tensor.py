@@ -31,8 +31,8 @@ except ImportError:
 
 from . import context as _ctx
 from .context import HOOKS as _HOOKS
-from . import dtypes as _dt
-from .errors import InvalidArgumentError, InvalidTypeError
+from .. import dtypes as _dt
+from ..errors import InvalidArgumentError, InvalidTypeError
 
 __all__ = ["Tensor", "TensorShape", "Dimension"]
 
@@ -186,7 +186,7 @@ class Tensor(speedups.TensorBase if speedups is not None else _TensorPy):
     # --- basic properties ----------------------------------------------------
     @property
     def dtype(self) -> _dt.DType:
-        return _dt._FROM_NP[self._data.dtype]
+        return _dt.FROM_NP[self._data.dtype]
 
     @property
     def shape(self) -> TensorShape:

@@ -23,9 +23,9 @@ import numpy as np
 from . import context as _ctx
 from .context import HOOKS as _HOOKS
 from . import devices as _devs
-from . import dtypes as _dt
+from .. import dtypes as _dt
 from .dispatch import constant, convert_to_tensor, copy_to_device, execute
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from .registry import get_op
 from .tensor import Tensor, VariableBase, speedups, wrap
 

@@ -6,7 +6,7 @@ import io
 
 import numpy as np
 
-from ..runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ..errors import FailedPreconditionError, InvalidArgumentError
 
 _CHANNELS = (1, 2, 3, 4)            # grey, grey + alpha, RGB, RGBA
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import struct
 
-from ..runtime.errors import DataLossError, FailedPreconditionError
+from ..errors import DataLossError, FailedPreconditionError
 from ..train import files as _files
 
 _EXTRA = "pip install 'tapeflow[tensorboard]'"

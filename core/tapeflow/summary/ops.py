@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from . import _records
 from ._png import encode_png
 from .writer import _current, _policy_allows, _resolve_step, get_default_writer

@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from . import _records
 from .. import train as _train
 

@@ -18,7 +18,7 @@ returns), so buffers are made by the kernels themselves, on any backend.
 from __future__ import annotations
 
 from ..ops import random as _random_mod
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.tensor import wrap
 from .graph import Graph
 

@@ -15,7 +15,7 @@ from ..autodiff.tape import GradientTape
 from ..runtime import context as _ctx
 from ..runtime import dispatch as _dispatch_mod
 from ..runtime import devices as _devs
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..ops.random import next_counter
 from .. import nest
 from ..runtime.dispatch import convert_to_tensor

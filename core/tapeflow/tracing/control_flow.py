@@ -40,7 +40,7 @@ import numpy as np
 from ..runtime import context as _ctx
 from ..runtime.dispatch import convert_to_tensor
 from .. import nest
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from .concrete import ConcreteFunction

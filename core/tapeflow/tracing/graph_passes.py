@@ -71,7 +71,7 @@ import sys
 
 import numpy as np
 
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from .graph import Node
 from .conv_fusion import fuse_conv as _fuse_conv
 from .graph_fusion import fuse as _fuse

@@ -15,9 +15,9 @@ from ..autodiff.tape import GradientTape
 from ..ops import math as _m
 from ..ops.array_values import identity as _identity
 from ..runtime import context as _ctx
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..runtime.dispatch import convert_to_tensor
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.registry import OpDef
 from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable

@@ -17,7 +17,7 @@ import sys
 import threading
 
 from ..runtime.context import tracing as _tracing
-from ..runtime.errors import TapeflowError
+from ..errors import TapeflowError
 from ..runtime.registry import OpDef
 from ..runtime.tensor import wrap
 from .graph import Node

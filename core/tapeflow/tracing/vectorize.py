@@ -45,7 +45,7 @@ from ..runtime import devices as _devs
 from .. import nest
 from ..runtime.context import tracing as _tracing
 from ..runtime.dispatch import convert_to_tensor, copy_to_device, execute
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.registry import BatchContext, Broadcasting
 from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable

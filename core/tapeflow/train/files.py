@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ..runtime.errors import DataLossError, PermissionDeniedError
+from ..errors import DataLossError, PermissionDeniedError
 
 __all__ = ["open_regular", "read_regular", "confine", "plain_name", "unlink_same"]
 

@@ -35,7 +35,7 @@ import numpy as np
 from ..runtime import context as _ctx
 from ..runtime.dispatch import constant as _constant
 from ..runtime.dispatch import execute
-from ..runtime.errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from ..runtime.tensor import Tensor, wrap
 from ..ops import math as _m
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import threading
 
-from ..runtime import dtypes as _dt
-from ..runtime.errors import InvalidArgumentError
+from .. import dtypes as _dt
+from ..errors import InvalidArgumentError
 from ..runtime.variable import Variable
 
 __all__ = ["get_or_create_global_step", "get_global_step", "create_global_step",

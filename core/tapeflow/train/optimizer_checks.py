@@ -22,7 +22,7 @@ import numpy as np
 from ..runtime.context import tracing as _tracing
 from ..runtime.dispatch import convert_to_tensor as _convert
 from ..runtime.dispatch import copy_to_device as _copy_to_device
-from ..runtime.errors import InvalidArgumentError, InvalidTypeError, TapeflowError
+from ..errors import InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 

@@ -56,10 +56,10 @@ import warnings
 import numpy as np
 
 from ..runtime import devices as _devs
-from ..runtime import dtypes as _dt
+from .. import dtypes as _dt
 from ..ops import math as _m
 from ..ops.array import fill as _fill
-from ..runtime.errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
+from ..errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
                               UnimplementedError)
 from ..autodiff.tape import GradientTape
 from ..runtime.context import stop_all_recording

@@ -14,8 +14,8 @@ import json
 import os
 import re
 
-from ...runtime import errors as _errors
-from ...runtime.errors import FailedPreconditionError
+from ... import errors as _errors
+from ...errors import FailedPreconditionError
 from .. import files as _files
 
 FORMAT = "tapeflow-checkpoint"

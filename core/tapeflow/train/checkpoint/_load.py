@@ -8,9 +8,9 @@ import hashlib
 import json
 import os
 
-from ...runtime import dtypes as _dt
+from ... import dtypes as _dt
 from ...runtime.dispatch import constant as _constant
-from ...runtime.errors import InvalidArgumentError, NotFoundError
+from ...errors import InvalidArgumentError, NotFoundError
 from ...tracing.trace import init_scope
 from .. import files as _files
 from . import _format

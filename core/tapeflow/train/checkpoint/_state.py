@@ -8,7 +8,7 @@ import json
 import os
 import re
 
-from ...runtime.errors import FailedPreconditionError
+from ...errors import FailedPreconditionError
 from .. import files as _files
 from ._atomic import _atomic_write
 from ._format import INDEX_SUFFIX, MAX_STATE_BYTES, STATE_FILE, DataLossError

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from ...runtime import context as _ctx
-from ...runtime import dtypes as _dt
-from ...runtime.errors import InvalidArgumentError
+from ... import dtypes as _dt
+from ...errors import InvalidArgumentError
 from ...runtime.variable import Variable
 from ._load import _read
 from ._state import _check_state_file, _write_state

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from ...runtime.errors import FailedPreconditionError, InvalidArgumentError
+from ...errors import FailedPreconditionError, InvalidArgumentError
 from .. import files as _files
 from ._atomic import _atomic_write
 from ._format import (FORMAT, INDEX_SUFFIX, VERSION, _FOREIGN, _existing_index,

@@ -7,7 +7,7 @@ import contextlib
 import os
 
 from ...runtime import context as _ctx
-from ...runtime.errors import InvalidArgumentError, InvalidTypeError, NotFoundError
+from ...errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from ...runtime.variable import Variable
 from ._format import _base_name, _delete_checkpoint
 from ._load import _assign_all, _mismatch, _raise_mismatch, _read

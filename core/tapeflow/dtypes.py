@@ -107,7 +107,7 @@ class DType:
     @property
     def real_dtype(self):
         """float32 for complex64, float64 for complex128, the dtype itself otherwise."""
-        return _FROM_NP[self.np.type(0).real.dtype] if self.is_complex else self
+        return FROM_NP[self.np.type(0).real.dtype] if self.is_complex else self
 
     @property
     def min(self):
@@ -173,11 +173,11 @@ COMPLEX_DTYPES = (complex64, complex128)
 NUMERIC_DTYPES = FLOAT_DTYPES + INT_DTYPES
 
 # NumPy dtype -> DType. Keyed by np.dtype objects *and* scalar types so that
-# `_FROM_NP[arr.dtype]` on the hot path is a single dict hit.
-_FROM_NP: dict = {}
+# `FROM_NP[arr.dtype]` on the hot path is a single dict hit.
+FROM_NP: dict = {}
 for _d in ALL_DTYPES:
-    _FROM_NP[_d.np] = _d
-    _FROM_NP[_d.np.type] = _d
+    FROM_NP[_d.np] = _d
+    FROM_NP[_d.np.type] = _d
 _FROM_NAME = {d.name: d for d in ALL_DTYPES}
 _FROM_NAME.update({"half": float16, "float": float32, "double": float64, "bool_": bool_,
                    "int": int32, "long": int64})
@@ -202,7 +202,7 @@ def as_dtype(x) -> DType:
     if type(x) is DType:
         return x
     try:
-        d = _FROM_NP.get(x) if not isinstance(x, str) else _FROM_NAME.get(x)
+        d = FROM_NP.get(x) if not isinstance(x, str) else _FROM_NAME.get(x)
         if d is not None:
             return d
         if x in _FROM_PY:
@@ -212,7 +212,7 @@ def as_dtype(x) -> DType:
                 else not hasattr(x, "shape")):
             with warnings.catch_warnings():    # NumPy's deprecated aliases ("a")
                 warnings.simplefilter("ignore")
-                d = _FROM_NP.get(np.dtype(x))
+                d = FROM_NP.get(np.dtype(x))
     except Exception:  # noqa: BLE001 - unhashable, a raising .dtype, NumPy's parser
         d = None
     if d is None:
@@ -232,7 +232,7 @@ def _short(x):
 
 def from_numpy(np_dtype) -> DType:
     """DType for a NumPy dtype (hot path: one dict lookup)."""
-    d = _FROM_NP.get(np_dtype)
+    d = FROM_NP.get(np_dtype)
     if d is None:
         if np_dtype == np.dtype(object) or np.dtype(np_dtype).kind in "USOV":
             raise InvalidTypeError(f"tapeflow has no dtype for NumPy dtype {np.dtype(np_dtype)}; "
