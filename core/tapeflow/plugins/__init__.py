@@ -16,16 +16,18 @@ implements some of the hooks in :mod:`tapeflow.plugins.hookspecs` and calls the
 
 from ..runtime.devices import Backend, Device
 from ..errors import PluginConflictError, PluginError
-from ..runtime.registry import (REQUIRED, BatchContext, Broadcasting, GradContext, KernelEntry,
-                                Linear, Multilinear, OpDef, get_op, rebind_kernel)
+from ..runtime.registry import (REQUIRED, BatchContext, Broadcasting, BuildContext, GradContext,
+                                KernelEntry, KernelSpec, Linear, Multilinear, OpDef, get_op,
+                                rebind_kernel)
 from .hookspecs import API_VERSION, hookimpl, hookspec
 from .library import Library
 from .manager import (ENTRY_POINT_GROUP, PluginInfo, Registry, ensure_loaded, known_gaps,
                       plugin_report, register)
 from .manager import _manager as plugin_manager
 
-__all__ = ["API_VERSION", "Backend", "BatchContext", "Broadcasting", "Device",
-           "ENTRY_POINT_GROUP", "GradContext", "KernelEntry", "Library", "Linear", "Multilinear",
+__all__ = ["API_VERSION", "Backend", "BatchContext", "Broadcasting", "BuildContext", "Device",
+           "ENTRY_POINT_GROUP", "GradContext", "KernelEntry", "KernelSpec", "Library", "Linear",
+           "Multilinear",
            "OpDef", "PluginConflictError", "PluginError", "PluginInfo", "REQUIRED",
            "Registry", "ensure_loaded", "get_op", "hookimpl", "hookspec", "known_gaps",
            "plugin_manager", "plugin_report", "rebind_kernel", "register"]

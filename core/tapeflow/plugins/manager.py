@@ -64,19 +64,31 @@ class Registry:
         self._ops.append((op, override))
         return op
 
+    def add_kernels(self, device_type: str, table, override=False, missing="error"):
+        """Register the kernels of ``device_type``: ``table`` is what a backend's
+        ``build(ctx)`` returns, ``{op name (or OpDef): KernelSpec or function}``.
+        ``missing="skip"``: entries for ops no loaded plugin declares are left out and
+        returned (a backend may carry kernels for optional ops); ``"error"``: they
+        fail the plugin (NotFoundError naming the op). Returns the skipped names."""
+        skipped = []
+        for op, spec in table.items():
+            if missing == "skip" and isinstance(op, str) and not _reg.has_op(op):
+                skipped.append(op)
+                continue
+            try:
+                spec = _reg.KernelSpec.of(spec)
+            except InvalidTypeError as e:
+                raise InvalidTypeError(f"kernel for {op} on {device_type}: {e.message}") from None
+            self._kernels.append((op, device_type, spec, override))
+        return skipped
+
     def add_kernel(self, op, device_type: str, fn, dtypes=None, needs_device=False,
                    override=False, fresh=False, variants=None, out=False):
-        """Register ``fn`` as the kernel of ``op`` (name or OpDef) on ``device_type``.
-        ``fresh=True`` declares that it returns new host arrays sharing memory with
-        nothing and keeps no reference to its inputs (tf.function may reuse buffers).
-        ``variants``: ``{dtype: fn}`` for declared dtypes that run another function
-        (e.g. bfloat16 computed in float32), so that the others call ``fn`` directly.
-        ``out=True``: ``fn`` also takes ``out=`` a preallocated result array (the
-        buffer plan of tf.function; docs/backends.md, "Output buffers")."""
+        """One kernel: ``add_kernels(device_type, {op: KernelSpec(fn, dtypes, ...)})``."""
         if not callable(fn):
             raise InvalidTypeError(f"kernel for {op} on {device_type} is not callable: {fn!r}")
-        self._kernels.append((op, device_type, fn, dtypes, needs_device, override, fresh,
-                              variants, out))
+        self._kernels.append((op, device_type, _reg.KernelSpec(
+            fn, dtypes, needs_device, None, fresh, variants, out), override))
 
     def add_backend(self, backend: _devs.Backend):
         """Add a :class:`~tapeflow.plugins.Backend`."""
@@ -121,11 +133,10 @@ class Registry:
             for op, override in self._ops:
                 _reg.add_op(op, source=self.source, override=override)
                 added_ops.append(op)
-            for op, dt, fn, dtypes, nd, override, fresh, variants, out in self._kernels:
+            for op, dt, spec, override in self._kernels:
                 opdef = _reg.get_op(op) if isinstance(op, str) else op
                 undo.append((opdef, dt, opdef.kernels.get(dt)))
-                _reg.add_kernel(opdef, dt, fn, dtypes, nd, source=self.source, override=override,
-                                fresh=fresh, variants=variants, out=out)
+                _reg.add_kernel(opdef, dt, spec, source=self.source, override=override)
                 if info is not None:
                     info.kernels.append((opdef.name, dt))
             for op, rule, fn, override in self._rules:

@@ -24,8 +24,8 @@ from . import devices as _devs
 from .. import dtypes as _dt
 from . import shapes as _shapes
 from .context import HOOKS
-from ..errors import (InvalidArgumentError, NotFoundError, OpError, PluginConflictError,
-                     PluginOverrideWarning, TapeflowError)
+from ..errors import (InvalidArgumentError, InvalidTypeError, NotFoundError, OpError,
+                      PluginConflictError, PluginOverrideWarning, TapeflowError)
 from .tensor import Tensor, VariableBase, speedups
 
 
@@ -38,7 +38,7 @@ HANDLES: dict = {}
 #: at import: it sits above this module)
 _HOOKS = HOOKS
 
-__all__ = ["OpDef", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext", "Linear",
+__all__ = ["OpDef", "KernelSpec", "BuildContext", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext", "Linear",
            "Multilinear", "BatchContext", "Broadcasting"]
 
 
@@ -78,22 +78,43 @@ def _np_keyed(variants):
     return None if not variants else {_dt.as_dtype(d).np: f for d, f in variants.items()}
 
 
-class KernelEntry:
-    """A registered kernel. ``fresh``: the backend declares that the kernel returns
-    new host arrays sharing memory with nothing and keeps no reference to its inputs
-    (tf.function's buffer reuse may then recycle its inputs and outputs). ``variants``:
-    None, or ``{np.dtype: fn}`` for declared dtypes that run another function than ``fn``
-    (dispatch picks it by the op's key dtype; the others call ``fn`` with no wrapper).
-    ``out``: ``fn`` (and its variants) also take ``out=`` an array of the result's shape,
-    dtype and device, write the result there and return it (docs/backends.md, "Output
-    buffers"); implies ``fresh``'s promises on inputs (nothing kept, no view returned)."""
+class KernelSpec:
+    """One kernel of one op on one device type: what a backend's ``build(ctx)`` returns
+    for an op (``{op name: KernelSpec}``; a bare function means ``KernelSpec(fn)``) and
+    what the registry keeps (``op.kernels[device_type]``). The one kernel contract of
+    every backend (docs/backends.md).
+
+    Args:
+        fn: ``fn(*native_inputs, **attrs)`` -> a native array, or a tuple of them.
+        dtypes: the dtypes it takes (names or DTypes; the op's key dtype, see OpDef's
+            ``dtype_from``); None: any.
+        needs_device: it also receives ``device=`` (creation and random ops).
+        fresh: it returns new arrays sharing memory with nothing and keeps no reference
+            to its inputs (tf.function's buffer reuse may recycle them).
+        out: ``fn`` (and its variants) also take ``out=`` an array of the result's
+            shape, dtype and device and write there (docs/backends.md, "Output
+            buffers"); implies ``fresh``'s promises on inputs.
+        variants: ``{dtype: fn}`` for declared dtypes that run another function
+            (bfloat16 computed in float32); the others call ``fn`` with no wrapper.
+        layouts: ``"strided"`` (default): it takes any array of its backend, views
+            with strides and offsets included; ``"contiguous"``: the backend hands it
+            C-contiguous inputs only (its ``build`` says so, the conformance suite
+            checks strided inputs either way).
+
+    ``device_type`` and ``source`` are set when it is registered.
+    """
 
     __slots__ = ("fn", "dtypes", "np_dtypes", "needs_device", "source", "device_type",
-                 "fresh", "variants", "out")
+                 "fresh", "variants", "out", "layouts")
 
-    def __init__(self, fn, device_type, dtypes=None, needs_device=False, source=None,
-                 fresh=False, variants=None, out=False):
-        self.fn = fn
+    def __init__(self, fn, dtypes=None, needs_device=False, source=None, fresh=False,
+                 variants=None, out=False, *, layouts="strided", device_type=None):
+        if not callable(fn):
+            raise InvalidTypeError(f"a kernel must be callable, got {fn!r}")
+        if layouts not in ("strided", "contiguous"):
+            raise InvalidArgumentError(f"layouts must be 'strided' or 'contiguous', got "
+                                       f"{layouts!r}")
+        self.fn, self.layouts = fn, layouts
         self.variants = _np_keyed(variants)
         self.fresh, self.out = bool(fresh), bool(out)
         self.device_type = device_type
@@ -104,10 +125,55 @@ class KernelEntry:
         self.needs_device = needs_device
         self.source = source
 
+    @classmethod
+    def of(cls, spec):
+        """``spec`` as a KernelSpec: a KernelSpec, or a bare function."""
+        return spec if isinstance(spec, KernelSpec) else cls(spec)
+
+    def bound(self, device_type, source):
+        """This spec registered on ``device_type`` by ``source`` (a copy)."""
+        new = object.__new__(KernelSpec)
+        for k in KernelSpec.__slots__:
+            setattr(new, k, getattr(self, k))
+        new.device_type, new.source = device_type, source
+        return new
+
+    def __repr__(self):
+        return f"<KernelSpec {getattr(self.fn, '__qualname__', self.fn)!r} {self.describe()}>"
+
     def describe(self):
         ds = "any dtype" if self.dtypes is None else "dtype in [" + ", ".join(
             d.name for d in self.dtypes) + "]"
         return f"device='{self.device_type}'; {ds}"
+
+
+#: the name of :class:`KernelSpec` before tapeflow 0.3
+KernelEntry = KernelSpec
+
+
+class BuildContext:
+    """What a backend's ``build(ctx)`` functions receive: ``xp`` (the array module the
+    kernels are written against: ``numpy``, CuPy's namespace), ``device_type``, and the
+    backend's services as further attributes (``ctx.raw64``: the random bit source;
+    ``ctx.shared``: the table built so far). ``ctx.get(name, default)`` reads an optional
+    one.
+
+    >>> import numpy as np
+    >>> ctx = BuildContext(np, "cpu", raw64=None)
+    >>> ctx.xp is np, ctx.device_type, ctx.get("shared", {})
+    (True, 'cpu', {})
+    """
+
+    def __init__(self, xp, device_type, **services):
+        self.xp, self.device_type = xp, device_type
+        self.__dict__.update(services)
+
+    def get(self, name, default=None):
+        return self.__dict__.get(name, default)
+
+    def __repr__(self):
+        return (f"BuildContext({getattr(self.xp, '__name__', self.xp)}, {self.device_type!r}, "
+                f"{sorted(k for k in self.__dict__ if k not in ('xp', 'device_type'))})")
 
 
 class OpDef:
@@ -418,6 +484,12 @@ def get_op(name) -> OpDef:
             f"No op named {name!r}" + (f"; did you mean {close}?" if close else "")) from None
 
 
+def has_op(name) -> bool:
+    """Whether an op called ``name`` is registered (see :func:`get_op`)."""
+    return name in OPS or (type(name) is str and name.startswith(_CORE_PREFIX)
+                           and name[10:] in OPS)
+
+
 def add_op(op: OpDef, source=None, override=False):
     prev = OPS.get(op.name)
     if prev is not None and prev is not op and not override:
@@ -503,6 +575,8 @@ def _rule_decorator(op, rule, fn, override, source):
 
 def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None, override=False,
                fresh=False, variants=None, out=False):
+    """Register a kernel of ``op`` (name or OpDef) on ``device_type``: ``fn`` a
+    :class:`KernelSpec` (the other arguments then unused) or a function."""
     if isinstance(op, str):
         op = get_op(op)
     prev = op.kernels.get(device_type)
@@ -510,7 +584,8 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
         raise PluginConflictError(
             f"Kernel for ({op.name}, {device_type}) is registered by both {prev.source!r} and "
             f"{source!r}. Pass override=True in the second registration to replace it.")
-    entry = KernelEntry(fn, device_type, dtypes, needs_device, source, fresh, variants, out)
+    entry = (fn if isinstance(fn, KernelSpec) else KernelSpec(
+        fn, dtypes, needs_device, None, fresh, variants, out)).bound(device_type, source)
     if prev is not None and prev.source != source:
         _overridden(op.name, device_type, prev.source, source)
     op.kernels[device_type] = entry
