@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow.train.checkpoint import _atomic as ckmod
+from tapeflow.train.checkpoint import file_format as ckmod
 
 tfe = tf
 
@@ -630,7 +630,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     import os, sys
     import numpy as np
     import tapeflow as tf
-    from tapeflow.train.checkpoint import _atomic as ck
+    from tapeflow.train.checkpoint import file_format as ck
     mode, directory, final_suffix = sys.argv[1:4]
     a = tf.Variable(np.zeros(1000, np.float32), name="a")
     b = tf.Variable(0.0, name="b")

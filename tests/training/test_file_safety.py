@@ -204,7 +204,7 @@ def test_oversized_data_file_is_refused_by_size_before_reading(tmp_path):
 
 
 def test_oversized_index_is_refused(tmp_path, monkeypatch):
-    from tapeflow.train.checkpoint import _format as ck
+    from tapeflow.train.checkpoint import file_format as ck
     d, ckpt, v, path = _saved(tmp_path)
     monkeypatch.setattr(ck, "MAX_INDEX_BYTES", 64)
     with pytest.raises(errors.DataLossError, match="more than the 64"):

@@ -1,4 +1,5 @@
-"""Optimizers with TensorFlow 1's names and update rules, and the global step.
+"""Optimizers with TensorFlow 1's names and update rules (the global step they increment
+is :mod:`tapeflow.train`'s).
 
 ``apply_gradients(grads_and_vars, global_step=None)`` updates each Variable in place
 (``var.assign_sub(...)``, buffer donation when nobody else holds the old value) with
@@ -70,16 +71,13 @@ from ..ops import optim as _optim
 from . import checkpoint as _checkpoint_mod
 from .fused_update import (FUSED_DEFAULT, kernel_for, prepare_fused, run_fused,
                            scalar_coefficient)
-from .global_step import (create_global_step, get_global_step, get_or_create_global_step,
-                          reset_global_step)
 from .optimizer_checks import (check_step_args, checked_gradient,
                                checked_values, hyperparameter as _hyperparameter, short as _short,
                                unpack)
 
 __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOptimizer",
            "RMSPropOptimizer", "AdagradOptimizer", "SGD", "Adam", "RMSprop", "Adagrad",
-           "get_or_create_global_step", "get_global_step", "create_global_step",
-           "reset_global_step", "get", "get_optimizer"]
+           "get", "get_optimizer"]
 
 
 def _base_name(var):

@@ -48,18 +48,17 @@ creates its variables it calls ``restore_deferred(obj)`` (Layers do it after
 ``build()``), and the pending values are assigned then; optimizer slots restore when the
 optimizer creates them.
 
-The modules, one concern each (as TensorFlow's ``checkpoint/`` package):
+The package is three modules, as TensorFlow's ``checkpoint/`` package keeps a handful:
 
-* ``checkpoint``  -- ``tf.train.Checkpoint``, the public object-based API;
-* ``management``  -- ``CheckpointManager`` (numbered checkpoints, rotation);
-* ``saver``       -- the seeds' name-based ``Saver`` and ``restore_variables_on_create``;
-* ``graph_view``  -- the object-graph walk (paths of variables and slots);
-* ``restore``     -- restoring a graph, with deferral (``restore_deferred``);
-* ``save_util``   -- writing one checkpoint (data, then index);
-* ``_load``       -- reading and validating one checkpoint;
-* ``_state``      -- the directory's ``checkpoint`` state file, ``latest_checkpoint``;
-* ``_format``     -- names and format constants, and which files are a checkpoint's own;
-* ``_atomic``     -- atomic file replacement;
+* this one         -- the user API: ``tf.train.Checkpoint`` (object-based),
+  ``CheckpointManager`` (numbered checkpoints, rotation), the seeds' name-based
+  ``Saver`` and ``restore_variables_on_create``;
+* ``object_graph`` -- the object graph (paths of variables and slots), validated
+  assignment, and restoring with deferral (``restore_deferred``, the load statuses);
+* ``file_format``  -- the checkpoint on disk: names and format constants, which files
+  are a checkpoint's own, atomic writes, the ``checkpoint`` state file
+  (``latest_checkpoint``), writing one checkpoint and reading it validated
+  (``load_checkpoint``, ``list_variables``).
 
 >>> import os, tempfile
 >>> import tapeflow as tf
@@ -76,15 +75,297 @@ The modules, one concern each (as TensorFlow's ``checkpoint/`` package):
 <tf.Variable 'Variable:0' shape=() dtype=float32, numpy=2.0>
 """
 
-from ._format import (ALT_DATA_SUFFIX, DATA_SUFFIX, FORMAT, INDEX_SUFFIX, MAX_INDEX_BYTES,
-                      MAX_STATE_BYTES, STATE_FILE, VERSION, DataLossError)
-from ._load import list_variables, load_checkpoint
-from ._state import latest_checkpoint
-from .checkpoint import Checkpoint
-from .management import CheckpointManager
-from .restore import CheckpointLoadStatus, InitializationOnlyStatus, restore_deferred
-from .saver import Saver, restore_variables_on_create
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+
+from ... import dtypes as _dt
+from ...errors import InvalidArgumentError, InvalidTypeError, NotFoundError
+from ...runtime import context as _ctx
+from ...runtime.variable import Variable
+from .file_format import (ALT_DATA_SUFFIX, DATA_SUFFIX, FORMAT, INDEX_SUFFIX, MAX_INDEX_BYTES,
+                          MAX_STATE_BYTES, STATE_FILE, VERSION, DataLossError, _base_name,
+                          _check_state_file, _delete_checkpoint, _read, _read_state, _write,
+                          _write_state, latest_checkpoint, list_variables, load_checkpoint)
+from .object_graph import (CheckpointLoadStatus, InitializationOnlyStatus, _add_named_children,
+                           _assign_all, _gather, _is_trackable, _mismatch, _raise_mismatch,
+                           _Session, restore_deferred)
 
 __all__ = ["Checkpoint", "CheckpointManager", "CheckpointLoadStatus", "Saver",
            "latest_checkpoint", "restore_variables_on_create", "restore_deferred",
            "list_variables", "load_checkpoint", "DataLossError"]
+
+
+# --- tf.train.Checkpoint: object-based ----------------------------------------------------
+
+class Checkpoint:
+    """Groups trackable objects (models, layers, optimizers, Variables) for saving
+    and restoring: ``tf.train.Checkpoint(optimizer=opt, model=model, step=step)``.
+
+    ``save(prefix)`` writes ``<prefix>-<n>`` (n counts saves, restored with the rest)
+    and returns it; ``restore(path)`` restores it (``None``: nothing, for a first run).
+    """
+
+    _RESERVED = ("save", "restore", "write", "read", "save_counter")
+
+    def __init__(self, **kwargs):
+        object.__setattr__(self, "_objects", {})
+        object.__setattr__(self, "_save_counter", None)
+        object.__setattr__(self, "_last_session", None)
+        for name, value in kwargs.items():
+            setattr(self, name, value)
+
+    def __setattr__(self, name, value):
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        if name in self._RESERVED:
+            raise InvalidArgumentError(
+                f"'{name}' is reserved by tf.train.Checkpoint; use another name")
+        if not _is_trackable(value):
+            raise InvalidArgumentError(
+                f"Checkpoint was expecting a trackable object for '{name}' (a tf.Variable, or "
+                f"an object with _trackable_children(): model, layer, optimizer), got "
+                f"{type(value).__name__} {value!r}")
+        self._objects[name] = value
+        object.__setattr__(self, name, value)
+
+    def _trackable_children(self):
+        children = dict(self._objects)
+        if self._save_counter is not None:
+            children["save_counter"] = self._save_counter
+        return children
+
+    @property
+    def save_counter(self):
+        """Number of ``save()`` calls (an int64 Variable, saved and restored)."""
+        if self._save_counter is None:
+            with _ctx.suspend_variable_observers():
+                sc = Variable(0, trainable=False, name="save_counter", dtype=_dt.int64,
+                              device="cpu:0")
+            object.__setattr__(self, "_save_counter", sc)
+            restore_deferred(self)
+        return self._save_counter
+
+    def write(self, file_prefix):
+        """Write exactly ``file_prefix`` (no counter, no state file). Returns it."""
+        return _write(file_prefix, _gather(self), "object")
+
+    def save(self, file_prefix):
+        """Save to ``<file_prefix>-<save_counter>`` and record it as the directory's latest
+        checkpoint. Returns the path (seed: ``checkpoint.save('./ckpt/')`` -> ``'./ckpt/-1'``)."""
+        _check_state_file(os.path.dirname(os.fspath(file_prefix)))
+        counter = self.save_counter
+        counter.assign_add(1)
+        path = f"{os.fspath(file_prefix)}-{int(counter)}"
+        try:
+            self.write(path)
+        except BaseException:
+            counter.assign_sub(1)
+            raise
+        _write_state(os.path.dirname(path), path, [path])
+        return path
+
+    def restore(self, save_path):
+        """Restore from ``save_path`` (validated first; nothing changes on error).
+        Values whose variables do not exist yet are restored when they are created.
+        ``save_path=None`` does nothing (no checkpoint yet)."""
+        if save_path is None:
+            return InitializationOnlyStatus()
+        loaded = _read(save_path)
+        self.save_counter      # noqa: B018  (exists before matching, so it is restored)
+        session = _Session(loaded, self)
+        old = self._last_session
+        session.restore_root()
+        if old is not None:
+            old.superseded = True
+        object.__setattr__(self, "_last_session", session)
+        return CheckpointLoadStatus(session)
+
+    read = restore
+
+
+# --- tf.train.CheckpointManager: numbered checkpoints, rotation -------------------------
+
+class CheckpointManager:
+    """Keeps the ``max_to_keep`` most recent checkpoints of ``checkpoint`` in
+    ``directory`` (``<directory>/<checkpoint_name>-<n>``), deleting older ones."""
+
+    def __init__(self, checkpoint, directory, max_to_keep=5, keep_checkpoint_every_n_hours=None,
+                 checkpoint_name="ckpt"):
+        self._checkpoint = checkpoint
+        self._directory = os.fspath(directory)
+        self._max_to_keep = max_to_keep
+        self._prefix = os.path.join(self._directory, checkpoint_name)
+        state = _read_state(self._directory)
+        self._checkpoints = []
+        if state is not None:
+            paths = state[1] or [state[0]]
+            # only this manager's own checkpoints (<checkpoint_name>-<n> in its directory)
+            # are rotated: any other path the state file lists is left alone
+            self._checkpoints = [p for p in paths if self._manages(p)
+                                 and os.path.exists(p + INDEX_SUFFIX)]
+
+    def _manages(self, path):
+        directory, base = os.path.split(path)
+        own = re.fullmatch(re.escape(os.path.basename(self._prefix)) + r"-\d+", base)
+        return own is not None and (os.path.realpath(directory or ".")
+                                    == os.path.realpath(self._directory or "."))
+
+    @property
+    def directory(self):
+        return self._directory
+
+    @property
+    def checkpoints(self):
+        return list(self._checkpoints)
+
+    @property
+    def latest_checkpoint(self):
+        return self._checkpoints[-1] if self._checkpoints else None
+
+    def save(self, checkpoint_number=None):
+        _check_state_file(self._directory)
+        if checkpoint_number is None:
+            counter = self._checkpoint.save_counter
+            counter.assign_add(1)
+            checkpoint_number = int(counter)
+        path = f"{self._prefix}-{int(checkpoint_number)}"
+        self._checkpoint.write(path)
+        self._checkpoints = [p for p in self._checkpoints if p != path] + [path]
+        doomed = []
+        if self._max_to_keep is not None and len(self._checkpoints) > self._max_to_keep:
+            doomed = self._checkpoints[:-self._max_to_keep]
+            self._checkpoints = self._checkpoints[-self._max_to_keep:]
+        _write_state(self._directory, path, self._checkpoints)
+        for p in doomed:
+            _delete_checkpoint(p)
+        return path
+
+
+# --- the seeds' name-based API: tfe.Saver, tfe.restore_variables_on_create ---------------
+
+def _named(var_list):
+    if isinstance(var_list, dict):
+        items = [(_base_name(str(k)), v) for k, v in var_list.items()]
+    else:
+        flat = []
+        _add_named_children("", list(var_list), flat)
+        items = [(_base_name(v.name), v) for _, v in flat]
+    out = {}
+    for name, var in items:
+        if not isinstance(var, Variable):
+            raise InvalidTypeError(f"Saver: {var!r} is not a tf.Variable")
+        if name in out and out[name] is not var:
+            raise InvalidArgumentError(
+                f"Saver: at least two variables have the same name: {name!r}. Give them "
+                "distinct names (tf.Variable(..., name=...)) or pass a dict {name: variable}.")
+        out[name] = var
+    return out
+
+
+class Saver:
+    """Saves and restores a list of Variables by name (seed: ``tfe.Saver([x, y])``).
+
+    >>> import os, tempfile
+    >>> import tapeflow as tf
+    >>> x = tf.Variable(10., name='x'); y = tf.Variable(5., name='y')
+    >>> saver = tf.Saver([x, y])
+    >>> _ = x.assign(2.)
+    >>> prefix = os.path.join(tempfile.mkdtemp(), 'ckpt')
+    >>> saver.save(prefix) == prefix
+    True
+    >>> _ = x.assign(11.)
+    >>> float(x + y)
+    16.0
+    >>> saver.restore(prefix)
+    >>> float(x + y)
+    7.0
+    """
+
+    def __init__(self, var_list, max_to_keep=5):
+        self._vars = _named(var_list)
+        self._max_to_keep = max_to_keep
+        self._last = []
+
+    @property
+    def last_checkpoints(self):
+        return list(self._last)
+
+    def save(self, file_prefix, global_step=None, sess=None):
+        """Write ``file_prefix`` (``<file_prefix>-<global_step>`` when given) and record it
+        as the directory's latest checkpoint. Returns the path."""
+        path = os.fspath(file_prefix)
+        if global_step is not None:
+            path = f"{path}-{int(global_step)}"
+        _check_state_file(os.path.dirname(path))
+        _write(path, {n: (v, {"kind": "variable", "name": v.name})
+                      for n, v in self._vars.items()}, "names")
+        self._last = [p for p in self._last if p != path] + [path]
+        doomed = []
+        if self._max_to_keep and len(self._last) > self._max_to_keep:
+            doomed, self._last = self._last[:-self._max_to_keep], self._last[-self._max_to_keep:]
+        _write_state(os.path.dirname(path), path, self._last)
+        for p in doomed:
+            _delete_checkpoint(p)
+        return path
+
+    def restore(self, file_prefix, sess=None):
+        """Restore every variable from ``file_prefix``: all are checked (present, same
+        shape and dtype) before any is assigned."""
+        loaded = _read(file_prefix)
+        by_name = loaded.by_name()
+        missing = [n for n in self._vars if n not in by_name]
+        if missing:
+            have = sorted(by_name)
+            raise NotFoundError(
+                f"Key(s) {missing} not found in checkpoint '{loaded.path}' (it has "
+                f"{have[:20]}{' ...' if len(have) > 20 else ''}); nothing was restored")
+        errors, pairs = [], []
+        for name, var in self._vars.items():
+            key = by_name[name]
+            err = _mismatch(name, var, loaded.arrays[key], loaded.tensors[key]["dtype"])
+            if err:
+                errors.append(err)
+            else:
+                pairs.append((var, loaded.arrays[key]))
+        if errors:
+            _raise_mismatch(loaded.path, errors)
+        _assign_all(pairs)
+
+
+@contextlib.contextmanager
+def restore_variables_on_create(save_path, map_func=None):
+    """Variables created inside take their value from the checkpoint ``save_path``,
+    looked up by name (``map_func(name)`` maps a variable's name to the checkpoint's).
+    ``save_path=None`` (no checkpoint yet) does nothing. A variable whose name is not in
+    the checkpoint raises NotFoundError; a shape mismatch InvalidArgumentError.
+    """
+    if save_path is None:
+        yield
+        return
+    if map_func is not None and not callable(map_func):
+        raise InvalidArgumentError("map_func must be callable")
+    loaded = _read(save_path)
+    by_name = loaded.by_name()
+
+    def hook(var):
+        name = _base_name(var.name)
+        wanted = map_func(name) if map_func is not None else name
+        key = by_name.get(wanted)
+        if key is None:
+            raise NotFoundError(
+                f"Variable '{name}' was created inside restore_variables_on_create but "
+                f"'{wanted}' is not in checkpoint '{loaded.path}'")
+        err = _mismatch(wanted, var, loaded.arrays[key], loaded.tensors[key]["dtype"])
+        if err:
+            _raise_mismatch(loaded.path, [err])
+        _assign_all([(var, loaded.arrays[key])])
+
+    _ctx.add_variable_observer(hook)
+    try:
+        yield
+    finally:
+        _ctx.remove_variable_observer(hook)

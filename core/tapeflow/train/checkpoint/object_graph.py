@@ -1,7 +1,16 @@
-"""Restoring an object graph, with deferral: ``Checkpoint.restore`` assigns the values
-whose variables exist and parks the rest on the deepest existing object of their path;
-``restore_deferred(obj)`` (called by Layers after ``build()``, optimizers after creating
-slots) assigns them when the variables appear."""
+"""The object graph of a checkpoint, and restoring values into it.
+
+The graph: which Variables (and optimizer slots) are reachable from a root through
+``_trackable_children()``, and under which path (``model/dense1/kernel``; a slot under
+``<variable path>/.OPTIMIZER_SLOT/<optimizer path>/<slot name>``). Saving writes them by
+path (:func:`_gather`); restoring matches the checkpoint's paths against them.
+
+Restoring is validated, then all or nothing: every value is checked against its variable
+(shape, dtype) and converted before the first assignment. ``Checkpoint.restore`` assigns
+the values whose variables exist and parks the rest on the deepest existing object of
+their path; ``restore_deferred(obj)`` (called by Layers after ``build()``, optimizers
+after creating slots) assigns them when the variables appear -- restore on create.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +18,123 @@ import functools
 import threading
 import weakref
 
-from ._format import _base_name
-from ._load import _assign_all, _mismatch, _raise_mismatch
-from .graph_view import _children, _gather, _walk
+from ...errors import InvalidArgumentError
+from ...runtime.dispatch import constant as _constant
+from ...runtime.variable import Variable
+from ...tracing import init_scope
+from .file_format import _base_name
+
+_SLOT = ".OPTIMIZER_SLOT"
+
+
+# --- the graph: paths of variables and slots --------------------------------------------
+
+def _add_named_children(name, value, out):
+    """Append ``(path, object)`` for ``value`` and what its lists, tuples and dicts hold,
+    the path extended by index or key (``layer/0``, ``opt/m``). Not tf.nest: these paths
+    are the checkpoint format's names, in insertion order (the first path to an object
+    reached twice is its name), which saved files depend on."""
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _add_named_children(f"{name}/{i}", v, out)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _add_named_children(f"{name}/{k}", v, out)
+    elif value is not None:
+        out.append((name, value))
+
+
+def _children(obj):
+    fn = getattr(obj, "_trackable_children", None)
+    if fn is None or isinstance(obj, Variable):
+        return []
+    out = []
+    for name, value in fn().items():
+        _add_named_children(str(name), value, out)
+    return out
+
+
+def _walk(items):
+    """Breadth-first over ``[(path, object)]``: ``({path: Variable}, {path: object})``;
+    an object reachable twice keeps its first (shortest) path."""
+    variables, objects, seen = {}, {}, set()
+    queue = list(items)
+    i = 0
+    while i < len(queue):
+        path, obj = queue[i]
+        i += 1
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, Variable):
+            variables[path] = obj
+            continue
+        objects[path] = obj
+        queue.extend((f"{path}/{name}", child) for name, child in _children(obj))
+    return variables, objects
+
+
+def _is_trackable(value):
+    if isinstance(value, Variable) or hasattr(value, "_trackable_children"):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_trackable(v) for v in value)
+    if isinstance(value, dict):
+        return all(_is_trackable(v) for v in value.values())
+    return False
+
+
+def _gather(root):
+    """``{key: (Variable, info)}`` of everything reachable from ``root``."""
+    variables, objects = _walk(_children(root))
+    entries = {p: (v, {"kind": "variable", "name": v.name}) for p, v in variables.items()}
+    paths = {id(v): p for p, v in variables.items()}
+    for opath, obj in objects.items():
+        slots = getattr(obj, "_checkpoint_slots", None)
+        if slots is None:
+            continue
+        for primary, slot_name, slot_var in slots():
+            p = paths.get(id(primary))
+            if p is None:        # the variable is not in this checkpoint: neither is its slot
+                continue
+            entries[f"{p}/{_SLOT}/{opath}/{slot_name}"] = (slot_var, {
+                "kind": "slot", "name": slot_var.name, "variable": p, "optimizer": opath,
+                "slot": slot_name})
+    return entries
+
+
+# --- validated assignment ---------------------------------------------------------------
+
+def _mismatch(what, var, array, meta_dtype):
+    """A message when ``array`` cannot be assigned to ``var``, else None."""
+    vshape = tuple(var.shape)
+    if getattr(var, "_shape_fixed", True) and tuple(array.shape) != vshape:
+        return (f"  {what}: the checkpoint has shape {tuple(array.shape)}, the variable "
+                f"'{var.name}' has shape {vshape}")
+    if meta_dtype != var.dtype.name:
+        return (f"  {what}: the checkpoint has dtype {meta_dtype}, the variable "
+                f"'{var.name}' has dtype {var.dtype.name}")
+    return None
+
+
+def _raise_mismatch(path, errors):
+    raise InvalidArgumentError(
+        f"Checkpoint '{path}' does not match the variables it is restored into; nothing was "
+        "restored:\n" + "\n".join(errors))
+
+
+def _assign_all(pairs):
+    """``[(Variable, numpy array)]``: convert every value first (on the variable's device),
+    then assign -- a failure while converting leaves every variable unchanged."""
+    # (inside a traced function -- an optimizer's slots created at its first step --
+    # the restore happens once, now, not at every call of the graph)
+    with init_scope():
+        values = [(var, _constant(a, dtype=var.dtype, device=var.device)) for var, a in pairs]
+        for var, value in values:
+            var.assign(value)
+
+
+# --- deferred restoration ---------------------------------------------------------------
 
 _PENDING: dict = {}          # id(object) -> [weakref-like, [(session, path), ...]]
 
@@ -184,6 +307,8 @@ class _Session:
             self.unconsumed.discard(key)
         self._release_if_done()
 
+
+# --- what Checkpoint.restore returns ----------------------------------------------------
 
 class CheckpointLoadStatus:
     """What ``Checkpoint.restore`` returns: checks on how the checkpoint matched."""
