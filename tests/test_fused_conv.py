@@ -21,7 +21,7 @@ from tapeflow.errors import InvalidArgumentError
 from tapeflow.kernels import nn as k_nn
 from tapeflow.kernels import nn_fused as k_fused
 from tapeflow.kernels import winograd
-from tapeflow.ops.nn_fused import ACTIVATIONS, FUSED_CONV2D, fused_conv2d, unfused
+from tapeflow.ops.fused import ACTIVATIONS, FUSED_CONV2D, fused_conv2d, unfused
 from tapeflow.runtime.dispatch import execute
 
 DEVICES = [d.name for d in tf.list_devices() if d.type in ("cpu", "opencl")]
@@ -374,9 +374,10 @@ def fused_fake(monkeypatch):
     monkeypatch.setattr(cudnn_conv, "ACTIVE", [None])
     was = tf.config._cudnn[0]
     tf.config.experimental.enable_cudnn_convolutions(True)
-    shared = {op: s["fn"] for op, s in k_nn.build(np).items() if op in cudnn_conv.OPS}
-    shared["_FusedConv2D"] = k_fused.build(np)["_FusedConv2D"]["fn"]
-    fns = cudnn_conv.build(T.FakeCp(), shared)
+    ctx = tf.plugins.BuildContext(np, "cpu")
+    shared = {op: s.fn for op, s in k_nn.build(ctx).items() if op in cudnn_conv.OPS}
+    shared["_FusedConv2D"] = k_fused.build(ctx)["_FusedConv2D"].fn
+    fns = cudnn_conv.build(tf.plugins.BuildContext(np, "cuda", cp=T.FakeCp(), shared=shared))
     yield T, fns, cudnn_conv.ACTIVE[0], mod
     cudnn_conv.reset_for_tests()
     tf.config.enable_cudnn_convolutions(was)

@@ -14,11 +14,9 @@ from tapeflow.errors import PluginConflictError, TapeflowError
 
 
 def test_layers_installed_their_hooks():
-    from tapeflow.tracing import trace, vectorize
+    import tapeflow.tracing as trace
+    from tapeflow.tracing import vectorize
     h = ctx.HOOKS
-    assert h.execute is dispatch.execute
-    assert h.copy_to_device is dispatch.copy_to_device
-    assert h.constant is dispatch.constant
     assert isinstance(h.tracer, trace._ContextTracer)
     assert h.vectorize_jacobian is vectorize._jacobian_rows
     assert h.array_namespace(None) is tf.numpy
@@ -34,10 +32,26 @@ def test_old_spellings_are_gone():
     assert not hasattr(registry, "dispatcher")
     assert not hasattr(variable, "_creation_hooks")
     assert "VECTORIZE" not in vars(tape)
+    # no hook inside one package (issue 44): the runtime's own calls are plain calls
+    assert not any(hasattr(ctx.HOOKS, n) for n in ("execute", "copy_to_device", "constant"))
+    assert not any(hasattr(ctx, f"install_{n}") for n in ("execute", "copy_to_device",
+                                                             "constant"))
 
 
-@pytest.mark.parametrize("name", ["execute", "copy_to_device", "constant",
-                                  "vectorize_jacobian", "array_namespace"])
+def test_the_dispatcher_defines_the_methods_that_run_it():
+    """Calling an OpDef, Tensor.to and unpickling a Tensor are the dispatcher's methods,
+    bound to the classes below it: one frame, no hook."""
+    import pickle
+    assert registry.OpDef.__call__ is dispatch._call_op
+    assert tensor.Tensor.to is dispatch._tensor_to
+    t = tf.constant([1.0, 2.0])
+    assert registry.get_op("Neg")(t).numpy().tolist() == [-1.0, -2.0]
+    assert t.to("cpu:0") is t and t.cpu() is t
+    back = pickle.loads(pickle.dumps(t))
+    assert back.numpy().tolist() == [1.0, 2.0] and back.dtype == tf.float32
+
+
+@pytest.mark.parametrize("name", ["vectorize_jacobian", "array_namespace"])
 def test_second_install_of_another_function_is_refused(name):
     installed = getattr(ctx.HOOKS, name)
 
@@ -66,9 +80,10 @@ def test_second_tracer_is_refused_and_tracing_still_works():
 
 
 def test_installing_the_same_function_again_is_a_no_op():
-    ctx.install_execute(dispatch.execute)
+    jac = ctx.HOOKS.vectorize_jacobian
+    ctx.install_vectorize_jacobian(jac)
     ctx.install_tracer(ctx.HOOKS.tracer)
-    assert ctx.HOOKS.execute is dispatch.execute
+    assert ctx.HOOKS.vectorize_jacobian is jac
 
 
 def test_reloaded_module_reinstalls_its_hooks():
@@ -83,8 +98,8 @@ def test_reloaded_module_reinstalls_its_hooks():
 
 
 def test_install_refuses_a_non_callable():
-    with pytest.raises(TypeError, match="install_execute"):
-        ctx.install_execute(None)
+    with pytest.raises(TypeError, match="install_vectorize_jacobian"):
+        ctx.install_vectorize_jacobian(None)
     with pytest.raises(TypeError, match="add_variable_observer"):
         ctx.add_variable_observer(3)
 
@@ -183,5 +198,6 @@ def test_a_lambda_is_never_the_same_as_another_lambda():
 
 
 def test_bad_install_arguments_are_tapeflow_type_errors():
-    with pytest.raises(tf.errors.InvalidTypeError, match="install_constant: expected a callable"):
-        ctx.install_constant(42)
+    with pytest.raises(tf.errors.InvalidTypeError,
+                       match="install_array_namespace: expected a callable"):
+        ctx.install_array_namespace(42)

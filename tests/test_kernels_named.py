@@ -2,9 +2,10 @@
 
 Each module of ``tapeflow.kernels`` holds one class (``MathKernels``, ``ReduceKernels``,
 ...) built around the array module ``xp``, with one documented method per kernel; its
-``table()`` maps op names to those bound methods or to the array module's own functions
-(``xp.add``), and ``build(xp)`` is that table. So a kernel has a name in tracebacks and
-profiles (``NNKernels.relu``, not ``build.<locals>.relu``) and can be unit-tested alone.
+``table()`` maps op names to KernelSpecs of those bound methods or of the array module's
+own functions (``xp.add``), and ``build(ctx)`` is that table. So a kernel has a name in
+tracebacks and profiles (``NNKernels.relu``, not ``build.<locals>.relu``) and can be
+unit-tested alone.
 """
 
 import numpy as np
@@ -20,19 +21,22 @@ from tapeflow.kernels.nn_fused import FusedNNKernels
 from tapeflow.kernels.optim import OptimKernels
 from tapeflow.kernels.random import RandomKernels
 from tapeflow.kernels.reduce import ReduceKernels
-from tapeflow.plugins import get_op
+from tapeflow.plugins import BuildContext, KernelSpec, get_op
 
+CTX = BuildContext(np, "cpu")
 CLASSES = {"math": MathKernels, "reduce": ReduceKernels, "linalg": LinalgKernels,
            "array": ArrayKernels, "nn": NNKernels, "random": RandomKernels,
            "optim": OptimKernels, "nn_fused": FusedNNKernels}
 
 
 def _table_fns(name):
-    """``[(op, key, fn)]``: every callable of module ``name``'s table built for NumPy."""
+    """``[(op, key, fn)]``: every callable of module ``name``'s table built for NumPy
+    (``fn`` and its variants)."""
     out = []
-    for op, spec in kernels.module(name).build(np).items():
-        spec = spec if isinstance(spec, dict) else {"fn": spec}
-        out.extend((op, key, spec[key]) for key in ("fn", "real") if key in spec)
+    for op, spec in kernels.module(name).build(CTX).items():
+        assert isinstance(spec, KernelSpec), (op, spec)
+        out.append((op, "fn", spec.fn))
+        out.extend((op, str(d), f) for d, f in (spec.variants or {}).items())
     return out
 
 
@@ -69,17 +73,15 @@ def test_every_kernel_is_a_named_documented_method_or_an_xp_function(name):
 @pytest.mark.parametrize("name", kernels.MODULES)
 def test_build_is_the_class_table(name):
     cls = CLASSES[name]
-    built = kernels.module(name).build(np)
+    built = kernels.module(name).build(CTX)
     table = cls(np).table()
     assert list(built) == list(table)
     for op, spec in built.items():
         other = table[op]
-        fn = spec["fn"] if isinstance(spec, dict) else spec
-        ofn = other["fn"] if isinstance(other, dict) else other
-        assert getattr(fn, "__qualname__", None) == getattr(ofn, "__qualname__", None), op
-        if isinstance(spec, dict):
-            assert {k: v for k, v in spec.items() if k not in ("fn", "real")} == \
-                   {k: v for k, v in other.items() if k not in ("fn", "real")}, op
+        assert getattr(spec.fn, "__qualname__", None) == \
+            getattr(other.fn, "__qualname__", None), op
+        for k in ("dtypes", "needs_device", "fresh", "out", "layouts"):
+            assert getattr(spec, k) == getattr(other, k), (op, k)
 
 
 def test_the_cpu_backend_registers_the_named_kernels():
@@ -146,7 +148,7 @@ def test_random_kernels_take_their_bit_source():
 
     random_module_host = kernels.module("random").host_raw64
     mine = RandomKernels(np, raw64).random_normal((5,), dtypes.float64, 7, 3, 0.0, 1.0)
-    ref = kernels.module("random").build(np)["RandomStandardNormal"]["fn"](
+    ref = kernels.module("random").build(CTX)["RandomStandardNormal"].fn(
         (5,), dtypes.float64, 7, 3, 0.0, 1.0)
     np.testing.assert_array_equal(mine, ref)
     assert calls == [(6, 7, 3)]

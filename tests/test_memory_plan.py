@@ -1,4 +1,4 @@
-"""Buffer plans in traced functions (tapeflow.tracing.memory_plan, issue 34): a
+"""Buffer plans in traced functions (the buffer plans of tapeflow.tracing.concrete, issue 34): a
 concrete function's intermediates written with ``out=`` into buffers it keeps.
 
 Every test compares the planned replay with the unplanned one
@@ -357,8 +357,9 @@ def _opencl():
             tf.constant(1.0)
     except Exception as e:               # (no OpenCL device here: the reason is shown)
         pytest.skip(f"no opencl:0: {e}")
-    from tapeflow_opencl import k_linalg, k_math
-    return k_math.build(), k_linalg.build()
+    def entry(name):                     # the registered KernelSpec (docs/backends.md)
+        return tf.plugins.get_op(name).kernels["opencl"]
+    return entry
 
 
 def _dev(a):
@@ -367,35 +368,35 @@ def _dev(a):
 
 
 def test_opencl_elementwise_and_matmul_kernels_write_into_out():
-    math_t, linalg_t = _opencl()
+    entry = _opencl()
     x, y = _f32(6, 5), _f32(6, 5)
     b = _f32(5)
     cases = [("Add", (x, b)), ("Mul", (x, y)), ("Maximum", (x, y)), ("Exp", (x,)),
              ("Neg", (x,)), ("Less", (x, y))]
     for name, args in cases:
-        spec = math_t[name]
-        assert spec.get("out") is True, name
+        spec = entry(name)
+        assert spec.out is True, name
         dargs = [_dev(a) for a in args]
-        want = spec["fn"](*dargs).get()
+        want = spec.fn(*dargs).get()
         for _ in range(2):               # (the second call runs the cached plan)
             out = _dev(np.zeros(want.shape, want.dtype))
-            assert spec["fn"](*dargs, out=out) is out
+            assert spec.fn(*dargs, out=out) is out
             np.testing.assert_array_equal(out.get(), want, err_msg=name)
     # in place: out is the input of the result's shape
     dx = _dev(x)
-    want = math_t["Mul"]["fn"](dx, _dev(y)).get()
-    assert math_t["Mul"]["fn"](dx, _dev(y), out=dx) is dx
+    want = entry("Mul").fn(dx, _dev(y)).get()
+    assert entry("Mul").fn(dx, _dev(y), out=dx) is dx
     np.testing.assert_array_equal(dx.get(), want)
-    mm = linalg_t["MatMul"]
-    assert mm.get("out") is True
+    mm = entry("MatMul")
+    assert mm.out is True
     a, c, d = _dev(_f32(7, 6)), _dev(_f32(5, 6)), _dev(_f32(7, 4))
     for lhs, rhs, ta, tb in ((a, c, False, True), (a, d, True, False)):
-        want = mm["fn"](lhs, rhs, transpose_a=ta, transpose_b=tb).get()
+        want = mm.fn(lhs, rhs, transpose_a=ta, transpose_b=tb).get()
         out = _dev(np.zeros(want.shape, np.float32))
-        assert mm["fn"](lhs, rhs, transpose_a=ta, transpose_b=tb, out=out) is out
+        assert mm.fn(lhs, rhs, transpose_a=ta, transpose_b=tb, out=out) is out
         np.testing.assert_array_equal(out.get(), want)
     with pytest.raises(ValueError, match="out= must be a contiguous"):
-        mm["fn"](a, c, transpose_b=True, out=_dev(np.zeros((5, 7), np.float32)))
+        mm.fn(a, c, transpose_b=True, out=_dev(np.zeros((5, 7), np.float32)))
 
 
 def test_an_error_in_a_planned_replay_names_the_op():

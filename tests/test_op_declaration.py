@@ -32,7 +32,7 @@ SAME_PATH = textwrap.dedent("""
     import tapeflow as tf
     from tapeflow.ops.library import LIB
     from tapeflow.plugins import Library, register
-    from tapeflow.tracing.trace import TracingError
+    from tapeflow.tracing import TracingError
 
     def kernel(x, k):
         return x * np.asarray(k, x.dtype)

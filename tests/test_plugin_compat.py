@@ -2,9 +2,11 @@
 tapeflow 0.1.0 -- ``tests/fixtures/old_api_plugin``: a Library whose untyped attributes
 are validated by its ops' own ``check`` with its own messages, tests asserting them, and
 a second entry point in the hook form -- is installed and its
-own test suite runs against this tapeflow: it passes, and where 0.2 will stop accepting
-what the plugin accepted, it gets a DeprecationWarning, never a failure
-(docs/plugins.md, "What the plugin API promises").
+own test suite runs against this tapeflow: it passes, and where a coming release will
+stop accepting what the plugin does, it gets a DeprecationWarning, never a failure
+(docs/plugins.md, "What the plugin API promises"): 0.3 refuses an attr of another kind
+than its default's, and 0.4 removes the hook form's ``registry.add_op`` (an op is
+declared with a Library: issue 44).
 
 Installed as tests/test_new_plugin.py installs the generated skeleton -- pip, offline,
 no dependencies -- but into a folder on PYTHONPATH (``--target``) instead of the shared
@@ -74,21 +76,29 @@ def test_the_0_1_plugins_own_tests_pass(installed):
     assert not re.search(r"\d+ (failed|errors?)\b", out), out
     # what 0.3 will refuse is announced to the plugin's author, naming the op, the attr,
     # the value, and what to declare
-    assert re.search(r"\b1 warning\b", out), out
+    assert re.search(r"\b2 warnings\b", out), out
     assert ("DeprecationWarning: oldapi::roll_last: attr 'steps' got float 2.0, which the "
             "op's check accepts but the kind read from its default (int) does not") in out
     assert "attr_types={'steps': ...}" in out
+    # ... and what 0.4 removes, at the plugin's own line, naming what to write instead
+    assert ("tapeflow_oldapi/hooks.py:16: DeprecationWarning: registry.add_op(OpDef(...)) in "
+            "a hook is deprecated and removed in tapeflow 0.4: declare the op with a "
+            "tapeflow.plugins.Library instead, @lib.op() or lib.define(name, ...)") in out
 
 
-def test_the_deprecation_is_the_only_difference_from_0_1(installed):
-    """With DeprecationWarnings as errors, exactly the test relying on what is
-    deprecated fails: every other test (the plugin's own messages, its check, its
-    values and gradients through the kit) passes as it did on 0.1.0."""
+def test_the_deprecations_are_the_only_difference_from_0_1(installed):
+    """With DeprecationWarnings as errors, exactly the tests relying on what is
+    deprecated fail -- the whole float as an int attr, and the hook-form op (its plugin
+    is then skipped, saying why) -- every other test (the plugin's own messages, its
+    check, its values and gradients through the kit) passes as it did on 0.1.0."""
     r = _plugin_tests(installed, "-W", "error::DeprecationWarning")
     out = r.stdout + r.stderr
     assert r.returncode == 1, out
     failed = re.findall(r"^FAILED (\S+)", out, re.M)
-    assert failed == ["tests/test_oldapi.py::test_roll_last_takes_a_whole_float_as_steps"], out
+    assert sorted(failed) == ["tests/test_oldapi.py::test_roll_last_takes_a_whole_float_as_steps",
+                              "tests/test_oldapi.py::test_the_hook_form_op"], out
+    assert ("tapeflow plugin 'oldapi_hooks' (tapeflow-oldapi 1.0.0) failed and was skipped: "
+            "DeprecationWarning: registry.add_op(OpDef(...)) in a hook is deprecated") in out
 
 
 def test_the_fixture_is_not_collected_by_tapeflows_own_suite():

@@ -218,15 +218,21 @@ def test_tutorial_tests_pass_on_every_device(tutorial):
 
 
 def test_hook_form_example_runs(tmp_path):
+    """Section 3's hook-form plugin (kernels for an op another plugin's Library
+    declares) runs, and uses nothing deprecated."""
     block = next(b for b in re.findall(r"```python[^\n]*\n(.*?)```", _doc_text(), re.S)
-                 if "def tapeflow_register_ops" in b)
-    (tmp_path / "hookform.py").write_text(block)
-    # (the example's op has a CPU kernel only: cpu:0, whatever the default device)
-    code = ("import numpy as np, tapeflow as tf, hookform\n"
-            "tf.plugins.register(hookform)\n"
+                 if "def tapeflow_register_kernels" in b and "# cube_kernels.py" in b)
+    (tmp_path / "cube_kernels.py").write_text(block)
+    code = ("import tapeflow as tf, cube_kernels\n"
+            "from tapeflow.plugins import Library, register\n"
+            "lib = Library('myproj')\n"
+            "cube = lib.define('cube', inputs=('x',),\n"
+            "                  grad=lambda ctx, dy: dy * 3.0 * ctx.inputs[0] ** 2)\n"
+            "register(lib)\n"
+            "register(cube_kernels)\n"
             "x = tf.constant([2.0], device='cpu:0')\n"
-            "print(hookform.cube(x).numpy(), tf.gradients_function(hookform.cube)(x)[0].numpy())")
-    r = _py(["-c", code], tmp_path, tmp_path)
+            "print(cube(x).numpy(), tf.gradients_function(cube)(x)[0].numpy())")
+    r = _py(["-W", "error::DeprecationWarning", "-c", code], tmp_path, tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["[8.]", "[12.]"]
 

@@ -14,13 +14,16 @@ from tapeflow.plugins import OpDef, hookimpl, register
 
 
 def _make_dist(root, name, module_src, ep_name=None, version="1.0"):
-    """Write an importable module plus a dist-info with a `tapeflow` entry point."""
+    """Write an importable module plus a dist-info with a `tapeflow` entry point (naming
+    the module's ``lib`` when it has one, else the module: the hook form)."""
     ep_name = ep_name or name
-    (root / f"{name}.py").write_text(textwrap.dedent(module_src))
+    src = textwrap.dedent(module_src)
+    (root / f"{name}.py").write_text(src)
     info = root / f"{name}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[tapeflow]\n{ep_name} = {name}\n")
+    target = f"{name}:lib" if "lib = Library(" in src else name
+    (info / "entry_points.txt").write_text(f"[tapeflow]\n{ep_name} = {target}\n")
 
 
 def _run(code, root, **env):
@@ -33,20 +36,16 @@ def _run(code, root, **env):
 
 GOOD = """
 import numpy as np
-from tapeflow.plugins import OpDef, hookimpl
-sq = OpDef("goodplug::square", inputs=("x",), grad=lambda ctx, dy: dy * 2.0 * ctx.inputs[0])
+from tapeflow.plugins import Library
 
-@hookimpl
-def tapeflow_register_ops(registry):
-    registry.add_op(sq)
-
-@hookimpl
-def tapeflow_register_kernels(registry):
-    registry.add_kernel("goodplug::square", "cpu", np.square, dtypes=("float32", "float64"))
+lib = Library("goodplug")
+sq = lib.define("square", inputs=("x",), grad=lambda ctx, dy: dy * 2.0 * ctx.inputs[0])
+lib.kernel(sq, "cpu", dtypes=("float32", "float64"))(np.square)
 """
 
 BROKEN_IMPORT = "raise ImportError('this plugin is broken on purpose')\n"
 
+#: (the hook form of 0.2, deprecated in 0.3: a failing hook still leaves nothing behind)
 BROKEN_HOOK = """
 from tapeflow.plugins import OpDef, hookimpl
 
@@ -139,7 +138,7 @@ def test_in_process_registration_and_missing_kernel():
     op = OpDef("testing::cube", inputs=("x",),
                grad=lambda ctx, dy: dy * 3.0 * ctx.inputs[0] * ctx.inputs[0])
 
-    class Plugin:
+    class Plugin:                 # the hook form of 0.2: still works in 0.3, and warns
         @hookimpl
         def tapeflow_register_ops(self, registry):
             registry.add_op(op)
@@ -148,7 +147,8 @@ def test_in_process_registration_and_missing_kernel():
         def tapeflow_register_kernels(self, registry):
             registry.add_kernel(op, "cpu", lambda x: x ** 3, dtypes=("float64",))
 
-    info = register(Plugin(), name="cube-plugin")
+    with pytest.warns(DeprecationWarning, match=r"registry\.add_op.*tapeflow 0\.4"):
+        info = register(Plugin(), name="cube-plugin")
     assert info.status == "loaded" and "testing::cube" in info.ops
     x = tf.constant(np.array([2.0]))
     assert op(x).numpy().tolist() == [8.0]

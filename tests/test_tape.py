@@ -192,24 +192,16 @@ def test_tape_frees_records_after_gradient():
 
 
 def test_wrong_gradient_is_a_clear_error():
-    from tapeflow.plugins import OpDef, hookimpl, register
+    from tapeflow.plugins import Library, register
 
-    bad = OpDef("testing::wrong_count", inputs=("x", "y"), grad=lambda ctx, dy: (dy,))
-    bad_shape = OpDef("testing::wrong_shape", inputs=("x",),
-                      grad=lambda ctx, dy: tf.constant([1.0, 2.0, 3.0]))
+    lib = Library("testing")
+    bad = lib.define("wrong_count", inputs=("x", "y"), grad=lambda ctx, dy: (dy,))
+    bad_shape = lib.define("wrong_shape", inputs=("x",),
+                           grad=lambda ctx, dy: tf.constant([1.0, 2.0, 3.0]))
+    lib.kernel(bad, "cpu")(lambda x, y: x + y)
+    lib.kernel(bad_shape, "cpu")(lambda x: x * 2)
 
-    class P:
-        @hookimpl
-        def tapeflow_register_ops(self, registry):
-            registry.add_op(bad)
-            registry.add_op(bad_shape)
-
-        @hookimpl
-        def tapeflow_register_kernels(self, registry):
-            registry.add_kernel("testing::wrong_count", "cpu", lambda x, y: x + y)
-            registry.add_kernel("testing::wrong_shape", "cpu", lambda x: x * 2)
-
-    register(P(), name="wrong-grads")
+    register(lib, name="wrong-grads")
     x = tf.constant(1.0)
     with tf.GradientTape(persistent=True) as t:
         t.watch(x)
@@ -222,25 +214,17 @@ def test_wrong_gradient_is_a_clear_error():
 
 
 def test_gradient_function_results_are_checked_and_converted():
-    from tapeflow.plugins import OpDef, hookimpl, register
+    from tapeflow.plugins import Library, register
 
-    as_number = OpDef("testing::grad_number", inputs=("x",), grad=lambda ctx, dy: [[3, 3]])
-    wrong_dtype = OpDef("testing::grad_dtype", inputs=("x",),
-                        grad=lambda ctx, dy: tf.constant([1, 2], dtype=tf.int32))
-    a_string = OpDef("testing::grad_string", inputs=("x",), grad=lambda ctx, dy: "no")
+    lib = Library("testing")
+    as_number = lib.define("grad_number", inputs=("x",), grad=lambda ctx, dy: [[3, 3]])
+    wrong_dtype = lib.define("grad_dtype", inputs=("x",),
+                             grad=lambda ctx, dy: tf.constant([1, 2], dtype=tf.int32))
+    a_string = lib.define("grad_string", inputs=("x",), grad=lambda ctx, dy: "no")
+    for op in (as_number, wrong_dtype, a_string):
+        lib.kernel(op, "cpu")(lambda x: x * 2)
 
-    class Plugin:
-        @hookimpl
-        def tapeflow_register_ops(self, registry):
-            for op in (as_number, wrong_dtype, a_string):
-                registry.add_op(op)
-
-        @hookimpl
-        def tapeflow_register_kernels(self, registry):
-            for op in (as_number, wrong_dtype, a_string):
-                registry.add_kernel(op.name, "cpu", lambda x: x * 2)
-
-    register(Plugin(), name="checked-grads")
+    register(lib, name="checked-grads")
     x = tf.constant([1.0, 2.0], device="cpu:0")
     with tf.GradientTape(persistent=True) as t:
         t.watch(x)

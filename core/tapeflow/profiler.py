@@ -146,7 +146,7 @@ class Profile:
                 for device_type, entry in list(op.kernels.items()):
                     fn = entry.fn
                     wrapped = self._wrap(op, device_type, fn)
-                    if _reg.rebind_kernel(op, device_type, fn, wrapped):
+                    if _reg.swap_kernel(op, device_type, fn, wrapped):
                         self._saved.append((op, device_type, wrapped, fn))
             _active.append(self)
             self._running = True
@@ -155,7 +155,7 @@ class Profile:
     def stop(self):
         with _lock:
             for op, device_type, wrapped, fn in reversed(self._saved):
-                _reg.rebind_kernel(op, device_type, wrapped, fn)
+                _reg.swap_kernel(op, device_type, wrapped, fn)
             self._saved.clear()
             if self in _active:
                 _active.remove(self)

@@ -320,8 +320,9 @@ def fake(switches, monkeypatch):
     monkeypatch.setattr(cudnn_conv, "ACTIVE", [None])
     tf.config.experimental.enable_cudnn_convolutions(True)
     cp = FakeCp()
-    shared = {op: s["fn"] for op, s in k_nn.build(np).items() if op in OPS}
-    fns = cudnn_conv.build(cp, shared)
+    shared = {op: s.fn for op, s in k_nn.build(tf.plugins.BuildContext(np, "cpu")).items()
+              if op in OPS}
+    fns = cudnn_conv.build(tf.plugins.BuildContext(np, "cuda", cp=cp, shared=shared))
     conv = cudnn_conv.ACTIVE[0]
     yield types.SimpleNamespace(cudnn=mod, cp=cp, conv=conv, fns=fns, shared=shared)
     cudnn_conv.reset_for_tests()

@@ -82,8 +82,8 @@ def test_every_kernel_has_a_name_of_its_own():
     """Tracebacks and profiles name each OpenCL kernel (issue 35): no kernel, variant
     or the kernel a wrapper wraps is a closure of a factory (``build.<locals>.k``)."""
     bad = []
-    for op_name, spec in PLUGIN.iter_kernels():
-        fns = [spec["fn"], *(spec.get("variants") or {}).values()]
+    for op_name, spec in PLUGIN.kernel_table().items():
+        fns = [spec.fn, *(spec.variants or {}).values()]
         while fns:
             fn = fns.pop()
             name = getattr(fn, "__qualname__", None)
@@ -92,6 +92,46 @@ def test_every_kernel_has_a_name_of_its_own():
             if getattr(fn, "__wrapped__", None) is not None:
                 fns.append(fn.__wrapped__)
     assert not bad, "kernels without a name of their own:\n" + "\n".join(sorted(bad))
+
+
+@needs_plugin
+def test_every_kernel_module_builds_kernel_specs_of_its_class():
+    """The one kernel contract (issue 44): each ``k_*.py`` module's ``build(ctx)`` returns
+    ``{op name: KernelSpec}`` whose kernels are documented methods of the module's one
+    ``*Kernels`` class (a family's method bound with ``runtime.bind``), and the plugin
+    registers exactly :func:`kernel_table` (its dtypes, variants, ``out=``...)."""
+    import functools
+    import importlib
+
+    from tapeflow.plugins import KernelSpec
+    ctx = PLUGIN.build_context()
+    assert ctx.xp is None and ctx.device_type == "opencl" and ctx.runtime is not None
+    bad, seen = [], set()
+    for name in PLUGIN.KERNEL_MODULES:
+        mod = importlib.import_module(f"tapeflow_opencl.{name}")
+        classes = [v for k, v in vars(mod).items() if k.endswith("Kernels")
+                   and isinstance(v, type) and v.__module__ == mod.__name__]
+        if len(classes) != 1:
+            bad.append(f"{name}: kernel classes {[c.__name__ for c in classes]}")
+            continue
+        for op_name, spec in mod.build(ctx).items():
+            seen.add(op_name)
+            fn = spec.fn if isinstance(spec, KernelSpec) else None
+            fn = fn.func if isinstance(fn, functools.partial) else fn
+            if getattr(fn, "__self__", None).__class__ is not classes[0]:
+                bad.append(f"{name}: {op_name}: {spec!r} is not a KernelSpec of a method "
+                           f"of {classes[0].__name__}")
+            elif not (fn.__doc__ or "").strip():
+                bad.append(f"{name}: {op_name}: {fn.__qualname__} has no docstring")
+    assert not bad, "\n".join(bad)
+    table = PLUGIN.kernel_table(ctx)
+    assert set(table) == seen
+    for op_name, spec in table.items():
+        registered = tf.plugins.get_op(op_name).kernels["opencl"]
+        assert registered.dtypes == spec.dtypes, op_name
+        assert (registered.needs_device, registered.out, registered.fresh) == \
+            (spec.needs_device, spec.out, spec.fresh), op_name
+        assert set(registered.variants or {}) == set(spec.variants or {}), op_name
 
 
 @needs_plugin

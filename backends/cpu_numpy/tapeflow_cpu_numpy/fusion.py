@@ -25,8 +25,12 @@ float32 transcendental functions and thread start-up on a busy 2-core machine) a
 differs from NumPy in the last bit, so it is not a dependency. ("traced, unfused" is
 slow because the compiled replay keeps every intermediate alive until it returns.)
 
-Supported ops are those with a single-ufunc (or in-place two-ufunc) form; any other
-op makes :func:`fusible_op` say no, so the pass leaves it out of the group.
+Supported ops: every op declared ``elementwise`` whose ``cpu`` kernel declares ``out=``
+(a ufunc: ``Add``, ``Exp``, ... of :mod:`tapeflow.kernels.math`, read from the registry,
+so a new elementwise ufunc op is fused with no change here) is called with ``out=`` its
+buffer; the few whose kernel is not that ufunc have their one-ufunc (or in-place
+two-ufunc) form here (:func:`_ufunc_table`, :data:`_SPECIAL`); any other elementwise op
+with a ``cpu`` kernel runs that kernel and its result is copied into the buffer.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import numpy as np
 
 from tapeflow import dtypes as tf_dtypes
 from tapeflow.errors import NotFoundError, UnimplementedError
-from tapeflow.kernels.math import special
+from tapeflow.kernels.math import scipy_special
 from tapeflow.plugins import get_op
 
 __all__ = ["compile_spec", "fusible_op"]
@@ -45,21 +49,14 @@ _BF16 = tf_dtypes.bfloat16.np
 
 
 def _ufunc_table():
-    t = {
-        "Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "RealDiv": np.true_divide,
-        "Maximum": np.maximum, "Minimum": np.minimum, "Atan2": np.arctan2,
-        "Neg": np.negative, "Abs": np.absolute, "Sign": np.sign, "Square": np.square,
-        "Sqrt": np.sqrt, "Exp": np.exp, "Log": np.log, "Log1p": np.log1p, "Expm1": np.expm1,
-        "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Tanh": np.tanh,
-        "Reciprocal": np.reciprocal, "Floor": np.floor, "Ceil": np.ceil,
-        "IsNan": np.isnan, "IsFinite": np.isfinite, "IsInf": np.isinf,
-        "Equal": np.equal, "NotEqual": np.not_equal, "Less": np.less,
-        "LessEqual": np.less_equal, "Greater": np.greater, "GreaterEqual": np.greater_equal,
-        "LogicalAnd": np.logical_and, "LogicalOr": np.logical_or,
-        "LogicalXor": np.logical_xor, "LogicalNot": np.logical_not,
-    }
+    """The ufunc of the elementwise ops whose ``cpu`` kernel is not a ufunc declaring
+    ``out=`` (the others are read from the registry: :func:`_out_kernel`)."""
+    # Sign's kernel also covers CuPy's complex sign; Expm1's and Tanh's real dtypes are
+    # the ufunc, without out= (their complex variants take none); fusible_op excludes
+    # their complex dtypes
+    t = {"Sign": np.sign, "Expm1": np.expm1, "Tanh": np.tanh}
     try:            # SciPy's ufuncs, when the extra tapeflow[scipy] is installed
-        sp = special(np, "Sigmoid")
+        sp = scipy_special("Sigmoid")
         t.update({"Sigmoid": sp.expit, "Erf": sp.erf})
     except UnimplementedError:
         pass        # Sigmoid and Erf are then left unfused
@@ -103,6 +100,19 @@ def fusible_op(op_name, in_dtypes, attrs):
     return op_name in _table() or op_name in _SPECIAL or _kernel_of(op_name, dts) is not None
 
 
+def _out_kernel(op_name, dts):
+    """The registered cpu kernel of an op declared elementwise that takes ``out=`` (its
+    KernelSpec's ``out``), when ``dts`` reach that kernel itself (not a variant); else
+    None."""
+    fn = _kernel_of(op_name, dts)
+    if fn is None:
+        return None
+    entry = get_op(op_name).kernels["cpu"]
+    if not entry.out or fn is not entry.fn:
+        return None
+    return fn
+
+
 def _kernel_of(op_name, dts):
     """The registered cpu kernel of an op declared elementwise (a plugin's, or a
     built-in this module has no in-place form of), when it takes ``dts``; else None.
@@ -116,7 +126,7 @@ def _kernel_of(op_name, dts):
     if (not op.elementwise or entry is None or entry.needs_device
             or (entry.np_dtypes is not None and dts and dts[0] not in entry.np_dtypes)):
         return None
-    return entry.fn
+    return entry.fn if not (entry.variants and dts) else entry.variants.get(dts[0], entry.fn)
 
 
 def _emit(step, args, out):
@@ -170,9 +180,16 @@ def _step_fn(s, dts=()):
     fn = _table().get(s.op)
     if fn is not None:
         return fn
+    attrs = dict(s.attrs)
+    fn = None if s.op in _SPECIAL else _out_kernel(s.op, dts)
+    if fn is not None and not attrs:
+        return fn                    # the ufunc itself, with out=
+    if fn is not None:
+        def with_attrs(*args, out):
+            return fn(*args, out=out, **attrs)
+        return with_attrs
     if s.op not in _SPECIAL:
         kernel = _kernel_of(s.op, dts)
-        attrs = dict(s.attrs)
 
         def registered(*args, out):
             out[...] = kernel(*args, **attrs)

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from tapeflow import kernels
-from tapeflow.plugins import Backend, hookimpl
+from tapeflow.plugins import Backend, BuildContext, hookimpl
 
 from . import hostmem
 
@@ -68,10 +68,13 @@ def tapeflow_register_backends(registry):
     registry.add_backend(NumpyBackend())
 
 
+def build_context():
+    """What the NumPy kernels are built with: ``numpy``, and bfloat16 computed in float32
+    (the other services, SciPy's special functions and ``numpy.add.at``, are the
+    defaults of :mod:`tapeflow.kernels`)."""
+    return BuildContext(np, "cpu", bfloat16_variant=kernels.compute_in_float32)
+
+
 @hookimpl
 def tapeflow_register_kernels(registry):
-    for op_name, spec in kernels.iter_kernels(np):
-        registry.add_kernel(op_name, "cpu", spec["fn"], dtypes=spec.get("dtypes"),
-                            needs_device=spec.get("needs_device", False),
-                            fresh=spec.get("fresh", False), variants=spec.get("variants"),
-                            out=spec.get("out", False))
+    registry.add_kernels("cpu", kernels.build_all(build_context()))

@@ -92,7 +92,7 @@ def compat_namespace(cp):
     and CuPy lacks (``errstate``). Built once; attribute lookups stay plain dict hits."""
     ns = types.ModuleType("cupy", cp.__doc__)
     ns.__dict__.update(vars(cp))
-    ns.__name__ = "cupy"          # k_math / k_random pick cupyx.scipy.special by this
+    ns.__name__ = "cupy"          # (MathKernels.sign tells NumPy from others by the name)
     ns.errstate = _NoErrstate
     ns.__tapeflow_compat__ = True
     return ns

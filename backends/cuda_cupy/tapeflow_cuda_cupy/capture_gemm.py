@@ -38,6 +38,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from tapeflow.plugins import KernelSpec
+
 _state = threading.local()
 
 #: the dtypes the GEMM kernel takes (float16 through float32)
@@ -262,9 +264,10 @@ def wrap_matmul(cp, inner):
     return matmul
 
 
-def build(cp, fns):
-    """``{"MatMul": fn}`` wrapping the table's MatMul (see :func:`wrap_matmul`)."""
-    inner = fns.get("MatMul")
+def build(ctx):
+    """``{"MatMul": fn}`` wrapping the MatMul of ``ctx.shared`` (the table built so far)
+    with CuPy ``ctx.cp`` (see :func:`wrap_matmul`)."""
+    inner = ctx.shared.get("MatMul")
     if inner is None:
         return {}
-    return {"MatMul": wrap_matmul(cp, inner)}
+    return {"MatMul": wrap_matmul(ctx.cp, KernelSpec.of(inner).fn)}

@@ -23,7 +23,7 @@ of every tensor, pre/post padding, strides, dilations) plus the TF32 flag and th
 reason. Each new key logs one debug line on the ``tapeflow.cuda`` logger saying which
 path it takes and why; ``python -m tapeflow info`` shows :func:`describe`.
 
-``_FusedConv2D`` (Conv2D + bias + activation, :mod:`tapeflow.ops.nn_fused`) is one
+``_FusedConv2D`` (Conv2D + bias + activation, :mod:`tapeflow.ops.fused`) is one
 graph: ``conv_fprop`` -> ``bias`` (a ``[1, K, 1, 1]`` tensor) -> the frontend's
 pointwise ``relu`` (Relu; Relu6 as ``lower_clip=0, upper_clip=6``), ``leaky_relu``
 (alpha in [0, 1]), ``elu``, ``gelu`` or ``gelu_approx_tanh``; the epilogue is part of
@@ -52,6 +52,7 @@ import numpy as np
 
 import tapeflow
 from tapeflow.kernels.nn import window_geometry
+from tapeflow.plugins import KernelSpec
 
 from . import precision
 
@@ -537,11 +538,14 @@ class Convolutions:
 ACTIVE: list = [None]
 
 
-def build(cp, fns) -> dict:
-    """``{op: kernel}`` for the conv ops present in ``fns`` (the im2col kernels), the
-    fused convolution ``_FusedConv2D`` included (the shared kernel: im2col with the
-    bias and activation applied in place afterwards, when cuDNN does not take it)."""
-    conv = Convolutions(cp, {op: fns[op] for op in (*OPS, FUSED_OP) if op in fns})
+def build(ctx) -> dict:
+    """``{op: kernel}`` for the conv ops present in ``ctx.shared`` (the table built so
+    far, ``{op: KernelSpec or fn}``: the im2col kernels), the fused convolution
+    ``_FusedConv2D`` included (the shared kernel: im2col with the bias and activation
+    applied in place afterwards, when cuDNN does not take it); ``ctx.cp``: CuPy."""
+    fns = ctx.shared
+    conv = Convolutions(ctx.cp, {op: KernelSpec.of(fns[op]).fn for op in (*OPS, FUSED_OP)
+                                 if op in fns})
     ACTIVE[0] = conv
     return {op: conv.kernel(op) for op in conv.shared}
 

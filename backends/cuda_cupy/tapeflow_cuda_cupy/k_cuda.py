@@ -1,8 +1,9 @@
 """CUDA-specific kernels: where CuPy and NumPy differ, or where one launch beats several.
 
-``build(cp, xp, shared)`` returns ``{op name: fn}`` overriding the shared kernels
-(``shared`` is the CPU backend's kernel table built against CuPy, ``xp`` the CuPy
-compatibility namespace). The declared dtypes stay those of the CPU kernel.
+``build(ctx)`` returns ``{op name: fn}`` overriding the shared kernels: ``ctx`` is the
+:class:`~tapeflow.plugins.BuildContext` of the CUDA table (:mod:`.kernels`), whose
+service ``cp`` is CuPy and ``shared`` the shared kernel table built against CuPy. The
+declared dtypes stay those of the CPU kernel.
 
 * **Row kernels** (one block per row, one launch): ``Softmax``, ``LogSoftmax``,
   ``SoftmaxCrossEntropyWithLogits``, ``SparseSoftmaxCrossEntropyWithLogits`` along the
@@ -27,8 +28,8 @@ compatibility namespace). The declared dtypes stay those of the CPU kernel.
 * **Atomics**: CUDA has no atomic add for int8/int16/uint8/uint16: ``ScatterNd`` and
   ``UnsortedSegmentSum`` accumulate those in int32 and cast back (the same wrap-around
   as NumPy's ``add.at``).
-* **Random** (:func:`build_random`): the shared transforms of
-  ``tapeflow.kernels.random`` fed by the on-device Philox of :mod:`.philox`.
+* **Random**: the shared transforms of ``tapeflow.kernels.random`` are fed by the
+  on-device Philox of :mod:`.philox` (the context's ``raw64`` service, :mod:`.kernels`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+
+from tapeflow.plugins import KernelSpec
 
 #: ops this module overrides (statically known, so coverage needs no CuPy)
 OVERRIDES = (
@@ -440,9 +443,11 @@ _FUSED = {"ReluGrad": "relu_grad", "Relu6Grad": "relu6_grad", "Elu": "elu",
           "SigmoidCrossEntropyWithLogits": "sigmoid_xent"}
 
 
-def build(cp, xp, shared):
-    """The CUDA-specific kernels (see the module doc): ``{op name: fn}``."""
-    k = CudaKernels(cp, shared)
+def build(ctx):
+    """The CUDA-specific kernels (see the module doc): ``{op name: fn}``, built with
+    ``ctx.cp`` over ``ctx.shared`` (``{op: KernelSpec or fn}``)."""
+    shared = {op: KernelSpec.of(s).fn for op, s in ctx.shared.items()}
+    k = CudaKernels(ctx.cp, shared)
     out = {
         "Softmax": k.softmax,
         "LogSoftmax": k.log_softmax,
@@ -484,9 +489,3 @@ def solve_shapes(a_shape, b_shape):
     batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     return batch + a_shape[-2:], batch + b_shape[-2:]
 
-
-def build_random(cp, xp, k_random_module, raw64):
-    """The shared random kernels (:mod:`tapeflow.kernels.random`) drawing their bits
-    with ``raw64`` (the GPU Philox); the transforms stay one source for both backends.
-    Falls back to the host bits when ``raw64`` is None."""
-    return k_random_module.build(xp, raw64=raw64)

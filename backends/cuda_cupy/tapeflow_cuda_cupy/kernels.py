@@ -1,4 +1,4 @@
-"""The CUDA kernel table, declared without CuPy and built on first use.
+"""The CUDA kernel table: declared without CuPy, built on the first call.
 
 Declaration (:func:`declared`): every op the shared kernel modules
 (:mod:`tapeflow.kernels`) define, with their dtypes and ``needs_device`` flag, plus
@@ -6,81 +6,119 @@ Declaration (:func:`declared`): every op the shared kernel modules
 It needs no CuPy, so ``python -m tapeflow info`` shows the ``cuda`` coverage
 everywhere.
 
-Registration: each op gets a :class:`LazyKernel`. Its first call (only possible on a
-machine where a CUDA device exists) builds the whole table once (:func:`table`):
+Registration (:func:`lazy_table`): one ``registry.add_kernels("cuda", ...)`` of lazy
+kernel specs (``KernelSpec.lazy``, docs/backends.md "Lazy kernels"). The first call of
+any of them (only possible on a machine where a CUDA device exists) builds the whole
+table once (:func:`table`, :func:`build`), with a
+:class:`~tapeflow.plugins.BuildContext` whose ``xp`` is the CuPy compatibility
+namespace and whose services are ``cp`` (CuPy), ``raw64`` (the GPU Philox,
+:mod:`.philox`), ``special`` (``cupyx.scipy.special``), ``scatter_add`` and ``shared``
+(the table built so far):
 
-1. every shared kernel module's ``build(xp)`` with ``xp`` the CuPy compatibility
-   namespace (one source for both backends where NumPy and CuPy agree);
-2. ``tapeflow.kernels.random`` built around the GPU Philox (:mod:`.philox`);
-3. the CUDA-specific kernels of :mod:`.k_cuda` on top;
+1. every shared kernel module's ``build(ctx)`` (one source for both backends where
+   NumPy and CuPy agree), ``tapeflow.kernels.random`` drawing from the GPU Philox;
+2. the CUDA-specific kernels of :mod:`.k_cuda` on top;
    ``Conv2D`` and its gradients wrapped by :mod:`.cudnn_conv` (cuDNN when enabled and
-   supported, else the shared im2col kernel), and the TF32 switch applied to CuPy
+   supported, else the shared im2col kernel), ``MatMul`` by :mod:`.capture_gemm` (a
+   GEMM CUDA-graph capture accepts), and the TF32 switch applied to CuPy
    (:mod:`.precision`);
-4. bfloat16 (CuPy has none): the kernels :func:`.bf16.declare` offers it for are wrapped
-   to take and return :class:`.bf16.BF16Array` (uint16 bits) and compute in float32.
+3. bfloat16 (CuPy has none): the kernels :func:`.bf16.declare` offers it for get, as
+   their bfloat16 variant, a wrapper taking and returning :class:`.bf16.BF16Array`
+   (uint16 bits) and computing in float32.
 
-then rebinds the op's registered kernel to the real function
-(``tapeflow.plugins.rebind_kernel``), so later calls cost nothing extra.
-With more than one GPU each kernel is wrapped to run under its inputs' device
-(``cupy.cuda.Device``); with one, it is not wrapped at all.
+The registry then rebinds the op's entry to the real function and its variants, so
+later calls cost nothing extra. With more than one GPU each kernel is wrapped to run
+under its inputs' device (``cupy.cuda.Device``); with one, it is not wrapped at all.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
 
 from tapeflow import kernels
 from tapeflow.errors import UnimplementedError
+from tapeflow.plugins import BuildContext, KernelSpec
 
 from . import _cupy, bf16, capture_gemm, cudnn_conv, k_cuda, philox, precision
 
 DEVICE_TYPE = "cuda"
 
-
-def _module_tables(xp, builder):
-    """``[(module name, {op: spec} or exception)]`` for the shared kernel modules
-    (:mod:`tapeflow.kernels`)."""
-    out = []
-    for modname in kernels.MODULES:
-        try:
-            mod = kernels.module(modname)
-        except ImportError as e:
-            out.append((modname, e))
-            continue
-        try:
-            out.append((modname, builder(modname, mod, xp)))
-        except Exception as e:  # one module's failure must not hide the others
-            out.append((modname, e))
-    return out
-
-
-def _spec(s):
-    return s if isinstance(s, dict) else {"fn": s}
+#: the CUDA-specific stages of :func:`build`, in order: (module, origin of its kernels)
+STAGES = ((k_cuda, "cuda"), (cudnn_conv, "cuda:cudnn-or-shared:nn"), (capture_gemm, None))
 
 
 def declared() -> dict:
-    """``{op name: (dtypes, needs_device)}`` of every CUDA kernel (no CuPy needed)."""
+    """``{op name: (dtypes, needs_device)}`` of every CUDA kernel (no CuPy needed): the
+    shared kernel modules built with NumPy for their declarations."""
     decl = {}
-    for _mod, tbl in _module_tables(np, lambda name, mod, xp: mod.build(xp)):
-        if isinstance(tbl, Exception):
+    ctx = BuildContext(np, DEVICE_TYPE)
+    for modname in kernels.MODULES:
+        try:
+            tbl = kernels.module(modname).build(ctx)
+        except Exception:
             continue      # the CPU plugin reports its own failure
         for op, s in tbl.items():
-            s = _spec(s)
-            decl[op] = (bf16.declare(op, s.get("dtypes")), bool(s.get("needs_device", False)))
+            s = KernelSpec.of(s)
+            names = None if s.dtypes is None else tuple(d.name for d in s.dtypes)
+            decl[op] = (bf16.declare(op, names), bool(s.needs_device))
     return decl
+
+
+def lazy_table() -> dict:
+    """``{op name: KernelSpec.lazy(...)}``: what the plugin registers (no CuPy needed)."""
+    return {op: KernelSpec.lazy(functools.partial(resolve, op), dtypes, needs_device)
+            for op, (dtypes, needs_device) in declared().items()}
+
+
+def cupy_special(op):
+    """The ``special`` service: CuPy's special functions (``cupyx.scipy.special``)."""
+    import cupyx.scipy.special as sp        # part of CuPy
+    return sp
+
+
+def build(ctx) -> dict:
+    """Every CUDA kernel, ``{op name: KernelSpec}`` (steps 1-2 of the module doc), built
+    with ``ctx`` (``xp`` CuPy's namespace; services ``cp``, ``raw64``, ``special``,
+    ``scatter_add``; ``errors``/``origin``: dicts receiving what failed, by stage, and
+    where each op's kernel comes from). ``ctx.shared`` is set to the table as it
+    grows: each stage of :data:`STAGES` reads the kernels it wraps there. One module's
+    failure hides none of the others."""
+    errors, origin = ctx.get("errors", {}), ctx.get("origin", {})
+    table = ctx.shared = {}
+    for modname in kernels.MODULES:
+        try:
+            tbl = kernels.module(modname).build(ctx)
+        except Exception as e:
+            errors[modname] = (f"tapeflow.kernels.{modname}.build(ctx) failed: "
+                               f"{type(e).__name__}: {e}")
+            continue
+        for op, s in tbl.items():
+            table[op] = KernelSpec.of(s)
+            origin[op] = f"shared:{modname}"
+    for mod, where in STAGES:
+        name = mod.__name__.rsplit(".", 1)[-1]
+        try:
+            stage = mod.build(ctx)
+        except Exception as e:   # the shared kernels stay
+            errors[name] = f"{name}.build failed: {type(e).__name__}: {e}"
+            continue
+        for op, fn in stage.items():
+            table[op] = KernelSpec.of(fn)
+            if where is not None:
+                origin[op] = where
+    return table
 
 
 # --- the built table ---------------------------------------------------------------------
 
 class _Built:
     def __init__(self):
-        self.fns: dict = {}            # op -> callable (final)
+        self.specs: dict = {}          # op -> KernelSpec (final: fn and variants)
         self.origin: dict = {}         # op -> "shared:math" | "cuda"
         self.errors: dict = {}         # op or module -> "what failed"
-        self.variants: dict = {}       # op -> (kernel for every dtype but bfloat16,
-        #                                       {"bfloat16": its float32 round trip})
         self.raw64 = None
 
 
@@ -100,67 +138,48 @@ def table() -> _Built:
 
 
 def _build() -> _Built:
+    import cupyx                     # part of CuPy
+
     cp = _cupy.cupy()
     xp = _cupy.compat_namespace(cp)
     b = _Built()
-    host = kernels.module("random").host_raw64
     try:
-        b.raw64 = philox.make_raw64(cp, host)
+        b.raw64 = philox.make_raw64(cp, kernels.module("random").host_raw64)
     except Exception as e:
         b.errors["philox"] = f"{type(e).__name__}: {e}"
-
-    def builder(modname, mod, xp_):
-        if modname == "random":
-            return k_cuda.build_random(cp, xp_, mod, b.raw64)
-        return mod.build(xp_)
-
-    shared = {}
-    for modname, tbl in _module_tables(xp, builder):
-        if isinstance(tbl, Exception):
-            b.errors[modname] = f"tapeflow.kernels.{modname}.build(cupy) failed: " \
-                                f"{type(tbl).__name__}: {tbl}"
-            continue
-        for op, s in tbl.items():
-            shared[op] = _spec(s)["fn"]
-            b.origin[op] = f"shared:{modname}"
-    fns = dict(shared)
-    try:
-        overrides = k_cuda.build(cp, xp, shared)
-    except Exception as e:
-        b.errors["k_cuda"] = f"k_cuda.build failed: {type(e).__name__}: {e}"
-        overrides = {}
-    for op, fn in overrides.items():
-        fns[op] = fn
-        b.origin[op] = "cuda"
-    try:
-        for op, fn in cudnn_conv.build(cp, fns).items():
-            fns[op] = fn
-            b.origin[op] = "cuda:cudnn-or-shared:nn"
-    except Exception as e:  # the im2col kernels stay
-        b.errors["cudnn_conv"] = f"cudnn_conv.build failed: {type(e).__name__}: {e}"
-    try:    # MatMul inside a CUDA-graph capture: not cuBLAS, which CuPy refuses there
-        for op, fn in capture_gemm.build(cp, fns).items():
-            fns[op] = fn
-    except Exception as e:  # cuBLAS stays: a capture with a MatMul then falls back
-        b.errors["capture_gemm"] = f"capture_gemm.build failed: {type(e).__name__}: {e}"
+    ctx = BuildContext(xp, DEVICE_TYPE, cp=cp, raw64=b.raw64, special=cupy_special,
+                       scatter_add=getattr(cp.add, "at", None) or cupyx.scatter_add,
+                       errors=b.errors, origin=b.origin)
+    specs = build(ctx)
     try:
         precision.install(cp)
     except Exception as e:
         b.errors["precision"] = f"applying the TF32 switch to CuPy failed: {type(e).__name__}: {e}"
     decl = declared()
-    raw = fns
-    fns = {op: bf16.wrap(op, fn, xp, decl.get(op, ((), False))[0]) for op, fn in raw.items()}
     from .backend import BACKEND
-    if BACKEND.multi_device:
-        raw = {op: _on_device(fn, decl.get(op, (None, False))[1]) for op, fn in raw.items()}
-        fns = {op: _on_device(fn, decl.get(op, (None, False))[1]) for op, fn in fns.items()}
-    b.fns = fns
-    # bfloat16 as a variant: dispatch runs the float32 round trip for bfloat16 calls only
-    # and the other dtypes reach the kernel with no wrapper in front (Cast keeps its
-    # wrapper: its key dtype is the input's, the bfloat16 may be the target)
-    b.variants = {op: (raw[op], {"bfloat16": fns[op]}) for op in fns
-                  if op != "Cast" and fns[op] is not raw[op]}
+    multi = BACKEND.multi_device
+    b.specs = {op: _finish(op, spec, xp, decl.get(op, (None, False)), multi)
+               for op, spec in specs.items()}
     return b
+
+
+def _finish(op, spec, xp, declaration, multi):
+    """The registered kernel of ``op``: ``spec``'s function and variants, plus bfloat16
+    as a variant (dispatch runs the float32 round trip for bfloat16 calls only, the
+    other dtypes reach the kernel with no wrapper in front; ``Cast`` is wrapped as a
+    whole: its key dtype is the input's, the bfloat16 may be the target), each under
+    its inputs' device with several GPUs."""
+    dtypes, needs_device = declaration
+    fn, variants = spec.fn, dict(spec.variants or {})
+    wrapped = bf16.wrap(op, fn, xp, dtypes)
+    if op == "Cast":
+        fn = wrapped
+    elif wrapped is not fn:
+        variants[bf16.BF16] = wrapped
+    if multi:
+        fn = _on_device(fn, needs_device)
+        variants = {d: _on_device(f, needs_device) for d, f in variants.items()}
+    return KernelSpec(fn, variants=variants or None)
 
 
 def _on_device(fn, needs_device):
@@ -181,52 +200,15 @@ def _on_device(fn, needs_device):
     return k
 
 
-def resolve(op_name):
-    """The real CuPy kernel of ``op_name``; UnimplementedError saying why when none."""
+def resolve(op_name) -> KernelSpec:
+    """The real CuPy kernel of ``op_name`` (its lazy spec's ``resolve``); UnimplementedError
+    saying why when there is none."""
     b = table()
-    fn = b.fns.get(op_name)
-    if fn is not None:
-        return fn
+    spec = b.specs.get(op_name)
+    if spec is not None:
+        return spec
     why = "; ".join(sorted(set(b.errors.values()))) or "no CUDA kernel was built for it"
     raise UnimplementedError(f"the CUDA kernel of {op_name} is unavailable: {why}")
-
-
-class LazyKernel:
-    """The registered kernel of one op on ``cuda`` until its first call, which resolves
-    the real CuPy kernel and rebinds the registry entry to it (see the module doc)."""
-
-    __slots__ = ("op_name", "real", "__weakref__")
-
-    def __init__(self, op_name):
-        self.op_name = op_name
-        self.real = None
-
-    def __call__(self, *args, **kwargs):
-        real = self.real
-        if real is None:
-            real = self._resolve()
-        return real(*args, **kwargs)
-
-    def _resolve(self):
-        real = resolve(self.op_name)
-        self.real = real
-        self._rebind(real)
-        return real
-
-    def _rebind(self, real):
-        try:
-            from tapeflow.plugins import rebind_kernel
-            split = table().variants.get(self.op_name)
-            if split is not None:
-                rebind_kernel(self.op_name, DEVICE_TYPE, self, split[0], variants=split[1])
-            else:
-                rebind_kernel(self.op_name, DEVICE_TYPE, self, real)
-        except Exception:   # the lazy object keeps forwarding: slower, still correct
-            pass
-
-    def __repr__(self):
-        state = "unresolved" if self.real is None else f"-> {self.real!r}"
-        return f"<tapeflow_cuda_cupy lazy kernel {self.op_name} {state}>"
 
 
 def coverage() -> dict:

@@ -1,17 +1,17 @@
 """The CUDA backend plugin (entry point ``tapeflow = cuda_cupy``).
 
 Loads on every machine: the backend reports itself unavailable with the reason when
-CuPy or a CUDA driver/GPU is missing, and the kernels are registered lazily (nothing
-here imports CuPy), so ``python -m tapeflow info`` shows the ``cuda`` coverage anyway.
+CuPy or a CUDA driver/GPU is missing, and the kernels are registered as lazy kernel
+specs (``KernelSpec.lazy``: nothing here imports CuPy, the first call builds them), so
+``python -m tapeflow info`` shows the ``cuda`` coverage anyway.
 """
 
 from __future__ import annotations
 
-from tapeflow.errors import NotFoundError
-from tapeflow.plugins import get_op, hookimpl
+from tapeflow.plugins import hookimpl
 
 from .backend import BACKEND, CupyBackend
-from .kernels import DEVICE_TYPE, LazyKernel, declared
+from .kernels import DEVICE_TYPE, lazy_table
 
 TAPEFLOW_PLUGIN_API = 1
 
@@ -33,15 +33,7 @@ def tapeflow_register_backends(registry):
 
 @hookimpl
 def tapeflow_register_kernels(registry):
-    SKIPPED.clear()
-    for op_name, (dtypes, needs_device) in declared().items():
-        try:
-            get_op(op_name)
-        except NotFoundError:
-            SKIPPED.append(op_name)
-            continue
-        registry.add_kernel(op_name, DEVICE_TYPE, LazyKernel(op_name), dtypes=dtypes,
-                            needs_device=needs_device)
+    SKIPPED[:] = registry.add_kernels(DEVICE_TYPE, lazy_table(), missing="skip")
 
 
 @hookimpl

@@ -51,7 +51,8 @@ def empty(like, shape=None, dtype=None):
     of ``like`` (an array, or :func:`device_of`'s handle), of ``like``'s shape and dtype
     unless given. What a kernel returns."""
     dev = like if isinstance(like, _rt.CLDevice) else _rt.device_of(like)
-    return _rt.empty(dev, like.shape if shape is None else shape, like.dtype if dtype is None else dtype)
+    return _rt.empty(dev, like.shape if shape is None else shape,
+                     like.dtype if dtype is None else dtype)
 
 
 def elementwise(expr, out_dtype, *arrays, preamble=""):

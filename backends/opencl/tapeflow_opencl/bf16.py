@@ -229,24 +229,27 @@ F16_KERNELS = {"NextAfter": _nextafter_f16}
 
 
 def declare(op_name, spec):
-    """``spec`` (an OpenCL kernel spec dict) with bfloat16 and float16 added where the
-    op supports them on OpenCL (see the module doc), else ``spec`` unchanged."""
-    dts = spec.get("dtypes")
-    if dts is None or "float32" not in dts:
+    """``spec`` (a ``KernelSpec`` of a kernel module's table) with bfloat16 and float16
+    added to its dtypes where the op supports them on OpenCL (see the module doc): the
+    ops of :data:`NATIVE` as they are, ``Cast`` through :func:`cast`, the others through
+    a variant per added dtype; else ``spec`` unchanged."""
+    names = () if spec.dtypes is None else tuple(d.name for d in spec.dtypes)
+    if "float32" not in names:
         return spec
     add = [low for low, skip in (("bfloat16", NOT_DECLARED), ("float16", F16_NOT_DECLARED))
-           if low not in dts and op_name not in skip]
+           if low not in names and op_name not in skip]
     if not add:
         return spec
-    spec = dict(spec, dtypes=tuple(add) + tuple(dts))
+    dtypes = tuple(add) + spec.dtypes
     if op_name == "Cast":           # 16 bits on either side: the key dtype is the input's
-        spec["fn"] = cast(spec["fn"])
-    elif op_name not in NATIVE:
-        # a variant: dispatch runs the float32 round trip for bfloat16/float16 calls only,
-        # so the float32 calls reach the kernel with no wrapper in front
-        variants = dict(spec.get("variants") or {})
-        for low in add:
-            variants[low] = (F16_KERNELS.get(op_name) if low == "float16" else None) or \
-                compute_in_float32(spec["fn"], np.dtype(_dt.as_dtype(low).np))
-        spec["variants"] = variants
-    return spec
+        return rt.respec(spec, dtypes=dtypes, fn=cast(spec.fn))
+    if op_name in NATIVE:
+        return rt.respec(spec, dtypes=dtypes)
+    # a variant: dispatch runs the float32 round trip for bfloat16/float16 calls only, so
+    # the float32 calls reach the kernel with no wrapper in front
+    variants = dict(spec.variants or {})
+    for low in add:
+        npdt = np.dtype(_dt.as_dtype(low).np)
+        variants[npdt] = (F16_KERNELS.get(op_name) if low == "float16" else None) or \
+            compute_in_float32(spec.fn, npdt)
+    return rt.respec(spec, dtypes=dtypes, variants=variants)

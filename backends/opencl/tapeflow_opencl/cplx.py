@@ -239,21 +239,21 @@ def where_complex(fn, c):
 
 
 def declare(op_name, spec):
-    """``spec`` (an OpenCL kernel spec dict) with complex64/complex128 added to its dtypes
-    where the op takes complex on OpenCL beyond the kernels that declare it themselves:
-    the ops of :data:`NATIVE` as they are, those of :data:`BY_PARTS` and ``Where`` through
-    variants; else ``spec`` unchanged."""
-    dts = spec.get("dtypes")
-    if dts is None or "complex64" in dts:
+    """``spec`` (a ``KernelSpec`` of a kernel module's table) with complex64/complex128
+    added to its dtypes where the op takes complex on OpenCL beyond the kernels that
+    declare it themselves: the ops of :data:`NATIVE` as they are, those of
+    :data:`BY_PARTS` and ``Where`` through variants; else ``spec`` unchanged."""
+    dts = spec.dtypes
+    if dts is None or any(d.name == "complex64" for d in dts):
         return spec
     if op_name in NATIVE:
-        return dict(spec, dtypes=tuple(dts) + COMPLEX)
+        return rt.respec(spec, dtypes=dts + COMPLEX)
     if op_name in BY_PARTS or op_name == "Where":
-        fn = (by_parts(spec["fn"]) if op_name in BY_PARTS else
-              rt.bind(where_complex, "where_complex", spec["fn"]))
-        variants = dict(spec.get("variants") or {})
-        variants.update({c: fn for c in COMPLEX})
-        return dict(spec, dtypes=tuple(dts) + COMPLEX, variants=variants)
+        fn = (by_parts(spec.fn) if op_name in BY_PARTS else
+              rt.bind(where_complex, "where_complex", spec.fn))
+        variants = dict(spec.variants or {})
+        variants.update({np.dtype(c): fn for c in COMPLEX})
+        return rt.respec(spec, dtypes=dts + COMPLEX, variants=variants)
     return spec
 
 

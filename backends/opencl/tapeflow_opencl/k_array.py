@@ -1,4 +1,4 @@
-"""Shape, creation and selection kernels on OpenCL.
+"""Shape, creation and selection kernels on OpenCL (:class:`ArrayKernels`).
 
 Zero-copy views, like NumPy (``runtime.view``: element strides >= 0 and an offset
 into the input's buffer): Reshape (when the layout allows, else one copy), BroadcastTo
@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from tapeflow.errors import InvalidArgumentError
+from tapeflow.plugins import KernelSpec
 
 from . import runtime as rt
 from .runtime import FLOATS, NUMERIC
@@ -245,31 +246,6 @@ __kernel void where_write(__global const {ct} *x, long ox, long n, long chunk,
 """
 
 
-def where_indices(c):
-    """The coordinates of ``c``'s non-zero elements: int64 ``[count, ndim]``."""
-    dev = rt.device_of(c)
-    nd = c.ndim
-    n = c.size
-    if n == 0:
-        return rt.empty(dev, (0, nd), np.int64)
-    c = rt.contiguous(c)
-    _, ox = rt.layout(c)
-    chunk = max(32, -(-n // 4096))
-    G = -(-n // chunk)
-    src = _where_src(rt.CTYPES[c.dtype], nd)
-    counts = rt.empty(dev, (G + 1,), np.int64)
-    i64 = np.int64
-    _run(dev, src, "where_count", [None, i64, i64, i64, None], G,
-         c.base_data, ox, n, chunk, counts.base_data)
-    _run(dev, src, "where_scan", [None, i64], 1, counts.base_data, G)
-    total = int(rt.download(rt.view(counts, (), (), G)))
-    out = rt.empty(dev, (total, nd), np.int64)
-    if total and nd:
-        _run(dev, src, "where_write", [None, i64, i64, i64, None, None] + [i64] * (nd - 1), G,
-             c.base_data, ox, n, chunk, counts.base_data, out.base_data, *c.shape[1:])
-    return out
-
-
 # --- reshape without a copy --------------------------------------------------------------
 
 def _nocopy_strides(old_shape, old_strides, new_shape):
@@ -299,7 +275,11 @@ def _nocopy_strides(old_shape, old_strides, new_shape):
 
 
 class ArrayKernels:
-    """The shape, creation and selection kernels (one method each; :func:`build` registers them)."""
+    """The shape, creation and selection kernels (one method each; :meth:`table` maps op
+    names to them)."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
 
     # --- creation ---------------------------------------------------------------------
     def fill(self, shape, value, dtype, device=None):
@@ -310,11 +290,11 @@ class ArrayKernels:
 
     def zeros_like(self, x, dtype):
         """ZerosLike: zeros of ``x``'s shape, in ``dtype`` or ``x``'s."""
-        return fill_array(rt.device_of(x), x.shape, 0, x.dtype if dtype is None else dtype.np)
+        return fill_array(self.rt.device_of(x), x.shape, 0, x.dtype if dtype is None else dtype.np)
 
     def ones_like(self, x, dtype):
         """OnesLike: ones of ``x``'s shape, in ``dtype`` or ``x``'s."""
-        return fill_array(rt.device_of(x), x.shape, 1, x.dtype if dtype is None else dtype.np)
+        return fill_array(self.rt.device_of(x), x.shape, 1, x.dtype if dtype is None else dtype.np)
 
     def range_(self, start, limit, delta, dtype, device=None):
         """Range: NumPy's ``arange`` in one generated ``arange`` kernel."""
@@ -322,10 +302,10 @@ class ArrayKernels:
         dt = np.dtype(dtype.np)
         h.check_dtype(dt)
         n = max(0, int(math.ceil((limit - start) / delta)))
-        out = rt.empty(h, (n,), dt)
+        out = self.rt.empty(h, (n,), dt)
         if n == 0:
             return out
-        ct = rt.CTYPES[dt]
+        ct = self.rt.CTYPES[dt]
         if dt.kind == "f":
             # NumPy's arange: start and (start + delta) - start rounded to dtype first
             s0 = dt.type(start)
@@ -346,10 +326,10 @@ class ArrayKernels:
         h = device.handle
         dt = np.dtype(dtype.np)
         h.check_dtype(dt)
-        out = rt.empty(h, tuple(batch_shape) + (num_rows, num_columns), dt)
+        out = self.rt.empty(h, tuple(batch_shape) + (num_rows, num_columns), dt)
         n = out.size
         if n:
-            ct = rt.CTYPES[dt]
+            ct = self.rt.CTYPES[dt]
             one = (f"({ct})(row == col ? 1 : 0, 0)" if dt.kind == "c" else   # (float2: 1 + 0j)
                    f"({ct})(row == col ? 1 : 0)")
             src = (f"__kernel void eye(__global {ct} *out, long r, long c, long n) {{\n"
@@ -365,10 +345,10 @@ class ArrayKernels:
         h = device.handle
         dt = np.dtype(dtype.np)
         h.check_dtype(dt)
-        out = rt.empty(h, (num,), dt)
+        out = self.rt.empty(h, (num,), dt)
         if num == 0:
             return out
-        ct = rt.CTYPES[dt]
+        ct = self.rt.CTYPES[dt]
         wt = "double" if h.fp64 else "float"
         wdt = np.float64 if h.fp64 else np.float32
         # NumPy's linspace: i * step + start (i / div * delta + start when step is 0),
@@ -391,17 +371,17 @@ class ArrayKernels:
         """OneHot: ``on_value`` where the index meets the depth coordinate, else ``off_value``."""
         if indices.dtype.kind not in "iu":
             raise InvalidArgumentError(f"indices must be int32 or int64, got {indices.dtype}")
-        dev = rt.device_of(indices)
+        dev = self.rt.device_of(indices)
         dt = np.dtype(dtype.np)
         shape = indices.shape[:axis] + (depth,) + indices.shape[axis:]
-        out = rt.empty(dev, shape, dt)
+        out = self.rt.empty(dev, shape, dt)
         n = out.size
         if n == 0:
             return out
-        ind = rt.contiguous(indices)
-        _, oi = rt.layout(ind)
+        ind = self.rt.contiguous(indices)
+        _, oi = self.rt.layout(ind)
         inner = math.prod(indices.shape[axis:])
-        ct, it = rt.CTYPES[dt], rt.CTYPES[ind.dtype]
+        ct, it = self.rt.CTYPES[dt], self.rt.CTYPES[ind.dtype]
         src = (f"__kernel void one_hot(__global {ct} *out, __global const {it} *ind, long oi, "
                f"long inner, long depth, {ct} on, {ct} off, long n) {{\n"
                "    long i = get_global_id(0); if (i >= n) return;\n"
@@ -418,8 +398,8 @@ class ArrayKernels:
     def _view(self, x, shape, strides, offset):
         """A zero-copy view of ``x`` (an empty tensor where ``x`` has no buffer)."""
         if x.base_data is None:        # empty input: nothing to share
-            return rt.empty(rt.device_of(x), shape, x.dtype)
-        return rt.view(x, shape, strides, offset)
+            return self.rt.empty(self.rt.device_of(x), shape, x.dtype)
+        return self.rt.view(x, shape, strides, offset)
 
     def reshape(self, x, shape):
         """Reshape: a view where the layout allows, else one contiguous copy."""
@@ -433,12 +413,12 @@ class ArrayKernels:
             raise ValueError(f"cannot reshape {x.shape} to {shape}")
         if shape == x.shape:
             return x
-        if rt.is_contiguous(x):
+        if self.rt.is_contiguous(x):
             return self._view(x, shape, None, None)
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         new = _nocopy_strides(x.shape, st, shape)
         if new is None:
-            x = rt.contiguous(x)
+            x = self.rt.contiguous(x)
             return self._view(x, shape, None, None)
         return self._view(x, shape, new, off)
 
@@ -450,23 +430,23 @@ class ArrayKernels:
         if len(x.shape) > len(shape) or any(
                 a != b and a != 1 for a, b in zip(x.shape[::-1], shape[::-1])):
             raise ValueError(f"cannot broadcast {x.shape} to {shape}")
-        st, off = rt.broadcast_strides(x, shape)
+        st, off = self.rt.broadcast_strides(x, shape)
         return self._view(x, shape, st, off)
 
     def transpose(self, x, perm):
         """Transpose: a view with the strides permuted."""
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         return self._view(x, tuple(x.shape[p] for p in perm), tuple(st[p] for p in perm), off)
 
     def expand_dims(self, x, axis):
         """ExpandDims: a view with a dimension of 1 (stride 0) at ``axis``."""
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         return self._view(x, x.shape[:axis] + (1,) + x.shape[axis:], st[:axis] + (0,) + st[axis:],
                      off)
 
     def squeeze(self, x, axis):
         """Squeeze: a view without the dimensions of 1 (``axis``'s, or all)."""
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         nd = x.ndim
         if axis is None:
             keep = [k for k in range(nd) if x.shape[k] != 1]
@@ -481,14 +461,14 @@ class ArrayKernels:
 
     def unpack(self, x, num, axis):
         """Unpack: ``num`` views, one per index along ``axis``."""
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         shape = x.shape[:axis] + x.shape[axis + 1:]
         rest = st[:axis] + st[axis + 1:]
         return tuple(self._view(x, shape, rest, off + i * st[axis]) for i in range(num))
 
     def split_v(self, x, size_splits, axis):
         """SplitV: views of consecutive slabs of ``size_splits`` along ``axis``."""
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         out = []
         start = 0
         for s in size_splits:
@@ -499,13 +479,13 @@ class ArrayKernels:
 
     def slice_(self, x, begin, size):
         """Slice: a view from ``begin`` of ``size``."""
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         off += sum(b * s for b, s in zip(begin, st))
         return self._view(x, tuple(size) + x.shape[len(size):], st, off)
 
     def strided_slice(self, x, spec):
         """StridedSlice: a view for positive steps, a strided copy for negative ones."""
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         shape, strides = [], []
         for e in _parse_spec(x.shape, spec):
             if e[0] == "n":
@@ -521,19 +501,19 @@ class ArrayKernels:
                     off += start * st[d]
         shape = tuple(shape)
         if math.prod(shape) == 0:
-            return rt.empty(rt.device_of(x), shape, x.dtype)
+            return self.rt.empty(self.rt.device_of(x), shape, x.dtype)
         if all(s >= 0 for s in strides):
             return self._view(x, shape, strides, off)
-        dev = rt.device_of(x)
-        out = rt.empty(dev, shape, x.dtype)
-        ost, ooff = rt.layout(out)
+        dev = self.rt.device_of(x)
+        out = self.rt.empty(dev, shape, x.dtype)
+        ost, ooff = self.rt.layout(out)
         strided_copy(dev, out, ooff, ost, x, off, strides, shape)
         return out
 
     def strided_slice_grad(self, dy, shape, spec):
         """StridedSliceGrad: ``dy`` embedded in zeros of ``shape`` (one ``imap`` launch)."""
         shape = tuple(shape)
-        dst, doff = rt.layout(dy)
+        dst, doff = self.rt.layout(dy)
         starts, steps, counts, strides = [], [], [], []
         k = 0   # dy's dimension
         for e in _parse_spec(shape, spec):
@@ -556,7 +536,7 @@ class ArrayKernels:
     # --- copies -----------------------------------------------------------------------
     def concat(self, *xs, axis):
         """ConcatV2: one strided copy per input into its slab of the output."""
-        dev = rt.device_of(xs[0])
+        dev = self.rt.device_of(xs[0])
         s0 = xs[0].shape
         for x in xs[1:]:
             if len(x.shape) != len(s0) or any(
@@ -564,31 +544,31 @@ class ArrayKernels:
                 raise ValueError(f"cannot concatenate {s0} and {x.shape} along {axis}")
         shape = list(xs[0].shape)
         shape[axis] = sum(x.shape[axis] for x in xs)
-        out = rt.empty(dev, shape, xs[0].dtype)
+        out = self.rt.empty(dev, shape, xs[0].dtype)
         if out.size == 0:
             return out
-        ost, _ = rt.layout(out)
+        ost, _ = self.rt.layout(out)
         pos = 0
         for x in xs:
-            st, off = rt.layout(x)
+            st, off = self.rt.layout(x)
             strided_copy(dev, out, pos * ost[axis], ost, x, off, st, x.shape)
             pos += x.shape[axis]
         return out
 
     def pack(self, *xs, axis):
         """Pack: one strided copy per input into its index along ``axis``."""
-        dev = rt.device_of(xs[0])
+        dev = self.rt.device_of(xs[0])
         s = xs[0].shape
         for x in xs[1:]:
             if x.shape != s:
                 raise ValueError(f"cannot stack {s} and {x.shape}")
-        out = rt.empty(dev, s[:axis] + (len(xs),) + s[axis:], xs[0].dtype)
+        out = self.rt.empty(dev, s[:axis] + (len(xs),) + s[axis:], xs[0].dtype)
         if out.size == 0:
             return out
-        ost, _ = rt.layout(out)
+        ost, _ = self.rt.layout(out)
         rest = ost[:axis] + ost[axis + 1:]
         for i, x in enumerate(xs):
-            st, off = rt.layout(x)
+            st, off = self.rt.layout(x)
             strided_copy(dev, out, i * ost[axis], rest, x, off, st, x.shape)
         return out
 
@@ -598,14 +578,14 @@ class ArrayKernels:
             raise InvalidArgumentError(
                 f"Expected multiples argument to be a vector of length {x.ndim} but got length "
                 f"{len(multiples)}")
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         shape = tuple(n * m for n, m in zip(x.shape, multiples))
         nd = x.ndim
         return index_map(x, shape, "tile", [0] * nd, [1] * nd, x.shape, st, off)
 
     def pad(self, x, paddings, constant_values):
         """PadV2: one ``imap`` launch (``constant_values`` off the grid)."""
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         shape = tuple(b + n + a for (b, a), n in zip(paddings, x.shape))
         nd = x.ndim
         return index_map(x, shape, "embed", [b for b, _ in paddings], [1] * nd, x.shape, st, off,
@@ -613,7 +593,7 @@ class ArrayKernels:
 
     def mirror_pad(self, x, paddings, mode):
         """MirrorPad: one ``imap`` launch (reflected or symmetric coordinates)."""
-        st, off = rt.layout(x)
+        st, off = self.rt.layout(x)
         shape = tuple(b + n + a for (b, a), n in zip(paddings, x.shape))
         nd = x.ndim
         return index_map(x, shape, "reflect" if mode == "REFLECT" else "symmetric",
@@ -622,20 +602,20 @@ class ArrayKernels:
     # --- shape queries ----------------------------------------------------------------
     def shape(self, x, out_type):
         """Shape: ``x``'s shape uploaded as a vector of ``out_type``."""
-        return rt.upload(rt.device_of(x), np.asarray(x.shape, dtype=out_type.np))
+        return self.rt.upload(self.rt.device_of(x), np.asarray(x.shape, dtype=out_type.np))
 
     def size(self, x, out_type):
         """Size: ``x``'s element count as a scalar of ``out_type``."""
-        return rt.scalar(rt.device_of(x), x.size, out_type.np)
+        return self.rt.scalar(self.rt.device_of(x), x.size, out_type.np)
 
     def rank(self, x):
         """Rank: ``x``'s number of dimensions as an int32 scalar."""
-        return rt.scalar(rt.device_of(x), x.ndim, np.int32)
+        return self.rt.scalar(self.rt.device_of(x), x.ndim, np.int32)
 
     # --- selection --------------------------------------------------------------------
     def select(self, c, x, y):
         """SelectV2: ``x0 ? x1 : x2`` through the generated elementwise kernel."""
-        return rt.elementwise("x0 ? x1 : x2", x.dtype, c, x, y)
+        return self.rt.elementwise("x0 ? x1 : x2", x.dtype, c, x, y)
 
     def identity(self, x):
         """Identity and StopGradient: ``x`` itself (tensors are immutable)."""
@@ -644,43 +624,74 @@ class ArrayKernels:
     def clip(self, t, lo, hi):
         """ClipByValue: ``min(max(t, lo), hi)``, NaN-propagating on floats as NumPy."""
         if t.dtype.kind == "f":   # np.maximum / np.minimum propagate NaN
-            return rt.elementwise("FMINN(FMAXN(x0, x1), x2)", t.dtype, t, lo, hi,
-                                  preamble=_NAN_MINMAX)
-        return rt.elementwise("((x0 > x1 ? x0 : x1) < x2) ? (x0 > x1 ? x0 : x1) : x2",
-                              t.dtype, t, lo, hi)
+            return self.rt.elementwise("FMINN(FMAXN(x0, x1), x2)", t.dtype, t, lo, hi,
+                                       preamble=_NAN_MINMAX)
+        return self.rt.elementwise("((x0 > x1 ? x0 : x1) < x2) ? (x0 > x1 ? x0 : x1) : x2",
+                                   t.dtype, t, lo, hi)
+
+    def where(self, c):
+        """Where (one argument): the coordinates of ``c``'s non-zero elements, int64
+        ``[count, ndim]`` (a count, a scan and a compaction kernel)."""
+        dev = self.rt.device_of(c)
+        nd = c.ndim
+        n = c.size
+        if n == 0:
+            return self.rt.empty(dev, (0, nd), np.int64)
+        c = self.rt.contiguous(c)
+        _, ox = self.rt.layout(c)
+        chunk = max(32, -(-n // 4096))
+        G = -(-n // chunk)
+        src = _where_src(self.rt.CTYPES[c.dtype], nd)
+        counts = self.rt.empty(dev, (G + 1,), np.int64)
+        i64 = np.int64
+        _run(dev, src, "where_count", [None, i64, i64, i64, None], G,
+             c.base_data, ox, n, chunk, counts.base_data)
+        _run(dev, src, "where_scan", [None, i64], 1, counts.base_data, G)
+        total = int(self.rt.download(self.rt.view(counts, (), (), G)))
+        out = self.rt.empty(dev, (total, nd), np.int64)
+        if total and nd:
+            _run(dev, src, "where_write", [None, i64, i64, i64, None, None] + [i64] * (nd - 1), G,
+                 c.base_data, ox, n, chunk, counts.base_data, out.base_data, *c.shape[1:])
+        return out
+
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        return {
+            "Fill": KernelSpec(self.fill, needs_device=True, dtypes=ALL),
+            "ZerosLike": KernelSpec(self.zeros_like, dtypes=ALL),
+            "OnesLike": KernelSpec(self.ones_like, dtypes=ALL),
+            "Range": KernelSpec(self.range_, needs_device=True,
+                                dtypes=FLOATS + ("int32", "int64")),
+            "Eye": KernelSpec(self.eye, needs_device=True, dtypes=ALL),
+            "LinSpace": KernelSpec(self.linspace, needs_device=True, dtypes=FLOATS),
+            "OneHot": KernelSpec(self.one_hot, dtypes=ALL),
+            "Reshape": KernelSpec(self.reshape, dtypes=ALL),
+            "BroadcastTo": KernelSpec(self.broadcast_to, dtypes=ALL),
+            "Transpose": KernelSpec(self.transpose, dtypes=ALL),
+            "ExpandDims": KernelSpec(self.expand_dims, dtypes=ALL),
+            "Squeeze": KernelSpec(self.squeeze, dtypes=ALL),
+            "ConcatV2": KernelSpec(self.concat, dtypes=ALL),
+            "Pack": KernelSpec(self.pack, dtypes=ALL),
+            "Unpack": KernelSpec(self.unpack, dtypes=ALL),
+            "SplitV": KernelSpec(self.split_v, dtypes=ALL),
+            "Tile": KernelSpec(self.tile, dtypes=ALL),
+            "PadV2": KernelSpec(self.pad, dtypes=ALL),
+            "MirrorPad": KernelSpec(self.mirror_pad, dtypes=ALL),
+            "Slice": KernelSpec(self.slice_, dtypes=ALL),
+            "StridedSlice": KernelSpec(self.strided_slice, dtypes=ALL),
+            "StridedSliceGrad": KernelSpec(self.strided_slice_grad, dtypes=ALL),
+            "Shape": KernelSpec(self.shape, dtypes=ALL),
+            "Size": KernelSpec(self.size, dtypes=ALL),
+            "Rank": KernelSpec(self.rank, dtypes=ALL),
+            "SelectV2": KernelSpec(self.select, dtypes=ALL),
+            "Where": KernelSpec(self.where, dtypes=ALL),
+            "Identity": KernelSpec(self.identity, dtypes=ALL),
+            "StopGradient": KernelSpec(self.identity, dtypes=ALL),
+            "ClipByValue": KernelSpec(self.clip, dtypes=NUMERIC),
+        }
 
 
-def build():
-    k = ArrayKernels()
-    return {
-        "Fill": {"fn": k.fill, "needs_device": True, "dtypes": ALL},
-        "ZerosLike": {"fn": k.zeros_like, "dtypes": ALL},
-        "OnesLike": {"fn": k.ones_like, "dtypes": ALL},
-        "Range": {"fn": k.range_, "needs_device": True, "dtypes": FLOATS + ("int32", "int64")},
-        "Eye": {"fn": k.eye, "needs_device": True, "dtypes": ALL},
-        "LinSpace": {"fn": k.linspace, "needs_device": True, "dtypes": FLOATS},
-        "OneHot": {"fn": k.one_hot, "dtypes": ALL},
-        "Reshape": {"fn": k.reshape, "dtypes": ALL},
-        "BroadcastTo": {"fn": k.broadcast_to, "dtypes": ALL},
-        "Transpose": {"fn": k.transpose, "dtypes": ALL},
-        "ExpandDims": {"fn": k.expand_dims, "dtypes": ALL},
-        "Squeeze": {"fn": k.squeeze, "dtypes": ALL},
-        "ConcatV2": {"fn": k.concat, "dtypes": ALL},
-        "Pack": {"fn": k.pack, "dtypes": ALL},
-        "Unpack": {"fn": k.unpack, "dtypes": ALL},
-        "SplitV": {"fn": k.split_v, "dtypes": ALL},
-        "Tile": {"fn": k.tile, "dtypes": ALL},
-        "PadV2": {"fn": k.pad, "dtypes": ALL},
-        "MirrorPad": {"fn": k.mirror_pad, "dtypes": ALL},
-        "Slice": {"fn": k.slice_, "dtypes": ALL},
-        "StridedSlice": {"fn": k.strided_slice, "dtypes": ALL},
-        "StridedSliceGrad": {"fn": k.strided_slice_grad, "dtypes": ALL},
-        "Shape": {"fn": k.shape, "dtypes": ALL},
-        "Size": {"fn": k.size, "dtypes": ALL},
-        "Rank": {"fn": k.rank, "dtypes": ALL},
-        "SelectV2": {"fn": k.select, "dtypes": ALL},
-        "Where": {"fn": where_indices, "dtypes": ALL},
-        "Identity": {"fn": k.identity, "dtypes": ALL},
-        "StopGradient": {"fn": k.identity, "dtypes": ALL},
-        "ClipByValue": {"fn": k.clip, "dtypes": NUMERIC},
-    }
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return ArrayKernels(ctx).table()

@@ -1,5 +1,6 @@
-"""The Fourier transforms on OpenCL: ``FFT`` (complex, forward or inverse), ``RFFT``
-(real -> half spectrum) and ``IRFFT`` (half spectrum -> real), over any axes.
+"""The Fourier transforms on OpenCL (:class:`FFTKernels`): ``FFT`` (complex, forward or
+inverse), ``RFFT`` (real -> half spectrum) and ``IRFFT`` (half spectrum -> real), over
+any axes.
 
 Every transform is built from one 1-D complex transform over the last axis of a
 contiguous ``[batch, n]`` array (:func:`fft_rows`), batched over the rows; other axes
@@ -31,6 +32,8 @@ import functools
 import math
 
 import numpy as np
+
+from tapeflow.plugins import KernelSpec
 
 from . import cplx
 from . import runtime as rt
@@ -367,64 +370,82 @@ def _axes(x, axes, norm):
     return tuple(int(a) % x.ndim for a in axes)
 
 
-def fft(x, axes, norm, inverse):
-    axes = _axes(x, axes, norm)
-    if x.size == 0:
-        return _empty_like(x, x.shape, x.dtype)
-    y = x
-    for ax in axes:
-        y = _c2c(y, ax, inverse)
-    return _scaled(y, _scale(norm, inverse, math.prod(x.shape[a] for a in axes)))
+class FFTKernels:
+    """The Fourier transforms on OpenCL (see the module doc); :meth:`table` maps op names
+    to them."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
+
+    def fft(self, x, axes, norm, inverse):
+        """FFT: the complex transform over ``axes`` (``inverse``: with
+        ``exp(+2 pi i jk / n)``), scaled by ``norm``."""
+        axes = _axes(x, axes, norm)
+        if x.size == 0:
+            return _empty_like(x, x.shape, x.dtype)
+        y = x
+        for ax in axes:
+            y = _c2c(y, ax, inverse)
+        return _scaled(y, _scale(norm, inverse, math.prod(x.shape[a] for a in axes)))
+
+    def rfft(self, x, axes, norm):
+        """RFFT: the real input's transform over ``axes``, the last one halved to
+        ``n // 2 + 1`` entries."""
+        axes = _axes(x, axes, norm)
+        c = cplx.COMPLEX_OF[np.dtype(x.dtype)]
+        last = axes[-1]
+        n = x.shape[last]
+        shape = tuple(n // 2 + 1 if i == last else s for i, s in enumerate(x.shape))
+        if math.prod(shape) == 0 or x.size == 0:
+            return _empty_like(x, shape, c)
+        xc = self.rt.elementwise(cplx.cast_expr(x.dtype, c), c, x, out_shape=x.shape)
+        rows, mshape, perm = _to_rows(xc, last)
+        half = self.rt.view(fft_rows(rows, False), (rows.shape[0], n // 2 + 1), (n, 1), 0)
+        half = self.rt.contiguous(half)
+        y = _from_rows(half, mshape[:-1] + (n // 2 + 1,), perm)
+        for ax in axes[:-1]:
+            y = _c2c(y, ax, False)
+        return _scaled(y, _scale(norm, False, math.prod(x.shape[a] for a in axes)))
+
+    def irfft(self, x, axes, norm, n):
+        """IRFFT: the real inverse of the half spectrum ``x``, ``n`` points over the last
+        axis."""
+        axes = _axes(x, axes, norm)
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"Invalid number of FFT data points ({n!r}) specified.")
+        n = int(n)
+        real = cplx.REAL_OF[np.dtype(x.dtype)]
+        last = axes[-1]
+        shape = tuple(n if i == last else s for i, s in enumerate(x.shape))
+        if math.prod(shape) == 0:
+            return _empty_like(x, shape, real)
+        y = x
+        for ax in axes[:-1]:
+            y = _c2c(y, ax, True)
+        dev = self.rt.device_of(x)
+        rows, mshape, perm = _to_rows(y, last)
+        B, m = rows.shape
+        full = self.rt.empty(dev, (B, n), x.dtype)
+        if m == 0:
+            zero = self.rt.scalar(dev, 0, x.dtype)
+            full = self.rt.elementwise("x0", x.dtype, zero, out_shape=(B, n))
+        else:
+            _launch(dev, _hermitian_src(x.dtype), "hermitian", [None, None, _I64, _I64], (n, B),
+                    full.base_data, rows.base_data, n, m)
+        res = self.rt.elementwise("x0.x", real, fft_rows(full, True))
+        out = _from_rows(res, mshape[:-1] + (n,), perm)
+        return _scaled(out, _scale(norm, True, math.prod(shape[a] for a in axes)))
+
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        return {
+            "FFT": KernelSpec(self.fft, dtypes=cplx.COMPLEX),
+            "RFFT": KernelSpec(self.rfft, dtypes=("float32", "float64")),
+            "IRFFT": KernelSpec(self.irfft, dtypes=cplx.COMPLEX),
+        }
 
 
-def rfft(x, axes, norm):
-    axes = _axes(x, axes, norm)
-    c = cplx.COMPLEX_OF[np.dtype(x.dtype)]
-    last = axes[-1]
-    n = x.shape[last]
-    shape = tuple(n // 2 + 1 if i == last else s for i, s in enumerate(x.shape))
-    if math.prod(shape) == 0 or x.size == 0:
-        return _empty_like(x, shape, c)
-    xc = rt.elementwise(cplx.cast_expr(x.dtype, c), c, x, out_shape=x.shape)
-    rows, mshape, perm = _to_rows(xc, last)
-    half = rt.view(fft_rows(rows, False), (rows.shape[0], n // 2 + 1), (n, 1), 0)
-    half = rt.contiguous(half)
-    y = _from_rows(half, mshape[:-1] + (n // 2 + 1,), perm)
-    for ax in axes[:-1]:
-        y = _c2c(y, ax, False)
-    return _scaled(y, _scale(norm, False, math.prod(x.shape[a] for a in axes)))
-
-
-def irfft(x, axes, norm, n):
-    axes = _axes(x, axes, norm)
-    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"Invalid number of FFT data points ({n!r}) specified.")
-    n = int(n)
-    real = cplx.REAL_OF[np.dtype(x.dtype)]
-    last = axes[-1]
-    shape = tuple(n if i == last else s for i, s in enumerate(x.shape))
-    if math.prod(shape) == 0:
-        return _empty_like(x, shape, real)
-    y = x
-    for ax in axes[:-1]:
-        y = _c2c(y, ax, True)
-    dev = rt.device_of(x)
-    rows, mshape, perm = _to_rows(y, last)
-    B, m = rows.shape
-    full = rt.empty(dev, (B, n), x.dtype)
-    if m == 0:
-        full = rt.elementwise("x0", x.dtype, rt.scalar(dev, 0, x.dtype), out_shape=(B, n))
-    else:
-        _launch(dev, _hermitian_src(x.dtype), "hermitian", [None, None, _I64, _I64], (n, B),
-                full.base_data, rows.base_data, n, m)
-    res = rt.elementwise("x0.x", real, fft_rows(full, True))
-    out = _from_rows(res, mshape[:-1] + (n,), perm)
-    return _scaled(out, _scale(norm, True, math.prod(shape[a] for a in axes)))
-
-
-def build():
-    return {
-        "FFT": {"fn": fft, "dtypes": cplx.COMPLEX},
-        "RFFT": {"fn": rfft, "dtypes": ("float32", "float64")},
-        "IRFFT": {"fn": irfft, "dtypes": cplx.COMPLEX},
-    }
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return FFTKernels(ctx).table()

@@ -1,5 +1,5 @@
-"""Gather and scatter kernels: ``GatherV2``, ``GatherNd``, ``ScatterNd``,
-``UnsortedSegmentSum``.
+"""Gather and scatter kernels (:class:`IndexKernels`): ``GatherV2``, ``GatherNd``,
+``ScatterNd``, ``UnsortedSegmentSum``.
 
 * **Gathers** are one generated kernel per (dtype, index dtype, rank, index depth):
   one work item per output element walks the output shape with the strides of
@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from tapeflow.errors import InvalidArgumentError
+from tapeflow.plugins import KernelSpec
 
 from . import runtime as rt
 from .runtime import NUMERIC
@@ -427,8 +428,20 @@ def _segment_reduce(keys, updates, out_shape):
 
 # --- ops -----------------------------------------------------------------------------------------
 
+def _zeros(dev, shape, dtype):
+    """A new zero-filled array (one fill command)."""
+    out = rt.empty(dev, shape, dtype)
+    if out.nbytes:
+        rt.cl().enqueue_fill_buffer(dev.queue, out.base_data, np.uint8(0), 0, out.nbytes)
+    return out
+
+
 class IndexKernels:
-    """The gather and scatter kernels (one method each; :func:`build` registers them)."""
+    """The gather and scatter kernels (one method each; :meth:`table` maps op names to
+    them)."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
 
     def gather(self, params, indices, axis, batch_dims):
         """GatherV2 along ``axis`` after ``batch_dims`` batch dimensions (indices checked)."""
@@ -454,12 +467,12 @@ class IndexKernels:
             raise InvalidArgumentError(
                 f"index innermost dimension length must be <= params rank; saw: {k} vs. "
                 f"{params.ndim}")
-        pst, po = rt.layout(params)
+        pst, po = self.rt.layout(params)
         if k == 0:
             lead = indices.shape[:-1]
-            return rt.view(params, lead + params.shape, (0,) * len(lead) + tuple(pst), po)
+            return self.rt.view(params, lead + params.shape, (0,) * len(lead) + tuple(pst), po)
         _check_nd(indices, params.shape[:k], "param shape")
-        ist, _ = rt.layout(indices)
+        ist, _ = self.rt.layout(indices)
         dims = [(indices.shape[d], 0, ist[d]) for d in range(indices.ndim - 1)]
         dims += [(params.shape[d], pst[d], 0) for d in range(k, params.ndim)]
         return _gather(params, indices, dims, k, tuple(pst[:k]), ist[-1])
@@ -480,7 +493,7 @@ class IndexKernels:
             raise InvalidArgumentError(
                 f"updates must have shape indices.shape[:-1] + shape[indices.shape[-1]:] = "
                 f"{list(want)}, got {list(updates.shape)}")
-        dev = rt.device_of(updates)
+        dev = self.rt.device_of(updates)
         rows = math.prod(shape[:k])
         q = math.prod(shape[k:])
         if updates.size == 0 or rows * q == 0:
@@ -492,7 +505,7 @@ class IndexKernels:
                 f"indices{_pos(pos, indices.shape[:-1])} = [{vec}] does not index into shape "
                 f"[{','.join(str(b) for b in shape[:k])}]")
         out = _segment_reduce(keys, updates, (rows, q))
-        return rt.view(out, shape)
+        return self.rt.view(out, shape)
 
     def unsorted_segment_sum(self, data, segment_ids, num_segments):
         """UnsortedSegmentSum: ``data``'s rows summed per segment id."""
@@ -502,7 +515,7 @@ class IndexKernels:
             raise InvalidArgumentError(
                 f"data.shape = {list(data.shape)} does not start with segment_ids.shape = "
                 f"{list(segment_ids.shape)}")
-        dev = rt.device_of(data)
+        dev = self.rt.device_of(data)
         inner = data.shape[k:]
         out_shape = (num_segments,) + inner
         q = math.prod(inner)
@@ -515,22 +528,19 @@ class IndexKernels:
                 f"segment_ids{_pos(pos, segment_ids.shape)} = {v} is out of range "
                 f"[0, {num_segments})")
         out = _segment_reduce(keys, data, (num_segments, q))
-        return rt.view(out, out_shape)
+        return self.rt.view(out, out_shape)
+
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        return {
+            "GatherV2": KernelSpec(self.gather, dtypes=ALL),
+            "GatherNd": KernelSpec(self.gather_nd, dtypes=ALL),
+            "ScatterNd": KernelSpec(self.scatter_nd, dtypes=NUMERIC),
+            "UnsortedSegmentSum": KernelSpec(self.unsorted_segment_sum, dtypes=NUMERIC),
+        }
 
 
-def build():
-    k = IndexKernels()
-    return {
-        "GatherV2": {"fn": k.gather, "dtypes": ALL},
-        "GatherNd": {"fn": k.gather_nd, "dtypes": ALL},
-        "ScatterNd": {"fn": k.scatter_nd, "dtypes": NUMERIC},
-        "UnsortedSegmentSum": {"fn": k.unsorted_segment_sum, "dtypes": NUMERIC},
-    }
-
-
-def _zeros(dev, shape, dtype):
-    """A new zero-filled array (one fill command)."""
-    out = rt.empty(dev, shape, dtype)
-    if out.nbytes:
-        rt.cl().enqueue_fill_buffer(dev.queue, out.base_data, np.uint8(0), 0, out.nbytes)
-    return out
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return IndexKernels(ctx).table()

@@ -1,5 +1,5 @@
-"""Matrix factorisations on OpenCL: ``Cholesky``, ``SelfAdjointEigV2`` (eigh), ``Svd``,
-``SvdValues`` and ``Qr``.
+"""Matrix factorisations on OpenCL (:class:`LapackKernels`): ``Cholesky``,
+``SelfAdjointEigV2`` (eigh), ``Svd``, ``SvdValues`` and ``Qr``.
 
 One work-item per matrix of the batch, working in global memory (no size limit from
 private or local memory); exact algorithms chosen for accuracy, not for speed on big
@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from tapeflow.errors import InvalidArgumentError
+from tapeflow.plugins import KernelSpec
 
 from . import runtime as rt
 from .k_scan import _input
@@ -296,64 +297,69 @@ def _swap_last(a, bshape):
 
 
 class LapackKernels:
-    """The factorisation kernels (one method each; :func:`build` registers them)."""
+    """The factorisation kernels (one method each; :meth:`table` maps op names to them)."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
 
     def cholesky(self, x):
         """Cholesky: the lower factor (a not positive definite matrix raises)."""
-        dev = rt.device_of(x)
+        dev = self.rt.device_of(x)
         n = x.shape[-1]
-        out = rt.empty(dev, x.shape, x.dtype)
+        out = self.rt.empty(dev, x.shape, x.dtype)
         z = math.prod(x.shape[:-2])
         if out.size == 0:
             return out
-        bad = rt.empty(dev, (z,), np.int32)
-        kern = rt.kernel(dev, _CHOLESKY.format(T=rt.CTYPES[np.dtype(x.dtype)]), "cholesky",
-                         [None, None, None, _I64], options=dev.exact_div)
-        rt.launch(dev, kern, (z,), None, out.data, _input(x).data, bad.data, n)
-        if rt.download(bad).any():
+        bad = self.rt.empty(dev, (z,), np.int32)
+        src = _CHOLESKY.format(T=self.rt.CTYPES[np.dtype(x.dtype)])
+        kern = self.rt.kernel(dev, src, "cholesky", [None, None, None, _I64],
+                              options=dev.exact_div)
+        self.rt.launch(dev, kern, (z,), None, out.data, _input(x).data, bad.data, n)
+        if self.rt.download(bad).any():
             raise InvalidArgumentError("Cholesky decomposition was not successful: the input "
                                        "is not symmetric positive definite.")
         return out
 
     def eigh(self, x):
         """SelfAdjointEigV2: eigenvalues ascending and eigenvectors (Jacobi rotations)."""
-        dev = rt.device_of(x)
+        dev = self.rt.device_of(x)
         n = x.shape[-1]
         bshape = tuple(x.shape[:-2])
         z = math.prod(bshape)
-        w = rt.empty(dev, bshape + (n,), x.dtype)
-        v = rt.empty(dev, x.shape, x.dtype)
+        w = self.rt.empty(dev, bshape + (n,), x.dtype)
+        v = self.rt.empty(dev, x.shape, x.dtype)
         if v.size == 0:
             return w, v
-        scratch = rt.empty(dev, x.shape, x.dtype)
+        scratch = self.rt.empty(dev, x.shape, x.dtype)
         t = np.dtype(x.dtype)
-        kern = rt.kernel(dev, _EIGH.format(T=rt.CTYPES[t]), "eigh",
-                         [None, None, None, None, _I64, t.type, _I32], options=dev.exact_div)
-        rt.launch(dev, kern, (z,), None, w.data, v.data, scratch.data, _input(x).data, n,
-                  _eps(t), _MAX_SWEEPS)
+        kern = self.rt.kernel(dev, _EIGH.format(T=self.rt.CTYPES[t]), "eigh",
+                              [None, None, None, None, _I64, t.type, _I32], options=dev.exact_div)
+        self.rt.launch(dev, kern, (z,), None, w.data, v.data, scratch.data, _input(x).data, n,
+                       _eps(t), _MAX_SWEEPS)
         return w, v
 
     def _svd(self, x, full_matrices, want_uv):
         """The singular values, and with ``want_uv`` the vectors, of a batch of matrices."""
-        dev = rt.device_of(x)
+        dev = self.rt.device_of(x)
         m, n = x.shape[-2:]
         bshape = tuple(x.shape[:-2])
         z = math.prod(bshape)
         tall = m >= n
         mt, nt = (m, n) if tall else (n, m)          # the tall orientation: A or A^T
         ku = mt if (full_matrices and want_uv) else nt
-        u = rt.empty(dev, bshape + (mt, ku), x.dtype)
-        s = rt.empty(dev, bshape + (nt,), x.dtype)
-        v = rt.empty(dev, bshape + (nt, nt) if want_uv else (0,), x.dtype)
+        u = self.rt.empty(dev, bshape + (mt, ku), x.dtype)
+        s = self.rt.empty(dev, bshape + (nt,), x.dtype)
+        v = self.rt.empty(dev, bshape + (nt, nt) if want_uv else (0,), x.dtype)
         if z:
             t = np.dtype(x.dtype)
             rs, cs = (n, 1) if tall else (1, n)
-            kern = rt.kernel(dev, _SVD.format(T=rt.CTYPES[t]), "svd",
-                             [None, None, None, None, _I64, _I64, _I64, _I64, _I64, t.type,
-                              _I32, _I32], options=dev.exact_div)
-            rt.launch(dev, kern, (z,), None, rt.buf(dev, u), rt.buf(dev, s), rt.buf(dev, v),
-                      rt.buf(dev, _input(x)), mt, nt, ku, rs, cs, _eps(t), _MAX_SWEEPS,
-                      int(want_uv))
+            kern = self.rt.kernel(dev, _SVD.format(T=self.rt.CTYPES[t]), "svd",
+                                  [None, None, None, None, _I64, _I64, _I64, _I64, _I64, t.type,
+                                   _I32, _I32], options=dev.exact_div)
+            buf = self.rt.buf
+            self.rt.launch(dev, kern, (z,), None, buf(dev, u), buf(dev, s), buf(dev, v),
+                           buf(dev, _input(x)), mt, nt, ku, rs, cs, _eps(t), _MAX_SWEEPS,
+                           int(want_uv))
         if not want_uv:
             return s
         if tall:                                     # A = U S V^T
@@ -370,32 +376,38 @@ class LapackKernels:
 
     def qr(self, x, full_matrices):
         """Qr: ``q`` and ``r`` (reduced unless ``full_matrices``)."""
-        dev = rt.device_of(x)
+        dev = self.rt.device_of(x)
         m, n = x.shape[-2:]
         bshape = tuple(x.shape[:-2])
         z = math.prod(bshape)
         k = min(m, n)
         kq = m if full_matrices else k
         kr = m if full_matrices else k
-        q = rt.empty(dev, bshape + (m, kq), x.dtype)
-        r = rt.empty(dev, bshape + (kr, n), x.dtype)
+        q = self.rt.empty(dev, bshape + (m, kq), x.dtype)
+        r = self.rt.empty(dev, bshape + (kr, n), x.dtype)
         if z:
-            work = rt.empty(dev, x.shape, x.dtype)
-            tau = rt.empty(dev, bshape + (k,), x.dtype)
-            kern = rt.kernel(dev, _QR.format(T=rt.CTYPES[np.dtype(x.dtype)]), "qr",
-                             [None, None, None, None, None, _I64, _I64, _I64, _I64],
-                             options=dev.exact_div)
-            rt.launch(dev, kern, (z,), None, rt.buf(dev, q), rt.buf(dev, r), rt.buf(dev, work),
-                      rt.buf(dev, tau), rt.buf(dev, _input(x)), m, n, kq, kr)
+            work = self.rt.empty(dev, x.shape, x.dtype)
+            tau = self.rt.empty(dev, bshape + (k,), x.dtype)
+            kern = self.rt.kernel(dev, _QR.format(T=self.rt.CTYPES[np.dtype(x.dtype)]), "qr",
+                                  [None, None, None, None, None, _I64, _I64, _I64, _I64],
+                                  options=dev.exact_div)
+            buf = self.rt.buf
+            self.rt.launch(dev, kern, (z,), None, buf(dev, q), buf(dev, r), buf(dev, work),
+                           buf(dev, tau), buf(dev, _input(x)), m, n, kq, kr)
         return q, r
 
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        return {
+            "Cholesky": KernelSpec(self.cholesky, dtypes=FLOATS),
+            "SelfAdjointEigV2": KernelSpec(self.eigh, dtypes=FLOATS),
+            "Svd": KernelSpec(self.svd, dtypes=FLOATS),
+            "SvdValues": KernelSpec(self.svd_values, dtypes=FLOATS),
+            "Qr": KernelSpec(self.qr, dtypes=FLOATS),
+        }
 
-def build():
-    k = LapackKernels()
-    return {
-        "Cholesky": {"fn": k.cholesky, "dtypes": FLOATS},
-        "SelfAdjointEigV2": {"fn": k.eigh, "dtypes": FLOATS},
-        "Svd": {"fn": k.svd, "dtypes": FLOATS},
-        "SvdValues": {"fn": k.svd_values, "dtypes": FLOATS},
-        "Qr": {"fn": k.qr, "dtypes": FLOATS},
-    }
+
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return LapackKernels(ctx).table()

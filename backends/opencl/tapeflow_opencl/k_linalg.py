@@ -1,4 +1,5 @@
-"""Linear-algebra kernels: MatMul, Einsum, and LU-based inverse, solve and determinants.
+"""Linear-algebra kernels (:class:`LinalgKernels`): MatMul, Einsum, and LU-based inverse,
+solve and determinants.
 
 MatMul (batched, NumPy-broadcast batch dimensions, any strides: transposes are
 stride swaps, never copies) has three OpenCL C variants, picked per call:
@@ -40,6 +41,7 @@ import math
 import numpy as np
 
 from tapeflow.errors import InvalidArgumentError
+from tapeflow.plugins import KernelSpec
 
 from . import cplx
 from . import runtime as rt
@@ -492,55 +494,6 @@ def _contract(x, y, keep, sizes):
     return _Term(arr, "".join(out_labels), True)
 
 
-def einsum(*operands, equation):
-    """Einstein summation of device arrays; ``equation`` in the core's explicit form."""
-    lhs, _, out = equation.partition("->")
-    subs = lhs.split(",")
-    if len(subs) != len(operands):
-        raise InvalidArgumentError(f"einsum equation {equation!r}: {len(subs)} operand "
-                                   f"subscript(s) for {len(operands)} operand(s)")
-    sizes = {}
-    for k, (s, x) in enumerate(zip(subs, operands)):
-        if len(s) != x.ndim:
-            raise InvalidArgumentError(f"einsum equation {equation!r}: subscripts {s!r} name "
-                                       f"{len(s)} dimension(s) but the operand has rank "
-                                       f"{x.ndim}")
-        for c, d in zip(s, x.shape):
-            prev = sizes.get(c)
-            if prev is None or prev == 1:
-                sizes[c] = d
-            elif d != prev and d != 1:
-                raise InvalidArgumentError(
-                    f"einsum {equation!r}: label {c!r} has size {prev} in one operand and {d} "
-                    f"in operand {k}")
-    terms = []
-    for s, x in zip(subs, operands):
-        arr, lab = _einsum_prepare(x, s, sizes)
-        terms.append(_Term(arr, lab, False))
-    dt = operands[0].dtype
-    dev = rt.device_of(operands[0])
-    if any(sizes[c] == 0 for c in sizes):      # an empty product: zeros or nothing
-        shape = tuple(sizes[c] for c in out)
-        res = rt.empty(dev, shape, dt)
-        if res.size:
-            return rt.elementwise("x0", dt, rt.scalar(dev, 0, dt), out_shape=shape)
-        return res
-    cur = None
-    for idx, t in enumerate(terms):
-        later = out + "".join(u.labels for u in terms[idx + 1:])
-        t = _sum_out(t, later + (cur.labels if cur is not None else ""))
-        if cur is None:
-            cur = t
-            continue
-        cur = _sum_out(cur, later + t.labels)
-        cur = _contract(cur, t, later, sizes)
-    cur = _sum_out(cur, out)
-    res = _permuted(cur.arr, [cur.labels.index(c) for c in out])
-    if cur.fresh and not rt.is_contiguous(res):
-        res = rt.contiguous(res)
-    return res
-
-
 # --- LU: inverse, solve, determinants -----------------------------------------------------------
 
 def _lu_factor_src(dtype, nd, mode):
@@ -711,13 +664,17 @@ def _solve_lu(w, piv, b, bshape, n, nrhs, dtype):
 
 
 class LinalgKernels:
-    """The matrix-product and LU kernels (one method each; :func:`build` registers them)."""
+    """The matrix-product, Einsum and LU kernels (one method each; :meth:`table` maps op
+    names to them)."""
 
-    def matmul(self, a, b, transpose_a=False, transpose_b=False, adjoint_a=False, adjoint_b=False,
-               out=None):
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
+
+    def matmul(self, a, b, transpose_a=False, transpose_b=False, adjoint_a=False,
+               adjoint_b=False, out=None):
+        """MatMul: the (adjoint) operands as views, one product kernel."""
         # shape errors are ValueErrors: the core rewrites them with its shape inference's
         # message (as for NumPy's on ``cpu``)
-        """MatMul: the (adjoint) operands as views, one product kernel."""
         if a.ndim < 2 or b.ndim < 2:
             raise ValueError("matmul needs inputs of rank >= 2")
         if transpose_a or adjoint_a:
@@ -735,7 +692,7 @@ class LinalgKernels:
         n = x.shape[-1]
         bshape = tuple(x.shape[:-2])
         if math.prod(x.shape) == 0:
-            return rt.empty(rt.device_of(x), x.shape, x.dtype)
+            return self.rt.empty(self.rt.device_of(x), x.shape, x.dtype)
         w, piv, bad, _, _ = _lu(x, bshape, "lu")
         _raise_if_singular(bad, "Input is not invertible.")
         return _solve_lu(w, piv, None, bshape, n, n, x.dtype)
@@ -747,7 +704,7 @@ class LinalgKernels:
         n, nrhs = a.shape[-1], b.shape[-1]
         bshape = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
         if math.prod(bshape) * n * nrhs == 0:
-            return rt.empty(rt.device_of(a), bshape + (n, nrhs), a.dtype)
+            return self.rt.empty(self.rt.device_of(a), bshape + (n, nrhs), a.dtype)
         w, piv, bad, _, _ = _lu(a, bshape, "lu")
         _raise_if_singular(bad, "Input matrix is not invertible.")
         return _solve_lu(w, piv, b, bshape, n, nrhs, a.dtype)
@@ -761,15 +718,69 @@ class LinalgKernels:
         _, _, _, sign, logabs = _lu(x, tuple(x.shape[:-2]), "slogdet")
         return sign, logabs
 
+    def einsum(self, *operands, equation):
+        """Einsum: Einstein summation of device arrays, ``equation`` in the core's explicit
+        form (pairwise contractions as products, see the module doc)."""
+        lhs, _, out = equation.partition("->")
+        subs = lhs.split(",")
+        if len(subs) != len(operands):
+            raise InvalidArgumentError(f"einsum equation {equation!r}: {len(subs)} operand "
+                                       f"subscript(s) for {len(operands)} operand(s)")
+        sizes = {}
+        for k, (s, x) in enumerate(zip(subs, operands)):
+            if len(s) != x.ndim:
+                raise InvalidArgumentError(f"einsum equation {equation!r}: subscripts {s!r} name "
+                                           f"{len(s)} dimension(s) but the operand has rank "
+                                           f"{x.ndim}")
+            for c, d in zip(s, x.shape):
+                prev = sizes.get(c)
+                if prev is None or prev == 1:
+                    sizes[c] = d
+                elif d != prev and d != 1:
+                    raise InvalidArgumentError(
+                        f"einsum {equation!r}: label {c!r} has size {prev} in one operand and {d} "
+                        f"in operand {k}")
+        terms = []
+        for s, x in zip(subs, operands):
+            arr, lab = _einsum_prepare(x, s, sizes)
+            terms.append(_Term(arr, lab, False))
+        dt = operands[0].dtype
+        dev = self.rt.device_of(operands[0])
+        if any(sizes[c] == 0 for c in sizes):      # an empty product: zeros or nothing
+            shape = tuple(sizes[c] for c in out)
+            res = self.rt.empty(dev, shape, dt)
+            if res.size:
+                return self.rt.elementwise("x0", dt, self.rt.scalar(dev, 0, dt), out_shape=shape)
+            return res
+        cur = None
+        for idx, t in enumerate(terms):
+            later = out + "".join(u.labels for u in terms[idx + 1:])
+            t = _sum_out(t, later + (cur.labels if cur is not None else ""))
+            if cur is None:
+                cur = t
+                continue
+            cur = _sum_out(cur, later + t.labels)
+            cur = _contract(cur, t, later, sizes)
+        cur = _sum_out(cur, out)
+        res = _permuted(cur.arr, [cur.labels.index(c) for c in out])
+        if cur.fresh and not self.rt.is_contiguous(res):
+            res = self.rt.contiguous(res)
+        return res
 
-def build():
-    k = LinalgKernels()
-    return {
-        "MatMul": {"fn": k.matmul, "dtypes": FLOATS + ("int32", "int64") + cplx.COMPLEX,
-                   "out": True},
-        "Einsum": {"fn": einsum, "dtypes": NUMERIC + cplx.COMPLEX},
-        "MatrixInverse": {"fn": k.inv, "dtypes": FLOATS},
-        "MatrixSolve": {"fn": k.solve, "dtypes": FLOATS},
-        "MatrixDeterminant": {"fn": k.det, "dtypes": FLOATS},
-        "LogMatrixDeterminant": {"fn": k.slogdet, "dtypes": FLOATS},
-    }
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        return {
+            "MatMul": KernelSpec(self.matmul, dtypes=FLOATS + ("int32", "int64") + cplx.COMPLEX,
+                                 out=True),
+            "Einsum": KernelSpec(self.einsum, dtypes=NUMERIC + cplx.COMPLEX),
+            "MatrixInverse": KernelSpec(self.inv, dtypes=FLOATS),
+            "MatrixSolve": KernelSpec(self.solve, dtypes=FLOATS),
+            "MatrixDeterminant": KernelSpec(self.det, dtypes=FLOATS),
+            "LogMatrixDeterminant": KernelSpec(self.slogdet, dtypes=FLOATS),
+        }
+
+
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return LinalgKernels(ctx).table()

@@ -1,4 +1,5 @@
-"""Elementwise math kernels: one generated OpenCL C kernel per (op, dtypes, layout).
+"""Elementwise kernels (:class:`MathKernels`): the math ops, one generated OpenCL C kernel
+per (op, dtypes, layout), and the fused optimizer updates.
 
 Every op is an expression for :func:`runtime.elementwise` (broadcasting and strided
 inputs included), chosen per dtype where C and NumPy differ: integer floor
@@ -7,6 +8,18 @@ propagate NaN, ``round`` is half-to-even (``rint``), ``abs`` of a signed integer
 stays signed. Result dtypes are NumPy's (so ``RealDiv`` of integers gives float64,
 as on ``cpu``). Complex inputs (``float2``/``double2`` pairs) take the expressions of
 :mod:`tapeflow_opencl.cplx` through the same generated kernel.
+
+Fused optimizer updates (issue 34): each op of :mod:`tapeflow.ops.fused` (``ApplyAdam``...)
+is one generated elementwise kernel that reads the variable, its slots and the gradient
+once and writes the new variable and slots: one launch per variable and step instead of
+about ten. The formulas and their order are those of the ``cpu`` kernels
+(:class:`tapeflow.kernels.optim.OptimKernels`), with ``FP_CONTRACT OFF`` (no fused
+multiply-add the NumPy update does not do); the result agrees within float rounding (the
+device's ``sqrt`` and division may differ in the last bit). The step's coefficients
+(learning rate, Adam's ``lr_t``) are 0-d device arrays read by every work item; the fixed
+hyperparameters are kernel arguments, so a new ``beta1`` compiles nothing. With
+``inplace=True`` (contiguous inputs) the outputs are the inputs' buffers; otherwise new
+arrays.
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ import functools
 import numpy as np
 
 from tapeflow.errors import InvalidArgumentError
+from tapeflow.plugins import KernelSpec
 
 from . import cplx
 from . import runtime as rt
@@ -103,7 +117,7 @@ def _ew(expr, dt, *xs, out=None):
     return into(expr, out, *xs)
 
 
-# --- the expression table: the kernels of build() and elementwise fusion share it ------------
+# --- the expression table: MathKernels.table() and elementwise fusion share it ---------------
 
 #: binary ops: (float expression, integer expression or None, NumPy function giving the
 #: result dtype, or None for the inputs' dtype)
@@ -238,10 +252,84 @@ def expression(op_name, dtypes, attrs=None):
     return None
 
 
+# --- fused optimizer updates (issue 34) -----------------------------------------------------
+
+#: fused optimizer op -> (array inputs, scalar inputs, kernel constants from attrs, body);
+#: the outputs are the array inputs but ``grad``, in order. Bodies update the locals of the
+#: inputs.
+_OPTIMIZERS = {
+    "ApplyGradientDescent": (("var", "grad"), ("lr",), lambda a: {},
+                             lambda a: "var = var - grad * lr;"),
+    "ApplyMomentum": (("var", "accum", "grad"), ("lr", "mom_lr"),
+                      lambda a: {"momentum": a["momentum"]},
+                      lambda a: "accum = accum * momentum + grad; var = var - " + (
+                          "(grad * lr + accum * mom_lr);" if a["use_nesterov"]
+                          else "accum * lr;")),
+    "ApplyAdam": (("var", "m", "v", "grad"), ("lr_t",),
+                  lambda a: {"c1": 1 - a["beta1"], "c2": 1 - a["beta2"],
+                             "epsilon": a["epsilon"]},
+                  lambda a: "m = m + (grad - m) * c1; v = v + (grad * grad - v) * c2; "
+                            "var = var - m * lr_t / (sqrt(v) + epsilon);"),
+    "ApplyRMSProp": (("var", "ms", "mom", "grad"), ("lr",),
+                     lambda a: {"c": 1 - a["rho"], "momentum": a["momentum"],
+                                "epsilon": a["epsilon"]},
+                     lambda a: "ms = ms + (grad * grad - ms) * c; "
+                               "T step = grad * lr / sqrt(ms + epsilon); "
+                               + _mom_step(a)),
+    "ApplyCenteredRMSProp": (("var", "mg", "ms", "mom", "grad"), ("lr",),
+                             lambda a: {"c": 1 - a["rho"], "momentum": a["momentum"],
+                                        "epsilon": a["epsilon"]},
+                             lambda a: "ms = ms + (grad * grad - ms) * c; "
+                                       "mg = mg + (grad - mg) * c; "
+                                       "T step = grad * lr / sqrt(ms - mg * mg + epsilon); "
+                                       + _mom_step(a)),
+    "ApplyKerasRMSProp": (("var", "ms", "grad"), ("lr",),
+                          lambda a: {"c": 1 - a["rho"], "epsilon": a["epsilon"]},
+                          lambda a: "ms = ms + (grad * grad - ms) * c; "
+                                    "var = var - grad * lr / (sqrt(ms) + epsilon);"),
+    "ApplyKerasCenteredRMSProp": (("var", "ms", "mg", "grad"), ("lr",),
+                                  lambda a: {"c": 1 - a["rho"], "epsilon": a["epsilon"]},
+                                  lambda a: "ms = ms + (grad * grad - ms) * c; "
+                                            "mg = mg + (grad - mg) * c; var = var - grad * lr"
+                                            " / (sqrt(ms - mg * mg) + epsilon);"),
+    "ApplyAdagrad": (("var", "accum", "grad"), ("lr",), lambda a: {},
+                     lambda a: "accum = accum + grad * grad; "
+                               "var = var - grad * lr / sqrt(accum);"),
+}
+
+
+def _mom_step(attrs):
+    """RMSProp's momentum update (momentum 0: the step alone, as the ``cpu`` kernel)."""
+    if attrs["momentum"]:
+        return "mom = mom * momentum + step; var = var - mom;"
+    return "mom = step; var = var - mom;"
+
+
+def _optim_source(T, arrays, scalars, consts, body):
+    outs = [a for a in arrays if a != "grad"]
+    params = ["long n"]
+    params += [f"__global const {T}* {a}_in, long {a}_o" for a in arrays]
+    params += [f"__global const {T}* {s}_in, long {s}_o" for s in scalars]
+    params += [f"{T} {c}" for c in consts]
+    params += [f"__global {T}* {a}_out, long {a}_oo" for a in outs]
+    lines = ["#pragma OPENCL FP_CONTRACT OFF", f"typedef {T} T;",
+             "__kernel void optim_k(" + ", ".join(params) + ") {",
+             "  long i = get_global_id(0); if (i >= n) return;"]
+    lines += [f"  T {a} = {a}_in[{a}_o + i];" for a in arrays]
+    lines += [f"  const T {s} = {s}_in[{s}_o];" for s in scalars]
+    lines += ["  " + body]
+    lines += [f"  {a}_out[{a}_oo + i] = {a};" for a in outs]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 class MathKernels:
-    """The elementwise math kernels: one method per kernel or per family of kernels that
-    differ only by their expression (bound to it with :func:`runtime.bind` by
-    :func:`build`)."""
+    """The elementwise kernels: one method per kernel or per family of kernels that
+    differ only by their expression or op (bound to it with :func:`runtime.bind` by
+    :meth:`table`), and the fused optimizer updates."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
 
     def binary(self, expr_f, expr_i, npfn, x, y, out=None):
         """A binary op of :data:`_BINARY`: its float or integer expression, NumPy's dtype
@@ -263,23 +351,23 @@ class MathKernels:
 
     def to_bool(self, expr, *xs):
         """A float predicate or a logical op: ``expr`` with a bool result."""
-        return rt.elementwise(expr, np.bool_, *xs)
+        return self.rt.elementwise(expr, np.bool_, *xs)
 
     def bitwise(self, expr, x, y):
         """A bitwise op of :data:`_BITWISE` in the inputs' dtype."""
-        return rt.elementwise(expr, x.dtype, x, y)
+        return self.rt.elementwise(expr, x.dtype, x, y)
 
     def invert(self, x):
         """Invert: ``~x`` (``!x`` on bools)."""
-        return rt.elementwise("!x0" if x.dtype == np.bool_ else "~x0", x.dtype, x)
+        return self.rt.elementwise("!x0" if x.dtype == np.bool_ else "~x0", x.dtype, x)
 
     def floordiv(self, x, y):
         """FloorDiv rounding toward negative infinity (NumPy's ``floor_divide``)."""
         _check_divisor(x, y)
         if _isf(x):
-            ct = rt.CTYPES[x.dtype]
-            return rt.elementwise(f"fdiv_{ct}(x0, x1)", x.dtype, x, y, preamble=_DIVMOD)
-        return rt.elementwise(
+            ct = self.rt.CTYPES[x.dtype]
+            return self.rt.elementwise(f"fdiv_{ct}(x0, x1)", x.dtype, x, y, preamble=_DIVMOD)
+        return self.rt.elementwise(
             "(x1 == 0) ? 0 : ((x0 / x1) - (((x0 % x1) != 0) && ((x0 < 0) != (x1 < 0))))",
             x.dtype, x, y)
 
@@ -287,19 +375,20 @@ class MathKernels:
         """FloorMod with the divisor's sign (NumPy's ``remainder``)."""
         _check_divisor(x, y)
         if _isf(x):
-            ct = rt.CTYPES[x.dtype]
-            return rt.elementwise(f"fmod_{ct}(x0, x1)", x.dtype, x, y, preamble=_DIVMOD)
-        return rt.elementwise("(x1 == 0) ? 0 : (((x0 % x1) != 0 && ((x0 % x1 < 0) != (x1 < 0))) "
-                              "? (x0 % x1 + x1) : (x0 % x1))", x.dtype, x, y)
+            ct = self.rt.CTYPES[x.dtype]
+            return self.rt.elementwise(f"fmod_{ct}(x0, x1)", x.dtype, x, y, preamble=_DIVMOD)
+        return self.rt.elementwise(
+            "(x1 == 0) ? 0 : (((x0 % x1) != 0 && ((x0 % x1 < 0) != (x1 < 0))) "
+            "? (x0 % x1 + x1) : (x0 % x1))", x.dtype, x, y)
 
     def power(self, x, y):
         """Pow: ``pow`` on floats, exact integer powers (negative exponents refused)."""
         if _isf(x):
-            return rt.elementwise("pow(x0, x1)", x.dtype, x, y)
-        if y.dtype.kind == "i" and (rt.download(y) < 0).any():
+            return self.rt.elementwise("pow(x0, x1)", x.dtype, x, y)
+        if y.dtype.kind == "i" and (self.rt.download(y) < 0).any():
             raise InvalidArgumentError("Integers to negative integer powers are not allowed")
-        ct = rt.CTYPES[x.dtype]
-        return rt.elementwise(f"ipow_{ct}(x0, x1)", x.dtype, x, y, preamble=_ipow(ct))
+        ct = self.rt.CTYPES[x.dtype]
+        return self.rt.elementwise(f"ipow_{ct}(x0, x1)", x.dtype, x, y, preamble=_ipow(ct))
 
     def add_n(self, *xs):
         """AddN: the inputs summed, at most 8 per launch."""
@@ -315,7 +404,7 @@ class MathKernels:
             if out is not None:
                 group = [out] + group
             expr = " + ".join(f"x{j}" for j in range(len(group)))
-            out = rt.elementwise(expr, xs[0].dtype, *group)
+            out = self.rt.elementwise(expr, xs[0].dtype, *group)
         return out
 
     def cast(self, x, dtype):
@@ -324,90 +413,132 @@ class MathKernels:
         if to == x.dtype:
             return x
         if to.kind == "c" or x.dtype.kind == "c":
-            rt.device_of(x).check_dtype(to, "casting to it")
-            return rt.elementwise(cplx.cast_expr(x.dtype, to), to, x)
-        if to not in rt.CTYPES or to == np.float16:
+            self.rt.device_of(x).check_dtype(to, "casting to it")
+            return self.rt.elementwise(cplx.cast_expr(x.dtype, to), to, x)
+        if to not in self.rt.CTYPES or to == np.float16:
             # complex, or float16 without cl_khr_fp16: the device's own clear error (not
             # a compile error of a kernel casting to half)
-            rt.device_of(x).check_dtype(to, "casting to it")
-        return rt.elementwise(_cast_expr(to), to, x)
+            self.rt.device_of(x).check_dtype(to, "casting to it")
+        return self.rt.elementwise(_cast_expr(to), to, x)
 
     def absolute(self, x):
         """Abs (unsigned integers returned as they are)."""
         if x.dtype.kind == "u":
             return x
         ef, ei = _UNARY_NUM["Abs"]
-        return rt.elementwise(ef if _isf(x) else ei, x.dtype, x)
+        return self.rt.elementwise(ef if _isf(x) else ei, x.dtype, x)
 
     def round_(self, x):
         """Round half to even (``rint``); integers returned as they are."""
-        return rt.elementwise(_UNARY_NUM["Round"][0], x.dtype, x) if _isf(x) else x
+        return self.rt.elementwise(_UNARY_NUM["Round"][0], x.dtype, x) if _isf(x) else x
 
     def complex_op(self, op_name, *xs):
         """``op_name`` on complex inputs: :func:`cplx.expression` through the generated
         elementwise kernel."""
         expr, dt, pre = cplx.expression(op_name, tuple(x.dtype for x in xs))
-        return rt.elementwise(expr, dt, *xs, preamble=pre)
+        return self.rt.elementwise(expr, dt, *xs, preamble=pre)
 
     def make_complex(self, re, im):
         """Complex: ``re + i im`` from two real inputs."""
         expr, dt, _ = cplx.expression("Complex", (re.dtype, im.dtype))
-        return rt.elementwise(expr, dt, re, im)
+        return self.rt.elementwise(expr, dt, re, im)
 
-
-def build():
-    k = MathKernels()
-    p = rt.bind
-    num = dict(dtypes=NUMERIC)
-    flt = dict(dtypes=FLOATS)
-    table = {
-        "FloorDiv": dict(num, fn=k.floordiv),
-        "FloorMod": dict(num, fn=k.floormod),
-        "Pow": dict(num, fn=k.power),
-        "AddN": dict(num, fn=k.add_n),
-        "Cast": {"fn": k.cast, "dtypes": ALL},
-        "Abs": dict(num, fn=k.absolute),
-        "Sign": dict(num, fn=p(k.unary, "sign", *_UNARY_NUM["Sign"])),
-        "Round": dict(num, fn=k.round_),
-        "Invert": {"fn": k.invert, "dtypes": ALL[len(FLOATS):]},
-    }
-    for name, (ef, ei, npfn) in _BINARY.items():
-        if name in ("Maximum", "Minimum"):
-            table[name] = dict(num, fn=p(k.same_dtype, name.lower(), ef, ei), out=True)
+    def optimizer_update(self, op_name, *inputs, inplace=False, **attrs):
+        """A fused optimizer update (``ApplyAdam``...): op ``op_name``'s generated kernel
+        on ``inputs`` (the arrays, then the 0-d coefficients); returns the new variable
+        and slots (one array for ``ApplyGradientDescent``)."""
+        arrays, scalars, consts_of, body_of = _OPTIMIZERS[op_name]
+        arr = [self.rt.contiguous(a) for a in inputs[:len(arrays)]]
+        sc = list(inputs[len(arrays):])
+        var = arr[0]
+        dev = self.rt.device_of(var)
+        outs_in = [a for name, a in zip(arrays, arr) if name != "grad"]
+        if inplace and all(o is i for o, i in zip(outs_in, inputs)):
+            outs = outs_in
         else:
-            table[name] = dict(flt if ei is None else num, out=True,
-                               fn=p(k.binary, name.lower(), ef, ei, npfn))
-    for name in ("Neg", "Square"):
-        table[name] = dict(num, fn=p(k.unary, name.lower(), *_UNARY_NUM[name]), out=True)
-    for name, expr in _UNARY_FLOAT.items():
-        table[name] = dict(flt, fn=p(k.unary, name.lower(), expr, None), out=True)
-    for name, expr in _PREDICATES.items():
-        table[name] = dict(flt, fn=p(k.to_bool, name.lower(), expr))
-    for name, (cop, dts) in _COMPARISONS.items():
-        table[name] = {"fn": p(k.compare, name.lower(), cop), "dtypes": dts, "out": True}
-    for name, expr in _LOGICAL.items():
-        table[name] = {"fn": p(k.to_bool, name.lower(), expr), "dtypes": BOOL}
-    for name, (expr, dts) in _BITWISE.items():
-        table[name] = {"fn": p(k.bitwise, name.lower(), expr), "dtypes": dts}
-    _add_complex(table, k)
-    return table
+            outs = [self.rt.empty(dev, var.shape, var.dtype) for _ in outs_in]
+        n = var.size
+        if n:
+            consts = consts_of(attrs)
+            T = self.rt.CTYPES[var.dtype]
+            src = _optim_source(T, arrays, scalars, consts, body_of(attrs))
+            ft = var.dtype.type
+            sd = ([np.int64] + [None, np.int64] * (len(arrays) + len(scalars))
+                  + [ft] * len(consts) + [None, np.int64] * len(outs))
+            args = [n]
+            for a in arr + sc:
+                args += [self.rt.buf(dev, a), a.offset // a.dtype.itemsize]
+            args += [ft(v) for v in consts.values()]
+            for o in outs:
+                args += [self.rt.buf(dev, o), o.offset // o.dtype.itemsize]
+            self.rt.launch(dev, self.rt.kernel(dev, src, "optim_k", sd), (n,), None, *args)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        bind = self.rt.bind
+        num, flt = NUMERIC, FLOATS
+        table = {
+            "FloorDiv": KernelSpec(self.floordiv, dtypes=num),
+            "FloorMod": KernelSpec(self.floormod, dtypes=num),
+            "Pow": KernelSpec(self.power, dtypes=num),
+            "AddN": KernelSpec(self.add_n, dtypes=num),
+            "Cast": KernelSpec(self.cast, dtypes=ALL),
+            "Abs": KernelSpec(self.absolute, dtypes=num),
+            "Sign": KernelSpec(bind(self.unary, "sign", *_UNARY_NUM["Sign"]), dtypes=num),
+            "Round": KernelSpec(self.round_, dtypes=num),
+            "Invert": KernelSpec(self.invert, dtypes=ALL[len(FLOATS):]),
+        }
+        for name, (ef, ei, npfn) in _BINARY.items():
+            if name in ("Maximum", "Minimum"):
+                fn = bind(self.same_dtype, name.lower(), ef, ei)
+                table[name] = KernelSpec(fn, dtypes=num, out=True)
+            else:
+                fn = bind(self.binary, name.lower(), ef, ei, npfn)
+                table[name] = KernelSpec(fn, dtypes=flt if ei is None else num, out=True)
+        for name in ("Neg", "Square"):
+            fn = bind(self.unary, name.lower(), *_UNARY_NUM[name])
+            table[name] = KernelSpec(fn, dtypes=num, out=True)
+        for name, expr in _UNARY_FLOAT.items():
+            table[name] = KernelSpec(bind(self.unary, name.lower(), expr, None), dtypes=flt,
+                                     out=True)
+        for name, expr in _PREDICATES.items():
+            table[name] = KernelSpec(bind(self.to_bool, name.lower(), expr), dtypes=flt)
+        for name, (cop, dts) in _COMPARISONS.items():
+            table[name] = KernelSpec(bind(self.compare, name.lower(), cop), dtypes=dts,
+                                     out=True)
+        for name, expr in _LOGICAL.items():
+            table[name] = KernelSpec(bind(self.to_bool, name.lower(), expr), dtypes=BOOL)
+        for name, (expr, dts) in _BITWISE.items():
+            table[name] = KernelSpec(bind(self.bitwise, name.lower(), expr), dtypes=dts)
+        self._add_complex(table)
+        for name in _OPTIMIZERS:
+            table[name] = KernelSpec(bind(self.optimizer_update, name.lower(), name),
+                                     dtypes=FLOATS)
+        return table
+
+    def _add_complex(self, table):
+        """Declare complex64/complex128 on the ops :mod:`.cplx` computes: a variant per
+        complex dtype (the dispatcher calls it for complex inputs only, so the real
+        kernels run as before); ``Cast`` converts complex on either side in its own
+        kernel; ``Complex`` (two real inputs) is a kernel of its own."""
+        for name in cplx.OPS:
+            spec = table.get(name)
+            fn = self.rt.bind(self.complex_op, f"{name.lower()}_complex", name)
+            if spec is None:
+                if name not in ("Real", "Imag", "Conj"):
+                    continue
+                spec = KernelSpec(fn, dtypes=())
+            variants = dict(spec.variants or {})
+            variants.update({c: fn for c in cplx.COMPLEX})
+            table[name] = self.rt.respec(spec, dtypes=spec.dtypes + cplx.COMPLEX,
+                                         variants=variants)
+        cast = table["Cast"]
+        table["Cast"] = self.rt.respec(cast, dtypes=cast.dtypes + cplx.COMPLEX)
+        table["Complex"] = KernelSpec(self.make_complex, dtypes=FLOATS)
 
 
-def _add_complex(table, k):
-    """Declare complex64/complex128 on the ops :mod:`.cplx` computes: a variant per
-    complex dtype (the dispatcher calls it for complex inputs only, so the real kernels
-    run as before); ``Cast`` converts complex on either side in its own kernel;
-    ``Complex`` (two real inputs) is a kernel of its own."""
-    for name in cplx.OPS:
-        spec = table.get(name)
-        fn = rt.bind(k.complex_op, f"{name.lower()}_complex", name)
-        if spec is None:
-            if name not in ("Real", "Imag", "Conj"):
-                continue
-            spec = {"fn": fn, "dtypes": ()}
-        variants = dict(spec.get("variants") or {})
-        variants.update({c: fn for c in cplx.COMPLEX})
-        table[name] = dict(spec, dtypes=tuple(spec["dtypes"]) + cplx.COMPLEX,
-                           variants=variants)
-    table["Cast"] = dict(table["Cast"], dtypes=tuple(table["Cast"]["dtypes"]) + cplx.COMPLEX)
-    table["Complex"] = {"fn": k.make_complex, "dtypes": FLOATS}
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return MathKernels(ctx).table()

@@ -1,4 +1,5 @@
-"""Neural-network kernels: activations, bias_add and convolution.
+"""Neural-network kernels (:class:`NNKernels`): activations, bias_add, convolution and
+the fused convolution ``_FusedConv2D``.
 
 * Activations and ``BiasAdd`` are expressions for :func:`runtime.elementwise`
   (``alpha`` travels as a cached 0-d device scalar, so one kernel serves every
@@ -32,6 +33,15 @@
     the batch the rows are split in ``S`` slices and ``sum_parts`` adds the ``S``
     partial filters in a fixed order (deterministic).
 
+* ``_FusedConv2D`` (Conv2D + BiasAdd + activation, issue 34): the direct convolution,
+  then the bias and the activation as one elementwise kernel over its output (one
+  launch, one read and one write of the output, where the unfused ops make two or
+  three). The activations are the expressions above (``Relu``, ``Relu6``, ``Elu``,
+  ``LeakyRelu``) and, for Gelu, the operations of tapeflow's ``gelu`` in their order
+  (``erf``/``tanh`` of OpenCL C), so the result agrees with the unfused ops within float
+  rounding. (Writing the epilogue inside ``conv_fwd``'s final store would save that
+  pass too; it needs a hook in the kernel template.)
+
 Pooling is :mod:`tapeflow_opencl.k_pool`.
 
 Attributes arrive normalised by ``tapeflow.nn`` (see the ``cpu`` kernels): shape
@@ -40,9 +50,12 @@ and attribute errors are raised there, before dispatch.
 
 from __future__ import annotations
 
+import math
 import string
 
 import numpy as np
+
+from tapeflow.plugins import KernelSpec
 
 from . import runtime as rt
 from .runtime import FLOATS
@@ -145,57 +158,6 @@ def expression(op_name, dtypes, attrs=None):
 
 def _act(name, *arrays):
     return rt.elementwise(_ACTIVATIONS[name][0](_ct(arrays[0])), arrays[0].dtype, *arrays)
-
-
-def relu(x):
-    return _act("Relu", x)
-
-
-def relu_grad(dy, x):
-    return _act("ReluGrad", dy, x)
-
-
-def relu6(x):
-    return _act("Relu6", x)
-
-
-def relu6_grad(dy, x):
-    return _act("Relu6Grad", dy, x)
-
-
-def leaky_relu(x, alpha):
-    dev = rt.device_of(x)
-    a = rt.scalar(dev, alpha, x.dtype)
-    # == max(x, alpha x) for 0 <= alpha <= 1, min(x, alpha x) for alpha > 1 (NaN stays NaN)
-    return rt.elementwise("x0 > 0 ? x0 : x0 * x1", x.dtype, x, a)
-
-
-def leaky_relu_grad(dy, x, alpha):
-    if rt.broadcast_shape([dy.shape, x.shape]) != tuple(x.shape):
-        # (the cpu kernel's in-place product: the gradient takes the features' shape)
-        raise ValueError(f"gradients of shape {list(dy.shape)} do not broadcast to the "
-                         f"features' shape {list(x.shape)}")
-    dev = rt.device_of(dy)
-    t = _ct(dy)
-    one_minus = rt.scalar(dev, 1.0 - alpha, dy.dtype)
-    a = rt.scalar(dev, alpha, dy.dtype)
-    return rt.elementwise(f"((x1 > ({t})0 ? ({t})1 : ({t})0) * x2 + x3) * x0", dy.dtype,
-                          dy, x, one_minus, a)
-
-
-def elu(x):
-    return _act("Elu", x)
-
-
-def elu_grad(dy, y):
-    return _act("EluGrad", dy, y)
-
-
-def bias_add(x, b, data_format):
-    if data_format == "NCHW" and x.ndim >= 3:
-        (bs,), boff = rt.layout(b)
-        b = rt.view(b, (b.shape[0],) + (1,) * (x.ndim - 2), (bs,) + (0,) * (x.ndim - 2), boff)
-    return rt.elementwise("x0 + x1", x.dtype, x, b)
 
 
 # --- convolution -----------------------------------------------------------------------------
@@ -440,95 +402,207 @@ def _direct(dev, name, dtype, ob, unit, nb, ncols, rows, *args):
     _launch2(dev, k, nb, -(-ncols // _PW) * rows, *args, rows)
 
 
-def conv2d(x, w, strides, padding, data_format, dilations):
-    dev = rt.device_of(x)
-    (n, h, wd, c), xst, xoff = _nhwc(x, data_format)
-    kh, kw, _, o = w.shape
-    oh, ow, pt, pl = _conv_geom(h, wd, kh, kw, strides, padding, dilations)
-    y, yst = _new(dev, (n, oh, ow, o), x.dtype, data_format)
-    if y.size == 0:
+# --- the fused convolution -------------------------------------------------------------------
+
+#: ``_FusedConv2D``'s activation -> OpenCL C body of ``fc_act(z, a)`` for C type ``t`` (the
+#: expressions of :data:`_ACTIVATIONS`, and Gelu as tapeflow's ``gelu`` computes it)
+_FUSED_BODIES = {
+    None: lambda t: "z",
+    "Relu": lambda t: f"z < ({t})0 ? ({t})0 : z",
+    "Relu6": lambda t: f"z < ({t})0 ? ({t})0 : (z > ({t})6 ? ({t})6 : z)",
+    "Elu": lambda t: f"(z < ({t})0 ? ({t})0 : z) + expm1(z > ({t})0 ? ({t})0 : z)",
+    "LeakyRelu": lambda t: "z > 0 ? z : z * a",
+    "GeluExact": lambda t: (f"(z * ({t})0.5) * (erf(z * ({t}){1.0 / math.sqrt(2.0)!r}) "
+                            f"+ ({t})1)"),
+    "GeluApproximate": lambda t: (
+        f"(z * ({t})0.5) * (tanh((z + (z * z * z) * ({t})0.044715) * "
+        f"({t}){math.sqrt(2.0 / math.pi)!r}) + ({t})1)"),
+}
+
+
+def _fused_preamble(act, t):
+    return (f"static inline {t} fc_act({t} z, {t} a) {{ return {_FUSED_BODIES[act](t)}; }}\n")
+
+
+class NNKernels:
+    """The neural-network kernels on OpenCL: activations and ``BiasAdd`` (generated
+    elementwise kernels), the direct convolution and its gradients, and the fused
+    convolution ``_FusedConv2D``. :meth:`table` maps op names to them."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
+
+    def relu(self, x):
+        """Relu: ``max(x, 0)``."""
+        return _act("Relu", x)
+
+    def relu_grad(self, dy, x):
+        """ReluGrad: ``dy`` where ``x > 0``."""
+        return _act("ReluGrad", dy, x)
+
+    def relu6(self, x):
+        """Relu6: ``min(max(x, 0), 6)``."""
+        return _act("Relu6", x)
+
+    def relu6_grad(self, dy, x):
+        """Relu6Grad: ``dy`` where ``0 < x < 6``."""
+        return _act("Relu6Grad", dy, x)
+
+    def leaky_relu(self, x, alpha):
+        """LeakyRelu: ``x`` where ``x > 0``, else ``alpha x`` (``alpha`` a 0-d device
+        scalar: one kernel serves every value)."""
+        dev = self.rt.device_of(x)
+        a = self.rt.scalar(dev, alpha, x.dtype)
+        # == max(x, alpha x) for 0 <= alpha <= 1, min(x, alpha x) for alpha > 1 (NaN stays NaN)
+        return self.rt.elementwise("x0 > 0 ? x0 : x0 * x1", x.dtype, x, a)
+
+    def leaky_relu_grad(self, dy, x, alpha):
+        """LeakyReluGrad: ``dy`` where ``x > 0``, else ``alpha dy``."""
+        if self.rt.broadcast_shape([dy.shape, x.shape]) != tuple(x.shape):
+            # (the cpu kernel's in-place product: the gradient takes the features' shape)
+            raise ValueError(f"gradients of shape {list(dy.shape)} do not broadcast to the "
+                             f"features' shape {list(x.shape)}")
+        dev = self.rt.device_of(dy)
+        t = _ct(dy)
+        one_minus = self.rt.scalar(dev, 1.0 - alpha, dy.dtype)
+        a = self.rt.scalar(dev, alpha, dy.dtype)
+        return self.rt.elementwise(f"((x1 > ({t})0 ? ({t})1 : ({t})0) * x2 + x3) * x0", dy.dtype,
+                                   dy, x, one_minus, a)
+
+    def elu(self, x):
+        """Elu: ``x`` where ``x > 0``, else ``expm1(x)``."""
+        return _act("Elu", x)
+
+    def elu_grad(self, dy, y):
+        """EluGrad from the output ``y``: ``dy`` where ``y > 0``, else ``dy (y + 1)``."""
+        return _act("EluGrad", dy, y)
+
+    def bias_add(self, x, b, data_format):
+        """BiasAdd: ``x + b`` over the channel axis (NCHW: ``b`` as a broadcast view)."""
+        if data_format == "NCHW" and x.ndim >= 3:
+            (bs,), boff = self.rt.layout(b)
+            ones = (1,) * (x.ndim - 2)
+            b = self.rt.view(b, (b.shape[0],) + ones, (bs,) + (0,) * (x.ndim - 2), boff)
+        return self.rt.elementwise("x0 + x1", x.dtype, x, b)
+
+    def conv2d(self, x, w, strides, padding, data_format, dilations):
+        """Conv2D: the direct convolution ``conv_fwd`` (see the module doc)."""
+        dev = self.rt.device_of(x)
+        (n, h, wd, c), xst, xoff = _nhwc(x, data_format)
+        kh, kw, _, o = w.shape
+        oh, ow, pt, pl = _conv_geom(h, wd, kh, kw, strides, padding, dilations)
+        y, yst = _new(dev, (n, oh, ow, o), x.dtype, data_format)
+        if y.size == 0:
+            return y
+        wst, woff = self.rt.layout(w)
+        ob = _lanes(x.dtype, o)
+        _direct(dev, "conv_fwd", x.dtype, ob, (wst[3], yst[3], xst[3]), o // ob, ow, n * oh,
+                y.base_data, self.rt.buf(dev, x), xoff, self.rt.buf(dev, w), woff,
+                h, wd, c, oh, ow, o, *xst, *wst, *yst,
+                *_geo_args(kh, kw, strides, dilations, pt, pl))
         return y
-    wst, woff = rt.layout(w)
-    ob = _lanes(x.dtype, o)
-    _direct(dev, "conv_fwd", x.dtype, ob, (wst[3], yst[3], xst[3]), o // ob, ow, n * oh,
-            y.base_data, rt.buf(dev, x), xoff, rt.buf(dev, w), woff,
-            h, wd, c, oh, ow, o, *xst, *wst, *yst,
-            *_geo_args(kh, kw, strides, dilations, pt, pl))
-    return y
 
-
-def conv2d_backprop_input(w, dy, input_sizes, strides, padding, data_format, dilations):
-    dev = rt.device_of(dy)
-    n, a, b, cc = input_sizes
-    nhwc = (n, a, b, cc) if data_format == "NHWC" else (n, b, cc, a)
-    _, h, wd, c = nhwc
-    dx, xst = _new(dev, nhwc, dy.dtype, data_format)
-    if dx.size == 0:
+    def conv2d_backprop_input(self, w, dy, input_sizes, strides, padding, data_format,
+                              dilations):
+        """Conv2DBackpropInput: ``conv_bpi``, the input gradient."""
+        dev = self.rt.device_of(dy)
+        n, a, b, cc = input_sizes
+        nhwc = (n, a, b, cc) if data_format == "NHWC" else (n, b, cc, a)
+        _, h, wd, c = nhwc
+        dx, xst = _new(dev, nhwc, dy.dtype, data_format)
+        if dx.size == 0:
+            return dx
+        (_, oh, ow, o), dst, doff = _nhwc(dy, data_format)
+        kh, kw = w.shape[0], w.shape[1]
+        _, _, pt, pl = _conv_geom(h, wd, kh, kw, strides, padding, dilations)
+        ob = _lanes(dy.dtype, c)
+        wst, woff = self.rt.layout(w)
+        if ob > 1 and wst[2] != 1 and w.size:
+            # the filter with in_channels innermost (a small copy): vector loads over c
+            wt = self.rt.contiguous(
+                self.rt.view(w, (kh, kw, o, c), (wst[0], wst[1], wst[3], wst[2]), woff))
+            (si, sj, so, sc), woff = self.rt.layout(wt)
+            wst, w = (si, sj, sc, so), wt
+        _direct(dev, "conv_bpi", dy.dtype, ob, (wst[2], xst[3], dst[3]), c // ob, wd, n * h,
+                dx.base_data, self.rt.buf(dev, w), woff, self.rt.buf(dev, dy), doff,
+                h, wd, c, oh, ow, o, *dst, *wst, *xst,
+                *_geo_args(kh, kw, strides, dilations, pt, pl))
         return dx
-    (_, oh, ow, o), dst, doff = _nhwc(dy, data_format)
-    kh, kw = w.shape[0], w.shape[1]
-    _, _, pt, pl = _conv_geom(h, wd, kh, kw, strides, padding, dilations)
-    ob = _lanes(dy.dtype, c)
-    wst, woff = rt.layout(w)
-    if ob > 1 and wst[2] != 1 and w.size:
-        # the filter with in_channels innermost (a small copy): vector loads over c
-        wt = rt.contiguous(rt.view(w, (kh, kw, o, c), (wst[0], wst[1], wst[3], wst[2]), woff))
-        (si, sj, so, sc), woff = rt.layout(wt)
-        wst, w = (si, sj, sc, so), wt
-    _direct(dev, "conv_bpi", dy.dtype, ob, (wst[2], xst[3], dst[3]), c // ob, wd, n * h,
-            dx.base_data, rt.buf(dev, w), woff, rt.buf(dev, dy), doff,
-            h, wd, c, oh, ow, o, *dst, *wst, *xst,
-            *_geo_args(kh, kw, strides, dilations, pt, pl))
-    return dx
 
-
-def conv2d_backprop_filter(x, dy, filter_sizes, strides, padding, data_format, dilations):
-    dev = rt.device_of(x)
-    kh, kw, c, o = filter_sizes
-    dw = rt.empty(dev, (kh, kw, c, o), x.dtype)
-    if dw.size == 0:
+    def conv2d_backprop_filter(self, x, dy, filter_sizes, strides, padding, data_format,
+                               dilations):
+        """Conv2DBackpropFilter: ``conv_bpf``, the filter gradient (split over the
+        batch rows and summed in a fixed order when the filter is small)."""
+        dev = self.rt.device_of(x)
+        kh, kw, c, o = filter_sizes
+        dw = self.rt.empty(dev, (kh, kw, c, o), x.dtype)
+        if dw.size == 0:
+            return dw
+        (n, h, wd, _), xst, xoff = _nhwc(x, data_format)
+        (_, oh, ow, _), dst, doff = _nhwc(dy, data_format)
+        _, _, pt, pl = _conv_geom(h, wd, kh, kw, strides, padding, dilations)
+        ob = _lanes(x.dtype, o)
+        cb = min(_CB, c)
+        nv = 4      # few input channels: more output vectors per work item (independent sums)
+        while nv > 1 and (o % (ob * nv) or nv * cb > 8):
+            nv //= 2
+        items = (o // (ob * nv)) * -(-c // cb) * kh * kw
+        rows = n * oh
+        s = max(1, min(rows, _BPF_TARGET // items)) if rows else 1
+        chunk = -(-rows // s) if rows else 0
+        s = -(-rows // chunk) if rows else 1
+        src = _conv_src(_CONV_BPF, x.dtype, ob, dst[3] == 1, True, cb, nv=nv)
+        k = self.rt.kernel(dev, src, "conv_bpf", _SD_BPF)
+        parts = dw if s == 1 else self.rt.empty(dev, (s, kh, kw, c, o), x.dtype)
+        _launch2(dev, k, o // (ob * nv), -(-c // cb) * kh * kw * s,
+                 parts.base_data, self.rt.buf(dev, x), xoff, self.rt.buf(dev, dy), doff,
+                 n, h, wd, c, oh, ow, o, *xst, *dst,
+                 *_geo_args(kh, kw, strides, dilations, pt, pl), s, chunk)
+        if s > 1:
+            ks = self.rt.kernel(dev, src, "sum_parts", [None, None, _I, _I])
+            self.rt.launch(dev, ks, (dw.size,), None, dw.base_data, parts.base_data, s, dw.size)
         return dw
-    (n, h, wd, _), xst, xoff = _nhwc(x, data_format)
-    (_, oh, ow, _), dst, doff = _nhwc(dy, data_format)
-    _, _, pt, pl = _conv_geom(h, wd, kh, kw, strides, padding, dilations)
-    ob = _lanes(x.dtype, o)
-    cb = min(_CB, c)
-    nv = 4      # few input channels: more output vectors per work item (independent sums)
-    while nv > 1 and (o % (ob * nv) or nv * cb > 8):
-        nv //= 2
-    items = (o // (ob * nv)) * -(-c // cb) * kh * kw
-    rows = n * oh
-    s = max(1, min(rows, _BPF_TARGET // items)) if rows else 1
-    chunk = -(-rows // s) if rows else 0
-    s = -(-rows // chunk) if rows else 1
-    src = _conv_src(_CONV_BPF, x.dtype, ob, dst[3] == 1, True, cb, nv=nv)
-    k = rt.kernel(dev, src, "conv_bpf", _SD_BPF)
-    parts = dw if s == 1 else rt.empty(dev, (s, kh, kw, c, o), x.dtype)
-    _launch2(dev, k, o // (ob * nv), -(-c // cb) * kh * kw * s,
-             parts.base_data, rt.buf(dev, x), xoff, rt.buf(dev, dy), doff,
-             n, h, wd, c, oh, ow, o, *xst, *dst,
-             *_geo_args(kh, kw, strides, dilations, pt, pl), s, chunk)
-    if s > 1:
-        ks = rt.kernel(dev, src, "sum_parts", [None, None, _I, _I])
-        rt.launch(dev, ks, (dw.size,), None, dw.base_data, parts.base_data, s, dw.size)
-    return dw
+
+    def fused_conv2d(self, x, w, b, strides, padding, data_format, dilations, fused_ops,
+                     num_args=1, leakyrelu_alpha=0.2):
+        """``_FusedConv2D``: ``act(conv2d(x, w) + b)``, the direct convolution, then one
+        epilogue kernel over its output (see the module doc)."""
+        y = self.conv2d(x, w, strides, padding, data_format, dilations)
+        if y.size == 0:
+            return y
+        dev = self.rt.device_of(x)
+        if data_format == "NCHW":
+            (bs,), boff = self.rt.layout(b)
+            b = self.rt.view(b, (b.shape[0], 1, 1), (bs, 0, 0), boff)
+        act = fused_ops[1] if len(fused_ops) > 1 else None
+        t = self.rt.CTYPES[y.dtype]
+        a = self.rt.scalar(dev, leakyrelu_alpha if act == "LeakyRelu" else 0.0, y.dtype)
+        return self.rt.elementwise("fc_act(x0 + x1, x2)", y.dtype, y, b, a,
+                                   preamble=_fused_preamble(act, t))
+
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        f = FLOATS
+        fi = FLOATS + ("int32", "int64")
+        act = {name: dts for name, (_, dts) in _ACTIVATIONS.items()}
+        return {
+            "Relu": KernelSpec(self.relu, dtypes=act["Relu"]),
+            "ReluGrad": KernelSpec(self.relu_grad, dtypes=act["ReluGrad"]),
+            "Relu6": KernelSpec(self.relu6, dtypes=act["Relu6"]),
+            "Relu6Grad": KernelSpec(self.relu6_grad, dtypes=act["Relu6Grad"]),
+            "LeakyRelu": KernelSpec(self.leaky_relu, dtypes=f),
+            "LeakyReluGrad": KernelSpec(self.leaky_relu_grad, dtypes=f),
+            "Elu": KernelSpec(self.elu, dtypes=act["Elu"]),
+            "EluGrad": KernelSpec(self.elu_grad, dtypes=act["EluGrad"]),
+            "BiasAdd": KernelSpec(self.bias_add, dtypes=fi),
+            "Conv2D": KernelSpec(self.conv2d, dtypes=f),
+            "Conv2DBackpropInput": KernelSpec(self.conv2d_backprop_input, dtypes=f),
+            "Conv2DBackpropFilter": KernelSpec(self.conv2d_backprop_filter, dtypes=f),
+            "_FusedConv2D": KernelSpec(self.fused_conv2d, dtypes=f),
+        }
 
 
-def build():
-    f = FLOATS
-    fi = FLOATS + ("int32", "int64")
-    act = {name: dts for name, (_, dts) in _ACTIVATIONS.items()}
-    return {
-        "Relu": {"fn": relu, "dtypes": act["Relu"]},
-        "ReluGrad": {"fn": relu_grad, "dtypes": act["ReluGrad"]},
-        "Relu6": {"fn": relu6, "dtypes": act["Relu6"]},
-        "Relu6Grad": {"fn": relu6_grad, "dtypes": act["Relu6Grad"]},
-        "LeakyRelu": {"fn": leaky_relu, "dtypes": f},
-        "LeakyReluGrad": {"fn": leaky_relu_grad, "dtypes": f},
-        "Elu": {"fn": elu, "dtypes": act["Elu"]},
-        "EluGrad": {"fn": elu_grad, "dtypes": act["EluGrad"]},
-        "BiasAdd": {"fn": bias_add, "dtypes": fi},
-        "Conv2D": {"fn": conv2d, "dtypes": f},
-        "Conv2DBackpropInput": {"fn": conv2d_backprop_input, "dtypes": f},
-        "Conv2DBackpropFilter": {"fn": conv2d_backprop_filter, "dtypes": f},
-    }
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return NNKernels(ctx).table()

@@ -1,4 +1,5 @@
-"""Pooling kernels on OpenCL: ``MaxPool``, ``AvgPool`` and their gradients.
+"""Pooling kernels on OpenCL (:class:`PoolKernels`): ``MaxPool``, ``AvgPool`` and their
+gradients.
 
 One work item per output (or input-gradient) element, the window loops
 inside; window size and strides are compile-time constants. The max-pool
@@ -21,6 +22,8 @@ launches are :mod:`tapeflow_opencl.k_nn`'s.
 from __future__ import annotations
 
 import numpy as np
+
+from tapeflow.plugins import KernelSpec
 
 from . import runtime as rt
 from .k_nn import _I, _geom, _launch2, _new, _nhwc
@@ -257,11 +260,6 @@ def _pool(name, x, ksize, strides, padding, data_format):
     return y
 
 
-def max_pool(x, ksize, strides, padding, data_format):
-    """MaxPool: the window's largest value (NaN wins), padding ignored."""
-    return _pool("max_pool", x, ksize, strides, padding, data_format)
-
-
 def _max_grad_operands(x, y, g, ksize, strides, padding, data_format):
     """What both max-pool gradients start from: the device, the geometry ``(n, h, w, c,
     oh, ow, pt, pl)``, the ``X_Y_ARGS`` values of ``x`` (input) and ``y`` (pooled), and
@@ -275,73 +273,89 @@ def _max_grad_operands(x, y, g, ksize, strides, padding, data_format):
     return dev, (n, h, w, c, oh, ow, pt, pl), xy, (rt.buf(dev, g), goff, *gst)
 
 
-def max_pool_grad(x, y, dy, ksize, strides, padding, data_format):
-    """MaxPoolGrad: ``dy`` routed to each window's first maximum (see the module doc)."""
-    dev, (n, h, w, c, oh, ow, pt, pl), xy, dys = _max_grad_operands(
-        x, y, dy, ksize, strides, padding, data_format)
-    dx, dxst = _new(dev, (n, h, w, c), dy.dtype, data_format)
-    if dx.size == 0:
-        return dx
-    pargs = _pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * oh)
-    if strides[0] >= ksize[0] and strides[1] >= ksize[1]:
-        # disjoint windows: one launch, each window writes its own positions (zeros
-        # first where some positions are in no window)
-        if oh * strides[0] - pt < h or ow * strides[1] - pl < w or pt or pl or \
-                strides[0] > ksize[0] or strides[1] > ksize[1] or not n * oh * ow * c:
-            dx = rt.elementwise("0", dy.dtype, rt.scalar(dev, 0, dy.dtype), out_shape=dx.shape)
+class PoolKernels:
+    """The pooling kernels on OpenCL (see the module doc); :meth:`table` maps op names
+    to them."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
+
+    def max_pool(self, x, ksize, strides, padding, data_format):
+        """MaxPool: the window's largest value (NaN wins), padding ignored."""
+        return _pool("max_pool", x, ksize, strides, padding, data_format)
+
+    def max_pool_grad(self, x, y, dy, ksize, strides, padding, data_format):
+        """MaxPoolGrad: ``dy`` routed to each window's first maximum (see the module doc)."""
+        dev, (n, h, w, c, oh, ow, pt, pl), xy, dys = _max_grad_operands(
+            x, y, dy, ksize, strides, padding, data_format)
+        dx, dxst = _new(dev, (n, h, w, c), dy.dtype, data_format)
+        if dx.size == 0:
+            return dx
+        pargs = _pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * oh)
+        if strides[0] >= ksize[0] and strides[1] >= ksize[1]:
+            # disjoint windows: one launch, each window writes its own positions (zeros
+            # first where some positions are in no window)
+            if oh * strides[0] - pt < h or ow * strides[1] - pl < w or pt or pl or \
+                    strides[0] > ksize[0] or strides[1] > ksize[1] or not n * oh * ow * c:
+                zero = self.rt.scalar(dev, 0, dy.dtype)
+                dx = self.rt.elementwise("0", dy.dtype, zero, out_shape=dx.shape)
+            if n * oh * ow * c:
+                _pool_launch(dev, "max_pool_grad_disjoint", x.dtype, ksize, strides, c, ow * n * oh,
+                             dx.base_data, *xy, *dys, *dxst, *pargs)
+            return dx
+        arg = self.rt.empty(dev, (max(n * oh * ow * c, 1),), np.int32)
         if n * oh * ow * c:
-            _pool_launch(dev, "max_pool_grad_disjoint", x.dtype, ksize, strides, c, ow * n * oh,
-                         dx.base_data, *xy, *dys, *dxst, *pargs)
-        return dx
-    arg = rt.empty(dev, (max(n * oh * ow * c, 1),), np.int32)
-    if n * oh * ow * c:
-        _pool_launch(dev, "max_argmax", x.dtype, ksize, strides, c, ow * n * oh,
-                     arg.base_data, *xy, *pargs)
-    _pool_launch(dev, "max_pool_grad", x.dtype, ksize, strides, c, w * n * h,
-                 dx.base_data, arg.base_data, *dys, *dxst,
-                 *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * h))
-    return dx
-
-
-def max_pool_grad_grad(x, y, g, ksize, strides, padding, data_format):
-    """MaxPoolGradGrad: ``g`` at each window's first maximum, per window."""
-    dev, (n, h, w, c, oh, ow, pt, pl), xy, gs = _max_grad_operands(
-        x, y, g, ksize, strides, padding, data_format)
-    out, ost = _new(dev, (n, oh, ow, c), g.dtype, data_format)
-    if out.size:
-        _pool_launch(dev, "max_pool_grad_grad", x.dtype, ksize, strides, c, ow * n * oh,
-                     out.base_data, *xy, *gs, *ost,
-                     *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * oh))
-    return out
-
-
-def avg_pool(x, ksize, strides, padding, data_format):
-    """AvgPool: the window's mean over its in-bounds positions."""
-    return _pool("avg_pool", x, ksize, strides, padding, data_format)
-
-
-def avg_pool_grad(dy, orig_input_shape, ksize, strides, padding, data_format):
-    dev = rt.device_of(dy)
-    n, a, b, cc = orig_input_shape
-    nhwc = (n, a, b, cc) if data_format == "NHWC" else (n, b, cc, a)
-    _, h, w, c = nhwc
-    (_, oh, ow, _), dst, doff = _nhwc(dy, data_format)
-    _, _, pt, pl = _pool_geom(h, w, ksize, strides, padding)
-    dx, dxst = _new(dev, nhwc, dy.dtype, data_format)
-    if dx.size:
-        _pool_launch(dev, "avg_pool_grad", dy.dtype, ksize, strides, c, w * n * h,
-                     dx.base_data, rt.buf(dev, dy), doff, *dst, *dxst,
+            _pool_launch(dev, "max_argmax", x.dtype, ksize, strides, c, ow * n * oh,
+                         arg.base_data, *xy, *pargs)
+        _pool_launch(dev, "max_pool_grad", x.dtype, ksize, strides, c, w * n * h,
+                     dx.base_data, arg.base_data, *dys, *dxst,
                      *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * h))
-    return dx
+        return dx
+
+    def max_pool_grad_grad(self, x, y, g, ksize, strides, padding, data_format):
+        """MaxPoolGradGrad: ``g`` at each window's first maximum, per window."""
+        dev, (n, h, w, c, oh, ow, pt, pl), xy, gs = _max_grad_operands(
+            x, y, g, ksize, strides, padding, data_format)
+        out, ost = _new(dev, (n, oh, ow, c), g.dtype, data_format)
+        if out.size:
+            _pool_launch(dev, "max_pool_grad_grad", x.dtype, ksize, strides, c, ow * n * oh,
+                         out.base_data, *xy, *gs, *ost,
+                         *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * oh))
+        return out
+
+    def avg_pool(self, x, ksize, strides, padding, data_format):
+        """AvgPool: the window's mean over its in-bounds positions."""
+        return _pool("avg_pool", x, ksize, strides, padding, data_format)
+
+    def avg_pool_grad(self, dy, orig_input_shape, ksize, strides, padding, data_format):
+        """AvgPoolGrad: ``dy / count`` added to each in-bounds position of its windows."""
+        dev = self.rt.device_of(dy)
+        n, a, b, cc = orig_input_shape
+        nhwc = (n, a, b, cc) if data_format == "NHWC" else (n, b, cc, a)
+        _, h, w, c = nhwc
+        (_, oh, ow, _), dst, doff = _nhwc(dy, data_format)
+        _, _, pt, pl = _pool_geom(h, w, ksize, strides, padding)
+        dx, dxst = _new(dev, nhwc, dy.dtype, data_format)
+        if dx.size:
+            _pool_launch(dev, "avg_pool_grad", dy.dtype, ksize, strides, c, w * n * h,
+                         dx.base_data, self.rt.buf(dev, dy), doff, *dst, *dxst,
+                         *_pool_args(h, w, c, oh, ow, ksize, strides, pt, pl, n * h))
+        return dx
+
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        f = FLOATS
+        fi = FLOATS + ("int32", "int64")
+        return {
+            "MaxPool": KernelSpec(self.max_pool, dtypes=fi),
+            "MaxPoolGrad": KernelSpec(self.max_pool_grad, dtypes=f),
+            "MaxPoolGradGrad": KernelSpec(self.max_pool_grad_grad, dtypes=f),
+            "AvgPool": KernelSpec(self.avg_pool, dtypes=f),
+            "AvgPoolGrad": KernelSpec(self.avg_pool_grad, dtypes=f),
+        }
 
 
-def build():
-    f = FLOATS
-    fi = FLOATS + ("int32", "int64")
-    return {
-        "MaxPool": {"fn": max_pool, "dtypes": fi},
-        "MaxPoolGrad": {"fn": max_pool_grad, "dtypes": f},
-        "MaxPoolGradGrad": {"fn": max_pool_grad_grad, "dtypes": f},
-        "AvgPool": {"fn": avg_pool, "dtypes": f},
-        "AvgPoolGrad": {"fn": avg_pool_grad, "dtypes": f},
-    }
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return PoolKernels(ctx).table()

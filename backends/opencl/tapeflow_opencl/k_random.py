@@ -1,4 +1,5 @@
-"""Random kernels: Philox4x64-10 on the device, the same numbers as ``cpu``.
+"""Random kernels (:class:`RandomKernels`): Philox4x64-10 on the device, the same numbers
+as ``cpu``.
 
 tapeflow's random ops draw the stream of ``(key, counter)`` (see ``tapeflow.random``):
 the outputs of NumPy's ``Philox(key=[key, 0], counter=[0, counter, 0, 0])``. NumPy
@@ -27,6 +28,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from tapeflow.plugins import KernelSpec
 
 from . import runtime as rt
 from .k_index import gather_axis, stable_argsort_u64
@@ -252,16 +255,18 @@ def _affine_args(npdt, scale, shift, hi=None):
 
 
 class RandomKernels:
-    """The random kernels (one method each; :func:`build` registers them)."""
+    """The random kernels (one method each; :meth:`table` maps op names to them)."""
 
-    @staticmethod
-    def _draw(device, dtype, what, affine, body):
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
+
+    def _draw(self, device, dtype, what, affine, body):
         """``(dev, npdt, per, body)`` of a float draw: the OpenCL device of the op's
         ``device`` argument (``dtype`` checked on it) and ``body(ctype, affine)``."""
         dev = device.handle
         npdt = np.dtype(dtype.np)
         dev.check_dtype(npdt, what)
-        return (dev, npdt) + body(rt.CTYPES[npdt], affine)
+        return (dev, npdt) + body(self.rt.CTYPES[npdt], affine)
 
     def random_uniform(self, shape, dtype, key, counter, minval, maxval, device=None):
         """RandomUniform on ``[minval, maxval)``: one Philox block per work item."""
@@ -280,7 +285,7 @@ class RandomKernels:
         """RandomUniformInt on ``[minval, maxval)``: the CPU's integer recipe."""
         dev = device.handle
         npdt = np.dtype(dtype.np)
-        per, body = _body_uniform_int(rt.CTYPES[npdt])
+        per, body = _body_uniform_int(self.rt.CTYPES[npdt])
         rng = (int(maxval) - int(minval)) & _M64
         return _launch(dev, "uniform_int", shape, npdt, key, counter, per, body,
                        [("ulong", "rng", np.uint64), ("ulong", "lo", np.uint64)],
@@ -316,20 +321,26 @@ class RandomKernels:
         n = x.shape[0]
         if n <= 1:
             return x
-        dev = rt.device_of(x)
+        dev = self.rt.device_of(x)
         _, perm = stable_argsort_u64(raw_words(dev, n, key, counter))
         return gather_axis(x, perm, 0, 0, check=False)
 
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        # float16 (devices with cl_khr_fp16): the CPU backend's float16 recipes
+        f16 = ("float16",) + FLOATS
+        return {
+            "RandomStandardNormal": KernelSpec(self.random_normal, dtypes=f16,
+                                               needs_device=True),
+            "RandomUniform": KernelSpec(self.random_uniform, dtypes=f16, needs_device=True),
+            "RandomUniformInt": KernelSpec(self.random_uniform_int, dtypes=("int32", "int64"),
+                                           needs_device=True),
+            "TruncatedNormal": KernelSpec(self.truncated_normal, dtypes=f16, needs_device=True),
+            "RandomShuffle": KernelSpec(self.random_shuffle, dtypes=ALL, needs_device=True),
+        }
 
-def build():
-    k = RandomKernels()
-    # float16 (devices with cl_khr_fp16): the CPU backend's float16 recipes
-    f16 = ("float16",) + FLOATS
-    return {
-        "RandomStandardNormal": {"fn": k.random_normal, "dtypes": f16, "needs_device": True},
-        "RandomUniform": {"fn": k.random_uniform, "dtypes": f16, "needs_device": True},
-        "RandomUniformInt": {"fn": k.random_uniform_int, "dtypes": ("int32", "int64"),
-                             "needs_device": True},
-        "TruncatedNormal": {"fn": k.truncated_normal, "dtypes": f16, "needs_device": True},
-        "RandomShuffle": {"fn": k.random_shuffle, "dtypes": ALL, "needs_device": True},
-    }
+
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return RandomKernels(ctx).table()

@@ -1,4 +1,5 @@
-"""Reduction kernels: one generated OpenCL C kernel family for every reduction.
+"""Reduction kernels (:class:`ReduceKernels`): one generated OpenCL C kernel family for
+every reduction.
 
 A reduction is a :class:`Reducer`: an accumulator C type, its identity, how an
 element becomes an accumulator (``load``) and how two accumulators combine
@@ -40,6 +41,7 @@ import numpy as np
 
 # the CPU backend's element count and empty-reduction error: one wording on every device
 from tapeflow.kernels.reduce import count_reduced, empty_reduction
+from tapeflow.plugins import KernelSpec
 
 from . import cplx
 from . import runtime as rt
@@ -474,7 +476,10 @@ def reduce(x, axes, keepdims=False, op="sum", out_dtype=None):
 
 class ReduceKernels:
     """The reduction kernels: one method per family, bound to its reduction (``op``) by
-    :func:`build` with :func:`runtime.bind`."""
+    :meth:`table` with :func:`runtime.bind`."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
 
     def plain(self, op, x, axis, keepdims):
         """Sum, Prod, Mean, ReduceLogSumExp, EuclideanNorm, Any, All: ``op`` over ``axis``."""
@@ -492,22 +497,27 @@ class ReduceKernels:
             raise empty_reduction(op, x, (axis,))
         return reduce(x, (axis,), False, op, np.dtype(output_type.np))
 
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        num, flt, num_c = NUMERIC, FLOATS, NUMERIC + cplx.COMPLEX
+        families = {   # op name: (family, reduction, dtypes)
+            "Sum": (self.plain, "sum", num_c),
+            "Prod": (self.plain, "prod", num_c),
+            "Mean": (self.plain, "mean", num_c),
+            "Max": (self.extreme, "max", num),
+            "Min": (self.extreme, "min", num),
+            "ReduceLogSumExp": (self.plain, "logsumexp", flt),
+            "EuclideanNorm": (self.plain, "norm", flt),
+            "Any": (self.plain, "any", BOOL),
+            "All": (self.plain, "all", BOOL),
+            "ArgMax": (self.arg, "argmax", num),
+            "ArgMin": (self.arg, "argmin", num),
+        }
+        return {name: KernelSpec(self.rt.bind(family, name.lower(), op), dtypes=dtypes)
+                for name, (family, op, dtypes) in families.items()}
 
-def build():
-    k = ReduceKernels()
-    num, flt, num_c = NUMERIC, FLOATS, NUMERIC + cplx.COMPLEX
-    table = {   # op name: (family, reduction, dtypes)
-        "Sum": (k.plain, "sum", num_c),
-        "Prod": (k.plain, "prod", num_c),
-        "Mean": (k.plain, "mean", num_c),
-        "Max": (k.extreme, "max", num),
-        "Min": (k.extreme, "min", num),
-        "ReduceLogSumExp": (k.plain, "logsumexp", flt),
-        "EuclideanNorm": (k.plain, "norm", flt),
-        "Any": (k.plain, "any", BOOL),
-        "All": (k.plain, "all", BOOL),
-        "ArgMax": (k.arg, "argmax", num),
-        "ArgMin": (k.arg, "argmin", num),
-    }
-    return {name: {"fn": rt.bind(family, name.lower(), op), "dtypes": dtypes}
-            for name, (family, op, dtypes) in table.items()}
+
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return ReduceKernels(ctx).table()

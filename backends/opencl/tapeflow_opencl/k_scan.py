@@ -1,6 +1,6 @@
 """Scans (``Cumsum``, ``Cumprod``), a stable sort (``ArgSort``), binary search
 (``SearchSorted``) and the ops whose output size depends on the data (``NonZero``,
-``UniqueAll``) on OpenCL.
+``UniqueAll``) on OpenCL (:class:`ScanKernels`).
 
 One work-item per *row*: the elements along the op's axis for one position of the
 other axes (``outer x inner`` rows of ``n`` elements, element ``j`` of row
@@ -24,6 +24,8 @@ one number back to the host — the output's size — as CuPy's kernels do.
 from __future__ import annotations
 
 import numpy as np
+
+from tapeflow.plugins import KernelSpec
 
 from . import cplx
 from . import runtime as rt
@@ -196,7 +198,10 @@ def _last(a):
 
 class ScanKernels:
     """The scan, sort and search kernels: one method each (:meth:`scan` bound to its
-    operator for Cumsum and Cumprod); :func:`build` registers them."""
+    operator for Cumsum and Cumprod); :meth:`table` maps op names to them."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
 
     def scan(self, op, init, x, axis, exclusive, reverse):
         """Cumsum / Cumprod: the inclusive or exclusive scan of ``op`` along ``axis``."""
@@ -204,104 +209,110 @@ class ScanKernels:
 
     def argsort(self, x, axis, descending):
         """ArgSort along ``axis``: a stable merge sort per row (NaN last ascending)."""
-        dev = rt.device_of(x)
+        dev = self.rt.device_of(x)
         outer, n, inner = _rows(x.shape, axis)
         rows = outer * inner
-        out = rt.empty(dev, (rows, n), np.int64)
+        out = self.rt.empty(dev, (rows, n), np.int64)
         if rows * n == 0:
-            return rt.empty(dev, x.shape, np.int64)
-        tmp = rt.empty(dev, (rows, n), np.int64)
-        t = rt.CTYPES[np.dtype(x.dtype)]
+            return self.rt.empty(dev, x.shape, np.int64)
+        tmp = self.rt.empty(dev, (rows, n), np.int64)
+        t = self.rt.CTYPES[np.dtype(x.dtype)]
         nan_rule = ("if (isnan(a) || isnan(b)) return desc ? (isnan(a) && !isnan(b)) "
                     ": (!isnan(a) && isnan(b));") if np.dtype(x.dtype).kind == "f" else ""
         src = _SORT.format(T=t, NAN_RULE=nan_rule)
-        kern = rt.kernel(dev, src, "argsort", [None, None, None, np.int64, np.int64, np.int32])
-        rt.launch(dev, kern, (rows,), None, out.data, tmp.data, _input(x).data, n, inner,
-                  int(bool(descending)))
+        kern = self.rt.kernel(dev, src, "argsort", [None, None, None, np.int64, np.int64, np.int32])
+        self.rt.launch(dev, kern, (rows,), None, out.data, tmp.data, _input(x).data, n, inner,
+                       int(bool(descending)))
         # rows are (outer, inner) with n along them: back to the input's layout
         res = out.reshape(outer, inner, n)
         perm = [0, 2, 1]
-        moved = rt.contiguous(res.transpose(perm))            # (outer, n, inner)
+        moved = self.rt.contiguous(res.transpose(perm))            # (outer, n, inner)
         return moved.reshape(x.shape)
 
     def searchsorted(self, a, v, side):
         """SearchSorted: the insertion points of ``v`` in the sorted ``a``."""
-        dev = rt.device_of(a)
-        out = rt.empty(dev, v.shape, np.int64)
+        dev = self.rt.device_of(a)
+        out = self.rt.empty(dev, v.shape, np.int64)
         if out.size == 0:
             return out
-        t = rt.CTYPES[np.dtype(a.dtype)]
+        t = self.rt.CTYPES[np.dtype(a.dtype)]
         lt = ("#define LT(p, q) ((p) < (q) || (!isnan(p) && isnan(q)))"
               if np.dtype(a.dtype).kind == "f" else "#define LT(p, q) ((p) < (q))")
-        kern = rt.kernel(dev, _SEARCH.format(T=t, LT=lt), "search",
-                         [None, None, None, np.int64, np.int32])
-        rt.launch(dev, kern, (int(v.size),), None, out.data, _input(a).data, _input(v).data,
-                  int(a.shape[0]), int(side == "right"))
+        kern = self.rt.kernel(dev, _SEARCH.format(T=t, LT=lt), "search",
+                              [None, None, None, np.int64, np.int32])
+        self.rt.launch(dev, kern, (int(v.size),), None, out.data, _input(a).data, _input(v).data,
+                       int(a.shape[0]), int(side == "right"))
         return out
 
     def nonzero(self, x):
         """NonZero: per-chunk counts, their scan, then each chunk writes its coordinates."""
-        dev = rt.device_of(x)
+        dev = self.rt.device_of(x)
         size, nd = int(x.size), x.ndim
         if size == 0:
-            return rt.empty(dev, (0, nd), np.int64)
-        t = rt.CTYPES[np.dtype(x.dtype)]
+            return self.rt.empty(dev, (0, nd), np.int64)
+        t = self.rt.CTYPES[np.dtype(x.dtype)]
         chunk = max(_NONZERO_CHUNK, -(-size // 4096))
         groups = -(-size // chunk)
         flat = _input(x)
-        counts = rt.empty(dev, (groups,), np.int64)
+        counts = self.rt.empty(dev, (groups,), np.int64)
         src = _NONZERO.format(T=t)
-        rt.launch(dev, rt.kernel(dev, src, "count", [None, None, np.int64, np.int64]),
-                  (groups,), None, counts.data, flat.data, size, chunk)
+        self.rt.launch(dev, self.rt.kernel(dev, src, "count", [None, None, np.int64, np.int64]),
+                       (groups,), None, counts.data, flat.data, size, chunk)
         incl = _scan(counts, "+", "0", 0, False, False)
-        out = rt.empty(dev, (_last(incl), nd), np.int64)
+        out = self.rt.empty(dev, (_last(incl), nd), np.int64)
         if out.size:
-            shape = rt.upload(dev, np.asarray(x.shape, np.int64))
-            rt.launch(dev, rt.kernel(dev, src, "coords", [None, None, None, None, None,
-                                                          np.int64, np.int64, np.int32]),
-                      (groups,), None, out.data, incl.data, counts.data, flat.data,
-                      shape.data, size, chunk, nd)
+            shape = self.rt.upload(dev, np.asarray(x.shape, np.int64))
+            self.rt.launch(dev, self.rt.kernel(dev, src, "coords", [None, None, None, None, None,
+                                                                    np.int64, np.int64, np.int32]),
+                           (groups,), None, out.data, incl.data, counts.data, flat.data,
+                           shape.data, size, chunk, nd)
         return out
 
     def unique_all(self, x):
         """UniqueAll: values, first indices, inverse and counts from one stable sort."""
-        dev = rt.device_of(x)
+        dev = self.rt.device_of(x)
         size = int(x.size)
         if size == 0:
-            return (rt.empty(dev, (0,), x.dtype), rt.empty(dev, (0,), np.int64),
-                    rt.empty(dev, x.shape, np.int64), rt.empty(dev, (0,), np.int64))
+            return (self.rt.empty(dev, (0,), x.dtype), self.rt.empty(dev, (0,), np.int64),
+                    self.rt.empty(dev, x.shape, np.int64), self.rt.empty(dev, (0,), np.int64))
         flat = _input(x).reshape(size)
         perm = self.argsort(flat, 0, False)
-        src = _UNIQUE.format(T=rt.CTYPES[np.dtype(x.dtype)])
-        flag = rt.empty(dev, (size,), np.int64)
-        rt.launch(dev, rt.kernel(dev, src, "starts"), (size,), None, flag.data, flat.data,
-                  perm.data)
+        src = _UNIQUE.format(T=self.rt.CTYPES[np.dtype(x.dtype)])
+        flag = self.rt.empty(dev, (size,), np.int64)
+        self.rt.launch(dev, self.rt.kernel(dev, src, "starts"), (size,), None, flag.data, flat.data,
+                       perm.data)
         group = _scan(flag, "+", "0", 0, False, False)            # 1-based run numbers
         k = _last(group)
-        first = rt.empty(dev, (k,), np.int64)
-        inverse = rt.empty(dev, (size,), np.int64)
-        rt.launch(dev, rt.kernel(dev, src, "scatter"), (size,), None, first.data,
-                  inverse.data, flag.data, group.data, perm.data)
-        values = rt.empty(dev, (k,), x.dtype)
-        index = rt.empty(dev, (k,), np.int64)
-        counts = rt.empty(dev, (k,), np.int64)
-        rt.launch(dev, rt.kernel(dev, src, "gather", [None] * 6 + [np.int64, np.int64]),
-                  (k,), None, values.data, index.data, counts.data, flat.data, perm.data,
-                  first.data, k, size)
+        first = self.rt.empty(dev, (k,), np.int64)
+        inverse = self.rt.empty(dev, (size,), np.int64)
+        self.rt.launch(dev, self.rt.kernel(dev, src, "scatter"), (size,), None, first.data,
+                       inverse.data, flag.data, group.data, perm.data)
+        values = self.rt.empty(dev, (k,), x.dtype)
+        index = self.rt.empty(dev, (k,), np.int64)
+        counts = self.rt.empty(dev, (k,), np.int64)
+        self.rt.launch(dev, self.rt.kernel(dev, src, "gather", [None] * 6 + [np.int64, np.int64]),
+                       (k,), None, values.data, index.data, counts.data, flat.data, perm.data,
+                       first.data, k, size)
         return values, index, inverse.reshape(x.shape), counts
 
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        ints = tuple(d for d in NUMERIC if not d.startswith("float"))
+        floats = tuple(d for d in NUMERIC if d.startswith("float"))
+        bind = self.rt.bind
+        return {
+            "Cumsum": KernelSpec(bind(self.scan, "cumsum", "+", "0"),
+                                 dtypes=floats + ints + cplx.COMPLEX),
+            "Cumprod": KernelSpec(bind(self.scan, "cumprod", "*", "1"),
+                                  dtypes=floats + ints + cplx.COMPLEX),
+            "ArgSort": KernelSpec(self.argsort, dtypes=floats + ints),
+            "SearchSorted": KernelSpec(self.searchsorted, dtypes=floats + ints),
+            "NonZero": KernelSpec(self.nonzero, dtypes=floats + ints + ("bool",)),
+            "UniqueAll": KernelSpec(self.unique_all, dtypes=floats + ints + ("bool",)),
+        }
 
-def build():
-    k = ScanKernels()
-    ints = tuple(d for d in NUMERIC if not d.startswith("float"))
-    floats = tuple(d for d in NUMERIC if d.startswith("float"))
-    return {
-        "Cumsum": {"fn": rt.bind(k.scan, "cumsum", "+", "0"),
-                   "dtypes": floats + ints + cplx.COMPLEX},
-        "Cumprod": {"fn": rt.bind(k.scan, "cumprod", "*", "1"),
-                    "dtypes": floats + ints + cplx.COMPLEX},
-        "ArgSort": {"fn": k.argsort, "dtypes": floats + ints},
-        "SearchSorted": {"fn": k.searchsorted, "dtypes": floats + ints},
-        "NonZero": {"fn": k.nonzero, "dtypes": floats + ints + ("bool",)},
-        "UniqueAll": {"fn": k.unique_all, "dtypes": floats + ints + ("bool",)},
-    }
+
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return ScanKernels(ctx).table()

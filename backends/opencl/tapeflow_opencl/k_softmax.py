@@ -1,4 +1,5 @@
-"""Softmax-family kernels: fused per-row OpenCL C kernels, and the losses.
+"""Softmax-family kernels (:class:`SoftmaxKernels`): fused per-row OpenCL C kernels, and the
+losses.
 
 ``Softmax``, ``LogSoftmax``, ``SoftmaxCrossEntropyWithLogits`` and
 ``SparseSoftmaxCrossEntropyWithLogits`` are one generated kernel each (per dtype,
@@ -33,6 +34,7 @@ import math
 import numpy as np
 
 from tapeflow.errors import InvalidArgumentError
+from tapeflow.plugins import KernelSpec
 
 from . import runtime as rt
 from .k_reduce import Reducer, reduce
@@ -208,7 +210,10 @@ def _rows(kind, x, axis, lab=None, flag=None):
 
 
 class SoftmaxKernels:
-    """The row kernels (one method each; :func:`build` registers them)."""
+    """The row kernels (one method each; :meth:`table` maps op names to them)."""
+
+    def __init__(self, ctx):
+        self.rt = ctx.runtime
 
     def softmax(self, x, axis):
         """Softmax along ``axis``: one row-kernel launch."""
@@ -224,14 +229,14 @@ class SoftmaxKernels:
 
     def sparse_xent(self, logits, labels):
         """SparseSoftmaxCrossEntropyWithLogits: labels checked in the same launch."""
-        dev = rt.device_of(logits)
+        dev = self.rt.device_of(logits)
         nc = logits.shape[-1]
         if labels.size == 0:
-            return rt.empty(dev, labels.shape, logits.dtype)
-        flag = rt.upload(dev, np.zeros(1, np.int32))
+            return self.rt.empty(dev, labels.shape, logits.dtype)
+        flag = self.rt.upload(dev, np.zeros(1, np.int32))
         out = _rows("sparse", logits, logits.ndim - 1, labels, flag)
-        if nc == 0 or rt.download(flag)[0]:
-            vals = rt.download(labels).ravel()
+        if nc == 0 or self.rt.download(flag)[0]:
+            vals = self.rt.download(labels).ravel()
             lo, hi = int(vals.min()), int(vals.max())
             bad = lo if lo < 0 else hi
             shown = " ".join(str(int(v)) for v in vals[:32]) + (" ..." if vals.size > 32
@@ -243,24 +248,29 @@ class SoftmaxKernels:
 
     def sigmoid_xent(self, x, z):
         """SigmoidCrossEntropyWithLogits: one elementwise expression."""
-        return rt.elementwise("(x0 > 0 ? x0 : 0) - x0 * x1 + log1p(exp(-fabs(x0)))", x.dtype,
-                              x, z)
+        return self.rt.elementwise("(x0 > 0 ? x0 : 0) - x0 * x1 + log1p(exp(-fabs(x0)))", x.dtype,
+                                   x, z)
 
     def l2_loss(self, x):
         """L2Loss: a sum-of-squares reduction, halved."""
-        ct = rt.CTYPES[x.dtype]
+        ct = self.rt.CTYPES[x.dtype]
         red = Reducer(ct, "0", "v * v", "a + b", f"a * ({ct})0.5")
         return reduce(x, None, False, red)
 
+    def table(self):
+        """``{op name: KernelSpec}`` of this module's kernels."""
+        f = FLOATS
+        return {
+            "Softmax": KernelSpec(self.softmax, dtypes=f),
+            "LogSoftmax": KernelSpec(self.log_softmax, dtypes=f),
+            "SoftmaxCrossEntropyWithLogits": KernelSpec(self.softmax_xent, dtypes=f),
+            "SparseSoftmaxCrossEntropyWithLogits": KernelSpec(self.sparse_xent, dtypes=f),
+            "SigmoidCrossEntropyWithLogits": KernelSpec(self.sigmoid_xent, dtypes=f),
+            "L2Loss": KernelSpec(self.l2_loss, dtypes=f),
+        }
 
-def build():
-    k = SoftmaxKernels()
-    f = FLOATS
-    return {
-        "Softmax": {"fn": k.softmax, "dtypes": f},
-        "LogSoftmax": {"fn": k.log_softmax, "dtypes": f},
-        "SoftmaxCrossEntropyWithLogits": {"fn": k.softmax_xent, "dtypes": f},
-        "SparseSoftmaxCrossEntropyWithLogits": {"fn": k.sparse_xent, "dtypes": f},
-        "SigmoidCrossEntropyWithLogits": {"fn": k.sigmoid_xent, "dtypes": f},
-        "L2Loss": {"fn": k.l2_loss, "dtypes": f},
-    }
+
+def build(ctx):
+    """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
+    backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
+    return SoftmaxKernels(ctx).table()

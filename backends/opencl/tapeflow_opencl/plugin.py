@@ -5,29 +5,37 @@ Loads on every machine: without PyOpenCL or an OpenCL driver the backend reports
 PyOpenCL at import time (kernels compile on first call), so the ``opencl`` kernel
 coverage shows in ``python -m tapeflow info`` everywhere.
 
-Each kernel module ``k_*.py`` exposes ``build() -> {op name: spec}`` where a spec is
-a callable or ``dict(fn=..., dtypes=..., needs_device=...)``, the CPU backend's
-convention. bfloat16 is added to the kernels that declare float32 by
-:func:`tapeflow_opencl.bf16.declare` (16-bit storage, float32 compute).
+The kernel contract (docs/backends.md): each kernel module ``k_*.py`` holds one class
+of kernels (``MathKernels``, ``NNKernels``...: one method per kernel, or per family of
+kernels bound to their expression with ``runtime.bind``) and exposes
+``build(ctx) -> {op name: KernelSpec}``, ``ctx`` being :func:`build_context`'s
+:class:`~tapeflow.plugins.BuildContext` (``ctx.xp`` is None: the kernels are written
+against ``ctx.runtime``, :mod:`tapeflow_opencl.runtime`, not an array module).
+:func:`kernel_table` joins the modules' tables and declares bfloat16 and float16
+(:func:`tapeflow_opencl.bf16.declare`: 16-bit storage, float32 compute) and complex
+(:func:`tapeflow_opencl.cplx.declare`) on the kernels that take them, as further dtypes
+and variants of their ``KernelSpec``; the plugin registers that table with one
+``registry.add_kernels`` call.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from tapeflow.errors import NotFoundError
-from tapeflow.plugins import get_op, hookimpl
+from tapeflow.plugins import BuildContext, KernelSpec, hookimpl
 
 from . import bf16, cplx
+from . import runtime as rt
 from .backend import BACKEND, OpenCLBackend
 
 TAPEFLOW_PLUGIN_API = 1
 
 __all__ = ["BACKEND", "OpenCLBackend", "unavailable_reason", "TAPEFLOW_PLUGIN_API",
-           "KERNEL_MODULES", "SKIPPED"]
+           "KERNEL_MODULES", "SKIPPED", "build_context", "kernel_table"]
 
+#: the kernel modules, in registration order (``tapeflow_opencl.<name>``)
 KERNEL_MODULES = ("k_math", "k_reduce", "k_softmax", "k_linalg", "k_array", "k_index", "k_nn",
-                  "k_pool", "k_random", "k_scan", "k_lapack", "k_fft", "k_optim", "k_fused_conv")
+                  "k_pool", "k_random", "k_scan", "k_lapack", "k_fft")
 
 #: ops a kernel module defines that no loaded op declares (skipped, not fatal)
 SKIPPED: list = []
@@ -38,7 +46,17 @@ def unavailable_reason():
     return BACKEND.unavailable_reason()
 
 
-def iter_kernels():
+def build_context():
+    """What the kernel modules' ``build(ctx)`` receive: no array module, the device type
+    ``"opencl"`` and the runtime (``ctx.runtime``)."""
+    return BuildContext(None, "opencl", runtime=rt)
+
+
+def kernel_table(ctx=None):
+    """``{op name: KernelSpec}``: every OpenCL kernel, as registered (the modules' tables,
+    bfloat16/float16 and complex declared). An op two modules define is an error."""
+    ctx = build_context() if ctx is None else ctx
+    table = {}
     for modname in KERNEL_MODULES:
         try:
             mod = importlib.import_module(f"tapeflow_opencl.{modname}")
@@ -46,10 +64,12 @@ def iter_kernels():
             if e.name != f"tapeflow_opencl.{modname}":
                 raise
             continue
-        for op_name, spec in mod.build().items():
-            if callable(spec):
-                spec = {"fn": spec}
-            yield op_name, cplx.declare(op_name, bf16.declare(op_name, spec))
+        for op_name, spec in mod.build(ctx).items():
+            if op_name in table:
+                raise RuntimeError(f"tapeflow_opencl.{modname} defines a kernel for "
+                                   f"{op_name}, which an earlier kernel module defines")
+            table[op_name] = cplx.declare(op_name, bf16.declare(op_name, KernelSpec.of(spec)))
+    return table
 
 
 @hookimpl
@@ -59,16 +79,7 @@ def tapeflow_register_backends(registry):
 
 @hookimpl
 def tapeflow_register_kernels(registry):
-    SKIPPED.clear()
-    for op_name, spec in iter_kernels():
-        try:
-            get_op(op_name)
-        except NotFoundError:
-            SKIPPED.append(op_name)
-            continue
-        registry.add_kernel(op_name, "opencl", spec["fn"], dtypes=spec.get("dtypes"),
-                            needs_device=spec.get("needs_device", False),
-                            variants=spec.get("variants"), out=spec.get("out", False))
+    SKIPPED[:] = registry.add_kernels("opencl", kernel_table(), missing="skip")
 
 
 #: ops with no OpenCL kernel (tests/backends/test_opencl.py: every other op has one here);

@@ -712,3 +712,14 @@ def bind(method, name, *args):
     k.__name__ = name
     k.__qualname__ = f"{method.__qualname__}[{name}]"
     return k
+
+
+def respec(spec, **changes):
+    """A copy of the kernel spec ``spec`` (a ``tapeflow.plugins.KernelSpec``) with
+    ``changes``, its constructor's arguments (``fn``, ``dtypes``, ``variants``...): how
+    the bfloat16, float16 and complex declarations add dtypes and variants to a kernel."""
+    args = {"fn": spec.fn, "dtypes": spec.dtypes, "needs_device": spec.needs_device,
+            "source": spec.source, "fresh": spec.fresh, "variants": spec.variants,
+            "out": spec.out, "layouts": spec.layouts}
+    args.update(changes)
+    return type(spec)(**args)

@@ -1,26 +1,32 @@
 """Array-module-generic kernels: the public kernel library backends share.
 
 Each module (``math``, ``reduce``, ``linalg``, ``array``, ``nn``, ``random``, ``optim``,
-``nn_fused``) has
-``build(xp) -> {op name: spec}``, written once against the NumPy API with ``xp`` the
-array module: the NumPy backend builds them with ``numpy``, the CuPy backend with its
-CuPy namespace (``random.build`` also takes the ``raw64`` bit source, so the GPU draws
-its own bits). The kernels themselves are the methods of one class per module, which
-holds ``xp`` (:class:`~.math.MathKernels`, :class:`~.reduce.ReduceKernels`,
-:class:`~.linalg.LinalgKernels`, :class:`~.array.ArrayKernels`, :class:`~.nn.NNKernels`,
-:class:`~.random.RandomKernels`): ``build(xp)`` is ``<Class>(xp).table()``, where the
-array module's own functions (``xp.add``) appear as they are, with no wrapper. So a
-kernel has its name in tracebacks and profiles (``NNKernels.relu``) and can be called
-alone: ``NNKernels(numpy).relu(x)``. A spec is the kernel itself or a dict ``{"fn": kernel, "dtypes": names,
-"needs_device": bool, "fresh": bool}`` -- the arguments of ``registry.add_kernel``
-(docs/backends.md). A kernel takes native arrays and the op's attrs as keywords and
-returns native arrays.
+``nn_fused``) has ``build(ctx) -> {op name: KernelSpec}``, the one kernel contract of
+every backend (docs/backends.md): ``ctx`` is a :class:`~tapeflow.plugins.BuildContext`
+whose ``xp`` is the array module the kernels are written against, once, with the NumPy
+API: the NumPy backend builds them with ``numpy``, the CuPy backend with its CuPy
+namespace. What differs between array modules comes as the context's services, each
+with the NumPy default: ``special(op) -> module`` (SciPy's special functions for those
+arrays: :func:`~.math.scipy_special`, the CUDA backend's ``cupyx.scipy.special``),
+``scatter_add(out, indices, values)`` (``xp.add.at``), ``raw64(n, key, counter)`` (the
+random bits: :func:`~.random.host_raw64`; the GPU draws its own) and
+``bfloat16_variant(fn)`` (see below). The kernels themselves are the methods of one
+class per module, which holds ``xp`` (:class:`~.math.MathKernels`,
+:class:`~.reduce.ReduceKernels`, :class:`~.linalg.LinalgKernels`,
+:class:`~.array.ArrayKernels`, :class:`~.nn.NNKernels`, :class:`~.random.RandomKernels`,
+:class:`~.optim.OptimKernels`, :class:`~.nn_fused.FusedNNKernels`): ``build(ctx)`` is
+``<Class>(ctx.xp, services).table()``, where the array module's own functions
+(``xp.add``) appear as they are, with no wrapper. So a kernel has its name in tracebacks
+and profiles (``NNKernels.relu``) and can be called alone: ``NNKernels(numpy).relu(x)``.
+A kernel takes native arrays and the op's attrs as keywords and returns native arrays.
+:func:`build_all` is every module's table.
 
 bfloat16 (``ml_dtypes.bfloat16`` in NumPy) has NumPy loops for the elementwise ufuncs
 only, slow ones (about 5x a float32 round trip) that also accumulate reductions in
-bfloat16: on NumPy, :func:`iter_kernels` adds bfloat16 to every kernel that declares
-float16 and runs it in float32 (:func:`compute_in_float32`), except the ops in
-:data:`BF16_NATIVE`, which only move elements and work on any dtype.
+bfloat16: given the service ``bfloat16_variant`` (the NumPy backend passes
+:func:`compute_in_float32`), :func:`build_all` adds bfloat16 to every kernel that
+declares float16, run by that variant (dispatch calls it for bfloat16 only), except
+the ops in :data:`BF16_NATIVE`, which only move elements and work on any dtype.
 
 Nothing here is imported by ``import tapeflow``: a backend imports it when it
 registers its kernels. SciPy (for ``Erf``, ``TruncatedNormal``) is the extra
@@ -28,14 +34,16 @@ registers its kernels. SciPy (for ``Erf``, ``TruncatedNormal``) is the extra
 
 >>> import numpy as np
 >>> from tapeflow import kernels
->>> table = dict(kernels.iter_kernels(np))
->>> table["Add"]["fn"](np.array([1.0]), np.array([2.0]))
+>>> from tapeflow.plugins import BuildContext
+>>> table = kernels.build_all(BuildContext(np, "cpu",
+...                                        bfloat16_variant=kernels.compute_in_float32))
+>>> table["Add"].fn(np.array([1.0]), np.array([2.0]))
 array([3.])
->>> table["Sum"]["fresh"], "float32" in table["Sum"]["dtypes"]
+>>> table["Sum"].fresh, "float32" in [d.name for d in table["Sum"].dtypes]
 (True, True)
 >>> import ml_dtypes
 >>> x = np.ones(1000, ml_dtypes.bfloat16)
->>> table["Sum"]["variants"]["bfloat16"](x, axis=None, keepdims=False)   # float32 sums
+>>> table["Sum"].variants[x.dtype](x, axis=None, keepdims=False)   # float32 sums
 array(1000, dtype=bfloat16)
 """
 
@@ -47,8 +55,10 @@ import ml_dtypes
 import numpy as np
 
 from .. import dtypes as _dt
+from ..plugins import KernelSpec
 
-__all__ = ["MODULES", "BF16_NATIVE", "compute_in_float32", "iter_kernels", "module"]
+__all__ = ["MODULES", "BF16_NATIVE", "build_all", "compute_in_float32", "module",
+           "with_bfloat16"]
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
@@ -69,30 +79,32 @@ def module(name):
     return importlib.import_module(f"{__name__}.{name}")
 
 
-def iter_kernels(xp, modules=MODULES, **build_kwargs):
-    """``(op name, spec dict)`` for every kernel of ``modules`` built for array module
-    ``xp`` (a spec given as a bare function becomes ``{"fn": fn}``). A spec's ``real``
-    is the kernel of its real dtypes where ``fn`` adds complex special cases: for NumPy
-    ``real`` becomes ``fn`` and ``fn`` the complex dtypes' variant. For NumPy, a kernel
-    declaring float16 also declares bfloat16, computed in float32 by its
-    ``spec["variants"]["bfloat16"]`` (dispatch calls it for bfloat16 only)."""
+def build_all(ctx, modules=MODULES):
+    """``{op name: KernelSpec}`` of every module of ``modules`` built with ``ctx`` (a
+    :class:`~tapeflow.plugins.BuildContext`), bfloat16 added where the context has the
+    service ``bfloat16_variant`` (:func:`with_bfloat16`)."""
+    table = {}
     for name in modules:
-        for op_name, spec in module(name).build(xp, **build_kwargs.get(name, {})).items():
-            spec = dict(spec) if isinstance(spec, dict) else {"fn": spec}
-            real = spec.pop("real", None)
-            dts = spec.get("dtypes")
-            if xp is np and real is not None:
-                # the complex dtypes' special cases as variants: the real dtypes call
-                # the NumPy function itself, no wrapper in front (CuPy's table keeps fn)
-                spec["variants"] = {d: spec["fn"] for d in dts if d.startswith("complex")}
-                spec["fn"] = real
-            if xp is np and dts is not None and "float16" in dts and "bfloat16" not in dts:
-                spec["dtypes"] = ("bfloat16",) + tuple(dts)
-                if op_name not in BF16_NATIVE:
-                    # a variant: the other dtypes call the NumPy kernel with no wrapper
-                    spec["variants"] = {**spec.get("variants", {}),
-                                        "bfloat16": compute_in_float32(spec["fn"])}
-            yield op_name, spec
+        table.update(module(name).build(ctx))
+    variant = ctx.get("bfloat16_variant")
+    if variant is not None:
+        table = {op: with_bfloat16(op, spec, variant) for op, spec in table.items()}
+    return table
+
+
+def with_bfloat16(op_name, spec, variant):
+    """``spec`` (a KernelSpec or a function) declaring bfloat16 too if it declares
+    float16, with ``variant(spec.fn)`` as its bfloat16 variant unless ``op_name`` is in
+    :data:`BF16_NATIVE` (the other dtypes call ``fn`` with no wrapper)."""
+    spec = KernelSpec.of(spec)
+    names = () if spec.dtypes is None else tuple(d.name for d in spec.dtypes)
+    if "float16" not in names or "bfloat16" in names:
+        return spec
+    variants = dict(spec.variants or {})
+    if op_name not in BF16_NATIVE:
+        variants[_BF16] = variant(spec.fn)
+    return KernelSpec(spec.fn, ("bfloat16",) + names, spec.needs_device, spec.source,
+                      spec.fresh, variants, spec.out, layouts=spec.layouts)
 
 
 def _up(a):

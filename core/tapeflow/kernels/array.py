@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..plugins import KernelSpec
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -33,14 +34,17 @@ def _int_indices(indices, what="indices"):
 class ArrayKernels:
     """The creation, shape and indexing kernels of one array module ``xp`` (NumPy or
     CuPy's namespace), one method per kernel; :meth:`table` maps op names to them.
+    ``scatter_add(out, indices, values)``: ``out[indices] += values`` unbuffered (default
+    ``xp.add.at``; a backend whose array module lacks ``ufunc.at`` passes its own).
 
     >>> import numpy as np
     >>> ArrayKernels(np).gather(np.arange(5.0), np.array([4, 0]), axis=0, batch_dims=0)
     array([4., 0.])
     """
 
-    def __init__(self, xp):
+    def __init__(self, xp, scatter_add=None):
         self.xp = xp
+        self.scatter_add = scatter_add
 
     # --- index checks ---------------------------------------------------------------
     def _check_range(self, indices, n, what="indices",
@@ -78,13 +82,12 @@ class ArrayKernels:
                 f"[{','.join(str(b) for b in bound)}]")
 
     def _add_at(self, out, idx, vals):
-        """``out[idx] += vals`` unbuffered (repeated indices add up)."""
-        at = getattr(self.xp.add, "at", None)
-        if at is not None:
-            at(out, idx, vals)
-        else:   # CuPy before ufunc.at
-            import cupyx
-            cupyx.scatter_add(out, idx, vals)
+        """``out[idx] += vals`` unbuffered (repeated indices add up): the service
+        ``scatter_add``, else ``xp.add.at``."""
+        add_at = self.scatter_add
+        if add_at is None:
+            add_at = self.scatter_add = self.xp.add.at
+        add_at(out, idx, vals)
 
     # --- creation -------------------------------------------------------------------
     def fill(self, shape, value, dtype, device=None):
@@ -412,53 +415,54 @@ class ArrayKernels:
         return self.xp.argwhere(x).astype(np.int64)
 
     def table(self):
-        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        """``{op name: KernelSpec}`` (docs/backends.md)."""
         return {
-            "SearchSorted": {"fn": self.searchsorted, "dtypes": NUMERIC},
-            "UniqueAll": {"fn": self.unique_all, "dtypes": NUMERIC + ("bool",)},
-            "NonZero": {"fn": self.nonzero, "dtypes": NUMERIC + ("bool",)},
-            "Cumsum": {"fn": self.cumsum, "dtypes": NUMERIC + COMPLEX},
-            "Cumprod": {"fn": self.cumprod, "dtypes": NUMERIC + COMPLEX},
-            "ArgSort": {"fn": self.argsort, "dtypes": NUMERIC},
-            "Fill": {"fn": self.fill, "needs_device": True},
-            "ZerosLike": self.zeros_like,
-            "OnesLike": self.ones_like,
-            "Range": {"fn": self.range, "needs_device": True,
-                      "dtypes": ("float16", "float32", "float64", "int32", "int64")},
-            "Eye": {"fn": self.eye, "needs_device": True},
-            "LinSpace": {"fn": self.linspace, "needs_device": True, "dtypes": FLOATS},
-            "OneHot": self.one_hot,
-            "Reshape": self.reshape,
-            "BroadcastTo": self.broadcast_to,
-            "Transpose": self.transpose,
-            "ExpandDims": self.expand_dims,
-            "Squeeze": self.squeeze,
-            "ConcatV2": self.concat,
-            "Pack": self.pack,
-            "Unpack": self.unpack,
-            "SplitV": self.split_v,
-            "Tile": self.tile,
-            "PadV2": self.pad,
-            "MirrorPad": self.mirror_pad,
-            "Slice": self.slice,
-            "StridedSlice": self.strided_slice,
-            "StridedSliceGrad": self.strided_slice_grad,
-            "Shape": self.shape,
-            "Size": self.size,
-            "Rank": self.rank,
-            "SelectV2": self.select,
-            "Where": self.where,
-            "Identity": self.identity,
-            "StopGradient": self.identity,
-            "ClipByValue": {"fn": self.clip, "dtypes": NUMERIC},
-            "GatherV2": self.gather,
-            "GatherNd": self.gather_nd,
-            "ScatterNd": {"fn": self.scatter_nd, "dtypes": NUMERIC + COMPLEX},
-            "UnsortedSegmentSum": {"fn": self.unsorted_segment_sum,
-                                   "dtypes": NUMERIC + COMPLEX},
+            "SearchSorted": KernelSpec(self.searchsorted, dtypes=NUMERIC),
+            "UniqueAll": KernelSpec(self.unique_all, dtypes=NUMERIC + ("bool",)),
+            "NonZero": KernelSpec(self.nonzero, dtypes=NUMERIC + ("bool",)),
+            "Cumsum": KernelSpec(self.cumsum, dtypes=NUMERIC + COMPLEX),
+            "Cumprod": KernelSpec(self.cumprod, dtypes=NUMERIC + COMPLEX),
+            "ArgSort": KernelSpec(self.argsort, dtypes=NUMERIC),
+            "Fill": KernelSpec(self.fill, needs_device=True),
+            "ZerosLike": KernelSpec(self.zeros_like),
+            "OnesLike": KernelSpec(self.ones_like),
+            "Range": KernelSpec(self.range, needs_device=True,
+                                dtypes=("float16", "float32", "float64", "int32", "int64")),
+            "Eye": KernelSpec(self.eye, needs_device=True),
+            "LinSpace": KernelSpec(self.linspace, needs_device=True, dtypes=FLOATS),
+            "OneHot": KernelSpec(self.one_hot),
+            "Reshape": KernelSpec(self.reshape),
+            "BroadcastTo": KernelSpec(self.broadcast_to),
+            "Transpose": KernelSpec(self.transpose),
+            "ExpandDims": KernelSpec(self.expand_dims),
+            "Squeeze": KernelSpec(self.squeeze),
+            "ConcatV2": KernelSpec(self.concat),
+            "Pack": KernelSpec(self.pack),
+            "Unpack": KernelSpec(self.unpack),
+            "SplitV": KernelSpec(self.split_v),
+            "Tile": KernelSpec(self.tile),
+            "PadV2": KernelSpec(self.pad),
+            "MirrorPad": KernelSpec(self.mirror_pad),
+            "Slice": KernelSpec(self.slice),
+            "StridedSlice": KernelSpec(self.strided_slice),
+            "StridedSliceGrad": KernelSpec(self.strided_slice_grad),
+            "Shape": KernelSpec(self.shape),
+            "Size": KernelSpec(self.size),
+            "Rank": KernelSpec(self.rank),
+            "SelectV2": KernelSpec(self.select),
+            "Where": KernelSpec(self.where),
+            "Identity": KernelSpec(self.identity),
+            "StopGradient": KernelSpec(self.identity),
+            "ClipByValue": KernelSpec(self.clip, dtypes=NUMERIC),
+            "GatherV2": KernelSpec(self.gather),
+            "GatherNd": KernelSpec(self.gather_nd),
+            "ScatterNd": KernelSpec(self.scatter_nd, dtypes=NUMERIC + COMPLEX),
+            "UnsortedSegmentSum": KernelSpec(self.unsorted_segment_sum,
+                                             dtypes=NUMERIC + COMPLEX),
         }
 
 
-def build(xp):
-    """The creation, shape and indexing kernels for array module ``xp``: ``{op name: spec}``."""
-    return ArrayKernels(xp).table()
+def build(ctx):
+    """The creation, shape and indexing kernels for ``ctx.xp`` (service ``scatter_add``,
+    see :class:`ArrayKernels`): ``{op name: KernelSpec}``."""
+    return ArrayKernels(ctx.xp, ctx.get("scatter_add")).table()

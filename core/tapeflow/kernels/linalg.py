@@ -7,6 +7,7 @@ transposes are ``swapaxes`` views (BLAS reads them without a copy).
 from __future__ import annotations
 
 from ..errors import InvalidArgumentError
+from ..plugins import KernelSpec
 
 FLOATS = ("float16", "float32", "float64")
 NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -125,26 +126,26 @@ class LinalgKernels:
         return q, r
 
     def table(self):
-        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        """``{op name: KernelSpec}`` (docs/backends.md)."""
         return {
-            "Cholesky": {"fn": self.cholesky, "dtypes": LAPACK},
-            "SelfAdjointEigV2": {"fn": self.eigh, "dtypes": LAPACK},
-            "Svd": {"fn": self.svd, "dtypes": LAPACK},
-            "SvdValues": {"fn": self.svd_values, "dtypes": LAPACK},
-            "Qr": {"fn": self.qr, "dtypes": LAPACK},
-            "FFT": {"fn": self.fft, "dtypes": COMPLEX},
-            "RFFT": {"fn": self.rfft, "dtypes": LAPACK},
-            "IRFFT": {"fn": self.irfft, "dtypes": COMPLEX},
-            "MatMul": {"fn": self.matmul, "fresh": True, "out": True,
-                       "dtypes": FLOATS + ("int32", "int64") + COMPLEX},
-            "Einsum": {"fn": self.einsum, "dtypes": NUMERIC + COMPLEX},
-            "MatrixInverse": {"fn": self.inv, "dtypes": LAPACK},
-            "MatrixSolve": {"fn": self.solve, "dtypes": LAPACK},
-            "MatrixDeterminant": {"fn": self.det, "dtypes": LAPACK},
-            "LogMatrixDeterminant": {"fn": self.slogdet, "dtypes": LAPACK},
+            "Cholesky": KernelSpec(self.cholesky, dtypes=LAPACK),
+            "SelfAdjointEigV2": KernelSpec(self.eigh, dtypes=LAPACK),
+            "Svd": KernelSpec(self.svd, dtypes=LAPACK),
+            "SvdValues": KernelSpec(self.svd_values, dtypes=LAPACK),
+            "Qr": KernelSpec(self.qr, dtypes=LAPACK),
+            "FFT": KernelSpec(self.fft, dtypes=COMPLEX),
+            "RFFT": KernelSpec(self.rfft, dtypes=LAPACK),
+            "IRFFT": KernelSpec(self.irfft, dtypes=COMPLEX),
+            "MatMul": KernelSpec(self.matmul, fresh=True, out=True,
+                                 dtypes=FLOATS + ("int32", "int64") + COMPLEX),
+            "Einsum": KernelSpec(self.einsum, dtypes=NUMERIC + COMPLEX),
+            "MatrixInverse": KernelSpec(self.inv, dtypes=LAPACK),
+            "MatrixSolve": KernelSpec(self.solve, dtypes=LAPACK),
+            "MatrixDeterminant": KernelSpec(self.det, dtypes=LAPACK),
+            "LogMatrixDeterminant": KernelSpec(self.slogdet, dtypes=LAPACK),
         }
 
 
-def build(xp):
-    """The linear-algebra kernels for array module ``xp``: ``{op name: spec}``."""
-    return LinalgKernels(xp).table()
+def build(ctx):
+    """The linear-algebra kernels for ``ctx.xp``: ``{op name: KernelSpec}``."""
+    return LinalgKernels(ctx.xp).table()

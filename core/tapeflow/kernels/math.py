@@ -12,6 +12,7 @@ import contextlib
 import functools
 
 from ..errors import InvalidArgumentError, UnimplementedError
+from ..plugins import KernelSpec
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -20,15 +21,15 @@ BOOL = ("bool",)
 COMPLEX = ("complex64", "complex128")
 
 
-def special(xp, op):
-    """``scipy.special`` for NumPy (the extra ``tapeflow[scipy]``), ``cupyx.scipy.special``
-    for CuPy; imported on the first kernel that needs it (importing scipy.special costs
-    ~0.35 s). Without SciPy: UnimplementedError naming ``op`` and the extra."""
+def scipy_special(op):
+    """``scipy.special`` (the extra ``tapeflow[scipy]``): the default ``special`` service
+    of a :class:`~tapeflow.plugins.BuildContext` (``special(op name) -> module`` with
+    SciPy's special functions for the context's arrays; the CUDA backend passes
+    ``cupyx.scipy.special``'s). Imported on the first kernel that needs it (importing
+    scipy.special costs ~0.35 s). Without SciPy: UnimplementedError naming ``op`` and
+    the extra."""
     try:
-        if xp.__name__ == "numpy":
-            import scipy.special as sp
-        else:   # CuPy
-            import cupyx.scipy.special as sp
+        import scipy.special as sp
     except ImportError as e:
         raise UnimplementedError(
             f"{op} on the NumPy backend needs SciPy's special functions, which are not "
@@ -88,13 +89,19 @@ def _check_int_divisor(x, y):
         raise InvalidArgumentError("Integer division by zero")
 
 
-def _spec(fn, dtypes):
-    """A kernel spec; a ufunc (NumPy's or CuPy's) also declares ``out``: it writes into
-    a given array (``xp.add(a, b, out=buf)``), which tf.function's buffer plan uses
+def _spec(fn, dtypes=None):
+    """A :class:`~tapeflow.plugins.KernelSpec`; a ufunc (NumPy's or CuPy's) also declares
+    ``out``: it writes into a given array (``xp.add(a, b, out=buf)``), which
+    tf.function's buffer plan and the CPU backend's elementwise fusion use
     (docs/backends.md, "Output buffers")."""
-    if type(fn).__name__ == "ufunc":
-        return {"fn": fn, "dtypes": dtypes, "out": True}
-    return {"fn": fn, "dtypes": dtypes}
+    return KernelSpec(fn, dtypes, out=type(fn).__name__ == "ufunc")
+
+
+def _complex_variant(fn, method):
+    """``fn`` (the array module's function) for the real dtypes, ``method`` (which adds
+    the array API's complex special cases) as the complex dtypes' variant: the real
+    dtypes reach the ufunc with no wrapper in front."""
+    return KernelSpec(fn, FLOATS + COMPLEX, variants={c: method for c in COMPLEX})
 
 
 def _num(fn):
@@ -122,14 +129,18 @@ class MathKernels:
     one method per kernel that is not a plain ufunc; :meth:`table` maps op names to them
     and to the ufuncs used as they are.
 
+    ``special(op) -> module``: SciPy's special functions for these arrays (default
+    :func:`scipy_special`; the CUDA backend passes ``cupyx.scipy.special``'s).
+
     >>> import numpy as np
     >>> k = MathKernels(np)
     >>> k.floordiv(np.array([7, -7]), np.array([2, 2]))
     array([ 3, -4])
     """
 
-    def __init__(self, xp):
+    def __init__(self, xp, special=None):
         self.xp = xp
+        self.special = scipy_special if special is None else special
         # SciPy's special functions are bound on the first sigmoid/erf, not at import
         self._expit = None
         self._erf = None
@@ -173,7 +184,7 @@ class MathKernels:
         expit = self._expit
         if expit is None:
             try:
-                expit = special(self.xp, "Sigmoid").expit
+                expit = self.special("Sigmoid").expit
             except UnimplementedError:
                 expit = functools.partial(sigmoid_formula, self.xp)
             self._expit = expit
@@ -185,7 +196,7 @@ class MathKernels:
         """The error function (SciPy's; float16 computed in float32)."""
         erf_ = self._erf
         if erf_ is None:
-            erf_ = self._erf = special(self.xp, "Erf").erf
+            erf_ = self._erf = self.special("Erf").erf
         if x.dtype == self._f16:
             return erf_(x.astype(self._f32)).astype(self._f16)
         return erf_(x)
@@ -285,7 +296,7 @@ class MathKernels:
         return out
 
     def table(self):
-        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        """``{op name: KernelSpec}`` (docs/backends.md)."""
         return {**self._arithmetic_table(), **self._unary_table(), **self._logic_table()}
 
     def _arithmetic_table(self):
@@ -306,11 +317,11 @@ class MathKernels:
             "Atan2": flt(xp.arctan2),
             "AddN": num_c(self.add_n),
             "Neg": num_c(xp.negative),
-            "Cast": self.cast,
-            "Complex": {"fn": self.make_complex, "dtypes": ("float32", "float64")},
-            "Real": {"fn": xp.real, "dtypes": COMPLEX},
-            "Imag": {"fn": xp.imag, "dtypes": COMPLEX},
-            "Conj": {"fn": xp.conj, "dtypes": COMPLEX},
+            "Cast": KernelSpec(self.cast),
+            "Complex": KernelSpec(self.make_complex, ("float32", "float64")),
+            "Real": KernelSpec(xp.real, COMPLEX),
+            "Imag": KernelSpec(xp.imag, COMPLEX),
+            "Conj": _spec(xp.conj, COMPLEX),
         }
 
     def _unary_table(self):
@@ -326,11 +337,11 @@ class MathKernels:
             "Exp": flt_c(xp.exp),
             "Log": flt_c(xp.log),
             "Log1p": flt_c(xp.log1p),
-            "Expm1": dict(flt_c(self.expm1), real=xp.expm1),
+            "Expm1": _complex_variant(xp.expm1, self.expm1),
             "Sin": flt_c(xp.sin),
             "Cos": flt_c(xp.cos),
             "Tan": flt_c(xp.tan),
-            "Tanh": dict(flt_c(self.tanh), real=xp.tanh),
+            "Tanh": _complex_variant(xp.tanh, self.tanh),
             "Sigmoid": flt(self.sigmoid),
             "Softplus": flt(self.softplus),
             "Reciprocal": flt_c(xp.reciprocal),
@@ -364,15 +375,15 @@ class MathKernels:
         xp = self.xp
         num, bln = _num, _bln
         return {
-            "BitwiseAnd": {"fn": xp.bitwise_and, "dtypes": INTS + BOOL},
-            "BitwiseOr": {"fn": xp.bitwise_or, "dtypes": INTS + BOOL},
-            "BitwiseXor": {"fn": xp.bitwise_xor, "dtypes": INTS + BOOL},
-            "Invert": {"fn": xp.invert, "dtypes": INTS + BOOL},
-            "LeftShift": {"fn": xp.left_shift, "dtypes": INTS},
-            "RightShift": {"fn": xp.right_shift, "dtypes": INTS},
+            "BitwiseAnd": _spec(xp.bitwise_and, INTS + BOOL),
+            "BitwiseOr": _spec(xp.bitwise_or, INTS + BOOL),
+            "BitwiseXor": _spec(xp.bitwise_xor, INTS + BOOL),
+            "Invert": _spec(xp.invert, INTS + BOOL),
+            "LeftShift": _spec(xp.left_shift, INTS),
+            "RightShift": _spec(xp.right_shift, INTS),
             # comparison and logic
-            "Equal": xp.equal,                      # every dtype, bool included
-            "NotEqual": xp.not_equal,
+            "Equal": _spec(xp.equal),               # every dtype, bool included
+            "NotEqual": _spec(xp.not_equal),
             "Less": num(xp.less),
             "LessEqual": num(xp.less_equal),
             "Greater": num(xp.greater),
@@ -384,6 +395,7 @@ class MathKernels:
         }
 
 
-def build(xp):
-    """The elementwise kernels for array module ``xp``: ``{op name: spec}``."""
-    return MathKernels(xp).table()
+def build(ctx):
+    """The elementwise kernels for ``ctx.xp`` (a :class:`~tapeflow.plugins.BuildContext`;
+    service ``special``, see :class:`MathKernels`): ``{op name: KernelSpec}``."""
+    return MathKernels(ctx.xp, ctx.get("special")).table()

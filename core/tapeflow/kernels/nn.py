@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..plugins import KernelSpec
 from . import winograd
 
 FLOATS = ("float16", "float32", "float64")
@@ -528,36 +529,36 @@ class NNKernels:
         return back(dxp[:, pt:pt + h, pl:pl + w, :].astype(dt, copy=False), data_format)
 
     def table(self):
-        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        """``{op name: KernelSpec}`` (docs/backends.md)."""
         f = FLOATS
         return {
-            "Relu": {"fn": self.relu, "fresh": True, "out": True,
-                     "dtypes": f + ("int32", "int64")},
-            "ReluGrad": {"fn": self.relu_grad, "fresh": True, "out": True, "dtypes": f},
-            "Relu6": {"fn": self.relu6, "dtypes": f},
-            "Relu6Grad": {"fn": self.relu6_grad, "dtypes": f},
-            "LeakyRelu": {"fn": self.leaky_relu, "dtypes": f},
-            "LeakyReluGrad": {"fn": self.leaky_relu_grad, "dtypes": f},
-            "Elu": {"fn": self.elu, "dtypes": f},
-            "EluGrad": {"fn": self.elu_grad, "dtypes": f},
-            "Softmax": {"fn": self.softmax, "fresh": True, "dtypes": f},
-            "LogSoftmax": {"fn": self.log_softmax, "dtypes": f},
-            "SoftmaxCrossEntropyWithLogits": {"fn": self.softmax_xent, "dtypes": f},
-            "SparseSoftmaxCrossEntropyWithLogits": {"fn": self.sparse_xent, "dtypes": f},
-            "SigmoidCrossEntropyWithLogits": {"fn": self.sigmoid_xent, "dtypes": f},
-            "BiasAdd": {"fn": self.bias_add, "out": True, "dtypes": f + ("int32", "int64")},
-            "L2Loss": {"fn": self.l2_loss, "dtypes": f},
-            "Conv2D": {"fn": self.conv2d, "dtypes": f},
-            "Conv2DBackpropInput": {"fn": self.conv2d_backprop_input, "dtypes": f},
-            "Conv2DBackpropFilter": {"fn": self.conv2d_backprop_filter, "dtypes": f},
-            "MaxPool": {"fn": self.max_pool, "dtypes": f + ("int32", "int64")},
-            "MaxPoolGrad": {"fn": self.max_pool_grad, "dtypes": f},
-            "MaxPoolGradGrad": {"fn": self.max_pool_grad_grad, "dtypes": f},
-            "AvgPool": {"fn": self.avg_pool, "dtypes": f},
-            "AvgPoolGrad": {"fn": self.avg_pool_grad, "dtypes": f},
+            "Relu": KernelSpec(self.relu, fresh=True, out=True,
+                               dtypes=f + ("int32", "int64")),
+            "ReluGrad": KernelSpec(self.relu_grad, fresh=True, out=True, dtypes=f),
+            "Relu6": KernelSpec(self.relu6, dtypes=f),
+            "Relu6Grad": KernelSpec(self.relu6_grad, dtypes=f),
+            "LeakyRelu": KernelSpec(self.leaky_relu, dtypes=f),
+            "LeakyReluGrad": KernelSpec(self.leaky_relu_grad, dtypes=f),
+            "Elu": KernelSpec(self.elu, dtypes=f),
+            "EluGrad": KernelSpec(self.elu_grad, dtypes=f),
+            "Softmax": KernelSpec(self.softmax, fresh=True, dtypes=f),
+            "LogSoftmax": KernelSpec(self.log_softmax, dtypes=f),
+            "SoftmaxCrossEntropyWithLogits": KernelSpec(self.softmax_xent, dtypes=f),
+            "SparseSoftmaxCrossEntropyWithLogits": KernelSpec(self.sparse_xent, dtypes=f),
+            "SigmoidCrossEntropyWithLogits": KernelSpec(self.sigmoid_xent, dtypes=f),
+            "BiasAdd": KernelSpec(self.bias_add, out=True, dtypes=f + ("int32", "int64")),
+            "L2Loss": KernelSpec(self.l2_loss, dtypes=f),
+            "Conv2D": KernelSpec(self.conv2d, dtypes=f),
+            "Conv2DBackpropInput": KernelSpec(self.conv2d_backprop_input, dtypes=f),
+            "Conv2DBackpropFilter": KernelSpec(self.conv2d_backprop_filter, dtypes=f),
+            "MaxPool": KernelSpec(self.max_pool, dtypes=f + ("int32", "int64")),
+            "MaxPoolGrad": KernelSpec(self.max_pool_grad, dtypes=f),
+            "MaxPoolGradGrad": KernelSpec(self.max_pool_grad_grad, dtypes=f),
+            "AvgPool": KernelSpec(self.avg_pool, dtypes=f),
+            "AvgPoolGrad": KernelSpec(self.avg_pool_grad, dtypes=f),
         }
 
 
-def build(xp):
-    """The neural-network kernels for array module ``xp``: ``{op name: spec}``."""
-    return NNKernels(xp).table()
+def build(ctx):
+    """The neural-network kernels for ``ctx.xp``: ``{op name: KernelSpec}``."""
+    return NNKernels(ctx.xp).table()

@@ -1,5 +1,5 @@
 """Fused convolution epilogues (issue 34): Conv2D + BiasAdd + activation as one kernel
-(the op ``_FusedConv2D``, :mod:`tapeflow.ops.nn_fused`, docs/fused-ops.md).
+(the op ``_FusedConv2D``, :mod:`tapeflow.ops.fused`, docs/fused-ops.md).
 
 The convolution is :meth:`NNKernels._conv_nhwc <tapeflow.kernels.nn.NNKernels._conv_nhwc>`
 (im2col GEMMs a block of images at a time on the host, Winograd where its cost rule
@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math as _pymath
 
-from .math import special
+from ..plugins import KernelSpec
+from .math import scipy_special
 from .nn import FLOATS, NNKernels, back, compute_dtype, nhwc
 
 #: the epilogue works on rows of up to this many elements (a whole image when it is
@@ -49,8 +50,9 @@ class Epilogue:
     elements), and ``maximum(z, 0)`` with a scalar takes a loop 3x slower than with an
     array (NumPy 2.4, float32: 280 vs 80 us on the seeds' CNN's first output)."""
 
-    def __init__(self, xp, bias, act, alpha):
+    def __init__(self, xp, bias, act, alpha, special=scipy_special):
         self.xp = xp
+        self.special = special       # (SciPy's special functions for xp: GeluExact's erf)
         self.bias = bias
         self.alpha = alpha
         self.act = None if act is None else getattr(self, "_" + act.lower())
@@ -105,7 +107,7 @@ class Epilogue:
         # 0.5 z (1 + erf(z / sqrt 2)), the unfused gelu's operations
         xp = self.xp
         t = xp.multiply(z, z.dtype.type(_SQRT_HALF))
-        special(xp, "_FusedConv2D (GeluExact)").erf(t, out=t)
+        self.special("_FusedConv2D (GeluExact)").erf(t, out=t)
         t += 1
         xp.multiply(z, 0.5, out=z)
         xp.multiply(z, t, out=z)
@@ -125,15 +127,17 @@ class Epilogue:
 
 
 class FusedNNKernels:
-    """The fused convolution kernels, written once against the array module ``xp``."""
+    """The fused convolution kernels, written once against the array module ``xp``
+    (``special``: as :class:`~tapeflow.kernels.math.MathKernels`')."""
 
-    def __init__(self, xp):
+    def __init__(self, xp, special=None):
         self.xp = xp
+        self.special = scipy_special if special is None else special
         self.nn = NNKernels(xp)
 
     def table(self):
-        """``{op name: spec}`` of this module (see :mod:`tapeflow.kernels`)."""
-        return {"_FusedConv2D": {"fn": self.fused_conv2d, "dtypes": FLOATS}}
+        """``{op name: KernelSpec}`` of this module (see :mod:`tapeflow.kernels`)."""
+        return {"_FusedConv2D": KernelSpec(self.fused_conv2d, dtypes=FLOATS)}
 
     def fused_conv2d(self, x, w, b, strides, padding, data_format, dilations, fused_ops,
                      num_args=1, leakyrelu_alpha=0.2):
@@ -142,13 +146,15 @@ class FusedNNKernels:
         dt = x.dtype
         cdt = compute_dtype(dt)
         act = fused_ops[1] if len(fused_ops) > 1 else None
-        ep = Epilogue(self.xp, b.astype(cdt, copy=False), act, float(leakyrelu_alpha))
+        ep = Epilogue(self.xp, b.astype(cdt, copy=False), act, float(leakyrelu_alpha),
+                      self.special)
         out = self.nn._conv_nhwc(nhwc(x, data_format).astype(cdt, copy=False),
                                  w.astype(cdt, copy=False), strides, padding, dilations,
                                  epilogue=ep)
         return back(out.astype(dt, copy=False), data_format)
 
 
-def build(xp):
-    """The fused convolution kernels for array module ``xp``: ``{op name: spec}``."""
-    return FusedNNKernels(xp).table()
+def build(ctx):
+    """The fused convolution kernels for ``ctx.xp`` (service ``special``):
+    ``{op name: KernelSpec}``."""
+    return FusedNNKernels(ctx.xp, ctx.get("special")).table()

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..plugins import KernelSpec
+
 #: the dtypes the fused kernels declare (others, float16/bfloat16 included, take the
 #: op-by-op update: a float32-computed bfloat16 variant would write into copies)
 FUSED_DTYPES = ("float32", "float64")
@@ -53,18 +55,18 @@ class OptimKernels:
         self.block = BLOCK if xp is np else None
 
     def table(self):
-        """``{op name: spec}`` of this module (see :mod:`tapeflow.kernels`)."""
+        """``{op name: KernelSpec}`` of this module (see :mod:`tapeflow.kernels`)."""
         d = FUSED_DTYPES
         return {
-            "ApplyGradientDescent": {"fn": self.apply_gradient_descent, "dtypes": d},
-            "ApplyMomentum": {"fn": self.apply_momentum, "dtypes": d},
-            "ApplyAdam": {"fn": self.apply_adam, "dtypes": d},
-            "ApplyRMSProp": {"fn": self.apply_rms_prop, "dtypes": d},
-            "ApplyCenteredRMSProp": {"fn": self.apply_centered_rms_prop, "dtypes": d},
-            "ApplyKerasRMSProp": {"fn": self.apply_keras_rms_prop, "dtypes": d},
-            "ApplyKerasCenteredRMSProp": {"fn": self.apply_keras_centered_rms_prop,
-                                          "dtypes": d},
-            "ApplyAdagrad": {"fn": self.apply_adagrad, "dtypes": d},
+            "ApplyGradientDescent": KernelSpec(self.apply_gradient_descent, dtypes=d),
+            "ApplyMomentum": KernelSpec(self.apply_momentum, dtypes=d),
+            "ApplyAdam": KernelSpec(self.apply_adam, dtypes=d),
+            "ApplyRMSProp": KernelSpec(self.apply_rms_prop, dtypes=d),
+            "ApplyCenteredRMSProp": KernelSpec(self.apply_centered_rms_prop, dtypes=d),
+            "ApplyKerasRMSProp": KernelSpec(self.apply_keras_rms_prop, dtypes=d),
+            "ApplyKerasCenteredRMSProp": KernelSpec(self.apply_keras_centered_rms_prop,
+                                                    dtypes=d),
+            "ApplyAdagrad": KernelSpec(self.apply_adagrad, dtypes=d),
         }
 
     # --- the driver ---------------------------------------------------------------------
@@ -261,5 +263,6 @@ class OptimKernels:
         xp.subtract(var, t, out=ovar)
 
 
-def build(xp):
-    return OptimKernels(xp).table()
+def build(ctx):
+    """The fused optimizer-update kernels for ``ctx.xp``: ``{op name: KernelSpec}``."""
+    return OptimKernels(ctx.xp).table()

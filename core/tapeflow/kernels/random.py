@@ -14,7 +14,8 @@ import threading
 
 import numpy as np
 
-from .math import special
+from ..plugins import KernelSpec
+from .math import scipy_special
 
 FLOATS = ("float16", "float32", "float64")
 
@@ -75,9 +76,10 @@ class RandomKernels:
     ((3,), dtype('float32'), True)
     """
 
-    def __init__(self, xp, raw64=None):
+    def __init__(self, xp, raw64=None, special=None):
         self.xp = xp
         self.raw64 = host_raw64 if raw64 is None else raw64
+        self.special = scipy_special if special is None else special
 
     def _words(self, n, key, counter):
         """``n`` raw 64-bit words of ``(key, counter)``'s stream, as an ``xp`` array."""
@@ -165,7 +167,7 @@ class RandomKernels:
         n = _size(shape)
         raw = self._words(n, key, counter)
         u = ((raw >> _U64(11)).astype(np.float64) + 0.5) * (2.0 ** -53)
-        z = special(xp, "TruncatedNormal").ndtri(u * _PHI_SPAN + _PHI_M2)
+        z = self.special("TruncatedNormal").ndtri(u * _PHI_SPAN + _PHI_M2)
         z = xp.clip(z, -2.0, 2.0)
         if mean != 0.0 or stddev != 1.0:
             z = z * stddev + mean
@@ -181,24 +183,25 @@ class RandomKernels:
         return x[perm]
 
     def table(self):
-        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        """``{op name: KernelSpec}`` (docs/backends.md)."""
         # bfloat16 (NumPy only: ml_dtypes) draws as above, in float32 then rounded
         floats = ("bfloat16",) + FLOATS if self.xp is np else FLOATS
         return {
-            "RandomStandardNormal": {"fn": self.random_normal, "dtypes": floats,
-                                     "needs_device": True},
-            "RandomUniform": {"fn": self.random_uniform, "dtypes": floats,
-                              "needs_device": True},
-            "RandomUniformInt": {"fn": self.random_uniform_int, "dtypes": ("int32", "int64"),
-                                 "needs_device": True},
-            "TruncatedNormal": {"fn": self.truncated_normal, "dtypes": floats,
-                                "needs_device": True},
-            "RandomShuffle": {"fn": self.random_shuffle, "dtypes": None, "needs_device": True},
+            "RandomStandardNormal": KernelSpec(self.random_normal, dtypes=floats,
+                                               needs_device=True),
+            "RandomUniform": KernelSpec(self.random_uniform, dtypes=floats,
+                                        needs_device=True),
+            "RandomUniformInt": KernelSpec(self.random_uniform_int, dtypes=("int32", "int64"),
+                                           needs_device=True),
+            "TruncatedNormal": KernelSpec(self.truncated_normal, dtypes=floats,
+                                          needs_device=True),
+            "RandomShuffle": KernelSpec(self.random_shuffle, dtypes=None, needs_device=True),
         }
 
 
-def build(xp, raw64=None):
-    """The random kernels for array module ``xp``; ``raw64(n, key, counter)`` draws the
+def build(ctx):
+    """The random kernels for ``ctx.xp``; services: ``raw64(n, key, counter)`` draws the
     raw 64-bit words (default :func:`host_raw64`; the CuPy backend passes a Philox that
-    runs on the GPU, so the transforms stay one source for both)."""
-    return RandomKernels(xp, raw64).table()
+    runs on the GPU, so the transforms stay one source for both), ``special`` (as
+    :class:`~tapeflow.kernels.math.MathKernels`'; TruncatedNormal's ndtri)."""
+    return RandomKernels(ctx.xp, ctx.get("raw64"), ctx.get("special")).table()

@@ -10,6 +10,7 @@ import contextlib
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from ..plugins import KernelSpec
 
 FLOATS = ("float16", "float32", "float64")
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
@@ -197,22 +198,22 @@ class ReduceKernels:
             raise empty_reduction("argmin", x, (axis,)) from None
 
     def table(self):
-        """``{op name: spec}`` (``registry.add_kernel``'s arguments, docs/backends.md)."""
+        """``{op name: KernelSpec}`` (docs/backends.md)."""
         return {
-            "Sum": {"fn": self.sum, "fresh": True, "out": True, "dtypes": NUMERIC + COMPLEX},
-            "Prod": {"fn": self.prod, "dtypes": NUMERIC + COMPLEX},
-            "Mean": {"fn": self.mean, "fresh": True, "dtypes": NUMERIC + COMPLEX},
-            "Max": {"fn": self.max, "dtypes": NUMERIC},
-            "Min": {"fn": self.min, "dtypes": NUMERIC},
-            "ReduceLogSumExp": {"fn": self.logsumexp, "dtypes": FLOATS},
-            "EuclideanNorm": {"fn": self.euclidean_norm, "dtypes": FLOATS},
-            "Any": {"fn": self.any, "dtypes": ("bool",)},
-            "All": {"fn": self.all, "dtypes": ("bool",)},
-            "ArgMax": {"fn": self.argmax, "dtypes": NUMERIC},
-            "ArgMin": {"fn": self.argmin, "dtypes": NUMERIC},
+            "Sum": KernelSpec(self.sum, fresh=True, out=True, dtypes=NUMERIC + COMPLEX),
+            "Prod": KernelSpec(self.prod, dtypes=NUMERIC + COMPLEX),
+            "Mean": KernelSpec(self.mean, fresh=True, dtypes=NUMERIC + COMPLEX),
+            "Max": KernelSpec(self.max, dtypes=NUMERIC),
+            "Min": KernelSpec(self.min, dtypes=NUMERIC),
+            "ReduceLogSumExp": KernelSpec(self.logsumexp, dtypes=FLOATS),
+            "EuclideanNorm": KernelSpec(self.euclidean_norm, dtypes=FLOATS),
+            "Any": KernelSpec(self.any, dtypes=("bool",)),
+            "All": KernelSpec(self.all, dtypes=("bool",)),
+            "ArgMax": KernelSpec(self.argmax, dtypes=NUMERIC),
+            "ArgMin": KernelSpec(self.argmin, dtypes=NUMERIC),
         }
 
 
-def build(xp):
-    """The reduction kernels for array module ``xp``: ``{op name: spec}``."""
-    return ReduceKernels(xp).table()
+def build(ctx):
+    """The reduction kernels for ``ctx.xp``: ``{op name: KernelSpec}``."""
+    return ReduceKernels(ctx.xp).table()

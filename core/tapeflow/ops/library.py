@@ -21,10 +21,15 @@ from ..plugins.library import Library
 from ..runtime import devices as _devs
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.dispatch import execute
-from ..runtime.registry import CORE_NAMESPACE, Broadcasting, OpDef
+from ..runtime.registry import BROADCASTING, CORE_NAMESPACE, OpDef, elementwise_jvp
 
 #: the built-in op library (registered by ``import tapeflow``)
 LIB = Library(CORE_NAMESPACE)
+
+#: (re-exported for the op modules: the shared batching rule of elementwise and
+#: broadcasting ops, and the diagonal JVP of an elementwise op, which ``OpDef`` derives)
+__all__ = ["LIB", "BROADCASTING", "elementwise_jvp", "defop", "batch_axis", "rerun",
+           "batch_one_axis", "batch_with_shape", "real_number", "check_fits", "flag"]
 
 
 #: the types of the built-in ops' attrs, by attr name (kinds: tapeflow.shapes); an op whose
@@ -62,59 +67,22 @@ def _attr_types(attrs, declared):
     return out
 
 
-#: the batching rule of every elementwise or broadcasting op (one object, shared)
-BROADCASTING = Broadcasting()
-
-
 def defop(name, *, attr_types=None, **kwargs) -> OpDef:
     """Declare a built-in op: ``LIB.define`` (arguments of
     :class:`~tapeflow.plugins.OpDef`) with its attrs typed from :data:`ATTR_TYPES` by
     name, and ``attr_types=`` for this op's own exceptions (a call with the wrong number
     of inputs never reaches its ``check``: ``OpDef.__call__`` counts them).
 
-    Two rules follow from the declaration unless given: an op declared
-    ``elementwise=True`` or ``broadcast=True`` maps over leading dimensions (its
-    ``batch`` is :data:`BROADCASTING`), and an elementwise differentiable op with a
-    gradient has a diagonal Jacobian (its ``jvp`` is :func:`elementwise_jvp`). The op
-    module writes every other rule right under the op's ``defop``
-    (``_MATMUL.def_jvp(Multilinear())``, ``@_MATMUL.def_batch``)."""
+    The rules that follow from the declaration are the OpDef's own, as for a plugin's op
+    (an ``elementwise=True``/``broadcast=True`` op's batching rule :data:`BROADCASTING`,
+    an elementwise op's diagonal JVP :func:`elementwise_jvp`). The op module writes every
+    other rule right under the op's ``defop`` (``_MATMUL.def_jvp(Multilinear())``,
+    ``@_MATMUL.def_batch``)."""
     kwargs["attr_types"] = _attr_types(kwargs.get("attrs"), attr_types)
-    op = LIB.define(name, **kwargs)
-    if "batch" not in kwargs and (op.elementwise or op.broadcast):
-        op.batch = BROADCASTING
-    if ("jvp" not in kwargs and op.elementwise and op.differentiable
-            and op.grad is not None):
-        op.jvp = elementwise_jvp(op)
-    return op
+    return LIB.define(name, **kwargs)
 
 
 # --- rules shared by several op modules -------------------------------------------------
-
-def _real_rule(grad):
-    return getattr(grad, "__wrapped__", grad)
-
-
-def elementwise_jvp(op):
-    """The JVP of the elementwise op ``op`` from its gradient rule: a diagonal Jacobian,
-    so ``d f(x) = f'(x) t`` is the (real) gradient rule applied to the tangent (one
-    partial per input with a tangent, summed). It reads ``op.grad`` when it runs, so a
-    gradient replaced later (``override=True``) gives the JVP too."""
-    def jvp(ctx, *tangents):
-        grad = _real_rule(op.grad)
-        out = None
-        for i, t in enumerate(tangents):
-            if t is None:
-                continue
-            ctx.needs = tuple(j == i for j in range(len(tangents)))
-            g = grad(ctx, *([t] + [None] * (len(ctx.outputs) - 1)))
-            g = g[i] if isinstance(g, (tuple, list)) else g
-            if g is None:
-                continue
-            out = g if out is None else out + g
-        return out
-    jvp.__name__ = f"{op.name}_jvp"
-    return jvp
-
 
 def batch_axis(a, rank):
     """Axis ``a`` of an example of rank ``rank``, in the batched tensor (a batching

@@ -6,12 +6,16 @@
 ...        if n in tapeflow.plugins.__all__)
 ['Backend', 'Library', 'OpDef', 'Registry', 'hookimpl', 'register']
 
-Two equivalent forms. A module declares its ops with a :class:`Library`
-(``@lib.op``, ``@lib.kernel``, ``@lib.gradient``, ``lib.jvp``, ``lib.batch``,
-``@lib.infer``, ``lib.non_differentiable``), which implements the hooks itself; or a module (or object)
+Two forms. A module declares its ops with a :class:`Library` (``@lib.op``,
+``@lib.kernel``, ``@lib.gradient``, ``lib.jvp``, ``lib.batch``, ``@lib.infer``,
+``lib.non_differentiable``), which implements the hooks itself: an op is one
+declaration (``elementwise=True`` derives its JVP and batching rule), each rule attached
+to it one way (``op.def_grad``, ... which the Library's are). Or a module (or object)
 implements some of the hooks in :mod:`tapeflow.plugins.hookspecs` and calls the
-:class:`Registry` it is handed. Either is found through the entry-point group
-``tapeflow``; ``register(obj)`` adds one in-process. See ``docs/plugins.md``.
+:class:`Registry` it is handed, as backends do to add themselves and kernels (its
+``add_op`` and ``set_*`` rule methods are deprecated: docs/plugins.md, section 5).
+Either is found through the entry-point group ``tapeflow``; ``register(obj)`` adds one
+in-process. See ``docs/plugins.md``.
 """
 
 from ..runtime.devices import Backend, Device

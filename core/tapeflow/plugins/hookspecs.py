@@ -27,12 +27,12 @@ hookimpl = pluggy.HookimplMarker("tapeflow")
 
 @hookspec
 def tapeflow_register_ops(registry) -> None:
-    """Add op signatures with ``registry.add_op(OpDef(...))``.
-
-    Implement in op plugins. Called first, for every plugin, so kernels of any
-    plugin may target ops of any other. Names of plugin ops are namespaced
-    ``"project::name"``; defining an existing name raises PluginConflictError
-    unless ``add_op(..., override=True)``.
+    """Declare ops: a :class:`~tapeflow.plugins.Library` implements this hook for its
+    ``@lib.op`` / ``lib.define`` ops (the one way to declare an op;
+    ``registry.add_op(OpDef(...))`` in a hook of your own is deprecated, removed in
+    tapeflow 0.4). Called first, for every plugin, so kernels of any plugin may target
+    ops of any other. Names of plugin ops are namespaced ``"project::name"``; defining
+    an existing name raises PluginConflictError unless ``override=True``.
     """
 
 

@@ -1,12 +1,15 @@
 """The decorator form of the plugin API: a :class:`Library` collects one project's ops,
 kernels and rules (gradient, JVP, batching, inference) in a module, and implements the
-hooks that register them; each rule goes through the plugin ``Registry`` (conflicts
-refused without ``override=True``, recorded, rolled back if the plugin fails).
+hooks that register them. ``lib.gradient``/``jvp``/``batch``/``infer`` attach a rule
+as ``op.def_grad``/``def_jvp``/``def_batch``/``def_infer`` do (one way, the same
+conflict check), through the plugin ``Registry``: recorded for the plugin, rolled back
+if it fails. An ``elementwise=True`` op needs no JVP or batching rule (``OpDef`` derives
+them), as the example's ``cube``: its kernel and its gradient are all it has.
 
 >>> import numpy as np, tapeflow as tf
 >>> from tapeflow.plugins import Library, register
 >>> lib = Library("libdoc")
->>> @lib.op()
+>>> @lib.op(elementwise=True)
 ... def cube(x, name=None):
 ...     '''x ** 3, elementwise.'''
 >>> @lib.kernel(cube, "cpu", dtypes=("float32", "float64"))
@@ -23,6 +26,15 @@ tf.Tensor([8.], shape=(1,), dtype=float32)
 tf.Tensor([27.], shape=(1,), dtype=float32)
 >>> print(tf.gradients_function(cube)(tf.constant(2.0))[0])
 tf.Tensor(12.0, shape=(), dtype=float32)
+>>> x = tf.constant([1.0, 2.0])
+>>> with tf.autodiff.ForwardAccumulator(x, tf.ones_like(x)) as acc:   # the derived JVP
+...     y = cube(x)
+>>> print(acc.jvp(y))
+tf.Tensor([ 3. 12.], shape=(2,), dtype=float32)
+>>> print(tf.vectorized_map(cube, tf.constant([[1.0], [2.0]])))     # Broadcasting
+tf.Tensor(
+[[1.]
+ [8.]], shape=(2, 1), dtype=float32)
 """
 
 from __future__ import annotations
@@ -79,8 +91,10 @@ class Library:
         ``inputs=`` / ``attrs=`` (``{name: default}``, ``REQUIRED`` for none) say it
         explicitly instead. ``name`` defaults to the function's name, prefixed with
         the namespace. Other keywords go to :class:`~tapeflow.plugins.OpDef`
-        (``grad``, ``infer``, ``composite``, ``differentiable``, ``broadcast``,
-        ``num_outputs``, ``dtype_rule``, ``dtype_from``, ``check``, ``attr_types``);
+        (``elementwise``, ``broadcast``, ``grad``, ``jvp``, ``batch``, ``infer``,
+        ``composite``, ``differentiable``, ``num_outputs``, ``dtype_rule``,
+        ``dtype_from``, ``check``, ``attr_types``; ``elementwise=True`` derives the JVP
+        and the batching rule);
         ``override=True`` replaces another plugin's op of the same name. The returned
         function carries the OpDef as ``.op``.
 
@@ -116,7 +130,7 @@ class Library:
             handle = _make_function(op, kwonly, fn)
             HANDLES.setdefault(full, []).append(handle)
             self.ops.append(op)
-            self._add("add_op", op, override=override)
+            self._add("_add_op", op, override=override)
             return handle
         return deco
 
@@ -125,8 +139,8 @@ class Library:
         :class:`~tapeflow.plugins.OpDef` (call it, or pass it to
         ``tapeflow.runtime.dispatch.execute`` from your function after converting the
         arguments). Keywords are OpDef's (``inputs``, ``attrs``, ``attr_types``,
-        ``grad``, ``infer``, ``check``, ...). The built-in ops are declared this way,
-        by the Library ``tapeflow`` (:mod:`tapeflow.ops.library`).
+        ``elementwise``, ``grad``, ``infer``, ``check``, ...). The built-in ops are
+        declared this way, by the Library ``tapeflow`` (:mod:`tapeflow.ops.library`).
 
         >>> from tapeflow.plugins import Library
         >>> lib = Library("defdoc")
@@ -136,7 +150,7 @@ class Library:
         """
         op = OpDef(self._qualify(name), **opdef_kwargs)
         self.ops.append(op)
-        self._add("add_op", op, override=override)
+        self._add("_add_op", op, override=override)
         return op
 
     def kernel(self, op, device_types, *, dtypes=None, needs_device=False, override=False,
@@ -154,30 +168,44 @@ class Library:
             return fn
         return deco
 
-    # --- an op's rules: one path (the Registry's set_rule) for each -------------------
+    def kernels(self, device_type, table, *, override=False):
+        """A kernel table on ``device_type``: what a kernel module's ``build(ctx)``
+        returns, ``{op (name, OpDef or function): KernelSpec or function}``; the same as
+        ``Registry.add_kernels``, recorded for this plugin."""
+        self._add("add_kernels", device_type, {_ref(op): s for op, s in table.items()},
+                  override)
+
+    # --- an op's rules: op.def_<rule>, recorded for the plugin (the Registry) -----------
     def gradient(self, op, fn=None, *, override=False):
         """``fn(ctx, *output_grads)`` is ``op``'s gradient, written with tapeflow ops:
-        ``@lib.gradient(op)`` or ``lib.gradient(op, fn)``; ``override=True`` to replace
-        an existing one (a built-in's). Returns ``fn`` (or the decorator)."""
+        ``@lib.gradient(op)`` or ``lib.gradient(op, fn)``, the same as
+        ``op.def_grad(fn)``, recorded for this plugin (``override=True`` to replace an
+        existing one, a built-in's). Returns ``fn`` (or the decorator)."""
         return self._rule(op, "grad", fn, override)
 
     def jvp(self, op, rule=None, *, override=False):
         """``op``'s forward-mode rule (``tf.autodiff.ForwardAccumulator``): a function
         ``rule(ctx, *input_tangents) -> output tangent(s)``, or
         :class:`~tapeflow.plugins.Linear` / :class:`~tapeflow.plugins.Multilinear`
-        (``lib.jvp(op, Linear())``). Without one, tangents come from the gradient."""
+        (``lib.jvp(op, Linear())``): ``op.def_jvp(rule)``, recorded for this plugin.
+        Without one, an ``elementwise=True`` op's is derived from its gradient (and
+        replaced by this one without ``override=True``); other ops' tangents come from
+        the gradient by the double-VJP trick."""
         return self._rule(op, "jvp", rule, override)
 
     def batch(self, op, rule=None, *, override=False):
         """``op``'s batching rule (``tf.vectorized_map``): a function ``rule(ctx,
         *inputs) -> output(s)`` (a :class:`~tapeflow.plugins.BatchContext`), or
-        :class:`~tapeflow.plugins.Broadcasting` (``lib.batch(op, Broadcasting())``).
-        Without one, the op runs once per example."""
+        :class:`~tapeflow.plugins.Broadcasting` (``lib.batch(op, Broadcasting())``):
+        ``op.def_batch(rule)``, recorded for this plugin. Without one, an op declared
+        ``elementwise=True`` or ``broadcast=True`` has ``Broadcasting`` (derived), other
+        ops run once per example."""
         return self._rule(op, "batch", rule, override)
 
     def infer(self, op, fn=None, *, override=False):
         """``fn(shapes, dtypes, attrs) -> [(shape, dtype), ...]``, the shape and dtype
-        inference of ``op`` (explains bad input in errors)."""
+        inference of ``op`` (explains bad input in errors): ``op.def_infer(fn)``,
+        recorded for this plugin."""
         return self._rule(op, "infer", fn, override)
 
     def non_differentiable(self, op):
@@ -187,17 +215,17 @@ class Library:
     def _rule(self, op, rule, fn, override):
         if fn is None:
             return lambda f: self._rule(op, rule, f, override)
-        self._add("set_rule", _ref(op), rule, fn, override=override)
+        self._add("_set_rule", _ref(op), rule, fn, override=override)
         return fn
 
     # --- the hooks: an entry point (or register()) names the Library itself ----------
     @hookimpl
     def tapeflow_register_ops(self, registry):
-        self._replay(registry, lambda m: m == "add_op")
+        self._replay(registry, lambda m: m == "_add_op")
 
     @hookimpl
     def tapeflow_register_kernels(self, registry):
-        self._replay(registry, lambda m: m != "add_op")
+        self._replay(registry, lambda m: m != "_add_op")
         self._source = registry.source
 
     def _replay(self, registry, which):

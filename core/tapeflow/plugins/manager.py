@@ -58,7 +58,16 @@ class Registry:
         self._rules: list = []
 
     def add_op(self, op: _reg.OpDef, override: bool = False) -> _reg.OpDef:
-        """Declare an op (an :class:`~tapeflow.plugins.OpDef`)."""
+        """Declare an op (an :class:`~tapeflow.plugins.OpDef`). Deprecated, removed in
+        tapeflow 0.4: declare it with a :class:`~tapeflow.plugins.Library` (``@lib.op()``
+        or ``lib.define(name, ...)``), the one declaration of an op and its rules."""
+        warnings.warn("registry.add_op(OpDef(...)) in a hook is deprecated and removed in "
+                      "tapeflow 0.4: declare the op with a tapeflow.plugins.Library instead, "
+                      "@lib.op() or lib.define(name, ...) (docs/plugins.md, section 5)",
+                      DeprecationWarning, stacklevel=2)
+        return self._add_op(op, override)
+
+    def _add_op(self, op, override=False):
         if not isinstance(op, _reg.OpDef):
             raise InvalidTypeError(f"add_op expects an OpDef, got {type(op).__name__}")
         self._ops.append((op, override))
@@ -70,9 +79,12 @@ class Registry:
         ``missing="skip"``: entries for ops no loaded plugin declares are left out and
         returned (a backend may carry kernels for optional ops); ``"error"``: they
         fail the plugin (NotFoundError naming the op). Returns the skipped names."""
-        skipped = []
+        if missing not in ("error", "skip"):
+            raise InvalidTypeError(f"missing must be 'error' or 'skip', got {missing!r}")
+        skipped, mine = [], {o.name for o, _ in self._ops}    # (ops this plugin declares)
         for op, spec in table.items():
-            if missing == "skip" and isinstance(op, str) and not _reg.has_op(op):
+            if missing == "skip" and isinstance(op, str) and not (
+                    _reg.has_op(op) or op in mine):
                 skipped.append(op)
                 continue
             try:
@@ -99,31 +111,42 @@ class Registry:
 
     def set_rule(self, op, rule, fn, override=False):
         """Attach ``fn`` as rule ``rule`` of ``op`` (name or OpDef): ``"grad"``, ``"jvp"``,
-        ``"batch"`` or ``"infer"`` (``tapeflow.runtime.registry.set_rule``: a rule the op
-        already has is replaced only with ``override=True``)."""
-        if rule not in _reg.RULES:
-            raise InvalidTypeError(f"unknown rule {rule!r}; an op has {sorted(_reg.RULES)}")
-        self._rules.append((op, rule, fn, override))
+        ``"batch"`` or ``"infer"``. Deprecated, removed in tapeflow 0.4: attach it to the
+        op, ``op.def_<rule>(fn)`` (``lib.gradient``/``jvp``/``batch``/``infer`` in a
+        Library)."""
+        self._set_rule(op, rule, fn, override, "set_rule")
 
     def set_gradient(self, op, fn, override=False):
-        """Register (or with ``override=True`` replace) the gradient rule of ``op``."""
-        self.set_rule(op, "grad", fn, override)
+        """Deprecated, removed in tapeflow 0.4: ``op.def_grad(fn)``."""
+        self._set_rule(op, "grad", fn, override, "set_gradient")
 
     def set_jvp(self, op, fn, override=False):
-        """Register the forward-mode rule of ``op`` (a function, Linear or Multilinear)."""
-        self.set_rule(op, "jvp", fn, override)
+        """Deprecated, removed in tapeflow 0.4: ``op.def_jvp(fn)``."""
+        self._set_rule(op, "jvp", fn, override, "set_jvp")
 
     def set_batch(self, op, fn, override=False):
-        """Register the batching rule of ``op`` (a function or Broadcasting)."""
-        self.set_rule(op, "batch", fn, override)
+        """Deprecated, removed in tapeflow 0.4: ``op.def_batch(fn)``."""
+        self._set_rule(op, "batch", fn, override, "set_batch")
 
     def set_infer(self, op, fn, override=False):
-        """Register the shape/dtype inference of ``op``."""
-        self.set_rule(op, "infer", fn, override)
+        """Deprecated, removed in tapeflow 0.4: ``op.def_infer(fn)``."""
+        self._set_rule(op, "infer", fn, override, "set_infer")
 
     def declare_non_differentiable(self, op):
         """Declare ``op`` non-differentiable: never recorded, no gradient flows."""
-        self.set_rule(op, "grad", None, True)
+        self._set_rule(op, "grad", None, True)
+
+    def _set_rule(self, op, rule, fn, override=False, deprecated=None):
+        """(Library's path, which does not warn; ``deprecated``: the spelling called. An
+        unknown ``rule`` fails the plugin when it is committed: ``registry.set_rule``.)"""
+        if deprecated:
+            new = (f"{f'get_op({op!r})' if isinstance(op, str) else 'op'}.def_{rule}(fn"
+                   f"{', override=True' if override else ''}) (in a Library: lib."
+                   f"{'gradient' if rule == 'grad' else rule}(op, fn))")
+            warnings.warn(f"registry.{deprecated}() is deprecated and removed in tapeflow 0.4: "
+                          f"attach the rule to the op instead, {new}; docs/plugins.md, "
+                          "section 5", DeprecationWarning, stacklevel=3)
+        self._rules.append((op, rule, fn, override))
 
     def _commit(self, info: PluginInfo | None):
         added_ops = []

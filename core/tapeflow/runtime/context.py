@@ -12,11 +12,6 @@ above it register so that it never imports them.
   up, it calls through the one object :data:`HOOKS`, which those layers fill at
   import with the ``install_*`` functions below (the one place they are documented):
 
-  - ``HOOKS.execute(op, inputs, attrs)``: what ``OpDef.__call__`` runs
-    (``runtime.dispatch`` installs it);
-  - ``HOOKS.copy_to_device(tensor, device)``: ``Tensor.to``/``cpu``/``gpu``
-    (``runtime.dispatch``);
-  - ``HOOKS.constant(value, device=)``: unpickling a Tensor (``runtime.dispatch``);
   - ``HOOKS.tracer``: told of ops, copies, Variable reads and assignments while
     ``tracing[0]`` is non-zero (an object with :class:`Tracer`'s methods; a no-op
     ``Tracer`` until ``tapeflow.tracing`` installs its own);
@@ -49,8 +44,7 @@ from ..errors import InvalidTypeError, PluginConflictError
 
 __all__ = ["tapes_active", "tracing", "record", "active_tapes", "push_tape", "pop_tape",
            "watch_variable_read", "stop_all_recording", "set_recorders", "Tracer", "HOOKS",
-           "Hooks", "install_execute", "install_copy_to_device", "install_constant",
-           "install_tracer", "install_vectorize_jacobian", "install_array_namespace",
+           "Hooks", "install_tracer", "install_vectorize_jacobian", "install_array_namespace",
            "add_variable_observer", "remove_variable_observer",
            "suspend_variable_observers", "variable_created"]
 
@@ -195,18 +189,14 @@ class Tracer:
 class Hooks:
     """The functions the runtime calls in the layers above it (see the module doc).
 
-    Read them as attributes (``HOOKS.execute(op, inputs, attrs)``); set them only with
+    Read them as attributes (``HOOKS.tracer.trace_op(...)``); set them only with
     the ``install_*`` functions, which refuse to replace one installed function by
     another.
     """
 
-    __slots__ = ("execute", "copy_to_device", "constant", "tracer", "vectorize_jacobian",
-                 "array_namespace", "variable_observers")
+    __slots__ = ("tracer", "vectorize_jacobian", "array_namespace", "variable_observers")
 
     def __init__(self):
-        self.execute = None
-        self.copy_to_device = None
-        self.constant = None
         self.tracer = _NO_TRACER
         self.vectorize_jacobian = None
         self.array_namespace = None
@@ -245,21 +235,6 @@ def _install(name, fn, unset=None):
                 f"{fn!r}. One function serves each hook: extend the installed one "
                 f"instead of installing a second")
         setattr(HOOKS, name, fn)
-
-
-def install_execute(fn) -> None:
-    """Install ``fn(op, inputs, attrs)``, the dispatcher ``OpDef.__call__`` runs."""
-    _install("execute", fn)
-
-
-def install_copy_to_device(fn) -> None:
-    """Install ``fn(tensor, device)``, the copy behind ``Tensor.to``/``cpu``/``gpu``."""
-    _install("copy_to_device", fn)
-
-
-def install_constant(fn) -> None:
-    """Install ``fn(value, device=None)``, used to rebuild an unpickled Tensor."""
-    _install("constant", fn)
 
 
 def install_tracer(tracer: Tracer) -> None:

@@ -12,6 +12,10 @@ live (an accelerator input wins over host inputs) and inputs without a device
 it runs on the default device. An input on another device is copied when it is
 a host tensor of at most ``SMALL_HOST_ELEMENTS`` elements (the seeds' ``x * 2.0``)
 or the policy is ``"silent"``/``"warn"``; else DeviceMismatchError.
+
+Long file: the one path from a Python call to a kernel -- converting values to tensors
+(``constant``), placing, promoting, running, recording -- and the methods of the classes
+below it that run it; split, each half would import the other.
 """
 
 from __future__ import annotations
@@ -775,7 +779,7 @@ execute = _execute_py
 
 def _load_speedups():
     """Bind the C core's fast paths (``runtime/_c``; ``runtime.tensor`` decided whether
-    it is in use): ``binary``, ``execute``, ``context.record`` (``ops/operators.py``
+    it is in use): ``binary``, ``execute``, ``context.record`` (``tapeflow.ops``
     binds the Tensor operators)."""
     global record, binary, execute
     if speedups is None:
@@ -789,6 +793,32 @@ def _load_speedups():
 
 
 speedups = _load_speedups()
-_ctx.install_execute(execute)
-_ctx.install_copy_to_device(copy_to_device)
-_ctx.install_constant(constant)
+
+
+# --- the methods of the classes below that run the dispatcher -------------------------
+# Calling an OpDef, Tensor.to and unpickling a Tensor run ops: the classes sit below this
+# module, so their methods that need it are defined here and bound to the classes at import
+# (as tapeflow.ops binds the Tensor operators), with no hook in between.
+
+def _call_op(self, *inputs, **attrs):
+    """Run the op: ``op(x, y, attr=value)`` (attrs default as declared)."""
+    inputs, full = self.bind_call(inputs, attrs)
+    return execute(self, inputs, full)
+
+
+def _tensor_to(self, device) -> Tensor:
+    """Copy to ``device`` (name or Device); returns self when already there."""
+    return copy_to_device(self, device)
+
+
+def rebuild_tensor(value, device_name):
+    """A pickled Tensor, unpickled: ``value`` on the device named ``device_name``."""
+    return constant(value, device=device_name)
+
+
+def _tensor_reduce(self):
+    return (rebuild_tensor, (self.numpy(), self._device.name))
+
+
+OpDef.__call__ = _call_op
+Tensor.to, Tensor.__reduce__ = _tensor_to, _tensor_reduce

@@ -12,6 +12,10 @@ A kernel registered with ``needs_device=True`` also receives ``device=`` (the
 :class:`~tapeflow.runtime.devices.Device`), which creation and random ops need.
 Kernels validate what only they can see (index ranges) and raise
 ``InvalidArgumentError`` without op/device: the dispatcher adds both.
+
+Long file: the two halves of one contract -- what an op is (its signature, rules and
+the rules its declaration implies) and what a kernel is (KernelSpec, lazy kernels, the
+build context) -- and the one table that joins them; dispatch reads both on every call.
 """
 
 from __future__ import annotations
@@ -23,9 +27,9 @@ import numpy as np
 from . import devices as _devs
 from .. import dtypes as _dt
 from . import shapes as _shapes
-from .context import HOOKS
-from ..errors import (InvalidArgumentError, InvalidTypeError, NotFoundError, OpError,
-                      PluginConflictError, PluginOverrideWarning, TapeflowError)
+from ..errors import (InvalidArgumentError, InvalidTypeError, NotDifferentiableError,
+                      NotFoundError, OpError, PluginConflictError, PluginOverrideWarning,
+                      TapeflowError)
 from .tensor import Tensor, VariableBase, speedups
 
 
@@ -33,10 +37,6 @@ from .tensor import Tensor, VariableBase, speedups
 #: one whose OpDef is registered under the name is the op's (two may define it, one wins)
 HANDLES: dict = {}
 
-
-#: (``OpDef.__call__`` runs ``HOOKS.execute``, which ``tapeflow.runtime.dispatch`` installs
-#: at import: it sits above this module)
-_HOOKS = HOOKS
 
 __all__ = ["OpDef", "KernelSpec", "BuildContext", "KernelEntry", "REQUIRED", "OPS", "get_op", "GradContext", "Linear",
            "Multilinear", "BatchContext", "Broadcasting"]
@@ -101,7 +101,7 @@ class KernelSpec:
             C-contiguous inputs only (its ``build`` says so, the conformance suite
             checks strided inputs either way).
 
-    ``device_type`` and ``source`` are set when it is registered.
+    ``device_type`` and ``source`` are set when it is registered; see also :meth:`lazy`.
     """
 
     __slots__ = ("fn", "dtypes", "np_dtypes", "needs_device", "source", "device_type",
@@ -124,11 +124,26 @@ class KernelSpec:
             [d.np for d in self.dtypes])
         self.needs_device = needs_device
         self.source = source
+        for d, f in (self.variants or {}).items():
+            if not callable(f):
+                raise InvalidTypeError(f"variant {d} of kernel {fn!r} is not callable: {f!r}")
+            if self.np_dtypes is not None and d not in self.np_dtypes:
+                raise InvalidArgumentError(f"variant {d} of kernel {fn!r}: not one of its dtypes")
 
     @classmethod
     def of(cls, spec):
         """``spec`` as a KernelSpec: a KernelSpec, or a bare function."""
         return spec if isinstance(spec, KernelSpec) else cls(spec)
+
+    @classmethod
+    def lazy(cls, resolve, dtypes=None, needs_device=False, fresh=False, out=False, *,
+             layouts="strided"):
+        """A kernel made on its first call, by ``resolve()`` (-> a function, or a KernelSpec
+        whose ``fn`` and ``variants`` are used; what dispatch needs is declared here). The
+        registry then rebinds the entry to it; a ``resolve`` that raises runs again at the
+        next call (docs/backends.md, "Lazy kernels")."""
+        return cls(LazyKernel(resolve), dtypes, needs_device, None, fresh, None, out,
+                   layouts=layouts)
 
     def bound(self, device_type, source):
         """This spec registered on ``device_type`` by ``source`` (a copy)."""
@@ -149,6 +164,46 @@ class KernelSpec:
 
 #: the name of :class:`KernelSpec` before tapeflow 0.3
 KernelEntry = KernelSpec
+
+
+class LazyKernel:
+    """The ``fn`` of a :meth:`KernelSpec.lazy` entry (``op``'s ``entry``) until its first
+    call, which resolves the real kernel, rebinds the entry and calls it."""
+
+    __slots__ = ("resolve", "op", "entry", "real", "__weakref__")
+
+    def __init__(self, resolve, op=None, entry=None, real=None):
+        if not callable(resolve):
+            raise InvalidTypeError(f"a lazy kernel's resolve must be callable, got {resolve!r}")
+        self.resolve, self.op, self.entry, self.real = resolve, op, entry, real
+
+    def __call__(self, *arrays, **attrs):
+        real = self.real
+        if real is None or (self.entry is not None and self.entry.fn is self):
+            real = self.resolved()
+        fn = real.fn
+        if real.variants:
+            k = 0 if self.op is None else self.op.dtype_from
+            if type(k) is int:
+                kd = arrays[k].dtype if k < len(arrays) else None
+            else:
+                kd = None if attrs.get(k) is None else _dt.as_dtype(attrs[k]).np
+            fn = real.variants.get(kd, fn)
+        return fn(*arrays, **attrs)
+
+    def resolved(self):
+        """The real kernel (a KernelSpec; resolved once), the entry rebound to it."""
+        real = self.real
+        if real is None:
+            real = self.real = KernelSpec.of(self.resolve())
+        entry, op = self.entry, self.op
+        if entry is not None and entry.fn is self and op.kernels.get(entry.device_type) is entry:
+            entry.fn, entry.variants = real.fn, real.variants
+            refresh_fast(op, entry.device_type)
+        return real
+
+    def __repr__(self):
+        return f"<lazy kernel {getattr(self.op, 'name', '')} {self.real and self.real.fn}>"
 
 
 class BuildContext:
@@ -179,10 +234,17 @@ class BuildContext:
 class OpDef:
     """The signature of an op.
 
-    Its rules are given here or attached after, by object, each the same way:
+    Its rules are given here or attached after, by object, each one way:
     ``op.def_grad``, ``op.def_jvp``, ``op.def_batch`` and ``op.def_infer`` (decorators
-    that also take the rule itself: ``op.def_jvp(Multilinear())``); a second rule for
-    the op is a PluginConflictError naming both sources unless ``override=True``.
+    that also take the rule itself: ``op.def_jvp(Multilinear())``; a ``Library``'s
+    ``gradient``/``jvp``/``batch``/``infer`` are the same, recorded for its plugin); a
+    second rule for the op is a PluginConflictError naming both sources unless
+    ``override=True``. Rules that follow from the declaration are derived
+    (``op.rule_sources[rule] == "derived"``): the batching rule :class:`Broadcasting` of
+    an op declared ``elementwise`` or ``broadcast``, and the JVP of an elementwise
+    differentiable op (its Jacobian is diagonal: the gradient rule, read when it runs,
+    applied to the tangent). An explicit rule replaces a derived one without
+    ``override=True``.
 
     Args:
         name: ``"MatMul"`` for built-ins, ``"project::name"`` for plugins.
@@ -211,7 +273,8 @@ class OpDef:
         elementwise: the op computes each output element from the corresponding
             (broadcast) input elements alone, with one output of the broadcast shape and
             no state: tf.function's fusion pass may group it with its neighbours, and a
-            backend may run its kernel inside a fused one.
+            backend may run its kernel inside a fused one. Its JVP and batching rule
+            are derived (above): a kernel and a gradient are all it needs.
         attr_types: optional ``{attr: kind}``; calling the op (its generated function,
             or ``op(x, axis=...)``) validates its attrs against it, eagerly and when
             traced, so a kernel never sees an attr of the wrong type on any backend.
@@ -232,13 +295,15 @@ class OpDef:
             are validated after it (docs/plugins.md, "What the plugin API promises").
         jvp: optional forward-mode rule (``tf.autodiff.ForwardAccumulator``):
             ``jvp(ctx, *input_tangents) -> output tangent(s)``, a :class:`Linear` or a
-            :class:`Multilinear`; without one, tangents come from ``grad`` by the
-            double-VJP trick (about twice the cost).
+            :class:`Multilinear`; without one, an elementwise op's is derived from
+            ``grad``, and other ops' tangents come from ``grad`` by the double-VJP
+            trick (about twice the cost).
         batch: optional batching rule (``tf.vectorized_map``, ``GradientTape.jacobian``):
             :class:`Broadcasting` for an op that maps over leading dimensions, or
             ``batch(ctx, *inputs) -> output(s)`` (a :class:`BatchContext`: batched
             inputs carry the batch as dimension 0, and so must the outputs); without
-            one, the op runs once per example, with a warning.
+            one (derived: :class:`Broadcasting` for ``elementwise``/``broadcast`` ops),
+            the op runs once per example, with a warning.
     """
 
     __slots__ = ("name", "inputs", "attrs", "num_outputs", "dtype_rule", "dtype_from",
@@ -286,15 +351,23 @@ class OpDef:
         self.fast: dict[str, dict] = {}
         self.source = source
         #: rule attribute (see RULES) -> the source that attached it, for a rule attached
-        #: after the op was declared (a rule given to the constructor is the op's source's)
+        #: after the op was declared (a rule given to the constructor is the op's source's),
+        #: or :data:`DERIVED` for a rule that follows from the declaration (no one's: an
+        #: explicit rule replaces it without ``override=True``)
         self.rule_sources: dict = {}
+        if batch is None and (self.elementwise or broadcast):
+            self.batch, self.rule_sources["batch"] = BROADCASTING, DERIVED
+        if jvp is None and self.elementwise and differentiable:
+            self.jvp, self.rule_sources["jvp"] = elementwise_jvp(self), DERIVED
         self.doc = doc
 
     def __repr__(self):
         return f"<OpDef {self.name}({', '.join(self.inputs)}; {', '.join(self.attrs)})>"
 
-    def __call__(self, *inputs, **attrs):
-        """Run the op: ``op(x, y, attr=value)`` (attrs default as declared)."""
+    def bind_call(self, inputs, attrs):
+        """``op(x, y, attr=value)``'s inputs and full attrs, checked (attrs default as
+        declared). Calling an OpDef runs it: ``__call__`` is defined by
+        ``tapeflow.runtime.dispatch``, the dispatcher, above this module."""
         full = self.bind_attrs(attrs)
         if self.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
@@ -308,7 +381,7 @@ class OpDef:
                 op=self.name, device=_placement(inputs))
         if self.attr_types and not self.attrs_after_check:
             validate_attrs(self, inputs, full)
-        return _HOOKS.execute(self, inputs, full)
+        return inputs, full
 
     def bind_attrs(self, attrs):
         unknown = set(attrs) - set(self.attrs)
@@ -418,6 +491,32 @@ class Broadcasting:
     __slots__ = ()
 
 
+#: the batching rule of every elementwise or broadcasting op (one object, shared), and the
+#: ``OpDef.rule_sources`` of a rule derived from the declaration
+BROADCASTING, DERIVED = Broadcasting(), "derived"
+
+
+def elementwise_jvp(op):
+    """The JVP of the elementwise op ``op`` from its gradient rule: a diagonal Jacobian,
+    so ``d f(x) = f'(x) t`` is the (real) gradient rule applied to the tangent (one
+    partial per input with a tangent, summed). It reads ``op.grad`` when it runs, so a
+    gradient attached or replaced later gives the JVP too."""
+    def jvp(ctx, *tangents):
+        grad, parts = getattr(op.grad, "__wrapped__", op.grad), []
+        if grad is None:         # (as forward mode fails through any op without a gradient)
+            raise NotDifferentiableError(f"forward mode through op {op.name}: it has no JVP "
+                                         "rule and no gradient to derive one", op=op.name)
+        for i, t in enumerate(tangents):
+            if t is not None:
+                ctx.needs = tuple(j == i for j in range(len(tangents)))
+                g = grad(ctx, t, *[None] * (len(ctx.outputs) - 1))
+                parts.append(g[i] if isinstance(g, (tuple, list)) else g)
+        parts = [g for g in parts if g is not None]
+        return sum(parts[1:], parts[0]) if parts else None
+    jvp.__name__ = f"{op.name}_jvp"
+    return jvp
+
+
 class BatchContext:
     """What a batching rule sees: ``op``, ``attrs``, ``batched`` (one bool per input:
     does it carry the batch, as its dimension 0?) and ``size`` (the batch). The rule
@@ -522,7 +621,8 @@ def set_rule(op, rule, fn, source=None, override=False, undo=None, lenient=False
     ``def_jvp``/``def_batch``/``def_infer`` and of the plugin ``Registry`` (hence of
     ``Library.gradient``/``jvp``/``batch``/``infer``): a rule the op already has, from
     anyone, is replaced only with ``override=True`` (else PluginConflictError naming both
-    sources and rules); ``fn=None`` for ``"grad"`` declares the op non-differentiable.
+    sources and rules), but for a rule derived from the declaration (:data:`DERIVED`:
+    no one's); ``fn=None`` for ``"grad"`` declares the op non-differentiable.
     ``undo``: a list that receives what :func:`undo_rules` needs to put it back.
     ``lenient``: a route that replaced silently in 0.2 (:data:`LENIENT_UNTIL_0_4`) warns
     (DeprecationWarning) instead of raising, until 0.4."""
@@ -531,10 +631,9 @@ def set_rule(op, rule, fn, source=None, override=False, undo=None, lenient=False
     if rule not in RULES:
         raise InvalidArgumentError(f"unknown rule {rule!r} for op {op.name}; an op has the "
                                    f"rules {sorted(RULES)}", op=op.name)
-    prev = getattr(op, rule)
+    prev, had = getattr(op, rule), op.rule_sources.get(rule) or op.source
     source = source or op.source
-    if prev is not None and prev is not fn and not override:
-        had = op.rule_sources.get(rule) or op.source
+    if prev is not None and prev is not fn and not override and had != DERIVED:
         msg = (f"Op {op.name} already has a {RULES[rule]} (from {had!r}: {_rule_name(prev)}); "
                f"{source!r} must pass override=True to replace it with {_rule_name(fn)}.")
         if not (lenient and rule in LENIENT_UNTIL_0_4):
@@ -542,7 +641,7 @@ def set_rule(op, rule, fn, source=None, override=False, undo=None, lenient=False
         warnings.warn(f"{msg} Replacing it without override=True is deprecated: tapeflow 0.4 "
                       "raises PluginConflictError.", DeprecationWarning, stacklevel=4)
     if undo is not None:
-        undo.append((op, rule, prev, op.rule_sources.get(rule), op.differentiable))
+        undo.append((op, rule, prev, dict(op.rule_sources), op.differentiable))
     setattr(op, rule, fn)
     op.rule_sources[rule] = source
     if rule == "grad" and fn is None:
@@ -552,13 +651,9 @@ def set_rule(op, rule, fn, source=None, override=False, undo=None, lenient=False
 
 def undo_rules(undo):
     """Put back the rules :func:`set_rule` replaced (a plugin that failed halfway)."""
-    for op, rule, prev, src, differentiable in reversed(undo):
+    for op, rule, prev, sources, differentiable in reversed(undo):
         setattr(op, rule, prev)
-        op.differentiable = differentiable
-        if src is None:
-            op.rule_sources.pop(rule, None)
-        else:
-            op.rule_sources[rule] = src
+        op.differentiable, op.rule_sources = differentiable, sources
     undo.clear()
 
 
@@ -586,6 +681,8 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
             f"{source!r}. Pass override=True in the second registration to replace it.")
     entry = (fn if isinstance(fn, KernelSpec) else KernelSpec(
         fn, dtypes, needs_device, None, fresh, variants, out)).bound(device_type, source)
+    if type(entry.fn) is LazyKernel:          # (its own stand-in, which rebinds this entry)
+        entry.fn = LazyKernel(entry.fn.resolve, op, entry, entry.fn.real)
     if prev is not None and prev.source != source:
         _overridden(op.name, device_type, prev.source, source)
     op.kernels[device_type] = entry
@@ -593,9 +690,17 @@ def add_kernel(op, device_type, fn, dtypes=None, needs_device=False, source=None
 
 
 def rebind_kernel(op, device_type, old, new, variants=None) -> bool:
-    """Replace kernel ``old`` of ``op`` (name or OpDef) on ``device_type`` by ``new``
-    (a backend whose kernels compile on first use registers a stand-in and rebinds the
-    real function once it exists); ``variants``: ``{dtype: fn}`` for declared dtypes
+    """Deprecated (:meth:`KernelSpec.lazy`): :func:`swap_kernel`, with a warning."""
+    warnings.warn("tapeflow.plugins.rebind_kernel is deprecated: register a kernel made on "
+                  "its first call as KernelSpec.lazy(resolve, dtypes=...), which the "
+                  "registry rebinds itself (docs/backends.md, 'Lazy kernels')",
+                  DeprecationWarning, stacklevel=2)
+    return swap_kernel(op, device_type, old, new, variants)
+
+
+def swap_kernel(op, device_type, old, new, variants=None) -> bool:
+    """Replace kernel ``old`` of ``op`` (name or OpDef) on ``device_type`` by ``new`` (the
+    profiler wraps kernels this way); ``variants``: ``{dtype: fn}`` for declared dtypes
     that run another function (as :func:`add_kernel`'s). Returns False, changing
     nothing, when ``old`` is no longer the registered kernel (another plugin replaced
     it)."""

@@ -5,7 +5,7 @@ A Tensor holds a backend-native array (``numpy.ndarray`` on ``cpu:0``) and its
 making a Tensor costs two slot stores: that is what keeps dispatch cheap.
 
 Operators (``+ - * / // % ** @``, comparisons, ``[]``) are defined in one place,
-:mod:`tapeflow.ops.operators`, because they dispatch to ops of the op library (a
+:mod:`tapeflow.ops`, because they dispatch to ops of the op library (a
 layer above this one); ``Variable`` is in :mod:`tapeflow.runtime.variable`.
 
 >>> import tapeflow as tf
@@ -326,14 +326,9 @@ class Tensor(speedups.TensorBase if speedups is not None else _TensorPy):
         for i in range(n):
             yield self[i]
 
-    def __reduce__(self):
-        return (_rebuild, (self.numpy(), self._device.name))
-
     # --- device movement -----------------------------------------------------
-    def to(self, device) -> Tensor:
-        """Copy to ``device`` (name or Device); returns self when already there."""
-        return _HOOKS.copy_to_device(self, device)
-
+    # (``to``, and ``__reduce__`` for pickling, run the dispatcher: they are defined by
+    # ``tapeflow.runtime.dispatch``, above this module)
     def cpu(self) -> Tensor:
         return self.to("cpu:0")
 
@@ -367,10 +362,6 @@ class Tensor(speedups.TensorBase if speedups is not None else _TensorPy):
     def __repr__(self):
         return (f"<tf.Tensor: shape={tuple(self._data.shape)}, dtype={self.dtype.name}, "
                 f"device={self._device.name}, numpy={self._repr_value()}>")
-
-
-def _rebuild(value, device_name):
-    return _HOOKS.constant(value, device=device_name)
 
 
 def wrap(data, device) -> Tensor:

@@ -3,7 +3,7 @@
 Reads go through the dispatcher's eager context (active tapes watch them, a
 ``tf.function`` trace sees them); updates are atomic per Variable
 (docs/concurrency.md). Operators are defined with Tensor's in
-:mod:`tapeflow.ops.operators`.
+:mod:`tapeflow.ops`.
 
 >>> import tapeflow as tf
 >>> v = tf.Variable([1.0, 2.0], name="w")
@@ -299,7 +299,7 @@ class Variable(VariableBase):
         return self
 
     # Variables behave like their value in ops; operators are defined with Tensor's
-    # in tapeflow.ops.operators.
+    # in tapeflow.ops.
 
 
 def _coercion_refusal(value, dtype):

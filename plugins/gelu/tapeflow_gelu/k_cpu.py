@@ -10,12 +10,16 @@ Stable forms, no warnings, exact limits at the infinities:
   with SciPy's stable ``expit``; the polynomial is evaluated on x clamped to
   [-25, 25] (beyond, sigmoid(2u) is exactly 0 or 1), so ``x^3`` never overflows.
 * float16 is computed in float32 and rounded once.
+
+:func:`build` is this module's kernel table, as every backend's kernel module gives it
+(``build(ctx) -> {op name: KernelSpec}``, docs/backends.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from tapeflow.errors import InvalidArgumentError
+from tapeflow.plugins import KernelSpec
 
 #: SciPy's erfc and expit, bound on the first kernel call: importing scipy.special
 #: costs ~0.35 s, and a plugin must not make every `import tapeflow` pay for it
@@ -32,6 +36,8 @@ C = 0.7978845608028654             # sqrt(2/pi)
 K = 0.044715
 EXACT_CLAMP = 50.0
 TANH_CLAMP = 25.0
+#: the dtypes the kernels take, on every device type
+FLOATS = ("float16", "float32", "float64")
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
 
@@ -79,3 +85,10 @@ def gelu_grad(dy, x, approximate=False):
     z = (2.0 * C) * xc * (1.0 + K * x2)
     s = expit(z)
     return dy * (s + (2.0 * C) * xc * (1.0 + 3.0 * K * x2) * s * expit(-z))
+
+
+def build(ctx):
+    """``{op name: KernelSpec}``: the gelu ops' NumPy kernels (``ctx``, a
+    :class:`~tapeflow.plugins.BuildContext`, is not needed: they are NumPy's)."""
+    return {"gelu::gelu": KernelSpec(gelu, FLOATS),
+            "gelu::gelu_grad": KernelSpec(gelu_grad, FLOATS)}

@@ -6,11 +6,14 @@ every dtype: ``float16`` and ``float32`` compute in ``float``, ``float64`` in
 time, so the plugin loads (and registers these kernels) on machines without it;
 the kernels can only be called on a machine where the ``cuda`` backend has a device.
 CuPy's elementwise kernels take strided (non-contiguous) arrays as they are.
+:func:`build` is the kernel table (``build(ctx) -> {op name: KernelSpec}``).
 """
 
 from __future__ import annotations
 
-from .k_cpu import tanh_form
+from tapeflow.plugins import KernelSpec
+
+from .k_cpu import FLOATS, tanh_form
 
 PREAMBLE = r"""
 template <typename T> struct gelu_acc { typedef float type; };
@@ -82,3 +85,10 @@ def gelu_grad(dy, x, approximate=False):
         raise ValueError(f"shapes {dy.shape} and {x.shape} differ")
     with x.device:
         return _kernel("gelu_grad")(dy, x, tanh_form(approximate))
+
+
+def build(ctx):
+    """``{op name: KernelSpec}``: the gelu ops' CuPy kernels (compiled per dtype on
+    their first call, so registering them needs no CuPy)."""
+    return {"gelu::gelu": KernelSpec(gelu, FLOATS),
+            "gelu::gelu_grad": KernelSpec(gelu_grad, FLOATS)}

@@ -5,7 +5,9 @@ The same formulas and clamps as :mod:`.k_cpu`, in OpenCL C, compiled once per
 (context, dtype, kernel): ``float16`` is read and written with ``vload_half`` /
 ``vstore_half`` and computed in ``float`` (no ``cl_khr_fp16`` needed), ``float64``
 needs a device with ``cl_khr_fp64``. PyOpenCL is imported on the first call only.
-Elementwise kernels walk the buffer, so inputs must be contiguous, in one layout.
+Elementwise kernels walk the buffer, so strided inputs are copied first
+(``tapeflow_opencl.kernel_input``). :func:`build` is the kernel table
+(``build(ctx) -> {op name: KernelSpec}``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from tapeflow.errors import UnimplementedError
+from tapeflow.plugins import KernelSpec
 
-from .k_cpu import tanh_form
+from .k_cpu import FLOATS, tanh_form
 
 #: OpenCL C for one compute type ``A`` (``float`` or ``double``)
 PREAMBLE = r"""
@@ -116,3 +119,10 @@ def gelu_grad(dy, x, approximate=False):
     if x.size:
         _kernel("gelu_grad", x)(dx, dy, x, int(tanh_form(approximate)), queue=x.queue)
     return dx
+
+
+def build(ctx):
+    """``{op name: KernelSpec}``: the gelu ops' PyOpenCL kernels (compiled per context
+    and dtype on their first call)."""
+    return {"gelu::gelu": KernelSpec(gelu, FLOATS),
+            "gelu::gelu_grad": KernelSpec(gelu_grad, FLOATS)}

@@ -1,5 +1,11 @@
 """The plugin: ops, kernels and gradients, declared with a :class:`tapeflow.plugins.Library`.
 
+Both ops are declared ``elementwise=True``: their forward-mode rule (the gradient
+rule, applied to the tangent: a diagonal Jacobian) and their batching rule
+(``Broadcasting``) follow from that, so ``tf.autodiff.ForwardAccumulator`` and
+``tf.vectorized_map`` need nothing more here. ``gelu_grad``'s kernels take two inputs of
+one shape (they do not broadcast), so it has a batching rule of its own.
+
 The entry point ``gelu = "tapeflow_gelu.ops:lib"`` (group ``tapeflow``) names ``lib``:
 tapeflow registers it when it loads its plugins. ``import tapeflow_gelu`` imports
 tapeflow first, which loads this module through the entry point; so this module
@@ -10,7 +16,7 @@ from __future__ import annotations
 
 import tapeflow as tf
 from tapeflow.errors import InvalidArgumentError
-from tapeflow.plugins import Library
+from tapeflow.plugins import BuildContext, Library
 
 from . import k_cpu, k_cuda, k_opencl
 
@@ -20,7 +26,7 @@ FLOATS = ("float16", "float32", "float64")
 
 # `approximate` takes True/False or the spellings "tanh"/"none" (checked by the kernels'
 # tanh_form), so it is declared "any" instead of the bool its default would make it.
-@lib.op(attr_types={"approximate": "any"})
+@lib.op(elementwise=True, attr_types={"approximate": "any"})
 def gelu(features, approximate=False, name=None):
     """Gaussian Error Linear Unit: ``x * Phi(x)``, Phi the standard normal CDF.
 
@@ -43,7 +49,7 @@ def gelu(features, approximate=False, name=None):
     """
 
 
-@lib.op(attr_types={"approximate": "any"})
+@lib.op(elementwise=True, attr_types={"approximate": "any"})
 def gelu_grad(gradients, features, approximate=False, name=None):
     """``gradients * GELU'(features)`` in one fused kernel: GELU's gradient op (like
     ``ReluGrad``), itself differentiable (its gradient is written with tapeflow ops).
@@ -57,8 +63,7 @@ def gelu_grad(gradients, features, approximate=False, name=None):
 
 
 for _dev, _mod in (("cpu", k_cpu), ("cuda", k_cuda), ("opencl", k_opencl)):
-    lib.kernel(gelu, _dev, dtypes=FLOATS)(_mod.gelu)
-    lib.kernel(gelu_grad, _dev, dtypes=FLOATS)(_mod.gelu_grad)
+    lib.kernels(_dev, _mod.build(BuildContext(None, _dev)))    # one table per device type
 
 
 @lib.infer(gelu)
@@ -87,6 +92,15 @@ def _gelu_grad_gradient(ctx, ddx):
     d_dy = gelu_grad(ddx, x, approximate=approximate) if needs[0] else None
     d_x = ddx * dy * second_derivative(x, approximate) if needs[1] else None
     return d_dy, d_x
+
+
+@lib.batch(gelu_grad)
+def _gelu_grad_batch(ctx, dy, x):
+    # (replaces the derived Broadcasting: the kernels refuse inputs of different shapes,
+    # so an input without the batch -- x, in a Jacobian's rows of dy -- is tiled to it)
+    full = (dy if ctx.batched[0] else x).shape
+    dy, x = (t if b else tf.broadcast_to(t, full) for t, b in zip((dy, x), ctx.batched))
+    return gelu_grad(dy, x, approximate=ctx.attrs["approximate"])
 
 
 def second_derivative(x, approximate=False):

@@ -147,6 +147,41 @@ def test_third_order(approximate):
 
 
 @pytest.mark.parametrize("approximate", APPROX)
+def test_forward_mode_and_batching_follow_from_elementwise(approximate):
+    """Both ops are declared ``elementwise=True``, so their JVPs (each op's gradient rule
+    applied to the tangent) and their batching rule (Broadcasting) are derived; a
+    Jacobian's rows (gelu_grad with the batch in dy only) use gelu_grad's own rule.
+    Nothing falls back: no double-VJP, no loop over the examples."""
+    from tapeflow.autodiff.forward import FALLBACK_OPS
+    from tapeflow.tracing.vectorize import recording_fallbacks
+    assert (gelu.op.rule_sources["jvp"], gelu.op.rule_sources["batch"]) == ("derived",) * 2
+    assert (gelu_grad.op.rule_sources["jvp"], gelu_grad.op.rule_sources["batch"]) == (
+        "derived", "tapeflow-gelu")
+    x = np.linspace(-3.0, 3.0, 8).reshape(2, 4)
+    t, dy = np.cos(x), np.sin(3 * x)
+    xt, tt, dyt = tf.constant(x), tf.constant(t), tf.constant(dy)
+    with tf.autodiff.ForwardAccumulator((xt, dyt), (tt, tt)) as acc:
+        y = gelu(xt, approximate=approximate)
+        g = gelu_grad(dyt, xt, approximate=approximate)
+    d1 = _ref_d(x, approximate)
+    np.testing.assert_allclose(acc.jvp(y).numpy(), d1 * t, rtol=1e-10)
+    d2 = (tf.gradients_function(lambda v: gelu_grad(tf.ones_like(v), v,
+                                                    approximate=approximate))(xt)[0]).numpy()
+    np.testing.assert_allclose(acc.jvp(g).numpy(), d1 * t + dy * d2 * t, rtol=1e-10)
+    assert not {"gelu::gelu", "gelu::gelu_grad"} & FALLBACK_OPS
+    with recording_fallbacks() as loops:
+        got = tf.vectorized_map(lambda v: gelu(v, approximate=approximate), xt)
+        x0 = tf.constant(x[0])
+        with tf.GradientTape() as tape:
+            tape.watch(x0)
+            y = gelu(x0, approximate=approximate)
+        jac = tape.jacobian(y, x0)
+    assert not loops, loops
+    np.testing.assert_allclose(got.numpy(), ref_gelu(x, approximate), rtol=1e-12)
+    np.testing.assert_allclose(jac.numpy(), np.diag(d1[0]), rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("approximate", APPROX)
 def test_stable_in_the_tails_without_warnings(approximate):
     x = np.array([-np.inf, -1e30, -40.0, -8.0, 8.0, 1e30, np.inf], np.float32)
     with warnings.catch_warnings():
