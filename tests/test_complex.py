@@ -3,7 +3,7 @@ of z = x + iy) against central finite differences, the Fourier transforms' gradi
 conversion rules, and the clear error on a device without complex kernels.
 
 The forward values of every complex op are in the conformance suite
-(tapeflow/testing/specs/complex.py)."""
+(tapeflow/testing/specs/math.py)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow.tracing import trace as tracing
+from tapeflow import tracing
 
 
 def _close(a, b, tol=1e-6):

@@ -13,7 +13,7 @@ import pytest
 
 import tapeflow as tf
 from tapeflow.tracing import ConcreteFunction, graph_passes
-from tapeflow.tracing.memory_plan import plan
+from tapeflow.tracing.concrete import plan
 
 
 def _eager_and_traced(fn, *args):

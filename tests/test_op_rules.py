@@ -173,26 +173,44 @@ class _no_vectorization_warning:
 
 
 def test_library_rule_for_a_builtin_conflicts_then_overrides():
-    tanh = get_op("Tanh")
-    jvp, batch = tanh.jvp, tanh.batch
+    matmul = get_op("MatMul")                  # its rules are written, not derived
+    jvp, batch = matmul.jvp, matmul.batch
+    assert "jvp" not in matmul.rule_sources and "batch" not in matmul.rule_sources
     lib = Library("rules_conflict")
-    lib.jvp("Tanh", _jvp_rule)
+    lib.jvp("MatMul", _jvp_rule)
     with pytest.raises(PluginConflictError) as e:
         register(lib)
     msg = str(e.value)
-    assert "Tanh already has a JVP rule (from 'tapeflow'" in msg
+    assert "MatMul already has a JVP rule (from 'tapeflow'" in msg
     assert "rules_conflict" in msg and "override=True" in msg
-    assert tanh.jvp is jvp
+    assert matmul.jvp is jvp
 
     lib2 = Library("rules_override")
-    lib2.batch("Tanh", Broadcasting(), override=True)
+    lib2.batch("MatMul", Broadcasting(), override=True)
     try:
         info = register(lib2)
-        assert isinstance(tanh.batch, Broadcasting) and tanh.batch is not batch
-        assert info.rules == [("Tanh", "batch")]
+        assert isinstance(matmul.batch, Broadcasting) and matmul.batch is not batch
+        assert info.rules == [("MatMul", "batch")]
     finally:
-        registry.set_rule(tanh, "batch", batch, "tapeflow", override=True)
-        tanh.rule_sources.pop("batch", None)
+        registry.set_rule(matmul, "batch", batch, "tapeflow", override=True)
+        matmul.rule_sources.pop("batch", None)
+
+
+def test_a_library_rule_replaces_a_builtins_derived_rule_without_override():
+    """Tanh's JVP and batching rule follow from its declaration (elementwise): they are
+    no one's, so a plugin's explicit rule replaces them without ``override=True``."""
+    tanh = get_op("Tanh")
+    jvp = tanh.jvp
+    assert tanh.rule_sources == {"jvp": "derived", "batch": "derived"}
+    lib = Library("rules_derived")
+    lib.jvp("Tanh", _jvp_rule)
+    try:
+        info = register(lib)
+        assert tanh.jvp is _jvp_rule and info.rules == [("Tanh", "jvp")]
+        assert tanh.rule_sources["jvp"] == "<in-process rules_derived>"
+    finally:
+        registry.set_rule(tanh, "jvp", jvp, override=True)
+        tanh.rule_sources["jvp"] = registry.DERIVED
 
 
 def test_a_plugin_failing_halfway_rolls_back_every_rule_it_set():
@@ -253,13 +271,16 @@ def test_every_builtin_op_keeps_its_rules():
     assert {op.name for op in ops if op.batch is None} == set(batching.NO_RULE) | _NO_INPUTS_WITHOUT_BATCH
     for op in ops:
         if op.elementwise and op.differentiable:
-            assert op.jvp is not None, op.name       # derived by defop when not written
+            assert op.jvp is not None, op.name       # derived by OpDef when not written
         if op.elementwise or op.broadcast:
             assert op.batch is not None, op.name
+        for rule, derived in ((op.jvp, "jvp"), (op.batch, "batch")):
+            if op.rule_sources.get(derived) == registry.DERIVED:
+                assert rule is registry.BROADCASTING or rule.__name__ == f"{op.name}_jvp"
 
 
 def test_the_elementwise_jvp_is_derived_when_the_op_is_defined():
-    """defop derives it (no loop over the library that depends on import order), reads
+    """OpDef derives it (no loop over the library that depends on import order), reads
     the gradient when it runs, and leaves an explicit rule alone; a subprocess keeps
     the test op out of this process's library."""
     code = textwrap.dedent("""
@@ -295,16 +316,20 @@ def test_the_elementwise_jvp_is_derived_when_the_op_is_defined():
 
 def test_the_builtin_rules_are_the_op_modules_not_a_table_by_name():
     """Every built-in rule that is a function is defined in an op module (its block),
-    and ops/batching.py holds no rule."""
+    or derived by OpDef from the declaration, and ops/batching.py holds no rule."""
     mods = {f"tapeflow.ops.{m}" for m in (
-        "math_ops", "reductions", "array_creation", "array_shape", "array_values", "array_join",
-        "array_gather", "array_slice", "array_sort", "array_batching", "linalg", "nn", "random",
-        "nn_fused", "optim", "library")}
+        "math", "reductions", "array_creation", "array_shape", "array_values", "array_gather",
+        "array_slice", "array_sort", "linalg", "nn", "random", "fused", "library")}
     for op in LIB.ops:
         for rule in (op.jvp, op.batch):
+            if (op.rule_sources.get("jvp" if rule is op.jvp else "batch") == "derived"
+                    or getattr(rule, "__qualname__", "").startswith("elementwise_jvp.")):
+                continue                  # (derived, or made by the shared elementwise_jvp)
             if callable(rule) and not isinstance(rule, (Linear, Multilinear, Broadcasting)):
                 assert rule.__module__ in mods, (op.name, rule)
-    assert not [n for n, v in vars(batching).items() if callable(v) and not n.startswith("__")]
+    # (ops/batching.py may hold the helpers rules share, never a rule)
+    assert not [op.name for op in LIB.ops for rule in (op.jvp, op.batch)
+                if getattr(rule, "__module__", None) == batching.__name__]
 
 
 def test_an_old_api_op_still_takes_def_grad_and_grad():

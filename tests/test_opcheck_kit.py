@@ -112,7 +112,7 @@ LAYOUTS_SEEN: list = []
 
 @lib.kernel(square, "cpu", dtypes=FLOATS)
 def _square(x):
-    LAYOUTS_SEEN.append(("cpu",) + conformance.layouts._native_layout(x))
+    LAYOUTS_SEEN.append(("cpu",) + conformance.samples._native_layout(x))
     return x * x
 
 
@@ -242,7 +242,7 @@ def test_noncontiguous_tensor_builds_each_layout_on_the_device(tf_device, layout
     t = conformance.noncontiguous_tensor(x, tf_device, layout=layout)
     np.testing.assert_array_equal(t.numpy(), x)
     assert t.device == tf_device and t.dtype == tf.float32 and t.shape == (3, 4)
-    strides, offset = conformance.layouts._native_layout(t._data)
+    strides, offset = conformance.samples._native_layout(t._data)
     if layout == "offset view":
         assert offset > 0                        # on OpenCL: pyopencl's Array.offset
     elif layout == "transposed":

@@ -1,20 +1,22 @@
 """The layout of ``tapeflow.ops`` (docs/CONVENTIONS_FOR_OPS.md, "The modules of ops/"):
-each op module imports only the modules below it, the public namespaces ``array`` and
-``math`` only re-export, and the names other code imports from them are still there."""
+each op module imports only the modules below it, ``tf.math`` is the module of the
+elementwise math (with the reductions and ``unsorted_segment_sum`` joined to it), and the
+array names other code imports from ``tapeflow.ops`` are still there."""
 
 import ast
 import pathlib
+import sys
 
 import tapeflow as tf
-from tapeflow.ops import array, array_gather, math, math_ops, reductions
+import tapeflow.ops as ops
+from tapeflow.ops import array_gather, batching, math, reductions
 
 OPS_DIR = pathlib.Path(tf.__file__).parent / "ops"
 
 #: bottom to top, as docs/CONVENTIONS_FOR_OPS.md lists them
-ORDER = ["library", "math_ops", "_array_common", "array_creation", "array_shape",
-         "reductions", "array_batching", "array_values", "array_join", "array_gather",
-         "array_slice", "array_sort", "array", "math", "random", "linalg", "nn", "nn_fused", "optim", "operators",
-         "batching", "__init__"]
+ORDER = ["library", "math", "array_creation", "array_shape", "reductions", "batching",
+         "array_values", "array_gather", "array_slice", "array_sort", "random", "linalg", "nn",
+         "fused", "__init__"]
 
 
 def _sibling_imports(path):
@@ -45,32 +47,37 @@ def test_op_modules_import_only_the_modules_below_them():
     assert not bad, "\n".join(bad)
 
 
-def test_math_ops_imports_no_other_op_module():
-    assert _sibling_imports(OPS_DIR / "math_ops.py") <= {"library"}
+def test_math_imports_no_other_op_module():
+    assert _sibling_imports(OPS_DIR / "math.py") <= {"library"}
 
 
-def test_the_namespaces_define_no_op():
-    for m in ("array", "math"):
-        src = (OPS_DIR / f"{m}.py").read_text()
-        assert "defop(" not in src and "\ndef " not in src, f"ops/{m}.py defines something"
+def test_the_package_defines_no_op():
+    src = (OPS_DIR / "__init__.py").read_text()
+    assert "defop(" not in src, "ops/__init__.py declares an op: declare it in its module"
 
 
-def test_tf_math_holds_the_math_ops_the_reductions_and_unsorted_segment_sum():
-    assert set(math.__all__) == (set(math_ops.__all__) | set(reductions.__all__)
-                                 | {"unsorted_segment_sum"})
-    assert math.reduce_sum is reductions.reduce_sum and math.exp is math_ops.exp
+def test_tf_math_holds_the_math_the_reductions_and_unsorted_segment_sum():
+    own = {n for n in math.__all__
+           if getattr(getattr(math, n), "__module__", None) == math.__name__}
+    assert "exp" in own and "add" in own
+    assert set(math.__all__) == own | set(reductions.__all__) | {"unsorted_segment_sum"}
+    assert math.reduce_sum is reductions.reduce_sum and math.exp.__module__ == "tapeflow.ops.math"
     assert math.unsorted_segment_sum is array_gather.unsorted_segment_sum
+    assert tf.math is math and sys.modules["tapeflow.math"] is math
     assert tf.math.reduce_sum is tf.reduce_sum
+    from tapeflow.math import reduce_mean
+    assert reduce_mean is reductions.reduce_mean
 
 
-def test_tf_array_keeps_the_names_other_modules_import():
-    # tf.* (star import of __all__) and the names the core, the backends and the tests use
-    for name in array.__all__ + ["unbroadcast", "batch_all", "batch_fold", "batch_unfold",
-                                 "batch_leading", "batch_coords", "lin_space", "where_v2",
-                                 "FILL", "_STRIDED_SLICE_GRAD", "_getitem", "_setitem"]:
-        assert hasattr(array, name), name
-    assert tf.broadcast_to is reductions.broadcast_to is array.broadcast_to
-    assert tf.array is array
+def test_tapeflow_ops_keeps_the_array_names_other_modules_import():
+    # tf.* (star import of __all__) and the names the core and the tests use
+    for name in ops.__all__ + ["FILL"]:
+        assert hasattr(ops, name), name
+    for name in ops.__all__:
+        assert getattr(tf, name) is getattr(ops, name), name
+    assert tf.broadcast_to is reductions.broadcast_to is ops.broadcast_to
+    for name in ("batch_all", "batch_fold", "batch_unfold", "batch_leading"):
+        assert callable(getattr(batching, name)), name
     x = tf.constant([[1., 2.], [3., 4.]])
-    assert tf.reduce_sum(array.unbroadcast(tf.ones([3, 2, 2]), (1, 2))).numpy() == 12.0
+    assert tf.reduce_sum(reductions.unbroadcast(tf.ones([3, 2, 2]), (1, 2))).numpy() == 12.0
     assert x[1, ::-1].numpy().tolist() == [4.0, 3.0]

@@ -14,7 +14,7 @@ import pytest
 
 import tapeflow as tf
 from tapeflow import errors
-from tapeflow.ops.array import unbroadcast
+from tapeflow.ops.reductions import unbroadcast
 from test_bad_input import DEVICES, _raises, dev  # noqa: F401 - dev: the device fixture
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tapeflow as tf
-from tapeflow.tracing import trace as tracing
+from tapeflow import tracing
 
 tfe = tf
 

@@ -1,6 +1,6 @@
-"""tracing.trace split by concern: the table of emitters in tracing.codegen, the one-call
+"""tracing split by concern: the table of emitters in tracing.graph, the one-call
 path from the runtime's tracer hook to this thread's tracer, and the public names
-``tapeflow.tracing.trace`` keeps."""
+``tapeflow.tracing`` keeps (those of the former ``tracing.trace``)."""
 
 import sys
 
@@ -11,7 +11,8 @@ import tapeflow as tf
 from tapeflow.runtime import context as ctx
 from tapeflow.errors import InvalidArgumentError
 from tapeflow.runtime.registry import get_op
-from tapeflow.tracing import codegen, trace, tracer
+from tapeflow import tracing as trace
+from tapeflow.tracing import graph as codegen, tracer
 from tapeflow.tracing.graph import Graph, Node
 
 

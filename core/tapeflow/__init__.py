@@ -30,15 +30,15 @@ from .autodiff.functions import (custom_gradient, gradients_function, hessians,
                                  implicit_gradients,
                                  implicit_value_and_gradients, val_and_grad_function,
                                  value_and_gradients_function)
-from .ops import math, array, reductions, linalg, nn, random
+from .ops import math, reductions, linalg, nn, random
 from .ops.math import *  # noqa: F401,F403
-from .ops.array import *  # noqa: F401,F403
+from .ops import *  # noqa: F401,F403  (tf's array names)
 from .ops.linalg import einsum, matmul, norm, tensordot  # noqa: F401
 from .ops.random import (random_normal, random_shuffle, random_uniform, set_random_seed,
                          truncated_normal)
 from .runtime import config
 from . import plugins, ops
-from .tracing.trace import function, defun, init_scope, py_function
+from .tracing import function, defun, init_scope, py_function
 from .tracing.control_flow import cond, while_loop
 from .tracing.vectorize import vectorized_map
 from .runtime import devices as _devices_mod

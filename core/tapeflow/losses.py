@@ -24,7 +24,7 @@ TensorFlow 1's), and ``get("sparse_categorical_crossentropy")`` for ``Model.comp
 
 from __future__ import annotations
 
-from .ops import array as _a
+from . import ops as _a
 from .ops import math as _m
 from .ops import nn as _nn
 from .ops import reductions as _r

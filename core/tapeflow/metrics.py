@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import sys
 
-from .ops import array as _a
+from . import ops as _a
 from . import dtypes as _dt
 from .ops import math as _m
 from .ops import reductions as _r

@@ -27,7 +27,7 @@ import time
 import numpy as np
 
 from .errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
-from .ops import array as _a
+from . import ops as _a
 from .runtime import devices as _devs
 from .ops import math as _m
 from .ops import random as _random

@@ -18,8 +18,7 @@ import pytest
 import tapeflow as tf
 from tapeflow.errors import InvalidArgumentError
 from tapeflow.plugins import OpDef, hookimpl
-from tapeflow.testing import check_grads, conformance, opcheck
-from tapeflow.testing.opinfo import ErrorSample, OpSpec, Sample
+from tapeflow.testing import ErrorSample, OpSpec, Sample, check_grads, conformance, opcheck
 
 # --- the planted bugs ---------------------------------------------------------------------
 
@@ -514,7 +513,7 @@ _SUITE = '''
 import numpy as np
 import tapeflow as tf
 from tapeflow.testing import conformance
-from tapeflow.testing.opinfo import OpSpec, Sample
+from tapeflow.testing import OpSpec, Sample
 
 def _ref(x):
     return np.square(x) + (x.dtype == np.float32)   # wrong for float32 only

@@ -31,10 +31,10 @@ tf.Tensor(3.0, shape=(), dtype=float32)
 
 from __future__ import annotations
 
-from ..ops import array as _array
+from ..ops.array_creation import zeros_like as _zeros_like
 from ..ops import math as _math
 from ..ops import reductions as _reductions
-from ..ops.array import unbroadcast as _unbroadcast
+from ..ops.reductions import unbroadcast as _unbroadcast
 from ..runtime import context as _ctx
 from ..runtime import devices as _devs
 from .. import nest
@@ -53,7 +53,7 @@ FALLBACK_OPS: set = set()
 
 
 def _zeros(t):
-    return _array.zeros_like(t)
+    return _zeros_like(t)
 
 
 def _fit(t, like):
@@ -64,7 +64,7 @@ def _fit(t, like):
     if type(t) is not Tensor:
         t = convert_to_tensor(t)
     if t._data.shape != like._data.shape:
-        t = _array.broadcast_to(t, tuple(like._data.shape))
+        t = _reductions.broadcast_to(t, tuple(like._data.shape))
     if t.dtype is not like.dtype:
         t = _math.cast(t, like.dtype)
     return t

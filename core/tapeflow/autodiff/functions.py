@@ -22,7 +22,7 @@ from ..errors import InvalidArgumentError
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.registry import OpDef
 from .tape import GradientTape
-from ..ops import array as _array
+from ..ops.array_values import identity as _identity
 from ..runtime import context as _ctx
 from .. import nest
 from ..runtime.context import stop_all_recording, tapes_active as _tapes_active
@@ -179,7 +179,7 @@ def custom_gradient(f):
             v.read_value()
         flat = nest.flatten(result)           # (grad_fn gets one gradient per leaf)
         with stop_all_recording():   # the custom record below is the only path back
-            outs = tuple(_array.identity(convert_to_tensor(r)) for r in flat)
+            outs = tuple(_identity(convert_to_tensor(r)) for r in flat)
         takes_vars = "variables" in inspect.signature(grad_fn).parameters
         var_values = tuple(v._value for v in variables)
         n_in = len(inputs)

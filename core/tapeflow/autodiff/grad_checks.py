@@ -10,7 +10,7 @@ points at the plugin.
 
 from __future__ import annotations
 
-from ..ops.array import unbroadcast as _unbroadcast
+from ..ops.reductions import unbroadcast as _unbroadcast
 from ..runtime.dispatch import convert_to_tensor
 from ..errors import InvalidArgumentError, TapeflowError
 from ..runtime.tensor import Tensor

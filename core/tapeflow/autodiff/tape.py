@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..ops import array as _array
+from .. import ops as _array
 from ..ops import math as _math
 from ..runtime import context as _ctx
 from .. import nest

@@ -5,9 +5,14 @@
 :mod:`tapeflow.train`), ``losses``, ``metrics``, ``activations``, ``initializers``,
 ``regularizers``, ``backend``, ``mixed_precision`` (dtype policies and the
 ``LossScaleOptimizer``: docs/mixed_precision.md) and ``datasets`` (:mod:`tapeflow.datasets`, e.g.
-``tf.keras.datasets.mnist.load_data()``). Every submodule only re-exports: the objects
-and their ``get`` lookups live in the modules that define them (``tapeflow.losses``,
-``tapeflow.metrics``, ``tapeflow.train.optimizers``); ``metrics``, ``datasets``,
+``tf.keras.datasets.mnist.load_data()``). The modules of this package are public
+``tf.keras.<name>`` namespaces, each a file as in TensorFlow (``from
+tapeflow.keras.optimizers import Adam``); ``activations``, ``initializers`` and
+``regularizers`` are the modules of :mod:`tapeflow.layers`. Most only re-export: the
+objects and their ``get`` lookups live in the modules that define them
+(``tapeflow.losses``, ``tapeflow.metrics``, ``tapeflow.train.optimizers``,
+``tapeflow.layers``); ``callbacks`` (the fit hooks) and ``mixed_precision`` (the
+``LossScaleOptimizer``) define what only Keras has. ``metrics``, ``datasets``,
 ``callbacks`` and ``mixed_precision`` load on first use.
 
 >>> import tapeflow as tf

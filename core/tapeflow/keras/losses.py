@@ -1,7 +1,7 @@
-"""Keras losses (``tf.keras.losses``): functions ``loss(y_true, y_pred)`` returning one
-value per example, and classes whose instances reduce over the batch (the mean by
-default). They live in :mod:`tapeflow.losses` beside the seeds' TF1 losses; this
-module gives them Keras's names.
+"""``tf.keras.losses``, the public namespace of Keras losses: functions
+``loss(y_true, y_pred)`` returning one value per example, and classes whose instances
+reduce over the batch (the mean by default). They live in :mod:`tapeflow.losses` beside
+the seeds' TF1 losses; this module gives them Keras's names.
 
 Note the argument order (``y_true`` first) and that, as in Keras, the
 cross-entropies expect probabilities unless ``from_logits=True``.

@@ -1,4 +1,4 @@
-"""``tf.keras.mixed_precision``: dtype policies (:mod:`tapeflow.layers.policy`) and the
+"""``tf.keras.mixed_precision``: dtype policies (:mod:`tapeflow.layers.base`) and the
 ``LossScaleOptimizer`` for float16 training, as in TensorFlow.
 
 float16 has 5 exponent bits: gradients below ~6e-8 flush to zero. Loss scaling
@@ -25,7 +25,7 @@ steps in a row. bfloat16 has float32's exponent range and needs no scaling.
 
 from __future__ import annotations
 
-from ..layers.policy import POLICY_NAMES, Policy, global_policy, set_global_policy
+from ..layers.base import POLICY_NAMES, Policy, global_policy, set_global_policy
 from ..ops import math as _m
 from ..ops import reductions as _r
 from .. import dtypes as _dt

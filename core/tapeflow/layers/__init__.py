@@ -17,12 +17,12 @@ Functional forms that need no variables: ``flatten``, ``max_pooling2d``,
 
 from . import activations, initializers, regularizers
 from .base import Layer, reset_uids, unique_layer_name, variable_creator_scope
-from .convolutional import Conv2D, Convolution2D, conv2d
-from .core import Activation, Dense, Dropout, Embedding, Flatten, dense, dropout, flatten
-from .normalization import BatchNormalization, batch_normalization
-from .pooling import (AveragePooling2D, AvgPool2D, GlobalAveragePooling2D, GlobalAvgPool2D,
-                      GlobalMaxPool2D, GlobalMaxPooling2D, MaxPool2D, MaxPooling2D,
-                      average_pooling2d, max_pooling2d)
+from .convolutional import (AveragePooling2D, AvgPool2D, Conv2D, Convolution2D,
+                            GlobalAveragePooling2D, GlobalAvgPool2D, GlobalMaxPool2D,
+                            GlobalMaxPooling2D, MaxPool2D, MaxPooling2D, average_pooling2d,
+                            conv2d, max_pooling2d)
+from .core import (Activation, BatchNormalization, Dense, Dropout, Embedding, Flatten,
+                   batch_normalization, dense, dropout, flatten)
 
 __all__ = ["Layer", "Dense", "Conv2D", "Convolution2D", "MaxPooling2D", "MaxPool2D",
            "AveragePooling2D", "AvgPool2D", "GlobalAveragePooling2D", "GlobalAvgPool2D",

@@ -13,8 +13,8 @@ import math as _pymath
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..ops import math as _m
 from ..ops import nn as _nn
-from ..ops.array import where as _where
-from ..ops import array as _array_mod
+from ..ops.array_values import where as _where
+from .. import ops as _array_mod
 
 __all__ = ["get", "serialize", "linear", "relu", "relu6", "elu", "selu", "sigmoid",
            "hard_sigmoid", "tanh", "softmax", "log_softmax", "softplus", "softsign", "swish",

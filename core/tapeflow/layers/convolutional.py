@@ -1,4 +1,6 @@
-"""Conv2D (``tf.layers.Conv2D``, ``tf.keras.layers.Conv2D``).
+"""Conv2D (``tf.layers.Conv2D``, ``tf.keras.layers.Conv2D``) and the pooling layers that go
+with it: MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalMaxPooling2D
+(and the functional ``conv2d`` / ``max_pooling2d`` / ``average_pooling2d``).
 
 >>> import tapeflow as tf
 >>> conv = tf.keras.layers.Conv2D(16, [3, 3], activation='relu')
@@ -6,18 +8,26 @@
 TensorShape([1, 26, 26, 16])
 >>> conv.kernel.shape
 TensorShape([3, 3, 1, 16])
+>>> pool = tf.layers.MaxPooling2D((2, 2), (2, 2), padding='same')
+>>> pool(tf.zeros([1, 7, 7, 3])).shape
+TensorShape([1, 4, 4, 3])
+>>> tf.keras.layers.GlobalAveragePooling2D()(tf.zeros([2, 5, 5, 3])).shape
+TensorShape([2, 3])
 """
 
 from __future__ import annotations
 
 from ..errors import FailedPreconditionError, InvalidArgumentError
 from ..ops import nn as _nn
-from ..ops import nn_fused as _fused
+from ..ops import fused as _fused
+from ..ops import reductions as _r
 from . import activations as _act
 from .base import Layer
 from .core import _channels, _check_constraints
 
-__all__ = ["Conv2D", "Convolution2D"]
+__all__ = ["Conv2D", "Convolution2D", "conv2d", "MaxPooling2D", "MaxPool2D", "AveragePooling2D",
+           "AvgPool2D", "GlobalAveragePooling2D", "GlobalAvgPool2D", "GlobalMaxPooling2D",
+           "GlobalMaxPool2D", "max_pooling2d", "average_pooling2d"]
 
 
 #: activations the layer runs inside ``_FusedConv2D`` (with the bias): the function ->
@@ -139,3 +149,76 @@ def conv2d(*args, **kwargs):
         "tf.layers.conv2d (the functional form) creates variables it cannot "
                        "keep with eager execution; use the tf.layers.Conv2D class "
                        "(layer = tf.layers.Conv2D(filters, kernel_size); y = layer(x)).")
+
+
+# --- pooling --------------------------------------------------------------------------------
+
+class _Pooling2D(Layer):
+    _leaf = True
+    _fn = None
+
+    def __init__(self, pool_size=(2, 2), strides=None, padding="valid", data_format=None,
+                 name=None, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.pool_size = _pair(pool_size, "pool_size")
+        self.strides = self.pool_size if strides is None else _pair(strides, "strides")
+        self.padding = _padding(padding)
+        self.data_format = _channels(data_format)
+        self._fmt = "NHWC" if self.data_format == "channels_last" else "NCHW"
+
+    def call(self, inputs):
+        return type(self)._fn(inputs, self.pool_size, self.strides, self.padding, self._fmt)
+
+
+class MaxPooling2D(_Pooling2D):
+    """Max over ``pool_size`` windows moved by ``strides`` (default: ``pool_size``)."""
+    _fn = staticmethod(_nn.max_pool2d)
+
+
+class AveragePooling2D(_Pooling2D):
+    """Mean over ``pool_size`` windows moved by ``strides`` (default: ``pool_size``)."""
+    _fn = staticmethod(_nn.avg_pool2d)
+
+
+MaxPool2D = MaxPooling2D
+AvgPool2D = AveragePooling2D
+
+
+def max_pooling2d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
+                  name=None):
+    """Functional ``tf.layers.max_pooling2d``."""
+    return MaxPooling2D(pool_size, strides, padding, data_format, name=name)(inputs)
+
+
+def average_pooling2d(inputs, pool_size, strides, padding="valid", data_format="channels_last",
+                      name=None):
+    """Functional ``tf.layers.average_pooling2d``."""
+    return AveragePooling2D(pool_size, strides, padding, data_format, name=name)(inputs)
+
+
+class _GlobalPooling2D(Layer):
+    _leaf = True
+    _fn = None
+
+    def __init__(self, data_format=None, keepdims=False, name=None, **kwargs):
+        super().__init__(name=name, **kwargs)
+        self.data_format = _channels(data_format)
+        self.keepdims = bool(keepdims)
+        self._axes = [1, 2] if self.data_format == "channels_last" else [2, 3]
+
+    def call(self, inputs):
+        return type(self)._fn(inputs, axis=self._axes, keepdims=self.keepdims)
+
+
+class GlobalAveragePooling2D(_GlobalPooling2D):
+    """Mean over the spatial axes: ``[N, H, W, C] -> [N, C]``."""
+    _fn = staticmethod(_r.reduce_mean)
+
+
+class GlobalMaxPooling2D(_GlobalPooling2D):
+    """Max over the spatial axes: ``[N, H, W, C] -> [N, C]``."""
+    _fn = staticmethod(_r.reduce_max)
+
+
+GlobalAvgPool2D = GlobalAveragePooling2D
+GlobalMaxPool2D = GlobalMaxPooling2D

@@ -17,8 +17,8 @@ import math
 from ..errors import InvalidArgumentError
 from .. import dtypes as _dt
 from ..ops import random as _random
-from ..ops.array import ones as _ones
-from ..ops.array import zeros as _zeros
+from ..ops.array_creation import ones as _ones
+from ..ops.array_creation import zeros as _zeros
 from ..runtime.dispatch import constant as _constant
 from .naming import snake_case
 

@@ -26,16 +26,10 @@ from ..runtime import devices as _devs
 from .. import dtypes as _dt
 from ..errors import InvalidArgumentError, InvalidTypeError, UnimplementedError  # noqa: F401
 # the namespace, one module per concern (its public names are the standard's)
-from ._base import (  # noqa: F401, A004 (bool, abs, all ... are the standard's names)
+from ._elementwise import (  # noqa: F401, A004 (bool, abs, all ... are the standard's names)
     bool, can_cast, complex128, complex64, e, finfo, float16, float32, float64, iinfo, inf,
     int16, int32, int64, int8, isdtype, nan, newaxis, pi, result_type, uint16, uint32,
     uint64, uint8, _ALL, __array_api_version__,
-)
-from ._creation import (  # noqa: F401, A004 (bool, abs, all ... are the standard's names)
-    arange, asarray, astype, empty, empty_like, eye, from_dlpack, full, full_like,
-    linspace, meshgrid, ones, ones_like, tril, triu, zeros, zeros_like,
-)
-from ._elementwise import (  # noqa: F401, A004 (bool, abs, all ... are the standard's names)
     abs, acos, acosh, add, asin, asinh, atan, atan2, atanh, bitwise_and, bitwise_invert,
     bitwise_left_shift, bitwise_or, bitwise_right_shift, bitwise_xor, ceil, clip, conj,
     copysign, cos, cosh, divide, equal, exp, expm1, floor, floor_divide, greater,
@@ -44,7 +38,9 @@ from ._elementwise import (  # noqa: F401, A004 (bool, abs, all ... are the stan
     minimum, multiply, negative, nextafter, not_equal, positive, pow, real, reciprocal,
     remainder, round, sign, signbit, sin, sinh, sqrt, square, subtract, tan, tanh, trunc,
 )
-from ._manipulation import (  # noqa: F401, A004 (bool, abs, all ... are the standard's names)
+from ._arrays import (  # noqa: F401, A004 (bool, abs, all ... are the standard's names)
+    arange, asarray, astype, empty, empty_like, eye, from_dlpack, full, full_like,
+    linspace, meshgrid, ones, ones_like, tril, triu, zeros, zeros_like,
     broadcast_arrays, broadcast_shapes, broadcast_to, concat, expand_dims, flip, matmul,
     matrix_transpose, moveaxis, permute_dims, repeat, reshape, roll, squeeze, stack,
     tensordot, tile, unstack, vecdot,

@@ -8,13 +8,12 @@ import builtins as _builtins
 import numpy as _np
 
 from .. import ops as _ops
-from ..ops import array as _A
+from .. import ops as _A
 from ..ops import math as _M
 from ..runtime.dispatch import constant as _constant
 from ..errors import InvalidArgumentError
-from ._base import _as_dtype, _float_input, _pair, _t, int64, uint64
-from ._creation import _full, zeros_like
-from ._manipulation import broadcast_to, concat, moveaxis
+from ._elementwise import _as_dtype, _float_input, _pair, _t, int64, uint64
+from ._arrays import _full, broadcast_to, concat, moveaxis, zeros_like
 
 
 # --- statistics, sorting, searching, scans, data-dependent shapes ---------------------

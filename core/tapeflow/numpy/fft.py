@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import numpy as _np
 
-from ..ops import array as _A
+from .. import ops as _A
 from ..ops import linalg as _L
 from ..ops import math as _M
 from .. import dtypes as _dt
 from ..errors import InvalidArgumentError
-from ._base import _t
-from ._creation import asarray
-from ._manipulation import roll
+from ._elementwise import _t
+from ._arrays import asarray, roll
 
 __all__ = ["fft", "ifft", "fftn", "ifftn", "rfft", "irfft", "rfftn", "irfftn", "hfft", "ihfft",
            "fftfreq", "rfftfreq", "fftshift", "ifftshift"]

@@ -7,13 +7,13 @@ from collections import namedtuple
 
 import numpy as _np
 
-from ..ops import array as _A
+from .. import ops as _A
 from ..ops import linalg as _L
 from ..ops import math as _M
 from ..ops import reductions as _R
 from ..errors import InvalidArgumentError
-from ._base import _as_dtype, _float_input, _pair, _t, int64  # noqa: F401
-from ._manipulation import concat, matmul, matrix_transpose, tensordot, vecdot  # noqa: F401
+from ._elementwise import _as_dtype, _float_input, _pair, _t, int64  # noqa: F401
+from ._arrays import concat, matmul, matrix_transpose, tensordot, vecdot  # noqa: F401
 from ._statistics import _accumulator  # noqa: F401
 
 SlogdetResult = namedtuple("SlogdetResult", ["sign", "logabsdet"])

@@ -1,7 +1,7 @@
 """Ops that change a tensor's shape, not its values, and shape queries: ``reshape``,
 ``transpose``, ``expand_dims``, ``squeeze``, ``shape``, ``size``, ``rank``.
 ``broadcast_to`` lives in :mod:`tapeflow.ops.reductions` (it and ``reduce_sum`` are each
-other's gradient). Re-exported by :mod:`tapeflow.ops.array`.
+other's gradient). Top-level names, and names of :mod:`tapeflow.ops`.
 
 >>> import tapeflow as tf
 >>> print(tf.transpose(tf.reshape(tf.range(6), [2, 3])).shape)
@@ -17,10 +17,10 @@ from ..runtime import shapes as _shapes
 from ..runtime.dispatch import execute
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear, REQUIRED
-from . import math_ops as _m
+from . import math as _m
 from .library import batch_axis, batch_with_shape, defop, flag, rerun
-from ._array_common import _here, _ndim, _norm_axis1, _opindex, _prod, _range, _shape_tuple, _tensor
-from .array_creation import zeros
+from .array_creation import (_here, _ndim, _norm_axis1, _opindex, _prod, _range, _shape_tuple,
+                             _tensor, zeros)
 
 __all__ = ['reshape', 'transpose', 'expand_dims', 'squeeze', 'shape', 'size', 'rank']
 

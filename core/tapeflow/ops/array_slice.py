@@ -1,6 +1,7 @@
 """Padding and slicing: ``pad``, ``slice``, ``strided_slice``, and Python indexing of
 tensors (``x[key]`` and the array API's ``x[key] = value``; Tensor's ``__getitem__`` and
-``__setitem__`` are :mod:`tapeflow.ops.operators`). Re-exported by :mod:`tapeflow.ops.array`.
+``__setitem__`` are :mod:`tapeflow.ops`). Top-level names, and names of
+:mod:`tapeflow.ops`.
 
 >>> import tapeflow as tf
 >>> x = tf.constant([[1., 2., 3.], [4., 5., 6.]])
@@ -24,15 +25,15 @@ from ..errors import (FailedPreconditionError, InvalidArgumentError, InvalidType
 from ..runtime.registry import Linear, REQUIRED
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from . import math_ops as _m
+from . import math as _m
 from .library import defop, rerun
-from ._array_common import _check_fill_values, _FULL, _here, _range, _shape_tuple, _slice, _tensor
-from .array_creation import _fill_value
+from .array_creation import (_check_fill_values, _fill_value, _FULL, _here, _range, _shape_tuple,
+                             _slice, _tensor)
 from .array_shape import _TRANSPOSE, expand_dims, reshape
 from .reductions import broadcast_to
 from .array_values import where
-from .array_gather import boolean_mask, gather, gather_nd, scatter_nd, unsorted_segment_sum
-from .array_join import stack
+from .array_gather import (boolean_mask, gather, gather_nd, scatter_nd, stack,
+                           unsorted_segment_sum)
 
 __all__ = ['pad', 'slice', 'strided_slice']
 

@@ -1,6 +1,6 @@
 """Sorting, scans and searches, and the ops whose result shape depends on the data:
 ``sort``, ``argsort``, ``cumsum``, ``cumprod``, ``searchsorted``, ``unique_all``,
-``nonzero``. Re-exported by :mod:`tapeflow.ops.array`.
+``nonzero``. Top-level names, and names of :mod:`tapeflow.ops`.
 
 >>> import tapeflow as tf
 >>> print(tf.cumsum([1, 2, 3]))
@@ -17,9 +17,9 @@ from ..runtime import shapes as _shapes
 from ..runtime.dispatch import execute
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear
-from . import math_ops as _m
+from . import math as _m
 from .library import batch_one_axis, defop, flag
-from ._array_common import _tensor
+from .array_creation import _tensor
 from .array_shape import transpose
 from .array_gather import gather
 

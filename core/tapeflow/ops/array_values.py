@@ -1,6 +1,6 @@
 """Ops that pick or bound values elementwise: ``where``, ``identity``, ``stop_gradient``,
-``clip_by_value``, ``clip_by_norm``, ``clip_by_global_norm``. Re-exported by
-:mod:`tapeflow.ops.array`.
+``clip_by_value``, ``clip_by_norm``, ``clip_by_global_norm``. Top-level names, and
+names of :mod:`tapeflow.ops`.
 
 >>> import tapeflow as tf
 >>> print(tf.clip_by_value([-2., 0.5, 3.], -1., 1.))
@@ -17,11 +17,11 @@ from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from . import math_ops as _m
+from . import math as _m
 from . import reductions as _r
 from .library import BROADCASTING, defop, elementwise_jvp
-from ._array_common import _here, _tensor
-from .array_creation import _check_select, _LIKE_NONE, _match_dtypes, _ZEROS_LIKE, ones_like
+from .array_creation import (_check_select, _here, _LIKE_NONE, _match_dtypes, _tensor, _ZEROS_LIKE,
+                             ones_like)
 
 __all__ = ['where', 'identity', 'stop_gradient', 'clip_by_value', 'clip_by_norm',
     'clip_by_global_norm']

@@ -1,5 +1,5 @@
 """Batching rules of the built-in ops, for ``tf.vectorized_map`` (``OpDef.batch``):
-what they are, and which ops have none.
+what they are, the helpers they share, and which ops have none.
 
 A rule ``rule(ctx, *inputs)`` (:class:`~tapeflow.runtime.registry.BatchContext`)
 receives the op's inputs, the batched ones (``ctx.batched[i]``) with the batch of
@@ -13,8 +13,9 @@ batch (gathers, scatters, segment sums).
 
 Each rule is declared with its op, right under the op's ``defop`` in the op's module
 (``batch=`` or ``@OP.def_batch``; an op declared ``elementwise`` or ``broadcast`` gets
-:class:`~tapeflow.runtime.registry.Broadcasting` from ``defop``); the helpers that
-reshape and broadcast are :mod:`tapeflow.ops.array`'s ``batch_*`` functions. An op
+:class:`~tapeflow.runtime.registry.Broadcasting` from ``OpDef``); the helpers that
+reshape and broadcast are this module's ``batch_*`` functions (``batch_coords``, which
+concatenates, is in :mod:`tapeflow.ops.array_gather`). An op
 without a rule runs once per example in a loop; :data:`NO_RULE` lists the built-in ops
 that have none, and why. A rule that covers only some cases returns ``NotImplemented``
 for the others, which then loop the same way (:data:`PARTIAL_RULE` lists those ops and
@@ -27,7 +28,12 @@ the cases).
 
 from __future__ import annotations
 
-__all__ = ["NO_RULE", "PARTIAL_RULE"]
+import numpy as np
+
+from .array_shape import reshape
+from .reductions import broadcast_to
+
+__all__ = ["NO_RULE", "PARTIAL_RULE", "batch_all", "batch_fold", "batch_unfold", "batch_leading"]
 
 #: the built-in ops without a batching rule, and why (they run once per example)
 NO_RULE = {
@@ -49,3 +55,39 @@ PARTIAL_RULE = {
                     "no kernel for",
     "SearchSorted": "a sorted sequence per example: the kernels take one 1-D sequence",
 }
+
+
+# --- the helpers of the rules: the batch is dimension 0 ----------------------------------
+
+def batch_all(ctx, inputs):
+    """Every input with the batch in front (unbatched ones broadcast to it)."""
+    return tuple(x if b else broadcast_to(x, (ctx.size,) + tuple(x.shape))
+                 for x, b in zip(inputs, ctx.batched))
+
+
+def batch_fold(x):
+    """(B, N, ...) -> (B*N, ...): the batch joins an op's own batch dimension."""
+    s = tuple(x.shape)
+    return reshape(x, (s[0] * s[1],) + s[2:])
+
+
+def batch_unfold(y, b):
+    """(B*N, ...) -> (B, N, ...)."""
+    s = tuple(y.shape)
+    return reshape(y, (b, s[0] // b if b else 0) + s[1:])
+
+
+def batch_leading(ctx, inputs, core):
+    """Inputs with identical leading (batch) dimensions, the batch first, for ops that
+    need them equal: each keeps its last ``core`` dimensions."""
+    inputs = batch_all(ctx, inputs)
+    lead = np.broadcast_shapes(*[tuple(x.shape[1:len(x.shape) - core]) for x in inputs])
+    out = []
+    for x in inputs:
+        s = tuple(x.shape)
+        want = (s[0],) + tuple(lead) + s[len(s) - core:]
+        if s != want:
+            pad = len(want) - len(s)
+            x = broadcast_to(reshape(x, s[:1] + (1,) * pad + s[1:]), want)
+        out.append(x)
+    return tuple(out)

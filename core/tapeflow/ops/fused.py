@@ -1,5 +1,8 @@
-"""Fused neural-network ops: a 2-d convolution with its bias and activation as one op
-(TensorFlow's ``_FusedConv2D``, docs/fused-ops.md).
+"""Fused ops: what would be several ops as one op, one kernel -- a 2-d convolution with
+its bias and activation (TensorFlow's ``_FusedConv2D``, docs/fused-ops.md), and each
+optimizer's update of a variable and its slots (TensorFlow's ``ResourceApplyAdam``
+family, below). Their kernels are :mod:`tapeflow.kernels.nn_fused` and
+:mod:`tapeflow.kernels.optim`.
 
 ``_FusedConv2D(input, filter, bias)`` computes ``act(conv2d(input, filter) + bias)``
 with the bias along the channel axis. Its attrs are Conv2D's (``strides``,
@@ -15,17 +18,36 @@ negative ``alpha`` need the pre-activation ``z``, which the gradient recomputes 
 Conv2D and BiasAdd more in the backward pass, no second output kept alive).
 
 ``keras.layers.Conv2D`` with a bias and one of these activations calls it, and the
-``tf.function`` pass ``conv_fusion`` (:mod:`tapeflow.tracing.conv_fusion`) forms it
-from the unfused ops.
+``tf.function`` pass ``conv`` (:func:`tapeflow.tracing.graph_fusion.fuse_conv`) forms
+it from the unfused ops.
 
 >>> import tapeflow as tf
->>> from tapeflow.ops.nn_fused import fused_conv2d
+>>> from tapeflow.ops.fused import fused_conv2d
 >>> x = tf.ones([1, 3, 3, 1])
 >>> y = fused_conv2d(x, tf.ones([2, 2, 1, 1]), [-5.0], padding="VALID", activation="Relu")
 >>> print(y[0, :, :, 0])
 tf.Tensor(
 [[0. 0.]
  [0. 0.]], shape=(2, 2), dtype=float32)
+
+The fused optimizer updates: one op per optimizer and variable, used by
+``Optimizer.apply_gradients`` (:mod:`tapeflow.train.optimizers`) on every device that
+has their kernel.
+
+Each op takes the variable's value, its slots' values, the gradient and the step's
+coefficients (0-d tensors of the variable's dtype), and returns the new variable and
+slots in the order it took them; the hyperparameters fixed for an optimizer
+(``beta1``, ``momentum``...) are attrs. The ops have no gradient. Their kernels
+(:class:`tapeflow.kernels.optim.OptimKernels`) also take ``inplace``: True only when the
+optimizer has checked, under the Variables' locks, that nobody else can see the
+buffers (docs/decisions.md, "Fused optimizer updates"); called as an op the update is
+functional and the inputs are left unchanged.
+
+>>> import tapeflow as tf
+>>> from tapeflow.ops import fused
+>>> var, g, lr = tf.constant([1.0, 2.0]), tf.constant([2.0, 2.0]), tf.constant(0.5)
+>>> print(fused.APPLY_GRADIENT_DESCENT(var, g, lr))
+tf.Tensor([0. 1.], shape=(2,), dtype=float32)
 """
 
 from __future__ import annotations
@@ -36,14 +58,16 @@ from ..runtime.dispatch import convert_like, convert_to_tensor, execute
 from ..errors import InvalidArgumentError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from . import array as _a
 from .array_creation import zeros_like as _zeros_like
-from . import math_ops as _m
+from . import math as _m
 from . import nn as _nn
 from . import reductions as _red
 from .library import defop, real_number
+from . import batching as _b
 
-__all__ = ["fused_conv2d", "ACTIVATIONS"]
+__all__ = ["fused_conv2d", "ACTIVATIONS", "APPLY_GRADIENT_DESCENT", "APPLY_MOMENTUM", "APPLY_ADAM",
+           "APPLY_RMS_PROP", "APPLY_CENTERED_RMS_PROP", "APPLY_KERAS_RMS_PROP",
+           "APPLY_KERAS_CENTERED_RMS_PROP", "APPLY_ADAGRAD"]
 
 #: the activations ``_FusedConv2D`` takes (``fused_ops[1]``), TensorFlow's names
 #: (``GeluExact``/``GeluApproximate``: tapeflow's ``gelu(x, approximate=...)``)
@@ -173,8 +197,8 @@ def _fused_batch(ctx, x, w, b):
     example is not covered (NotImplemented: one call per example)."""
     if ctx.batched[1] or ctx.batched[2]:
         return NotImplemented
-    y = execute(ctx.op, (_a.batch_fold(x), w, b), ctx.attrs)
-    return _a.batch_unfold(y, ctx.size)
+    y = execute(ctx.op, (_b.batch_fold(x), w, b), ctx.attrs)
+    return _b.batch_unfold(y, ctx.size)
 
 
 def unfused(x, w, b, **attrs):
@@ -245,3 +269,78 @@ def fused_conv2d(input, filters, bias, strides=1, padding="VALID", data_format="
     alpha = real_number(leakyrelu_alpha, "fused_conv2d: leakyrelu_alpha", "_FusedConv2D", x)
     attrs["leakyrelu_alpha"] = float(alpha)
     return execute(FUSED_CONV2D, (x, w, b), attrs)
+
+
+# --- the fused optimizer updates (Optimizer.apply_gradients) ---------------------------
+
+_FLOAT_ATTRS = {"beta1": "float", "beta2": "float", "epsilon": "float", "rho": "float",
+                "momentum": "float", "use_nesterov": "bool", "inplace": "bool"}
+
+
+def _check_update(op, tensors, attrs, device):
+    """The variable, its slots and the gradient share one shape; the coefficients are
+    scalars; all of one floating dtype."""
+    n_arrays = len(op.inputs) - _N_SCALARS[op.name]
+    var = tensors[0]
+    for name, t in zip(op.inputs, tensors):
+        if t.dtype != var.dtype or not var.dtype.is_floating:
+            raise InvalidArgumentError(
+                f"{op.name}: input '{name}' is {t.dtype.name}, the variable "
+                f"{var.dtype.name}: every input must have the variable's floating-point dtype")
+    for name, t in zip(op.inputs[:n_arrays], tensors[:n_arrays]):
+        if t.shape != var.shape:
+            raise InvalidArgumentError(
+                f"{op.name}: input '{name}' has shape {tuple(t.shape)}, the variable "
+                f"{tuple(var.shape)}: the slots and the gradient must have the variable's shape")
+    for name, t in zip(op.inputs[n_arrays:], tensors[n_arrays:]):
+        if len(t.shape):
+            raise InvalidArgumentError(
+                f"{op.name}: input '{name}' must be a scalar (0-d), got shape {tuple(t.shape)}")
+
+
+def _update_batch(ctx, *inputs):
+    """``tf.vectorized_map``: the update is elementwise in the variable, slots and
+    gradient (an unbatched one is broadcast to the batch); a coefficient per example
+    is not covered (NotImplemented: one update per example)."""
+    n = len(ctx.op.inputs) - _N_SCALARS[ctx.op.name]
+    if any(ctx.batched[n:]):
+        return NotImplemented
+    shape = next(x.shape for x, b in zip(inputs, ctx.batched) if b)
+    arrays = [x if b else _red.broadcast_to(x, shape) for x, b in zip(inputs[:n], ctx.batched)]
+    return execute(ctx.op, (*arrays, *inputs[n:]), ctx.attrs)
+
+
+def _update_op(name, inputs, n_scalars, attrs):
+    _N_SCALARS[name] = n_scalars
+    attrs = dict(attrs, inplace=False)
+    return defop(name, inputs=inputs, attrs=attrs, num_outputs=len(inputs) - n_scalars - 1,
+                 differentiable=False, check=_check_update, dtype_rule="none", batch=_update_batch,
+                 attr_types={a: _FLOAT_ATTRS[a] for a in attrs})
+
+
+_N_SCALARS: dict = {}
+
+#: ``var - grad * lr``
+APPLY_GRADIENT_DESCENT = _update_op("ApplyGradientDescent", ("var", "grad", "lr"), 1, {})
+#: ``(var, accum)`` of Momentum (``mom_lr``: momentum * lr, used by Nesterov)
+APPLY_MOMENTUM = _update_op("ApplyMomentum", ("var", "accum", "grad", "lr", "mom_lr"), 2,
+                            {"momentum": 0.0, "use_nesterov": False})
+#: ``(var, m, v)`` of Adam (``lr_t``: the bias-corrected learning rate)
+APPLY_ADAM = _update_op("ApplyAdam", ("var", "m", "v", "grad", "lr_t"), 1,
+                        {"beta1": 0.9, "beta2": 0.999, "epsilon": 1e-8})
+#: ``(var, ms, mom)`` of TensorFlow 1's RMSProp
+APPLY_RMS_PROP = _update_op("ApplyRMSProp", ("var", "ms", "mom", "grad", "lr"), 1,
+                            {"rho": 0.9, "momentum": 0.0, "epsilon": 1e-10})
+#: ``(var, mg, ms, mom)`` of the centered RMSProp
+APPLY_CENTERED_RMS_PROP = _update_op("ApplyCenteredRMSProp",
+                                     ("var", "mg", "ms", "mom", "grad", "lr"), 1,
+                                     {"rho": 0.9, "momentum": 0.0, "epsilon": 1e-10})
+#: ``(var, ms)`` of Keras's RMSprop without momentum (epsilon outside the root)
+APPLY_KERAS_RMS_PROP = _update_op("ApplyKerasRMSProp", ("var", "ms", "grad", "lr"), 1,
+                                  {"rho": 0.9, "epsilon": 1e-7})
+#: ``(var, ms, mg)`` of Keras's centered RMSprop without momentum
+APPLY_KERAS_CENTERED_RMS_PROP = _update_op("ApplyKerasCenteredRMSProp",
+                                           ("var", "ms", "mg", "grad", "lr"), 1,
+                                           {"rho": 0.9, "epsilon": 1e-7})
+#: ``(var, accum)`` of Adagrad
+APPLY_ADAGRAD = _update_op("ApplyAdagrad", ("var", "accum", "grad", "lr"), 1, {})

@@ -33,9 +33,11 @@ from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execut
 from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from . import math_ops as _m
+from . import math as _m
 from . import reductions as _r
-from . import array as _a
+from .array_shape import reshape
+from .array_slice import pad
+from . import batching as _b
 
 #: names that are also ``tf.<name>``
 TOP_LEVEL = ["matmul", "tensordot", "einsum", "norm"]
@@ -115,16 +117,16 @@ def _matmul_batch(ctx, a, b):
     if ctx.batched[0] and not ctx.batched[1] and len(a.shape) == 3 and len(b.shape) == 2 \
             and not ta:
         # (B, m, k) @ (k, n): one GEMM of (B*m, k)
-        y = execute(ctx.op, (_a.batch_fold(a), b), ctx.attrs)
-        return _a.batch_unfold(y, ctx.size)
+        y = execute(ctx.op, (_b.batch_fold(a), b), ctx.attrs)
+        return _b.batch_unfold(y, ctx.size)
     if len(a.shape) == 3 and len(b.shape) == 3 and a.shape[1 if ta else 2] == 1:
         # a batch of outer products (per-example weight gradients: x^T @ dy of one row):
         # one broadcast multiply instead of B matrix products with k = 1
         sa, sb = tuple(a.shape), tuple(b.shape)
-        a = _a.reshape(a, (sa[0], sa[2] if ta else sa[1], 1))
-        b = _a.reshape(b, (sb[0], 1, sb[1] if tb else sb[2]))
+        a = reshape(a, (sa[0], sa[2] if ta else sa[1], 1))
+        b = reshape(b, (sb[0], 1, sb[1] if tb else sb[2]))
         return _m.multiply(a, b)
-    a, b = _a.batch_leading(ctx, (a, b), 2)
+    a, b = _b.batch_leading(ctx, (a, b), 2)
     return execute(ctx.op, (a, b), ctx.attrs)
 
 
@@ -486,7 +488,7 @@ def norm(tensor, ord="euclidean", axis=None, keepdims=None, name=None, keep_dims
             if keepdims:
                 return out
             shape = tuple(x.shape)
-            return _a.reshape(out, tuple(d for i, d in enumerate(shape) if i not in (r, c)))
+            return reshape(out, tuple(d for i, d in enumerate(shape) if i not in (r, c)))
         if ord == 2:
             raise UnimplementedError("norm: the matrix 2-norm (largest singular value) is not "
                                      "implemented; use ord='fro', 1 or np.inf",
@@ -577,7 +579,7 @@ def _solve_grad(ctx, dy):
 
 
 def _solve_batch(ctx, a, rhs):
-    return execute(ctx.op, _a.batch_leading(ctx, (a, rhs), 2), ctx.attrs)
+    return execute(ctx.op, _b.batch_leading(ctx, (a, rhs), 2), ctx.attrs)
 
 
 _SOLVE = defop("MatrixSolve", inputs=("matrix", "rhs"), attrs={"adjoint": False},
@@ -613,7 +615,7 @@ def solve(matrix, rhs, adjoint=False, name=None):
 
 def _det_scale(x, g):
     """``g`` (one value per matrix) times ``inv(x)^T``."""
-    g = _a.reshape(g, tuple(g.shape) + (1, 1))
+    g = reshape(g, tuple(g.shape) + (1, 1))
     return _m.multiply(g, execute(_INV, (x,), {"adjoint": True}))
 
 
@@ -937,7 +939,7 @@ def _rfft_grad(ctx, dy):
     n = int(x.shape[last])
     pads = [[0, 0] for _ in range(x.ndim)]
     pads[last][1] = n - int(dy.shape[last])
-    full = _a.pad(dy, pads)
+    full = pad(dy, pads)
     g = execute(_FFT, (full,), {"axes": a["axes"], "norm": SWAP_NORM[a["norm"]],
                                 "inverse": True})
     return _m.real(g)

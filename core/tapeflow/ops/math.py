@@ -1,7 +1,12 @@
-"""Elementwise math: signatures, gradients and public functions (``tf.add`` ...).
+"""``tf.math``: elementwise math -- signatures, gradients and public functions
+(``tf.add`` ...).
 
-The bottom op module: it imports no other op module. :mod:`tapeflow.ops.math` (the
-``tf.math`` namespace) re-exports it with the reductions and ``unsorted_segment_sum``.
+The bottom op module: it imports no other op module. ``tf.math`` is this module
+(``import tapeflow.math``); TensorFlow's namespace also holds the reductions
+(:mod:`tapeflow.ops.reductions`) and ``unsorted_segment_sum``
+(:mod:`tapeflow.ops.array_gather`), which are declared above this module (their
+gradients use its ops): :mod:`tapeflow.ops` adds them to this module's namespace and
+``__all__`` when it loads, so ``tf.math.reduce_sum`` is ``tf.reduce_sum``.
 
 Gradient rules are written with tapeflow ops, so they run on every device and
 are differentiable again (higher order for free). Broadcasting is undone by the
@@ -9,7 +14,7 @@ core for ops declared ``broadcast=True``; rules return full-shape gradients.
 Rules return ``None`` for integer inputs (integers have no gradient).
 
 Tensor's and Variable's operators (``+ - * / // % **``, comparisons, ``& | ^ ~``)
-dispatch to the ops declared here; they are defined in :mod:`tapeflow.ops.operators`.
+dispatch to the ops declared here; they are defined in :mod:`tapeflow.ops`.
 
 >>> import tapeflow as tf
 >>> print(tf.add(tf.constant([[1, 2], [3, 4]]), 1))
@@ -27,8 +32,7 @@ tf.Tensor([False  True], shape=(2,), dtype=bool)
 # defop with the gradient, JVP and batching rule) beside its public function and example.
 # The arithmetic, unary and complex sections' gradients call each other (Pow's uses log,
 # Log's divide, Mul's conj) and cast and the comparisons, so they are one module (about 900
-# lines even without the array API's extras, bitwise and comparisons, which could move to
-# modules above and below it, re-exported by ops/math.py).
+# lines even without the array API's extras, bitwise and comparisons).
 
 from __future__ import annotations
 

@@ -38,8 +38,10 @@ from ..runtime.dispatch import convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from . import math_ops as _m
-from . import array as _a
+from . import math as _m
+from .array_creation import one_hot
+from .array_shape import reshape
+from . import batching as _b
 from . import reductions as _red
 from . import random as _r
 
@@ -159,7 +161,7 @@ def _leaky_relu_grad_batch(ctx, dy, x):
     # the kernels give the result the features' shape (cpu:0 multiplies in place), so a
     # batch of gradients against one features tensor (GradientTape.jacobian) gives both
     # the batch first
-    return execute(ctx.op, _a.batch_all(ctx, (dy, x)), ctx.attrs)
+    return execute(ctx.op, _b.batch_all(ctx, (dy, x)), ctx.attrs)
 
 
 _LEAKY_GRAD = defop("LeakyReluGrad", inputs=("gradients", "features"), attrs={"alpha": 0.2},
@@ -286,14 +288,14 @@ def _bias_add_batch(ctx, value, bias):
     if not ctx.batched[1]:
         if ctx.attrs["data_format"] == "NHWC":
             return execute(ctx.op, (value, bias), ctx.attrs)     # bias on the last axis
-        return _a.batch_unfold(execute(ctx.op, (_a.batch_fold(value), bias), ctx.attrs),
+        return _b.batch_unfold(execute(ctx.op, (_b.batch_fold(value), bias), ctx.attrs),
                                ctx.size)
-    value = _a.batch_all(ctx, (value,))[0]
+    value = _b.batch_all(ctx, (value,))[0]
     r = len(value.shape) - 1
     c = int(bias.shape[1])
     shape = ((ctx.size,) + (1,) * (r - 1) + (c,) if ctx.attrs["data_format"] == "NHWC"
              else (ctx.size, 1, c) + (1,) * (r - 2))
-    return _m.add(value, _a.reshape(bias, shape))
+    return _m.add(value, reshape(bias, shape))
 
 
 _BIAS_ADD = defop("BiasAdd", inputs=("value", "bias"), attrs={"data_format": "NHWC"},
@@ -389,7 +391,7 @@ def moments(x, axes, shift=None, keepdims=False, name=None, keep_dims=None):
     mean_k = _m.multiply(_red.reduce_sum(y, axis=ax, keepdims=True), inv)
     d = _m.subtract(y, mean_k)
     var = _m.multiply(_red.reduce_sum(_m.multiply(d, d), axis=ax, keepdims=keepdims), inv)
-    mean = mean_k if keepdims else _a.reshape(mean_k, _shape(var))
+    mean = mean_k if keepdims else reshape(mean_k, _shape(var))
     if y is not x:
         mean, var = _m.cast(mean, x.dtype), _m.cast(var, x.dtype)
     return mean, var
@@ -416,7 +418,7 @@ def _expand_last(dy, axis, logits):
     """Reshape the per-example gradient ``dy`` to broadcast against ``logits``."""
     shape = _shape(dy)
     shape.insert(axis, 1)
-    return _a.reshape(dy, shape)
+    return reshape(dy, shape)
 
 
 def _softmax_xent_grad(ctx, dy):
@@ -433,7 +435,7 @@ def _softmax_xent_grad(ctx, dy):
 
 
 def _softmax_xent_batch(ctx, logits, labels):
-    logits, labels = _a.batch_leading(ctx, (logits, labels), 0)
+    logits, labels = _b.batch_leading(ctx, (logits, labels), 0)
     return rerun(ctx, (logits, labels),
                  axis=batch_axis(ctx.attrs["axis"], len(logits.shape) - 1))
 
@@ -497,7 +499,7 @@ def _sparse_xent_grad(ctx, dy):
     axis = logits.ndim - 1
     dye = _expand_last(dy, axis, logits)
     sm = execute(_SOFTMAX, (logits,), {"axis": axis})
-    onehot = _a.one_hot(labels, logits._data.shape[-1], dtype=logits.dtype)
+    onehot = one_hot(labels, logits._data.shape[-1], dtype=logits.dtype)
     return _m.multiply(_m.subtract(sm, onehot), dye), None
 
 
@@ -524,11 +526,11 @@ def _check_sparse_xent(op, tensors, attrs, device):
 
 
 def _sparse_xent_batch(ctx, logits, labels):
-    logits, labels = _a.batch_all(ctx, (logits, labels))
+    logits, labels = _b.batch_all(ctx, (logits, labels))
     if len(labels.shape) == 1:                      # one example: (C,) logits, () label
         return execute(ctx.op, (logits, labels), ctx.attrs)
-    y = execute(ctx.op, (_a.batch_fold(logits), _a.batch_fold(labels)), ctx.attrs)
-    return _a.batch_unfold(y, ctx.size)
+    y = execute(ctx.op, (_b.batch_fold(logits), _b.batch_fold(labels)), ctx.attrs)
+    return _b.batch_unfold(y, ctx.size)
 
 
 _SPARSE_XENT = defop("SparseSoftmaxCrossEntropyWithLogits", inputs=("features", "labels"),
@@ -756,18 +758,18 @@ def _batch_fold_first(ctx, *xs):
     if len(xs) == 2 and ctx.batched[1]:
         return NotImplemented
     if len(xs) == 2:
-        y = execute(ctx.op, (_a.batch_fold(xs[0]), xs[1]), ctx.attrs)
+        y = execute(ctx.op, (_b.batch_fold(xs[0]), xs[1]), ctx.attrs)
     else:
-        y = execute(ctx.op, tuple(_a.batch_fold(x) for x in _a.batch_all(ctx, xs)), ctx.attrs)
-    return _a.batch_unfold(y, ctx.size)
+        y = execute(ctx.op, tuple(_b.batch_fold(x) for x in _b.batch_all(ctx, xs)), ctx.attrs)
+    return _b.batch_unfold(y, ctx.size)
 
 
 def _conv_bp_input_batch(ctx, filt, dy):
     if ctx.batched[0]:
         return NotImplemented
     shape = tuple(ctx.attrs["input_sizes"])
-    y = rerun(ctx, (filt, _a.batch_fold(dy)), input_sizes=(ctx.size * shape[0],) + shape[1:])
-    return _a.batch_unfold(y, ctx.size)
+    y = rerun(ctx, (filt, _b.batch_fold(dy)), input_sizes=(ctx.size * shape[0],) + shape[1:])
+    return _b.batch_unfold(y, ctx.size)
 
 
 _CONV2D = defop("Conv2D", inputs=("input", "filter"), attrs=_CONV_ATTRS, grad=_conv_grad,
@@ -961,8 +963,8 @@ _AVG_POOL = defop("AvgPool", inputs=("value",), attrs=_POOL_ATTRS, grad=_avg_poo
 
 def _avg_pool_grad_batch(ctx, dy):
     shape = tuple(ctx.attrs["orig_input_shape"])
-    y = rerun(ctx, (_a.batch_fold(dy),), orig_input_shape=(ctx.size * shape[0],) + shape[1:])
-    return _a.batch_unfold(y, ctx.size)
+    y = rerun(ctx, (_b.batch_fold(dy),), orig_input_shape=(ctx.size * shape[0],) + shape[1:])
+    return _b.batch_unfold(y, ctx.size)
 
 
 _AVG_POOL_GRAD = defop("AvgPoolGrad", inputs=("grad",),

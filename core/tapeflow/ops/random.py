@@ -54,7 +54,7 @@ from ..runtime import shapes as _shapes
 from .library import batch_with_shape, defop
 from ..errors import InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..runtime.dispatch import convert_to_tensor, execute
-from . import math_ops as _m
+from . import math as _m
 
 __all__ = ["normal", "uniform", "truncated_normal", "shuffle", "set_seed", "get_seed",
            "random_normal", "random_uniform", "set_random_seed", "random_shuffle"]
@@ -83,7 +83,16 @@ class _State:
     nondet_key = _mix64(int.from_bytes(os.urandom(8), "little"))
     nondet_counter = itertools.count()
 
+    def next_counter(self, key):
+        """The next counter of ``key``'s stream (a random op replayed by tf.function)."""
+        if key == self.nondet_key:
+            return next(self.nondet_counter)
+        c = self.counters.get(key, 0)
+        self.counters[key] = c + 1
+        return c
 
+
+#: the random streams of this process (``STATE.next_counter(key)``: tf.function's replays)
 STATE = _State()
 
 
@@ -140,16 +149,6 @@ def _key_counter(seed):
     c = counters.get(key, 0)
     counters[key] = c + 1
     return key, c
-
-
-def next_counter(key):
-    """The next counter of ``key``'s stream (a random op replayed by tf.function)."""
-    if key == STATE.nondet_key:
-        return next(STATE.nondet_counter)
-    counters = STATE.counters
-    c = counters.get(key, 0)
-    counters[key] = c + 1
-    return c
 
 
 def _on_device(fn):

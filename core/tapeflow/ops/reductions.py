@@ -1,8 +1,9 @@
-"""Reductions (``reduce_sum``, ``reduce_mean``, ``argmax`` ...): signatures, gradients
-and public functions. They belong to the ``tf.math`` namespace (``math`` re-exports
-``__all__``) and are also top-level names. ``broadcast_to`` (``tf.broadcast_to``,
-re-exported by :mod:`tapeflow.ops.array`) and ``unbroadcast`` are here too: BroadcastTo's
-gradient is a sum and Sum's a broadcast, so the two ops are declared in one module.
+"""Reductions (``reduce_sum``, ``reduce_mean``, ``argmax`` ...): signatures, gradients and
+public functions. They belong to the ``tf.math`` namespace (:mod:`tapeflow.ops` joins
+``__all__`` to :mod:`tapeflow.ops.math`) and are also top-level names. ``broadcast_to``
+(``tf.broadcast_to``, a name of :mod:`tapeflow.ops`) and ``unbroadcast`` are here too:
+BroadcastTo's gradient is a sum and Sum's a broadcast, so the two ops are declared in
+one module.
 
 ``axis`` reaches kernels normalised: ``None`` (all axes) or a tuple of
 non-negative ints, sorted and unique; ``keepdims`` a bool. Every reduction also
@@ -26,9 +27,8 @@ from ..errors import InvalidArgumentError
 from ..runtime.dispatch import run, convert_to_tensor, execute
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
-from . import math_ops as _m
-from ._array_common import _range, _scopes, _shape_tuple
-from .array_creation import ones_like
+from . import math as _m
+from .array_creation import _range, _scopes, _shape_tuple, ones_like
 from .array_shape import _RESHAPE, reshape
 
 __all__ = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",

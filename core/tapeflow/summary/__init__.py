@@ -34,11 +34,10 @@ from __future__ import annotations
 import types as _types
 
 from ._records import read_records
-from .ops import flush, histogram, image, scalar
-from .writer import (SummaryWriter, always_record_summaries, create_file_writer,
-                     create_noop_writer, create_summary_file_writer, get_default_writer, get_step,
-                     never_record_summaries, record_if, record_summaries_every_n_global_steps,
-                     set_step, should_record_summaries)
+from .ops import (SummaryWriter, always_record_summaries, create_file_writer, create_noop_writer,
+                  create_summary_file_writer, flush, get_default_writer, get_step, histogram,
+                  image, never_record_summaries, record_if, record_summaries_every_n_global_steps,
+                  scalar, set_step, should_record_summaries)
 
 #: ``tf.summary.experimental.set_step`` / ``get_step`` (TF 2 names)
 experimental = _types.SimpleNamespace(set_step=set_step, get_step=get_step)

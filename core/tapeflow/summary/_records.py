@@ -1,4 +1,5 @@
-"""TFRecord framing and the protobuf messages of a TensorBoard event file.
+"""The encodings of a TensorBoard event file: TFRecord framing, the protobuf messages,
+and the PNG of an image summary.
 
 An event file is a sequence of records, each framed as TensorFlow's record writer
 frames it::
@@ -13,15 +14,19 @@ is the ``crc32c`` package's (C, with the CPU's CRC instruction where there is on
 the messages are tensorboardX's compiled ``Event``/``Summary`` protobufs (the same
 ``.proto`` files as TensorFlow's, without TensorFlow). They are imported when the first
 summary is written, not by ``import tapeflow``; without them that call fails naming the
-extra.
+extra. Images are encoded as PNG by Pillow (the same extra), imported when the first one
+is.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 
-from ..errors import DataLossError, FailedPreconditionError
+import numpy as np
+
+from ..errors import DataLossError, FailedPreconditionError, InvalidArgumentError
 from ..train import files as _files
 
 _EXTRA = "pip install 'tapeflow[tensorboard]'"
@@ -149,3 +154,33 @@ def image_value(tag: str, height: int, width: int, channels: int, png: bytes):
     image = summary_pb2.Summary.Image(height=height, width=width, colorspace=channels,
                                       encoded_image_string=png)
     return summary_pb2.Summary.Value(tag=tag, image=image)
+
+
+# --- PNG (image summaries) -----------------------------------------------------------------
+
+_CHANNELS = (1, 2, 3, 4)            # grey, grey + alpha, RGB, RGBA
+
+
+def encode_png(image) -> bytes:
+    """PNG bytes of a uint8 array of shape ``(height, width, channels)``, channels
+    in 1 (grey), 2 (grey + alpha), 3 (RGB) or 4 (RGBA); ``(height, width)`` is grey.
+
+    >>> import numpy as np
+    >>> encode_png(np.zeros((2, 3, 1), np.uint8))[:8]
+    b'\\x89PNG\\r\\n\\x1a\\n'
+    """
+    a = np.asarray(image)
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[:, :, 0]
+    if not (a.ndim == 2 or (a.ndim == 3 and a.shape[2] in _CHANNELS)) or a.dtype != np.uint8:
+        raise InvalidArgumentError(f"encode_png needs a uint8 array (height, width, 1|2|3|4), "
+                                   f"got {a.dtype} {np.shape(image)}")
+    try:
+        from PIL import Image
+    except ImportError as e:
+        raise FailedPreconditionError(
+            f"image summaries are encoded by Pillow, which is not installed ({e}); install "
+            "the summary extra: pip install 'tapeflow[tensorboard]'") from None
+    out = io.BytesIO()
+    Image.fromarray(np.ascontiguousarray(a)).save(out, format="PNG")
+    return out.getvalue()

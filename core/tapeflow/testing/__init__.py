@@ -4,6 +4,8 @@
   to any order, along random projections (any output shape).
 * :func:`opcheck` — one call checks an op on every available device: forward vs a
   NumPy reference for every dtype, non-contiguous inputs, gradients, error contract.
+* :class:`OpSpec`, :class:`Sample`, :class:`ErrorSample` — how to test an op (the
+  spec format, :mod:`tapeflow.testing.specs`, which also holds the core's specs).
 * :mod:`tapeflow.testing.conformance` — the conformance suite over every
   :class:`OpSpec` (``tapeflow.testing.specs``), as plain functions and as pytest
   cases.
@@ -18,6 +20,6 @@
 
 from .conformance import opcheck
 from .gradcheck import assert_allclose, check_grads
-from .opinfo import ErrorSample, OpSpec, Sample
+from .specs import ErrorSample, OpSpec, Sample
 
 __all__ = ["check_grads", "assert_allclose", "opcheck", "OpSpec", "Sample", "ErrorSample"]

@@ -21,13 +21,12 @@ gets fixed shows up as a failure until the declaration is removed.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from .conformance import KNOWN_DEVICE_TYPES, unavailable_devices  # noqa: F401  (re-exported)
-
-_STASH_KEY = pytest.StashKey[list]()
+# The devices under test are the conformance suite's (its parametrize() needs them too);
+# the names stay importable from here, where they were.
+from .conformance import KNOWN_DEVICE_TYPES, resolve_devices, unavailable_devices  # noqa: F401
+from .conformance import devices_under_test
 
 
 def pytest_addoption(parser):
@@ -44,70 +43,6 @@ def pytest_configure(config):
         "markers", "tapeflow_conformance: a test of tapeflow's op conformance suite "
                    "(tapeflow.testing.conformance)")
 
-
-# --- which devices ----------------------------------------------------------------------
-
-def resolve_devices(names=None) -> list:
-    """``[(device name, None)]`` for usable devices and ``[(name, reason)]`` for the
-    others, for the given names (``None``/``"all"``: see the module doc)."""
-    import tapeflow as tf
-    from tapeflow.errors import TapeflowError
-    if not names:
-        names = ["all"]
-    out, seen = [], set()
-    absent = unavailable_devices()
-
-    def add(name, reason):
-        if name not in seen:
-            seen.add(name)
-            out.append((name, reason))
-
-    for raw in names:
-        for spec in (s.strip() for s in str(raw).split(",")):
-            if not spec:
-                continue
-            if spec.lower() == "all":
-                for d in tf.list_devices():
-                    add(d.name, None)
-                for name, reason in absent.items():
-                    add(name, reason)
-                continue
-            try:
-                add(tf.runtime.devices.get_device(spec).name, None)
-            except TapeflowError as e:
-                try:
-                    name = tf.runtime.devices.canonical_name(spec)
-                except TapeflowError:
-                    raise pytest.UsageError(f"--tapeflow-device: {e}") from None
-                reason = absent.get(name)
-                if reason is None and name.startswith("gpu:"):
-                    reason = f"no GPU device {name} (tapeflow.num_gpus() == {tf.num_gpus()})"
-                add(name, reason or f"device {name} is not available: {e}")
-    return out
-
-
-def devices_under_test(config=None) -> list:
-    """The devices chosen for this session, as :func:`resolve_devices` returns them
-    (computed once per session)."""
-    if config is None:
-        return resolve_devices(_env_devices())
-    cached = config.stash.get(_STASH_KEY, None)
-    if cached is None:
-        try:
-            opt = config.getoption("tapeflow_device")
-        except ValueError:
-            opt = None
-        cached = resolve_devices(opt or _env_devices())
-        config.stash[_STASH_KEY] = cached
-    return cached
-
-
-def _env_devices():
-    env = os.environ.get("TAPEFLOW_TEST_DEVICES", "").strip()
-    return [env] if env else None
-
-
-# --- hooks ---------------------------------------------------------------------------------
 
 def pytest_report_header(config):
     import tapeflow as tf

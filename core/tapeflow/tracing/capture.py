@@ -1,7 +1,7 @@
 """A traced function replayed as one captured device graph (CUDA graphs).
 
 With ``tf.config.experimental.enable_cuda_graphs(True)`` (experimental, off by
-default, never yet run on a GPU), a :class:`~tapeflow.tracing.trace.ConcreteFunction`
+default, never yet run on a GPU), a :class:`~tapeflow.tracing.concrete.ConcreteFunction`
 whose graph runs on one device whose backend can capture (``Backend.graph_capture``
 returns a *capturer*; only the CUDA backend does) replays as one unit:
 
@@ -410,7 +410,7 @@ class CapturedRun:
         """Each random node's next counter (drawn as the plain replay draws it, in
         program order) into its device buffer: right before the program runs."""
         if self.counters:
-            next_counter = _random_mod.next_counter
+            next_counter = _random_mod.STATE.next_counter
             set_counter = self.capturer.set_counter
             for key, ctr in self.counters:
                 set_counter(ctr, next_counter(key))

@@ -1,7 +1,69 @@
-"""The function cache: :class:`Function`, a Python function traced once per input
-signature (:mod:`tapeflow.tracing.signature`) into a
-:class:`~tapeflow.tracing.concrete.ConcreteFunction` and replayed, and the
-``function`` decorator (see :mod:`tapeflow.tracing.trace`).
+"""``tapeflow.function`` (the seeds' ``defun``): trace a Python function once per input
+signature, replay it.
+
+The first call with a given input signature runs the Python function eagerly, with real
+values, while a *tracer* records every op it executes into a
+:class:`~tapeflow.tracing.graph.Graph` (trace by execution): arguments become
+placeholders, reads and assignments of Variables become ``read``/``assign`` nodes
+(captured by reference: a replay sees their current values and assigns in order),
+tensors from outside the function become constants (captured by value, as TensorFlow
+captures eager tensors), and the ops a ``GradientTape`` *inside* the function runs for
+its gradients are recorded like any other op, so a training step's backward pass is part
+of the graph. The graph is optimised (:mod:`tapeflow.tracing.graph_passes`) and compiled
+to straight-line Python that calls each kernel directly: no dispatch, no tape, no Python
+of the original function.
+
+Later calls with the same signature (shapes, dtypes and devices of tensor
+arguments; values of other arguments; the global random seed) replay the graph; a
+new signature traces again, with a warning after repeated retracing naming the
+argument that keeps changing. A traced function called while another one traces is
+inlined (its ops join the outer trace).
+
+Gradients through a call, when a GradientTape outside it is recording: a *pure* graph
+(ops, Variable reads, constants, copies) is replayed at full speed and the call becomes
+ONE tape record whose gradient function is itself a traced function,
+``<name>_backward(inputs + Variable values, dys)`` -- it replays the forward op by op
+under a GradientTape and returns ``tape.gradient(outputs, inputs,
+output_gradients=dys)`` --, traced once per signature and cached on the
+:class:`~tapeflow.tracing.concrete.ConcreteFunction`. Calling it under further tapes
+records it the same way, so gradients of any order work, and it runs the same kernels in
+the same order as the eager tape, so the gradients equal the eager ones. A graph with
+assignments, random ops, Python or control-flow nodes is replayed op by op through the
+dispatcher instead, so the tape sees every op
+(``ConcreteFunction.traced_backward = False`` forces that path everywhere).
+``py_function``/``cond``/``while_loop`` nodes traced while a tape records are made
+differentiable by
+:func:`~tapeflow.tracing.control_flow.record_node_gradient`.
+
+Python side effects (``print``, appending to a list) happen while tracing only;
+``tapeflow.print`` prints at every call. Python control flow on tensor *values*
+(``if x > 0:``, ``float(x)``, ``x.numpy()``) raises at trace time naming the line:
+use ``tapeflow.cond`` / ``tapeflow.while_loop``, or keep that part eager. Random ops
+draw fresh numbers at every call (the op's key, the next counter of its stream):
+reproducible under ``tf.random.set_seed``; with an op seed the numbers are the ones
+the eager calls would draw, in the same order.
+
+The graph as traced (``optimize=False``; the passes would rewrite it):
+
+>>> import tapeflow as tf
+>>> @tf.function(optimize=False)
+... def f(x, y):
+...     return tf.reduce_sum(x * y + 1.0)
+>>> print(f(tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0])))
+tf.Tensor(13.0, shape=(), dtype=float32)
+>>> print(f.get_concrete_function(tf.constant([1.0, 2.0]), tf.constant([3.0, 4.0])).graph)
+graph f(x: float32[2] cpu:0, y: float32[2] cpu:0):
+  %2 = Mul(%0, %1)
+  %3 = const 1.
+  %4 = Add(%2, %3)
+  %5 = Sum(%4) {axis=None, keepdims=False}
+  return %5
+
+This module holds :class:`Function` and the ``function`` decorator: the cache of a
+function's signatures -- the leaves of its arguments (:func:`_leaf_key`: shapes,
+dtypes and devices of tensors, values of other arguments) and the global random seed
+-- each traced once into a :class:`~tapeflow.tracing.concrete.ConcreteFunction` and
+replayed.
 """
 
 from __future__ import annotations
@@ -10,6 +72,8 @@ import functools
 import inspect
 import threading
 import warnings
+
+import numpy as np
 
 from ..ops import random as _random_mod
 from ..runtime import dispatch as _dispatch_mod
@@ -21,10 +85,8 @@ from ..ops.array_values import identity as _identity
 from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from . import capture as _capture
-from .codegen import _compile
 from .concrete import ConcreteFunction, _fresh
-from .graph import Graph
-from .signature import _arrays_to_tensors, _flatten_args, _leaf_key, _pretty_path, _skeleton
+from .graph import Graph, _compile, _flatten_args, _skeleton
 from .tracer import _current, _tl, _Tracer
 
 __all__ = ["Function", "function", "defun", "RETRACE_WARN_AFTER"]
@@ -266,6 +328,71 @@ def _distinct_tensors(args, kwargs, leaves):
     return args, kwargs, out
 
 
+# --- the signature: the cache key of a call's leaves ---------------------------------
+
+def _arrays_to_tensors(args, kwargs):
+    """NumPy arrays among the arguments become tensors (as in TensorFlow): they are
+    inputs of the graph, not constants frozen into it."""
+    if not any(type(a) is np.ndarray or isinstance(a, (list, tuple, dict))
+               for a in (*args, *kwargs.values())):
+        return args, kwargs           # (the common case, without flattening)
+    leaves = nest.flatten((args, kwargs))
+    if not any(isinstance(x, np.ndarray) for x in leaves):
+        return args, kwargs
+    constant = _dispatch_mod.constant
+    leaves = [constant(x) if isinstance(x, np.ndarray) else x for x in leaves]
+    return nest.pack_sequence_as((args, kwargs), leaves)
+
+
+def _leaf_key(x):
+    if isinstance(x, Variable):
+        # (trainable: whether tapes inside watch its reads is decided at trace time)
+        return ("V", tuple(x.shape), x.dtype.name, x._device, x.trainable)
+    if isinstance(x, Tensor):
+        return ("T", tuple(x._data.shape), x._data.dtype, x._device)
+    if type(x) is slice:        # (unhashable before Python 3.12)
+        return ("S", x.start, x.stop, x.step)
+    if type(x) is float:        # -0.0 == 0.0, and nan != nan: by their text
+        return ("F", repr(x))
+    try:
+        hash(x)
+    except TypeError:
+        # by identity, holding the object: while the trace is cached its id is not
+        # reused by another object (which would replay this one's trace)
+        return ("id", _ById(x))
+    return ("P", type(x), x)
+
+
+class _ById:
+    """An unhashable argument in a cache key: equal to itself only."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __hash__(self):
+        return id(self.obj)
+
+    def __eq__(self, other):
+        return type(other) is _ById and other.obj is self.obj
+
+
+def _pretty_path(path, sig):
+    # "[0][1]" (args[1]) -> the parameter's name; "[1]['k']" (kwargs) -> k
+    if sig is not None and path.startswith("[0]["):
+        try:
+            i = int(path[4:].split("]")[0])
+            params = list(sig.parameters)
+            rest = path[4:].split("]", 1)[1]
+            return (params[i] if i < len(params) else f"args[{i}]") + rest
+        except ValueError:
+            pass
+    if path.startswith("[1]["):
+        return path[4:].split("]", 1)[0].strip("'") + path[4:].split("]", 1)[1]
+    return path
+
+
 #: what Function._concrete returns as the result when it did not trace (a cached graph)
 _NOT_TRACED = object()
 
@@ -275,7 +402,7 @@ def function(func=None, *, optimize=True, passes=None, name=None, input_signatur
     """Trace ``func`` once per input signature and replay it (decorator).
 
     ``optimize=False`` replays the graph as traced; ``passes``: names of the graph
-    passes to run (default: all, see :mod:`tapeflow.graph_passes`). TensorFlow's other
+    passes to run (default: all, see :mod:`tapeflow.tracing.graph_passes`). TensorFlow's other
     keyword arguments are accepted and ignored.
 
     >>> import tapeflow as tf

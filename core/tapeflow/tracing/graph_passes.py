@@ -30,13 +30,13 @@ compute from constants.
     side effects (Variable assignments, prints, ``py_function``, random ops --
     they advance the random stream --, control flow that assigns).
 ``conv``
-    convolution-epilogue fusion (:mod:`tapeflow.tracing.conv_fusion`): ``Conv2D``,
+    convolution-epilogue fusion (:func:`tapeflow.tracing.graph_fusion.fuse_conv`): ``Conv2D``,
     its bias and its activation become one ``_FusedConv2D`` op where the device has
     its kernel. Unlike the others this pass installs an op with a gradient of its own
-    (the unfused ops' gradient, :mod:`tapeflow.ops.nn_fused`), which is what the
+    (the unfused ops' gradient, :mod:`tapeflow.ops.fused`), which is what the
     taped replay differentiates. Runs before ``fuse``.
 ``fuse``
-    elementwise fusion (:mod:`tapeflow.graph_fusion`, when present).
+    elementwise fusion (:func:`tapeflow.tracing.graph_fusion.fuse`).
 ``reuse``
     buffer reuse on the host (``cpu:0``, NumPy): an elementwise node whose input is
     a buffer the graph itself allocated, that dies at this node and that nothing
@@ -73,8 +73,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from .graph import Node
-from .conv_fusion import fuse_conv as _fuse_conv
-from .graph_fusion import fuse as _fuse
+from .graph_fusion import fuse as _fuse, fuse_conv as _fuse_conv
 
 __all__ = ["PASSES", "optimize", "dce", "simplify", "fold_constants", "cse", "reuse_buffers",
            "FOLD_LIMIT_BYTES"]

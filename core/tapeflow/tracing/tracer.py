@@ -1,28 +1,31 @@
 """The tracer: what records the ops one thread runs while :func:`tapeflow.function`
-traces (see :mod:`tapeflow.tracing.trace`).
+traces (see :mod:`tapeflow.tracing.function_cache`), and :func:`init_scope`, which
+steps out of it.
 
 A :class:`_Tracer` per trace (and per ``tf.cond`` branch, ``tf.while_loop`` body or
 ``vectorized_map`` function: those nest, ``parent`` being the enclosing one) lives in
 the thread-local ``_tl.tracer`` while its function runs. The runtime reports to it
-through ``HOOKS.tracer`` (``_ContextTracer``, installed by
-:mod:`tapeflow.tracing.trace`): each report is one call that finds this thread's
-tracer and hands it the op, copy, Variable read or assignment.
+through ``HOOKS.tracer`` (``_ContextTracer``, installed by :mod:`tapeflow.tracing`):
+each report is one call that finds this thread's tracer and hands it the op, copy,
+Variable read or assignment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
 import sys
 import threading
 
+from ..runtime.context import stop_all_recording as _stop_all_recording
 from ..runtime.context import tracing as _tracing
 from ..errors import TapeflowError
 from ..runtime.registry import OpDef
 from ..runtime.tensor import wrap
 from .graph import Node
 
-__all__ = ["TracingError"]
+__all__ = ["TracingError", "init_scope"]
 
 # the tracer of this thread's innermost trace (``_tl.tracer``; None: none).
 # ``_tracing[0]`` (tapeflow.runtime.context) counts the traces of all threads: the
@@ -165,6 +168,32 @@ class _Tracer:
 
 def _current():
     return _tl.tracer
+
+
+@contextlib.contextmanager
+def init_scope():
+    """Run the body eagerly even while :func:`tapeflow.function` traces, as TensorFlow's
+    ``tf.init_scope``: its ops are not part of the graph (they run once, now), and no
+    tape records them. For one-time initialisation inside a traced function: a value
+    restored from a checkpoint into a Variable created there, say.
+
+    >>> import tapeflow as tf
+    >>> v = tf.Variable(0.0)
+    >>> @tf.function
+    ... def f(x):
+    ...     with tf.init_scope():
+    ...         v.assign_add(1.0)           # once, while tracing
+    ...     return x + v
+    >>> [float(f(tf.constant(1.0))) for _ in range(3)]
+    [2.0, 2.0, 2.0]
+    """
+    tr = _tl.tracer
+    _tl.tracer = None
+    try:
+        with _stop_all_recording():
+            yield
+    finally:
+        _tl.tracer = tr
 
 
 def _user_line():

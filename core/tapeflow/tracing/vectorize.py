@@ -39,7 +39,7 @@ import contextlib
 import functools
 import warnings
 
-from ..ops import array as _array
+from .. import ops as _ops
 from ..runtime import context as _ctx
 from ..runtime import devices as _devs
 from .. import nest
@@ -49,9 +49,7 @@ from ..errors import InvalidArgumentError
 from ..runtime.registry import BatchContext, Broadcasting
 from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
-from .graph import Graph
-from .codegen import _fresh_random_attrs
-from .signature import _skeleton
+from .graph import Graph, _fresh_random_attrs, _skeleton
 from .tracer import TracingError, _current, _tl, _Tracer
 
 __all__ = ["vectorized_map", "FALLBACK_OPS", "VectorizationWarning", "recording_fallbacks"]
@@ -60,7 +58,6 @@ __all__ = ["vectorized_map", "FALLBACK_OPS", "VectorizationWarning", "recording_
 FALLBACK_OPS: set = set()
 
 _scopes = _devs.active_scopes
-_BROADCASTING = Broadcasting()
 
 
 class VectorizationWarning(UserWarning):
@@ -266,7 +263,7 @@ def _run(g: Graph, tr, xs, n, out_vids, warn):
             results.append(None)
             continue
         t, b = env[vid]
-        results.append(t if b else _array.broadcast_to(t, (n,) + tuple(t.shape)))
+        results.append(t if b else _ops.broadcast_to(t, (n,) + tuple(t.shape)))
     return results
 
 
@@ -279,7 +276,7 @@ def _align(tensors, flags):
         r = len(t.shape) - 1
         if b and r < rank:
             s = tuple(t.shape)
-            t = _array.reshape(t, s[:1] + (1,) * (rank - r) + s[1:])
+            t = _ops.reshape(t, s[:1] + (1,) * (rank - r) + s[1:])
         out.append(t)
     return tuple(out)
 
@@ -290,8 +287,6 @@ def _batched_op(node, tensors, flags, n, g, warn):
     attrs = node.attrs
     if node.stateful and "key" in attrs:
         attrs = _fresh_random_attrs(attrs)()        # fresh numbers, as a replay draws
-    if rule is None and op.elementwise:
-        rule = _BROADCASTING              # a plugin's elementwise op needs no rule
     if rule is None:
         _warn(f"op {op.name}", "has no batching rule", warn)
         return _loop_op(node, tensors, flags, n, g), (True,) * len(node.outputs)
@@ -322,7 +317,7 @@ def _loop_op(node, tensors, flags, n, g):
 
 def _loop_call(call, tensors, flags, n, metas, what):
     """``call`` once per example (batched inputs unstacked), its outputs stacked."""
-    cols = [_array.unstack(t, num=n) if b else None for t, b in zip(tensors, flags)]
+    cols = [_ops.unstack(t, num=n) if b else None for t, b in zip(tensors, flags)]
     rows = [call(*[t if c is None else c[i] for t, c in zip(tensors, cols)]) for i in range(n)]
     if not rows:
         return tuple(_zeros((0,) + shape, dt, dev) for shape, dt, dev in metas)
@@ -336,17 +331,17 @@ def _stack(col, what):
             f"tf.vectorized_map: {what} gives results of different shapes for different "
             f"examples ({', '.join(str(list(s)) for s in sorted(shapes))}): a batch needs "
             "one shape; pad the results to one shape, or loop in Python")
-    return _array.stack(list(col))
+    return _ops.stack(list(col))
 
 
 def _zeros(shape, dt, dev):
     with _devs.device(dev.name):
-        return _array.zeros(shape, dtype=dt)
+        return _ops.zeros(shape, dtype=dt)
 
 
 def _loop(f, xs, n):
     """The whole function once per example (what could not be vectorised)."""
-    cols = [_array.unstack(x, num=n) for x in xs]
+    cols = [_ops.unstack(x, num=n) for x in xs]
     rows = []
     struct = None
     for i in range(n):
@@ -371,8 +366,8 @@ def _jacobian_rows(f, seeds, first):
         out = []
         for col in cols:
             ref = next((g for g in col if g is not None), None)
-            out.append(None if ref is None else _array.stack(
-                [_array.zeros_like(ref) if g is None else g for g in col]))
+            out.append(None if ref is None else _ops.stack(
+                [_ops.zeros_like(ref) if g is None else g for g in col]))
         return tuple(out)
     outs, _ = vectorize(f, [seeds], fallback=True, warn=True, examples=[first])
     return outs

@@ -1,6 +1,6 @@
 """The fused optimizer update: one kernel per variable and step (issue 34).
 
-:func:`apply_fused` runs an op of :mod:`tapeflow.ops.optim` (``ApplyAdam``...) for one
+:func:`apply_fused` runs an op of :mod:`tapeflow.ops.fused` (``ApplyAdam``...) for one
 Variable and its slots, and stores the results in them, with the Variables' buffer
 donation rule (docs/decisions.md sections 10 and "Fused optimizer updates"):
 

@@ -59,7 +59,7 @@ import numpy as np
 from ..runtime import devices as _devs
 from .. import dtypes as _dt
 from ..ops import math as _m
-from ..ops.array import fill as _fill
+from ..ops.array_creation import fill as _fill
 from ..errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
                               UnimplementedError)
 from ..autodiff.tape import GradientTape
@@ -67,7 +67,7 @@ from ..runtime.context import stop_all_recording
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from ..layers.naming import from_config
-from ..ops import optim as _optim
+from ..ops import fused as _optim
 from . import checkpoint as _checkpoint_mod
 from .fused_update import (FUSED_DEFAULT, kernel_for, prepare_fused, run_fused,
                            scalar_coefficient)
@@ -261,7 +261,7 @@ class Optimizer:
         return []
 
     def _fused_op(self):
-        """The fused update op of this optimizer (``tapeflow.ops.optim``), or None."""
+        """The fused update op of this optimizer (``tapeflow.ops.fused``), or None."""
         return None
 
     def _fused_args(self, var, st):

@@ -1,4 +1,4 @@
-"""The conformance suite: every :class:`~tapeflow.testing.opinfo.OpSpec` on every device.
+"""The conformance suite: every :class:`~tapeflow.testing.specs.OpSpec` on every device.
 
 Five kinds of checks, each a plain function raising ``AssertionError`` (usable
 without pytest), and each also a *case* the pytest suite turns into one test item:
@@ -61,40 +61,37 @@ or as a pytest suite in a third-party package (the file tapeflow uses itself)::
     def test_errors(conformance_case): conformance_case.run()
     def test_traced(conformance_case): conformance_case.run()
 
-The package, one concern per module (each importable on its own; everything above
-is re-exported here, so ``from tapeflow.testing import conformance`` is all a suite
-needs):
+The package, one concern per module (everything above is re-exported here, so
+``from tapeflow.testing import conformance`` is all a suite needs); the imports go one
+way, ``samples`` <- ``checks`` <- ``suite`` <- this module:
 
-``samples``      dtypes under test, samples per dtype, tolerances
-``layouts``      tensors on the device: contiguous and the non-contiguous layouts
-``compare``      results against the reference (or the spec's ``check``)
-``eager``        the ``forward``, ``noncontiguous``, ``gradients`` and ``errors`` checks
-``traced``       the ``traced`` check and :data:`UNTRACEABLE`
-``batched``      :func:`check_batched` (``tf.vectorized_map`` against a loop)
-``cases``        :class:`Case`, :func:`cases`, :func:`check_spec`
-``pytest_glue``  :data:`KINDS`, :func:`collect_specs`, :func:`parametrize`, known gaps
-``opcheck``      :func:`opcheck`, :func:`edge_samples`
-``devices``      :func:`unavailable_devices`, :data:`KNOWN_DEVICE_TYPES`
+``samples``  what a case runs: dtypes under test, samples per dtype, tolerances, the
+             kernel of a spec's op, tensors on the device in each layout
+``checks``   results against the reference (or the spec's ``check``) and the checks:
+             ``forward``, ``noncontiguous``, ``gradients``, ``errors``, ``traced``
+             (:data:`UNTRACEABLE`) and :func:`check_batched`
+``suite``    the devices under test (:func:`devices_under_test`,
+             :func:`unavailable_devices`), :class:`Case`, :func:`cases`,
+             :func:`check_spec`, :func:`opcheck`, :func:`edge_samples`
+this module  the pytest side: :data:`KINDS`, :func:`collect_specs`, known gaps
+             (:func:`gap_matches`), :func:`parametrize`
 """
 
 from __future__ import annotations
 
-from ..opinfo import ErrorSample, OpSpec, Sample
-from ._common import SkipCase
-from .batched import check_batched
-from .cases import Case, cases, check_spec
-from .compare import reference_as_result
-from .devices import KNOWN_DEVICE_TYPES, unavailable_devices
-from .eager import check_errors, check_forward, check_gradients, check_sample
-from .layouts import (BROADCAST, LAYOUTS, OFFSET, TRANSPOSED, broadcast_values, layout_candidate,
-                      noncontiguous_tensor)
-from .opcheck import edge_samples, opcheck
-from .pytest_glue import KINDS, collect_specs, gap_matches, parametrize
-from .samples import DEFAULT_TOL, dtypes_under_test, samples_for, tolerance
-from .traced import (TRACED_DTYPES, UNTRACEABLE, check_traced, check_traced_sample,
-                     untraceable_reason)
+from ... import plugins
+from ..specs import ErrorSample, OpSpec, Sample, all_specs
+from .checks import (TRACED_DTYPES, UNTRACEABLE, check_batched, check_errors, check_forward,
+                     check_gradients, check_sample, check_traced, check_traced_sample,
+                     reference_as_result, untraceable_reason)
+from .samples import (BROADCAST, DEFAULT_TOL, LAYOUTS, OFFSET, TRANSPOSED, SkipCase, _glob,
+                      broadcast_values, dtypes_under_test, layout_candidate, noncontiguous_tensor,
+                      samples_for, tolerance)
+from .suite import (KNOWN_DEVICE_TYPES, Case, cases, check_spec, devices_under_test, edge_samples,
+                    opcheck, resolve_devices, unavailable_devices)
 
-__all__ = ["KNOWN_DEVICE_TYPES", "unavailable_devices", "DEFAULT_TOL", "Case", "SkipCase",
+__all__ = ["KNOWN_DEVICE_TYPES", "unavailable_devices", "resolve_devices", "devices_under_test",
+           "DEFAULT_TOL", "Case", "SkipCase",
            "tolerance", "dtypes_under_test", "samples_for", "noncontiguous_tensor",
            "check_sample", "check_forward", "check_gradients", "check_errors", "check_spec",
            "check_batched",
@@ -105,3 +102,71 @@ __all__ = ["KNOWN_DEVICE_TYPES", "unavailable_devices", "DEFAULT_TOL", "Case", "
            "reference_as_result", "edge_samples",
            # re-exported for spec authors who import everything from here
            "Sample", "ErrorSample", "OpSpec"]
+
+
+# --- the pytest side: test-function names of each kind, the specs to collect, known gaps as
+# strict xfails, and parametrize() for pytest_generate_tests --------------------------------
+
+#: pytest test-function name -> kind of case
+KINDS = {
+    "test_forward": "forward",
+    "test_forward_noncontiguous": "noncontiguous",
+    "test_gradients": "gradients",
+    "test_errors": "errors",
+    "test_traced": "traced",
+}
+
+
+def collect_specs(extra=()):
+    """``tapeflow.testing.specs.all_specs()`` plus ``extra`` specs whose names are
+    not already among them. Spec names are test ids: duplicates are an error."""
+    specs = list(all_specs())
+    seen = {}
+    for s in specs:
+        if s.name in seen:
+            raise ValueError(f"two conformance specs are named {s.name!r} (ops {seen[s.name]!r} "
+                             f"and {s.op!r}); spec names must be unique, they are test ids")
+        seen[s.name] = s.op
+    return specs + [s for s in extra if s.name not in seen]
+
+
+def gap_matches(pattern, test_name):
+    """Does a known-gap ``pattern`` match ``test_name`` (``test_forward[add-float16-cpu:0]``)?
+    The pattern may also be given without the function name (``add-float16-*``)."""
+    if _glob(pattern).fullmatch(test_name):
+        return True
+    if "[" in test_name and test_name.endswith("]"):
+        return bool(_glob(pattern).fullmatch(test_name[test_name.index("[") + 1:-1]))
+    return False
+
+
+def parametrize(metafunc, specs, devices=None, known_gaps=None):
+    """``pytest_generate_tests`` helper: parametrize ``conformance_case`` for the
+    test functions named in :data:`KINDS`, over ``specs`` and the devices under test
+    (``--tapeflow-device``, see :mod:`tapeflow.testing.pytest_plugin`). Known gaps
+    become ``xfail(strict=True)``."""
+    if "conformance_case" not in metafunc.fixturenames:
+        return
+    import pytest       # (pytest is not a dependency of tapeflow: imported when it runs)
+    kind = KINDS.get(metafunc.function.__name__)
+    if kind is None:
+        raise ValueError(f"{metafunc.function.__name__}: conformance test functions must be "
+                         f"named one of {sorted(KINDS)}")
+    if devices is None:
+        devices = devices_under_test(metafunc.config)
+    if known_gaps is None:
+        known_gaps = plugins.known_gaps()
+    params = []
+    fname = metafunc.function.__name__
+    for c in cases(specs, devices, kind):
+        marks = [pytest.mark.tapeflow_conformance]
+        if c.skip:
+            marks.append(pytest.mark.skip(reason=c.skip))
+        else:
+            test_name = f"{fname}[{c.id}]"
+            for pat, reason in known_gaps.items():
+                if gap_matches(pat, test_name):
+                    marks.append(pytest.mark.xfail(strict=True, reason=f"known gap: {reason}"))
+                    break
+        params.append(pytest.param(c, marks=marks, id=c.id))
+    metafunc.parametrize("conformance_case", params)

@@ -1,13 +1,21 @@
-"""Conformance specs of the shape ops (``tapeflow.array``): reshaping, joining and
-splitting, tiling and padding, slicing (``slice``, ``strided_slice``, ``[]``),
-``shape``/``size``/``rank``, ``identity`` and ``stop_gradient``. The creation ops are
-in ``specs/creation.py``, selection and gather/scatter in ``specs/selection.py``,
-sorting and scans in ``specs/sorting.py``.
+"""Conformance specs of the ops that make tensors and change their shape
+(``tapeflow.array``): the creation ops (``fill``, ``zeros``, ``ones``, ``zeros_like``,
+``ones_like``, ``range``, ``eye``, ``linspace``, ``one_hot``), the random draws
+(``random_normal``, ``truncated_normal``, ``random_uniform``, ``random_shuffle``) and
+the shape ops: reshaping, joining and splitting, tiling and padding, slicing
+(``slice``, ``strided_slice``, ``[]``), ``shape``/``size``/``rank``, ``identity`` and
+``stop_gradient``. Selection, gather/scatter, sorting and scans are in
+``specs/selection.py``.
 
-Every op gets a typical sample, a 0-d one where the op accepts scalars, a size-0
-one and negative axes. Error samples pin the TensorFlow-style messages (``slice
-index 5 of dimension 0 out of bounds``...). Gradients (float64) are checked to
-second order w.r.t. the float arguments; index arguments are never differentiated.
+Each creation op gets a typical sample, a 0-d or size-0 one where it applies, and
+every dtype its kernel declares (the ``dtype`` argument follows the case dtype); they
+have no gradient (``grad_order=0``). Random ops are validated by ``check``: shape,
+dtype, range and moments of each draw, and that seeded draws reproduce (the op-level
+seed and the global seed), on the device the draw was made on. Every shape op gets a
+typical sample, a 0-d one where the op accepts scalars, a size-0 one and negative
+axes; gradients (float64) are checked to second order w.r.t. the float arguments,
+index arguments are never differentiated. Error samples pin the TensorFlow-style
+messages (``Requires delta != 0``, ``slice index 5 of dimension 0 out of bounds``...).
 """
 
 from __future__ import annotations
@@ -15,10 +23,307 @@ from __future__ import annotations
 import numpy as np
 
 import tapeflow as tf
-from tapeflow.testing.opinfo import OpSpec, Sample
+from tapeflow.errors import InvalidArgumentError
 
-from ._values import _F32, _err, _npd, _scalar_of, _vals
+from . import _F32, ErrorSample, OpSpec, Sample, _err, _i32, _npd, _scalar_of, _vals
 
+
+# --- creation -----------------------------------------------------------------------------
+
+def _fill_samples(dtype, rng):
+    v = _scalar_of(dtype)
+    out = [Sample(((2, 3), v), {"dtype": dtype}, name="typical"),
+           Sample(((), v), {"dtype": dtype}, name="scalar"),
+           Sample(((0, 4), v), {"dtype": dtype}, name="empty")]
+    if dtype is tf.int32:
+        out.append(Sample(((2,), 7), name="inferred_int32"))
+    if dtype is tf.float32:
+        out.append(Sample(((2, 1), 2.5), name="inferred_float32"))
+    return out
+
+
+def _fill_ref(dims, value, dtype=None):
+    if dtype is None:
+        dtype = np.float32 if isinstance(value, float) else np.int32
+    return np.full(dims, value, dtype=_npd(dtype))
+
+
+def _const_samples(dtype, rng):
+    return [Sample(((2, 3),), {"dtype": dtype}, name="typical"),
+            Sample(((),), {"dtype": dtype}, name="scalar"),
+            Sample(([0, 4],), {"dtype": dtype}, name="empty")]
+
+
+def _like_samples(dtype, rng):
+    out = [Sample((_vals(rng, (2, 3), dtype),), name="typical"),
+           Sample((_vals(rng, (), dtype),), name="scalar"),
+           Sample((_vals(rng, (0, 3), dtype),), name="empty")]
+    if dtype is not tf.float64:
+        out.append(Sample((_vals(rng, (2,), dtype),), {"dtype": tf.float64}, name="cast_dtype"))
+    return out
+
+
+def _like_ref(fill):
+    def ref(x, dtype=None):
+        return np.full(x.shape, fill, dtype=x.dtype if dtype is None else _npd(dtype))
+    return ref
+
+
+def _range_samples(dtype, rng):
+    out = [Sample((0, 10, 3), {"dtype": dtype}, name="typical"),
+           Sample((5, -2, -2), {"dtype": dtype}, name="negative_delta"),
+           Sample((3, 3, 1), {"dtype": dtype}, name="empty"),
+           Sample((7,), {"dtype": dtype}, name="limit_only")]
+    if dtype.is_floating:
+        out.append(Sample((0.5, 2.0, 0.25), {"dtype": dtype}, name="fractional"))
+    if dtype is tf.int32:
+        out.append(Sample((5,), name="inferred_int32"))
+    if dtype is tf.float32:
+        out.append(Sample((1, 2, 0.25), name="inferred_float32"))
+    return out
+
+
+def _range_ref(start, limit=None, delta=1, dtype=None):
+    if limit is None:
+        start, limit = 0, start
+    if dtype is None:
+        dtype = np.float32 if any(isinstance(v, float) for v in (start, limit, delta)) \
+            else np.int32
+    return np.arange(start, limit, delta, dtype=_npd(dtype))
+
+
+def _eye_samples(dtype, rng):
+    return [Sample((3,), {"dtype": dtype}, name="square"),
+            Sample((2, 4), {"dtype": dtype}, name="wide"),
+            Sample((3, 2, [2]), {"dtype": dtype}, name="batch"),
+            Sample((0,), {"dtype": dtype}, name="empty")]
+
+
+def _eye_ref(num_rows, num_columns=None, batch_shape=None, dtype=tf.float32):
+    e = np.eye(num_rows, num_columns, dtype=_npd(dtype))
+    return np.broadcast_to(e, tuple(batch_shape or ()) + e.shape)
+
+
+def _linspace_samples(dtype, rng):
+    d = _npd(dtype)
+    return [Sample((np.asarray(0.0, d), 1.0, 5), name="typical"),
+            Sample((np.asarray(2.0, d), -1.0, 4), name="decreasing"),
+            Sample((np.asarray(1.5, d), 3.0, 1), name="one"),
+            Sample((np.asarray(0.0, d), 1.0, 0), name="empty")]
+
+
+def _linspace_ref(start, stop, num):
+    return np.linspace(start, stop, num, dtype=start.dtype)
+
+
+def _one_hot_samples(dtype, rng):
+    d = _npd(dtype)
+    on, off = ((True, False) if d.kind == "b" else (2.5, -1.0) if d.kind == "f" else (3, 1))
+    ind = _i32([0, 2, -1, 5, 1])
+    return [Sample((ind, 3), {"dtype": dtype}, name="typical"),
+            Sample((ind.reshape(5, 1), 4), {"dtype": dtype, "on_value": on, "off_value": off,
+                                            "axis": 0}, name="axis0"),
+            Sample((ind.reshape(1, 5).astype(np.int64), 3),
+                   {"dtype": dtype, "axis": 1}, name="axis1_int64"),
+            Sample((np.array(1, np.int32), 3), {"dtype": dtype}, name="scalar"),
+            Sample((np.zeros((0,), np.int32), 3), {"dtype": dtype}, name="empty")]
+
+
+def _one_hot_ref(indices, depth, on_value=None, off_value=None, axis=None, dtype=None):
+    d = _npd(dtype or np.float32)
+    on = 1 if on_value is None else on_value
+    off = 0 if off_value is None else off_value
+    hot = indices[..., None] == np.arange(depth)
+    out = np.where(hot, np.asarray(on).astype(d), np.asarray(off).astype(d)).astype(d)
+    if axis not in (None, -1):
+        out = np.moveaxis(out, -1, axis)
+    return out
+
+
+_CREATION_SPECS = [
+    OpSpec(name="fill", fn=tf.fill, ref=_fill_ref, op="Fill", samples=_fill_samples,
+           grad_order=0,
+           errors=[_err(((2,), [1, 2]), "fill value must be a scalar", name="non_scalar")]),
+    OpSpec(name="zeros", fn=tf.zeros, ref=lambda shape, dtype: np.zeros(shape, _npd(dtype)),
+           op="Fill", samples=_const_samples, grad_order=0,
+           errors=[_err(((2, None),), "shape must be", name="bad_shape")]),
+    OpSpec(name="ones", fn=tf.ones, ref=lambda shape, dtype: np.ones(shape, _npd(dtype)),
+           op="Fill", samples=_const_samples, grad_order=0),
+    OpSpec(name="zeros_like", fn=tf.zeros_like, ref=_like_ref(0), op="ZerosLike",
+           samples=_like_samples, grad_order=0),
+    OpSpec(name="ones_like", fn=tf.ones_like, ref=_like_ref(1), op="OnesLike",
+           samples=_like_samples, grad_order=0),
+    OpSpec(name="range", fn=tf.range, ref=_range_ref, op="Range", samples=_range_samples,
+           grad_order=0,
+           errors=[_err((0, 5, 0), "Requires delta != 0", name="zero_delta"),
+                   _err((5, 0, 1), "Requires start <= limit when delta > 0", name="direction")]),
+    OpSpec(name="eye", fn=tf.eye, ref=_eye_ref, op="Eye", samples=_eye_samples, grad_order=0,
+           errors=[_err((-1,), "non-negative", name="negative")]),
+    OpSpec(name="linspace", fn=tf.linspace, ref=_linspace_ref, op="LinSpace",
+           samples=_linspace_samples, grad_order=0,
+           errors=[_err((0.0, 1.0, -1), "Requires num >= 0", name="negative_num")]),
+    OpSpec(name="one_hot", fn=tf.one_hot, ref=_one_hot_ref, op="OneHot",
+           samples=_one_hot_samples, grad_order=0,
+           errors=[_err((_i32([0, 1]), 3), "axis 3 is out of range", {"axis": 3},
+                        name="bad_axis")]),
+]
+
+
+# --- random draws -------------------------------------------------------------------------
+
+_MOMENT_SAMPLES = 4000
+
+
+def _host(out):
+    return np.asarray(out.numpy() if hasattr(out, "numpy") else out)
+
+
+def _device_of(out):
+    """The device of ``out`` when it is a tensor; the harness hands ``check`` host
+    arrays, and then the reproducibility draws run on the default device."""
+    # (NumPy 2 arrays have .device == "cpu" too: only a Tensor's device counts)
+    return out.device if isinstance(out, tf.Tensor) else None
+
+
+def _reproducible(fn, args, kwargs, device):
+    """Same global seed -> same sequence; same op seed -> same sequence; and two
+    consecutive draws differ."""
+    import contextlib
+    saved = tf.random.STATE.global_seed
+    try:
+        with tf.device(device) if device else contextlib.nullcontext():
+            tf.random.set_seed(1234)
+            a1, a2 = _host(fn(*args, **kwargs)), _host(fn(*args, **kwargs))
+            tf.random.set_seed(1234)
+            b1, b2 = _host(fn(*args, **kwargs)), _host(fn(*args, **kwargs))
+            tf.random.set_seed(None)
+            kw = dict(kwargs, seed=99)
+            c1, c2 = _host(fn(*args, **kw)), _host(fn(*args, **kw))
+            tf.random.set_seed(None)
+            d1, d2 = _host(fn(*args, **kw)), _host(fn(*args, **kw))
+    finally:
+        tf.random.set_seed(saved)
+    assert np.array_equal(a1, b1) and np.array_equal(a2, b2), "global seed does not reproduce"
+    assert np.array_equal(c1, d1) and np.array_equal(c2, d2), "op seed does not reproduce"
+    if a1.size >= 8 and np.unique(a1).size > 1:
+        assert not np.array_equal(a1, a2), "consecutive seeded draws must differ"
+        assert not np.array_equal(c1, c2), "consecutive draws with one op seed must differ"
+
+
+def _shape_dtype(out, shape, dtype):
+    o = _host(out)
+    want = tuple([shape] if isinstance(shape, int) else shape)
+    assert o.shape == want, f"shape {o.shape}, expected {want}"
+    dt = tf.as_dtype(dtype)
+    assert o.dtype == dt.np, f"dtype {o.dtype}, expected {dt.name}"
+    return o.astype(np.float64)
+
+
+def _moments(o, mean, std):
+    n = o.size
+    assert abs(o.mean() - mean) < 6 * std / np.sqrt(n) + 1e-3 * abs(mean), \
+        f"mean {o.mean()} vs {mean}"
+    assert abs(o.std() - std) < 0.08 * std + 1e-3, f"std {o.std()} vs {std}"
+
+
+def check_normal(out, shape, mean=0.0, stddev=1.0, dtype=tf.float32, seed=None):
+    o = _shape_dtype(out, shape, dtype)
+    assert np.isfinite(o).all()
+    if o.size >= 1000:
+        _moments(o, mean, stddev)
+    _reproducible(tf.random.normal, (shape,),
+                  {"mean": mean, "stddev": stddev, "dtype": dtype}, _device_of(out))
+    return True
+
+
+def check_truncated(out, shape, mean=0.0, stddev=1.0, dtype=tf.float32, seed=None):
+    o = _shape_dtype(out, shape, dtype)
+    tol = 2e-3 * abs(stddev) + 1e-3 * abs(mean)
+    assert (np.abs(o - mean) <= 2 * stddev + tol).all(), "values beyond 2 stddev"
+    if o.size >= 1000:
+        _moments(o, mean, 0.87962566 * stddev)   # std of N(0,1) truncated to [-2, 2]
+    _reproducible(tf.random.truncated_normal, (shape,),
+                  {"mean": mean, "stddev": stddev, "dtype": dtype}, _device_of(out))
+    return True
+
+
+def check_uniform(out, shape, minval=0, maxval=None, dtype=tf.float32, seed=None):
+    o = _shape_dtype(out, shape, dtype)
+    hi = 1.0 if maxval is None else maxval
+    assert (o >= minval).all() and (o < hi).all(), f"values outside [{minval}, {hi})"
+    if o.size >= 1000:
+        if tf.as_dtype(dtype).is_integer:
+            k = hi - minval
+            counts = np.bincount((o - minval).astype(np.int64), minlength=k)
+            assert counts.min() > 0.7 * o.size / k, counts
+        else:
+            _moments(o, (minval + hi) / 2, (hi - minval) / np.sqrt(12))
+    _reproducible(tf.random.uniform, (shape,),
+                  {"minval": minval, "maxval": maxval, "dtype": dtype}, _device_of(out))
+    return True
+
+
+def check_shuffle(out, value, seed=None):
+    o = _host(out)
+    v = np.asarray(value)
+    assert o.shape == v.shape and o.dtype == v.dtype
+    # a permutation of the rows
+    key = lambda a: sorted(map(lambda r: np.asarray(r).tobytes(), a))  # noqa: E731
+    assert key(o) == key(v), "shuffle must permute the rows"
+    _reproducible(tf.random.shuffle, (tf.constant(value),), {}, _device_of(out))
+    return True
+
+
+def _normal_samples(dt, rng):
+    return [Sample(([_MOMENT_SAMPLES],), {"dtype": dt}, name="standard"),
+            Sample(([50, 80],), {"mean": 3.0, "stddev": 0.5, "dtype": dt, "seed": 5},
+                   name="mean_std"),
+            Sample(([0, 3],), {"dtype": dt}, name="empty"),
+            Sample(([3],), {"dtype": dt, "seed": 1}, name="odd")]
+
+
+def _uniform_samples(dt, rng):
+    return [Sample(([_MOMENT_SAMPLES],), {"dtype": dt}, name="unit"),
+            Sample(([40, 100],), {"minval": -2.0, "maxval": 3.0, "dtype": dt, "seed": 2},
+                   name="range"),
+            Sample(([],), {"dtype": dt}, name="scalar")]
+
+
+def _uniform_int_samples(dt, rng):
+    return [Sample(([_MOMENT_SAMPLES],), {"minval": -3, "maxval": 7, "dtype": dt},
+                   name="range"),
+            Sample(([5, 3],), {"maxval": 2, "dtype": dt, "seed": 4}, name="small")]
+
+
+def _shuffle_samples(dt, rng):
+    if dt.is_bool:
+        v = rng.integers(0, 2, (12,)).astype(bool)
+    else:
+        v = np.arange(24).reshape(12, 2).astype(dt.np)
+    return [Sample((v,), name="rows"), Sample((v[:1],), {"seed": 3}, name="one")]
+
+
+_RANDOM_SPECS = [
+    OpSpec("random.normal", tf.random.normal, check_normal, _normal_samples,
+           op="RandomStandardNormal", grad_order=0, check=check_normal,
+           errors=[ErrorSample(([2],), {"dtype": tf.int32}, InvalidArgumentError,
+                               "floating point", name="int_dtype")]),
+    OpSpec("random.truncated_normal", tf.random.truncated_normal, check_truncated,
+           _normal_samples, op="TruncatedNormal", grad_order=0, check=check_truncated),
+    OpSpec("random.uniform", tf.random.uniform, check_uniform, _uniform_samples,
+           op="RandomUniform", grad_order=0, check=check_uniform,
+           errors=[ErrorSample(([2],), {"dtype": tf.int32}, InvalidArgumentError,
+                               "maxval", name="int_needs_maxval"),
+                   ErrorSample(([-1, 2],), {}, InvalidArgumentError, "non-negative",
+                               name="negative_shape")]),
+    OpSpec("random.uniform_int", tf.random.uniform, check_uniform, _uniform_int_samples,
+           op="RandomUniformInt", grad_order=0, check=check_uniform),
+    OpSpec("random.shuffle", tf.random.shuffle, check_shuffle, _shuffle_samples,
+           op="RandomShuffle", grad_order=0, check=check_shuffle),
+]
+
+
+# --- shapes -------------------------------------------------------------------------------
 
 def _reshape_samples(dtype, rng):
     x = _vals(rng, (2, 3, 4), dtype)
@@ -240,7 +545,7 @@ def _getitem_tensor_samples(dtype, rng):
 
 
 def _ssg_fn(dy, shape, spec):
-    return tf.array._STRIDED_SLICE_GRAD(dy, shape=shape, spec=spec)
+    return tf.ops.array_slice._STRIDED_SLICE_GRAD(dy, shape=shape, spec=spec)
 
 
 def _ssg_ref(dy, shape, spec):
@@ -288,7 +593,7 @@ def _identity_samples(dtype, rng):
             Sample((_vals(rng, (0, 2), dtype),), name="empty")]
 
 
-SPECS = [
+_SHAPE_SPECS = [
     OpSpec(name="reshape", fn=tf.reshape, ref=np.reshape, op="Reshape",
            samples=_reshape_samples,
            errors=[_err((np.zeros((2, 3), _F32), (4, 2)),
@@ -382,3 +687,6 @@ SPECS = [
     OpSpec(name="stop_gradient", fn=tf.stop_gradient, ref=np.copy, op="StopGradient",
            samples=_identity_samples, grad_order=0),
 ]
+
+
+SPECS = _CREATION_SPECS + _RANDOM_SPECS + _SHAPE_SPECS

@@ -12,8 +12,9 @@ import numpy as np
 
 import tapeflow as tf
 from tapeflow.errors import InvalidArgumentError
-from tapeflow.ops.nn_fused import fused_conv2d
-from tapeflow.testing.opinfo import ErrorSample, OpSpec, Sample
+from tapeflow.ops.fused import fused_conv2d
+
+from . import ErrorSample, OpSpec, Sample
 
 F16 = {"float16": (1e-2, 1e-2)}
 F16_LOOSE = {"float16": (3e-2, 3e-2)}
