@@ -103,9 +103,10 @@ CORE_PROPER = ["errors.py", "dtypes.py", "runtime/*.py", "plugins/*.py", "autodi
 #: +43); docs/architecture.md, "Before and after", keeps the figures. 3,320 since issue 44:
 #: the one kernel contract (KernelSpec, BuildContext, lazy kernels, add_kernels: about
 #: +85, replacing each backend's own unpacking and CUDA's LazyKernel) and the rules an
-#: OpDef derives from its declaration (+30, from ops/library.py), less the hooks inside
-#: the runtime (-15)
-CORE_PROPER_MAX_CODE_LINES = 3320
+#: OpDef derives from its declaration (+30, from ops/library.py), and the thread tracer
+#: the runtime reports to in one call (+10, was two calls through HOOKS.tracer), less the
+#: hooks inside the runtime (-15)
+CORE_PROPER_MAX_CODE_LINES = 3330
 
 
 def core_proper_report():

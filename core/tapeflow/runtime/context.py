@@ -12,9 +12,10 @@ above it register so that it never imports them.
   up, it calls through the one object :data:`HOOKS`, which those layers fill at
   import with the ``install_*`` functions below (the one place they are documented):
 
-  - ``HOOKS.tracer``: told of ops, copies, Variable reads and assignments while
-    ``tracing[0]`` is non-zero (an object with :class:`Tracer`'s methods; a no-op
-    ``Tracer`` until ``tapeflow.tracing`` installs its own);
+  - ``HOOKS.tracer``: whether this thread traces, and ``opaque_call`` (an object with
+    :class:`Tracer`'s methods; a no-op ``Tracer`` until ``tapeflow.tracing`` installs
+    its own). The ops, copies, Variable reads and assignments of a trace are reported
+    to this thread's tracer itself, :data:`thread_tracer` (one call, no hook);
   - ``HOOKS.vectorize_jacobian``: ``GradientTape.jacobian(experimental_use_pfor=True)``
     (None until ``tapeflow.tracing.vectorize`` installs it);
   - ``HOOKS.array_namespace(api_version)``: ``Tensor.__array_namespace__``
@@ -44,6 +45,7 @@ from ..errors import InvalidTypeError, PluginConflictError
 
 __all__ = ["tapes_active", "tracing", "record", "active_tapes", "push_tape", "pop_tape",
            "watch_variable_read", "stop_all_recording", "set_recorders", "Tracer", "HOOKS",
+           "ThreadTracer", "thread_tracer",
            "Hooks", "install_tracer", "install_vectorize_jacobian", "install_array_namespace",
            "add_variable_observer", "remove_variable_observer",
            "suspend_variable_observers", "variable_created"]
@@ -157,27 +159,29 @@ def stop_all_recording():
         set_recorders(tapes)
 
 
+class ThreadTracer(threading.local):
+    """This thread's innermost trace: ``thread_tracer.tracer`` is the object
+    ``tapeflow.tracing`` sets while a function traces in this thread (None: no trace
+    here). While ``tracing[0]`` is non-zero the runtime reports to it directly, one call
+    each: ``op(op, inputs, outputs, attrs, fn, device, needs_device)`` (an op ran through
+    its kernel ``fn``), ``copy(src, out, device)``, ``read(var, value) -> value``,
+    ``assign(var, value, prev)`` and ``check(tensor, what)`` (``tensor``'s value is
+    needed in Python: raise if it is symbolic)."""
+
+    tracer = None
+
+
+#: this thread's tracer (see :class:`ThreadTracer`), which tapeflow.tracing sets
+thread_tracer = ThreadTracer()
+
+
 class Tracer:
-    """The observer interface ``tapeflow.tracing`` implements (no-ops here)."""
+    """``HOOKS.tracer``: what the layers between the runtime and ``tapeflow.tracing``
+    ask of it (no-ops here); the runtime's own reports go to :data:`thread_tracer`."""
 
     def current(self):
         """The graph being traced in this thread, or None."""
         return None
-
-    def trace_op(self, op, inputs, outputs, attrs, fn, device, needs_device):
-        """An op ran (through its kernel ``fn``) while tracing."""
-
-    def trace_copy(self, src, out, device):
-        """A tensor was copied to ``device`` while tracing."""
-
-    def trace_check(self, tensor, what):
-        """``tensor``'s value is needed in Python (``what``): raise if it is symbolic."""
-
-    def trace_read(self, var, value):
-        """A Variable was read while tracing."""
-
-    def trace_assign(self, var, value):
-        """A Variable was assigned while tracing."""
 
     def opaque_call(self, fn, args):
         """Trace ``fn(*args)`` as one node that re-runs ``fn`` at every call."""
@@ -189,7 +193,7 @@ class Tracer:
 class Hooks:
     """The functions the runtime calls in the layers above it (see the module doc).
 
-    Read them as attributes (``HOOKS.tracer.trace_op(...)``); set them only with
+    Read them as attributes (``HOOKS.tracer.current()``); set them only with
     the ``install_*`` functions, which refuse to replace one installed function by
     another.
     """

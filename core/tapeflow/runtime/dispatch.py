@@ -30,7 +30,6 @@ from . import shapes as _shapes
 from ..errors import (DeviceMismatchError, InvalidArgumentError, InvalidTypeError, OpError,
                      ResourceExhaustedError, TapeflowError)
 from . import context as _ctx
-from .context import HOOKS as _HOOKS
 from . import registry as _reg
 from .registry import OpDef, get_op, kernel_not_found
 from .tensor import Tensor, VariableBase as Variable, speedups, wrap
@@ -40,6 +39,7 @@ __all__ = ["execute", "convert_to_tensor", "convert_like", "as_tensor_list", "co
 
 active_scopes = _devs.active_scopes
 _tracing = _ctx.tracing
+_thread = _ctx.thread_tracer
 _tapes_active = _ctx.tapes_active
 record = _ctx.record
 _EMPTY: dict = {}
@@ -397,7 +397,9 @@ def copy_to_device(t: Tensor, device) -> Tensor:
         data = dev.backend.copy_from(t._data, src, dev)
     out = wrap(data, dev)
     if _tracing[0]:
-        _HOOKS.tracer.trace_copy(t, out, dev)
+        tr = _thread.tracer
+        if tr is not None:
+            tr.copy(t, out, dev)
     if _tapes_active[0]:
         record(COPY, (t,), (out,), _EMPTY, None)
     return out
@@ -703,14 +705,14 @@ def run(op, tensors, dev, attrs):
         raise translate_error(e, op, dev, tensors, attrs) from None
     if op.num_outputs == 1:
         res = wrap(out, dev)
-        if _tracing[0]:
-            _HOOKS.tracer.trace_op(op, tensors, (res,), attrs, fn, dev, entry.needs_device)
+        if _tracing[0] and _thread.tracer is not None:
+            _thread.tracer.op(op, tensors, (res,), attrs, fn, dev, entry.needs_device)
         if _tapes_active[0] and op.differentiable and tensors:
             record(op, tensors, (res,), attrs)
         return res
     outs = tuple(wrap(o, dev) for o in out)
-    if _tracing[0]:
-        _HOOKS.tracer.trace_op(op, tensors, outs, attrs, fn, dev, entry.needs_device)
+    if _tracing[0] and _thread.tracer is not None:
+        _thread.tracer.op(op, tensors, outs, attrs, fn, dev, entry.needs_device)
     if _tapes_active[0] and op.differentiable and tensors:
         record(op, tensors, outs, attrs)
     return outs

@@ -108,7 +108,9 @@ _tracing = _ctx.tracing
 
 def _check_traced(t, what):
     """Raise if ``t``'s value is needed while tf.function traces (the tracer decides)."""
-    _HOOKS.tracer.trace_check(t, what)
+    tr = _ctx.thread_tracer.tracer
+    if tr is not None:
+        tr.check(t, what)
 
 
 class VariableBase:

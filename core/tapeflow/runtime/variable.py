@@ -33,10 +33,22 @@ __all__ = ["Variable"]
 
 _tracing = _ctx.tracing
 _tapes_active = _ctx.tapes_active
+_thread = _ctx.thread_tracer
 # sys.getrefcount of a Variable's value Tensor / its array inside Variable._update when
 # only the Variable holds them (self._value or cur._data, the local, the call's argument)
 _DONATE_T = 3
 _DONATE_A = 3
+
+
+def _traced_assign(var, prev):
+    """A Variable assigned while a function traces: told to this thread's tracer; under a
+    tape, a later read is a read of the Variable (``Variable.assign``), so the value is
+    a Tensor of its own."""
+    tr = _thread.tracer
+    if tr is not None:
+        tr.assign(var, var._value, prev)
+    if _tapes_active[0]:
+        var._value = wrap(var._value._data, var._value._device)
 
 
 def _cast(x, dtype):
@@ -138,8 +150,8 @@ class Variable(VariableBase):
         lock.acquire()
         v = self._value
         lock.release()
-        if _tracing[0]:
-            v = _HOOKS.tracer.trace_read(self, v)
+        if _tracing[0] and _thread.tracer is not None:
+            v = _thread.tracer.read(self, v)
         if _tapes_active[0]:
             _ctx.watch_variable_read(self, v)
         return v
@@ -254,7 +266,7 @@ class Variable(VariableBase):
         self._value = new if _tracing[0] or not _tapes_active[0] else wrap(new._data, new._device)
         lock.release()
         if _tracing[0]:
-            _HOOKS.tracer.trace_assign(self, prev)
+            _traced_assign(self, prev)
         return self
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True):
@@ -295,7 +307,7 @@ class Variable(VariableBase):
         finally:
             lock.release()
         if _tracing[0]:
-            _HOOKS.tracer.trace_assign(self, prev)
+            _traced_assign(self, prev)
         return self
 
     # Variables behave like their value in ops; operators are defined with Tensor's

@@ -27,7 +27,6 @@ True
 """
 
 from ..runtime import context as _ctx
-from ..runtime.tensor import wrap
 from .graph import Graph, Node
 from .tracer import TracingError, _on_variable_created, _tl, init_scope
 from .concrete import ConcreteFunction
@@ -44,39 +43,13 @@ __all__ = ["Graph", "Node", "ConcreteFunction", "Function", "TracingError", "def
 
 
 class _ContextTracer(_ctx.Tracer):
-    """``HOOKS.tracer``: the runtime's reports while ``tracing[0]`` is non-zero, each
-    handed in one call to this thread's tracer (none: an op of another thread, ignored).
-    ``opaque_call``: a ``custom_gradient`` function, traced as one Python node."""
+    """``HOOKS.tracer``: whether this thread traces (``current``), and ``opaque_call``
+    (a ``custom_gradient`` function, traced as one Python node). The runtime reports
+    ops, copies, reads and assignments to this thread's tracer itself
+    (``runtime.context.thread_tracer``, which :mod:`.tracer` sets)."""
 
     def current(self):
         return _tl.tracer
-
-    def trace_op(self, op, tensors, outs, attrs, fn, dev, needs_device):
-        tr = _tl.tracer
-        if tr is not None:
-            tr.op(op, tensors, outs, attrs, fn, dev, needs_device)
-
-    def trace_copy(self, src, out, dev):
-        tr = _tl.tracer
-        if tr is not None:
-            tr.copy(src, out, dev)
-
-    def trace_read(self, var, value):
-        tr = _tl.tracer
-        return value if tr is None else tr.read(var, value)
-
-    def trace_assign(self, var, prev):
-        tr = _tl.tracer
-        if tr is not None:
-            tr.assign(var, var._value, prev)
-        if _ctx.tapes_active[0]:
-            # a later read is a read of the Variable for a tape (Variable.assign)
-            var._value = wrap(var._value._data, var._value._device)
-
-    def trace_check(self, t, what):
-        tr = _tl.tracer
-        if tr is not None:
-            tr.check(t, what)
 
     def opaque_call(self, fn, args):
         return opaque_call(fn, args)

@@ -4,10 +4,9 @@ steps out of it.
 
 A :class:`_Tracer` per trace (and per ``tf.cond`` branch, ``tf.while_loop`` body or
 ``vectorized_map`` function: those nest, ``parent`` being the enclosing one) lives in
-the thread-local ``_tl.tracer`` while its function runs. The runtime reports to it
-through ``HOOKS.tracer`` (``_ContextTracer``, installed by :mod:`tapeflow.tracing`):
-each report is one call that finds this thread's tracer and hands it the op, copy,
-Variable read or assignment.
+the thread-local ``_tl.tracer`` (the runtime's ``context.thread_tracer``) while its
+function runs. The runtime reports to it directly: each op, copy, Variable read or
+assignment is one call of its ``op``/``copy``/``read``/``assign``/``check``.
 """
 
 from __future__ import annotations
@@ -16,9 +15,9 @@ import contextlib
 import linecache
 import os
 import sys
-import threading
 
 from ..runtime.context import stop_all_recording as _stop_all_recording
+from ..runtime.context import thread_tracer as _ctx_thread_tracer
 from ..runtime.context import tracing as _tracing
 from ..errors import TapeflowError
 from ..runtime.registry import OpDef
@@ -27,14 +26,10 @@ from .graph import Node
 
 __all__ = ["TracingError", "init_scope"]
 
-# the tracer of this thread's innermost trace (``_tl.tracer``; None: none).
-# ``_tracing[0]`` (tapeflow.runtime.context) counts the traces of all threads: the
-# runtime reads it before calling HOOKS.tracer
-class _Local(threading.local):
-    tracer = None
-
-
-_tl = _Local()
+# the tracer of this thread's innermost trace (``_tl.tracer``; None: none): the runtime's
+# slot, which it reports to directly. ``_tracing[0]`` (tapeflow.runtime.context) counts
+# the traces of all threads: the runtime reads it first
+_tl = _ctx_thread_tracer
 
 
 class TracingError(TapeflowError):
