@@ -1,7 +1,9 @@
 """``python -m tapeflow new-plugin NAME`` (issue 19): the skeleton it writes installs
-with pip into this environment, shows in ``python -m tapeflow info``, and its generated
-tests pass as generated on every available device; then it is uninstalled.
-The commands of docs/plugins.md section 1's first block, run by hand here."""
+with pip, shows in ``python -m tapeflow info``, and its generated tests pass as generated
+on every available device. The commands of docs/plugins.md section 1's first block, run
+by hand here -- but pip installs into a folder of the test's own, on the PYTHONPATH of
+its subprocesses only: installed into the shared environment, its entry point was seen
+half-installed by other test processes (a doc block run with ``-W error`` failed)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,12 @@ def _env():
     return {k: v for k, v in os.environ.items() if not k.startswith("TAPEFLOW_")}
 
 
-def _run(args, cwd, timeout=300):
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=_env(), capture_output=True,
+def _run(args, cwd, timeout=300, site=None):
+    env = _env()
+    if site is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -30,25 +36,26 @@ def test_the_skeleton_installs_and_its_tests_pass_on_every_device(tmp_path):
     assert r.returncode == 0, r.stderr
     assert f"wrote 6 files to {tmp_path / name}" in r.stdout
     dist = f"tapeflow-skel{os.getpid()}"
+    site = tmp_path / "site"
     r = _run(["-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index",
-              "--disable-pip-version-check", "-q", str(tmp_path / name)], tmp_path)
+              "--disable-pip-version-check", "-q", "--target", str(site),
+              str(tmp_path / name)], tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    try:
-        r = _run(["-m", "tapeflow", "info", "--no-smoke", "--ops", f"{name}::*"], tmp_path)
-        assert r.returncode == 0, r.stderr
-        assert re.search(rf"^  loaded\s+{name}\s+{dist}\s+0\.1\.0\s+1\s+2\b", r.stdout, re.M), r.stdout
-        assert f"{name}::cube" in r.stdout and "_cube_grad" in r.stdout
-        r = _run(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path / name)],
-                 tmp_path)
-        assert r.returncode == 0, r.stdout + r.stderr
-        import tapeflow as tf
-        # (per device: two OpenCL drivers are two devices)
-        ran = [d for d in tf.config.list_devices() if d.split(":")[0] in ("cpu", "opencl")]
-        passed = int(re.search(r"(\d+) passed", r.stdout).group(1))
-        assert passed == len(ran) + 2, r.stdout        # cube per device, attr, doctest
-    finally:
-        u = _run(["-m", "pip", "uninstall", "-y", "-q", dist], tmp_path)
-        assert u.returncode == 0, u.stdout + u.stderr
+    r = _run(["-m", "tapeflow", "info", "--no-smoke", "--ops", f"{name}::*"], tmp_path, site=site)
+    assert r.returncode == 0, r.stderr
+    assert re.search(rf"^  loaded\s+{name}\s+{dist}\s+0\.1\.0\s+1\s+2\b", r.stdout, re.M), r.stdout
+    assert f"{name}::cube" in r.stdout and "_cube_grad" in r.stdout
+    r = _run(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(tmp_path / name)],
+             tmp_path, site=site)
+    assert r.returncode == 0, r.stdout + r.stderr
+    import tapeflow as tf
+    # (per device: two OpenCL drivers are two devices)
+    ran = [d for d in tf.config.list_devices() if d.split(":")[0] in ("cpu", "opencl")]
+    passed = int(re.search(r"(\d+) passed", r.stdout).group(1))
+    assert passed == len(ran) + 2, r.stdout        # cube per device, attr, doctest
+    # nobody else sees it: the shared environment has no such plugin
+    r = _run(["-m", "tapeflow", "info", "--no-smoke", "--ops", f"{name}::*"], tmp_path)
+    assert r.returncode == 0 and not re.search(rf"^  loaded\s+{name}\b", r.stdout, re.M), r.stdout
 
 
 @pytest.mark.parametrize("bad", ["Caps", "1st", "with-dash", "class", "tapeflow", ""])

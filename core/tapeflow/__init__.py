@@ -103,9 +103,13 @@ from .runtime import context as _context  # noqa: E402
 _context.install_array_namespace(_array_namespace)
 
 
+#: namespaces that are a subpackage under another name: tf.test is tapeflow.testing
+_LAZY_ALIASES = {"test": "testing"}
+
+
 def __getattr__(name):
-    if name in _LAZY_MODULES:
-        mod = _importlib.import_module(f"{__name__}.{name}")
+    if name in _LAZY_MODULES or name in _LAZY_ALIASES:
+        mod = _importlib.import_module(f"{__name__}.{_LAZY_ALIASES.get(name, name)}")
         globals()[name] = mod
         return mod
     if name in _LAZY_NAMES:
@@ -132,15 +136,3 @@ class _Contrib:
 contrib = _Contrib()
 
 
-class _TestNS:
-    @staticmethod
-    def is_gpu_available(cuda_only=False, min_cuda_compute_capability=None):
-        return num_gpus() > 0
-
-    @staticmethod
-    def is_built_with_cuda():
-        _table = _devices_mod.table
-        return any(d.type == "cuda" for d in _table.by_name.values())
-
-
-test = _TestNS()
