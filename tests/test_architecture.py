@@ -387,8 +387,11 @@ def test_the_private_name_check_sees_one(tmp_path):
 
 # --- issue 44: fewer, fuller modules ------------------------------------------------------
 
-#: modules of core/tapeflow (``*.py``, packages' ``__init__`` included): 167 when issue 44 began
-MAX_CORE_MODULES = 120
+#: modules of core/tapeflow (``*.py``, packages' ``__init__`` included): 167 when issue 44 began,
+#: 120 when it ended. Issue 45 adds four concepts a reader names by TensorFlow's module paths:
+#: the recurrent layers (layers/recurrent.py), the attention layers (layers/attention.py),
+#: ``tf.app``/``tf.flags`` (app.py) and ``tf.io``/``tf.gfile`` (io.py).
+MAX_CORE_MODULES = 124
 
 #: modules that only import names, each a public module path of TensorFlow that users
 #: import from (``from tensorflow.keras.optimizers import Adam``): the namespace is the
