@@ -88,7 +88,8 @@ from .array_sort import *  # noqa: F401,F403
 from .reductions import broadcast_to  # noqa: F401
 
 __all__ = [*array_creation.__all__, *array_shape.__all__, *array_values.__all__,
-           *array_gather.__all__, *array_slice.__all__, *array_sort.__all__, "broadcast_to"]
+           *array_gather.__all__, *array_slice.__all__, *array_sort.__all__, "broadcast_to",
+           "assign", "assign_add", "assign_sub"]
 
 # tf.math: the elementwise math of ops/math.py, with the reductions and unsorted_segment_sum
 # (declared above it, their gradients use its ops)
@@ -150,6 +151,37 @@ def __getattr__(name):
 
 def __dir__():
     return sorted({n.split("::")[0] for n in _reg.OPS if "::" in n} | {_reg.CORE_NAMESPACE})
+
+
+# --- TF 1's state ops: tf.assign(ref, value) is ref.assign(value) ---------------------------
+
+def _ref(ref, op):
+    if not isinstance(ref, _Variable):
+        raise TypeError(
+            f"tf.{op} updates a Variable in place; it was given a {type(ref).__name__}. "
+            f"Pass the tf.Variable itself (a Tensor is immutable: compute a new one instead).")
+    return ref
+
+
+def assign(ref, value, validate_shape=None, use_locking=None, name=None):
+    """TF 1's ``tf.assign(ref, value)``: ``ref.assign(value)``; returns the new value.
+
+    >>> import tapeflow as tf
+    >>> v = tf.Variable([1.0, 2.0])
+    >>> print(tf.assign_add(v, [1.0, 1.0]), tf.assign(v, [0.0, 5.0]).numpy())
+    tf.Tensor([2. 3.], shape=(2,), dtype=float32) [0. 5.]
+    """
+    return _ref(ref, "assign").assign(value).read_value()
+
+
+def assign_add(ref, value, use_locking=None, name=None):
+    """TF 1's ``tf.assign_add(ref, value)``: ``ref.assign_add(value)``; returns the new value."""
+    return _ref(ref, "assign_add").assign_add(value).read_value()
+
+
+def assign_sub(ref, value, use_locking=None, name=None):
+    """TF 1's ``tf.assign_sub(ref, value)``: ``ref.assign_sub(value)``; returns the new value."""
+    return _ref(ref, "assign_sub").assign_sub(value).read_value()
 
 
 # --- Tensor's and Variable's operators (see the module doc) ------------------------------

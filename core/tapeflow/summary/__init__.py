@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import types as _types
 
-from ._records import read_records
+from ._records import events_from_file, events_from_logdir, read_records
 from .ops import (SummaryWriter, always_record_summaries, create_file_writer, create_noop_writer,
                   create_summary_file_writer, flush, get_default_writer, get_step, histogram,
                   image, never_record_summaries, record_if, record_summaries_every_n_global_steps,
@@ -42,8 +42,13 @@ from .ops import (SummaryWriter, always_record_summaries, create_file_writer, cr
 #: ``tf.summary.experimental.set_step`` / ``get_step`` (TF 2 names)
 experimental = _types.SimpleNamespace(set_step=set_step, get_step=get_step)
 
+#: ``tf.contrib.summary.summary_test_util``: TensorFlow's helpers that read event files back
+summary_test_util = _types.SimpleNamespace(events_from_file=events_from_file,
+                                           events_from_logdir=events_from_logdir)
+
 __all__ = ["SummaryWriter", "create_file_writer", "create_summary_file_writer",
            "create_noop_writer", "always_record_summaries", "never_record_summaries",
            "record_summaries_every_n_global_steps", "record_if", "should_record_summaries",
            "scalar", "histogram", "image", "flush", "set_step", "get_step",
-           "get_default_writer", "read_records", "experimental"]
+           "get_default_writer", "read_records", "experimental", "events_from_file",
+           "events_from_logdir", "summary_test_util"]

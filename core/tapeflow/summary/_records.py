@@ -109,6 +109,27 @@ def read_records(path):
             yield data
 
 
+def events_from_file(path):
+    """The ``Event`` messages of one event file, in order (the first is the file version).
+
+    TensorFlow's test helper (``tf.contrib.summary.summary_test_util``): a test reads
+    back what a writer wrote, ``events[1].summary.value[0].tag``, ``.simple_value``,
+    ``.step``. Both CRCs of every record are checked (:func:`read_records`).
+    """
+    event_pb2, _ = _lib("tensorboardX")
+    return [event_pb2.Event.FromString(data) for data in read_records(path)]
+
+
+def events_from_logdir(logdir):
+    """The events of the one event file in ``logdir`` (:func:`events_from_file`)."""
+    names = sorted(os.listdir(logdir)) if os.path.isdir(logdir) else None
+    if not names or len(names) != 1:
+        raise InvalidArgumentError(
+            f"events_from_logdir: {logdir!r} must hold exactly one event file; it holds "
+            f"{'no directory' if names is None else names}. Read one file with events_from_file.")
+    return events_from_file(os.path.join(logdir, names[0]))
+
+
 # --- the messages ----------------------------------------------------------------------------
 
 FILE_VERSION = "brain.Event:2"
