@@ -66,3 +66,16 @@ def test_events_from_logdir_wants_exactly_one_file(tmp_path):
     (tmp_path / "a" / "other").write_bytes(b"")
     with pytest.raises(InvalidArgumentError, match="exactly one"):
         util.events_from_logdir(str(tmp_path / "a"))
+
+
+def test_from_generator_flattens_as_deep_as_output_types():
+    # spinn's generator yields a tuple of labels where output_types has one dtype
+    def gen():
+        yield ((1, 2, 3), [[1, 2], [3, 4]], 5)
+    (labels, words, n), = list(tf.data.Dataset.from_generator(gen, (tf.int64,) * 3))
+    assert labels.shape == (3,) and words.shape == (2, 2) and int(n) == 5
+
+    def short():
+        yield (1, 2)
+    with pytest.raises(InvalidArgumentError, match="does not match output_types.*3 and 2"):
+        list(tf.data.Dataset.from_generator(short, (tf.int64,) * 3))

@@ -376,7 +376,15 @@ class _Generator(Dataset):
         for value in self._gen(*self._args):
             if isinstance(value, list) and isinstance(types, tuple):
                 value = tuple(value)
-            leaves = nest.flatten(value, lists_as_leaves=True) if nested else [value]
+            # as deep as output_types goes: a tuple of labels where output_types has one
+            # dtype is one component (TensorFlow's flatten_up_to), not one per label
+            try:
+                leaves = nest.flatten_up_to(types, value, check_types=False,
+                                            lists_as_leaves=True) if nested else [value]
+            except (InvalidArgumentError, InvalidTypeError) as e:
+                raise InvalidArgumentError(
+                    f"from_generator: the generator yielded an element whose structure does "
+                    f"not match output_types {types!r}: {e}") from None
             if len(leaves) != len(types_leaves):
                 raise InvalidArgumentError(
                     f"from_generator: the generator yielded an element with {len(leaves)} "
