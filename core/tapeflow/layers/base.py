@@ -1,6 +1,10 @@
 """``Layer``: the base of every layer and model (``tf.layers.Layer``, ``tf.keras.layers.Layer``),
 and its dtype policy (``Policy``).
 
+Long file: what every layer call goes through -- the dtype policy, attribute tracking,
+variable creation and its name scopes, Keras's masks and the one ``__call__`` -- kept
+together so the hot path reads in one place.
+
 A layer creates its Variables in ``build(input_shape)``, called once, on the first
 call, with the shape of the first input; ``call(inputs[, training])`` is the
 computation. ``__call__`` converts the input, builds, and calls ``call`` -- passing
@@ -52,6 +56,7 @@ import contextlib
 import inspect
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -66,7 +71,8 @@ from .naming import snake_case
 from ..ops import math as _math_mod
 
 __all__ = ["Layer", "variable_creator_scope", "reset_uids", "unique_layer_name", "Policy",
-           "global_policy", "set_global_policy", "POLICY_NAMES"]
+           "global_policy", "set_global_policy", "POLICY_NAMES", "get_mask", "set_mask",
+           "weight_scope"]
 
 # --- dtype policies (tf.keras.mixed_precision) ----------------------------------------
 
@@ -233,6 +239,83 @@ def variable_creator_scope(creator):
         _creators.remove(creator)
 
 
+class _Scope(threading.local):
+    prefix = ""         # "bidirectional/forward_lstm/" while a wrapper builds its layers
+
+
+_scope = _Scope()
+
+
+@contextlib.contextmanager
+def weight_scope(name):
+    """Prefix the names of the weights layers create inside it with ``name/`` (as
+    TensorFlow's name scopes do: an LSTM layer builds its cell inside
+    ``weight_scope("lstm")``, so the cell's kernel is ``lstm/lstm_cell/kernel:0``).
+    Scopes nest.
+
+    >>> import tapeflow as tf
+    >>> from tapeflow.layers.base import weight_scope
+    >>> layer = tf.keras.layers.Dense(1, name="inner")
+    >>> with weight_scope("outer"):
+    ...     layer.build([None, 2])
+    >>> layer.kernel.name
+    'outer/inner/kernel:0'
+    """
+    prev = _scope.prefix
+    _scope.prefix = f"{prev}{name}/"
+    try:
+        yield
+    finally:
+        _scope.prefix = prev
+
+
+# --- masks (Keras's implicit masks: Embedding(mask_zero=True), Masking) -----------------
+#
+# A Tensor has __slots__ (no ``_keras_mask`` attribute), so a layer's output mask lives in
+# this side table: id(tensor) -> (weak reference to the tensor, mask). The entry goes when
+# the tensor does. While the table is empty, Layer.__call__ does no mask work at all.
+
+_MASKS: dict = {}
+
+
+def _forget(key):
+    return lambda ref: _MASKS.pop(key, None)
+
+
+def set_mask(tensor, mask):
+    """Attach ``mask`` (a boolean ``[batch, time]`` Tensor, or None to remove one) to
+    ``tensor``, as Keras's ``tensor._keras_mask``: the next layer called on ``tensor``
+    receives it."""
+    if not isinstance(tensor, Tensor):
+        return
+    key = id(tensor)
+    if mask is None:
+        _MASKS.pop(key, None)
+        return
+    _MASKS[key] = (weakref.ref(tensor, _forget(key)), mask)
+
+
+def get_mask(tensor):
+    """The mask a layer attached to ``tensor`` (None if none): Keras's ``_keras_mask``.
+
+    >>> import tapeflow as tf
+    >>> from tapeflow.layers.base import get_mask
+    >>> emb = tf.keras.layers.Embedding(10, 2, mask_zero=True)
+    >>> y = emb(tf.constant([[3, 1, 0]]))
+    >>> get_mask(y).numpy().tolist()
+    [[True, True, False]]
+    """
+    if not _MASKS:
+        return None
+    if isinstance(tensor, (list, tuple)):
+        masks = [get_mask(t) for t in tensor]
+        return None if all(m is None for m in masks) else masks
+    entry = _MASKS.get(id(tensor))
+    if entry is None or entry[0]() is not tensor:
+        return None
+    return entry[1]
+
+
 def _base_creator(initial_value=None, name=None, trainable=True, dtype=None, **_):
     return Variable(initial_value, name=name, trainable=trainable, dtype=dtype)
 
@@ -298,7 +381,8 @@ def _wrap_container(value):
         return None
     if t is tuple and _has_trackables(value):
         return value
-    if t in (_TrackedList, _TrackedDict):
+    if t in (_TrackedList, _TrackedDict) or (      # (and tf.contrib.checkpoint.List/Dict)
+            isinstance(value, (list, dict)) and hasattr(t, "_trackable_children")):
         return value
     return None
 
@@ -338,14 +422,37 @@ def _takes_training(cls):
     return r
 
 
+_TAKES_MASK: dict = {}
+
+
+def _takes_mask(cls):
+    """Whether ``cls.call`` takes a ``mask`` argument."""
+    r = _TAKES_MASK.get(cls)
+    if r is None:
+        try:
+            r = "mask" in inspect.signature(cls.call).parameters
+        except (TypeError, ValueError):
+            r = False
+        _TAKES_MASK[cls] = r
+    return r
+
+
 _KNOWN_KWARGS = {"autocast", "dynamic", "_scope", "_reuse"}
+
+
+def _holds_tensor(x):
+    """Whether the list/tuple ``x`` holds a Tensor or Variable, at any depth."""
+    return any(isinstance(e, (Tensor, Variable))
+               or isinstance(e, (list, tuple)) and _holds_tensor(e)
+               or isinstance(e, dict) and _holds_tensor(list(e.values())) for e in x)
 
 
 def _annotate(exc, layer):
     """Name the layer (and each enclosing one) in an error's traceback notes."""
     add = getattr(exc, "add_note", None)        # Python 3.11+
-    if add is not None:
-        add(f"(while calling layer {layer.name!r} of type {type(layer).__name__})")
+    note = f"(while calling layer {layer.name!r} of type {type(layer).__name__})"
+    if add is not None and note not in getattr(exc, "__notes__", ()):
+        add(note)
 
 
 # --- Layer ----------------------------------------------------------------------------------
@@ -365,6 +472,12 @@ class Layer:
 
     #: leaf layers never call other layers, so they skip the training-context push
     _leaf = False
+    #: whether the layer passes a mask it receives on to its output (Keras's attribute);
+    #: a layer whose ``call`` takes ``mask`` gets it either way
+    supports_masking = False
+    #: True on layers that make a mask of their own (Embedding(mask_zero=True), Masking):
+    #: their calls always take the masked path of ``__call__``
+    _makes_mask = False
 
     def __init__(self, trainable=True, name=None, dtype=None, input_shape=None,
                  batch_input_shape=None, input_dim=None, activity_regularizer=None, **kwargs):
@@ -412,6 +525,10 @@ class Layer:
         if _is_tracked_leaf(value):
             tracked[name] = value
             bump_name_counter()
+        elif getattr(type(value), "_tapeflow_no_dependency", False):
+            value = value.value           # tf.contrib.checkpoint.NoDependency: untracked
+            if tracked.pop(name, None) is not None:
+                bump_name_counter()
         else:
             wrapped = _wrap_container(value)
             if wrapped is not None:
@@ -590,7 +707,7 @@ class Layer:
             initializer = "glorot_uniform" if dt.is_floating else "zeros"
         init = initializers.get(initializer)
         var = _make_variable(initial_value=lambda: init(shp, dtype=dt),
-                             name=f"{self.name}/{name}",
+                             name=f"{_scope.prefix}{self.name}/{name}",
                              trainable=True if trainable is None else bool(trainable),
                              dtype=dt, shape=shp)
         self._own_weights.append((name, var))
@@ -615,10 +732,12 @@ class Layer:
             return x
         if isinstance(x, Variable):
             return x.read_value()
-        if isinstance(x, (list, tuple)) and any(isinstance(e, (Tensor, Variable, list, tuple))
-                                                for e in x):
-            if any(isinstance(e, (Tensor, Variable)) for e in x):
-                return type(x)(self._convert_input(e) for e in x)
+        if isinstance(x, (list, tuple)) and _holds_tensor(x) or (
+                type(x) is tuple and any(isinstance(e, np.ndarray) for e in x)):
+            # a structure of tensors (spinn's list of lists of tensors, a state tuple):
+            # each element converted on its own, the structure kept
+            items = [self._convert_input(e) for e in x]
+            return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
         if isinstance(x, dict):
             return {k: self._convert_input(v) for k, v in x.items()}
         if x is None:
@@ -669,6 +788,45 @@ class Layer:
         if ckpt is not None:
             ckpt.restore_deferred(self)
 
+    # --- config (Keras serialization) ------------------------------------------------------
+    def get_config(self) -> dict:
+        """The constructor arguments that rebuild this layer (``from_config``): the base
+        class's are ``name``, ``trainable`` and ``dtype`` (the policy's name); layers add
+        their own."""
+        return {"name": self.name, "trainable": self.trainable, "dtype": self._policy.name}
+
+    @classmethod
+    def from_config(cls, config):
+        """A new (unbuilt) layer from ``get_config()``'s dict."""
+        return cls(**config)
+
+    # --- masks -----------------------------------------------------------------------------
+    def compute_mask(self, inputs, mask=None):
+        """The mask of the output (Keras): ``mask`` itself when ``supports_masking``,
+        else None. Layers that make or change masks override it."""
+        return mask if self.supports_masking else None
+
+    def _call_masked(self, inputs, args, kwargs):
+        """``__call__`` when some mask exists: find the input's mask (``mask=`` or the
+        one attached to ``inputs``), pass it to ``call`` if it takes one, attach
+        ``compute_mask``'s result to the output."""
+        mask = kwargs.pop("mask", None)
+        if mask is None:
+            mask = get_mask(inputs)
+        # (the call below comes back to __call__, which takes "mask" out again when None)
+        kwargs["mask"] = mask if mask is not None and _takes_mask(type(self)) else None
+        out = self.__call__(inputs, *args, _masked=True, **kwargs)
+        if mask is not None or self._makes_mask:
+            try:
+                out_mask = self.compute_mask(inputs, mask)
+            except Exception as e:
+                _annotate(e, self)
+                raise
+            first = out[0] if isinstance(out, (list, tuple)) and out else out
+            if out_mask is not None:
+                set_mask(first, out_mask)
+        return out
+
     def __call__(self, *args, **kwargs):
         try:
             if args:
@@ -676,6 +834,14 @@ class Layer:
                 args = args[1:]
             else:
                 inputs = kwargs.pop("inputs")
+            # masks: nothing to do while no tensor carries one (the table is empty), this
+            # layer makes none and none is passed; else the masked path, which comes back
+            # here with `_masked=True` for the call itself
+            if _MASKS or self._makes_mask or "mask" in kwargs:
+                if not kwargs.pop("_masked", False):
+                    return self._call_masked(inputs, args, kwargs)
+                if kwargs["mask"] is None:
+                    del kwargs["mask"]
             if type(inputs) is not Tensor:
                 inputs = self._convert_input(inputs)
             else:
