@@ -11,14 +11,19 @@ transposed; for larger strides (col2im) ``kh*kw`` small GEMMs added into strided
 On the host, 3x3 stride-1 float32 convolutions with many channels (and their filter
 gradients) go through Winograd F(4x4, 3x3) instead (:mod:`.winograd`, its cost rule
 and accuracy in docs/winograd.md).
-Pooling loops over the ``kh*kw`` window offsets with whole-array ufuncs. NCHW is
-handled by transposed views.
+The 3-d convolution is the same im2col over ``(kd, kh, kw, C)`` (its input gradient
+col2im, one GEMM per filter tap); the depthwise convolution one broadcast multiply-add
+per filter tap (its filter gradient one ``einsum`` per tap).
+Pooling loops over the ``kh*kw`` window offsets with whole-array ufuncs. NCHW (NCDHW)
+is handled by transposed views.
 
 Attributes arrive normalised by ``tapeflow.nn``: ``strides``/``dilations``/``ksize``
 as ``(h, w)``, ``padding`` ``"SAME"``/``"VALID"``/``((t, b), (l, r))``.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -64,6 +69,21 @@ def nhwc(x, fmt):
 def back(y, fmt):
     """The NHWC ``y`` back in ``data_format`` ``fmt``."""
     return y if fmt == "NHWC" else y.transpose(0, 3, 1, 2)
+
+
+def ndhwc(x, fmt):
+    """``x`` (of ``data_format`` ``fmt``, NDHWC or NCDHW) as NDHWC (a view)."""
+    return x if fmt == "NDHWC" else x.transpose(0, 2, 3, 4, 1)
+
+
+def back3(y, fmt):
+    """The NDHWC ``y`` back in ``data_format`` ``fmt``."""
+    return y if fmt == "NDHWC" else y.transpose(0, 4, 1, 2, 3)
+
+
+def shape_ndhwc(shape, fmt):
+    """A 5-d ``shape`` of ``data_format`` ``fmt`` in NDHWC order."""
+    return tuple(shape) if fmt == "NDHWC" else tuple(shape[i] for i in (0, 2, 3, 4, 1))
 
 
 def shape_nhwc(shape, fmt):
@@ -395,6 +415,151 @@ class NNKernels:
             dw += cols.T @ dy[sl].reshape(-1, o)
         return dw.reshape(kh, kw, c, o).astype(dt, copy=False)
 
+    # --- 3-d convolution: im2col over (kd, kh, kw, C), as the 2-d one ----------------
+    def _windows_nd(self, x, ks, strides, padding, dilations):
+        """Strided view ``(N, *out, *ks, C)`` of the padded channels-last ``x`` (no copy)."""
+        sp = x.shape[1:-1]
+        geo = [window_geometry(sp[i], ks[i], strides[i], dilations[i], padding, i)
+               for i in range(len(sp))]
+        pads = [(0, 0)] + [(g[1], g[2]) for g in geo] + [(0, 0)]
+        if any(p != (0, 0) for p in pads):
+            x = self.xp.pad(x, pads)
+        st = x.strides
+        shape = (x.shape[0],) + tuple(g[0] for g in geo) + tuple(ks) + (x.shape[-1],)
+        steps = ((st[0],) + tuple(st[1 + i] * strides[i] for i in range(len(sp)))
+                 + tuple(st[1 + i] * dilations[i] for i in range(len(sp))) + (st[-1],))
+        return self._as_strided(x, shape, steps)
+
+    def _cols_nd(self, win, nsp):
+        """Yield (batch slice, (rows, prod(ks) * C) columns) of the window view ``win``
+        (``nsp`` spatial dimensions), a cache-sized block of images at a time on the host."""
+        n = win.shape[0]
+        k = int(np.prod(win.shape[1 + nsp:]))
+        if not self._host:
+            yield slice(0, n), win.reshape(-1, k)
+            return
+        per_image = int(np.prod(win.shape[1:]))
+        b = max(1, COLS_BYTES // max(per_image * win.itemsize, 1))
+        buf = self.xp.empty(min(b, n) * per_image, dtype=win.dtype)
+        for i in range(0, n, b):
+            m = min(b, n - i)
+            cols = buf[:m * per_image].reshape((m,) + win.shape[1:])
+            cols[...] = win[i:i + m]
+            yield slice(i, i + m), cols.reshape(-1, k)
+
+    def conv3d(self, x, w, strides, padding, data_format, dilations):
+        """The 3-d convolution of ``x`` with the DHWIO filter ``w``."""
+        dt = x.dtype
+        cdt = compute_dtype(dt)
+        x = ndhwc(x, data_format).astype(cdt, copy=False)
+        w = w.astype(cdt, copy=False)
+        o = w.shape[4]
+        win = self._windows_nd(x, w.shape[:3], strides, padding, dilations)
+        out = self.xp.empty(win.shape[:4] + (o,), dtype=cdt)
+        wm = w.reshape(-1, o)
+        for sl, cols in self._cols_nd(win, 3):
+            self.xp.matmul(cols, wm, out=out[sl].reshape(-1, o))
+        return back3(out.astype(dt, copy=False), data_format)
+
+    def conv3d_backprop_input(self, w, dy, input_sizes, strides, padding, data_format,
+                              dilations):
+        """The gradient of :meth:`conv3d` w.r.t. its input: col2im, one small GEMM
+        ``(M, O) @ (O, C)`` per filter tap added into a strided view."""
+        xp = self.xp
+        dt = dy.dtype
+        cdt = compute_dtype(dt)
+        sizes = shape_ndhwc(input_sizes, data_format)
+        n, c = sizes[0], sizes[4]
+        dy = ndhwc(dy, data_format).astype(cdt, copy=False)
+        w = w.astype(cdt, copy=False)
+        ks, o = w.shape[:3], w.shape[4]
+        geo = [window_geometry(sizes[1 + i], ks[i], strides[i], dilations[i], padding, i)
+               for i in range(3)]
+        dxp = xp.zeros((n,) + tuple(sizes[1 + i] + g[1] + g[2] for i, g in enumerate(geo))
+                       + (c,), dtype=cdt)
+        if dy.size and w.size:
+            outs = dy.shape[1:4]
+            dy2 = dy.reshape(-1, o)
+            for tap in itertools.product(*(range(k) for k in ks)):
+                sl = (slice(None),) + tuple(
+                    slice(t * d, t * d + s * (m - 1) + 1, s)
+                    for t, d, s, m in zip(tap, dilations, strides, outs)) + (slice(None),)
+                dxp[sl] += (dy2 @ w[tap].T).reshape(dy.shape[:4] + (c,))
+        dx = dxp[(slice(None),) + tuple(slice(g[1], g[1] + sizes[1 + i])
+                                        for i, g in enumerate(geo))]
+        return back3(dx.astype(dt, copy=False), data_format)
+
+    def conv3d_backprop_filter(self, x, dy, filter_sizes, strides, padding, data_format,
+                               dilations):
+        """The gradient of :meth:`conv3d` w.r.t. its filter: the transposed GEMM on the
+        same columns."""
+        dt = x.dtype
+        cdt = compute_dtype(dt)
+        x = ndhwc(x, data_format).astype(cdt, copy=False)
+        dy = ndhwc(dy, data_format).astype(cdt, copy=False)
+        o = filter_sizes[4]
+        win = self._windows_nd(x, filter_sizes[:3], strides, padding, dilations)
+        dw = self.xp.zeros((int(np.prod(filter_sizes[:4])), o), dtype=cdt)
+        for sl, cols in self._cols_nd(win, 3):
+            dw += cols.T @ dy[sl].reshape(-1, o)
+        return dw.reshape(tuple(filter_sizes)).astype(dt, copy=False)
+
+    # --- depthwise convolution: one broadcast multiply-add per filter tap ------------
+    def depthwise_conv2d(self, x, w, strides, padding, data_format, dilations):
+        """Each channel ``c`` of ``x`` convolved with ``w[:, :, c, :]``: output channel
+        ``c * M + m``."""
+        dt = x.dtype
+        cdt = compute_dtype(dt)
+        x = nhwc(x, data_format).astype(cdt, copy=False)
+        w = w.astype(cdt, copy=False)
+        kh, kw, c, m = w.shape
+        win = self._windows(x, kh, kw, strides, padding, dilations)
+        n, ho, wo = win.shape[:3]
+        out = self.xp.zeros((n, ho, wo, c, m), dtype=cdt)
+        for i in range(kh):
+            for j in range(kw):
+                out += win[:, :, :, i, j, :, None] * w[i, j]
+        return back(out.reshape(n, ho, wo, c * m).astype(dt, copy=False), data_format)
+
+    def depthwise_conv2d_backprop_input(self, w, dy, input_sizes, strides, padding,
+                                        data_format, dilations):
+        """The gradient of :meth:`depthwise_conv2d` w.r.t. its input."""
+        xp = self.xp
+        dt = dy.dtype
+        cdt = compute_dtype(dt)
+        n, h, wd, c = shape_nhwc(input_sizes, data_format)
+        w = w.astype(cdt, copy=False)
+        kh, kw, _, m = w.shape
+        dy = nhwc(dy, data_format).astype(cdt, copy=False)
+        ho, wo = dy.shape[1:3]
+        _, pt, pb = window_geometry(h, kh, strides[0], dilations[0], padding, 0)
+        _, pl, pr = window_geometry(wd, kw, strides[1], dilations[1], padding, 1)
+        dy5 = dy.reshape(n, ho, wo, c, m)
+        dxp = xp.zeros((n, h + pt + pb, wd + pl + pr, c), dtype=cdt)
+        for i in range(kh):
+            for j in range(kw):
+                a, b = i * dilations[0], j * dilations[1]
+                sl = (slice(None), slice(a, a + strides[0] * (ho - 1) + 1, strides[0]),
+                      slice(b, b + strides[1] * (wo - 1) + 1, strides[1]), slice(None))
+                dxp[sl] += xp.einsum("nhwcm,cm->nhwc", dy5, w[i, j])
+        return back(dxp[:, pt:pt + h, pl:pl + wd].astype(dt, copy=False), data_format)
+
+    def depthwise_conv2d_backprop_filter(self, x, dy, filter_sizes, strides, padding,
+                                         data_format, dilations):
+        """The gradient of :meth:`depthwise_conv2d` w.r.t. its filter."""
+        dt = x.dtype
+        cdt = compute_dtype(dt)
+        kh, kw, c, m = filter_sizes
+        x = nhwc(x, data_format).astype(cdt, copy=False)
+        win = self._windows(x, kh, kw, strides, padding, dilations)
+        n, ho, wo = win.shape[:3]
+        dy5 = nhwc(dy, data_format).astype(cdt, copy=False).reshape(n, ho, wo, c, m)
+        dw = self.xp.empty((kh, kw, c, m), dtype=cdt)
+        for i in range(kh):
+            for j in range(kw):
+                dw[i, j] = self.xp.einsum("nhwc,nhwcm->cm", win[:, :, :, i, j, :], dy5)
+        return dw.astype(dt, copy=False)
+
     # --- pooling --------------------------------------------------------------------
     def max_pool(self, x, ksize, strides, padding, data_format):
         """The maximum of each window of ``x``."""
@@ -551,6 +716,14 @@ class NNKernels:
             "Conv2D": KernelSpec(self.conv2d, dtypes=f),
             "Conv2DBackpropInput": KernelSpec(self.conv2d_backprop_input, dtypes=f),
             "Conv2DBackpropFilter": KernelSpec(self.conv2d_backprop_filter, dtypes=f),
+            "Conv3D": KernelSpec(self.conv3d, dtypes=f),
+            "Conv3DBackpropInputV2": KernelSpec(self.conv3d_backprop_input, dtypes=f),
+            "Conv3DBackpropFilterV2": KernelSpec(self.conv3d_backprop_filter, dtypes=f),
+            "DepthwiseConv2dNative": KernelSpec(self.depthwise_conv2d, dtypes=f),
+            "DepthwiseConv2dNativeBackpropInput": KernelSpec(
+                self.depthwise_conv2d_backprop_input, dtypes=f),
+            "DepthwiseConv2dNativeBackpropFilter": KernelSpec(
+                self.depthwise_conv2d_backprop_filter, dtypes=f),
             "MaxPool": KernelSpec(self.max_pool, dtypes=f + ("int32", "int64")),
             "MaxPoolGrad": KernelSpec(self.max_pool_grad, dtypes=f),
             "MaxPoolGradGrad": KernelSpec(self.max_pool_grad_grad, dtypes=f),
