@@ -263,9 +263,12 @@ def test_every_builtin_op_keeps_its_rules():
     ops = [op for op in LIB.ops if registry.OPS.get(op.name) is op]
     # (issue 34 added _FusedConv2D, with a JVP and a batching rule, and the eight fused
     # optimizer updates, Apply*, with a batching rule each)
-    assert len(ops) == 175         # the built-ins (OPS also holds the plugins' ops)
-    assert sum(op.jvp is not None for op in ops) == 109
-    assert sum(op.batch is not None for op in ops) == 166
+    # (issue 45 added 14: FusedLSTM/FusedGRU and their gradients, Conv3D and depthwise
+    # convolution with their backprop ops, LayerNorm and its gradient, DotProductAttention;
+    # 13 with a JVP rule, all with a batching rule but Conv3D's three)
+    assert len(ops) == 189         # the built-ins (OPS also holds the plugins' ops)
+    assert sum(op.jvp is not None for op in ops) == 122
+    assert sum(op.batch is not None for op in ops) == 179
     assert {op.name for op in ops if op.jvp is None and op.differentiable} \
         == _DIFFERENTIABLE_WITHOUT_JVP
     assert {op.name for op in ops if op.batch is None} == set(batching.NO_RULE) | _NO_INPUTS_WITHOUT_BATCH

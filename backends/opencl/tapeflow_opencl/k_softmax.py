@@ -25,6 +25,16 @@ cross entropy checks its labels on the device (one flag, downloaded once per cal
 the labels are read back only to word the error). ``SigmoidCrossEntropyWithLogits``
 is one elementwise expression, ``L2Loss`` a :func:`k_reduce.reduce` with a
 sum-of-squares :class:`k_reduce.Reducer`.
+
+``LayerNorm`` (and its backward op ``LayerNormGrad``) normalise rows too: the input is
+viewed with the normalised axes last (one strided copy unless they already are the
+contiguous trailing axes), then one work item per row computes the mean, the variance
+and writes the row (``LayerNormGrad``: ``dx`` and each row's mean and ``1/sqrt(var +
+eps)``; a second kernel, one work item per column, sums ``dgamma`` and ``dbeta`` over the
+rows). float16 runs the op's composite. ``DotProductAttention`` (and its backward op) is
+batched matmuls on views of the heads' layout (:func:`k_linalg.matmul_views`), the
+softmax row kernel and elementwise launches for the scale, the mask and the softmax's
+backward.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from tapeflow.errors import InvalidArgumentError
 from tapeflow.plugins import KernelSpec
 
 from . import runtime as rt
+from .k_linalg import matmul_views
 from .k_reduce import Reducer, reduce
 from .runtime import FLOATS
 
@@ -209,6 +220,105 @@ def _rows(kind, x, axis, lab=None, flag=None):
     return out
 
 
+_LN_FWD = """#define T {T}
+__kernel void ln_fwd(__global T *out, __global const T *x, long xo, __global const T *g,
+                     long go, __global const T *b, long bo, long M, long N, T eps) {{
+    long row = get_global_id(0);
+    if (row >= M) return;
+    __global const T *xr = x + xo + row * N;
+    __global T *yr = out + row * N;
+    T s = 0;
+    for (long j = 0; j < N; j++) s += xr[j];
+    T m = s / (T)N;
+    T v = 0;
+    for (long j = 0; j < N; j++) {{ T d = xr[j] - m; v += d * d; }}
+    T r = (T)1 / sqrt(v / (T)N + eps);
+    for (long j = 0; j < N; j++) yr[j] = (xr[j] - m) * r * g[go + j] + b[bo + j];
+}}
+"""
+
+_LN_BWD = """#define T {T}
+__kernel void ln_dx(__global T *dx, __global T *stats, __global const T *dy, long dyo,
+                    __global const T *x, long xo, __global const T *g, long go, long M,
+                    long N, T eps) {{
+    long row = get_global_id(0);
+    if (row >= M) return;
+    __global const T *xr = x + xo + row * N;
+    __global const T *dr = dy + dyo + row * N;
+    __global T *out = dx + row * N;
+    T s = 0;
+    for (long j = 0; j < N; j++) s += xr[j];
+    T m = s / (T)N;
+    T v = 0;
+    for (long j = 0; j < N; j++) {{ T d = xr[j] - m; v += d * d; }}
+    T r = (T)1 / sqrt(v / (T)N + eps);
+    stats[2 * row] = m;
+    stats[2 * row + 1] = r;
+    T sg = 0, sgh = 0;
+    for (long j = 0; j < N; j++) {{ T gj = dr[j] * g[go + j]; sg += gj;
+                                    sgh += gj * (xr[j] - m) * r; }}
+    sg /= (T)N;
+    sgh /= (T)N;
+    for (long j = 0; j < N; j++)
+        out[j] = r * (dr[j] * g[go + j] - sg - (xr[j] - m) * r * sgh);
+}}
+
+__kernel void ln_dparams(__global T *dg, __global T *db, __global const T *stats,
+                         __global const T *dy, long dyo, __global const T *x, long xo,
+                         long M, long N) {{
+    long j = get_global_id(0);
+    if (j >= N) return;
+    T a = 0, c = 0;
+    for (long i = 0; i < M; i++) {{
+        T d = dy[dyo + i * N + j];
+        a += d * (x[xo + i * N + j] - stats[2 * i]) * stats[2 * i + 1];
+        c += d;
+    }}
+    dg[j] = a;
+    db[j] = c;
+}}
+"""
+
+
+def _ln_rows(x, axes):
+    """``x`` as a contiguous array with the normalised ``axes`` last (a strided copy
+    unless they are already), its element offset, ``(M, N)`` and the permutation."""
+    nd = len(x.shape)
+    perm = [i for i in range(nd) if i not in axes] + list(axes)
+    if perm != list(range(nd)):
+        st, off = rt.layout(x)
+        x = rt.view(x, [x.shape[i] for i in perm], [st[i] for i in perm], off)
+    x = rt.contiguous(x)
+    n = math.prod(x.shape[nd - len(axes):])
+    m = math.prod(x.shape) // n if n else 0
+    return x, rt.layout(x)[1], (m, n), perm
+
+
+def _ln_back(out, shape, perm):
+    """The contiguous ``[M, N]`` result in the input's layout (``shape``)."""
+    pshape = [shape[i] for i in perm]
+    if perm == list(range(len(shape))):
+        return rt.view(out, shape)
+    cst = rt.layout(rt.view(out, pshape))[0]
+    inv = [perm.index(i) for i in range(len(shape))]
+    return rt.contiguous(rt.view(out, shape, [cst[i] for i in inv], 0))
+
+
+def _perm(a, perm):
+    """A view of ``a`` with its dimensions permuted."""
+    st, off = rt.layout(a)
+    return rt.view(a, [a.shape[i] for i in perm], [st[i] for i in perm], off)
+
+
+def _heads_back(a):
+    """``[B, H, T, D]`` as a new contiguous ``[B, T, H, D]`` array."""
+    return rt.contiguous(_perm(a, [0, 2, 1, 3]))
+
+
+def _c_number(v, T):
+    return f"(({T}){float(v)!r})"
+
+
 class SoftmaxKernels:
     """The row kernels (one method each; :meth:`table` maps op names to them)."""
 
@@ -257,10 +367,101 @@ class SoftmaxKernels:
         red = Reducer(ct, "0", "v * v", "a + b", f"a * ({ct})0.5")
         return reduce(x, None, False, red)
 
+    def layer_norm(self, x, gamma, beta, axes, epsilon):
+        """LayerNorm over ``axes``: one work item per row (after at most one copy)."""
+        dev = rt.device_of(x)
+        shape = tuple(x.shape)
+        xc, xo, (m, n), perm = _ln_rows(x, axes)
+        out = rt.empty(dev, (m, n), x.dtype)
+        if m * n:
+            g, b = rt.contiguous(gamma), rt.contiguous(beta)
+            T = rt.CTYPES[x.dtype]
+            k = rt.kernel(dev, _LN_FWD.format(T=T), "ln_fwd",
+                          [None, None, np.int64, None, np.int64, None, np.int64, np.int64,
+                           np.int64, x.dtype.type])
+            rt.launch(dev, k, (m,), None, out.base_data, rt.buf(dev, xc), xo, rt.buf(dev, g),
+                      rt.layout(g)[1], rt.buf(dev, b), rt.layout(b)[1], m, n, epsilon)
+        return _ln_back(out, shape, perm)
+
+    def layer_norm_grad(self, dy, x, gamma, axes, epsilon):
+        """LayerNormGrad: ``dx`` and the row statistics in one launch (one work item per
+        row), ``dgamma`` and ``dbeta`` in a second (one work item per column)."""
+        dev = rt.device_of(x)
+        shape = tuple(x.shape)
+        xc, xo, (m, n), perm = _ln_rows(x, axes)
+        dyc, dyo, _, _ = _ln_rows(dy, axes)
+        dx = rt.empty(dev, (m, n), x.dtype)
+        pshape = tuple(gamma.shape)
+        if not m * n:
+            zeros = np.zeros(pshape, x.dtype)
+            return _ln_back(dx, shape, perm), rt.upload(dev, zeros), rt.upload(dev, zeros)
+        g = rt.contiguous(gamma)
+        stats = rt.empty(dev, (m, 2), x.dtype)
+        dg, db = rt.empty(dev, pshape, x.dtype), rt.empty(dev, pshape, x.dtype)
+        src = _LN_BWD.format(T=rt.CTYPES[x.dtype])
+        k = rt.kernel(dev, src, "ln_dx", [None, None, None, np.int64, None, np.int64, None,
+                                          np.int64, np.int64, np.int64, x.dtype.type])
+        rt.launch(dev, k, (m,), None, dx.base_data, stats.base_data, rt.buf(dev, dyc), dyo,
+                  rt.buf(dev, xc), xo, rt.buf(dev, g), rt.layout(g)[1], m, n, epsilon)
+        k2 = rt.kernel(dev, src, "ln_dparams", [None, None, None, None, np.int64, None,
+                                                np.int64, np.int64, np.int64])
+        rt.launch(dev, k2, (n,), None, dg.base_data, db.base_data, stats.base_data,
+                  rt.buf(dev, dyc), dyo, rt.buf(dev, xc), xo, m, n)
+        return _ln_back(dx, shape, perm), dg, db
+
+    def dot_product_attention(self, query, key, value, mask, scale):
+        """DotProductAttention: two batched matmuls on the heads' views, the scaled and
+        masked scores in one elementwise launch, the softmax in one row launch."""
+        dev = rt.device_of(query)
+        b, t, h, _ = query.shape
+        s_len, dv, dt = key.shape[1], value.shape[3], query.dtype
+        if 0 in (b, t, h, s_len):
+            return (rt.upload(dev, np.zeros((b, t, h, dv), dt)),
+                    rt.upload(dev, np.zeros((b, h, t, s_len), dt)))
+        s = matmul_views(_perm(query, [0, 2, 1, 3]), _perm(key, [0, 2, 3, 1]))
+        T = rt.CTYPES[dt]
+        if mask.ndim:
+            s = rt.elementwise(f"x1 ? x0 * {_c_number(scale, T)} : {_c_number(-1e9, T)}", dt,
+                               s, mask)
+        elif scale != 1.0:
+            s = rt.elementwise(f"x0 * {_c_number(scale, T)}", dt, s)
+        p = _rows("softmax", s, 3)
+        return _heads_back(matmul_views(p, _perm(value, [0, 2, 1, 3]))), p
+
+    def dot_product_attention_grad(self, dout, dweights, query, key, value, weights, mask,
+                                   scale):
+        """DotProductAttentionGrad: four batched matmuls on the heads' views, the
+        softmax's backward in two elementwise launches and a matrix-vector product."""
+        dev = rt.device_of(query)
+        b, t, h, _ = query.shape
+        s_len, dt = key.shape[1], query.dtype
+        if 0 in (b, t, h, s_len):
+            return tuple(rt.upload(dev, np.zeros(a.shape, dt)) for a in (query, key, value))
+        d_h = _perm(dout, [0, 2, 1, 3])
+        dv = matmul_views(_perm(weights, [0, 1, 3, 2]), d_h)
+        dp = rt.elementwise("x0 + x1", dt, matmul_views(d_h, _perm(value, [0, 2, 3, 1])),
+                            dweights)
+        rows = matmul_views(rt.elementwise("x0 * x1", dt, dp, weights),
+                            rt.upload(dev, np.ones((s_len, 1), dt)))
+        T = rt.CTYPES[dt]
+        sc = _c_number(scale, T)
+        if mask.ndim:
+            ds = rt.elementwise(f"x3 ? (x0 - x1) * x2 * {sc} : ({T})0", dt, dp, rows, weights,
+                                mask)
+        else:
+            ds = rt.elementwise(f"(x0 - x1) * x2 * {sc}", dt, dp, rows, weights)
+        dq = matmul_views(ds, _perm(key, [0, 2, 1, 3]))
+        dk = matmul_views(_perm(ds, [0, 1, 3, 2]), _perm(query, [0, 2, 1, 3]))
+        return _heads_back(dq), _heads_back(dk), _heads_back(dv)
+
     def table(self):
         """``{op name: KernelSpec}`` of this module's kernels."""
         f = FLOATS
         return {
+            "DotProductAttention": KernelSpec(self.dot_product_attention, dtypes=f),
+            "DotProductAttentionGrad": KernelSpec(self.dot_product_attention_grad, dtypes=f),
+            "LayerNorm": KernelSpec(self.layer_norm, dtypes=f),
+            "LayerNormGrad": KernelSpec(self.layer_norm_grad, dtypes=f),
             "Softmax": KernelSpec(self.softmax, dtypes=f),
             "LogSoftmax": KernelSpec(self.log_softmax, dtypes=f),
             "SoftmaxCrossEntropyWithLogits": KernelSpec(self.softmax_xent, dtypes=f),

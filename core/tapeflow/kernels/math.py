@@ -295,9 +295,182 @@ class MathKernels:
             out = self.xp.add(out, x)
         return out
 
+    # --- layer normalisation (ops LayerNorm, LayerNormGrad) ------------------------------
+    def _ln_rows(self, x, axes):
+        """``x`` as a 2-d ``[rows, n]`` array with the normalised ``axes`` last (a view
+        when they are the trailing axes) and the function that puts a ``[rows, n]``
+        result back in ``x``'s layout."""
+        nd = x.ndim
+        k = len(axes)
+        if tuple(axes) == tuple(range(nd - k, nd)):
+            shape = x.shape
+            n = 1
+            for d in shape[nd - k:]:
+                n *= d
+            return x.reshape(-1, n), lambda y: y.reshape(shape)
+        others = [i for i in range(nd) if i not in axes]
+        perm = others + list(axes)
+        xt = x.transpose(perm)
+        tshape = xt.shape
+        n = 1
+        for a in axes:
+            n *= x.shape[a]
+        inv = [perm.index(i) for i in range(nd)]
+        return xt.reshape(-1, n), lambda y: y.reshape(tshape).transpose(inv)
+
+    def _ln_forward_rows(self, x2, out, gamma, beta, epsilon):
+        """The rows of ``x2`` normalised, scaled and shifted into ``out`` (the means and
+        the row sums as matrix-vector products: BLAS, not NumPy's short-row loop)."""
+        xp = self.xp
+        n = x2.shape[1]
+        xc = xp.subtract(x2, (x2 @ xp.full(n, 1.0 / n, x2.dtype))[:, None], out=out)
+        var = xp.einsum("ij,ij->i", xc, xc) / n
+        xc *= (1.0 / xp.sqrt(var + epsilon)).astype(x2.dtype, copy=False)[:, None]
+        xc *= gamma
+        xc += beta
+
+    def _ln_backward_rows(self, dy2, x2, out, gamma, epsilon):
+        """``dx`` of the rows into ``out``; returns these rows' ``(dgamma, dbeta)``."""
+        xp = self.xp
+        m, n = x2.shape
+        mean_v = xp.full(n, 1.0 / n, x2.dtype)
+        h = x2 - (x2 @ mean_v)[:, None]
+        var = xp.einsum("ij,ij->i", h, h) / n
+        r = (1.0 / xp.sqrt(var + epsilon)).astype(x2.dtype, copy=False)[:, None]
+        h *= r
+        dbeta = xp.ones(m, x2.dtype) @ dy2
+        dgamma = xp.einsum("ij,ij->j", dy2, h)
+        g = xp.multiply(dy2, gamma, out=out)
+        m1 = (xp.einsum("ij,ij->i", g, h) / n).astype(x2.dtype, copy=False)[:, None]
+        g -= (g @ mean_v)[:, None]
+        h *= m1
+        g -= h
+        g *= r
+        return dgamma, dbeta
+
+    def layer_norm(self, x, gamma, beta, axes, epsilon):
+        """``(x - mean) / sqrt(var + epsilon) * gamma + beta`` over ``axes`` (float16
+        computed in float32)."""
+        dt = x.dtype
+        if dt == self._f16:
+            x, gamma, beta = (a.astype(self._f32) for a in (x, gamma, beta))
+        if x.size == 0:
+            return self.xp.empty(x.shape, dtype=dt)
+        x2, back = self._ln_rows(x, axes)
+        out = self.xp.empty(x2.shape, x2.dtype)
+        self._ln_forward_rows(x2, out, gamma.reshape(-1), beta.reshape(-1), epsilon)
+        return back(out).astype(dt, copy=False)
+
+    def layer_norm_grad(self, dy, x, gamma, axes, epsilon):
+        """``(dx, dgamma, dbeta)`` of :meth:`layer_norm`: with ``h`` the normalised
+        input, ``r = 1/sqrt(var + eps)`` and ``g = dy * gamma``,
+        ``dx = r (g - mean(g) - h mean(g h))``, ``dgamma = sum(dy h)``,
+        ``dbeta = sum(dy)`` (sums over the axes that are not normalised)."""
+        xp = self.xp
+        dt = x.dtype
+        if dt == self._f16:
+            dy, x, gamma = (a.astype(self._f32) for a in (dy, x, gamma))
+        if x.size == 0:
+            z = xp.zeros(gamma.shape, dt)
+            return xp.empty(x.shape, dtype=dt), z, z.copy()
+        x2, back = self._ln_rows(x, axes)
+        dy2, _ = self._ln_rows(dy, axes)
+        out = xp.empty(x2.shape, x2.dtype)
+        dgamma, dbeta = self._ln_backward_rows(dy2, x2, out, gamma.reshape(-1), epsilon)
+        return (back(out).astype(dt, copy=False), dgamma.reshape(gamma.shape).astype(dt),
+                dbeta.reshape(gamma.shape).astype(dt))
+
+    # --- dot-product attention (ops DotProductAttention, DotProductAttentionGrad) -------
+    def _into(self, a, b, view):
+        """``a @ b`` written into ``view`` (NumPy; another array module: assigned)."""
+        if self.xp.__name__ == "numpy":
+            self.xp.matmul(a, b, out=view)
+        else:
+            view[...] = self.xp.matmul(a, b)
+
+    def _attend(self, query, key, value, out, weights, mask, scale, neg):
+        """The work of :meth:`dot_product_attention`, written into ``out`` and
+        ``weights``."""
+        xp = self.xp
+        s = weights
+        xp.matmul(query.transpose(0, 2, 1, 3), key.transpose(0, 2, 3, 1), out=s)
+        if scale != 1.0:
+            s *= scale
+        if mask.ndim:
+            xp.copyto(s, neg, where=~mask)
+        s -= s.max(axis=-1, keepdims=True)
+        xp.exp(s, out=s)
+        s_len = s.shape[-1]
+        s *= (1.0 / (s.reshape(-1, s_len) @ xp.ones(s_len, s.dtype))).reshape(
+            s.shape[:-1] + (1,))
+        self._into(s, value.transpose(0, 2, 1, 3), out.transpose(0, 2, 1, 3))
+
+    def dot_product_attention(self, query, key, value, mask, scale):
+        """``(out, weights)``: ``weights = softmax(scale * q k^T)`` over the keys with
+        masked scores at a large negative value, ``out = weights @ v``, in the heads'
+        layout ``[B, T, H, D]`` (float16 computed in float32)."""
+        xp = self.xp
+        dt = query.dtype
+        if dt == self._f16:
+            query, key, value = (a.astype(self._f32) for a in (query, key, value))
+        b, t, h, _ = query.shape
+        s_len, dv = key.shape[1], value.shape[3]
+        out = xp.empty((b, t, h, dv), query.dtype)
+        weights = xp.empty((b, h, t, s_len), query.dtype)
+        if 0 in (b, t, h, s_len):
+            out[...] = 0
+            return out.astype(dt), weights.astype(dt)
+        self._attend(query, key, value, out, weights, mask, scale,
+                     -65504.0 if dt == self._f16 else -1e9)
+        return out.astype(dt, copy=False), weights.astype(dt, copy=False)
+
+    def _attend_back(self, dout, dweights, query, key, value, weights, dq, dk, dv, mask,
+                     scale):
+        """The work of :meth:`dot_product_attention_grad`, written into ``dq, dk, dv``."""
+        xp = self.xp
+        d_h = dout.transpose(0, 2, 1, 3)
+        self._into(weights.swapaxes(-1, -2), d_h, dv.transpose(0, 2, 1, 3))
+        dp = xp.matmul(d_h, value.transpose(0, 2, 3, 1))
+        dp += dweights
+        s_len = dp.shape[-1]
+        rows = (dp * weights).reshape(-1, s_len) @ xp.ones(s_len, dp.dtype)
+        dp -= rows.reshape(dp.shape[:-1] + (1,))
+        dp *= weights
+        if mask.ndim:
+            xp.copyto(dp, 0, where=~mask)
+        if scale != 1.0:
+            dp *= scale
+        self._into(dp, key.transpose(0, 2, 1, 3), dq.transpose(0, 2, 1, 3))
+        self._into(dp.swapaxes(-1, -2), query.transpose(0, 2, 1, 3), dk.transpose(0, 2, 1, 3))
+
+    def dot_product_attention_grad(self, dout, dweights, query, key, value, weights, mask,
+                                   scale):
+        """``(dq, dk, dv)`` of :meth:`dot_product_attention` from its outputs' gradients
+        and its weights ``P``: ``dv = P^T dout``, ``dS = P (dP - sum(dP P))`` with ``dP
+        = dout v^T + dweights`` (0 where masked), ``dq = scale dS k``, ``dk = scale dS^T
+        q``."""
+        xp = self.xp
+        dt = query.dtype
+        if dt == self._f16:
+            dout, dweights, query, key, value, weights = (
+                a.astype(self._f32) for a in (dout, dweights, query, key, value, weights))
+        dq, dk, dv = (xp.empty(a.shape, query.dtype) for a in (query, key, value))
+        if 0 in query.shape[:3] or key.shape[1] == 0:
+            for a in (dq, dk, dv):
+                a[...] = 0
+            return dq.astype(dt), dk.astype(dt), dv.astype(dt)
+        self._attend_back(dout, dweights, query, key, value, weights, dq, dk, dv, mask, scale)
+        return (dq.astype(dt, copy=False), dk.astype(dt, copy=False),
+                dv.astype(dt, copy=False))
+
     def table(self):
         """``{op name: KernelSpec}`` (docs/backends.md)."""
-        return {**self._arithmetic_table(), **self._unary_table(), **self._logic_table()}
+        return {**self._arithmetic_table(), **self._unary_table(), **self._logic_table(),
+                "LayerNorm": KernelSpec(self.layer_norm, FLOATS, fresh=True),
+                "LayerNormGrad": KernelSpec(self.layer_norm_grad, FLOATS),
+                "DotProductAttention": KernelSpec(self.dot_product_attention, FLOATS),
+                "DotProductAttentionGrad": KernelSpec(self.dot_product_attention_grad,
+                                                      FLOATS)}
 
     def _arithmetic_table(self):
         """The binary arithmetic ops and the complex parts."""

@@ -2,8 +2,12 @@
 kernels (naive loops for convolution and pooling), small samples so finite-difference
 gradient checks (first and second order, float64) stay fast."""
 
+# Long file: the specs of the whole tf.nn namespace (activations, losses, the convolution
+# family, pooling, dropout), each with its independent naive reference beside its samples.
+
 from __future__ import annotations
 
+import itertools
 import re
 
 import math
@@ -12,7 +16,7 @@ import numpy as np
 
 import tapeflow as tf
 from tapeflow.errors import InvalidArgumentError
-from tapeflow.ops.fused import fused_conv2d
+from tapeflow.ops.fused import fused_conv2d, gru_sequence, lstm_sequence
 
 from . import ErrorSample, OpSpec, Sample
 
@@ -104,6 +108,59 @@ def _softmax_samples(dt, rng):
             Sample((_u(rng, (2, 5), dt),), name="2d"),
             Sample((_u(rng, (2, 3, 4), dt),), {"axis": 1}, name="axis1"),
             Sample((_u(rng, (2, 3), dt, -50, 50),), name="large")]
+
+
+# --- layer_norm -------------------------------------------------------------------------
+
+def ref_layer_norm(x, gamma=None, beta=None, axis=-1, epsilon=1e-3):
+    f = np.float64
+    ax = tuple(sorted({a % x.ndim for a in ([axis] if np.isscalar(axis) else axis)}))
+    x64 = x.astype(f)
+    y = (x64 - x64.mean(axis=ax, keepdims=True)) / np.sqrt(x64.var(axis=ax, keepdims=True)
+                                                          + epsilon)
+    bshape = [x.shape[i] if i in ax else 1 for i in range(x.ndim)]
+    if gamma is not None:
+        y = y * gamma.astype(f).reshape(bshape)
+    if beta is not None:
+        y = y + beta.astype(f).reshape(bshape)
+    return _cast_like(y, x)
+
+
+def _ln_samples(dt, rng):
+    return [Sample((_u(rng, (3, 5), dt), _u(rng, (5,), dt), _u(rng, (5,), dt)), name="last"),
+            Sample((_u(rng, (2, 3, 4), dt), _u(rng, (3, 4), dt), _u(rng, (3, 4), dt)),
+                   {"axis": [1, 2], "epsilon": 0.01}, name="two_axes"),
+            Sample((_u(rng, (3, 2, 4), dt), _u(rng, (3, 4), dt), _u(rng, (3, 4), dt)),
+                   {"axis": [0, 2]}, name="outer_axes"),
+            Sample((_u(rng, (4, 3), dt),), {"axis": 0}, name="no_params"),
+            Sample((np.zeros((0, 3), dt.np), np.ones(3, dt.np), np.zeros(3, dt.np)),
+                   name="empty")]
+
+
+# --- dot_product_attention --------------------------------------------------------------
+
+def ref_dot_product_attention(q, k, v, mask=None, scale=None):
+    f = np.float64
+    s = np.einsum("bthk,bshk->bhts", q.astype(f), k.astype(f))
+    s = s * (1 / np.sqrt(q.shape[-1]) if scale is None else scale)
+    if mask is not None:
+        s = np.where(mask, s, -1e9)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return (_cast_like(np.einsum("bhts,bshv->bthv", p, v.astype(f)), q), _cast_like(p, q))
+
+
+def _dpa_samples(dt, rng):
+    mask = rng.random((2, 1, 3, 4)) > 0.3
+    mask[..., 0] = True
+    return [Sample((_u(rng, (2, 3, 2, 3), dt), _u(rng, (2, 4, 2, 3), dt),
+                    _u(rng, (2, 4, 2, 5), dt)), name="plain"),
+            Sample((_u(rng, (2, 3, 2, 3), dt), _u(rng, (2, 4, 2, 3), dt),
+                    _u(rng, (2, 4, 2, 2), dt), mask), {"scale": 0.7}, name="masked",
+                   grad_argnums=(0, 1, 2)),
+            Sample((_u(rng, (1, 3, 1, 2), dt), _u(rng, (1, 3, 1, 2), dt),
+                    _u(rng, (1, 3, 1, 2), dt), np.tril(np.ones((3, 3), bool))), name="causal",
+                   grad_argnums=(0, 1, 2))]
 
 
 # --- bias_add, l2_loss, moments, batch_normalization -------------------------------------
@@ -513,9 +570,466 @@ def _fused_samples(dt, rng):
     return out
 
 
+# --- the fused recurrent ops (FusedLSTM, FusedGRU; issue 45) ------------------------------
+
+def _sigmoid64(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def ref_lstm_sequence(x, h0, c0, kernel, recurrent_kernel, bias=None, forget_bias=0.0,
+                      gate_order="ifco", reverse=False):
+    """The LSTM over time-major ``x`` step by step, in float64 NumPy."""
+    dt = x.dtype
+    x, h, c, w, u = (a.astype(np.float64) for a in (x, h0, c0, kernel, recurrent_kernel))
+    b = np.zeros(w.shape[1]) if bias is None else bias.astype(np.float64)
+    n = h.shape[-1]
+    outs = np.zeros((x.shape[0],) + h.shape)
+    for t in (range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])):
+        z = x[t] @ w + h @ u + b
+        g = {name: z[:, k * n:(k + 1) * n] for k, name in enumerate(gate_order)}
+        c = _sigmoid64(g["f"] + forget_bias) * c + _sigmoid64(g["i"]) * np.tanh(g["c"])
+        h = _sigmoid64(g["o"]) * np.tanh(c)
+        outs[t] = h
+    return outs.astype(dt), h.astype(dt), c.astype(dt)
+
+
+def ref_gru_sequence(x, h0, kernel, recurrent_kernel, bias=None, recurrent_bias=None,
+                     gate_order="zrh", reverse=False):
+    """The GRU (reset gate after the recurrent product) step by step, in float64 NumPy."""
+    dt = x.dtype
+    x, h, w, u = (a.astype(np.float64) for a in (x, h0, kernel, recurrent_kernel))
+    b = np.zeros(w.shape[1]) if bias is None else bias.astype(np.float64)
+    rb = np.zeros(w.shape[1]) if recurrent_bias is None else recurrent_bias.astype(np.float64)
+    n = h.shape[-1]
+    outs = np.zeros((x.shape[0],) + h.shape)
+    for t in (range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])):
+        xz, hz = x[t] @ w + b, h @ u + rb
+        gx = {name: xz[:, k * n:(k + 1) * n] for k, name in enumerate(gate_order)}
+        gh = {name: hz[:, k * n:(k + 1) * n] for k, name in enumerate(gate_order)}
+        z, r = _sigmoid64(gx["z"] + gh["z"]), _sigmoid64(gx["r"] + gh["r"])
+        cand = np.tanh(gx["h"] + r * gh["h"])
+        h = z * h + (1 - z) * cand
+        outs[t] = h
+    return outs.astype(dt), h.astype(dt)
+
+
+def _rnn_samples(k, orders):
+    """Sequences of T = 3 (and T = 0), B = 2, I = 3, H = 2 with weights in [-1, 1]; each
+    gate order once, forward and reversed."""
+    def samples(dt, rng):
+        out = []
+        for s, order in enumerate(orders):
+            t_len, bs, i_dim, n = (3, 2, 3, 2) if s < len(orders) - 1 else (0, 2, 3, 2)
+            x = _u(rng, (t_len, bs, i_dim), dt, -1.0, 1.0)
+            states = [_u(rng, (bs, n), dt, -1.0, 1.0) for _ in range(k - 2)]
+            ws = [_u(rng, shape, dt, -1.0, 1.0) for shape in
+                  ((i_dim, k * n), (n, k * n), (k * n,), (k * n,))[:k - 1]]
+            kw = {"gate_order": order, "reverse": bool(s % 2)}
+            if k == 4:
+                kw["forget_bias"] = 0.5 * s
+            out.append(Sample((x, *states, *ws), kw, name=f"{order}{'_rev' * (s % 2)}_T{t_len}"))
+        return out
+    return samples
+
+
+_LX, _LH = np.ones((3, 2, 3), np.float32), np.ones((2, 2), np.float32)
+
+
 # --- specs -------------------------------------------------------------------------------
 
 _X = np.ones((1, 5, 5, 3), np.float32)
+
+# --- 1-d, 3-d, depthwise and separable convolution; 1-d and 3-d pooling -----------------------
+
+def _taps_nd(spatial, ks, strides, dil, padding):
+    """Yield (output position, tap, input position) of every in-bounds tap of an N-d
+    window op (TF's SAME/VALID rules), as index tuples."""
+    geo = [_pads_1d(n, k, s, d, padding, i)
+           for i, (n, k, s, d) in enumerate(zip(spatial, ks, strides, dil))]
+    for o in itertools.product(*(range(g[0]) for g in geo)):
+        for t in itertools.product(*(range(k) for k in ks)):
+            p = tuple(a * s + b * d - g[1] for a, b, s, d, g in zip(o, t, strides, dil, geo))
+            if all(0 <= q < n for q, n in zip(p, spatial)):
+                yield o, t, p
+
+
+def _out_nd(spatial, ks, strides, dil, padding):
+    return tuple(_pads_1d(n, k, s, d, padding, i)[0]
+                 for i, (n, k, s, d) in enumerate(zip(spatial, ks, strides, dil)))
+
+
+def _cl(x, last):
+    """Channels-last view of a channels-first array (and back: ``_cf``)."""
+    return x if last else np.moveaxis(x, 1, -1)
+
+
+def _cf(x, last):
+    return x if last else np.moveaxis(x, -1, 1)
+
+
+def _n(v, n, last):
+    if isinstance(v, int):
+        return (v,) * n
+    v = list(v)
+    if len(v) == 1:
+        return tuple(v) * n
+    if len(v) == n:
+        return tuple(v)
+    return tuple(v[1:-1]) if last else tuple(v[2:])
+
+
+def _ref_conv_nd(x, w, strides, padding, dil, last):
+    """Channels-last naive convolution of ``x`` with ``w`` ``[*K, C, O]`` in float64."""
+    xn = _cl(x.astype(np.float64), last)
+    w64 = w.astype(np.float64)
+    nsp = xn.ndim - 2
+    ks = w.shape[:nsp]
+    out = np.zeros((xn.shape[0],) + _out_nd(xn.shape[1:-1], ks, strides, dil, padding)
+                   + (w.shape[-1],))
+    for o, t, p in _taps_nd(xn.shape[1:-1], ks, strides, dil, padding):
+        out[(slice(None),) + o] += xn[(slice(None),) + p] @ w64[t]
+    return _cf(out, last).astype(x.dtype)
+
+
+def _ref_bpi_nd(sizes_cl, w, dy, strides, padding, dil, last):
+    dyn = _cl(dy.astype(np.float64), last)
+    w64 = w.astype(np.float64)
+    nsp = len(sizes_cl) - 2
+    dx = np.zeros(sizes_cl)
+    for o, t, p in _taps_nd(sizes_cl[1:-1], w.shape[:nsp], strides, dil, padding):
+        dx[(slice(None),) + p] += dyn[(slice(None),) + o] @ w64[t].T
+    return _cf(dx, last).astype(dy.dtype)
+
+
+def _ref_bpf_nd(x, filter_sizes, dy, strides, padding, dil, last):
+    xn, dyn = _cl(x.astype(np.float64), last), _cl(dy.astype(np.float64), last)
+    nsp = xn.ndim - 2
+    dw = np.zeros(tuple(filter_sizes))
+    for o, t, p in _taps_nd(xn.shape[1:-1], filter_sizes[:nsp], strides, dil, padding):
+        dw[t] += xn[(slice(None),) + p].T @ dyn[(slice(None),) + o]
+    return dw.astype(x.dtype)
+
+
+def ref_conv1d(x, w, stride=1, padding="VALID", data_format="NWC", dilations=1):
+    last = data_format in ("NWC", "NHWC")
+    return _ref_conv_nd(x, w, _n(stride, 1, last), padding, _n(dilations, 1, last), last)
+
+
+def ref_conv1d_transpose(x, w, output_shape, strides=1, padding="SAME", data_format="NWC",
+                         dilations=1):
+    last = data_format == "NWC"
+    sizes = tuple(output_shape) if last else (output_shape[0], output_shape[2], output_shape[1])
+    return _ref_bpi_nd(sizes, w, x, _n(strides, 1, last), padding, _n(dilations, 1, last), last)
+
+
+def ref_conv3d(x, w, strides=1, padding="VALID", data_format="NDHWC", dilations=1):
+    last = data_format == "NDHWC"
+    return _ref_conv_nd(x, w, _n(strides, 3, last), padding, _n(dilations, 3, last), last)
+
+
+def _sizes_cl(sizes, last):
+    return tuple(sizes) if last else (sizes[0], *sizes[2:], sizes[1])
+
+
+def ref_conv3d_backprop_input(input_sizes, w, dy, strides=1, padding="VALID",
+                              data_format="NDHWC", dilations=1):
+    last = data_format == "NDHWC"
+    return _ref_bpi_nd(_sizes_cl(input_sizes, last), w, dy, _n(strides, 3, last), padding,
+                       _n(dilations, 3, last), last)
+
+
+def ref_conv3d_backprop_filter(x, filter_sizes, dy, strides=1, padding="VALID",
+                               data_format="NDHWC", dilations=1):
+    last = data_format == "NDHWC"
+    return _ref_bpf_nd(x, filter_sizes, dy, _n(strides, 3, last), padding,
+                       _n(dilations, 3, last), last)
+
+
+def ref_conv3d_transpose(x, w, output_shape, strides=1, padding="SAME", data_format="NDHWC",
+                         dilations=1):
+    return ref_conv3d_backprop_input(output_shape, w, x, strides, padding, data_format,
+                                     dilations)
+
+
+def _depthwise_dense(w):
+    """The dense ``[kh, kw, C, C * M]`` filter equal to a depthwise one ``[kh, kw, C, M]``."""
+    kh, kw, c, m = w.shape
+    dense = np.zeros((kh, kw, c, c * m), np.float64)
+    for ch in range(c):
+        dense[:, :, ch, ch * m:(ch + 1) * m] = w[:, :, ch, :]
+    return dense
+
+
+def ref_depthwise_conv2d(x, w, strides=1, padding="VALID", data_format="NHWC", dilations=1,
+                         rate=None):
+    last = data_format in (None, "NHWC")
+    return _ref_conv_nd(x, _depthwise_dense(w), _n(strides, 2, last), padding,
+                        _n(dilations if rate is None else rate, 2, last), last)
+
+
+def ref_depthwise_backprop_input(input_sizes, w, dy, strides=1, padding="VALID",
+                                 data_format="NHWC", dilations=1):
+    last = data_format == "NHWC"
+    return _ref_bpi_nd(_sizes_cl(input_sizes, last), _depthwise_dense(w), dy,
+                       _n(strides, 2, last), padding, _n(dilations, 2, last), last)
+
+
+def ref_depthwise_backprop_filter(x, filter_sizes, dy, strides=1, padding="VALID",
+                                  data_format="NHWC", dilations=1):
+    last = data_format == "NHWC"
+    kh, kw, c, m = filter_sizes
+    dense = _ref_bpf_nd(x.astype(np.float64), (kh, kw, c, c * m), dy.astype(np.float64),
+                        _n(strides, 2, last), padding, _n(dilations, 2, last), last)
+    return np.stack([dense[:, :, ch, ch * m:(ch + 1) * m] for ch in range(c)],
+                    axis=2).astype(x.dtype)
+
+
+def ref_separable_conv2d(x, dw, pw, strides=1, padding="VALID", data_format="NHWC",
+                         dilations=1):
+    y = ref_depthwise_conv2d(x.astype(np.float64), dw, strides, padding, data_format, dilations)
+    return ref_conv2d(y, pw.astype(np.float64), 1, "VALID", data_format or "NHWC").astype(
+        x.dtype)
+
+
+def _pool_ref_nd(kind, nsp):
+    def ref(x, ksize, strides, padding, data_format=None):
+        last = data_format is None or data_format[-1] == "C"
+        xn = _cl(x.astype(np.float64), last)
+        k, s = _n(ksize, nsp, last), _n(strides, nsp, last)
+        outs = _out_nd(xn.shape[1:-1], k, s, (1,) * nsp, padding)
+        out = np.zeros((xn.shape[0], *outs, xn.shape[-1]))
+        for o in itertools.product(*(range(m) for m in outs)):
+            box = []
+            for i, (a, kk, ss) in enumerate(zip(o, k, s)):
+                _, pad = _pads_1d(xn.shape[1 + i], kk, ss, 1, padding, i)
+                lo = a * ss - pad
+                box.append(slice(max(lo, 0), min(lo + kk, xn.shape[1 + i])))
+            win = xn[(slice(None), *box)]
+            ax = tuple(range(1, nsp + 1))
+            out[(slice(None), *o)] = win.max(axis=ax) if kind == "max" else win.mean(axis=ax)
+        return _cf(out, last).astype(x.dtype)
+    return ref
+
+
+def _conv1d_samples(dt, rng):
+    u = lambda s: _u(rng, s, dt, -1, 1)  # noqa: E731
+    x = u((2, 7, 3))
+    return [Sample((x, u((3, 3, 2))), {"stride": 1, "padding": "SAME"}, name="same"),
+            Sample((x, u((2, 3, 2))), {"stride": 2, "padding": "VALID"}, name="valid_s2"),
+            Sample((x, u((2, 3, 2))), {"stride": 1, "padding": "SAME", "dilations": 2},
+                   name="same_d2"),
+            Sample((np.moveaxis(x, -1, 1).copy(), u((3, 3, 2))),
+                   {"stride": 2, "padding": "SAME", "data_format": "NCW"}, name="same_s2_ncw")]
+
+
+def _conv1d_transpose_samples(dt, rng):
+    return [Sample((_u(rng, (1, 4, 3), dt, -1, 1), _u(rng, (3, 2, 3), dt, -1, 1), [1, 8, 2],
+                    2), name="s2")]
+
+
+def _conv3d_cases():
+    return [((1, 4, 4, 3, 2), (2, 3, 2, 2, 2), {"strides": 1, "padding": "SAME"}, "same"),
+            ((2, 5, 4, 4, 1), (3, 2, 2, 1, 2), {"strides": [1, 2, 1, 2, 1], "padding": "VALID"},
+             "valid_s2"),
+            ((1, 5, 4, 5, 2), (2, 2, 2, 2, 1), {"strides": 1, "padding": "SAME",
+                                                "dilations": [2, 1, 2]}, "same_d2"),
+            ((1, 5, 5, 4, 2), (3, 3, 2, 2, 2), {"strides": [2, 2, 1], "padding": "SAME"},
+             "same_s2")]
+
+
+def _ncdhw(kw):
+    kw = dict(kw, data_format="NCDHW")
+    v = kw.get("strides")
+    if isinstance(v, list) and len(v) == 5:
+        kw["strides"] = [v[0], v[4], v[1], v[2], v[3]]
+    return kw
+
+
+def _conv3d_samples(dt, rng):
+    out = []
+    for xs, ws, kw, name in _conv3d_cases():
+        x, w = _u(rng, xs, dt, -1, 1), _u(rng, ws, dt, -1, 1)
+        out.append(Sample((x, w), kw, name=name))
+        if name in ("same", "valid_s2"):
+            out.append(Sample((np.moveaxis(x, -1, 1).copy(), w), _ncdhw(kw), name=name + "_ncdhw"))
+    return out
+
+
+def _conv3d_bp_cases(dt, rng):
+    for xs, ws, kw, name in _conv3d_cases()[:3]:
+        last = True
+        n3 = _out_nd(xs[1:4], ws[:3], _n(kw["strides"], 3, last),
+                     _n(kw.get("dilations", 1), 3, last), kw["padding"])
+        yield xs, ws, (xs[0], *n3, ws[4]), kw, name
+        if name == "valid_s2":
+            yield ((xs[0], xs[4], *xs[1:4]), ws, (xs[0], ws[4], *n3), _ncdhw(kw),
+                   name + "_ncdhw")
+
+
+def _conv3d_bpi_samples(dt, rng):
+    return [Sample((list(xs), _u(rng, ws, dt, -1, 1), _u(rng, ys, dt, -1, 1)), kw, name=name)
+            for xs, ws, ys, kw, name in _conv3d_bp_cases(dt, rng)]
+
+
+def _conv3d_bpf_samples(dt, rng):
+    return [Sample((_u(rng, xs, dt, -1, 1), list(ws), _u(rng, ys, dt, -1, 1)), kw, name=name)
+            for xs, ws, ys, kw, name in _conv3d_bp_cases(dt, rng)]
+
+
+def _conv3d_transpose_samples(dt, rng):
+    return [Sample((_u(rng, (1, 2, 3, 2, 2), dt), _u(rng, (3, 3, 3, 1, 2), dt),
+                    [1, 4, 6, 4, 1]), {"strides": 2, "padding": "SAME"}, name="s2")]
+
+
+def _dw_cases():
+    return [((2, 5, 5, 2), (3, 3, 2, 2), {"strides": [1, 1, 1, 1], "padding": "SAME"}, "same"),
+            ((1, 6, 5, 3), (2, 3, 3, 1), {"strides": [1, 2, 2, 1], "padding": "VALID"},
+             "valid_s2"),
+            ((1, 6, 6, 2), (3, 2, 2, 2), {"strides": 1, "padding": "SAME", "dilations": [2, 1]},
+             "same_d2"),
+            ((1, 5, 6, 2), (3, 3, 2, 2), {"strides": [2, 1], "padding": "SAME"}, "same_s21")]
+
+
+def _dw_samples(dt, rng):
+    out = []
+    for xs, ws, kw, name in _dw_cases():
+        x, w = _u(rng, xs, dt, -1, 1), _u(rng, ws, dt, -1, 1)
+        out.append(Sample((x, w), kw, name=name))
+        if name in ("same", "valid_s2"):
+            out.append(Sample((x.transpose(0, 3, 1, 2).copy(), w), _nchw_kwargs(kw),
+                              name=name + "_nchw"))
+    return out
+
+
+def _dw_bp_cases(dt, rng):
+    for xs, ws, kw, name in _dw_cases():
+        _, oh, ow, _ = _out_shape(xs, ws, kw)
+        ys = (xs[0], oh, ow, ws[2] * ws[3])
+        yield xs, ws, ys, kw, name
+        if name == "valid_s2":
+            yield ((xs[0], xs[3], xs[1], xs[2]), ws, (ys[0], ys[3], ys[1], ys[2]),
+                   _nchw_kwargs(kw), name + "_nchw")
+
+
+def _dw_bpi_samples(dt, rng):
+    return [Sample((list(xs), _u(rng, ws, dt, -1, 1), _u(rng, ys, dt, -1, 1)), kw, name=name)
+            for xs, ws, ys, kw, name in _dw_bp_cases(dt, rng)]
+
+
+def _dw_bpf_samples(dt, rng):
+    return [Sample((_u(rng, xs, dt, -1, 1), list(ws), _u(rng, ys, dt, -1, 1)), kw, name=name)
+            for xs, ws, ys, kw, name in _dw_bp_cases(dt, rng)]
+
+
+def _separable_samples(dt, rng):
+    u = lambda s: _u(rng, s, dt, -1, 1)  # noqa: E731
+    x = u((1, 5, 5, 2))
+    return [Sample((x, u((3, 3, 2, 2)), u((1, 1, 4, 3))), {"strides": [1, 1, 1, 1],
+                                                            "padding": "SAME"}, name="same"),
+            Sample((x.transpose(0, 3, 1, 2).copy(), u((2, 2, 2, 1)), u((1, 1, 2, 3))),
+                   {"strides": [1, 1, 2, 2], "padding": "VALID", "data_format": "NCHW"},
+                   name="valid_s2_nchw")]
+
+
+def _pool_nd_samples(kind, nsp):
+    def samples(dt, rng):
+        mk = ((lambda s: rng.integers(-50, 50, s).astype(dt.np)) if dt.is_integer else
+              (lambda s: _distinct(rng, s, dt)) if kind == "max" else
+              (lambda s: _u(rng, s, dt)))
+        if nsp == 1:
+            cases = [((2, 7, 2), 2, 2, "VALID", "NWC"), ((1, 7, 2), 3, 2, "SAME", "NWC"),
+                     ((1, 2, 6), 3, 1, "SAME", "NCW")]
+        else:
+            cases = [((1, 4, 4, 4, 2), 2, 2, "VALID", "NDHWC"),
+                     ((1, 5, 4, 3, 1), [3, 2, 3], [2, 1, 2], "SAME", "NDHWC"),
+                     ((1, 2, 3, 5, 4), [2, 3, 2], 1, "SAME", "NCDHW")]
+        return [Sample((mk(xs), k, s, p), {"data_format": f}, name=f"{p.lower()}_{f}_{i}")
+                for i, (xs, k, s, p, f) in enumerate(cases)]
+    return samples
+
+
+#: (the composites of these ops run on OpenCL over its float32/float64 kernels)
+_F3 = ("float16", "float32", "float64")
+SKIP16 = {"*-float16-opencl:*": "the op runs as its composite of OpenCL's 2-d ops, "
+                                "which have no float16 kernels"}
+
+_CONV_FAMILY_SPECS = [
+    OpSpec("nn.conv1d", tf.nn.conv1d, ref_conv1d, _conv1d_samples, op="Conv2D",
+           tol=F16_LOOSE, grad_tol=(1e-4, 1e-5),
+           errors=[ErrorSample((np.ones((1, 5, 3), np.float32), np.ones((3, 2, 4), np.float32)),
+                               {"stride": 1, "padding": "SAME"}, InvalidArgumentError,
+                               "in_channels", name="channel_mismatch"),
+                   ErrorSample((np.ones((5, 3), np.float32), np.ones((3, 3, 4), np.float32)),
+                               {"stride": 1, "padding": "SAME"}, InvalidArgumentError, "3-D",
+                               name="rank")]),
+    OpSpec("nn.conv1d_transpose", tf.nn.conv1d_transpose, ref_conv1d_transpose,
+           _conv1d_transpose_samples, op="Conv2DBackpropInput", tol=F16_LOOSE),
+    OpSpec("nn.conv3d", tf.nn.conv3d, ref_conv3d, _conv3d_samples, op="Conv3D",
+           dtypes=_F3, skip=SKIP16, tol=F16_LOOSE, grad_tol=(1e-4, 1e-5),
+           errors=[
+               ErrorSample((np.ones((1, 4, 4, 4, 2), np.float32),
+                            np.ones((2, 2, 2, 3, 1), np.float32)),
+                           {"strides": 1, "padding": "SAME"}, InvalidArgumentError,
+                           "in_channels", name="channel_mismatch"),
+               ErrorSample((np.ones((1, 4, 4, 2), np.float32),
+                            np.ones((2, 2, 2, 2, 1), np.float32)),
+                           {"strides": 1, "padding": "SAME"}, InvalidArgumentError, "5-D",
+                           name="rank"),
+               ErrorSample((np.ones((1, 4, 4, 4, 2), np.float32),
+                            np.ones((2, 2, 2, 2, 1), np.float32)),
+                           {"strides": 1, "padding": "SAME", "data_format": "NHWC"},
+                           InvalidArgumentError, "NDHWC", name="bad_data_format"),
+               ErrorSample((np.ones((1, 2, 4, 4, 2), np.float32),
+                            np.ones((3, 2, 2, 2, 1), np.float32)),
+                           {"strides": 1, "padding": "VALID"}, InvalidArgumentError,
+                           "output size", name="too_small")]),
+    OpSpec("nn.conv3d_backprop_input_v2", tf.nn.conv3d_backprop_input_v2,
+           ref_conv3d_backprop_input, _conv3d_bpi_samples, op="Conv3DBackpropInputV2",
+           dtypes=_F3, skip=SKIP16, tol=F16_LOOSE),
+    OpSpec("nn.conv3d_backprop_filter_v2", tf.nn.conv3d_backprop_filter_v2,
+           ref_conv3d_backprop_filter, _conv3d_bpf_samples, op="Conv3DBackpropFilterV2",
+           dtypes=_F3, skip=SKIP16, tol=F16_LOOSE),
+    OpSpec("nn.conv3d_transpose", tf.nn.conv3d_transpose, ref_conv3d_transpose,
+           _conv3d_transpose_samples, op="Conv3DBackpropInputV2",
+           dtypes=_F3, skip=SKIP16, tol=F16_LOOSE),
+    OpSpec("nn.depthwise_conv2d", tf.nn.depthwise_conv2d, ref_depthwise_conv2d, _dw_samples,
+           op="DepthwiseConv2dNative", dtypes=_F3,
+           skip=SKIP16, tol=F16_LOOSE, grad_tol=(1e-4, 1e-5),
+           errors=[ErrorSample((_X, np.ones((3, 3, 2, 2), np.float32)),
+                               {"strides": 1, "padding": "SAME"}, InvalidArgumentError,
+                               "in_channels", name="channel_mismatch"),
+                   ErrorSample((_X, np.ones((3, 3, 3, 2), np.float32)),
+                               {"strides": 2, "padding": "SAME", "dilations": 2},
+                               InvalidArgumentError, "dilations", name="strides_and_dilations")]),
+    OpSpec("nn.depthwise_conv2d_backprop_input", tf.nn.depthwise_conv2d_backprop_input,
+           ref_depthwise_backprop_input, _dw_bpi_samples,
+           op="DepthwiseConv2dNativeBackpropInput", dtypes=_F3,
+           skip=SKIP16, tol=F16_LOOSE),
+    OpSpec("nn.depthwise_conv2d_backprop_filter", tf.nn.depthwise_conv2d_backprop_filter,
+           ref_depthwise_backprop_filter, _dw_bpf_samples,
+           op="DepthwiseConv2dNativeBackpropFilter", dtypes=_F3,
+           skip=SKIP16, tol=F16_LOOSE),
+    OpSpec("nn.separable_conv2d", tf.nn.separable_conv2d, ref_separable_conv2d,
+           _separable_samples, op="DepthwiseConv2dNative",
+           dtypes=_F3, skip=SKIP16, tol=F16_LOOSE,
+           errors=[ErrorSample((_X, np.ones((3, 3, 3, 2), np.float32),
+                                np.ones((1, 1, 5, 4), np.float32)),
+                               {"strides": 1, "padding": "SAME"}, InvalidArgumentError,
+                               "pointwise_filter", name="pointwise_shape")]),
+    OpSpec("nn.max_pool1d", tf.nn.max_pool1d, _pool_ref_nd("max", 1), _pool_nd_samples("max", 1),
+           op="MaxPool", tol=F16,
+           errors=[ErrorSample((np.ones((5, 3), np.float32), 2, 2, "SAME"), {},
+                               InvalidArgumentError, "3-D", name="rank")]),
+    OpSpec("nn.avg_pool1d", tf.nn.avg_pool1d, _pool_ref_nd("avg", 1), _pool_nd_samples("avg", 1),
+           op="AvgPool", tol=F16),
+    OpSpec("nn.max_pool3d", tf.nn.max_pool3d, _pool_ref_nd("max", 3), _pool_nd_samples("max", 3),
+           op="MaxPool", tol=F16,
+           errors=[ErrorSample((_X, 2, 2, "SAME"), {}, InvalidArgumentError, "5-D",
+                               name="rank")]),
+    OpSpec("nn.avg_pool3d", tf.nn.avg_pool3d, _pool_ref_nd("avg", 3), _pool_nd_samples("avg", 3),
+           op="AvgPool", tol=F16),
+]
+
 
 SPECS = [
     OpSpec("nn.relu", tf.nn.relu, ref_relu, _act_samples(), op="Relu", tol=F16),
@@ -537,6 +1051,24 @@ SPECS = [
            dtypes=("float16", "float32", "float64"), tol=F16),
     OpSpec("nn.batch_normalization", tf.nn.batch_normalization, ref_batch_norm, _bn_samples,
            dtypes=("float16", "float32", "float64"), tol=F16_LOOSE),
+    OpSpec("nn.dot_product_attention", tf.nn.dot_product_attention, ref_dot_product_attention,
+           _dpa_samples, op="DotProductAttention", dtypes=("float16", "float32", "float64"),
+           tol=F16_LOOSE,
+           errors=[ErrorSample((np.zeros((2, 3, 2, 4), np.float32),
+                                np.zeros((2, 5, 3, 4), np.float32),
+                                np.zeros((2, 5, 3, 4), np.float32)), {}, InvalidArgumentError,
+                               "do not fit", name="heads"),
+                   ErrorSample((np.zeros((1, 2, 1, 2), np.float32),) * 3,
+                               {"mask": np.ones((1, 1, 3, 2), bool)}, InvalidArgumentError,
+                               "must be boolean and broadcast", name="mask")]),
+    OpSpec("nn.layer_norm", tf.nn.layer_norm, ref_layer_norm, _ln_samples, op="LayerNorm",
+           dtypes=("float16", "float32", "float64"), tol=F16_LOOSE,
+           errors=[ErrorSample((np.zeros((2, 3), np.float32), np.ones(4, np.float32)), {},
+                               InvalidArgumentError, "gamma must have shape", name="gamma"),
+                   ErrorSample((np.zeros((2, 3), np.float32),), {"axis": 2},
+                               InvalidArgumentError, "not a valid axis", name="axis"),
+                   ErrorSample((np.zeros((2, 3), np.int32),), {},
+                               InvalidArgumentError, "floating-point", name="int")]),
     OpSpec("nn.softmax_cross_entropy_with_logits", tf.nn.softmax_cross_entropy_with_logits,
            ref_softmax_xent, _xent_samples, op="SoftmaxCrossEntropyWithLogits", tol=F16_LOOSE,
            errors=[ErrorSample((np.zeros((2, 3), np.float32), np.zeros((2, 4), np.float32)), {},
@@ -610,8 +1142,32 @@ SPECS = [
                            {"padding": "SAME"}, InvalidArgumentError, "in_channels",
                            name="channel_mismatch"),
            ]),
+    OpSpec("nn_fused.lstm_sequence", lstm_sequence, ref_lstm_sequence,
+           _rnn_samples(4, ("ifco", "icfo", "oicf", "ifco")), op="FusedLSTM",
+           dtypes=("float16", "float32", "float64"), tol=F16_LOOSE, grad_order=1,
+           errors=[
+               ErrorSample((_LX, _LH, _LH, np.ones((3, 7), np.float32), np.ones((2, 8),
+                                                                                np.float32)),
+                           {}, InvalidArgumentError, re.escape("kernel has shape [3, 7] but must be"),
+                           name="kernel_shape"),
+               ErrorSample((_LX[0], _LH, _LH, np.ones((3, 8), np.float32),
+                            np.ones((2, 8), np.float32)), {}, InvalidArgumentError,
+                           "time-major", name="rank"),
+               ErrorSample((_LX, _LH, _LH, np.ones((3, 8), np.float32),
+                            np.ones((2, 8), np.float32)), {"gate_order": "ifcz"},
+                           InvalidArgumentError, "gate_order", name="gate_order"),
+           ]),
+    OpSpec("nn_fused.gru_sequence", gru_sequence, ref_gru_sequence,
+           _rnn_samples(3, ("zrh", "hzr", "rzh", "zrh")), op="FusedGRU",
+           dtypes=("float16", "float32", "float64"), tol=F16_LOOSE, grad_order=1,
+           errors=[
+               ErrorSample((_LX, _LH, np.ones((3, 6), np.float32), np.ones((2, 5), np.float32)),
+                           {}, InvalidArgumentError, re.escape("recurrent_kernel has shape [2, 5]"),
+                           name="recurrent_shape")]),
     OpSpec("nn.dropout", tf.nn.dropout, check_dropout, _dropout_samples,
            dtypes=("float16", "float32", "float64"), grad_order=0, check=check_dropout,
            errors=[ErrorSample((np.ones(3, np.float32),), {"rate": 1.0}, InvalidArgumentError,
                                re.escape("range [0, 1)"), name="rate")]),
 ]
+
+SPECS += _CONV_FAMILY_SPECS
