@@ -65,10 +65,17 @@ def executing_eagerly() -> bool:
 
 
 def enable_eager_execution(config=None, device_policy=None, execution_mode=None):  # noqa: F811
-    """A harmless no-op: eager execution is always on (seeds call it first)."""
+    """Eager execution is always on; this TF 1 call (seeds and TF 1 programs make it
+    first) gives TF 1's meaning to the arguments TF 2 changed: ``tf.nn.dropout(x, 0.8)``
+    keeps 80% (TF 1's ``keep_prob``) where TF 2 drops 80% (``rate``). Keyword calls
+    are the same in both. :func:`enable_v2_behavior` restores TF 2's."""
+    nn.use_tf1_conventions(True)
 
 
-enable_v2_behavior = enable_eager_execution
+def enable_v2_behavior():
+    """TF 2's meaning of the arguments TF 2 changed (the default; see
+    :func:`enable_eager_execution`)."""
+    nn.use_tf1_conventions(False)
 
 # Built-in ops, then the backends and plugins found through entry points.
 from .ops.library import LIB as _builtin_ops  # noqa: E402
@@ -80,7 +87,7 @@ _pm.ensure_loaded()
 # The training stack lives in subpackages loaded on first use (import stays fast):
 # tf.layers, tf.keras, tf.train, tf.losses, tf.metrics, tf.summary, tf.data, tf.datasets.
 _LAZY_MODULES = ("layers", "keras", "train", "losses", "metrics", "summary", "data",
-                 "datasets", "models", "profiler", "distributed", "numpy")
+                 "datasets", "models", "profiler", "distributed", "numpy", "app", "io")
 # The seeds' `tfe.*` names that live in those subpackages: name -> (module, attribute)
 _LAZY_NAMES = {
     # tf.print: not a module global, so `print` in this module stays Python's
@@ -90,6 +97,28 @@ _LAZY_NAMES = {
     "Saver": ("train", "Saver"),
     "restore_variables_on_create": ("train", "restore_variables_on_create"),
     "Checkpoint": ("train", "Checkpoint"),
+    # TF 1's program scaffolding (tapeflow.app, tapeflow.io): tf.flags, tfe.run, tf.gfile,
+    # the execution modes; and TF 1's initializer names (tf.random_uniform_initializer ...)
+    "flags": ("app", "flags"),
+    "run": ("app", "run"),
+    "execution_mode": ("app", "execution_mode"),
+    "SYNC": ("app", "SYNC"),
+    "ASYNC": ("app", "ASYNC"),
+    "async_wait": ("app", "async_wait"),
+    "async_clear_error": ("app", "async_clear_error"),
+    "experimental": ("app", "experimental"),
+    "gfile": ("io", "gfile"),
+    **{_n: ("layers.initializers", _n) for _n in (
+        "zeros_initializer", "ones_initializer", "constant_initializer",
+        "random_uniform_initializer", "random_normal_initializer",
+        "truncated_normal_initializer", "glorot_uniform_initializer",
+        "glorot_normal_initializer")},
+    # TF 1's diagonal names: tf.diag_part, tf.matrix_diag_part, tf.diag, tf.matrix_diag ...
+    "diag_part": ("ops.linalg", "diag_part"),
+    "matrix_diag_part": ("ops.linalg", "diag_part"),
+    "diag": ("ops.linalg", "diag"),
+    "matrix_diag": ("ops.linalg", "diag"),
+    "matrix_set_diag": ("ops.linalg", "set_diag"),
 }
 
 
@@ -122,7 +151,17 @@ def __getattr__(name):
 
 
 class _Contrib:
-    """``tf.contrib.eager`` (this package) and ``tf.contrib.summary`` as in the seeds."""
+    """``tf.contrib.eager`` (this package) and ``tf.contrib.summary`` as in the seeds.
+
+    ``tf.contrib`` exists only in TF 1: a program that uses it is a TF 1 program, and
+    gets TF 1's meaning of the arguments TF 2 changed, as after
+    :func:`enable_eager_execution` (``tf.nn.dropout(x, keep_prob)``; docs/tf1-programs.md).
+    """
+
+    def __getattribute__(self, name):
+        if not name.startswith("__"):
+            nn.use_tf1_conventions(True)
+        return object.__getattribute__(self, name)
 
     @property
     def eager(self):
@@ -132,7 +171,36 @@ class _Contrib:
     def summary(self):
         return __getattr__("summary")
 
+    @property
+    def checkpoint(self):
+        """``tf.contrib.checkpoint``: ``List``, ``Dict``, ``NoDependency``."""
+        return _importlib.import_module(f"{__name__}.train.checkpoint.object_graph").contrib
+
+    @property
+    def rnn(self):
+        """``tf.contrib.rnn``: TF 1's cells (``LSTMBlockCell`` ...) and ``static_rnn``."""
+        return _importlib.import_module(f"{__name__}.layers.recurrent").contrib_rnn
+
 
 contrib = _Contrib()
+
+# tf.nn's recurrent names (tf.nn.rnn_cell, tf.nn.dynamic_rnn ...) live in the training
+# stack (tapeflow.layers.recurrent), above tf.nn's module: this package, above both,
+# resolves them on first use through the module's __getattr__ (PEP 562).
+_NN_RECURRENT = ("rnn_cell", "dynamic_rnn", "static_rnn", "bidirectional_dynamic_rnn")
+_nn_getattr_before = nn.__dict__.get("__getattr__")
+
+
+def _nn_getattr(name):
+    if name in _NN_RECURRENT:
+        value = getattr(_importlib.import_module(f"{__name__}.layers.recurrent"), name)
+        setattr(nn, name, value)
+        return value
+    if _nn_getattr_before is not None:
+        return _nn_getattr_before(name)
+    raise AttributeError(f"module 'tapeflow.nn' has no attribute {name!r}")
+
+
+nn.__getattr__ = _nn_getattr
 
 

@@ -434,6 +434,32 @@ def download(a) -> np.ndarray:
     return host
 
 
+def _flag_error(flag, ok, make_error):
+    """The error ``make_error(value)`` when ``flag`` (a 1-element device array) does
+    not hold ``ok``, else None (waits for the queue up to the flag)."""
+    v = download(flag).reshape(-1)[0]
+    return None if v == ok else make_error(v)
+
+
+def check_flag(flag, ok, make_error):
+    """Check a kernel's error flag: raise ``make_error(value)`` (an exception naming the
+    op and the device) unless the 1-element device array ``flag`` holds ``ok``.
+
+    Reading the flag waits for the queue. In ``tf.ASYNC`` execution mode the read is
+    deferred instead (``tapeflow.app.defer_check``): ``tf.async_wait()`` finishes the
+    queue, reads the flag and raises the error there, so the queue keeps running
+    ahead of Python. ``make_error`` and the arrays it reads are kept alive until then.
+    """
+    import tapeflow                     # (nothing of tapeflow at module level: see the top)
+    app = tapeflow.app                  # (tf.app: the public home of the execution mode)
+    if app.executing_async():
+        app.defer_check(functools.partial(_flag_error, flag, ok, make_error))
+        return
+    err = _flag_error(flag, ok, make_error)
+    if err is not None:
+        raise err
+
+
 def scalar(dev: CLDevice, value, dtype):
     """A 0-d device array holding ``value`` (cached: arrays are never written)."""
     a = np.asarray(value, dtype=dtype)

@@ -24,7 +24,11 @@ from .naming import snake_case
 
 __all__ = ["Initializer", "Zeros", "Ones", "Constant", "RandomUniform", "RandomNormal",
            "TruncatedNormal", "VarianceScaling", "GlorotUniform", "GlorotNormal", "HeUniform",
-           "HeNormal", "LecunUniform", "LecunNormal", "get", "serialize"]
+           "HeNormal", "LecunUniform", "LecunNormal", "get", "serialize",
+           "zeros_initializer", "ones_initializer", "constant_initializer",
+           "random_uniform_initializer", "random_normal_initializer",
+           "truncated_normal_initializer", "glorot_uniform_initializer",
+           "glorot_normal_initializer", "V1_NAMES"]
 
 
 def _dtype(dtype):
@@ -195,6 +199,143 @@ class LecunNormal(VarianceScaling):
 
     def get_config(self):
         return {"seed": self.seed}
+
+
+# --- TF 1's initializer names (tf.random_uniform_initializer ...) -----------------------------
+# TensorFlow 1 made them with a ``dtype`` (used when a call gives none) and its own defaults
+# (a unit range or deviation where Keras has 0.05).
+
+class _V1Mixin:
+    """A TF 1 initializer: ``dtype`` set when made; a call's ``partition_info`` ignored."""
+
+    def _v1_dtype(self, dtype):
+        return self.dtype if dtype is None else dtype
+
+    def _v1_config(self, config):
+        config["dtype"] = self.dtype.name
+        return config
+
+
+class zeros_initializer(_V1Mixin, Zeros):  # noqa: N801  (TF 1's class name)
+    """``tf.zeros_initializer(dtype=tf.float32)``."""
+
+    def __init__(self, dtype=_dt.float32):
+        self.dtype = _dt.as_dtype(dtype)
+
+    def __call__(self, shape, dtype=None, partition_info=None, **kwargs):
+        return Zeros.__call__(self, shape, self._v1_dtype(dtype))
+
+    def get_config(self):
+        return self._v1_config({})
+
+
+class ones_initializer(_V1Mixin, Ones):  # noqa: N801
+    """``tf.ones_initializer(dtype=tf.float32)``."""
+
+    def __init__(self, dtype=_dt.float32):
+        self.dtype = _dt.as_dtype(dtype)
+
+    def __call__(self, shape, dtype=None, partition_info=None, **kwargs):
+        return Ones.__call__(self, shape, self._v1_dtype(dtype))
+
+    def get_config(self):
+        return self._v1_config({})
+
+
+class constant_initializer(_V1Mixin, Constant):  # noqa: N801
+    """``tf.constant_initializer(value=0, dtype=tf.float32)``: ``value`` a number (every
+    element) or a nested list or array with as many elements as the shape."""
+
+    def __init__(self, value=0, dtype=_dt.float32, verify_shape=False):
+        super().__init__(value)
+        self.dtype = _dt.as_dtype(dtype)
+
+    def __call__(self, shape, dtype=None, partition_info=None, **kwargs):
+        return Constant.__call__(self, shape, self._v1_dtype(dtype))
+
+    def get_config(self):
+        return self._v1_config({"value": self.value})
+
+
+class random_uniform_initializer(_V1Mixin, RandomUniform):  # noqa: N801
+    """``tf.random_uniform_initializer(minval=0, maxval=None, seed=None)``: uniform in
+    ``[minval, maxval)``, ``maxval`` 1 when None (TF 1's defaults)."""
+
+    def __init__(self, minval=0.0, maxval=None, seed=None, dtype=_dt.float32):
+        super().__init__(minval, 1.0 if maxval is None else maxval, seed)
+        self.dtype = _dt.as_dtype(dtype)
+
+    def __call__(self, shape, dtype=None, partition_info=None, **kwargs):
+        return RandomUniform.__call__(self, shape, self._v1_dtype(dtype))
+
+    def get_config(self):
+        return self._v1_config(super().get_config())
+
+
+class random_normal_initializer(_V1Mixin, RandomNormal):  # noqa: N801
+    """``tf.random_normal_initializer(mean=0.0, stddev=1.0, seed=None)``."""
+
+    def __init__(self, mean=0.0, stddev=1.0, seed=None, dtype=_dt.float32):
+        super().__init__(mean, stddev, seed)
+        self.dtype = _dt.as_dtype(dtype)
+
+    def __call__(self, shape, dtype=None, partition_info=None, **kwargs):
+        return RandomNormal.__call__(self, shape, self._v1_dtype(dtype))
+
+    def get_config(self):
+        return self._v1_config(super().get_config())
+
+
+class truncated_normal_initializer(_V1Mixin, TruncatedNormal):  # noqa: N801
+    """``tf.truncated_normal_initializer(mean=0.0, stddev=1.0, seed=None)``: normal values
+    more than two deviations from the mean drawn again."""
+
+    def __init__(self, mean=0.0, stddev=1.0, seed=None, dtype=_dt.float32):
+        super().__init__(mean, stddev, seed)
+        self.dtype = _dt.as_dtype(dtype)
+
+    def __call__(self, shape, dtype=None, partition_info=None, **kwargs):
+        return TruncatedNormal.__call__(self, shape, self._v1_dtype(dtype))
+
+    def get_config(self):
+        return self._v1_config(super().get_config())
+
+
+class glorot_uniform_initializer(_V1Mixin, GlorotUniform):  # noqa: N801
+    """``tf.glorot_uniform_initializer(seed=None)`` (Xavier): uniform in
+    ``+-sqrt(6 / (fan_in + fan_out))``."""
+
+    def __init__(self, seed=None, dtype=_dt.float32):
+        super().__init__(seed)
+        self.dtype = _dt.as_dtype(dtype)
+
+    def __call__(self, shape, dtype=None, partition_info=None, **kwargs):
+        return GlorotUniform.__call__(self, shape, self._v1_dtype(dtype))
+
+    def get_config(self):
+        return self._v1_config(super().get_config())
+
+
+class glorot_normal_initializer(_V1Mixin, GlorotNormal):  # noqa: N801
+    """``tf.glorot_normal_initializer(seed=None)``: truncated normal, variance
+    ``2 / (fan_in + fan_out)``."""
+
+    def __init__(self, seed=None, dtype=_dt.float32):
+        super().__init__(seed)
+        self.dtype = _dt.as_dtype(dtype)
+
+    def __call__(self, shape, dtype=None, partition_info=None, **kwargs):
+        return GlorotNormal.__call__(self, shape, self._v1_dtype(dtype))
+
+    def get_config(self):
+        return self._v1_config(super().get_config())
+
+
+#: TF 1's top-level initializer names (``tf.random_uniform_initializer`` ...)
+V1_NAMES = ("zeros_initializer", "ones_initializer", "constant_initializer",
+            "random_uniform_initializer", "random_normal_initializer",
+            "truncated_normal_initializer", "glorot_uniform_initializer",
+            "glorot_normal_initializer")
 
 
 # Keras's lower-case aliases (tf.keras.initializers.glorot_uniform ...)

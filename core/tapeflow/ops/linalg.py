@@ -28,7 +28,8 @@ import numpy as np
 
 from ..runtime import shapes as _shapes
 from .library import BROADCASTING, defop, flag, rerun
-from ..errors import InvalidArgumentError, NotDifferentiableError, UnimplementedError
+from ..errors import (InvalidArgumentError, InvalidTypeError, NotDifferentiableError,
+                      UnimplementedError)
 from ..runtime.dispatch import constant, convert_like, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor
@@ -37,11 +38,16 @@ from . import math as _m
 from . import reductions as _r
 from .array_shape import reshape
 from .array_slice import pad
+from .array_values import where as _where
 from . import batching as _b
 
 #: names that are also ``tf.<name>``
 TOP_LEVEL = ["matmul", "tensordot", "einsum", "norm"]
-__all__ = TOP_LEVEL + ["inv", "solve", "det", "slogdet", "logdet", "trace",
+#: TF 1's top-level names of the diagonal functions (``tf.diag_part``, ``tf.matrix_diag``)
+V1_DIAG_NAMES = {"diag_part": "diag_part", "matrix_diag_part": "diag_part", "diag": "diag",
+                 "matrix_diag": "diag", "matrix_set_diag": "set_diag"}
+__all__ = TOP_LEVEL + ["diag_part", "diag", "set_diag", "V1_DIAG_NAMES",
+                       "inv", "solve", "det", "slogdet", "logdet", "trace",
                        "matrix_transpose", "adjoint", "cholesky", "eigh", "svd", "qr"]
 
 
@@ -420,6 +426,92 @@ def trace(x, name=None):
         k = min(s[-2:])
         x = x[..., :k, :k]
     return einsum("...ii->...", x)
+
+
+def _check_k(k, fn, x):
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        raise InvalidTypeError(f"{fn}: k must be an int (the diagonal's offset), got "
+                               f"{type(k).__name__}", op="Einsum", device=x._device)
+    if k != 0:
+        raise UnimplementedError(f"{fn}: only the main diagonal (k=0) is supported, got "
+                                 f"k={k!r}", op="Einsum", device=x._device)
+
+
+def diag_part(input, name=None, k=0, padding_value=0, align="RIGHT_LEFT"):  # noqa: A002
+    """The main diagonal of the last two dimensions: ``[..., M, N]`` -> ``[..., min(M, N)]``
+    (``tf.linalg.diag_part``; TF 1's ``tf.diag_part`` and ``tf.matrix_diag_part``).
+    Its gradient puts the diagonal's gradient back on the diagonal.
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.diag_part([[1., 2., 3.], [4., 5., 6.]]))
+    tf.Tensor([1. 5.], shape=(2,), dtype=float32)
+    """
+    x = _tensor(input)
+    s = tuple(x._data.shape)
+    _check_k(k, "diag_part", x)
+    if len(s) < 2:
+        raise InvalidArgumentError(f"diag_part needs a matrix (or a batch of them), got shape "
+                                   f"{_fmt(s)}", op="Einsum", device=x._device)
+    if s[-1] != s[-2]:
+        n = min(s[-2:])
+        x = x[..., :n, :n]
+    return einsum("...ii->...i", x)
+
+
+def diag(diagonal, name=None, k=0, num_rows=-1, num_cols=-1, padding_value=0,
+         align="RIGHT_LEFT"):
+    """The ``[..., N, N]`` matrices with ``diagonal`` (``[..., N]``) on their main diagonal
+    and zeros elsewhere (``tf.linalg.diag``; TF 1's ``tf.diag``, ``tf.matrix_diag``).
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.diag([1., 2.]))
+    tf.Tensor(
+    [[1. 0.]
+     [0. 2.]], shape=(2, 2), dtype=float32)
+    """
+    v = _tensor(diagonal)
+    _check_k(k, "diag", v)
+    for what, size in (("num_rows", num_rows), ("num_cols", num_cols)):
+        if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
+            raise InvalidTypeError(f"diag: {what} must be an int, got {type(size).__name__}",
+                                   op="Einsum", device=v._device)
+    n = v.shape[-1] if v.ndim else None
+    if n is None or num_rows not in (-1, n) or num_cols not in (-1, n):
+        raise InvalidArgumentError(
+            f"diag: diagonal must have at least one dimension (got shape {_fmt(v.shape)}) and "
+            f"num_rows/num_cols (got {num_rows}, {num_cols}) must be -1 or its length",
+            op="Einsum", device=v._device)
+    if v.dtype.is_bool:
+        return _m.logical_and(v[..., None, :], constant(np.eye(n, dtype=bool), device=v.device))
+    return _diag(v)
+
+
+def set_diag(input, diagonal, name=None, k=0, align="RIGHT_LEFT"):  # noqa: A002
+    """``input`` (``[..., M, N]``) with its main diagonal replaced by ``diagonal``
+    (``[..., min(M, N)]``): ``tf.linalg.set_diag`` (TF 1's ``tf.matrix_set_diag``).
+    The gradient goes to ``input`` off the diagonal and to ``diagonal`` on it.
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.set_diag(tf.ones((2, 3)), [7., 8.]))
+    tf.Tensor(
+    [[7. 1. 1.]
+     [1. 8. 1.]], shape=(2, 3), dtype=float32)
+    """
+    x = _tensor(input)
+    _check_k(k, "set_diag", x)
+    s = tuple(x._data.shape)
+    d = convert_like(diagonal, x) if not isinstance(diagonal, (Tensor, Variable)) else diagonal
+    if len(s) < 2 or tuple(d.shape) != s[:-2] + (min(s[-2:]),):
+        raise InvalidArgumentError(
+            f"set_diag: input must be a matrix (or a batch) and diagonal its "
+            f"[..., min(M, N)] diagonal; got input shape {_fmt(s)} and diagonal shape "
+            f"{_fmt(d.shape)}", op="SelectV2", device=x._device)
+    m, n = s[-2:]
+    k_ = min(m, n)
+    col = d[..., :, None]                      # [..., k, 1]: row i's value, for column i
+    if m > k_:
+        col = pad(col, [[0, 0]] * (len(s) - 2) + [[0, m - k_], [0, 0]])
+    return _where(constant(np.eye(m, n, dtype=bool), device=x.device), col, x)
 
 
 def matrix_transpose(a, name="matrix_transpose", conjugate=False):

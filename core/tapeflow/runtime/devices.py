@@ -76,7 +76,9 @@ class Backend:
         return self.from_host(src.backend.to_host(array, src), dst)
 
     def synchronize(self, device: Device) -> None:
-        """Block until queued work on ``device`` has finished."""
+        """Block until queued work on ``device`` has finished (``tf.async_wait()`` calls
+        it for every device, then raises the first check deferred in ASYNC mode: see
+        :mod:`tapeflow.app`)."""
 
     def dtype_unsupported(self, device: Device, dtype) -> str | None:
         """Why ``device`` cannot hold tensors of ``dtype`` (a tapeflow or NumPy dtype),

@@ -58,7 +58,8 @@ class TensorShape(tuple):
 
     @property
     def dims(self):
-        return list(self)
+        """The entries as :class:`Dimension` s (TF 1's ``shape.dims[0].value``)."""
+        return [self[i] for i in range(len(self))]
 
     def num_elements(self):
         n = 1
@@ -90,6 +91,8 @@ class TensorShape(tuple):
 
     def __getitem__(self, item):
         r = tuple.__getitem__(self, item)
+        if type(r) is int:          # an entry: TF 1's Dimension (an int with ``.value``)
+            return _DIMS[r] if r < 1025 else Dimension(r)
         return TensorShape(r) if isinstance(item, slice) else r
 
     def __repr__(self):
@@ -99,7 +102,26 @@ class TensorShape(tuple):
         return tuple.__repr__(tuple(self))
 
 
-Dimension = int
+class Dimension(int):
+    """One entry of a :class:`TensorShape`: a plain ``int`` that also answers TF 1's
+    ``.value`` (``x.shape[0].value``), so programs written for TensorFlow 1 run while
+    everything that takes an int (``range``, NumPy, ``%d``, ``json``, shapes and attrs
+    of ops) takes it unchanged. Arithmetic on it gives plain ints. Every dimension of
+    an eager tensor is known, so there is no unknown (``None``) Dimension here.
+
+    >>> import tapeflow as tf
+    >>> d = tf.zeros((2, 3)).shape[1]
+    >>> d, d.value, d * 2, isinstance(d, int), list(range(d))
+    (3, 3, 6, True, [0, 1, 2])
+    """
+
+    __slots__ = ()
+    #: the size as a plain int (TF 1's ``Dimension.value``)
+    value = property(int)
+
+
+#: the Dimensions of sizes 0..1024, made once (``shape[i]`` allocates nothing for them)
+_DIMS = [Dimension(i) for i in range(1025)]
 
 _new = object.__new__
 #: tf.function traces in progress (tapeflow.runtime.context); read before the tracer

@@ -537,6 +537,39 @@ def _rect_samples(dtype, rng):
             Sample((v(3, 3),), name="square")]
 
 
+def _ref_set_diag(x, d):
+    out = np.array(x, copy=True)
+    k = min(x.shape[-2:])
+    out[..., np.arange(k), np.arange(k)] = d
+    return out
+
+
+def _set_diag_samples(dtype, rng):
+    v = lambda *s: _values(rng, s, dtype)   # noqa: E731
+    return [Sample((v(3, 3), v(3)), name="square"), Sample((v(4, 3), v(3)), name="tall"),
+            Sample((v(2, 2, 4), v(2, 2)), name="wide_batch")]
+
+
+def _vector_samples(dtype, rng):
+    v = lambda *s: _values(rng, s, dtype)   # noqa: E731
+    return [Sample((v(3),), name="vector"), Sample((v(2, 4),), name="batch"),
+            Sample((v(0),), name="empty")]
+
+
+_DIAG_ERRORS = [
+    ErrorSample((np.ones((3,), np.float32),), {}, InvalidArgumentError, "needs a matrix",
+                "vector"),
+    ErrorSample((np.ones((3, 3), np.float32),), {"k": 1}, UnimplementedError, "k=0",
+                "off_diagonal"),
+]
+
+
+_SET_DIAG_ERRORS = [
+    ErrorSample((np.ones((3, 3), np.float32), np.ones(2, np.float32)), {}, InvalidArgumentError,
+                "diagonal shape", "bad_diag"),
+]
+
+
 def _ref_logdet(x):
     return np.linalg.slogdet(x)[1]
 
@@ -554,6 +587,14 @@ _LINALG_SPECS = [
            errors=_TENSORDOT_ERRORS, tol=_TOL),
     OpSpec("linalg.trace", tf.linalg.trace, _exact(lambda x: np.trace(x, axis1=-2, axis2=-1)),
            _square_samples, op="Einsum", tol=_TOL),
+    OpSpec("linalg.diag_part", tf.linalg.diag_part,
+           lambda x: np.diagonal(x, axis1=-2, axis2=-1), _rect_samples, op="Einsum",
+           errors=_DIAG_ERRORS),
+    OpSpec("linalg.diag", tf.linalg.diag, lambda v: v[..., None, :] * np.eye(v.shape[-1],
+                                                                             dtype=v.dtype),
+           _vector_samples, op="Mul"),
+    OpSpec("linalg.set_diag", tf.linalg.set_diag, _ref_set_diag, _set_diag_samples,
+           op="SelectV2", errors=_SET_DIAG_ERRORS),
     OpSpec("linalg.matrix_transpose", tf.linalg.matrix_transpose,
            lambda x: np.swapaxes(x, -1, -2), _transpose_samples, op="Einsum"),
     OpSpec("norm", tf.norm, _exact(_ref_norm), _norm_samples, op="EuclideanNorm",

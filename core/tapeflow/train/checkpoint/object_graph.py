@@ -10,6 +10,28 @@ Restoring is validated, then all or nothing: every value is checked against its 
 the values whose variables exist and parks the rest on the deepest existing object of
 their path; ``restore_deferred(obj)`` (called by Layers after ``build()``, optimizers
 after creating slots) assigns them when the variables appear -- restore on create.
+
+Tracked containers (``tf.contrib.checkpoint``): :class:`List` and :class:`Dict` are a
+list and a dict whose trackable items (Layers, Variables, optimizers, checkpointable
+objects) are saved under their index or key (``cells/0/kernel``), as the plain lists
+and dicts a Layer or ``tf.train.Checkpoint`` holds are; unlike those, they may also
+hold other values (skipped), and a Layer's variables follow their changes.
+:class:`NoDependency` wraps a value a Layer keeps out of its variables and checkpoints;
+:class:`UniqueNameTracker` is a :class:`Dict` that names what it tracks uniquely.
+
+>>> import tapeflow as tf
+>>> class Stack(tf.keras.Model):
+...     def __init__(self):
+...         super().__init__()
+...         self.blocks = tf.contrib.checkpoint.List([tf.layers.Dense(2) for _ in range(2)])
+...     def call(self, x):
+...         for b in self.blocks:
+...             x = b(x)
+...         return x
+>>> m = Stack()
+>>> _ = m(tf.ones((1, 3)))
+>>> len(m.variables), sorted(k for k in m._trackable_children())
+(4, ['blocks/0', 'blocks/1'])
 """
 
 from __future__ import annotations
@@ -19,6 +41,7 @@ import threading
 import weakref
 
 from ...errors import InvalidArgumentError
+from ...layers.base import Layer, bump_name_counter
 from ...runtime.dispatch import constant as _constant
 from ...runtime.variable import Variable
 from ...tracing import init_scope
@@ -34,7 +57,10 @@ def _add_named_children(name, value, out):
     the path extended by index or key (``layer/0``, ``opt/m``). Not tf.nest: these paths
     are the checkpoint format's names, in insertion order (the first path to an object
     reached twice is its name), which saved files depend on."""
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, (List, Dict)):          # their trackable items only
+        for k, v in value._trackable_children().items():
+            _add_named_children(f"{name}/{k}", v, out)
+    elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             _add_named_children(f"{name}/{i}", v, out)
     elif isinstance(value, dict):
@@ -101,6 +127,117 @@ def _gather(root):
                 "kind": "slot", "name": slot_var.name, "variable": p, "optimizer": opath,
                 "slot": slot_name})
     return entries
+
+
+# --- tracked containers (tf.contrib.checkpoint) --------------------------------------------
+
+def _trackable_item(v):
+    return isinstance(v, Variable) or hasattr(v, "_trackable_children")
+
+
+def _bumping(base, name):
+    """``base.name`` that also tells the Layers their tracked objects changed."""
+    fn = getattr(base, name)
+
+    def method(self, *args, **kwargs):
+        r = fn(self, *args, **kwargs)
+        bump_name_counter()
+        return r
+    method.__name__ = name
+    method.__doc__ = fn.__doc__
+    return method
+
+
+class List(list):
+    """``tf.contrib.checkpoint.List``: a list whose trackable items (Layers, Variables,
+    optimizers, other containers) a checkpoint saves under their index (``name/0``);
+    other items are kept but not saved. As an attribute of a Layer or Model, its
+    Layers' variables are the model's, and they follow appends and removals."""
+
+    def _trackable_children(self) -> dict:
+        return {str(i): v for i, v in enumerate(self) if _trackable_item(v)}
+
+    def __repr__(self):
+        return f"List({list.__repr__(self)})"
+
+    @property
+    def layers(self):
+        """The Layers it holds, in order."""
+        return [v for v in self if isinstance(v, Layer)]
+
+
+class Dict(dict):
+    """``tf.contrib.checkpoint.Dict``: a dict whose trackable values a checkpoint saves
+    under their key (``name/key``; keys are made str); other values are kept but not
+    saved. As an attribute of a Layer or Model, it is tracked as :class:`List` is."""
+
+    def _trackable_children(self) -> dict:
+        return {str(k): v for k, v in self.items() if _trackable_item(v)}
+
+    def __repr__(self):
+        return f"Dict({dict.__repr__(self)})"
+
+
+for _n in ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
+           "__setitem__", "__delitem__", "__iadd__"):
+    setattr(List, _n, _bumping(list, _n))
+for _n in ("__setitem__", "__delitem__", "pop", "popitem", "clear", "update", "setdefault"):
+    setattr(Dict, _n, _bumping(dict, _n))
+del _n
+
+
+class UniqueNameTracker(Dict):
+    """``tf.contrib.checkpoint.UniqueNameTracker``: ``track(obj, base_name)`` keeps a
+    trackable object under a name made unique (``base_name``, ``base_name_1`` ...), the
+    name a checkpoint saves it under; returns ``obj``."""
+
+    def track(self, trackable, base_name):
+        if not _trackable_item(trackable):
+            raise InvalidArgumentError(
+                f"UniqueNameTracker.track: expected a trackable object (a Variable, Layer, "
+                f"optimizer or checkpointable container), got {type(trackable).__name__}")
+        if not isinstance(base_name, str):
+            raise InvalidArgumentError(f"UniqueNameTracker.track: base_name must be a str, "
+                                       f"got {base_name!r}")
+        name, n = base_name, 0
+        while name in self:
+            n += 1
+            name = f"{base_name}_{n}"
+        self[name] = trackable
+        return trackable
+
+
+class NoDependency:
+    """``tf.contrib.checkpoint.NoDependency(value)``: assigned to a Layer's attribute,
+    the attribute is ``value`` itself, and the Layer neither tracks it nor saves it (a
+    list of Layers kept for reference, a cache)."""
+
+    __slots__ = ("value",)
+    #: (what ``Layer.__setattr__`` looks for: it stores ``value`` untracked)
+    _tapeflow_no_dependency = True
+
+    def __init__(self, value):
+        self.value = value
+
+    def __repr__(self):
+        return f"NoDependency({self.value!r})"
+
+
+class _ContribCheckpoint:
+    """``tf.contrib.checkpoint``: ``List``, ``Dict``, ``NoDependency``,
+    ``UniqueNameTracker``."""
+
+    List = List
+    Dict = Dict
+    NoDependency = NoDependency
+    UniqueNameTracker = UniqueNameTracker
+
+    def __repr__(self):
+        return "<tf.contrib.checkpoint>"
+
+
+#: ``tf.contrib.checkpoint``
+contrib = _ContribCheckpoint()
 
 
 # --- validated assignment ---------------------------------------------------------------
