@@ -576,8 +576,269 @@ def case_cnn(tf, torch, batch=32, arch="small"):
     return case
 
 
+#: PTB "small" (Zaremba et al.'s config): vocabulary, units, layers, steps, batch
+PTB_SMALL = {"vocab": 10_000, "units": 200, "layers": 2, "steps": 20, "batch": 20}
+
+
+def _ptb_data(cfg, seed=0):
+    """``(weights, tokens [T, B], targets [T, B])``: the embedding, each layer's
+    ``(kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H])`` (gates i, f, c, o: PyTorch's
+    layout too), the softmax's ``(W [H, V], b [V])``, float32, uniform(-0.1, 0.1)."""
+    rng = np.random.default_rng(seed)
+    v, h, t, b = cfg["vocab"], cfg["units"], cfg["steps"], cfg["batch"]
+
+    def u(*shape):
+        return rng.uniform(-0.1, 0.1, shape).astype(np.float32)
+    weights = [u(v, h)]
+    for _ in range(cfg["layers"]):
+        weights += [u(h, 4 * h), u(h, 4 * h), u(4 * h)]
+    weights += [u(h, v), u(v)]
+    tokens = rng.integers(0, v, (t, b)).astype(np.int32)
+    targets = rng.integers(0, v, (t, b)).astype(np.int32)
+    return weights, tokens, targets
+
+
+def tf_lstm_ptb_step(tf, weights, tokens, targets, lr=1.0):
+    """``step()``: one SGD step of the PTB LSTM language model in tapeflow (embedding,
+    ``tapeflow.ops.fused.lstm_sequence`` per layer from zero states, dense to the
+    vocabulary, sparse softmax cross-entropy averaged over T*B), returning the loss."""
+    lstm_sequence = tf.ops.fused.lstm_sequence
+    vs = [tf.Variable(w) for w in weights]
+    x, y = tf.constant(tokens), tf.constant(targets.reshape(-1))
+    t, b = tokens.shape
+    h = weights[1].shape[0]
+    zeros = tf.zeros([b, h])
+    opt = tf.train.GradientDescentOptimizer(lr)
+    n_layers = (len(vs) - 3) // 3
+
+    def step():
+        with tf.GradientTape() as tape:
+            seq = tf.gather(vs[0], x)
+            for k in range(n_layers):
+                seq, _, _ = lstm_sequence(seq, zeros, zeros, *vs[1 + 3 * k:4 + 3 * k])
+            logits = tf.matmul(tf.reshape(seq, [t * b, h]), vs[-2]) + vs[-1]
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=y, logits=logits))
+        grads = tape.gradient(loss, vs)
+        opt.apply_gradients(zip(grads, vs))
+        return loss
+    return step
+
+
+def tf_keras_lstm_ptb_step(tf, weights, tokens, targets, lr=1.0):
+    """``step()``: the same SGD step written as a Keras user would: ``Embedding``, two
+    ``LSTM(return_sequences=True, time_major=True)`` layers (each call one fused
+    ``lstm_sequence`` op), ``Dense`` to the vocabulary, the same loss and optimizer."""
+    kl = tf.keras.layers
+    v, h = weights[0].shape
+    n_layers = (len(weights) - 3) // 3
+    emb = kl.Embedding(v, h)
+    lstms = [kl.LSTM(h, return_sequences=True, time_major=True) for _ in range(n_layers)]
+    dense = kl.Dense(v)
+    x, y = tf.constant(tokens), tf.constant(targets.reshape(-1))
+    t, b = tokens.shape
+
+    def model(x):
+        seq = emb(x)
+        for layer in lstms:
+            seq = layer(seq)
+        return dense(tf.reshape(seq, [t * b, h]))
+    model(x)
+    layers = [emb, *lstms, dense]
+    vs = [w for layer in layers for w in layer.trainable_variables]
+    for var, w in zip(vs, weights):
+        var.assign(w)
+    opt = tf.train.GradientDescentOptimizer(lr)
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=y, logits=model(x)))
+        opt.apply_gradients(zip(tape.gradient(loss, vs), vs))
+        return loss
+    return step
+
+
+def torch_lstm_ptb_step(torch, weights, tokens, targets, lr=1.0):
+    """``step()``: the same SGD step with ``torch.nn.LSTM`` (time-major, two layers; the
+    combined bias split into ``bias_ih`` and a zero ``bias_hh``)."""
+    nn, F = torch.nn, torch.nn.functional
+    v, h = weights[0].shape
+    n_layers = (len(weights) - 3) // 3
+    emb = nn.Embedding(v, h)
+    lstm = nn.LSTM(h, h, num_layers=n_layers)
+    dense = nn.Linear(h, v)
+    with torch.no_grad():
+        emb.weight.copy_(torch.from_numpy(weights[0]))
+        for k in range(n_layers):
+            w, u, bias = weights[1 + 3 * k:4 + 3 * k]
+            getattr(lstm, f"weight_ih_l{k}").copy_(torch.from_numpy(w.T.copy()))
+            getattr(lstm, f"weight_hh_l{k}").copy_(torch.from_numpy(u.T.copy()))
+            getattr(lstm, f"bias_ih_l{k}").copy_(torch.from_numpy(bias))
+            getattr(lstm, f"bias_hh_l{k}").zero_()
+        dense.weight.copy_(torch.from_numpy(weights[-2].T.copy()))
+        dense.bias.copy_(torch.from_numpy(weights[-1]))
+    x = torch.from_numpy(tokens.astype(np.int64))
+    y = torch.from_numpy(targets.reshape(-1).astype(np.int64))
+    params = [*emb.parameters(), *lstm.parameters(), *dense.parameters()]
+    opt = torch.optim.SGD(params, lr=lr)
+
+    def step():
+        seq, _ = lstm(emb(x))
+        loss = F.cross_entropy(dense(seq.reshape(-1, h)), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+def case_lstm_ptb(tf, torch):
+    """One SGD training step of the PTB "small" LSTM language model (issue 45): tapeflow's
+    fused ``lstm_sequence`` vs ``torch.nn.LSTM``, from the same weights (checked: the same
+    first two losses, so the update is the same too)."""
+    cfg = PTB_SMALL
+    case = Case("lstm_ptb", f"PTB small LSTM LM SGD step ({cfg['layers']}x{cfg['units']} "
+                f"units, {cfg['steps']} steps, batch {cfg['batch']}, vocab {cfg['vocab']})",
+                "step", ("torch", 1.2), heavy=True)
+    weights, tokens, targets = _ptb_data(cfg)
+    state = {}
+
+    def build_tf():
+        step = tf_keras_lstm_ptb_step(tf, weights, tokens, targets)
+        state["tf_loss"] = [float(step()), float(step())]
+        ops_step = tf_lstm_ptb_step(tf, weights, tokens, targets)     # the ops, by hand
+        for got, want in zip([float(ops_step()), float(ops_step())], state["tf_loss"]):
+            common.same_loss(got, want, "tapeflow ops")
+        return Impl(common.loop(step))
+
+    def build_torch():
+        step = torch_lstm_ptb_step(torch, weights, tokens, targets)
+        for got, want in zip([float(step()), float(step())], state["tf_loss"]):
+            common.same_loss(got, want, "torch")
+        return Impl(common.loop(step))
+
+    guard(case, "tapeflow", build_tf)
+    if torch is not None and "tf_loss" in state:
+        guard(case, "torch", build_torch)
+    case.notes.append("lstm_ptb: no NumPy peer; tapeflow runs Keras Embedding, LSTM x2 (each "
+                      "one fused lstm_sequence op) and Dense; PyTorch nn.Embedding, nn.LSTM, "
+                      "nn.Linear")
+    return case
+
+
+#: the Transformer encoder block of issue 45: d_model, heads, feed-forward width, sequence, batch
+TRANSFORMER = {"d_model": 128, "heads": 4, "ff": 512, "seq": 64, "batch": 32}
+
+
+def _transformer_data(seed=0):
+    t = TRANSFORMER
+    rng = np.random.default_rng(seed)
+    shape = (t["batch"], t["seq"], t["d_model"])
+    return (rng.standard_normal(shape, dtype=np.float32),
+            rng.standard_normal(shape, dtype=np.float32))
+
+
+def _tf_transformer_step(tf, xn, yn, lr=0.01):
+    """A post-norm encoder block (MultiHeadAttention, residual, LayerNormalization,
+    Dense relu, Dense, residual, LayerNormalization) and its SGD step on a squared error."""
+    t = TRANSFORMER
+    kl = tf.keras.layers
+    mha = kl.MultiHeadAttention(t["heads"], t["d_model"] // t["heads"])
+    ln1, ln2 = kl.LayerNormalization(epsilon=1e-5), kl.LayerNormalization(epsilon=1e-5)
+    ff1, ff2 = kl.Dense(t["ff"], activation="relu"), kl.Dense(t["d_model"])
+    x, y = tf.constant(xn), tf.constant(yn)
+    opt = tf.keras.optimizers.SGD(lr)
+
+    def block(x):
+        h = ln1(x + mha(x, x))
+        return ln2(h + ff2(ff1(h)))
+
+    block(x)
+    params = mha.trainable_variables + ln1.trainable_variables + ff1.trainable_variables + \
+        ff2.trainable_variables + ln2.trainable_variables
+
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(block(x) - y))
+        opt.apply_gradients(zip(tape.gradient(loss, params), params))
+        return loss
+    return (mha, ln1, ff1, ff2, ln2), step
+
+
+def _torch_transformer_step(torch, layers, xn, yn, lr=0.01):
+    """``nn.TransformerEncoderLayer`` (post-norm, relu, no dropout) with tapeflow's weights."""
+    t = TRANSFORMER
+    d = t["d_model"]
+    mha, ln1, ff1, ff2, ln2 = [[v.numpy() for v in layer.variables] for layer in layers]
+    enc = torch.nn.TransformerEncoderLayer(d_model=d, nhead=t["heads"], dim_feedforward=t["ff"],
+                                           dropout=0.0, batch_first=True)
+    wq, bq, wk, bk, wv, bv, wo, bo = mha
+
+    def T(a):
+        return torch.from_numpy(np.ascontiguousarray(a))
+    with torch.no_grad():
+        enc.self_attn.in_proj_weight.copy_(T(np.concatenate(
+            [w.reshape(d, -1).T for w in (wq, wk, wv)])))
+        enc.self_attn.in_proj_bias.copy_(T(np.concatenate([b.reshape(-1) for b in (bq, bk, bv)])))
+        enc.self_attn.out_proj.weight.copy_(T(wo.reshape(-1, d).T))
+        enc.self_attn.out_proj.bias.copy_(T(bo))
+        enc.linear1.weight.copy_(T(ff1[0].T))
+        enc.linear1.bias.copy_(T(ff1[1]))
+        enc.linear2.weight.copy_(T(ff2[0].T))
+        enc.linear2.bias.copy_(T(ff2[1]))
+        for norm, (g, b) in ((enc.norm1, ln1), (enc.norm2, ln2)):
+            norm.weight.copy_(T(g))
+            norm.bias.copy_(T(b))
+    enc.train()
+    x, y = torch.from_numpy(xn), torch.from_numpy(yn)
+    opt = torch.optim.SGD(enc.parameters(), lr=lr)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(enc(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return step
+
+
+def case_transformer(tf, torch):
+    """One SGD step of a Transformer encoder block (issue 45), tapeflow's Keras layers
+    against PyTorch's ``nn.TransformerEncoderLayer`` from the same weights (checked: the
+    same first and second losses, so the gradients and the update agree too)."""
+    t = TRANSFORMER
+    case = Case("transformer_block",
+                f"Transformer encoder block SGD step (MultiHeadAttention {t['heads']} heads, "
+                f"d_model {t['d_model']}, LayerNormalization, feed-forward {t['ff']}), seq "
+                f"{t['seq']}, batch {t['batch']}, float32", "step", ("torch", 1.2), heavy=True)
+    xn, yn = _transformer_data()
+    state = {}
+
+    def build_tf():
+        layers, step = _tf_transformer_step(tf, xn, yn)
+        state["layers"] = layers
+        state["weights"] = [[v.numpy() for v in layer.variables] for layer in layers]
+        state["tf_loss"] = (float(step()), float(step()))
+        for layer, ws in zip(layers, state["weights"]):       # back to the first weights
+            layer.set_weights(ws)
+        return Impl(common.loop(step))
+
+    def build_torch():
+        step = _torch_transformer_step(torch, state["layers"], xn, yn)
+        for got, want in zip((float(step()), float(step())), state["tf_loss"]):
+            common.same_loss(got, want, "torch")
+        return Impl(common.loop(step))
+
+    guard(case, "tapeflow", build_tf)
+    if torch is not None and "weights" in state:
+        guard(case, "torch", build_torch)
+    return case
+
+
 ALL_CASES = ("add", "add_tape", "grad", "collatz", "collatz_while", "mlp64", "mlp64_traced",
-             "mlp1024", "cnn32", "cnn_example", "cnn_tutorial")
+             "mlp1024", "cnn32", "cnn_example", "cnn_tutorial", "lstm_ptb",
+             "transformer_block")
 
 
 def build_cases(tf, torch, keys):
@@ -593,6 +854,8 @@ def build_cases(tf, torch, keys):
         "cnn32": lambda: case_cnn(tf, torch, 32),
         "cnn_example": lambda: case_cnn(tf, torch, 32, "example"),
         "cnn_tutorial": lambda: case_cnn(tf, torch, 32, "tutorial"),
+        "lstm_ptb": lambda: case_lstm_ptb(tf, torch),
+        "transformer_block": lambda: case_transformer(tf, torch),
     }
     return [makers[k]() for k in keys]
 

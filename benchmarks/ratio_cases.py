@@ -26,6 +26,11 @@ dispatch_add_tape   the same while a GradientTape watching ``a``     untaped ``a
 dispatch_grad       gradient of ``reduce_sum(x * x)``, x (10,)       ``(x*x).sum()`` and ``2*x``
 mlp_step            MLP 784-256-256-10 SGD step, batch 64 (eager)    the step by hand
 cnn_step            the seeds' CNN Adam step, batch 32               PyTorch eager
+transformer_block   a Transformer encoder block's SGD step (MHA 4    PyTorch eager
+                    heads, d_model 128, LayerNormalization, FFN      TransformerEncoderLayer
+                    512), seq 64, batch 32                           (cpu:0 only)
+lstm_step           the PTB "small" LSTM language model's SGD step   PyTorch eager nn.LSTM
+                    (2x200 units, 20 steps, batch 20, vocab 10k)     (cpu:0 only)
 function_replay     the MLP step as a ``tf.function`` (replay)       the same step, eager tapeflow
 plugin_op           the gelu plugin's op (``plugins/gelu``), (1,)    built-in ``tf.tanh``, (1,)
 elementwise_chain   ``tanh(exp(-(a*a))*b + 1) - a``, 200,000 float32 the chain in NumPy (cpu:0),
@@ -274,6 +279,36 @@ def case_cnn_step(tf, name):
     return _from_peer_case(case, other, "tapeflow", "torch", wrap=lambda r: _on(tf, name, r))
 
 
+def case_transformer_block(tf, name):
+    """compare.py's ``transformer_block`` (a Transformer encoder block's SGD step) against
+    PyTorch's ``nn.TransformerEncoderLayer`` on the CPU."""
+    if not name.startswith("cpu"):
+        device(tf, name)
+        raise NotImplementedError(f"transformer_block is measured on cpu:0 against PyTorch's "
+                                  f"CPU nn.TransformerEncoderLayer (not on {name})")
+    torch = _torch()
+    case = _new(tf, "transformer_block", name, "PyTorch eager nn.TransformerEncoderLayer")
+    case.settle_s = 0.01
+    with tf.device(name):
+        other = compare.case_transformer(tf, torch)
+    return _from_peer_case(case, other, "tapeflow", "torch", wrap=lambda r: _on(tf, name, r))
+
+
+def case_lstm_step(tf, name):
+    """compare.py's ``lstm_ptb`` (the PTB "small" LSTM language model's SGD step, issue 45)
+    against PyTorch's ``nn.LSTM`` on the CPU."""
+    if not name.startswith("cpu"):
+        device(tf, name)
+        raise NotImplementedError(f"lstm_step is measured on cpu:0 against PyTorch's CPU "
+                                  f"nn.LSTM (not on {name})")
+    torch = _torch()
+    case = _new(tf, "lstm_step", name, "PyTorch eager nn.LSTM")
+    case.settle_s = 0.01
+    with tf.device(name):
+        other = compare.case_lstm_ptb(tf, torch)
+    return _from_peer_case(case, other, "tapeflow", "torch", wrap=lambda r: _on(tf, name, r))
+
+
 def case_function_replay(tf, name):
     case = _new(tf, "function_replay", name, "the same step, eager tapeflow")
     case.settle_s = 0.01
@@ -398,6 +433,8 @@ CASES = {
     "dispatch_grad": case_dispatch_grad,
     "mlp_step": case_mlp_step,
     "cnn_step": case_cnn_step,
+    "transformer_block": case_transformer_block,
+    "lstm_step": case_lstm_step,
     "function_replay": case_function_replay,
     "plugin_op": case_plugin_op,
     "elementwise_chain": case_elementwise_chain,

@@ -16,6 +16,8 @@ the backends side by side; a device (or peer library) this machine lacks is "n/a
 | DispatchGradRatio    | gradient of ``reduce_sum(x * x)``, (10,)  | NumPy forward + ``2*x``      |
 | MLPStepRatio         | MLP 784-256-256-10 SGD step, batch 64     | NumPy by hand (CuPy on cuda) |
 | CNNStepRatio         | the seeds' CNN Adam step, batch 32        | PyTorch eager (n/a: OpenCL)  |
+| TransformerBlockRatio| a Transformer encoder block's SGD step    | PyTorch eager (cpu:0 only)   |
+| LSTMStepRatio        | PTB small LSTM LM SGD step (cpu:0)        | PyTorch nn.LSTM              |
 | FunctionReplayRatio  | the MLP step as a replayed tf.function    | the eager step               |
 | PluginOpRatio        | the gelu plugin's op, (1,)                | built-in ``tf.tanh``, (1,)   |
 | ElementwiseChainRatio| a 6-op chain on 200,000 float32           | NumPy / a hand-written PyOpenCL kernel / a CuPy ElementwiseKernel |
@@ -106,6 +108,22 @@ class MLPStepRatio(_RatioCase):
 
 class CNNStepRatio(_RatioCase):
     key = "cnn_step"
+
+    def track_ratio(self, name):
+        return self._ratio()
+    track_ratio.unit = "ratio"
+
+
+class TransformerBlockRatio(_RatioCase):
+    key = "transformer_block"
+
+    def track_ratio(self, name):
+        return self._ratio()
+    track_ratio.unit = "ratio"
+
+
+class LSTMStepRatio(_RatioCase):
+    key = "lstm_step"
 
     def track_ratio(self, name):
         return self._ratio()
