@@ -63,7 +63,7 @@ tf.Tensor([False  True], shape=(2,), dtype=bool) tf.Tensor(4.0, shape=(), dtype=
 from __future__ import annotations
 
 from ..runtime import registry as _reg
-from ..errors import TapeflowError
+from ..errors import InvalidTypeError, TapeflowError
 from ..runtime import dispatch as _dispatch
 from ..runtime.dispatch import convert_to_tensor as _convert, execute as _execute
 from ..runtime.tensor import Tensor as _Tensor
@@ -157,7 +157,7 @@ def __dir__():
 
 def _ref(ref, op):
     if not isinstance(ref, _Variable):
-        raise TypeError(
+        raise InvalidTypeError(
             f"tf.{op} updates a Variable in place; it was given a {type(ref).__name__}. "
             f"Pass the tf.Variable itself (a Tensor is immutable: compute a new one instead).")
     return ref
