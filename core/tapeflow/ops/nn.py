@@ -1886,28 +1886,42 @@ def _bp_dy_check_n(opname, dy_shape, want, xs, ws, fmt):
             f"shape {list(want)} (input {list(xs)}, filter {list(ws)}, {fmt})", op=opname)
 
 
+def _backprop_input(op, opdef, attrs_of, input_sizes, filter, out_backprop, strides,
+                    padding, data_format, dilations):
+    """A convolution family's input-gradient op on checked attrs and shapes."""
+    w, dy = _t(filter), _t(out_backprop)
+    xs = list(_shapes.as_shape(input_sizes, op))
+    attrs, want = attrs_of(op, xs, _shape(w), strides, padding, data_format, dilations)
+    _bp_dy_check_n(op, _shape(dy), want, xs, _shape(w), attrs["data_format"])
+    return execute(opdef, (w, dy), {"input_sizes": tuple(xs), **attrs})
+
+
+def _backprop_filter(op, opdef, attrs_of, input, filter_sizes, out_backprop, strides,
+                     padding, data_format, dilations):
+    """A convolution family's filter-gradient op on checked attrs and shapes."""
+    x, dy = _t(input), _t(out_backprop)
+    ws = list(_shapes.as_shape(filter_sizes, op))
+    attrs, want = attrs_of(op, _shape(x), ws, strides, padding, data_format, dilations)
+    _bp_dy_check_n(op, _shape(dy), want, _shape(x), ws, attrs["data_format"])
+    return execute(opdef, (x, dy), {"filter_sizes": tuple(ws), **attrs})
+
+
 @_on_device
 def conv3d_backprop_input_v2(input_sizes, filter, out_backprop, strides, padding,
                              data_format="NDHWC", dilations=None, name=None):
     """Gradient of :func:`conv3d` w.r.t. its input (of shape ``input_sizes``)."""
-    op = "Conv3DBackpropInputV2"
-    w, dy = _t(filter), _t(out_backprop)
-    xs = list(_shapes.as_shape(input_sizes, op))
-    attrs, want = _conv3d_attrs(op, xs, _shape(w), strides, padding, data_format, dilations)
-    _bp_dy_check_n(op, _shape(dy), want, xs, _shape(w), attrs["data_format"])
-    return execute(_CONV3D_BP_INPUT, (w, dy), {"input_sizes": tuple(xs), **attrs})
+    return _backprop_input("Conv3DBackpropInputV2", _CONV3D_BP_INPUT, _conv3d_attrs,
+                           input_sizes, filter, out_backprop, strides, padding, data_format,
+                           dilations)
 
 
 @_on_device
 def conv3d_backprop_filter_v2(input, filter_sizes, out_backprop, strides, padding,
                               data_format="NDHWC", dilations=None, name=None):
     """Gradient of :func:`conv3d` w.r.t. its filter (of shape ``filter_sizes``)."""
-    op = "Conv3DBackpropFilterV2"
-    x, dy = _t(input), _t(out_backprop)
-    ws = list(_shapes.as_shape(filter_sizes, op))
-    attrs, want = _conv3d_attrs(op, _shape(x), ws, strides, padding, data_format, dilations)
-    _bp_dy_check_n(op, _shape(dy), want, _shape(x), ws, attrs["data_format"])
-    return execute(_CONV3D_BP_FILTER, (x, dy), {"filter_sizes": tuple(ws), **attrs})
+    return _backprop_filter("Conv3DBackpropFilterV2", _CONV3D_BP_FILTER, _conv3d_attrs, input,
+                            filter_sizes, out_backprop, strides, padding, data_format,
+                            dilations)
 
 
 def conv3d_transpose(input, filters=None, output_shape=None, strides=None, padding="SAME",
@@ -2103,24 +2117,18 @@ depthwise_conv2d_native = depthwise_conv2d
 def depthwise_conv2d_backprop_input(input_sizes, filter, out_backprop, strides, padding,
                                     data_format="NHWC", dilations=None, name=None):
     """Gradient of :func:`depthwise_conv2d` w.r.t. its input (of shape ``input_sizes``)."""
-    op = "DepthwiseConv2dNativeBackpropInput"
-    w, dy = _t(filter), _t(out_backprop)
-    xs = list(_shapes.as_shape(input_sizes, op))
-    attrs, want = _depthwise_attrs(op, xs, _shape(w), strides, padding, data_format, dilations)
-    _bp_dy_check_n(op, _shape(dy), want, xs, _shape(w), attrs["data_format"])
-    return execute(_DEPTHWISE_BP_INPUT, (w, dy), {"input_sizes": tuple(xs), **attrs})
+    return _backprop_input("DepthwiseConv2dNativeBackpropInput", _DEPTHWISE_BP_INPUT,
+                           _depthwise_attrs, input_sizes, filter, out_backprop, strides,
+                           padding, data_format, dilations)
 
 
 @_on_device
 def depthwise_conv2d_backprop_filter(input, filter_sizes, out_backprop, strides, padding,
                                      data_format="NHWC", dilations=None, name=None):
     """Gradient of :func:`depthwise_conv2d` w.r.t. its filter (of shape ``filter_sizes``)."""
-    op = "DepthwiseConv2dNativeBackpropFilter"
-    x, dy = _t(input), _t(out_backprop)
-    ws = list(_shapes.as_shape(filter_sizes, op))
-    attrs, want = _depthwise_attrs(op, _shape(x), ws, strides, padding, data_format, dilations)
-    _bp_dy_check_n(op, _shape(dy), want, _shape(x), ws, attrs["data_format"])
-    return execute(_DEPTHWISE_BP_FILTER, (x, dy), {"filter_sizes": tuple(ws), **attrs})
+    return _backprop_filter("DepthwiseConv2dNativeBackpropFilter", _DEPTHWISE_BP_FILTER,
+                            _depthwise_attrs, input, filter_sizes, out_backprop, strides,
+                            padding, data_format, dilations)
 
 
 @_on_device
