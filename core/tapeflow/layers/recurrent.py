@@ -186,14 +186,6 @@ def _is(fn, name):
     return fn is not None and getattr(fn, "__name__", None) == name
 
 
-def _fused_op(name):
-    """The fused op ``name`` of :mod:`tapeflow.ops.fused` (resolved at call time)."""
-    fn = getattr(_fused, name, None)
-    if fn is None:
-        raise NotImplementedError(f"tapeflow.ops.fused.{name} is not available")
-    return fn
-
-
 # --- TF 1 cells (tf.nn.rnn_cell) ------------------------------------------------------------
 
 class LSTMStateTuple(collections.namedtuple("LSTMStateTuple", ("c", "h"))):
@@ -357,7 +349,7 @@ class BasicLSTMCell(RNNCell):
         c, h = self._split_state(state, inputs.shape[0])
         if self._fusable():
             kx, kh = self._kernels()
-            h2, c2 = _fused_op("lstm_cell")(inputs, h, c, kx, kh, self._read(self.bias),
+            h2, c2 = _fused.lstm_cell(inputs, h, c, kx, kh, self._read(self.bias),
                                             forget_bias=self._forget_bias, gate_order="icfo")
             return h2, self._pack(c2, h2)
         z = _matmul(_a.concat([inputs, h], 1), self._read(self.kernel)) + self._read(self.bias)
@@ -905,7 +897,7 @@ class LSTMCell(_KerasCell):
         k, r = self._read(self.kernel), self._read(self.recurrent_kernel)
         b = None if self.bias is None else self._read(self.bias)
         if self.fusable():
-            h2, c2 = _fused_op("lstm_cell")(x, hd, c, k, r, b, gate_order="ifco")
+            h2, c2 = _fused.lstm_cell(x, hd, c, k, r, b, gate_order="ifco")
             return h2, [h2, c2]
         z = _matmul(x, k) + _matmul(hd, r)
         if b is not None:
@@ -974,7 +966,7 @@ class GRUCell(_KerasCell):
         k, r = self._read(self.kernel), self._read(self.recurrent_kernel)
         bx, bh = self._biases()
         if self.fusable(training):
-            h2 = _fused_op("gru_cell")(x, h, k, r, bx, bh, gate_order="zrh")
+            h2 = _fused.gru_cell(x, h, k, r, bx, bh, gate_order="zrh")
             return h2, [h2]
         hd = self._dropped(h, "h", self.recurrent_dropout, training)
         act, ract = self.activation or _identity, self.recurrent_activation or _identity
@@ -1405,7 +1397,7 @@ class LSTM(_GatedRNN):
             x_tm = x_tm[::-1]
         k, r = cell._read(cell.kernel), cell._read(cell.recurrent_kernel)
         b = None if cell.bias is None else cell._read(cell.bias)
-        outs, h, c = _fused_op("lstm_sequence")(x_tm, h0, c0, k, r, b, gate_order="ifco")
+        outs, h, c = _fused.lstm_sequence(x_tm, h0, c0, k, r, b, gate_order="ifco")
         return outs, h, [h, c]
 
 
@@ -1450,7 +1442,7 @@ class GRU(_GatedRNN):
             x_tm = x_tm[::-1]
         k, r = cell._read(cell.kernel), cell._read(cell.recurrent_kernel)
         bx, bh = cell._biases()
-        outs, h = _fused_op("gru_sequence")(x_tm, h0, k, r, bx, bh, gate_order="zrh")
+        outs, h = _fused.gru_sequence(x_tm, h0, k, r, bx, bh, gate_order="zrh")
         return outs, h, [h]
 
 
@@ -1637,7 +1629,7 @@ def _dynamic_tm(cell, x_tm, state, lengths):
     if lengths is None and _fused_lstm_cell(cell):
         c0, h0 = cell._split_state(state, batch)
         kx, kh = cell._kernels()
-        outs, h, c = _fused_op("lstm_sequence")(
+        outs, h, c = _fused.lstm_sequence(
             x_tm, h0, c0, kx, kh, cell._read(cell.bias), forget_bias=cell._forget_bias,
             gate_order="icfo")
         return outs, LSTMStateTuple(c, h)
