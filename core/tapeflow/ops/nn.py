@@ -1125,14 +1125,17 @@ def _padding(padding, fmt, opname):
     return (pads[0], pads[1])
 
 
-def _out_size(size, k, s, d, padding, i):
+def _geom(size, k, s, d, padding, i=0):
+    """(output size, pad before, pad after) of one spatial dimension (TF's rules)."""
     eff = (k - 1) * d + 1
     if padding == "SAME":
-        return -(-size // s)
+        out = -(-size // s)
+        total = max((out - 1) * s + eff - size, 0)
+        return out, total // 2, total - total // 2
     if padding == "VALID":
-        return (size - eff) // s + 1 if size >= eff else 0
+        return max((size - eff) // s + 1, 0), 0, 0
     pb, pa = padding[i]
-    return (size + pb + pa - eff) // s + 1 if size + pb + pa >= eff else 0
+    return max((size + pb + pa - eff) // s + 1, 0), pb, pa
 
 
 def _spatial(shape, fmt):
@@ -1141,8 +1144,8 @@ def _spatial(shape, fmt):
 
 def _check_out(opname, in_shape, fmt, kh, kw, strides, dil, padding, what, other_shape):
     h, w = _spatial(in_shape, fmt)
-    oh = _out_size(h, kh, strides[0], dil[0], padding, 0)
-    ow = _out_size(w, kw, strides[1], dil[1], padding, 1)
+    oh = _geom(h, kh, strides[0], dil[0], padding, 0)[0]
+    ow = _geom(w, kw, strides[1], dil[1], padding, 1)[0]
     if oh <= 0 or ow <= 0:
         raise InvalidArgumentError(
             f"Computed output size would be {'negative' if min(oh, ow) < 0 else 'zero'}: "
@@ -1179,38 +1182,44 @@ def _conv_attrs(opname, x_shape, w_shape, strides, padding, data_format, dilatio
     return attrs
 
 
-def _conv_grad(ctx, dy):
-    x, w = ctx.inputs
-    a = ctx.attrs
-    dx = execute(_CONV_BP_INPUT, (w, dy), {"input_sizes": tuple(_shape(x)), **a}) \
-        if _need(ctx, 0) else None
-    dw = execute(_CONV_BP_FILTER, (x, dy), {"filter_sizes": tuple(_shape(w)), **a}) \
-        if _need(ctx, 1) else None
-    return dx, dw
+#: a convolution's forward, input-gradient and filter-gradient ops, by the name of each
+#: (Conv2D's, and those :func:`_family` declares): their gradients are written with each other
+_FAMILIES: dict = {}
 
 
 def _conv_attrs_of(ctx, drop):
     return {k: v for k, v in ctx.attrs.items() if k != drop}
 
 
-def _conv_bp_input_grad(ctx, ddx):
+def _family_grad(ctx, dy):
+    _, bpi, bpf = _FAMILIES[ctx.op.name]
+    x, w = ctx.inputs
+    a = ctx.attrs
+    dx = execute(bpi, (w, dy), {"input_sizes": tuple(_shape(x)), **a}) \
+        if _need(ctx, 0) else None
+    dw = execute(bpf, (x, dy), {"filter_sizes": tuple(_shape(w)), **a}) \
+        if _need(ctx, 1) else None
+    return dx, dw
+
+
+def _family_bpi_grad(ctx, ddx):
     # dx = B(w, dy) with <B(w, dy), u> = <dy, conv(u, w)>
+    fwd, _, bpf = _FAMILIES[ctx.op.name]
     w, dy = ctx.inputs
     a = _conv_attrs_of(ctx, "input_sizes")
-    g_w = execute(_CONV_BP_FILTER, (ddx, dy), {"filter_sizes": tuple(_shape(w)), **a}) \
+    g_w = execute(bpf, (ddx, dy), {"filter_sizes": tuple(_shape(w)), **a}) \
         if _need(ctx, 0) else None
-    g_dy = execute(_CONV2D, (ddx, w), a) if _need(ctx, 1) else None
-    return g_w, g_dy
+    return g_w, execute(fwd, (ddx, w), a) if _need(ctx, 1) else None
 
 
-def _conv_bp_filter_grad(ctx, ddw):
+def _family_bpf_grad(ctx, ddw):
     # dw = F(x, dy) with <F(x, dy), v> = <dy, conv(x, v)>
+    fwd, bpi, _ = _FAMILIES[ctx.op.name]
     x, dy = ctx.inputs
     a = _conv_attrs_of(ctx, "filter_sizes")
-    g_x = execute(_CONV_BP_INPUT, (ddw, dy), {"input_sizes": tuple(_shape(x)), **a}) \
+    g_x = execute(bpi, (ddw, dy), {"input_sizes": tuple(_shape(x)), **a}) \
         if _need(ctx, 0) else None
-    g_dy = execute(_CONV2D, (x, ddw), a) if _need(ctx, 1) else None
-    return g_x, g_dy
+    return g_x, execute(fwd, (x, ddw), a) if _need(ctx, 1) else None
 
 
 _CONV_ATTRS = {"strides": (1, 1), "padding": "VALID", "data_format": "NHWC",
@@ -1237,14 +1246,16 @@ def _conv_bp_input_batch(ctx, filt, dy):
     return _b.batch_unfold(y, ctx.size)
 
 
-_CONV2D = defop("Conv2D", inputs=("input", "filter"), attrs=_CONV_ATTRS, grad=_conv_grad,
+_CONV2D = defop("Conv2D", inputs=("input", "filter"), attrs=_CONV_ATTRS, grad=_family_grad,
                 jvp=Multilinear(), batch=_batch_fold_first)
 _CONV_BP_INPUT = defop("Conv2DBackpropInput", inputs=("filter", "out_backprop"),
-                       attrs={"input_sizes": (), **_CONV_ATTRS}, grad=_conv_bp_input_grad,
+                       attrs={"input_sizes": (), **_CONV_ATTRS}, grad=_family_bpi_grad,
                        jvp=Multilinear(), batch=_conv_bp_input_batch)
 _CONV_BP_FILTER = defop("Conv2DBackpropFilter", inputs=("input", "out_backprop"),
-                        attrs={"filter_sizes": (), **_CONV_ATTRS}, grad=_conv_bp_filter_grad,
+                        attrs={"filter_sizes": (), **_CONV_ATTRS}, grad=_family_bpf_grad,
                         jvp=Multilinear())
+_FAMILIES.update(dict.fromkeys(("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"),
+                              (_CONV2D, _CONV_BP_INPUT, _CONV_BP_FILTER)))
 
 
 @_on_device
@@ -1523,19 +1534,6 @@ def _str_padding(padding, opname):
     return padding.upper()
 
 
-def _geom(size, k, s, d, padding, i=0):
-    """(output size, pad before, pad after) of one spatial dimension (TF's rules)."""
-    eff = (k - 1) * d + 1
-    if padding == "SAME":
-        out = -(-size // s)
-        total = max((out - 1) * s + eff - size, 0)
-        return out, total // 2, total - total // 2
-    if padding == "VALID":
-        return max((size - eff) // s + 1, 0), 0, 0
-    pb, pa = padding[i]
-    return max((size + pb + pa - eff) // s + 1, 0), pb, pa
-
-
 def _check_out_n(opname, in_shape, spatial, ks, strides, dil, padding, fmt, what, other):
     outs = tuple(_geom(n, k, s, d, padding, i)[0]
                  for i, (n, k, s, d) in enumerate(zip(spatial, ks, strides, dil)))
@@ -1579,39 +1577,6 @@ def _taps(x, ks, strides, dil, outs, axes):
 
 def _add(acc, t):
     return t if acc is None else _m.add(acc, t)
-
-
-def _family_grad(ctx, dy):
-    _, bpi, bpf = _FAMILIES[ctx.op.name]
-    x, w = ctx.inputs
-    a = ctx.attrs
-    dx = execute(bpi, (w, dy), {"input_sizes": tuple(_shape(x)), **a}) \
-        if _need(ctx, 0) else None
-    dw = execute(bpf, (x, dy), {"filter_sizes": tuple(_shape(w)), **a}) \
-        if _need(ctx, 1) else None
-    return dx, dw
-
-
-def _family_bpi_grad(ctx, ddx):
-    fwd, _, bpf = _FAMILIES[ctx.op.name]
-    w, dy = ctx.inputs
-    a = _conv_attrs_of(ctx, "input_sizes")
-    g_w = execute(bpf, (ddx, dy), {"filter_sizes": tuple(_shape(w)), **a}) \
-        if _need(ctx, 0) else None
-    return g_w, execute(fwd, (ddx, w), a) if _need(ctx, 1) else None
-
-
-def _family_bpf_grad(ctx, ddw):
-    fwd, bpi, _ = _FAMILIES[ctx.op.name]
-    x, dy = ctx.inputs
-    a = _conv_attrs_of(ctx, "filter_sizes")
-    g_x = execute(bpi, (ddw, dy), {"input_sizes": tuple(_shape(x)), **a}) \
-        if _need(ctx, 0) else None
-    return g_x, execute(fwd, (x, ddw), a) if _need(ctx, 1) else None
-
-
-#: forward or backward op name -> (forward, input gradient, filter gradient) OpDefs
-_FAMILIES: dict = {}
 
 
 def _family_check(op, tensors, attrs, device):
