@@ -342,11 +342,12 @@ def _has_trackables(seq):
         v.values() if isinstance(v, dict) else v) for v in seq)
 
 
-class _TrackedList(list):
-    """A list attribute of a Layer: mutating it updates the layer's variables."""
+class TrackedList(list):
+    """A list attribute of a Layer: mutating it updates the layer's variables (the base
+    of ``tf.contrib.checkpoint.List``)."""
 
 
-class _TrackedDict(dict):
+class TrackedDict(dict):
     """A dict attribute of a Layer: mutating it updates the layer's variables."""
 
 
@@ -363,9 +364,9 @@ def _bumping(base, name):
 
 for _n in ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
            "__setitem__", "__delitem__", "__iadd__"):
-    setattr(_TrackedList, _n, _bumping(list, _n))
+    setattr(TrackedList, _n, _bumping(list, _n))
 for _n in ("__setitem__", "__delitem__", "pop", "popitem", "clear", "update", "setdefault"):
-    setattr(_TrackedDict, _n, _bumping(dict, _n))
+    setattr(TrackedDict, _n, _bumping(dict, _n))
 del _n
 
 
@@ -373,16 +374,15 @@ def _wrap_container(value):
     t = type(value)
     if t is list:
         if not value or _has_trackables(value):
-            return _TrackedList(value)
+            return TrackedList(value)
         return None
     if t is dict:
         if not value or _has_trackables(value.values()):
-            return _TrackedDict(value)
+            return TrackedDict(value)
         return None
     if t is tuple and _has_trackables(value):
         return value
-    if t in (_TrackedList, _TrackedDict) or (      # (and tf.contrib.checkpoint.List/Dict)
-            isinstance(value, (list, dict)) and hasattr(t, "_trackable_children")):
+    if isinstance(value, (TrackedList, TrackedDict)):   # (tf.contrib.checkpoint.List/Dict too)
         return value
     return None
 

@@ -41,7 +41,7 @@ import threading
 import weakref
 
 from ...errors import InvalidArgumentError
-from ...layers.base import Layer, bump_name_counter
+from ...layers.base import Layer, TrackedDict, TrackedList
 from ...runtime.dispatch import constant as _constant
 from ...runtime.variable import Variable
 from ...tracing import init_scope
@@ -135,20 +135,7 @@ def _trackable_item(v):
     return isinstance(v, Variable) or hasattr(v, "_trackable_children")
 
 
-def _bumping(base, name):
-    """``base.name`` that also tells the Layers their tracked objects changed."""
-    fn = getattr(base, name)
-
-    def method(self, *args, **kwargs):
-        r = fn(self, *args, **kwargs)
-        bump_name_counter()
-        return r
-    method.__name__ = name
-    method.__doc__ = fn.__doc__
-    return method
-
-
-class List(list):
+class List(TrackedList):
     """``tf.contrib.checkpoint.List``: a list whose trackable items (Layers, Variables,
     optimizers, other containers) a checkpoint saves under their index (``name/0``);
     other items are kept but not saved. As an attribute of a Layer or Model, its
@@ -166,7 +153,7 @@ class List(list):
         return [v for v in self if isinstance(v, Layer)]
 
 
-class Dict(dict):
+class Dict(TrackedDict):
     """``tf.contrib.checkpoint.Dict``: a dict whose trackable values a checkpoint saves
     under their key (``name/key``; keys are made str); other values are kept but not
     saved. As an attribute of a Layer or Model, it is tracked as :class:`List` is."""
@@ -176,14 +163,6 @@ class Dict(dict):
 
     def __repr__(self):
         return f"Dict({dict.__repr__(self)})"
-
-
-for _n in ("append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse",
-           "__setitem__", "__delitem__", "__iadd__"):
-    setattr(List, _n, _bumping(list, _n))
-for _n in ("__setitem__", "__delitem__", "pop", "popitem", "clear", "update", "setdefault"):
-    setattr(Dict, _n, _bumping(dict, _n))
-del _n
 
 
 class UniqueNameTracker(Dict):
