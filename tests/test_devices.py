@@ -32,7 +32,14 @@ def test_cpu_device_exists_and_is_default():
     assert tf.enable_eager_execution() is None
 
 
-def test_missing_device_lists_what_exists():
+@pytest.fixture
+def strict_placement():
+    tf.config.set_soft_device_placement(False)
+    yield
+    tf.config.set_soft_device_placement(True)
+
+
+def test_missing_device_lists_what_exists(strict_placement):
     with pytest.raises(tf.errors.NotFoundError) as e:
         with tf.device("cpu:7"):
             pass
@@ -40,12 +47,37 @@ def test_missing_device_lists_what_exists():
     assert "cpu:7" in msg and "Available devices: " in msg and "cpu:0" in msg
 
 
-def test_gpu_alias_without_gpus_is_clear():
+def test_gpu_alias_without_gpus_is_clear(strict_placement):
     if tf.num_gpus():
         pytest.skip("a GPU exists here")
     with pytest.raises(tf.errors.NotFoundError, match="gpu:0"):
         tf.device("/gpu:0")
     assert tf.num_gpus() == 0
+
+
+def test_soft_placement_runs_a_missing_device_on_the_cpu_and_says_so_once(caplog):
+    """TensorFlow's default: ``with tf.device("GPU:0")`` without a GPU runs on the CPU."""
+    assert tf.config.get_soft_device_placement() is True
+    with caplog.at_level("WARNING", logger="tapeflow"):
+        for _ in range(2):
+            with tf.device("opencl:57") as d:
+                y = tf.constant([1.0, 2.0]) * 2
+            assert d.name == "cpu:0" and y.device == "cpu:0"
+    said = [r for r in caplog.records if "opencl:57" in r.getMessage()]
+    assert len(said) == 1 and "soft placement" in said[0].getMessage()
+    with pytest.raises(tf.errors.InvalidArgumentError):    # a malformed name still raises
+        tf.device("gpu:zero")
+
+
+def test_device_lists_are_tensorflow_shaped():
+    phys = tf.config.list_physical_devices("CPU")
+    assert phys[0] == ("/physical_device:CPU:0", "CPU") and phys[0].device_type == "CPU"
+    logical = tf.config.list_logical_devices()
+    assert [d.name for d in logical][0] == "/device:CPU:0"
+    for d in logical:                                      # each name is accepted by tf.device
+        with tf.device(d.name) as placed:
+            assert placed.name.split(":")[0] in d.name.lower()
+    assert len(tf.config.list_logical_devices("GPU")) == tf.num_gpus()
 
 
 def test_scope_places_and_nests():

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import collections as _collections
 import os as _os
 import types as _types
 
@@ -16,6 +17,7 @@ from .dispatch import policy as _policy
 
 __all__ = ["set_default_device", "get_default_device", "set_device_policy", "get_device_policy",
            "silent_copies", "memory_info", "list_devices", "list_physical_devices",
+           "list_logical_devices", "set_soft_device_placement", "get_soft_device_placement",
            "experimental"]
 
 set_default_device = _devs.set_default_device
@@ -55,12 +57,43 @@ def list_devices():
     return [d.name for d in _devs.list_devices()]
 
 
-def list_physical_devices(device_type=None):
+PhysicalDevice = _collections.namedtuple("PhysicalDevice", "name device_type")
+LogicalDevice = _collections.namedtuple("LogicalDevice", "name device_type")
+
+
+def _typed(device_type, kind, prefix):
     ds = _devs.list_devices()
     if device_type is not None:
         t = device_type.lower()
         ds = [d for d in ds if d.type == t or (t == "gpu" and d.is_gpu)]
-    return [d.name for d in ds]
+    types = [("GPU" if d.type in ("cuda", "gpu") else d.type.upper()) for d in ds]
+    return [kind(f"/{prefix}:{t}:{d.index}", t) for d, t in zip(ds, types)]
+
+
+def list_physical_devices(device_type=None):
+    """The devices of the loaded backends, as TensorFlow's ``PhysicalDevice(name=
+    '/physical_device:CPU:0', device_type='CPU')``; ``device_type`` filters ("GPU": any GPU).
+
+    >>> import tapeflow as tf
+    >>> tf.config.list_physical_devices("CPU")[0]
+    PhysicalDevice(name='/physical_device:CPU:0', device_type='CPU')
+    """
+    return _typed(device_type, PhysicalDevice, "physical_device")
+
+
+def list_logical_devices(device_type=None):
+    """As :func:`list_physical_devices`, named as ``tf.device`` accepts (``/device:CPU:0``)."""
+    return _typed(device_type, LogicalDevice, "device")
+
+
+def set_soft_device_placement(enabled: bool) -> None:
+    """On (the default, as TensorFlow): ``with tf.device("GPU:0")`` on a machine without
+    that device places ops on ``cpu:0`` and logs it once. Off: it raises NotFoundError."""
+    _devs.soft_placement[0] = bool(enabled)
+
+
+def get_soft_device_placement() -> bool:
+    return _devs.soft_placement[0]
 
 
 # --- numerical precision and cuDNN convolutions (tf.config.experimental) -------------------

@@ -20,6 +20,7 @@ first, then OpenCL GPUs). An OpenCL CPU device (PoCL) is ``opencl:N`` only.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 
@@ -283,6 +284,8 @@ def set_default_device(spec) -> None:
 # global (a few ns) and touches the thread-local stack only when it is non-zero.
 _local = threading.local()
 active_scopes = [0]
+soft_placement = [True]     # a missing device in device() means cpu:0 (as TensorFlow)
+_softened: set = set()      # the specs already logged
 _scope_lock = threading.Lock()
 
 
@@ -309,7 +312,17 @@ class device:
     """
 
     def __init__(self, spec):
-        self._device = None if spec is None else get_device(spec)
+        try:
+            self._device = None if spec is None else get_device(spec)
+        except NotFoundError:       # soft placement (tf.config.set_soft_device_placement)
+            if not soft_placement[0] or "cpu:0" not in table.by_name:
+                raise
+            self._device = table.by_name["cpu:0"]
+            if spec not in _softened:
+                _softened.add(spec)
+                logging.getLogger("tapeflow").warning(
+                    "device %r does not exist: ops placed on cpu:0 (soft placement; "
+                    "tf.config.set_soft_device_placement(False) raises instead)", spec)
 
     def __enter__(self):
         stack = getattr(_local, "stack", None)
