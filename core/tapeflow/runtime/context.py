@@ -166,7 +166,8 @@ class ThreadTracer(threading.local):
     each: ``op(op, inputs, outputs, attrs, fn, device, needs_device)`` (an op ran through
     its kernel ``fn``), ``copy(src, out, device)``, ``read(var, value) -> value``,
     ``assign(var, value, prev)`` and ``check(tensor, what)`` (``tensor``'s value is
-    needed in Python: raise if it is symbolic)."""
+    needed in Python: raise if it is symbolic); ``symbolic(tensor)`` is asked by ``print``
+    (``(name, shape text)`` for a symbolic tensor, else None)."""
 
     tracer = None
 

@@ -372,6 +372,10 @@ class Tensor(speedups.TensorBase if speedups is not None else _TensorPy):
         return f"shape={tuple(self._data.shape)}, dtype={self.dtype.name}"
 
     def __str__(self):
+        if _ctx.tracing[0] and _ctx.thread_tracer.tracer is not None:    # TF's symbolic form
+            sym = _ctx.thread_tracer.tracer.symbolic(self)
+            if sym is not None:
+                return f'Tensor("{sym[0]}", shape={sym[1]}, dtype={self.dtype.name})'
         v = self._value_str()
         if "\n" in v:
             return f"tf.Tensor(\n{v}, {self._suffix()})"
@@ -384,6 +388,10 @@ class Tensor(speedups.TensorBase if speedups is not None else _TensorPy):
         return repr(np.asarray(a))
 
     def __repr__(self):
+        if _ctx.tracing[0] and _ctx.thread_tracer.tracer is not None:
+            sym = _ctx.thread_tracer.tracer.symbolic(self)
+            if sym is not None:
+                return f"<tf.Tensor '{sym[0]}' shape={sym[1]} dtype={self.dtype.name}>"
         return (f"<tf.Tensor: shape={tuple(self._data.shape)}, dtype={self.dtype.name}, "
                 f"device={self._device.name}, numpy={self._repr_value()}>")
 

@@ -150,6 +150,31 @@ class _Tracer:
         once, at trace time)."""
         self.var_vid.pop(id(var), None)
 
+    def symbolic(self, t):
+        """How ``print`` shows a tensor of the trace whose value depends on the arguments
+        or state: as TensorFlow's graph tensors, ``("x:0", "(3,)")`` for
+        ``Tensor("x:0", shape=(3,), dtype=int32)`` (the argument's name, or the op's in snake
+        case, numbered as TensorFlow numbers repeated names); None for any other tensor
+        (printed with its value)."""
+        vid = self.ids.get(id(t))
+        if vid is None or vid not in self.dynamic:
+            return None
+        g = self.graph
+        if vid in g.args:
+            name = g.arg_names[g.args.index(vid)]
+        else:                            # named in creation order, as TensorFlow names nodes
+            seen, name = {}, "value"
+            for n in g.nodes:
+                base = _snake(n.op.name if n.op is not None else n.kind)
+                k = seen[base] = seen.get(base, -1) + 1
+                if vid in n.outputs:
+                    name = base if k == 0 else f"{base}_{k}"
+                    break
+        shape = getattr(self.graph, "symbolic_shapes", {}).get(vid, tuple(t._data.shape))
+        dims = "(" + ", ".join("None" if d is None else str(d) for d in shape) + \
+            ("," if len(shape) == 1 else "") + ")"
+        return f"{name}:0", dims
+
     def check(self, t, what):
         vid = self.ids.get(id(t))
         if vid is not None and vid in self.dynamic:
@@ -159,6 +184,16 @@ class _Tracer:
                 "flow and host conversions cannot be traced. Use tf.cond(pred, true_fn, "
                 "false_fn) or tf.while_loop(cond, body, loop_vars) for control flow, "
                 "tf.print for printing, or call that part outside tf.function.")
+
+
+def _snake(name):
+    """``AddV2`` -> ``add_v2``, ``MatMul`` -> ``mat_mul`` (TensorFlow's node names)."""
+    out = []
+    for i, c in enumerate(name):
+        if c.isupper() and i and not name[i - 1].isupper():
+            out.append("_")
+        out.append(c.lower())
+    return "".join(out)
 
 
 def _current():
