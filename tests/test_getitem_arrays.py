@@ -66,3 +66,27 @@ def test_an_index_out_of_range_names_its_dimension():
     x = tf.constant(XN)
     with pytest.raises(tf.errors.InvalidArgumentError, match="index 4 of dimension 1"):
         x[np.array([0, 1]), np.array([0, 4])]
+
+
+def test_a_traced_scalar_tensor_index_is_a_gather_not_a_host_read():
+    """``x[i]`` with ``i`` an argument of a tf.function: TensorFlow's loops over
+    ``tf.range`` index this way; the trace serves every ``i`` (no retrace per value)."""
+    traces = []
+
+    @tf.function
+    def f(x, i):
+        traces.append(1)
+        return x[i] * 2, x[1:, i], x[i, 1:]
+
+    x = tf.reshape(tf.range(12.0), [3, 4])
+    for i in range(3):
+        got = f(x, tf.constant(i))
+        want = (x[i] * 2, x[1:, i], x[i, 1:])
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), w.numpy())
+    assert len(traces) == 1
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = tf.reduce_sum(f(x, tf.constant(2))[0])
+    np.testing.assert_array_equal(tape.gradient(y, x).numpy(),
+                                  np.array([[0.0] * 4, [0.0] * 4, [2.0] * 4], np.float32))

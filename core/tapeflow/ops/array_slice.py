@@ -434,6 +434,9 @@ def _scalar_index(k):
         k = k._host()
     if isinstance(k, Tensor):
         if k.ndim == 0 and k.dtype.is_integer:
+            tr = _ctx.thread_tracer.tracer if _ctx.tracing[0] else None
+            if tr is not None and tr.symbolic(k) is not None:
+                return k        # x[i], i from the arguments: a gather in the trace
             return int(k)
     elif isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu":
         return int(k)
