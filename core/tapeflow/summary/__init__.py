@@ -37,7 +37,7 @@ from ._records import events_from_file, events_from_logdir, read_records
 from .ops import (SummaryWriter, always_record_summaries, create_file_writer, create_noop_writer,
                   create_summary_file_writer, flush, get_default_writer, get_step, histogram,
                   image, never_record_summaries, record_if, record_summaries_every_n_global_steps,
-                  scalar, set_step, should_record_summaries)
+                  scalar, set_step, should_record_summaries, trace_export, trace_off, trace_on)
 
 #: ``tf.summary.experimental.set_step`` / ``get_step`` (TF 2 names)
 experimental = _types.SimpleNamespace(set_step=set_step, get_step=get_step)
@@ -51,4 +51,4 @@ __all__ = ["SummaryWriter", "create_file_writer", "create_summary_file_writer",
            "record_summaries_every_n_global_steps", "record_if", "should_record_summaries",
            "scalar", "histogram", "image", "flush", "set_step", "get_step",
            "get_default_writer", "read_records", "experimental", "events_from_file",
-           "events_from_logdir", "summary_test_util"]
+           "events_from_logdir", "summary_test_util", "trace_on", "trace_off", "trace_export"]

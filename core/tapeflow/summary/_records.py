@@ -39,6 +39,8 @@ def _lib(name):
         try:
             if name == "crc32c":
                 import crc32c as mod
+            elif name == "graph":
+                from tensorboardX.proto import graph_pb2 as mod
             else:
                 from tensorboardX.proto import event_pb2, summary_pb2
                 mod = (event_pb2, summary_pb2)
@@ -144,6 +146,21 @@ def event(wall_time: float, step: int = 0, *, file_version: str | None = None,
         e.file_version = file_version
     if summary is not None:
         e.summary.CopyFrom(summary)
+    return e.SerializeToString()
+
+
+def graph_event(wall_time: float, step: int, nodes) -> bytes:
+    """A serialized ``Event`` whose ``graph_def`` is a ``GraphDef`` of ``nodes``
+    (``(name, op, inputs, device)``): what TensorBoard's graph dashboard draws."""
+    event_pb2, _ = _lib("tensorboardX")
+    graph_pb2 = _lib("graph")
+    g = graph_pb2.GraphDef()
+    for name, op, inputs, device in nodes:
+        n = g.node.add()
+        n.name, n.op, n.device = name, op, device
+        n.input.extend(inputs)
+    e = event_pb2.Event(wall_time=wall_time, step=int(step))
+    e.graph_def = g.SerializeToString()
     return e.SerializeToString()
 
 

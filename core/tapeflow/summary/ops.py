@@ -22,17 +22,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import sys
 import threading
 import time
+import warnings
 import weakref
 
 import numpy as np
 
 from ..errors import InvalidArgumentError, InvalidTypeError
 from . import _records
+from .. import profiler as _profiler
 from .. import train as _train
+from ..tracing import signatures as _signatures
+from ..tracing import tracer as _tracer
 
 __all__ = ["SummaryWriter", "create_file_writer", "create_summary_file_writer",
            "create_noop_writer", "always_record_summaries", "never_record_summaries",
@@ -138,6 +143,13 @@ class SummaryWriter:
                    or time.monotonic() - self._last_flush >= self._flush_secs)
         if due:
             self.flush()
+
+    def _write_event(self, record_bytes: bytes):
+        if self._closed:
+            raise InvalidArgumentError(f"{self!r}: the writer is closed")
+        with self._lock:
+            self._queue.append(_records.frame(record_bytes))
+        self.flush()
 
     def flush(self):
         """Write every buffered event to the file."""
@@ -352,6 +364,78 @@ def _recording():
 def _host(value) -> np.ndarray:
     """The value as a host NumPy array (Tensors and Variables on any device)."""
     return np.asarray(value)
+
+
+class _GraphTrace:
+    """What ``tf.summary.trace_on(graph=True)`` collects: the graphs of the functions traced
+    until ``trace_export`` / ``trace_off`` (a function traced before is not traced again,
+    so call a fresh one, as in TensorFlow)."""
+
+    graphs: list = []
+    on = False
+    profiling = False           # trace_on started the profiler
+
+    @classmethod
+    def collect(cls, graph):
+        cls.graphs.append(graph)
+
+
+def trace_on(graph=True, profiler=False, profiler_outdir=None):
+    """Start collecting the graphs of the ``tf.function`` traces that follow, for
+    :func:`trace_export` to write where TensorBoard's graph dashboard shows them.
+    ``profiler=True`` starts ``tf.profiler.experimental.start(profiler_outdir)`` too."""
+    if _GraphTrace.on:
+        warnings.warn("tf.summary.trace_on: a trace is already on; ignored", stacklevel=2)
+        return
+    _GraphTrace.on, _GraphTrace.graphs = True, []
+    if graph:
+        _tracer.graph_observers.append(_GraphTrace.collect)
+    if profiler:
+        _profiler.experimental.start(profiler_outdir or "")
+        _GraphTrace.profiling = True
+
+
+def trace_off():
+    """Stop collecting graphs (and the profiler :func:`trace_on` started); drop them."""
+    if _GraphTrace.collect in _tracer.graph_observers:
+        _tracer.graph_observers.remove(_GraphTrace.collect)
+    if _GraphTrace.profiling:
+        _GraphTrace.profiling = False
+        _profiler.experimental.stop()
+    _GraphTrace.on, _GraphTrace.graphs = False, []
+
+
+def trace_export(name, step=None, profiler_outdir=None):
+    """Write the graphs collected since :func:`trace_on` to the default writer as one
+    ``GraphDef`` event (each function's nodes under its name: ``name/function/node``),
+    then stop collecting. Returns whether an event was written (a default writer is
+    needed, as for every summary).
+
+    >>> import tempfile, tapeflow as tf
+    >>> logdir = tempfile.mkdtemp()
+    >>> tf.summary.trace_on(graph=True)
+    >>> f = tf.function(lambda x: tf.nn.relu(x) * 2.0)
+    >>> _ = f(tf.constant([1.0, -1.0]))
+    >>> with tf.summary.create_file_writer(logdir).as_default():
+    ...     tf.summary.trace_export("my_trace", step=0)
+    True
+    >>> [e.step for e in tf.summary.events_from_logdir(logdir) if e.graph_def]
+    [0]
+    """
+    graphs = list(_GraphTrace.graphs)
+    trace_off()
+    writer, block_step = _current()
+    if writer is None or isinstance(writer, _NoopWriter):
+        return False
+    nodes = []
+    for g in graphs:
+        scope = re.sub(r"[^A-Za-z0-9_.\-/]", "_", f"{name}/{g.name}")
+        for n in _signatures.graph_def(g).node:
+            nodes.append((f"{scope}/{n.name}", n.op,
+                          [f"{scope}/{i}" for i in n.input], n.device))
+    writer._write_event(_records.graph_event(time.time(), _resolve_step(step, block_step),
+                                             nodes))
+    return True
 
 
 def scalar(name, tensor, family=None, step=None, description=None):

@@ -24,7 +24,7 @@ from ..runtime.registry import OpDef
 from ..runtime.tensor import wrap
 from .graph import Node
 
-__all__ = ["TracingError", "init_scope"]
+__all__ = ["TracingError", "init_scope", "graph_observers"]
 
 # the tracer of this thread's innermost trace (``_tl.tracer``; None: none): the runtime's
 # slot, which it reports to directly. ``_tracing[0]`` (tapeflow.runtime.context) counts
@@ -36,11 +36,19 @@ class TracingError(TapeflowError):
     """Python code needed a tensor's value while :func:`function` was tracing."""
 
 
+#: called with each Graph a top-level trace starts to record (``tf.summary.trace_on``
+#: collects them this way); append and remove, never replace
+graph_observers: list = []
+
+
 class _Tracer:
     """Records the ops one thread executes into a Graph (see the module doc)."""
 
     def __init__(self, graph, parent=None):
         self.graph = graph
+        if parent is None and graph_observers:
+            for fn in list(graph_observers):
+                fn(graph)
         self.ids: dict = {}            # id(Tensor) -> vid
         self.keep: list = []           # tensors whose ids are in ``ids`` (pins the ids)
         self.dynamic: set = set()      # vids whose value depends on arguments/state
