@@ -294,7 +294,9 @@ def test_shared_variable_saved_once_and_restore_none(tmp_path):
     keys = set(json.load(open(path + ".index.json"))["tensors"])
     assert keys == {"a", "b/1", "save_counter"}
     status = ckpt.restore(None)                 # first run: nothing to restore
-    status.run_restore_ops()
+    assert status.initialize_or_restore() is None
+    with pytest.raises(AssertionError):         # (as TensorFlow: nothing to run)
+        status.run_restore_ops()
     with pytest.raises(AssertionError):
         status.assert_consumed()
 
@@ -356,8 +358,10 @@ def test_files_are_safetensors_and_json_without_pickle(tmp_path):
     assert arrays["n"].dtype == np.int64 and arrays["f"].dtype == np.bool_
     state = open(tmp_path / "checkpoint").read()
     assert state == 'model_checkpoint_path: "model-1"\nall_model_checkpoint_paths: "model-1"\n'
+    v = "/.ATTRIBUTES/VARIABLE_VALUE"           # (TensorFlow's keys: the reader translates)
     assert tf.train.list_variables(str(tmp_path)) == [
-        ("f", []), ("n", []), ("save_counter", []), ("w", [2, 3])]
+        ("_CHECKPOINTABLE_OBJECT_GRAPH", []), ("f" + v, []), ("n" + v, []),
+        ("save_counter" + v, []), ("w" + v, [2, 3])]
 
 
 def test_latest_checkpoint_none_cases(tmp_path):

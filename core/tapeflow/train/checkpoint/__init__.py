@@ -10,7 +10,15 @@ Format. A checkpoint ``<prefix>`` is two files next to each other:
   size and SHA-256, and one entry per tensor: ``{"dtype", "shape", "kind", "name"}``
   (object-based checkpoints key tensors by their path in the object graph,
   ``model/dense1/kernel``; optimizer slots by the path of their variable,
-  ``model/dense1/kernel/.OPTIMIZER_SLOT/optimizer/m``; ``Saver`` keys by name).
+  ``model/dense1/kernel/.OPTIMIZER_SLOT/optimizer/m``; an object's own state, kind
+  ``"state"``, by ``<path>/.ATTRIBUTES/<name>``, a ``tf.data`` iterator's position
+  ``iterator/.ATTRIBUTES/ITERATOR_STATE``; ``Saver`` keys by name), and ``aliases``,
+  ``{other path: saved path}`` of objects reachable by several paths (saved once,
+  restorable by each; absent when there are none, as in files written before it).
+
+``tf.train.load_checkpoint`` / ``list_variables`` show TensorFlow's keys
+(``model/dense1/kernel/.ATTRIBUTES/VARIABLE_VALUE``, ``_CHECKPOINTABLE_OBJECT_GRAPH``):
+the reader translates (:class:`CheckpointReader`), so the files keep version 1's layout.
 
 A directory also holds a ``checkpoint`` state file naming the latest checkpoint in
 TensorFlow's text form (``model_checkpoint_path: "ckpt-3"``), which
@@ -81,31 +89,58 @@ import contextlib
 import os
 import re
 
+import numpy as np
+
 from ... import dtypes as _dt
 from ...errors import InvalidArgumentError, InvalidTypeError, NotFoundError
+from ...module import wrap as _wrap
 from ...runtime import context as _ctx
 from ...runtime.variable import Variable
 from .file_format import (ALT_DATA_SUFFIX, DATA_SUFFIX, FORMAT, INDEX_SUFFIX, MAX_INDEX_BYTES,
-                          MAX_STATE_BYTES, STATE_FILE, VERSION, DataLossError, _base_name,
-                          _check_state_file, _delete_checkpoint, _read, _read_state, _write,
-                          _write_state, latest_checkpoint, list_variables, load_checkpoint)
+                          MAX_STATE_BYTES, STATE_FILE, VERSION, CheckpointReader, DataLossError,
+                          _base_name, _check_state_file, _delete_checkpoint, _path_str, _read,
+                          _read_state,
+                          _write, _write_state, latest_checkpoint, list_variables,
+                          load_checkpoint)
 from .object_graph import (CheckpointLoadStatus, InitializationOnlyStatus, _add_named_children,
-                           _assign_all, _gather, _is_trackable, _mismatch, _raise_mismatch,
-                           _Session, restore_deferred)
+                           _assign_all, _gather, _is_trackable, _mismatch, _on_attach,
+                           _raise_mismatch, _Session, restore_deferred)
 
 __all__ = ["Checkpoint", "CheckpointManager", "CheckpointLoadStatus", "Saver",
            "latest_checkpoint", "restore_variables_on_create", "restore_deferred",
-           "list_variables", "load_checkpoint", "DataLossError"]
+           "list_variables", "load_checkpoint", "CheckpointReader", "DataLossError"]
 
 
 # --- tf.train.Checkpoint: object-based ----------------------------------------------------
 
 class Checkpoint:
-    """Groups trackable objects (models, layers, optimizers, Variables) for saving
-    and restoring: ``tf.train.Checkpoint(optimizer=opt, model=model, step=step)``.
+    """Groups trackable objects (models, layers, ``tf.Module``s, optimizers, Variables,
+    ``tf.data`` iterators, other Checkpoints) for saving and restoring:
+    ``tf.train.Checkpoint(optimizer=opt, model=model, step=step)``.
 
     ``save(prefix)`` writes ``<prefix>-<n>`` (n counts saves, restored with the rest)
-    and returns it; ``restore(path)`` restores it (``None``: nothing, for a first run).
+    and returns it; ``restore(path)`` restores it and returns a status
+    (``assert_consumed()``, ``assert_existing_objects_matched()``, ``expect_partial()``);
+    ``restore(None)`` (no checkpoint yet) restores nothing and returns a status whose
+    checks raise. Attributes assigned later are tracked too: a list or dict becomes a
+    ``ListWrapper`` / ``DictWrapper`` whose later items are saved, and whose items a
+    restore made before they existed reaches (deferred restoration). Values that are not
+    trackable (a number, a string) may be assigned as attributes; they are not saved.
+
+    >>> import os, tempfile
+    >>> import tapeflow as tf
+    >>> ckpt = tf.train.Checkpoint()
+    >>> ckpt.listed = [tf.Variable(1.0)]
+    >>> ckpt.listed.append(tf.Variable(2.0))
+    >>> path = ckpt.save(os.path.join(tempfile.mkdtemp(), "lists"))
+    >>> fresh = tf.train.Checkpoint()
+    >>> status = fresh.restore(path)
+    >>> fresh.listed = []
+    >>> fresh.listed
+    ListWrapper([])
+    >>> fresh.listed.append(tf.Variable(0.0))       # restored when it appears
+    >>> float(fresh.listed[0])
+    1.0
     """
 
     _RESERVED = ("save", "restore", "write", "read", "save_counter")
@@ -115,6 +150,12 @@ class Checkpoint:
         object.__setattr__(self, "_save_counter", None)
         object.__setattr__(self, "_last_session", None)
         for name, value in kwargs.items():
+            if not _is_trackable(value):
+                raise InvalidArgumentError(
+                    f"Checkpoint was expecting '{name}' to be a trackable object (a "
+                    "tf.Variable, a tf.Module or Keras layer or model, an optimizer, a tf.data "
+                    f"iterator, or a list or dict of them), got {type(value).__name__} "
+                    f"{value!r}")
             setattr(self, name, value)
 
     def __setattr__(self, name, value):
@@ -124,13 +165,14 @@ class Checkpoint:
         if name in self._RESERVED:
             raise InvalidArgumentError(
                 f"'{name}' is reserved by tf.train.Checkpoint; use another name")
-        if not _is_trackable(value):
-            raise InvalidArgumentError(
-                f"Checkpoint was expecting a trackable object for '{name}' (a tf.Variable, or "
-                f"an object with _trackable_children(): model, layer, optimizer), got "
-                f"{type(value).__name__} {value!r}")
+        value = _wrap(value)
+        if not _is_trackable(value):           # (kept, not saved, as in TensorFlow)
+            self._objects.pop(name, None)
+            object.__setattr__(self, name, value)
+            return
         self._objects[name] = value
         object.__setattr__(self, name, value)
+        _on_attach(self)
 
     def _trackable_children(self):
         children = dict(self._objects)
@@ -151,15 +193,18 @@ class Checkpoint:
 
     def write(self, file_prefix):
         """Write exactly ``file_prefix`` (no counter, no state file). Returns it."""
-        return _write(file_prefix, _gather(self), "object")
+        aliases: dict = {}
+        entries = _gather(self, aliases)
+        return _write(file_prefix, entries, "object", aliases=aliases)
 
     def save(self, file_prefix):
         """Save to ``<file_prefix>-<save_counter>`` and record it as the directory's latest
         checkpoint. Returns the path (seed: ``checkpoint.save('./ckpt/')`` -> ``'./ckpt/-1'``)."""
-        _check_state_file(os.path.dirname(os.fspath(file_prefix)))
+        file_prefix = _path_str(file_prefix, "save")
+        _check_state_file(os.path.dirname(file_prefix))
         counter = self.save_counter
         counter.assign_add(1)
-        path = f"{os.fspath(file_prefix)}-{int(counter)}"
+        path = f"{file_prefix}-{int(counter)}"
         try:
             self.write(path)
         except BaseException:
@@ -195,6 +240,10 @@ class CheckpointManager:
 
     def __init__(self, checkpoint, directory, max_to_keep=5, keep_checkpoint_every_n_hours=None,
                  checkpoint_name="ckpt"):
+        if not isinstance(checkpoint, Checkpoint):
+            raise InvalidTypeError(
+                "CheckpointManager: the first argument must be a tf.train.Checkpoint (wrap "
+                f"your objects: tf.train.Checkpoint(model=...)), got {type(checkpoint).__name__}")
         self._checkpoint = checkpoint
         self._directory = os.fspath(directory)
         self._max_to_keep = max_to_keep
@@ -219,6 +268,11 @@ class CheckpointManager:
         return self._directory
 
     @property
+    def checkpoint(self):
+        """The ``tf.train.Checkpoint`` it saves."""
+        return self._checkpoint
+
+    @property
     def checkpoints(self):
         return list(self._checkpoints)
 
@@ -226,12 +280,31 @@ class CheckpointManager:
     def latest_checkpoint(self):
         return self._checkpoints[-1] if self._checkpoints else None
 
+    def restore_or_initialize(self):
+        """Restore the latest checkpoint and return its path, or return None when there
+        is none (the variables keep their initial values)."""
+        latest = self.latest_checkpoint
+        if latest is None:
+            return None
+        self._checkpoint.restore(latest)
+        return latest
+
     def save(self, checkpoint_number=None):
+        """Write ``<directory>/<checkpoint_name>-<n>`` (n: ``checkpoint_number``, else the
+        checkpoint's ``save_counter``, which counts every save either way), record it as
+        the latest, delete the oldest beyond ``max_to_keep``; returns the path."""
         _check_state_file(self._directory)
+        counter = self._checkpoint.save_counter
+        counter.assign_add(1)
         if checkpoint_number is None:
-            counter = self._checkpoint.save_counter
-            counter.assign_add(1)
             checkpoint_number = int(counter)
+        elif isinstance(checkpoint_number, bool) or not isinstance(
+                checkpoint_number, (int, np.integer)) and not hasattr(checkpoint_number,
+                                                                      "numpy"):
+            counter.assign_sub(1)
+            raise InvalidTypeError(
+                "CheckpointManager.save: checkpoint_number must be an int (or an integer "
+                f"Variable such as the step), got {checkpoint_number!r}")
         path = f"{self._prefix}-{int(checkpoint_number)}"
         self._checkpoint.write(path)
         self._checkpoints = [p for p in self._checkpoints if p != path] + [path]

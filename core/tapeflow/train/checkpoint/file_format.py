@@ -324,14 +324,26 @@ def latest_checkpoint(checkpoint_dir, latest_filename=None):
 
 # --- writing one checkpoint -------------------------------------------------------------
 
+def _path_str(path, what):
+    """``path`` (a str or os.PathLike) as a str; anything else is an InvalidTypeError."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise _errors.InvalidTypeError(
+            f"Checkpoint {what}: expected a checkpoint path prefix (a str or os.PathLike, "
+            f"e.g. os.path.join(directory, 'ckpt')), got {type(path).__name__} {path!r}")
+    return os.fsdecode(path)
+
+
 def _host_array(var):
-    a = np.asarray(var.numpy())          # (ascontiguousarray would make 0-d arrays 1-d)
+    a = np.asarray(var if isinstance(var, np.ndarray) else var.numpy())
+    # (ascontiguousarray would make 0-d arrays 1-d)
     return a if a.flags.c_contiguous else a.copy(order="C")
 
 
-def _write(path, entries, kind):
-    """Write the checkpoint ``path`` (data, then index). Returns ``path``."""
-    path = os.fspath(path)
+def _write(path, entries, kind, aliases=None):
+    """Write the checkpoint ``path`` (data, then index). Returns ``path``. ``entries``:
+    ``{key: (Variable or NumPy array, info)}``; ``aliases``: ``{path: saved path}`` of
+    objects reachable by several paths (saved once, restorable by each)."""
+    path = _path_str(path, "save")
     directory, base = os.path.split(path)
     if not base:
         raise InvalidArgumentError(
@@ -356,7 +368,8 @@ def _write(path, entries, kind):
     for key, (var, info) in entries.items():
         a = _host_array(var)
         arrays[key] = a
-        tensors[key] = dict(info, dtype=var.dtype.name, shape=list(a.shape))
+        dtype = _dt.as_dtype(a.dtype) if isinstance(var, np.ndarray) else var.dtype
+        tensors[key] = dict(info, dtype=dtype.name, shape=list(a.shape))
     # the data file says whose it is: only a file whose header names this prefix is
     # ever deleted or replaced by a later save (see _own_data_file)
     blob = _st().save(arrays, metadata={"format": FORMAT, "checkpoint": base})
@@ -364,6 +377,8 @@ def _write(path, entries, kind):
     index = {"format": FORMAT, "version": VERSION, "kind": kind, "data_file": data_name,
              "data_bytes": len(blob), "data_sha256": hashlib.sha256(blob).hexdigest(),
              "tensors": tensors}
+    if aliases:
+        index["aliases"] = aliases
     _atomic_write(index_path, json.dumps(index, indent=1).encode("utf-8"))
     if isinstance(old_name, str) and old_name != data_name:
         own = _own_data_file(directory, old_name, base)
@@ -374,8 +389,37 @@ def _write(path, entries, kind):
 
 # --- reading one checkpoint, validated ----------------------------------------------------
 
-class _Loaded:
-    """A checkpoint read and validated: ``tensors`` (index entries) and ``arrays``."""
+#: the key TensorFlow gives a checkpoint's object graph (a serialized description; here
+#: the JSON of the saved paths and aliases)
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+#: what TensorFlow appends to a Variable's path to make its key
+VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+class CheckpointReader:
+    """A checkpoint read and validated (``tf.train.load_checkpoint``): ``tensors`` (its
+    index entries) and ``arrays`` (its values) under tapeflow's keys, and TensorFlow's
+    reader methods under TensorFlow's keys: ``get_variable_to_shape_map()``,
+    ``get_variable_to_dtype_map()``, ``has_tensor(key)`` and ``get_tensor(key)``.
+
+    TensorFlow's key of a Variable is its path and ``/.ATTRIBUTES/VARIABLE_VALUE``
+    (``model/dense/kernel/.ATTRIBUTES/VARIABLE_VALUE``), of an object's state
+    ``<path>/.ATTRIBUTES/<name>`` (``iterator/.ATTRIBUTES/ITERATOR_STATE``); the object
+    graph is ``_CHECKPOINTABLE_OBJECT_GRAPH``. tapeflow's files key Variables by path alone
+    (the format is unchanged since version 1); the reader translates, and
+    ``get_tensor``/``has_tensor`` accept both spellings. A name-based checkpoint
+    (``tf.train.Saver``) keys Variables by name, in both.
+
+    >>> import os, tempfile
+    >>> import tapeflow as tf
+    >>> d = tempfile.mkdtemp()
+    >>> _ = tf.train.Checkpoint(w=tf.Variable([1.0, 2.0])).save(os.path.join(d, "ckpt"))
+    >>> reader = tf.train.load_checkpoint(d)
+    >>> sorted(reader.get_variable_to_shape_map().items())
+    [('_CHECKPOINTABLE_OBJECT_GRAPH', []), ('save_counter/.ATTRIBUTES/VARIABLE_VALUE', []), ('w/.ATTRIBUTES/VARIABLE_VALUE', [2])]
+    >>> reader.get_tensor("w/.ATTRIBUTES/VARIABLE_VALUE").tolist()
+    [1.0, 2.0]
+    """
 
     def __init__(self, path, index, arrays):
         self.path = path
@@ -400,6 +444,60 @@ class _Loaded:
         for name in dup:
             del out[name]
         return out
+
+    # --- TensorFlow's reader ---------------------------------------------------------------
+    def tf_keys(self):
+        """``{TensorFlow's key: tapeflow's key}`` (the object graph maps to None)."""
+        if self.kind != "object":
+            return {k: k for k in self.tensors}
+        out = {OBJECT_GRAPH_KEY: None}
+        for key, meta in self.tensors.items():
+            out[key if meta.get("kind") == "state" else key + VALUE_SUFFIX] = key
+        return out
+
+    def _key(self, key):
+        if not isinstance(key, str):
+            raise _errors.InvalidTypeError(
+                f"CheckpointReader: a tensor key must be a str, got {key!r}")
+        keys = self.tf_keys()
+        if key in keys:
+            return True, keys[key]
+        if key in self.tensors:
+            return True, key
+        return False, None
+
+    def has_tensor(self, key):
+        """Whether the checkpoint has ``key`` (TensorFlow's spelling or tapeflow's)."""
+        return self._key(key)[0]
+
+    def get_tensor(self, key):
+        """The value saved under ``key``, as a NumPy array (the object graph: bytes)."""
+        found, ours = self._key(key)
+        if not found:
+            some = sorted(self.tf_keys())[:8]
+            raise NotFoundError(
+                f"Key {key!r} not found in checkpoint '{self.path}'; it has "
+                f"{len(self.tensors)} tensors, e.g. {some} (get_variable_to_shape_map() "
+                "lists them all)")
+        if ours is None:
+            graph = {"paths": sorted(self.tensors), "aliases": self.index.get("aliases", {})}
+            return json.dumps(graph, sort_keys=True).encode("utf-8")
+        return self.arrays[ours]
+
+    def get_variable_to_shape_map(self):
+        """``{key: shape as a list}`` under TensorFlow's keys."""
+        return {k: ([] if ours is None else list(self.tensors[ours]["shape"]))
+                for k, ours in self.tf_keys().items()}
+
+    def get_variable_to_dtype_map(self):
+        """``{key: tf.DType}`` under TensorFlow's keys (the object graph: ``tf.string``
+        where tapeflow has it, else the str ``"string"``)."""
+        string = getattr(_dt, "string", "string")
+        return {k: (string if ours is None else _dt.as_dtype(self.tensors[ours]["dtype"]))
+                for k, ours in self.tf_keys().items()}
+
+
+_Loaded = CheckpointReader
 
 
 def _loss(path, what):
@@ -435,7 +533,7 @@ def _read(path) -> _Loaded:
     """Read and validate the whole checkpoint ``path`` (raises before any assignment)."""
     if path is None:
         raise InvalidArgumentError("No checkpoint path given (latest_checkpoint() found none?)")
-    path = os.fspath(path)
+    path = _path_str(path, "restore")
     if path.endswith(INDEX_SUFFIX):
         path = path[:-len(INDEX_SUFFIX)]
     index_path = path + INDEX_SUFFIX
@@ -491,17 +589,25 @@ def _read(path) -> _Loaded:
 
 
 def list_variables(ckpt_dir_or_file):
-    """``[(key, shape), ...]`` of a checkpoint (a prefix or a directory)."""
-    loaded = load_checkpoint(ckpt_dir_or_file)
-    return sorted((k, list(m["shape"])) for k, m in loaded.tensors.items())
+    """``[(key, shape), ...]`` of a checkpoint (a prefix, or a directory: its latest
+    checkpoint), sorted, under TensorFlow's keys (:class:`CheckpointReader`)."""
+    return sorted(load_checkpoint(ckpt_dir_or_file).get_variable_to_shape_map().items())
 
 
 def load_checkpoint(ckpt_dir_or_file):
-    """Read and validate a checkpoint; ``.tensors`` is its index, ``.arrays`` its values."""
-    path = os.fspath(ckpt_dir_or_file)
+    """Read and validate a checkpoint (a prefix, or a directory: its latest checkpoint):
+    a :class:`CheckpointReader`."""
+    if not isinstance(ckpt_dir_or_file, (str, bytes, os.PathLike)):
+        raise _errors.InvalidTypeError(
+            "load_checkpoint: expected a checkpoint prefix or a directory (a str or "
+            f"os.PathLike), got {type(ckpt_dir_or_file).__name__}")
+    path = os.fsdecode(ckpt_dir_or_file)
     if os.path.isdir(path):
         latest = latest_checkpoint(path)
         if latest is None:
-            raise NotFoundError(f"No checkpoint found in directory '{path}'")
+            raise NotFoundError(
+                f"No checkpoint found in directory '{path}' (its 'checkpoint' state file is "
+                "missing, or names a checkpoint that is gone); pass a checkpoint prefix, or "
+                "save one there first")
         path = latest
     return _read(path)

@@ -40,14 +40,20 @@ import functools
 import threading
 import weakref
 
+from ... import module as _module
 from ...errors import InvalidArgumentError
 from ...layers.base import Layer, TrackedDict, TrackedList
+from ...module import DictWrapper, ListWrapper
 from ...runtime.dispatch import constant as _constant
 from ...runtime.variable import Variable
 from ...tracing import init_scope
 from .file_format import _base_name
 
 _SLOT = ".OPTIMIZER_SLOT"
+#: a saved object's own state (``iterator/.ATTRIBUTES/ITERATOR_STATE``), TensorFlow's key
+ATTRIBUTES = "/.ATTRIBUTES/"
+#: how many alias hops a checkpoint path may take (a planted cycle of aliases ends there)
+_MAX_ALIAS_HOPS = 32
 
 
 # --- the graph: paths of variables and slots --------------------------------------------
@@ -60,6 +66,8 @@ def _add_named_children(name, value, out):
     if isinstance(value, (List, Dict)):          # their trackable items only
         for k, v in value._trackable_children().items():
             _add_named_children(f"{name}/{k}", v, out)
+    elif isinstance(value, (ListWrapper, DictWrapper)):
+        out.append((name, value))     # an object: values may wait on it for its items
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             _add_named_children(f"{name}/{i}", v, out)
@@ -80,18 +88,21 @@ def _children(obj):
     return out
 
 
-def _walk(items):
+def _walk(items, aliases=None):
     """Breadth-first over ``[(path, object)]``: ``({path: Variable}, {path: object})``;
-    an object reachable twice keeps its first (shortest) path."""
-    variables, objects, seen = {}, {}, set()
+    an object reachable twice keeps its first (shortest) path, and ``aliases`` (when
+    given) gets ``{other path: first path}``."""
+    variables, objects, first = {}, {}, {}
     queue = list(items)
     i = 0
     while i < len(queue):
         path, obj = queue[i]
         i += 1
-        if id(obj) in seen:
+        if id(obj) in first:
+            if aliases is not None and first[id(obj)] != path:
+                aliases[path] = first[id(obj)]
             continue
-        seen.add(id(obj))
+        first[id(obj)] = path
         if isinstance(obj, Variable):
             variables[path] = obj
             continue
@@ -101,7 +112,8 @@ def _walk(items):
 
 
 def _is_trackable(value):
-    if isinstance(value, Variable) or hasattr(value, "_trackable_children"):
+    if isinstance(value, Variable) or hasattr(value, "_trackable_children") or hasattr(
+            value, "_serialize_to_tensors"):
         return True
     if isinstance(value, (list, tuple)):
         return all(_is_trackable(v) for v in value)
@@ -110,12 +122,20 @@ def _is_trackable(value):
     return False
 
 
-def _gather(root):
-    """``{key: (Variable, info)}`` of everything reachable from ``root``."""
-    variables, objects = _walk(_children(root))
+def _gather(root, aliases=None):
+    """``{key: (Variable or array, info)}`` of everything reachable from ``root``: its
+    Variables, optimizer slots and objects' own state (a ``tf.data`` iterator's position,
+    ``<path>/.ATTRIBUTES/ITERATOR_STATE``); ``aliases`` gets the other paths of objects
+    reachable twice."""
+    variables, objects = _walk(_children(root), aliases)
     entries = {p: (v, {"kind": "variable", "name": v.name}) for p, v in variables.items()}
     paths = {id(v): p for p, v in variables.items()}
     for opath, obj in objects.items():
+        serialize = getattr(obj, "_serialize_to_tensors", None)
+        if serialize is not None:
+            for attr, value in serialize().items():
+                entries[f"{opath}{ATTRIBUTES}{attr}"] = (value, {"kind": "state",
+                                                                 "attribute": attr})
         slots = getattr(obj, "_checkpoint_slots", None)
         if slots is None:
             continue
@@ -300,6 +320,19 @@ def restore_deferred(obj):
             session.restore_subtree(obj, path)
 
 
+def _valid_aliases(raw):
+    """The index's ``aliases`` (``{path: path}``), or ``{}`` when absent or malformed."""
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _object_path(key):
+    """The path of the object a key belongs to: a Variable's own path, or the object of
+    a state key (``it/.ATTRIBUTES/ITERATOR_STATE`` -> ``it``)."""
+    return key.split(ATTRIBUTES, 1)[0]
+
+
 class _Session:
     """One ``Checkpoint.restore``: the checkpoint's values and which are still unused."""
 
@@ -309,52 +342,95 @@ class _Session:
         self.superseded = False
         tensors = loaded.tensors
         self.var_keys = {k for k, m in tensors.items() if m.get("kind", "variable") == "variable"}
+        self.state_keys = {k for k, m in tensors.items() if m.get("kind") == "state"}
         self.slots_of: dict = {}
         for k, m in tensors.items():
             if m.get("kind") == "slot":
                 self.slots_of.setdefault(m.get("variable"), []).append(k)
+        self.aliases = _valid_aliases(loaded.index.get("aliases"))
         self.unconsumed = set(tensors)
         self.handed_off: set = set()
         self.objects: dict = {}       # path -> object seen in a walk (optimizers for slots)
+
+    def resolve(self, path):
+        """The checkpoint's key for ``path``: itself, or through the aliases of objects
+        saved once but reachable by several paths (``mapped/two`` -> ``listed/1``)."""
+        tensors, aliases = self.loaded.tensors, self.aliases
+        for _ in range(_MAX_ALIAS_HOPS):
+            if path in tensors or not aliases:
+                return path
+            parts = path.split("/")
+            for i in range(len(parts), 0, -1):
+                head = "/".join(parts[:i])
+                target = aliases.get(head)
+                if target is not None:
+                    path = target + path[len(head):]
+                    break
+            else:
+                return path
+        return path
+
+    def _paths_of(self, key):
+        """The object path of ``key`` and its other paths (through the aliases)."""
+        path = _object_path(key)
+        out = [path]
+        for alias, target in self.aliases.items():
+            if path == target or path.startswith(target + "/"):
+                out.append(alias + path[len(target):])
+        return out
+
+    def _plan_slots(self, key, var, assign, defer, errors):
+        tensors, arrays = self.loaded.tensors, self.loaded.arrays
+        for skey in self.slots_of.get(key, ()):
+            if skey not in self.unconsumed or skey in self.handed_off:
+                continue
+            meta = tensors[skey]
+            opt = self.objects.get(meta.get("optimizer"))
+            if opt is None:
+                continue
+            get_slot = getattr(opt, "get_slot", None)
+            slot = get_slot(var, meta.get("slot")) if get_slot is not None else None
+            if slot is not None:
+                err = _mismatch(skey, slot, arrays[skey], meta["dtype"])
+                if err:
+                    errors.append(err)
+                else:
+                    assign.append((slot, skey))
+            elif hasattr(opt, "_defer_slot_restoration"):
+                err = _mismatch(skey, var, arrays[skey], meta["dtype"])
+                if err:
+                    errors.append(err)
+                else:
+                    defer.append((opt, var, meta.get("slot"), skey))
 
     def _plan(self, variables, objects):
         self.objects.update(objects)
         tensors, arrays = self.loaded.tensors, self.loaded.arrays
         assign, defer, errors = [], [], []
         for path, var in variables.items():
-            if path in self.var_keys and path in self.unconsumed:
-                err = _mismatch(path, var, arrays[path], tensors[path]["dtype"])
+            key = self.resolve(path)
+            if key in self.var_keys and key in self.unconsumed:
+                err = _mismatch(key, var, arrays[key], tensors[key]["dtype"])
                 if err:
                     errors.append(err)
                 else:
-                    assign.append((var, path))
-            for key in self.slots_of.get(path, ()):
-                if key not in self.unconsumed or key in self.handed_off:
-                    continue
-                meta = tensors[key]
-                opt = self.objects.get(meta.get("optimizer"))
-                if opt is None:
-                    continue
-                get_slot = getattr(opt, "get_slot", None)
-                slot = get_slot(var, meta.get("slot")) if get_slot is not None else None
-                if slot is not None:
-                    err = _mismatch(key, slot, arrays[key], meta["dtype"])
-                    if err:
-                        errors.append(err)
-                    else:
-                        assign.append((slot, key))
-                elif hasattr(opt, "_defer_slot_restoration"):
-                    err = _mismatch(key, var, arrays[key], meta["dtype"])
-                    if err:
-                        errors.append(err)
-                    else:
-                        defer.append((opt, var, meta.get("slot"), key))
+                    assign.append((var, key))
+            self._plan_slots(key, var, assign, defer, errors)
         if errors:
             _raise_mismatch(self.loaded.path, errors)
-        return assign, defer
+        states = []
+        if self.state_keys & self.unconsumed:
+            for path, obj in objects.items():
+                if not hasattr(obj, "_restore_from_tensors"):
+                    continue
+                head = self.resolve(path) + ATTRIBUTES
+                keys = [k for k in self.state_keys & self.unconsumed if k.startswith(head)]
+                if keys:
+                    states.append((obj, {k[len(head):]: k for k in keys}))
+        return assign, defer, states
 
     def apply(self, variables, objects):
-        assign, defer = self._plan(variables, objects)
+        assign, defer, states = self._plan(variables, objects)
         arrays = self.loaded.arrays
         _assign_all([(var, arrays[key]) for var, key in assign])
         for _, key in assign:
@@ -363,6 +439,9 @@ class _Session:
             self.handed_off.add(key)
             opt._defer_slot_restoration(var, slot_name, arrays[key],
                                         functools.partial(self.unconsumed.discard, key))
+        for obj, keys in states:
+            obj._restore_from_tensors({attr: arrays[k] for attr, k in keys.items()})
+            self.unconsumed.difference_update(keys.values())
         self._release_if_done()
 
     def _release_if_done(self):
@@ -370,21 +449,21 @@ class _Session:
             self.loaded.arrays = {}     # every value is in its variable: free the copy
 
     def register_pending(self, objects, under=None):
-        """Park each unused variable value on the deepest existing object of its path."""
+        """Park each unused value on the deepest existing object of its path (of each
+        of its paths, when an object was saved under several)."""
         prefix = None if under is None else (under + "/" if under else "")
-        for key in sorted(self.unconsumed & self.var_keys):
-            if prefix is not None and not key.startswith(prefix):
-                continue
-            parts = key.split("/")
-            target = None
-            for i in range(len(parts) - 1, 0, -1):
-                p = "/".join(parts[:i])
-                if p in objects:
-                    target = (objects[p], p)
-                    break
-            if target is None:
+        for key in sorted(self.unconsumed & (self.var_keys | self.state_keys)):
+            for path in self._paths_of(key):
+                if prefix is not None and not path.startswith(prefix):
+                    continue
+                parts = path.split("/")
                 target = (self.root, "")
-            _register(target[0], self, target[1])
+                for i in range(len(parts) - 1, 0, -1):
+                    p = "/".join(parts[:i])
+                    if p in objects:
+                        target = (objects[p], p)
+                        break
+                _register(target[0], self, target[1])
 
     def restore_subtree(self, obj, path):
         prefix = path + "/" if path else ""
@@ -424,10 +503,22 @@ class _Session:
         self._release_if_done()
 
 
+def _on_attach(obj):
+    """(``tf.Module``'s attach observer) ``obj`` got an attribute or item: assign what a
+    restore left pending on it."""
+    if _PENDING:
+        restore_deferred(obj)
+
+
+_module.set_attach_observer(_on_attach)
+
+
 # --- what Checkpoint.restore returns ----------------------------------------------------
 
 class CheckpointLoadStatus:
-    """What ``Checkpoint.restore`` returns: checks on how the checkpoint matched."""
+    """What ``Checkpoint.restore`` returns: checks on how the checkpoint matched. Each
+    check returns the status (so they chain) or raises AssertionError naming what did
+    not match."""
 
     def __init__(self, session):
         self._session = session
@@ -440,13 +531,16 @@ class CheckpointLoadStatus:
         graph had a value; raises AssertionError naming what did not match."""
         pending = self._pending()
         if pending:
-            raise AssertionError("Unresolved values in the checkpoint (their variables do not "
-                                 f"exist yet, or are gone): {pending}")
+            raise AssertionError(
+                "Unresolved values in the checkpoint (their variables do not exist yet, or "
+                f"are gone): {pending}. Create them (build the model, take an optimizer "
+                "step) before this check, or use assert_existing_objects_matched()")
         self.assert_existing_objects_matched()
         return self
 
     def assert_existing_objects_matched(self):
-        """Every variable that exists now had a value in the checkpoint."""
+        """Every variable (and saved object state) that exists now had a value in the
+        checkpoint."""
         s = self._session
         entries = _gather(s.root)
         counter = getattr(s.root, "_save_counter", None)
@@ -455,19 +549,24 @@ class CheckpointLoadStatus:
             names = s.loaded.by_name()
             missing = [p for p, (v, _) in entries.items() if _base_name(v.name) not in names]
         else:
-            missing = [k for k in entries if k not in s.loaded.tensors]
+            missing = [k for k in entries if s.resolve(k) not in s.loaded.tensors]
         if missing:
-            raise AssertionError(f"Variables with no value in checkpoint "
-                                 f"'{s.loaded.path}': {sorted(missing)}")
+            raise AssertionError(
+                f"Objects with no value in checkpoint '{s.loaded.path}': {sorted(missing)}. "
+                "They were added or renamed since it was saved; use expect_partial() if "
+                "that is intended")
         return self
 
     def assert_nontrivial_match(self):
+        """Something of the checkpoint was restored."""
         s = self._session
         if len(s.unconsumed) == len(s.loaded.tensors):
-            raise AssertionError(f"Nothing was restored from checkpoint '{s.loaded.path}'")
+            raise AssertionError(f"Nothing was restored from checkpoint '{s.loaded.path}': "
+                                 "none of its paths names an object of this one")
         return self
 
     def expect_partial(self):
+        """Say that a partial restore is intended (tapeflow never warns about one)."""
         return self
 
     def run_restore_ops(self, session=None):
@@ -477,11 +576,18 @@ class CheckpointLoadStatus:
     initialize_or_restore = run_restore_ops
 
 
+_NOTHING = ("No checkpoint specified (save_path=None): nothing is being restored. "
+            "Pass a checkpoint prefix (tf.train.latest_checkpoint(directory) is None when "
+            "the directory has none)")
+
+
 class InitializationOnlyStatus:
-    """``Checkpoint.restore(None)`` (no checkpoint yet): nothing to restore."""
+    """``Checkpoint.restore(None)`` (no checkpoint yet): the checks raise AssertionError,
+    as in TensorFlow, since nothing was restored; ``initialize_or_restore()`` does nothing
+    (variables are initialized when made) and ``expect_partial()`` returns the status."""
 
     def assert_consumed(self):
-        raise AssertionError("No checkpoint was restored (restore(None))")
+        raise AssertionError(_NOTHING)
 
     assert_existing_objects_matched = assert_consumed
     assert_nontrivial_match = assert_consumed
@@ -490,6 +596,8 @@ class InitializationOnlyStatus:
         return self
 
     def run_restore_ops(self, session=None):
-        pass
+        raise AssertionError("No checkpoint specified (save_path=None), so there is nothing "
+                             "to restore; call initialize_or_restore() for a first run")
 
-    initialize_or_restore = run_restore_ops
+    def initialize_or_restore(self, session=None):
+        return None
