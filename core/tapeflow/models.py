@@ -6,6 +6,11 @@ attribute is tracked (nesting works to any depth), so ``model.variables`` and
 ``model.trainable_variables`` list them in creation order. The main training path
 is a custom loop with ``tf.GradientTape``; ``fit`` is that loop with batching, a
 progress bar (tqdm when it is installed, else a one-line printer) and a History.
+``save``/``save_weights``/``load_weights`` and ``tf.keras.models.load_model`` reach the
+``.keras`` format of :mod:`tapeflow.keras.saving` (docs/keras-saving.md).
+
+Long file: Keras's Model -- the training loop, its data and progress plumbing, saving's
+entry points and Sequential -- one class hierarchy a reader follows in one place.
 
 >>> import tapeflow as tf
 >>> model = tf.keras.Sequential([
@@ -20,6 +25,7 @@ TensorShape([3, 10])
 
 from __future__ import annotations
 
+import importlib as _importlib
 import math as _pymath
 import sys
 import time
@@ -41,7 +47,67 @@ from . import losses as _losses
 from . import metrics as _metrics
 from .train import optimizers as _optimizers
 
-__all__ = ["Model", "Network", "Sequential", "History"]
+__all__ = ["Model", "Network", "Sequential", "History", "load_model", "save_model",
+           "register_saving", "deserialize_layer"]
+
+# --- saving (the .keras format lives in tapeflow.keras.saving, which registers itself) ----
+
+_SAVING: dict = {}
+
+
+def register_saving(**functions):
+    """Called by :mod:`tapeflow.keras.saving` when it loads: ``save_model``,
+    ``load_model``, ``save_weights``, ``load_weights`` and ``deserialize_layer`` (what
+    ``Sequential.from_config`` makes each layer with)."""
+    _SAVING.update(functions)
+
+
+def _saving(name):
+    if name not in _SAVING:          # tapeflow.keras (and its saving module) not loaded yet
+        _importlib.import_module("tapeflow.keras")
+    return _SAVING[name]
+
+
+def deserialize_layer(config, custom_objects=None):
+    """The layer a serialized config (``{"class_name", "config", ...}``) describes, its
+    class found among the built-in and registered ones (what a model's ``from_config``
+    makes each of its layers with; :func:`tapeflow.keras.saving.deserialize_keras_object`)."""
+    return _saving("deserialize_layer")(config, custom_objects)
+
+
+def save_model(model, filepath, overwrite=True, **kwargs):
+    """``tf.keras.models.save_model``: ``model.save(filepath)`` (a ``.keras`` file)."""
+    return _saving("save_model")(model, filepath, overwrite=overwrite, **kwargs)
+
+
+def load_model(filepath, custom_objects=None, compile=True, safe_mode=True):  # noqa: A002
+    """``tf.keras.models.load_model``: the model of a ``.keras`` file, rebuilt, its weights
+    (and, compiled, its optimizer's state) restored (:mod:`tapeflow.keras.saving`)."""
+    return _saving("load_model")(filepath, custom_objects=custom_objects, compile=compile,
+                                 safe_mode=safe_mode)
+
+
+
+# --- the functional API (tapeflow.functional, which imports this module, registers it) ----
+
+_FUNCTIONAL: dict = {}
+
+
+def register_functional(**parts):
+    """Called by :mod:`tapeflow.functional` when it loads: ``Functional`` (the class
+    ``Model(inputs, outputs)`` makes), ``InputLayer`` and ``summary`` (model.summary's
+    table)."""
+    _FUNCTIONAL.update(parts)
+
+
+def _functional(name):
+    if name not in _FUNCTIONAL:          # tapeflow.keras (and tapeflow.functional) not loaded
+        _importlib.import_module("tapeflow.keras")
+    return _FUNCTIONAL[name]
+
+
+def _functional_args(args, kwargs):
+    return bool(args) or "inputs" in kwargs or "outputs" in kwargs
 
 
 # --- Model -------------------------------------------------------------------------------
@@ -54,11 +120,23 @@ class Model(Layer):
     Keras's loop; a custom loop with ``tf.GradientTape`` works on any Model.
     """
 
+    def __new__(cls, *args, **kwargs):
+        # Model(inputs, outputs): the functional API's model (tapeflow.functional)
+        if cls is Model and _functional_args(args, kwargs):
+            cls = _functional("Functional")
+        new = super().__new__
+        return new(cls) if new is object.__new__ else new(cls, *args, **kwargs)
+
     def __init__(self, *args, **kwargs):
-        if args or "inputs" in kwargs or "outputs" in kwargs:
-            raise NotImplementedError(
-                "Model(inputs, outputs) (the functional API) is not supported: subclass "
-                "tf.keras.Model and write call(), or use tf.keras.Sequential")
+        if _functional_args(args, kwargs):
+            # a subclass of Model whose __init__ passes inputs and outputs up: it becomes
+            # a functional model (Keras 3's "subclassed functional" models)
+            functional = _functional("Functional")
+            if not isinstance(self, functional):
+                self.__class__ = type(type(self).__name__, (type(self), functional),
+                                      {"__module__": type(self).__module__})
+            functional.__init__(self, *args, **kwargs)
+            return
         super().__init__(**kwargs)
         d = self.__dict__
         d["_compiled"] = None
@@ -67,6 +145,19 @@ class Model(Layer):
 
     def call(self, inputs, training=None):
         raise NotImplementedError(f"{type(self).__name__} must implement call(inputs)")
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """A model from ``get_config()``'s dict: a functional model's graph (``layers``,
+        ``input_layers``, ``output_layers``) makes a functional model; any other config
+        holds the constructor's keyword arguments."""
+        if not isinstance(config, dict):
+            raise InvalidTypeError(f"{cls.__name__}.from_config: the config must be a dict "
+                                   f"(get_config()'s), got {type(config).__name__}")
+        if "input_layers" in config and "layers" in config:
+            return _functional("Functional").from_config(config,
+                                                         custom_objects=custom_objects)
+        return cls(**config)
 
     def build(self, input_shape=None):
         """Create the variables. Called with a shape by the user (``model.build((None,
@@ -88,33 +179,31 @@ class Model(Layer):
         return out
 
     def get_layer(self, name=None, index=None):
+        """The layer called ``name``, or at position ``index`` of ``model.layers``."""
         layers = self.layers
         if index is not None:
+            if name is not None:
+                raise InvalidArgumentError("get_layer(): pass either name or index, not both")
+            if isinstance(index, bool) or not isinstance(index, int) or not (
+                    -len(layers) <= index < len(layers)):
+                raise InvalidArgumentError(
+                    f"get_layer(index={index!r}): the model {self.name!r} has {len(layers)} "
+                    "layers")
             return layers[index]
+        if name is None:
+            raise InvalidArgumentError("get_layer(): pass a layer name or an index")
         for layer in layers:
             if layer.name == name:
                 return layer
         raise InvalidArgumentError(f"No such layer: {name!r}; layers: {[l.name for l in layers]}")
 
-    def summary(self, print_fn=None):
-        """Print each layer's name, type and parameter count (as Keras does, without
-        output shapes)."""
-        p = print_fn or print
-        rows = [(l.name, type(l).__name__, l.count_params() if l.built else "unbuilt")
-                for l in self.layers]
-        w1 = max([len("Layer (type)")] + [len(f"{n} ({t})") for n, t, _ in rows]) + 2
-        p(f'Model: "{self.name}"')
-        p("_" * (w1 + 12))
-        p(f"{'Layer (type)':<{w1}}{'Param #':>12}")
-        p("=" * (w1 + 12))
-        for n, t, c in rows:
-            p(f"{n + ' (' + t + ')':<{w1}}{c!s:>12}")
-        p("=" * (w1 + 12))
-        total = self.count_params()
-        trainable = int(sum(int(np.prod(v.shape)) for v in self.trainable_variables))
-        p(f"Total params: {total:,}")
-        p(f"Trainable params: {trainable:,}")
-        p(f"Non-trainable params: {total - trainable:,}")
+    def summary(self, line_length=None, positions=None, print_fn=None, expand_nested=False,
+                show_trainable=False, layer_range=None):
+        """Print a table of the layers -- name (type), output shape, parameter count --
+        and the totals, as Keras does (:func:`tapeflow.functional.print_summary`)."""
+        _functional("summary")(self, line_length=line_length, positions=positions,
+                               print_fn=print_fn, expand_nested=expand_nested,
+                               show_trainable=show_trainable, layer_range=layer_range)
 
     # --- Keras's training loop -----------------------------------------------------------
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
@@ -131,7 +220,39 @@ class Model(Layer):
         loss_fn = _losses.get(loss)
         mets = [_Metric.make(m, loss_fn) for m in metrics or []]
         self.__dict__["_compiled"] = {"optimizer": _optimizers.get(optimizer), "loss": loss_fn,
-                                      "metrics": mets}
+                                      "metrics": mets, "args": {"loss": loss,
+                                                                "metrics": metrics}}
+
+    def get_compile_config(self):
+        """The arguments of ``compile`` (``optimizer`` the optimizer object, ``loss`` and
+        ``metrics`` as given), what a ``.keras`` file saves; None if not compiled."""
+        c = self._compiled
+        if c is None:
+            return None
+        return {"optimizer": c["optimizer"], "loss": c["args"]["loss"],
+                "metrics": c["args"]["metrics"], "loss_weights": None,
+                "weighted_metrics": None, "run_eagerly": False, "steps_per_execution": 1,
+                "jit_compile": False}
+
+    # --- saving ----------------------------------------------------------------------------
+    def save(self, filepath, overwrite=True, **kwargs):
+        """Save the model to a ``.keras`` file: its config, weights and, compiled, its
+        compile arguments and optimizer state (``tf.keras.models.load_model`` reads it;
+        docs/keras-saving.md)."""
+        return _saving("save_model")(self, filepath, overwrite=overwrite, **kwargs)
+
+    def save_weights(self, filepath, overwrite=True, save_format=None, options=None):
+        """Save the weights: ``"x.weights.h5"`` writes HDF5 in Keras 3's layout (needs
+        h5py: ``tapeflow[h5]``); any other path is a checkpoint prefix
+        (``tf.train.Checkpoint`` files: TF 2's Keras 2 form, kept for TF 1-style programs)."""
+        return _saving("save_weights")(self, filepath, overwrite=overwrite,
+                                       save_format=save_format, options=options)
+
+    def load_weights(self, filepath, skip_mismatch=False, by_name=False, options=None):
+        """Load weights saved by ``save_weights`` (``.weights.h5`` or a checkpoint prefix)
+        or ``save`` (a ``.keras`` file); every array is checked first."""
+        return _saving("load_weights")(self, filepath, skip_mismatch=skip_mismatch,
+                                       by_name=by_name, options=options)
 
     @property
     def optimizer(self):
@@ -154,20 +275,29 @@ class Model(Layer):
         return self._compiled
 
     def _loss(self, loss_fn, y, pred):
-        if isinstance(pred, Tensor) and pred.dtype.is_floating and pred.dtype.size == 2:
-            pred = _m.cast(pred, "float32")     # losses compute in float32, as in Keras
-        value = loss_fn(y, pred)
-        if value.ndim:
-            value = _r.reduce_mean(value)
+        if isinstance(pred, (list, tuple, dict)):     # several outputs: the sum of losses
+            keys = list(pred) if isinstance(pred, dict) else range(len(pred))
+            parts = [self._output_loss(loss_fn, y[k], pred[k]) for k in keys]
+            value = _m.add_n(parts) if len(parts) > 1 else parts[0]
+        else:
+            value = self._output_loss(loss_fn, y, pred)
         reg = self.losses
         if reg:
             value = value + _m.add_n(reg) if len(reg) > 1 else value + reg[0]
         return value
 
+    def _output_loss(self, loss_fn, y, pred):
+        if isinstance(pred, Tensor) and pred.dtype.is_floating and pred.dtype.size == 2:
+            pred = _m.cast(pred, "float32")     # losses compute in float32, as in Keras
+        value = loss_fn(y, pred)
+        if value.ndim:
+            value = _r.reduce_mean(value)
+        return value
+
     def train_on_batch(self, x, y):
         """One optimizer step on one batch; returns the loss (a scalar Tensor)."""
         return self._train_step(self._need_compiled("train_on_batch"), _tensor(x, self),
-                                _tensor(y, None))[0]
+                                _tensor(y, None, _ios(self, "_flat_outputs")))[0]
 
     def _train_step(self, c, x, y):
         opt = c["optimizer"]
@@ -189,7 +319,8 @@ class Model(Layer):
     def test_on_batch(self, x, y):
         c = self._need_compiled("test_on_batch")
         pred = self(_tensor(x, self), training=False)
-        return self._loss(c["loss"], _follow(_tensor(y, None), pred), pred)
+        return self._loss(c["loss"], _follow(_tensor(y, None, _ios(self, "_flat_outputs")),
+                                             pred), pred)
 
     def predict_on_batch(self, x):
         return self(_tensor(x, self), training=False)
@@ -210,11 +341,11 @@ class Model(Layer):
         if validation_split and validation_data is None:
             if not _is_array(x) or not _is_array(y):
                 raise InvalidArgumentError("validation_split needs x and y arrays or Tensors")
-            x, y = _tensor(x, self), _tensor(y, None)
-            n = int(x.shape[0])
+            x, y = _tensor(x, self), _tensor(y, None, _ios(self, "_flat_outputs"))
+            n = _batch_len(x)
             cut = n - int(_pymath.floor(n * float(validation_split)))
-            validation_data = (x[cut:], y[cut:])
-            x, y = x[:cut], y[:cut]
+            validation_data = (_each(lambda t: t[cut:], x), _each(lambda t: t[cut:], y))
+            x, y = _each(lambda t: t[:cut], x), _each(lambda t: t[:cut], y)
         data = _Data(x, y, batch_size, shuffle, self, steps_per_epoch)
         callbacks = list(callbacks or [])
         history = History()
@@ -302,7 +433,14 @@ class Model(Layer):
         bar.close({})
         if not outs:
             raise InvalidArgumentError("predict(): no data")
-        return outs[0] if len(outs) == 1 else _a.concat(outs, axis=0)
+        if len(outs) == 1:
+            return outs[0]
+        first = outs[0]
+        if isinstance(first, dict):                     # several outputs
+            return {k: _a.concat([o[k] for o in outs], axis=0) for k in first}
+        if isinstance(first, (list, tuple)):
+            return [_a.concat([o[i] for o in outs], axis=0) for i in range(len(first))]
+        return _a.concat(outs, axis=0)
 
 
 class Network(Model):
@@ -346,15 +484,62 @@ class Sequential(Model):
         return list(self._layer_list)
 
     def add(self, layer):
+        if not isinstance(layer, Layer) and getattr(layer, "_keras_history", None):
+            layer = layer._keras_history[0]         # tf.keras.Input(...): its InputLayer
         if not isinstance(layer, Layer):
             raise InvalidTypeError(f"Sequential.add() needs a Layer, got {type(layer).__name__}")
+        if isinstance(layer, _FUNCTIONAL.get("InputLayer", ())):
+            if self._layer_list:
+                raise InvalidArgumentError(f"Sequential {self.name!r}: an Input/InputLayer "
+                                           "can only be the first layer")
+            self.__dict__["_build_shape"] = layer.batch_shape     # (not one of .layers)
+            self.__dict__["_build_dtype"] = layer.output.dtype
+            return
         self._layer_list.append(layer)
         bump_name_counter()
         if len(self._layer_list) == 1 and layer._batch_input_shape is not None:
             self.__dict__["_build_shape"] = layer._batch_input_shape
         if self._build_shape is not None:
             shape = [1 if d is None else int(d) for d in self._build_shape]
-            self(_a.zeros(shape, dtype=self._layer_list[0].dtype))
+            self(_a.zeros(shape, dtype=self.__dict__.get("_build_dtype")
+                          or self._layer_list[0].dtype))
+
+    def get_config(self):
+        """``{"name", "trainable", "dtype", "layers": [each layer's serialized config],
+        "build_input_shape"}`` (Keras 3's Sequential config)."""
+        ser = _saving("serialize")
+        cfg = {"name": self.name, "trainable": self.trainable, "dtype": self.dtype_policy.name,
+               "layers": [ser(layer) for layer in self._layer_list]}
+        if self._build_shape is not None:
+            cfg["build_input_shape"] = list(self._build_shape)
+        return cfg
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """A new Sequential model from ``get_config()``'s dict (layers given as configs or
+        as Layers); built when the config has ``build_input_shape``."""
+        config = dict(config)
+        entries = config.pop("layers", None)
+        if not isinstance(entries, list):
+            raise InvalidArgumentError("Sequential.from_config: the config needs 'layers', a "
+                                       f"list of layer configs, got {type(entries).__name__}")
+        shape = config.pop("build_input_shape", None)
+        layers = [e if isinstance(e, Layer) else deserialize_layer(e, custom_objects)
+                  for e in entries]
+        model = cls(**config)
+        if shape is not None and layers and layers[0]._batch_input_shape is None:
+            layers[0].__dict__["_batch_input_shape"] = tuple(shape)
+        for layer in layers:
+            model.add(layer)
+        return model
+
+    # the symbolic ends, once the input shape is known (Keras 3; tapeflow.functional)
+    input = property(lambda self: _functional("sequential_graph")(self)[0])
+    output = property(lambda self: _functional("sequential_graph")(self)[1])
+    inputs = property(lambda self: [self.input])
+    outputs = property(lambda self: [self.output])
+    input_shape = property(lambda self: self.input.shape)
+    output_shape = property(lambda self: self.output.shape)
 
     def pop(self):
         if not self._layer_list:
@@ -498,11 +683,32 @@ def _set_model(cb, model):
 # --- data ---------------------------------------------------------------------------------
 
 def _is_array(v):
+    if isinstance(v, dict):             # a functional model's named inputs
+        return bool(v) and all(_is_array(e) for e in v.values())
     return isinstance(v, (Tensor, Variable, np.ndarray, np.generic, list, tuple, int, float))
 
 
-def _tensor(v, model):
-    """An array/Tensor argument as a Tensor; floating inputs in the model's dtype."""
+def _ios(model, which="_flat_inputs"):
+    """How many inputs (or ``"_flat_outputs"``) a functional model has; 1 for others."""
+    return (len(model.__dict__.get(which, ())) or 1) if model is not None else 1
+
+
+def _each(fn, v):
+    """``fn`` of each entry of a model's several inputs/outputs (a list, tuple or dict)."""
+    if isinstance(v, dict):
+        return {k: fn(e) for k, e in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [fn(e) for e in v]
+    return fn(v)
+
+
+def _tensor(v, model, n=None):
+    """An array/Tensor argument as a Tensor; floating inputs in the model's dtype. A dict,
+    or a list of as many arrays as a functional model has inputs (``n``, for labels its
+    outputs), is converted entry by entry."""
+    n = _ios(model) if n is None else n
+    if isinstance(v, dict) or (n > 1 and isinstance(v, (list, tuple)) and len(v) == n):
+        return _each(lambda e: _tensor(e, model, 1), v)
     if isinstance(v, Variable):
         v = v.read_value()
     if not isinstance(v, Tensor):
@@ -514,12 +720,20 @@ def _tensor(v, model):
 
 def _follow(y, pred):
     """Labels on the predictions' device (host labels follow a model on an accelerator)."""
+    if isinstance(y, dict) and isinstance(pred, dict):
+        return {k: _follow(y[k], pred[k]) if k in pred else y[k] for k in y}
+    if isinstance(y, (list, tuple)) and isinstance(pred, (list, tuple)):
+        return [_follow(a, b) for a, b in zip(y, pred)]
+    if isinstance(pred, (list, tuple, dict)):
+        return y
     if isinstance(y, Tensor) and y._device is not pred._device:
         return y.to(pred._device)
     return y
 
 
 def _batch_len(t):
+    if isinstance(t, (list, tuple, dict)):          # several inputs/outputs: the first's
+        return _batch_len(next(iter(t.values())) if isinstance(t, dict) else t[0])
     s = t.shape
     return int(s[0]) if len(s) else 1
 
@@ -546,7 +760,7 @@ class _Data:
             if need_y and y is None:
                 raise InvalidArgumentError("y is required with array inputs")
             self.x = _tensor(x, model)
-            self.y = None if y is None else _tensor(y, None)
+            self.y = None if y is None else _tensor(y, None, _ios(model, "_flat_outputs"))
             self.n = _batch_len(self.x)
             if self.y is not None and _batch_len(self.y) != self.n:
                 raise InvalidArgumentError(
@@ -577,15 +791,18 @@ class _Data:
             return
         x, y, n, bs = self.x, self.y, self.n, self.bs
         if self.shuffle and n > 1:
-            with _devs.device(x.device):
+            first = x if isinstance(x, Tensor) else next(iter(
+                x.values() if isinstance(x, dict) else x))
+            with _devs.device(first.device):
                 perm = _random.shuffle(_a.range(n))
             for i in range(self.steps):
                 idx = perm[i * bs:(i + 1) * bs]
-                yield _a.gather(x, idx), (None if y is None else _a.gather(y, _follow(idx, y)))
+                yield (_each(lambda t: _a.gather(t, _follow(idx, t)), x),
+                       None if y is None else _each(lambda t: _a.gather(t, _follow(idx, t)), y))
         else:
             for i in range(self.steps):
                 s = slice(i * bs, (i + 1) * bs)
-                yield x[s], (None if y is None else y[s])
+                yield _each(lambda t: t[s], x), (None if y is None else _each(lambda t: t[s], y))
 
     def _dataset_epoch(self):
         limit = self.steps_limit
@@ -614,7 +831,8 @@ class _Data:
                 yb = item[1] if len(item) > 1 else None
             else:
                 xb, yb = item, None
-            yield _tensor(xb, self.model), (None if yb is None else _tensor(yb, None))
+            yield _tensor(xb, self.model), (None if yb is None else _tensor(
+                yb, None, _ios(self.model, "_flat_outputs")))
 
 
 # --- metrics and loss aggregation ------------------------------------------------------------

@@ -898,8 +898,8 @@ def test_assigning_layers_before_super_init_is_an_error():
 
 
 def test_model_api_errors():
-    with pytest.raises(NotImplementedError, match="functional API"):
-        tf.keras.Model(inputs=1, outputs=2)
+    with pytest.raises(TypeError, match="must be a symbolic tensor"):
+        tf.keras.Model(inputs=1, outputs=2)      # the functional API: tests/training/test_functional.py
     with pytest.raises(NotImplementedError, match="must implement call"):
         tf.keras.Model()(tf.ones([1, 1]))
     with pytest.raises(TypeError, match="not understood: unitz"):

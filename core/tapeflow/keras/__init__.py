@@ -5,7 +5,8 @@
 :mod:`tapeflow.train`), ``losses``, ``metrics``, ``activations``, ``initializers``,
 ``regularizers``, ``backend``, ``mixed_precision`` (dtype policies and the
 ``LossScaleOptimizer``: docs/mixed_precision.md) and ``datasets`` (:mod:`tapeflow.datasets`, e.g.
-``tf.keras.datasets.mnist.load_data()``). The modules of this package are public
+``tf.keras.datasets.mnist.load_data()``), ``saving`` (the ``.keras`` format, the registry
+of your classes: docs/keras-saving.md; ``utils`` holds its ``tf.keras.utils`` names). The modules of this package are public
 ``tf.keras.<name>`` namespaces, each a file as in TensorFlow (``from
 tapeflow.keras.optimizers import Adam``); ``activations``, ``initializers`` and
 ``regularizers`` are the modules of :mod:`tapeflow.layers`. Most only re-export: the
@@ -27,13 +28,15 @@ import importlib as _importlib
 from .. import layers
 from ..layers import activations, initializers, regularizers
 from ..models import History, Model, Network, Sequential
-from . import backend, losses, optimizers
+from ..functional import Input, InputLayer
+from . import backend, losses, optimizers, saving
+from .saving import utils
 
 models = _importlib.import_module("tapeflow.models")
 
-__all__ = ["Model", "Sequential", "Network", "History", "layers", "models", "optimizers",
+__all__ = ["Model", "Sequential", "Network", "History", "Input", "InputLayer", "layers", "models", "optimizers",
            "losses", "metrics", "datasets", "activations", "initializers", "regularizers",
-           "backend", "mixed_precision"]
+           "backend", "mixed_precision", "saving", "utils"]
 
 _LAZY = {"metrics": "tapeflow.keras.metrics", "datasets": "tapeflow.keras.datasets",
          "callbacks": "tapeflow.keras.callbacks",

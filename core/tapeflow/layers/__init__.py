@@ -43,7 +43,7 @@ from .core import (ELU, ActivityRegularization, Add, Average, Concatenate, Dot,
                    SpatialDropout3D, Subtract, ThresholdedReLU, UnitNormalization, add, average,
                    concatenate, dot, maximum, minimum, multiply, subtract)
 from .attention import AdditiveAttention, Attention, MultiHeadAttention
-from .core import Masking
+from .core import Lambda, Masking
 from .recurrent import (GRU, LSTM, RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNN,
                         SimpleRNNCell, StackedRNNCells, TimeDistributed)
 
@@ -60,7 +60,7 @@ __all__ = ["Layer", "Dense", "Conv2D", "Convolution2D", "MaxPooling2D", "MaxPool
            "LeakyReLU", "PReLU", "ELU", "ThresholdedReLU", "Softmax", "Identity",
            "SpatialDropout1D", "SpatialDropout2D", "SpatialDropout3D", "GaussianNoise",
            "GaussianDropout", "ActivityRegularization", "MultiHeadAttention", "Attention",
-           "AdditiveAttention", "Masking", "RNN", "LSTM", "GRU", "SimpleRNN", "LSTMCell",
+           "AdditiveAttention", "Masking", "Lambda", "RNN", "LSTM", "GRU", "SimpleRNN", "LSTMCell",
            "GRUCell", "SimpleRNNCell", "StackedRNNCells", "Bidirectional", "TimeDistributed"]
 __all__ += ["Conv1D", "Convolution1D", "Conv3D", "Convolution3D", "Conv1DTranspose",
             "Convolution1DTranspose", "Conv2DTranspose", "Convolution2DTranspose",

@@ -65,6 +65,8 @@ from .. import dtypes as _dt
 from ..runtime.dispatch import convert_to_tensor, copy_to_device
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from ..module import Module, name_scope
+from . import activations
 from . import initializers
 from . import regularizers
 from .naming import snake_case
@@ -239,17 +241,9 @@ def variable_creator_scope(creator):
         _creators.remove(creator)
 
 
-class _Scope(threading.local):
-    prefix = ""         # "bidirectional/forward_lstm/" while a wrapper builds its layers
-
-
-_scope = _Scope()
-
-
-@contextlib.contextmanager
 def weight_scope(name):
-    """Prefix the names of the weights layers create inside it with ``name/`` (as
-    TensorFlow's name scopes do: an LSTM layer builds its cell inside
+    """Prefix the names of the weights layers create inside it with ``name/``: it is
+    ``tf.name_scope(name)`` (an LSTM layer builds its cell inside
     ``weight_scope("lstm")``, so the cell's kernel is ``lstm/lstm_cell/kernel:0``).
     Scopes nest.
 
@@ -261,12 +255,7 @@ def weight_scope(name):
     >>> layer.kernel.name
     'outer/inner/kernel:0'
     """
-    prev = _scope.prefix
-    _scope.prefix = f"{prev}{name}/"
-    try:
-        yield
-    finally:
-        _scope.prefix = prev
+    return name_scope(name)
 
 
 # --- masks (Keras's implicit masks: Embedding(mask_zero=True), Masking) -----------------
@@ -334,7 +323,7 @@ def _make_variable(**kwargs):
 # --- tracked containers -------------------------------------------------------------------
 
 def _is_tracked_leaf(v):
-    return isinstance(v, (Layer, Variable))
+    return isinstance(v, (Module, Variable))
 
 
 def _has_trackables(seq):
@@ -389,7 +378,7 @@ def _wrap_container(value):
 
 def _items(key, value):
     """(path, Layer-or-Variable) pairs of an attribute value (containers flattened)."""
-    if isinstance(value, (Layer, Variable)):
+    if isinstance(value, (Module, Variable)):
         yield key, value
     elif isinstance(value, dict):
         for k, v in value.items():
@@ -439,6 +428,10 @@ def _takes_mask(cls):
 
 _KNOWN_KWARGS = {"autocast", "dynamic", "_scope", "_reuse"}
 
+#: set by tapeflow.functional: ``fn(layer, inputs, args, kwargs)`` records a layer called
+#: on symbolic tensors (tf.keras.Input) and returns symbolic outputs, else NotImplemented
+SYMBOLIC_CALL = [None]
+
 
 def _holds_tensor(x):
     """Whether the list/tuple ``x`` holds a Tensor or Variable, at any depth."""
@@ -455,10 +448,83 @@ def _annotate(exc, layer):
         add(note)
 
 
+# --- automatic configs (Keras 3's get_config from the constructor's arguments) ---------------
+
+_SHAPE_KEYS = ("input_shape", "batch_input_shape", "input_dim")
+
+
+def _plain(value):
+    """A config value as Keras writes it: tapeflow's activation functions (``tf.nn.relu``
+    too) by their names."""
+    name = getattr(value, "__name__", None)
+    if (isinstance(name, str) and callable(value) and not isinstance(value, type)
+            and str(getattr(value, "__module__", "")).startswith("tapeflow.")):
+        try:
+            activations.get(name)
+        except InvalidArgumentError:
+            return value
+        return name
+    return value
+
+
+def auto_config(layer, base):
+    """``base`` updated with the arguments ``layer``'s constructor was called with
+    (defaults included), its input shape as ``batch_input_shape``; ``base``'s keys the
+    constructor cannot take are dropped. Raises NotImplementedError when the arguments
+    cannot be named (positional-only or ``*args``)."""
+    args, kwargs = layer.__dict__.get("_init_args", ((), {}))
+    cls = type(layer)
+    try:
+        sig = inspect.signature(cls.__init__)
+        bound = sig.bind(None, *args, **kwargs)
+    except (TypeError, ValueError):
+        bound = None
+    params = list(sig.parameters.values())[1:] if bound is not None else []
+    kinds = {p.kind for p in params}
+    if bound is None or inspect.Parameter.POSITIONAL_ONLY in kinds or (
+            inspect.Parameter.VAR_POSITIONAL in kinds and any(
+                bound.arguments.get(p.name) for p in params
+                if p.kind is inspect.Parameter.VAR_POSITIONAL)):
+        raise NotImplementedError(
+            f"{cls.__name__}.get_config: the constructor's arguments cannot be named "
+            "(positional-only or *args); define get_config() (and from_config()) to make "
+            f"{cls.__name__} serializable")
+    bound.apply_defaults()
+    cfg = {k: v for k, v in base.items()
+           if k in sig.parameters or inspect.Parameter.VAR_KEYWORD in kinds}
+    for p in params:
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            cfg.update(bound.arguments.get(p.name, {}))
+        elif p.kind is not inspect.Parameter.VAR_POSITIONAL and p.name not in base:
+            cfg[p.name] = bound.arguments[p.name]
+    for k in _SHAPE_KEYS:           # (the base class's; Embedding's input_dim is its own)
+        if k not in sig.parameters:
+            cfg.pop(k, None)
+    if layer._batch_input_shape is not None and (
+            inspect.Parameter.VAR_KEYWORD in kinds or "batch_input_shape" in sig.parameters):
+        cfg["batch_input_shape"] = list(layer._batch_input_shape)
+    return {k: _plain(v) for k, v in cfg.items()}
+
+
+def build_config_of(inputs):
+    """``{"input_shape": [...], "dtype": ...}`` of a layer's first input (a list of them
+    for a list of inputs), what a loaded model is built from; None if not tensors."""
+    if isinstance(inputs, (list, tuple)):
+        specs = [build_config_of(x) for x in inputs]
+        return None if any(s is None for s in specs) else {"inputs": specs}
+    shape = getattr(inputs, "shape", None)
+    dtype = getattr(inputs, "dtype", None)
+    if shape is None or dtype is None:
+        return None
+    return {"input_shape": [None if d is None else int(d) for d in shape],
+            "dtype": getattr(dtype, "name", str(dtype))}
+
+
 # --- Layer ----------------------------------------------------------------------------------
 
-class Layer:
-    """Base class of layers and models.
+class Layer(Module):
+    """Base class of layers and models; a ``tf.Module`` (``name_scope``,
+    ``with_name_scope``, ``_flatten``), with its own tracking, below.
 
     Subclasses implement ``build(input_shape)`` (optional: create Variables with
     ``add_weight``/``add_variable`` once the input's shape is known) and
@@ -478,6 +544,14 @@ class Layer:
     #: True on layers that make a mask of their own (Embedding(mask_zero=True), Masking):
     #: their calls always take the masked path of ``__call__``
     _makes_mask = False
+    #: (tf.Module) a Module holding a layer leaves out its variables when it is frozen
+    _freezable = True
+
+    def __new__(cls, *args, **kwargs):
+        # the constructor's arguments, kept for get_config (Keras 3's automatic config)
+        obj = super().__new__(cls)
+        obj.__dict__["_init_args"] = (args, dict(kwargs))
+        return obj
 
     def __init__(self, trainable=True, name=None, dtype=None, input_shape=None,
                  batch_input_shape=None, input_dim=None, activity_regularizer=None, **kwargs):
@@ -572,6 +646,11 @@ class Layer:
                 out[key] = obj
         return out
 
+    def _walk_items(self, key=None):
+        """(``tf.Module``'s walk: ``_flatten``) the tracked children, sorted by name."""
+        children = self._trackable_children()
+        return [(k, children[k]) for k in sorted(children, key=key)]
+
     def _collect(self, out, seen, trainable):
         trainable = trainable and self.trainable
         for _, obj in self._iter_children():
@@ -653,7 +732,7 @@ class Layer:
 
         def walk(layer):
             for _, obj in layer._iter_children():
-                if isinstance(obj, Layer) and id(obj) not in seen:
+                if isinstance(obj, Module) and id(obj) not in seen:
                     seen.add(id(obj))
                     out.append(obj)
                     walk(obj)
@@ -665,7 +744,7 @@ class Layer:
         """Regularization losses of this layer and its sublayers (computed now)."""
         out = [fn(v) for fn, v in self._regularizers]
         for layer in self.submodules:
-            out.extend(fn(v) for fn, v in layer._regularizers)
+            out.extend(fn(v) for fn, v in getattr(layer, "_regularizers", ()))
         return out
 
     def count_params(self) -> int:
@@ -707,7 +786,7 @@ class Layer:
             initializer = "glorot_uniform" if dt.is_floating else "zeros"
         init = initializers.get(initializer)
         var = _make_variable(initial_value=lambda: init(shp, dtype=dt),
-                             name=f"{_scope.prefix}{self.name}/{name}",
+                             name=f"{self.name}/{name}",
                              trainable=True if trainable is None else bool(trainable),
                              dtype=dt, shape=shp)
         self._own_weights.append((name, var))
@@ -781,6 +860,7 @@ class Layer:
             d["_in_call_build"] = False
         d["built"] = True
         d["_input_device"] = self._own_device()
+        d["_build_config"] = build_config_of(inputs)      # (rebuilt from it on load)
         bump_name_counter()
         # A checkpoint restored before this layer had variables left their values pending
         # on it (tf.train.Checkpoint's deferred restoration): assign them now, before use.
@@ -790,10 +870,16 @@ class Layer:
 
     # --- config (Keras serialization) ------------------------------------------------------
     def get_config(self) -> dict:
-        """The constructor arguments that rebuild this layer (``from_config``): the base
-        class's are ``name``, ``trainable`` and ``dtype`` (the policy's name); layers add
-        their own."""
-        return {"name": self.name, "trainable": self.trainable, "dtype": self._policy.name}
+        """The constructor arguments that rebuild this layer (``from_config``): ``name``,
+        ``trainable`` and ``dtype`` (the policy's name), and -- where the class does not
+        define its own ``get_config`` -- the arguments its constructor was called with
+        (defaults included; activation functions by name), as Keras 3 does. A layer
+        whose constructor got positional-only or ``*args`` arguments has no automatic
+        config: define ``get_config``."""
+        cfg = {"name": self.name, "trainable": self.trainable, "dtype": self._policy.name}
+        if type(self).get_config is Layer.get_config:
+            cfg = auto_config(self, cfg)
+        return cfg
 
     @classmethod
     def from_config(cls, config):
@@ -834,6 +920,10 @@ class Layer:
                 args = args[1:]
             else:
                 inputs = kwargs.pop("inputs")
+            if type(inputs) is not Tensor and SYMBOLIC_CALL[0] is not None:
+                out = SYMBOLIC_CALL[0](self, inputs, args, kwargs)    # tf.keras.Input's
+                if out is not NotImplemented:
+                    return out
             # masks: nothing to do while no tensor carries one (the table is empty), this
             # layer makes none and none is passed; else the masked path, which comes back
             # here with `_masked=True` for the call itself

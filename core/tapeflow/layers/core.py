@@ -2,7 +2,7 @@
 BatchNormalization; LayerNormalization, GroupNormalization, UnitNormalization; Reshape,
 Permute, RepeatVector; the merging layers (Add, Subtract, Multiply, Average, Maximum,
 Minimum, Concatenate, Dot and their functional forms); the activation layers (ReLU,
-LeakyReLU, PReLU, ELU, ThresholdedReLU, Softmax, Identity); SpatialDropout1D/2D/3D,
+LeakyReLU, PReLU, ELU, ThresholdedReLU, Softmax, Identity); Lambda; SpatialDropout1D/2D/3D,
 GaussianNoise, GaussianDropout, ActivityRegularization. The layers of the second group
 have ``get_config``/``from_config`` (:class:`ConfigMixin`).
 
@@ -37,9 +37,11 @@ tape); in inference it uses the moving statistics. ``gamma``/``beta`` are traina
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
-from ..errors import FailedPreconditionError, InvalidArgumentError
+from ..errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
 from .. import ops as _a
 from ..ops import random as _rnd
 from ..ops import math as _m
@@ -60,7 +62,7 @@ __all__ = ["Dense", "Flatten", "flatten", "Dropout", "dropout", "Activation", "E
            "minimum", "concatenate", "dot", "ReLU", "LeakyReLU", "PReLU", "ELU",
            "ThresholdedReLU", "Softmax", "Identity", "SpatialDropout1D", "SpatialDropout2D",
            "SpatialDropout3D", "GaussianNoise", "GaussianDropout", "ActivityRegularization",
-           "check_constraints", "large_negative"]
+           "check_constraints", "large_negative", "Lambda", "LambdaFunction"]
 
 
 def _fmt(shape):
@@ -1178,6 +1180,135 @@ class Identity(ConfigMixin, Layer):
 
     def call(self, inputs):
         return inputs
+
+
+class LambdaFunction:
+    """An anonymous function (a ``lambda``, a closure) as a Lambda layer's config holds it:
+    called, it runs the function; its config is its name and source text, to read --
+    Python code is never turned back into a function from a file, so a Lambda layer
+    loaded from one needs its function again (``custom_objects``) before it runs."""
+
+    def __init__(self, function=None, name=None, source=None):
+        self.function = function
+        self.name = name or getattr(function, "__qualname__", "<lambda>")
+        if source is None and function is not None:
+            try:
+                source = inspect.getsource(function).strip()
+            except (OSError, TypeError):
+                source = None
+        self.source = source
+
+    def __call__(self, *args, **kwargs):
+        if self.function is None:
+            raise FailedPreconditionError(
+                f"Lambda layer function {self.name!r} was loaded from a config, which keeps "
+                f"only its source text ({self.source!r:.80}); tapeflow never runs code read "
+                "from a file: pass the function again, e.g. load_model(path, "
+                "custom_objects={...}) with a registered function, or rebuild the layer")
+        return self.function(*args, **kwargs)
+
+    def get_config(self):
+        return {"name": self.name, "source": self.source}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(None, **config)
+
+
+def _anonymous(fn):
+    name = getattr(fn, "__qualname__", "")
+    return isinstance(fn, LambdaFunction) or "<lambda>" in name or "<locals>" in name
+
+
+class Lambda(Layer):
+    """A function as a layer (``tf.keras.layers.Lambda``): ``call`` returns
+    ``function(inputs, **arguments)`` (``mask``/``training`` passed too when the function
+    takes them). Closures work; the function's variables are not the layer's (use a
+    Layer subclass for weights). ``output_shape`` -- a shape without the batch dimension,
+    or a function of the input shape -- is what a functional model records; without it
+    the function runs once on zeros to find it. ``mask``: the output's mask (a value, or
+    ``mask(inputs, input_mask)``); by default the output has no mask.
+
+    >>> import tapeflow as tf
+    >>> square = tf.keras.layers.Lambda(lambda x: x ** 2)
+    >>> square(tf.constant([[1., 2.]])).numpy().tolist()
+    [[1.0, 4.0]]
+    >>> pair = tf.keras.layers.Lambda(lambda x: tf.stack([x, -x], axis=1), output_shape=(2, 3))
+    >>> pair.compute_output_shape((None, 3))
+    (None, 2, 3)
+    """
+
+    def __init__(self, function, output_shape=None, mask=None, arguments=None, **kwargs):
+        super().__init__(**kwargs)
+        if not callable(function):
+            raise InvalidTypeError(f"Lambda: function must be callable, got "
+                                   f"{type(function).__name__} {function!r:.60}")
+        if arguments is not None and not isinstance(arguments, dict):
+            raise InvalidTypeError(f"Lambda: arguments must be a dict of keyword arguments, "
+                                   f"got {type(arguments).__name__}")
+        if output_shape is not None and not callable(output_shape) and not isinstance(
+                output_shape, (list, tuple)):
+            raise InvalidTypeError("Lambda: output_shape must be a shape (without the batch "
+                                   f"dimension) or a function, got {output_shape!r}")
+        d = self.__dict__
+        d["function"] = function
+        d["arguments"] = dict(arguments or {})
+        d["_output_shape"] = output_shape
+        d["mask"] = mask
+        inner = function.function if isinstance(function, LambdaFunction) else function
+        try:
+            params = inspect.signature(inner).parameters if inner is not None else {}
+        except (TypeError, ValueError):
+            params = {}
+        var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        d["_fn_mask"] = var_kw or "mask" in params
+        d["_fn_training"] = var_kw or "training" in params
+
+    def call(self, inputs, mask=None, training=None):
+        kwargs = dict(self.arguments)
+        if self._fn_mask:
+            kwargs["mask"] = mask
+        if self._fn_training:
+            kwargs["training"] = training
+        return self.function(inputs, **kwargs)
+
+    def compute_output_shape(self, input_shape):
+        """The output shape for ``input_shape``: from ``output_shape`` (NotImplementedError
+        without one: the shape is then found by running the function)."""
+        out = self._output_shape
+        if out is None:
+            raise NotImplementedError("Lambda without output_shape")
+        if callable(out):
+            return out(input_shape)
+        first = input_shape[0] if isinstance(input_shape, (list, tuple)) and input_shape and \
+            isinstance(input_shape[0], (list, tuple)) else input_shape
+        batch = first[0] if len(first) else None
+        return (batch,) + tuple(out)
+
+    def compute_mask(self, inputs, mask=None):
+        if callable(self.mask):
+            return self.mask(inputs, mask)
+        return self.mask
+
+    def get_config(self):
+        """``function`` (a lambda or closure as a :class:`LambdaFunction`: saved as its
+        source text, never run from a file) and a callable ``output_shape``/``mask`` as
+        the objects themselves (saving a named function needs it registered:
+        ``tf.keras.saving.register_keras_serializable``)."""
+        cfg = {"name": self.name, "trainable": self.trainable,
+               "dtype": self.dtype_policy.name, "arguments": dict(self.arguments),
+               "function": LambdaFunction(self.function) if _anonymous(self.function)
+               and not isinstance(self.function, LambdaFunction) else self.function}
+        if self._output_shape is not None:
+            cfg["output_shape"] = (self._output_shape if callable(self._output_shape)
+                                   else list(self._output_shape))
+        if self.mask is not None:
+            cfg["mask"] = self.mask
+        return cfg
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
 
 
 # --- noise and regularisation: SpatialDropout, GaussianNoise, GaussianDropout ---------------

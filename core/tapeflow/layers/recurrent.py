@@ -1530,7 +1530,9 @@ class Bidirectional(Layer):
         cfg = super().get_config()
         cfg["merge_mode"] = self.merge_mode
         lay = self.forward_layer
-        cfg["layer"] = {"class_name": type(lay).__name__, "config": lay.get_config()}
+        lay_cfg = lay.get_config()      # (the wrapped layer's own name: the constructor
+        lay_cfg["name"] = lay_cfg["name"].removeprefix("forward_")   # adds the prefix)
+        cfg["layer"] = {"class_name": type(lay).__name__, "config": lay_cfg}
         bl = self.backward_layer
         cfg["backward_layer"] = {"class_name": type(bl).__name__, "config": bl.get_config()}
         return cfg

@@ -1,6 +1,9 @@
 """Optimizers with TensorFlow 1's names and update rules (the global step they increment
 is :mod:`tapeflow.train`'s).
 
+Long file: the optimizers share one all-or-nothing ``apply_gradients`` and its state
+(slots, non-slot Variables, configs); each class is a short update rule over it.
+
 ``apply_gradients(grads_and_vars, global_step=None)`` updates each Variable in place
 (``var.assign_sub(...)``, buffer donation when nobody else holds the old value) with
 tapeflow ops, under ``stop_all_recording()`` so no tape records the update. A ``None``
@@ -47,6 +50,8 @@ on a device that has it, bitwise the op-by-op update on NumPy; ``opt.fused = Fal
 
 The Keras names ``SGD``, ``Adam``, ``RMSprop`` (``learning_rate=``, ``beta_1=``...)
 are thin subclasses with Keras's defaults, re-exported by ``tf.keras.optimizers``.
+Every optimizer has Keras's ``get_config``/``from_config`` and ``build(var_list)``
+(its state made at once: a loaded model's optimizer state is assigned into it).
 """
 
 from __future__ import annotations
@@ -142,6 +147,49 @@ class Optimizer:
 
     def get_name(self):
         return self._name
+
+    # --- config (Keras serialization: tf.keras.optimizers.get, model.save) ---------------
+    #: ``((constructor argument, attribute), ...)`` besides ``learning_rate`` and ``name``
+    _config_keys: tuple = ()
+
+    def get_config(self) -> dict:
+        """The constructor's arguments that rebuild this optimizer (``from_config``): the
+        name, the learning rate and the class's hyperparameters, a 0-d tensor or Variable
+        as its current value (the state -- slots, step counters -- is not config: a
+        ``.keras`` file saves it with the weights)."""
+        cfg = {"name": self._name, "learning_rate": _config_value(self._learning_rate)}
+        for public, attr in self._config_keys:
+            cfg[public] = _config_value(getattr(self, attr))
+        return cfg
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        """A new optimizer (no state yet) from ``get_config()``'s dict."""
+        return cls(**config)
+
+    def build(self, var_list):
+        """Create the state for ``var_list`` now (the optimizer-wide Variables and each
+        variable's slots) instead of at the first ``apply_gradients``, as Keras's
+        ``optimizer.build``; a loaded model's optimizer state is assigned into them."""
+        var_list = [v for v in var_list if isinstance(v, Variable)]
+        if not var_list:
+            return
+        with self._apply_lock, stop_all_recording():
+            if len(self._non_slot) < len(self._non_slot_specs()):
+                self._create_non_slot([(None, v) for v in var_list])
+            self._non_slot_ready = True
+            for v in var_list:
+                st = self._state.get(id(v))
+                if st is None or st[0] is not v:
+                    self._create_slots(v)
+
+    def non_slot_variables(self) -> dict:
+        """``{name: Variable}`` of the optimizer-wide state (``iter``, ``beta1_power``)."""
+        return dict(self._non_slot)
+
+    def slot_variables(self) -> list:
+        """``[(variable, slot name, slot Variable), ...]`` of the slots created so far."""
+        return self._checkpoint_slots()
 
     # --- slots -----------------------------------------------------------------------
     def get_slot_names(self):
@@ -406,6 +454,15 @@ class Optimizer:
         return lr
 
 
+def _config_value(v):
+    """A hyperparameter as a config holds it: a 0-d tensor or Variable as its number."""
+    if isinstance(v, (Tensor, Variable)) and not v.shape.as_list():
+        return v.numpy().item()
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    return v
+
+
 class GradientDescentOptimizer(Optimizer):
     """``var -= learning_rate * gradient``."""
 
@@ -431,6 +488,7 @@ class MomentumOptimizer(Optimizer):
     _default_name = "Momentum"
     _slot_specs = (("momentum", 0.0),)
     _hyperparameters = (("_momentum", "momentum"),)
+    _config_keys = (("momentum", "_momentum"), ("use_nesterov", "_use_nesterov"))
 
     def __init__(self, learning_rate, momentum, use_locking=False, name="Momentum",
                  use_nesterov=False):
@@ -464,6 +522,7 @@ class AdamOptimizer(Optimizer):
     _default_name = "Adam"
     _slot_specs = (("m", 0.0), ("v", 0.0))
     _hyperparameters = (("_beta1", "beta1"), ("_beta2", "beta2"), ("_epsilon", "epsilon"))
+    _config_keys = (("beta1", "_beta1"), ("beta2", "_beta2"), ("epsilon", "_epsilon"))
 
     def __init__(self, learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8,
                  use_locking=False, name="Adam"):
@@ -515,6 +574,8 @@ class RMSPropOptimizer(Optimizer):
     _default_name = "RMSProp"
     _hyperparameters = (("_decay", "decay"), ("_momentum", "momentum"),
                         ("_epsilon", "epsilon"))
+    _config_keys = (("decay", "_decay"), ("momentum", "_momentum"), ("epsilon", "_epsilon"),
+                    ("centered", "_centered"))
 
     def __init__(self, learning_rate, decay=0.9, momentum=0.0, epsilon=1e-10,
                  use_locking=False, centered=False, name="RMSProp"):
@@ -561,6 +622,7 @@ class AdagradOptimizer(Optimizer):
     """``accum += g*g``; ``var -= lr * g / sqrt(accum)``. Slot: ``accumulator``."""
 
     _default_name = "Adagrad"
+    _config_keys = (("initial_accumulator_value", "_initial_accumulator_value"),)
 
     def __init__(self, learning_rate, initial_accumulator_value=0.1, use_locking=False,
                  name="Adagrad"):
@@ -572,6 +634,7 @@ class AdagradOptimizer(Optimizer):
                 f"{initial_accumulator_value!r}")
         super().__init__(learning_rate, use_locking, name)
         self._slot_specs = (("accumulator", init),)
+        self._initial_accumulator_value = init
 
     def _fused_op(self):
         return _optim.APPLY_ADAGRAD
@@ -630,9 +693,6 @@ class _KerasMixin:
         gv = self.compute_gradients(loss, var_list=var_list, grad_loss=grad_loss, tape=tape)
         return self.apply_gradients(gv, global_step=global_step)
 
-    def get_config(self):
-        return {"name": self._name, "learning_rate": self._learning_rate}
-
 
 class _IterInit:
     """Marker: Keras's ``iter`` counter (int64 on the host)."""
@@ -642,6 +702,7 @@ class SGD(_KerasMixin, MomentumOptimizer):
     """``tf.keras.optimizers.SGD(learning_rate=0.01, momentum=0.0, nesterov=False)``."""
 
     _default_name = "SGD"
+    _config_keys = (("momentum", "_momentum"), ("nesterov", "_use_nesterov"))
 
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SGD", **kwargs):
         MomentumOptimizer.__init__(self, learning_rate, momentum, name=name,
@@ -672,6 +733,7 @@ class Adam(_KerasMixin, AdamOptimizer):
 
     _default_name = "Adam"
     _hyperparameters = (("_beta1", "beta_1"), ("_beta2", "beta_2"), ("_epsilon", "epsilon"))
+    _config_keys = (("beta_1", "_beta1"), ("beta_2", "_beta2"), ("epsilon", "_epsilon"))
 
     def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
                  amsgrad=False, name="Adam", **kwargs):
@@ -689,6 +751,8 @@ class RMSprop(_KerasMixin, RMSPropOptimizer):
     _default_name = "RMSprop"
     _rms_init = 0.0
     _hyperparameters = (("_decay", "rho"), ("_momentum", "momentum"), ("_epsilon", "epsilon"))
+    _config_keys = (("rho", "_decay"), ("momentum", "_momentum"), ("epsilon", "_epsilon"),
+                    ("centered", "_centered"))
 
     def __init__(self, learning_rate=0.001, rho=0.9, momentum=0.0, epsilon=1e-7,
                  centered=False, name="RMSprop", **kwargs):
