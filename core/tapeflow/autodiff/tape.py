@@ -214,9 +214,11 @@ class GradientTape(Recorder):
         if not grads:
             return [None] * len(sources)
         self._core.backprop(grads)
-        return self._collect(sources, grads, unconnected)
+        # a target that is a source gets its seed, watched or not (a Variable: its value)
+        tids = {id(t._value if isinstance(t, Variable) else t) for t in targets}
+        return self._collect(sources, grads, unconnected, tids)
 
-    def _collect(self, sources, grads, unconnected):
+    def _collect(self, sources, grads, unconnected, tids=()):
         """The gradient of each source: a Variable's is the sum over the values read from
         it; ``None`` (or zeros) where unconnected or for an integer source."""
         add = _math.add
@@ -225,13 +227,16 @@ class GradientTape(Recorder):
         for s in sources:
             if isinstance(s, Variable):
                 g = None
-                for r in self._var_reads.get(id(s), ()):
+                reads = self._var_reads.get(id(s), ())
+                if id(s._value) in tids and all(r is not s._value for r in reads):
+                    reads = (*reads, s._value)
+                for r in reads:
                     rg = grads.get(id(r))
                     if rg is not None:
                         g = rg if g is None else add(g, rg)
                 ref = s._value
             elif isinstance(s, Tensor):
-                g = grads.get(id(s)) if watches(s) else None
+                g = grads.get(id(s)) if watches(s) or id(s) in tids else None
                 ref = s
             else:
                 raise InvalidArgumentError(

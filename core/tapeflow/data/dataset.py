@@ -43,6 +43,7 @@ from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from ..ops import random as _random_mod
 from ..runtime import context as _ctx
+from ..tracing.control_flow import host_next
 
 __all__ = ["Dataset", "Iterator", "AUTOTUNE", "INFINITE_CARDINALITY", "UNKNOWN_CARDINALITY"]
 
@@ -836,11 +837,43 @@ class Iterator:
         self._device = _devs.get_device(device)
         self._dataset = dataset
         self._it = dataset._elements()
+        # made while a tf.function traces: iterated at trace time (a Python loop unrolls)
+        self._made_in_trace = bool(_ctx.tracing[0]) and _ctx.thread_tracer.tracer is not None
 
     def __iter__(self):
         return self
 
     def __next__(self):
+        if _ctx.tracing[0] and not self._made_in_trace and _ctx.thread_tracer.tracer is not None:
+            # next(iterator) inside tf.function: a node that takes the next element at
+            # every call (the trace takes the first call's)
+            return host_next(self._next_element, "IteratorGetNext", peek=self._peek)[1]
+        return self._next_element()
+
+    def next_with_flag(self):
+        """``(has_more, element)``: a boolean tensor and the next element; inside
+        tf.function a node that reads the iterator at every call and, at the end, gives
+        ``has_more`` False and zeros shaped like the element (the hook of a loop over
+        an iterator); eagerly ``element`` is None at the end."""
+        return host_next(self._next_element, "IteratorGetNextAsOptional", strict=False,
+                         peek=self._peek)
+
+    def _peek(self):
+        """The next element, left to the next ``next()`` (a trace that only records)."""
+        el = self._next_element()
+        self._consumed -= 1
+        self._pending = [el]
+        return el
+
+    #: an element taken by _peek, given by the next _next_element
+    _pending = ()
+
+    def _next_element(self):
+        if self._pending:
+            el, = self._pending
+            self._pending = ()
+            self._consumed += 1
+            return el
         if self._it is None:
             raise StopIteration
         try:
@@ -848,6 +881,7 @@ class Iterator:
         except StopIteration:
             self._it = None
             raise
+        self._consumed += 1
         dev = self._device
         return map_element(lambda a: to_tensor(a, dev), el)
 
@@ -860,6 +894,30 @@ class Iterator:
     @property
     def device(self) -> str:
         return self._device.name
+
+    # --- tf.train.Checkpoint: the iterator's position ------------------------------------------
+    #: elements taken so far (what a checkpoint saves)
+    _consumed = 0
+
+    def _serialize_to_tensors(self):
+        """``{"ITERATOR_STATE": [elements taken, 1 if exhausted]}`` (int64): what
+        ``tf.train.Checkpoint`` saves as ``<path>/.ATTRIBUTES/ITERATOR_STATE``."""
+        return {"ITERATOR_STATE": np.array([self._consumed, int(self._it is None)], np.int64)}
+
+    def _restore_from_tensors(self, tensors):
+        """Continue where the saved iterator was: the pipeline restarts and skips the
+        elements the saved one had taken (a deterministic pipeline resumes exactly; a
+        shuffle without a seed draws a new order)."""
+        state = np.asarray(tensors.get("ITERATOR_STATE"))
+        if state.shape != (2,) or state.dtype.kind not in "iu" or state[0] < 0:
+            raise InvalidArgumentError(
+                f"Iterator: a checkpoint's ITERATOR_STATE must be 2 non-negative int64 "
+                f"values (elements taken, exhausted), got {state.dtype}{list(state.shape)}; "
+                "was it saved from a tf.data iterator by tapeflow?")
+        self.close()
+        it = self._dataset._elements()
+        skipped = sum(1 for _ in itertools.islice(it, int(state[0])))
+        self._it, self._consumed = (None if state[1] else it), skipped
 
     def close(self):
         """Stop the iteration now (ends a prefetch thread)."""

@@ -1,9 +1,14 @@
 """Concrete functions: one traced signature of a
-:class:`~tapeflow.tracing.function_cache.Function`, its graph optimised and compiled
-(:func:`tapeflow.tracing.graph._compile`), replayed fast, op by op under a recording
+:class:`~tapeflow.tracing.function_cache.Function` (with TensorFlow's attributes:
+``structured_input_signature``, ``structured_outputs``, ``function_type``,
+``pretty_printed_signature()``; calls checked against the signature traced), its
+graph optimised and compiled (:func:`tapeflow.tracing.graph._compile`), replayed fast, op by op under a recording
 tape, or -- for a pure graph under a tape -- as one tape record whose gradient is a
 traced backward function (see :mod:`tapeflow.tracing.function_cache`), with the
 buffer plan its fast replay writes into.
+
+Long file: a concrete function's replays (fast, op by op, recorded with a traced
+backward), its TensorFlow attributes and its buffer plan share one object's state.
 
 **Buffer plans**: a traced function's intermediates written into buffers it keeps.
 
@@ -58,7 +63,9 @@ from ..runtime.registry import OpDef
 from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from . import graph_passes
-from .graph import Graph, _compile, _flatten_args
+from .graph import Graph, Node, _compile, _flatten_args
+from .signatures import TensorSpec
+from ..errors import InvalidArgumentError
 from .capture import DATA_DEPENDENT_SHAPES
 from .graph_passes import _clean_consumer, written_input
 
@@ -278,8 +285,81 @@ class ConcreteFunction:
                     env[o] = t
         return [env[o] for o in g.outputs]
 
+    #: the :class:`~tapeflow.tracing.signatures.FunctionSignature` of a Function's trace
+    #: (None: a sub-graph of cond / while_loop, called with its flat inputs)
+    signature = None
+    #: a relaxed trace's ``call(leaves)``: its specialisation for the leaves' shapes
+    _specialiser = None
+
     def __call__(self, *args, **kwargs):
-        return self._call_leaves(_flatten_args(args, kwargs)[0])
+        sig = self.signature
+        if sig is None:
+            return self._call_leaves(_flatten_args(args, kwargs)[0])
+        # checked against the signature traced: specs (dtype, compatible shape) and the
+        # Python values baked into the trace
+        leaves = sig.bind(args, kwargs, _convert)
+        if self._specialiser is not None:
+            return self._specialiser(leaves)
+        return self._call_leaves(leaves)
+
+    # --- TensorFlow's ConcreteFunction attributes ---------------------------------------
+    @property
+    def name(self):
+        return self.graph.name
+
+    @property
+    def structured_input_signature(self):
+        """``(args, kwargs)`` of the trace: a TensorSpec for each tensor, the value of
+        each other argument."""
+        return self._sig().structured
+
+    @property
+    def structured_outputs(self):
+        """The output structure, a TensorSpec for each tensor (TensorFlow: the graph's
+        symbolic tensors)."""
+        return self._sig().outputs
+
+    @property
+    def inputs(self):
+        """A TensorSpec for each tensor input (TensorFlow: the graph's placeholders)."""
+        return [x for x in self._sig().leaves if isinstance(x, TensorSpec)]
+
+    @property
+    def outputs(self):
+        """A TensorSpec for each tensor output, flat."""
+        return [x for x in nest.flatten(self._sig().outputs) if isinstance(x, TensorSpec)]
+
+    @property
+    def function_type(self):
+        """The parameters and output type, printed ``(a: TensorSpec(...)) -> ...``."""
+        return self._sig().function_type()
+
+    def pretty_printed_signature(self, verbose=True):
+        """Input parameters, output type and captures, as TensorFlow prints them."""
+        return self._sig().pretty()
+
+    @property
+    def inference_fn(self):
+        """The callable that runs the graph (this concrete function)."""
+        return self
+
+    def _sig(self):
+        sig = self.signature
+        if sig is None:
+            raise InvalidArgumentError(
+                f"concrete function {self.graph.name!r} is a sub-graph of tf.cond or "
+                "tf.while_loop: it has no Python signature")
+        return sig
+
+    def __str__(self):
+        if self.signature is None:
+            return object.__repr__(self)
+        return "ConcreteFunction " + self.signature.pretty()
+
+    def __repr__(self):
+        if self.signature is None:
+            return object.__repr__(self)
+        return f"<ConcreteFunction {self.signature.function_type()} at 0x{id(self):X}>"
 
     def _call_leaves(self, leaves):
         g = self.graph
@@ -490,6 +570,28 @@ class ConcreteFunction:
 
     def pretty_printed_concrete_signatures(self):
         return str(self.graph).splitlines()[0]
+
+
+def _convert(value, dtype):
+    """A concrete function's argument made a tensor of ``dtype`` (NumPy arrays, lists)."""
+    return convert_to_tensor(value, dtype=dtype)
+
+
+def copy_graph(g):
+    """A copy of graph ``g`` the passes may rewrite (its nodes and tables copied; the
+    kernels, constants and Variables they refer to shared)."""
+    new = Graph(g.name)
+    new.__dict__.update(g.__dict__)
+    new.nodes = [Node(n.kind, n.inputs, n.outputs, op=n.op, attrs=dict(n.attrs), fn=n.fn,
+                      device=n.device, var=n.var, value=n.value, needs_device=n.needs_device,
+                      stateful=n.stateful, label=n.label) for n in g.nodes]
+    for name in ("args", "arg_names", "outputs", "py_outputs"):
+        if name in g.__dict__:
+            setattr(new, name, list(getattr(g, name)))
+    new.meta = dict(g.meta)
+    if hasattr(g, "var_arg_positions"):
+        new.var_arg_positions = set(g.var_arg_positions)
+    return new
 
 
 _CALL_OP = []

@@ -30,7 +30,13 @@ shape change are honoured eagerly only); ``maximum_iterations`` bounds the loop.
 for code that cannot be traced), :func:`print_` (``tf.print``) prints at every call
 (Python's ``print`` runs only while tracing), and :func:`opaque_call` traces a
 ``custom_gradient`` function as one ``py`` node that re-runs it with each call's values
-and keeps what its tapes record.
+and keeps what its tapes record. :func:`host_next` reads a Python-side source (a
+``tf.data`` iterator) at every call.
+
+Long file: every node kind here (cond, while, py, print, an iterator's next) is built
+with the same sub-trace, node emission and gradient machinery (``_subtrace``,
+``_emit``, :func:`record_node_gradient`), and ``tf.print``'s formatting belongs with
+its node.
 
 >>> import tapeflow as tf
 >>> @tf.function
@@ -56,7 +62,7 @@ from ..runtime import context as _ctx
 from .. import dtypes as _dt
 from ..runtime.dispatch import convert_to_tensor
 from .. import nest
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidTypeError, OutOfRangeError
 from ..runtime.registry import OpDef
 from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
@@ -64,7 +70,8 @@ from .concrete import ConcreteFunction, reading
 from .graph import Graph, Node, _skeleton
 from .tracer import _current, _tl, _Tracer
 
-__all__ = ["cond", "while_loop", "py_function", "opaque_call", "print_", "record_node_gradient"]
+__all__ = ["cond", "while_loop", "py_function", "host_next", "opaque_call", "print_",
+           "record_node_gradient"]
 
 
 # --- control flow: cond and while_loop ------------------------------------------------
@@ -95,6 +102,7 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
     # the untaken branch first (its assignments are put back), then the taken one, so
     # each branch sees the Variables as they were before the cond
     first, second = (false_fn, true_fn) if taken else (true_fn, false_fn)
+    first, second = _Expanded(first), _Expanded(second)
     sub_u, _ = _subtrace(tr, first, (), "cond_false" if taken else "cond_true",
                          restore=True)
     sub_k, out_k = _subtrace(tr, second, (), "cond_true" if taken else "cond_false",
@@ -116,43 +124,80 @@ def cond(pred, true_fn=None, false_fn=None, name=None):
 
     out = _emit(tr, "cond", [p] + caps.tensors, run, eager, out_k, (sub_t, sub_f),
                 sub_t.stateful or sub_f.stateful, sub_k.var_before)
-    return nest.pack_sequence_as(sub_k.structure, out)
+    return second.pack(nest.pack_sequence_as(sub_k.structure, out))
+
+
+class _Expanded:
+    """A ``cond`` branch whose result may hold composite values (TensorArrays): it
+    returns them as tuples of their tensors, and :meth:`pack` rebuilds them."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.out = self.leaves = None
+
+    def __call__(self):
+        out = self.fn()
+        leaves = nest.flatten(out)
+        if not any(_is_composite(x) for x in leaves):
+            return out
+        self.out, self.leaves = out, leaves
+        return nest.pack_sequence_as(out, [tuple(x._components()) if _is_composite(x) else x
+                                           for x in leaves])
+
+    def pack(self, res):
+        if self.leaves is None:
+            return res
+        flat, new, k = nest.flatten(res), [], 0
+        for x in self.leaves:
+            if _is_composite(x):
+                m = len(x._components())
+                new.append(x._rebuilt(flat[k:k + m]))
+                k += m
+            else:
+                new.append(flat[k])
+                k += 1
+        return nest.pack_sequence_as(self.out, new)
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
-               back_prop=True, swap_memory=False, maximum_iterations=None, name=None):
+               back_prop=True, swap_memory=False, maximum_iterations=None, name=None,
+               _traced=False):
     """Repeat ``loop_vars = body(*loop_vars)`` while ``cond(*loop_vars)`` (and fewer
     than ``maximum_iterations`` iterations ran); returns the final loop variables in
-    the structure of ``loop_vars``. Inside :func:`tapeflow.function` the loop variables
-    must keep their dtypes and shapes across iterations.
+    the structure of ``loop_vars`` (nested lists, tuples, dicts and namedtuples of
+    tensors and ``tf.TensorArray`` s). Inside :func:`tapeflow.function` the loop
+    variables must keep their dtypes and shapes across iterations.
 
     >>> import tapeflow as tf
     >>> i, s = tf.while_loop(lambda i, s: i < 5, lambda i, s: (i + 1, s + i), [0, 0])
     >>> int(i), int(s)
     (5, 10)
     """
-    single = not isinstance(loop_vars, (list, tuple))
-    vals = [loop_vars] if single else list(loop_vars)
-    typ = list if single else type(loop_vars)
-    vals = [v.read_value() if isinstance(v, Variable) else _as_tensor(v) for v in vals]
+    lv = _LoopVars(loop_vars, shape_invariants)
     limit = None if maximum_iterations is None else int(maximum_iterations)
-    invs = None if shape_invariants is None else (
-        [shape_invariants] if single else list(shape_invariants))
     tr = _current()
-    dyn = tr is not None and (any(_is_dynamic(tr, v) for v in vals)
-                              or _cond_is_dynamic(cond, vals))
+    items = lv.items
+    # (_traced: a traced loop even when nothing in it depends on the arguments -- AutoGraph's
+    # `for` over a tensor, as TensorFlow: one body in the graph, not one per iteration)
+    dyn = tr is not None and (_traced or any(_is_dynamic(tr, v)
+                                             for v in lv.plain_and_parts(items))
+                              or _cond_is_dynamic(cond, lv.args(items)))
     if not dyn:
         i = 0
-        while (limit is None or i < limit) and _truth(cond(*vals)):
-            vals = _body_outputs(body(*vals), vals, invs, check_shapes=False)
+        while (limit is None or i < limit) and _truth(cond(*lv.args(items))):
+            items = lv.check_eager(body(*lv.args(items)), items)
             i += 1
-        return vals[0] if single else _rebuild(typ, vals)
-    # traced: the condition and the body become sub-graphs over the loop variables
+        return lv.result(items)
+    # traced: the condition and the body become sub-graphs over the flat loop variables
+    lv.learn_shapes(tr, body, items)
+    vals = lv.flatten(items)
+    invs = lv.flat_invariants(items)
     specs = [(v._data.shape, v._data.dtype, v._device) for v in vals]
-    sub_c, _ = _subtrace(tr, cond, vals, "while_cond", restore=True)
-    sub_b, _ = _subtrace(tr, lambda *a: _body_outputs(body(*a), a, invs,
-                                                               check_shapes=True),
-                         vals, "while_body", restore=True)
+    sub_c, _ = _subtrace(tr, lambda *f: cond(*lv.args(lv.pack(f))), vals, "while_cond",
+                         restore=True)
+    sub_b, _ = _subtrace(tr, lambda *f: _body_outputs(
+        lv.flatten(lv.outputs(body(*lv.args(lv.pack(f))))), f, invs, check_shapes=True),
+        vals, "while_body", restore=True)
     if len(sub_c.graph.outputs) != 1 or sub_c.graph.meta[sub_c.graph.outputs[0]][0] not in (
             (), (1,)):
         raise InvalidArgumentError("while_loop: cond must return one scalar boolean")
@@ -193,7 +238,141 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     result = [wrap(a, s[2]) for a, s in zip(res, specs)]
     out = _emit(tr, "while", vals + caps.tensors, run, eager, result, (sub_c, sub_b),
                 sub_c.stateful or sub_b.stateful, before)
-    return out[0] if single else _rebuild(typ, out)
+    return lv.result(lv.pack(out))
+
+
+class _LoopVars:
+    """The loop variables of a :func:`while_loop`: ``items`` (the top-level values, the
+    positional arguments of ``cond`` and ``body``), nested structures of tensors and
+    *composite* values -- objects with ``_components()`` (their tensors, e.g. a
+    TensorArray's buffer) and ``_rebuilt(components)`` -- flattened to one list of
+    tensors for a traced loop and packed back."""
+
+    def __init__(self, loop_vars, shape_invariants):
+        self.single = not isinstance(loop_vars, (list, tuple))
+        self.typ = list if self.single else type(loop_vars)
+        items = [loop_vars] if self.single else list(loop_vars)
+        self.template = items
+        leaves = nest.flatten(items)
+        self.composite = [_is_composite(x) for x in leaves]
+        self.items = nest.pack_sequence_as(items, [
+            x if c else _loop_tensor(x) for x, c in zip(leaves, self.composite)])
+        self.invs = None
+        if shape_invariants is not None:
+            invs = [shape_invariants] if self.single else list(shape_invariants)
+            try:
+                self.invs = nest.flatten_up_to(items, invs)
+            except (ValueError, TypeError):
+                raise InvalidArgumentError(
+                    "while_loop: shape_invariants must have the structure of loop_vars "
+                    "(one shape, or None, per loop variable)") from None
+
+    def args(self, items):
+        return items
+
+    def result(self, items):
+        return items[0] if self.single else _rebuild(self.typ, items)
+
+    def outputs(self, out):
+        """The body's result as a list of top-level items, its structure checked."""
+        if self.single and not (isinstance(out, (list, tuple)) and len(out) == 1
+                                and not isinstance(self.template[0], (list, tuple))):
+            out = [out]
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        if len(out) != len(self.template):
+            raise InvalidArgumentError(f"while_loop: body returned {len(out)} values for "
+                                       f"{len(self.template)} loop variables")
+        try:
+            leaves = nest.flatten_up_to(self.template, out)
+        except (ValueError, TypeError) as e:
+            raise InvalidArgumentError(f"while_loop: body must return the loop variables' "
+                                       f"structure ({e})") from None
+        for x, c in zip(leaves, self.composite):
+            if c != _is_composite(x):
+                raise InvalidArgumentError(
+                    f"while_loop: body returned {type(x).__name__} for a loop variable that "
+                    "entered as " + ("a TensorArray" if c else "a tensor"))
+        return nest.pack_sequence_as(self.template, [
+            x if c else _loop_tensor(x) for x, c in zip(leaves, self.composite)])
+
+    def plain_and_parts(self, items):
+        """Every tensor the loop variables hold now (without changing any)."""
+        out = []
+        for x, c in zip(nest.flatten(items), self.composite):
+            out.extend(x._parts() if c else [x])
+        return out
+
+    def learn_shapes(self, tr, body, items):
+        """Composite loop variables that cannot give their tensors yet (a TensorArray with
+        nothing written and no element shape): run the body once more, speculatively, to
+        learn them from what it returns."""
+        leaves = nest.flatten(items)
+        need = [j for j, (x, c) in enumerate(zip(leaves, self.composite))
+                if c and x._needs_shape()]
+        if not need:
+            return
+        probe = _Tracer(Graph("probe"), tr)
+        probe.speculative = True
+        copies = nest.pack_sequence_as(items, [x._copy() if c else x for x, c in
+                                               zip(leaves, self.composite)])
+        _tl.tracer = probe
+        try:
+            out = nest.flatten(self.outputs(body(*self.args(copies))))
+        finally:
+            _tl.tracer = tr
+            for var in probe.assigned.values():
+                var._value = probe.var_before[id(var)]
+        for j in need:
+            leaves[j]._learn_from(out[j])
+
+    def flatten(self, items):
+        out = []
+        for x, c in zip(nest.flatten(items), self.composite):
+            out.extend(x._components() if c else [x])
+        return out
+
+    def flat_invariants(self, items):
+        if self.invs is None:
+            return None
+        out = []
+        for x, c, inv in zip(nest.flatten(items), self.composite, self.invs):
+            out.extend([None] * len(x._components()) if c else [inv])
+        return out
+
+    def pack(self, flat):
+        flat = list(flat)
+        leaves, k = [], 0
+        for x, c in zip(nest.flatten(self.template), self.composite):
+            if c:
+                m = len(x._components())
+                leaves.append(x._rebuilt(flat[k:k + m]))
+                k += m
+            else:
+                leaves.append(flat[k])
+                k += 1
+        return nest.pack_sequence_as(self.template, leaves)
+
+    def check_eager(self, out, items):
+        """An eager iteration's result: structure, dtypes and shapes checked."""
+        new = self.outputs(out)
+        nl, ol = nest.flatten(new), nest.flatten(items)
+        plain = [j for j, c in enumerate(self.composite) if not c]
+        invs = None if self.invs is None else [self.invs[j] for j in plain]
+        _body_outputs([nl[j] for j in plain], [ol[j] for j in plain], invs, False)
+        return new
+
+
+def _is_composite(x):
+    return hasattr(x, "_components") and hasattr(x, "_rebuilt")
+
+
+def _loop_tensor(x):
+    if isinstance(x, Variable):
+        return x.read_value()
+    if x is None:
+        raise InvalidArgumentError("while_loop: a loop variable is None; loop variables are "
+                                   "tensors (or TensorArrays)")
+    return _as_tensor(x)
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -442,20 +621,124 @@ def _emit(tr, kind, inputs, run, eager, result, subs, stateful, before):
 
 # --- nodes that run Python: py_function, opaque_call (custom_gradient), tf.print ----
 
-def py_function(func, inp, Tout, name=None):
+def py_function(func=None, inp=None, Tout=None, name=None):
     """Run eager Python ``func(*inp)`` and return its result as tensors of ``Tout``;
     inside :func:`function` it runs at every call (an escape hatch for code that
-    cannot be traced). Differentiable when ``func`` uses tapeflow ops.
+    cannot be traced). Differentiable when ``func`` uses tapeflow ops. Without ``inp``
+    it wraps ``func`` (and without ``func`` it is a decorator):
+    ``@tf.py_function(Tout=tf.float32)``.
 
     >>> import tapeflow as tf
     >>> print(tf.py_function(lambda x: x * 2.0, [tf.constant(3.0)], tf.float32))
     tf.Tensor(6.0, shape=(), dtype=float32)
+    >>> @tf.py_function(Tout=tf.float32)
+    ... def plus(x, y):
+    ...     return x + y
+    >>> print(plus(tf.constant(1.0), 2.0))
+    tf.Tensor(3.0, shape=(), dtype=float32)
     """
+    if func is None:
+        return lambda f: py_function(f, inp, Tout, name)
+    if not callable(func):
+        raise InvalidTypeError(f"py_function: func must be callable, got "
+                               f"{type(func).__name__} {func!r}")
+    if Tout is None:
+        raise InvalidArgumentError("py_function: Tout (the dtype, or list of dtypes, of the "
+                                   "result) is required")
+    if inp is None:
+        def wrapper(*args):
+            return py_function(func, list(args), Tout, name)
+        wrapper.__name__ = getattr(func, "__name__", "py_function")
+        wrapper.__doc__ = getattr(func, "__doc__", None)
+        wrapper.__wrapped__ = func
+        return wrapper
+    if not isinstance(inp, (list, tuple)):
+        inp = [inp]
     single = not isinstance(Tout, (list, tuple))
     touts = [Tout] if single else list(Tout)
     out = _py_call(func, list(inp), touts, single,
                    f"py_function[{getattr(func, '__name__', 'func')}]")
     return out[0] if single else out
+
+
+def host_next(fetch, label="iterator_next", strict=True, peek=None):
+    """The next value of a Python-side source (a ``tf.data`` iterator), read at every
+    call of a traced function: ``fetch()`` returns a structure of tensors, or raises
+    StopIteration at the end. Returns ``(has_more, element)``: a boolean tensor and the
+    element (``None`` at the end when not traced).
+
+    Outside a trace it calls ``fetch()`` now. Inside one it calls it now too (the
+    trace's values are the first call's) and adds a stateful node that calls it again
+    at every later call, so each call gets the next element. At the end, ``strict``
+    raises :class:`~tapeflow.errors.OutOfRangeError` (``next(iterator)``); otherwise
+    the node gives ``has_more`` False and zeros shaped like the element (for a loop
+    that stops there: the hook for AutoGraph's ``for x in dataset``). Each call's
+    element must have the shapes and dtypes of the traced one. ``peek()`` (the next
+    value, not consumed) serves a trace that only records (a ``tf.while_loop`` body
+    traced before the loop runs, a ``tf.cond`` branch): the node is recorded and no
+    element is taken then.
+
+    >>> import tapeflow as tf
+    >>> it = iter(tf.data.Dataset.from_tensor_slices([1, 2, 3]))
+    >>> @tf.function
+    ... def take(it):
+    ...     return tf.tracing.control_flow.host_next(lambda: next(it))[1]
+    >>> [int(take(it)) for _ in range(3)]
+    [1, 2, 3]
+    """
+    tr = _current()
+    if tr is None:
+        try:
+            return convert_to_tensor(True), fetch()
+        except StopIteration:
+            if strict:
+                raise
+            return convert_to_tensor(False), None
+    _tl.tracer = None
+    try:
+        # (StopIteration at the end: as it would be eagerly)
+        el = peek() if tr.speculative and peek is not None else fetch()
+    finally:
+        _tl.tracer = tr
+    structure = _skeleton(el)
+    leaves = [convert_to_tensor(x) for x in nest.flatten(el)]
+    specs = [(t._data.shape, t._data.dtype, t._device) for t in leaves]
+    flag = convert_to_tensor(True)
+    g = tr.graph
+    outs, aliases = [], []
+    for t in [flag] + leaves:
+        vid = g.new_value(t._data.shape, t._data.dtype, t._device)
+        a = wrap(t._data, t._device)
+        tr.bind(a, vid, True)
+        outs.append(vid)
+        aliases.append(a)
+
+    def run():
+        prev = _tl.tracer
+        _tl.tracer = None              # (the source's own ops run eagerly)
+        try:
+            got = [convert_to_tensor(x) for x in nest.flatten(fetch())]
+        except StopIteration:
+            if strict:
+                raise OutOfRangeError(f"{label}: end of sequence (the iterator has no "
+                                      "more elements)") from None
+            return (np.asarray(False),) + tuple(np.zeros(s, d) for s, d, _ in specs)
+        finally:
+            _tl.tracer = prev
+        if len(got) != len(specs) or any(
+                t._data.shape != s or t._data.dtype != d for t, (s, d, _) in zip(got, specs)):
+            raise InvalidArgumentError(
+                f"{label}: an element of shapes/dtypes "
+                f"{[(tuple(t.shape), t.dtype.name) for t in got]} where the function was "
+                f"traced with {[(tuple(s), np.dtype(d).name) for s, d, _ in specs]}; inside "
+                "tf.function every element must match the traced one (batch with "
+                "drop_remainder=True, or call next() outside the function)")
+        return (flag._data,) + tuple(t._data for t in got)
+
+    g.nodes.append(Node("py", [], outs, fn=run, attrs={"_eager": lambda: [
+        wrap(a, s[2]) for a, s in zip(run(), [(None, None, flag._device)] + specs)]},
+        stateful=True, label=label))
+    return aliases[0], nest.pack_sequence_as(structure, aliases[1:])
 
 
 def opaque_call(func, args):
@@ -635,44 +918,44 @@ def record_node_gradient(eager_fn, inputs, outputs, variables=(), held=(), value
     record(_NODE_OP, tuple(inputs) + tuple(var_values), tuple(outputs), {}, backward)
 
 
-def print_(*inputs, sep=" ", end="\n", output_stream=None, summarize=3):
+def print_(*inputs, sep=" ", end="\n", output_stream=None, summarize=3, name=None):
     """Print tensors (and Python values) at every call, also inside :func:`function`
-    (where Python's ``print`` runs only while tracing). TensorFlow's ``tf.print``.
+    (where Python's ``print`` runs only while tracing): TensorFlow's ``tf.print``, with
+    its format (``[1 2 3]``, floats to 9 significant digits, strings quoted, at most
+    ``summarize`` items at each end of a dimension, -1: all) and its stream: standard
+    error unless ``output_stream`` says otherwise (``sys.stdout``, any object with
+    ``write``, a logging function such as ``logging.info``, or ``"file://path"``).
 
+    >>> import sys
     >>> import tapeflow as tf
-    >>> tf.print("x:", tf.constant([1, 2, 3]))
+    >>> tf.print("x:", tf.constant([1, 2, 3]), output_stream=sys.stdout)
     x: [1 2 3]
+    >>> tf.print(tf.range(10), {"a": tf.constant(0.5)}, summarize=2, output_stream=sys.stdout)
+    [0 1 ... 8 9] {'a': 0.5}
     """
-    stream = output_stream or sys.stdout
-
-    def fmt(x):
-        if isinstance(x, (Tensor, Variable)):
-            a = x.numpy() if isinstance(x, Variable) else np.asarray(
-                x._device.backend.to_host(x._data, x._device))
-            a = np.asarray(a)
-            if a.ndim == 0:
-                return str(a.item())
-            return np.array2string(a, separator=" ", threshold=1000, edgeitems=summarize)
-        return str(x)
-
+    if summarize is None:
+        summarize = 3
+    if not isinstance(summarize, (int, np.integer)) or isinstance(summarize, bool):
+        raise InvalidTypeError(f"tf.print: summarize must be an int (-1: everything), got "
+                               f"{type(summarize).__name__} {summarize!r}")
+    _check_stream(output_stream)
+    leaves = nest.flatten(list(inputs))
     tr = _current()
     if tr is None:
-        print(sep.join(fmt(x) for x in inputs), end=end, file=stream)
+        _emit_text(_format_items(inputs, leaves, summarize, sep), end, output_stream)
         return None
-    tensors = [(i, x) for i, x in enumerate(inputs) if isinstance(x, (Tensor, Variable))]
-    if any(isinstance(x, Variable) for _, x in tensors):
-        tensors = [(i, tr.read(x, x._value) if isinstance(x, Variable) else x)
-                   for i, x in tensors]
-    ins = [tr.vid_of(x) for _, x in tensors]
+    pos = [i for i, x in enumerate(leaves) if isinstance(x, (Tensor, Variable))]
+    vals = [tr.read(leaves[i], leaves[i]._value) if isinstance(leaves[i], Variable)
+            else leaves[i] for i in pos]
+    ins = [tr.vid_of(x) for x in vals]
     metas = [tr.graph.meta[v][2] for v in ins]
-    positions = [i for i, _ in tensors]
-    template = list(inputs)
+    template = list(leaves)
 
     def run(*arrays):
         items = list(template)
-        for p, a, d in zip(positions, arrays, metas):
+        for p, a, d in zip(pos, arrays, metas):
             items[p] = wrap(a, d)
-        print(sep.join(fmt(x) for x in items), end=end, file=stream)
+        _emit_text(_format_items(inputs, items, summarize, sep), end, output_stream)
         return ()
 
     def eager(*ts):
@@ -681,5 +964,116 @@ def print_(*inputs, sep=" ", end="\n", output_stream=None, summarize=3):
     tr.graph.nodes.append(Node("print", ins, (), fn=run, attrs={"_eager": eager},
                                stateful=True, label="print"))
     if not tr.speculative:
-        print(sep.join(fmt(x) for x in inputs), end=end, file=stream)
+        # the trace is the first call's run: it prints once now (the graph prints at the
+        # later calls)
+        items = list(template)
+        for p, v in zip(pos, vals):
+            items[p] = v
+        _emit_text(_format_items(inputs, items, summarize, sep), end, output_stream)
     return None
+
+
+def _check_stream(stream):
+    if stream is None or hasattr(stream, "write") or callable(stream) or (
+            isinstance(stream, str) and stream.startswith("file://")):
+        return
+    raise InvalidTypeError(f"tf.print: output_stream must be sys.stdout, sys.stderr, a file "
+                           f"object, a logging function or 'file://path', got "
+                           f"{type(stream).__name__} {stream!r}")
+
+
+def _emit_text(text, end, stream):
+    if stream is None:
+        stream = sys.stderr           # (looked up now: redirections apply)
+    if isinstance(stream, str):
+        with open(stream[len("file://"):], "a", encoding="utf-8") as f:
+            f.write(text + end)
+    elif hasattr(stream, "write"):
+        stream.write(text + end)
+        if hasattr(stream, "flush"):
+            stream.flush()
+    else:
+        stream(text)                  # a logging function: one record
+
+
+class _Shown:
+    """A tensor inside a printed Python structure: its repr is its tf.print text."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
+
+
+def _format_items(inputs, leaves, summarize, sep):
+    """The text of ``tf.print(*inputs)``, the leaves of ``inputs`` replaced by
+    ``leaves`` (tensors with this call's values)."""
+    shown = [_Shown(_format_tensor(x, summarize)) if isinstance(x, (Tensor, Variable)) else x
+             for x in leaves]
+    items = nest.pack_sequence_as(list(inputs), shown)
+    out = []
+    for x in items:
+        if isinstance(x, _Shown):
+            out.append(x.text)
+        elif isinstance(x, dict):
+            try:
+                out.append(str({k: x[k] for k in sorted(x)}))
+            except TypeError:
+                out.append(str(x))
+        else:
+            out.append(str(x))
+    return sep.join(out)
+
+
+def _format_tensor(x, summarize):
+    t = x._value if isinstance(x, Variable) else x
+    a = np.asarray(t._device.backend.to_host(t._data, t._device))
+    kind = a.dtype.kind
+    if kind == "f" or a.dtype.name == "bfloat16":
+        one = _float64_text if a.dtype.itemsize == 8 else _float32_text
+    elif kind == "b":
+        one = lambda v: "1" if v else "0"                    # noqa: E731
+    elif kind in "iu":
+        one = lambda v: str(int(v))                          # noqa: E731
+    elif kind in "SUO":
+        one = _quoted
+    else:
+        one = str
+    if a.ndim == 0:
+        return one(a.item() if kind not in "SUO" else a[()])
+    return _format_array(a, 0, summarize, one)
+
+
+def _float32_text(v):
+    """TensorFlow's text of a float: 6 significant digits when they give the value
+    back, else 9 (float16 and bfloat16 as float32)."""
+    v = np.float32(v)
+    text = "%.6g" % v
+    return text if np.float32(text) == v or v != v else "%.9g" % v
+
+
+def _float64_text(v):
+    text = "%.15g" % v
+    return text if float(text) == v or v != v else "%.17g" % v
+
+
+def _format_array(a, depth, summarize, one):
+    n = a.shape[0]
+    if 0 <= summarize and n > 2 * summarize:
+        idx = list(range(summarize)) + [None] + list(range(n - summarize, n))
+    else:
+        idx = range(n)
+    if a.ndim == 1:
+        return "[" + " ".join("..." if i is None else one(a[i]) for i in idx) + "]"
+    gap = "\n" * (a.ndim - 1) + " " * (depth + 1)
+    return "[" + gap.join("..." if i is None else _format_array(a[i], depth + 1, summarize, one)
+                          for i in idx) + "]"
+
+
+def _quoted(v):
+    if isinstance(v, bytes):
+        v = v.decode("utf-8", "backslashreplace")
+    v = str(v)
+    esc = {"\n": "\\n", "\t": "\\t", "\r": "\\r", '"': '\\"', "\\": "\\\\"}
+    return '"' + "".join(esc.get(c, c) for c in v) + '"'

@@ -34,6 +34,7 @@ from .. import nest
 from ..errors import InvalidArgumentError
 from ..ops import random as _random_mod
 from ..runtime.tensor import wrap
+from .signatures import graph_def
 
 __all__ = ["Graph", "Node", "EMITTERS"]
 
@@ -134,6 +135,10 @@ class Graph:
     def ops(self):
         """Names of the op nodes, in order (for tests and inspection)."""
         return [n.name for n in self.nodes if n.kind in ("op", "fused")]
+
+    def as_graph_def(self):
+        """TensorFlow's GraphDef view (``.node``: name, op, input) of this graph."""
+        return graph_def(self)
 
 
 def _const_repr(value, device):
