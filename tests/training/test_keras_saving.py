@@ -589,3 +589,28 @@ def test_an_optimizer_tapeflow_cannot_save_leaves_the_model_uncompiled(tmp_path)
     again = tf.keras.models.load_model(tmp_path / "m.keras")
     assert again.optimizer is None
     np.testing.assert_array_equal(again.get_weights()[0], model.get_weights()[0])
+
+
+def test_a_public_tapeflow_function_as_initializer_saves_by_name(tmp_path):
+    """``kernel_initializer=tf.random.normal`` (TensorFlow's guide does this): saved as the
+    public path "random.normal", found again by attribute access on tapeflow only."""
+    model = tf.keras.Sequential([tf.keras.layers.Dense(2, kernel_initializer=tf.random.normal)])
+    x = tf.ones([3, 4])
+    y = model(x)
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    loaded = tf.keras.models.load_model(path)
+    np.testing.assert_allclose(loaded(x).numpy(), y.numpy(), rtol=1e-6)
+    assert loaded.layers[0].kernel_initializer is tf.random.normal
+    d = tf.keras.saving.serialize_keras_object(tf.random.normal)
+    assert d == {"module": "tapeflow", "class_name": "function", "config": "random.normal",
+                 "registered_name": None}
+
+
+@pytest.mark.parametrize("path", ["os.system", "random.__class__", "..normal", "keras.x.y",
+                                  "random.Generator"])
+def test_a_function_path_outside_tapeflows_public_functions_is_refused(path):
+    spec = {"module": "tapeflow", "class_name": "function", "config": path,
+            "registered_name": None}
+    with pytest.raises(tf.errors.InvalidArgumentError, match="unknown function"):
+        tf.keras.saving.deserialize_keras_object(spec)

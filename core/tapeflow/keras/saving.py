@@ -45,6 +45,7 @@ import inspect
 import io
 import json
 import os
+import sys
 import threading
 import warnings
 import zipfile
@@ -255,6 +256,45 @@ def _builtin_function_name(fn):
     return None
 
 
+#: where a tapeflow function given as an initializer, activation or loss is looked for
+#: to save it by its public name (``tf.random.normal`` -> "random.normal")
+_PUBLIC_FUNCTION_SPACES = ("", "random", "nn", "math", "linalg", "keras.activations",
+                           "keras.initializers", "keras.losses", "initializers")
+
+
+def _namespace(path):
+    """``tapeflow`` or one of its public namespaces by attribute access (never an import:
+    ``tapeflow`` is loaded whenever a model is saved or loaded)."""
+    ns = sys.modules.get("tapeflow")
+    for part in filter(None, path.split(".")):
+        ns = getattr(ns, part, None)
+    return ns
+
+
+def _public_function_name(fn):
+    """The public path of a tapeflow function (``"random.normal"``), or None."""
+    if not str(getattr(fn, "__module__", "")).startswith("tapeflow"):
+        return None
+    name = getattr(fn, "__name__", None)
+    for space in _PUBLIC_FUNCTION_SPACES:
+        ns = _namespace(space)
+        if isinstance(name, str) and getattr(ns, name, None) is fn:
+            return f"{space}.{name}" if space else name
+    return None
+
+
+def _public_function(path):
+    """The tapeflow function at public ``path`` (see :func:`_public_function_name`):
+    only identifiers under the listed namespaces, only functions of tapeflow's own modules."""
+    space, _, name = path.rpartition(".")
+    if space not in _PUBLIC_FUNCTION_SPACES or not name.isidentifier():
+        return None
+    fn = getattr(_namespace(space), name, None)
+    ok = callable(fn) and not isinstance(fn, type) and str(
+        getattr(fn, "__module__", "")).startswith("tapeflow")
+    return fn if ok else None
+
+
 def _class_dict(obj, config):
     out = {"module": _module_of(obj), "class_name": type(obj).__name__, "config": config,
            "registered_name": _NAMES.get(id(type(obj)))}
@@ -311,9 +351,14 @@ def _serialize_object(obj):
         name = _builtin_function_name(obj)
         if name is not None:
             return name
+        public = _public_function_name(obj)
+        if public is not None:
+            return {"module": "tapeflow", "class_name": "function", "config": public,
+                    "registered_name": None}
         raise InvalidArgumentError(
             f"serialize_keras_object: cannot save the function {getattr(obj, '__name__', obj)!r}: "
-            "it is not a built-in activation or loss. Register it with "
+            "it is neither a built-in activation or loss nor a public tapeflow function. "
+            "Register it with "
             "@tf.keras.saving.register_keras_serializable()")
     if hasattr(obj, "get_config"):       # (an unregistered class of yours is saved by its
         # name: loading finds it only through custom_objects)
@@ -360,6 +405,8 @@ def _deserialize(config, custom_objects, where):
         return tuple(_deserialize(inner.get("value", []), custom_objects, where))
     if name == "function":
         fn = get_registered_object(inner, custom_objects) if isinstance(inner, str) else None
+        if fn is None and config.get("module") == "tapeflow" and isinstance(inner, str):
+            fn = _public_function(inner)
         if fn is None:
             raise InvalidArgumentError(
                 f"{where}: unknown function {inner!r}: register it with "
