@@ -16,7 +16,7 @@ OPS_DIR = pathlib.Path(tf.__file__).parent / "ops"
 #: bottom to top, as docs/CONVENTIONS_FOR_OPS.md lists them
 ORDER = ["library", "math", "array_creation", "array_shape", "reductions", "batching",
          "array_values", "array_gather", "array_slice", "array_sort", "random", "linalg", "nn",
-         "fused", "__init__"]
+         "fused", "strings", "__init__"]
 
 
 def _sibling_imports(path):

@@ -42,7 +42,7 @@ from .errors import InvalidArgumentError, InvalidTypeError
 __all__ = [
     "DType", "as_dtype", "bfloat16", "float16", "float32", "float64", "int8", "int16", "int32",
     "int64", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "bool_",
-    "half", "double", "ALL_DTYPES", "FLOAT_DTYPES",
+    "half", "double", "string", "ALL_DTYPES", "FLOAT_DTYPES",
     "INT_DTYPES", "COMPLEX_DTYPES", "NUMERIC_DTYPES", "result_type", "join", "MODES",
     "WeakType", "WEAK_INT", "WEAK_FLOAT", "WEAK_COMPLEX",
 ]
@@ -128,7 +128,8 @@ class DType:
     def __repr__(self):
         return f"tf.{self.name}"
 
-    __str__ = __repr__
+    def __str__(self):             # TensorFlow's print(x.dtype)
+        return f"<dtype: '{self.name}'>"
 
     def __eq__(self, other):
         if other is self:
@@ -164,6 +165,10 @@ uint64 = DType(np.uint64)
 complex64 = DType(np.complex64)
 complex128 = DType(np.complex128)
 bool_ = DType(np.bool_)
+#: text, on the host only: NumPy object arrays of ``bytes`` (docs/dtypes.md, "Strings"); not a
+#: number, so in none of the tuples below and never promoted
+string = DType(np.object_)
+string.name = "string"
 
 ALL_DTYPES = (bfloat16, float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32,
               uint64, complex64, complex128, bool_)
@@ -178,9 +183,10 @@ FROM_NP: dict = {}
 for _d in ALL_DTYPES:
     FROM_NP[_d.np] = _d
     FROM_NP[_d.np.type] = _d
+FROM_NP[string.np] = FROM_NP[np.object_] = string
 _FROM_NAME = {d.name: d for d in ALL_DTYPES}
 _FROM_NAME.update({"half": float16, "float": float32, "double": float64, "bool_": bool_,
-                   "int": int32, "long": int64})
+                   "int": int32, "long": int64, "string": string})
 _FROM_PY = {float: float32, int: int32, bool: bool_, complex: complex128}
 
 
@@ -408,7 +414,7 @@ def result_type(*args, mode="tf") -> DType:
                 weak.append(a)
                 continue
             a = as_dtype(a)
-        strong = a if strong is None else join(strong, a, mode)
+        strong = a if strong is None or strong is a else join(strong, a, mode)
     if type(strong) is WeakType:            # uint64 with a signed integer
         strong = float64
     if mode == _AA and strong is not None:

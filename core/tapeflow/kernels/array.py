@@ -31,6 +31,19 @@ def _int_indices(indices, what="indices"):
         raise InvalidArgumentError(f"{what} must be int32 or int64, got {indices.dtype}")
 
 
+def _text_fill(value):
+    """The element of a string array (an object array of ``bytes``) standing for the fill
+    ``value``: 0 is the empty string (``tf.zeros``, ``tf.pad``'s default, as in
+    TensorFlow), text is itself (``str`` in UTF-8); any other number has no string value."""
+    if isinstance(value, (bytes, str)):
+        return value.encode() if isinstance(value, str) else value
+    if type(value) is not bool and not isinstance(value, (list, tuple)) and value == 0:
+        return b""
+    raise InvalidArgumentError(f"Value for attr 'T' of string is not in the list of allowed "
+                               f"values: strings have no number {value!r} (0 is the empty "
+                               "string); fill with text")
+
+
 class ArrayKernels:
     """The creation, shape and indexing kernels of one array module ``xp`` (NumPy or
     CuPy's namespace), one method per kernel; :meth:`table` maps op names to them.
@@ -92,15 +105,22 @@ class ArrayKernels:
     # --- creation -------------------------------------------------------------------
     def fill(self, shape, value, dtype, device=None):
         """An array of ``shape`` filled with ``value``."""
+        if dtype.np.kind == "O":
+            value = _text_fill(value)
         return self.xp.full(shape, value, dtype=dtype.np)
 
     def zeros_like(self, x, dtype):
-        """Zeros of ``x``'s shape (and dtype unless ``dtype`` is given)."""
-        return self.xp.zeros(x.shape, dtype=x.dtype if dtype is None else dtype.np)
+        """Zeros of ``x``'s shape (and dtype unless ``dtype`` is given); of strings, empty
+        strings."""
+        dt = x.dtype if dtype is None else dtype.np
+        if dt.kind == "O":
+            return self.xp.full(x.shape, b"", dtype=dt)
+        return self.xp.zeros(x.shape, dtype=dt)
 
     def ones_like(self, x, dtype):
         """Ones of ``x``'s shape (and dtype unless ``dtype`` is given)."""
-        return self.xp.ones(x.shape, dtype=x.dtype if dtype is None else dtype.np)
+        dt = x.dtype if dtype is None else dtype.np
+        return self.xp.ones(x.shape, dtype=dt) if dt.kind != "O" else _text_fill(1)
 
     def range(self, start, limit, delta, dtype, device=None):
         """``start, start + delta, ...`` up to ``limit`` (excluded)."""
@@ -202,6 +222,8 @@ class ArrayKernels:
     def pad(self, x, paddings, constant_values):
         """``x`` padded by ``paddings`` (``(before, after)`` per axis) of ``constant_values``."""
         shape = tuple(b + n + a for (b, a), n in zip(paddings, x.shape))
+        if x.dtype.kind == "O":
+            constant_values = _text_fill(constant_values)
         out = self.xp.full(shape, constant_values, dtype=x.dtype)
         out[tuple(slice(b, b + n) for (b, _), n in zip(paddings, x.shape))] = x
         return out
@@ -245,6 +267,9 @@ class ArrayKernels:
 
     def where(self, c):
         """The coordinates of the true elements of ``c``, one row each (int64)."""
+        if c.dtype.kind == "O":         # (text is neither true nor false, as in TensorFlow)
+            raise InvalidArgumentError("Value for attr 'T' of string is not in the list of "
+                                       "allowed values: the numbers and bool")
         return self.xp.argwhere(c).astype(np.int64, copy=False)
 
     def identity(self, x):

@@ -148,7 +148,12 @@ class MathKernels:
         self._f32 = xp.float32
 
     def cast(self, x, dtype):
-        """``x`` as ``dtype`` (a tapeflow DType); complex to real keeps the real part."""
+        """``x`` as ``dtype`` (a tapeflow DType); complex to real keeps the real part.
+        Strings and numbers do not cast (TensorFlow's tf.strings.to_number/as_string do)."""
+        if (x.dtype.kind == "O") != (dtype.np.kind == "O"):
+            src = "string" if x.dtype.kind == "O" else x.dtype.name
+            raise UnimplementedError(f"Cast {src} to {dtype.name} is not supported: strings "
+                                     "and numbers do not cast into each other")
         if x.dtype.kind == "c" and not dtype.is_complex:
             x = x.real                  # TensorFlow's cast: the real part (no warning)
         return x.astype(dtype.np)

@@ -603,7 +603,8 @@ def real(input, name=None):  # noqa: A002
     tf.Tensor([ 1. -0.], shape=(2,), dtype=float64)
     """
     x = convert_to_tensor(input)
-    return execute(_REAL, (x,)) if x.dtype.is_complex else x
+    # (a string goes to the op, whose dtype check refuses it: text has no real part)
+    return execute(_REAL, (x,)) if x.dtype.is_complex or x.dtype is _dt.string else x
 
 
 def imag(input, name=None):  # noqa: A002
@@ -625,7 +626,7 @@ def conj(x, name=None):
     tf.Tensor([1.-2.j], shape=(1,), dtype=complex128)
     """
     x = convert_to_tensor(x)
-    return execute(_CONJ, (x,)) if x.dtype.is_complex else x
+    return execute(_CONJ, (x,)) if x.dtype.is_complex or x.dtype is _dt.string else x
 
 
 def angle(input, name=None):  # noqa: A002
@@ -1086,7 +1087,7 @@ def trunc(x, name=None):
     tf.Tensor([-1.  1.], shape=(2,), dtype=float32)
     """
     x = convert_to_tensor(x)
-    if not x.dtype.is_floating:
+    if not x.dtype.is_floating and x.dtype is not _dt.string:
         return x
     return execute(_TRUNC, (x,))
 

@@ -96,6 +96,8 @@ def _np_from_python(value, dtype, dev=None, op="Const"):
 
 
 def _supported(a, value):
+    if a.dtype.kind in "USO":
+        return _np_strings(value)
     if a.dtype not in _dt.FROM_NP:
         if a.dtype.kind == "f" and a.dtype.itemsize > 8:
             a = a.astype(np.float64)
@@ -104,6 +106,27 @@ def _supported(a, value):
                 f"Cannot convert {_short(value)} (NumPy dtype {a.dtype}) to a tensor; supported "
                 "dtypes: " + ", ".join(d.name for d in _dt.ALL_DTYPES))
     return a
+
+
+def _np_strings(value):
+    """``value`` (str, bytes, lists of them, a NumPy text array) as a host array of
+    ``bytes`` objects, ``str`` encoded in UTF-8: a string tensor's data (docs/dtypes.md,
+    "Strings"); anything else in it is an InvalidArgumentError."""
+    a = np.array(value, dtype=object)
+    for i, v in enumerate(flat := a.reshape(-1)):
+        if not isinstance(v, (str, bytes)):
+            raise InvalidArgumentError(f"Cannot convert {_short(value)} to a tensor of dtype "
+                                       f"string: it holds {type(v).__name__} {_short(v)}; give "
+                                       "str or bytes, in rows of one length")
+        flat[i] = v.encode() if isinstance(v, str) else bytes(v)
+    return a
+
+
+def _host_only(a, dev, op):
+    """Strings live on the host: an error for string data ``a`` bound for another ``dev``."""
+    if a.dtype.kind == "O" and not dev.is_host:
+        raise InvalidArgumentError(f"a string tensor cannot be placed on {dev}: strings live "
+                                   "on the host: compute on cpu:0", op=op, device=dev)
 
 
 def _np_from_numpy(value, dtype, dev, op):
@@ -203,8 +226,8 @@ def _check_lossless(value, dtype):
     dtype's range are refused instead of truncated or wrapped."""
     tv = type(value)
     if tv is int or tv is bool or (tv is float and dtype.np.kind in "fc") or (
-            tv is complex and dtype.np.kind == "c"):
-        return
+            tv is complex and dtype.np.kind == "c") or dtype is _dt.string:
+        return                              # (a string's values: checked by _np_strings)
     kind = value.dtype.kind if isinstance(value, (np.ndarray, np.generic)) else None
     if kind is None:
         try:
@@ -239,6 +262,7 @@ def _to_device(host_array, dev, op="Const"):
     view is made contiguous first, after checking that it fits on ``dev``."""
     if dev.is_host:
         return host_array
+    _host_only(host_array, dev, op)
     if not host_array.flags.c_contiguous:   # (ascontiguousarray would make 0-d arrays 1-d)
         if host_array.size > _shapes.SMALL:
             _check_conversion(host_array, host_array.size, None, dev, op)
@@ -284,6 +308,8 @@ def constant(value, dtype=None, shape=None, name=None, device=None) -> Tensor:
         a = _np_from_python(value, dt, dev)
     except OpError as e:
         raise e.with_context("Const", dev) from None
+    if a.dtype.kind == "O" and device is None and _devs.current_device() is None:
+        dev = _host_device()        # (strings live on the host, whatever the default device)
     if shape is not None:
         shape = _const_shape(shape, _dt.from_numpy(a.dtype), a.shape, dev)
         if a.size == _shapes.num_elements(shape):
@@ -379,14 +405,16 @@ def _copy_grad(ctx, dy):
     return copy_to_device(dy, ctx.inputs[0]._device)
 
 
-def copy_to_device(t: Tensor, device) -> Tensor:
-    """Copy a tensor to ``device`` (differentiable: the gradient is copied back)."""
+def copy_to_device(t: Tensor, device, op="Copy") -> Tensor:
+    """Copy a tensor to ``device`` (differentiable: the gradient is copied back); ``op``:
+    the op it is an input of, for errors."""
     dev = _devs.get_device(device)
     if isinstance(t, Variable):
         t = t.read_value()
     src = t._device
     if src is dev:
         return t
+    _host_only(t._data, dev, op)
     if src.is_host and t._data.size > _shapes.SMALL and not t._data.flags.c_contiguous:
         _check_conversion(t._data, t._data.size, None, dev, "Copy")   # (a broadcast view)
     if src.backend is dev.backend:
@@ -626,7 +654,9 @@ def _prepare(op, inputs):
             except (TypeError, OverflowError) as e:
                 raise InvalidArgumentError(
                     f"Cannot promote input dtypes {[s.name for s in strong]} with Python "
-                    f"values {weak}: {e}", op=op.name, device=dev) from None
+                    f"values {weak}: {getattr(e, 'message', e)}", op=op.name, device=dev) from None
+    if target is _dt.string and scope is None and tensor_dev is None:
+        dev = _host_device()        # (Python strings alone: the host, as constant() does)
     out = []
     for x in vals:
         if isinstance(x, Tensor):
@@ -655,7 +685,7 @@ def _move(op, x, dev, in_scope, inputs):
             if mode == "warn":
                 warnings.warn(f"{op.name}: copying an input of shape {tuple(x.shape)} from "
                               f"{x._device} to {dev}", stacklevel=4)
-        return copy_to_device(x, dev)
+        return copy_to_device(x, dev, op.name)
     devs = {v._device for v in inputs if isinstance(v, Tensor)}
     if in_scope and len(devs) == 1:
         (src,) = devs

@@ -818,7 +818,13 @@ def refresh_fast(op, device_type):
 
 def kernel_not_found(op: OpDef, device, dtype) -> NotFoundError:
     regs = "; ".join(e.describe() for e in op.kernels.values()) or "none"
-    dname = getattr(dtype, "name", None) or _dt.from_numpy(np.dtype(dtype)).name
+    dname = _dt.as_dtype(dtype).name
+    own = op.kernels.get(device.type)
+    if own is not None and own.dtypes and (dname == "string") != (_dt.string in own.dtypes):
+        # strings and numbers never convert: a type error as in TensorFlow, not a missing kernel
+        return InvalidArgumentError(f"Value for attr 'T' of {dname} is not in the list of allowed "
+                                    f"values: {', '.join(d.name for d in own.dtypes)} (tf.strings "
+                                    "has the ops on text)", op=op.name, device=device)
     hint = ("" if op.kernels else " The op has no kernels: is the backend that provides it "
             "installed and loaded (python -m tapeflow info)?")
     return NotFoundError(

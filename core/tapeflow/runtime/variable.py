@@ -361,7 +361,7 @@ def _coercion_refusal(value, dtype):
         kind, src, origin = a.dtype.kind, str(a.dtype), f" (a Python {tv.__name__})"
     else:
         return None                         # anything else: convert_to_tensor decides
-    if kind in "US":
+    if kind in "US" and dtype is not _dt.string:
         return "string" + origin, "strings are never converted to numbers"
     if kind == "O":
         return "object" + origin, "pass numbers only"
