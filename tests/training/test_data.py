@@ -114,8 +114,10 @@ def test_from_tensor_slices_errors():
         Dataset.from_tensor_slices((np.arange(6), np.arange(5)))
     with pytest.raises(InvalidArgumentError, match="scalar"):
         Dataset.from_tensor_slices(3)
-    with pytest.raises(InvalidArgumentError):
-        Dataset.from_tensor_slices(np.array(["a", "b"], dtype=object))
+    with pytest.raises(InvalidArgumentError, match="dtype string"):   # text, or nothing
+        list(Dataset.from_tensor_slices(np.array([object(), 1], dtype=object)))
+    words = [w.numpy() for w in Dataset.from_tensor_slices(np.array(["a", "b"], dtype=object))]
+    assert words == [b"a", b"b"]                                       # strings are tensors
 
 
 def test_from_tensors_and_range():

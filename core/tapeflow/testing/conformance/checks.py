@@ -434,8 +434,6 @@ UNTRACEABLE: dict = {
                 "converted with .numpy()): the output length is a Python value",
     "pad": "tf.pad reads tensor paddings on the host (.numpy()): they decide the output "
            "shape; Python/NumPy paddings trace",
-    "__getitem__tensor_index": "a 0-d integer tensor used as an index is converted to a "
-                               "Python int (int(k)) by Tensor.__getitem__",
 }
 
 
