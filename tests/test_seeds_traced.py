@@ -55,7 +55,7 @@ def _collatz_graph(a):
 
 def test_000_collatz_as_written_is_a_clear_error_when_traced():
     with pytest.raises(tracing.TracingError) as info:
-        tf.function(_collatz_python)(tf.constant(12))
+        tf.function(_collatz_python, autograph=False)(tf.constant(12))
     msg = str(info.value)
     assert "test_seeds_traced.py" in msg and "tf.while_loop" in msg and "tf.cond" in msg
 
@@ -111,7 +111,7 @@ def _abs_graph(x):
 
 def test_000_001_abs_gradient_through_control_flow():
     with pytest.raises(tracing.TracingError, match="tf.cond"):
-        tfe.gradients_function(tf.function(_abs_python))(tf.constant(2.0))
+        tfe.gradients_function(tf.function(_abs_python, autograph=False))(tf.constant(2.0))
     f = tf.function(_abs_graph)
     grad = tfe.gradients_function(f)
     for x, g in ((2.0, 1.0), (-2.0, -1.0), (3.0, 1.0), (-3.0, -1.0)):
@@ -237,7 +237,7 @@ def test_001_line_search_as_written_is_a_clear_error_when_traced():
             return init_x
         return grad
     with pytest.raises(tracing.TracingError, match=r"test_seeds_traced\.py:\d+"):
-        tf.function(step)(tf.constant([1.0, 2.0]))
+        tf.function(step, autograph=False)(tf.constant([1.0, 2.0]))
 
 
 # --- seed 002 -----------------------------------------------------------------------------
