@@ -314,3 +314,28 @@ def test_gradient_tape_inside_the_traced_function():
         return t.gradient(y, x)
     _close(grad_of_squares(tf.constant([1.0, 2.0, 3.0])), [2.0, 4.0, 6.0])
     _close(grad_of_squares(tf.constant([4.0, 5.0, 6.0])), [8.0, 10.0, 12.0])
+
+
+def test_a_size_from_the_arguments_shapes_specialises_a_relaxed_trace_per_shape():
+    """``size=tf.shape(x)[0]`` is read on the host while tracing: with ``input_signature``
+    (None dimensions) the trace holds for the traced shape only, so another shape is
+    traced again instead of replaying a graph with the old size baked in."""
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+    def double(x):
+        ta = tf.TensorArray(tf.float32, size=tf.shape(x)[0])
+        for i in tf.range(tf.shape(x)[0]):
+            ta = ta.write(i, x[i] * 2.0)
+        return ta.stack()
+
+    for n in (3, 5, 1, 3):
+        x = tf.range(float(n))
+        np.testing.assert_array_equal(double(x).numpy(), 2.0 * np.arange(n, dtype=np.float32))
+
+
+def test_a_size_from_the_arguments_data_is_a_tracing_error_not_a_baked_value():
+    @tf.function
+    def f(x):
+        return tf.TensorArray(tf.float32, size=tf.cast(tf.reduce_sum(x), tf.int32)).size()
+
+    with pytest.raises(tf.errors.TapeflowError, match=r"TensorArray\(size=...\)"):
+        f(tf.constant([1.0, 2.0]))

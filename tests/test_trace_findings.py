@@ -291,8 +291,21 @@ def test_assigning_a_variable_from_a_variable_reads_it_at_every_call():
     np.testing.assert_array_equal(dst.numpy(), [21.0, 22.0])
 
 
+def test_a_variable_used_as_an_index_is_read_in_the_graph():
+    """``x[v]`` with an integer Variable ``v`` is a gather of its value at each call (it
+    was refused: the value would have been frozen into the graph)."""
+    i = tf.Variable(1)
+
+    @tf.function
+    def f(x):
+        return x[i]
+    x = tf.constant([10.0, 20.0, 30.0])
+    assert float(f(x)) == 20.0
+    i.assign(2)
+    assert float(f(x)) == 30.0
+
+
 @pytest.mark.parametrize("use", [
-    lambda x, i: x[i],
     lambda x, i: tf.zeros(i),
     lambda x, i: x * float(i),
     lambda x, i: x[: int(i)],

@@ -87,8 +87,12 @@ def test_plugin_loads_and_reports_its_state():
     assert table.unavailable.get("cupy") == reason
     assert isinstance(reason, str) and len(reason) > 10
     assert "cuda:0" not in tf.config.list_devices()
-    with pytest.raises(NotFoundError) as e:
-        tf.device("cuda:0")
+    tf.config.set_soft_device_placement(False)     # (on: a missing device means cpu:0)
+    try:
+        with pytest.raises(NotFoundError) as e:
+            tf.device("cuda:0")
+    finally:
+        tf.config.set_soft_device_placement(True)
     assert reason in str(e.value)
     print(f"cuda unavailable here: {reason}")
 

@@ -187,7 +187,8 @@ def test_a_device_whose_driver_cannot_compile_is_left_out_with_the_reason(tmp_pa
         import tapeflow as tf
         from tapeflow_opencl import plugin
         print("DEVICES", [d.name for d in tf.list_devices()])
-        print("PHYSICAL", tf.config.list_physical_devices())
+        print("PHYSICAL", [d.name.split(":", 1)[1].lower()
+                           for d in tf.config.list_physical_devices()])
         print("REASON", plugin.unavailable_reason())
     """
     r = _run(code, TAPEFLOW_CACHE_DIR=str(tmp_path), POCL_CACHE_DIR=None)

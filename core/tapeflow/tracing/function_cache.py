@@ -357,7 +357,7 @@ class Function:
         runs again), or -- for a graph with Python or control-flow nodes -- the
         function traced again. Returns ``(ConcreteFunction, result)``."""
         g = gen.graph
-        if all(n.kind in _REPLAYABLE for n in g.nodes):
+        if all(n.kind in _REPLAYABLE for n in g.nodes) and not getattr(g, "specialised", False):
             def replay(*a, **kw):
                 outs = gen._eager_unlocked(_flatten_args(a, kw)[0])
                 return _pack_outputs(g, outs)

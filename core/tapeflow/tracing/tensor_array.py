@@ -99,6 +99,8 @@ def _static_index(i, what):
 
 def _lengths(lengths):
     """``TensorArray.split``'s lengths as a list of Python ints."""
+    if isinstance(lengths, Tensor) and _current() is not None:
+        _current().read_shape_value(lengths, "TensorArray.split(lengths=...)")
     a = _host_value(lengths) if isinstance(lengths, Tensor) else lengths
     try:
         a = np.asarray(a)
@@ -118,7 +120,10 @@ def _size_of(size):
         if not t.dtype.is_integer or t._data.size != 1:
             raise InvalidArgumentError(f"TensorArray: size must be an integer scalar, got "
                                        f"{t.dtype.name} of shape {list(t.shape)}")
-        n = int(_host_value(t).reshape(()))       # (read once, when tracing)
+        tr = _current()                       # read once, when tracing: a size from the
+        if tr is not None:                    # arguments' shapes specialises the trace to
+            tr.read_shape_value(t, "TensorArray(size=...)")   # them; from their data raises
+        n = int(_host_value(t).reshape(()))
     elif isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
         raise InvalidTypeError(f"TensorArray: size must be an int or an integer scalar "
                                f"tensor, got {type(size).__name__} {size!r}")

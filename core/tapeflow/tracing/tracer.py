@@ -36,6 +36,9 @@ class TracingError(TapeflowError):
     """Python code needed a tensor's value while :func:`function` was tracing."""
 
 
+#: ops whose result depends on their input's shape only
+_SHAPE_OPS = frozenset({"Shape", "Size", "Rank", "ShapeN"})
+
 #: called with each Graph a top-level trace starts to record (``tf.summary.trace_on``
 #: collects them this way); append and remove, never replace
 graph_observers: list = []
@@ -52,6 +55,9 @@ class _Tracer:
         self.ids: dict = {}            # id(Tensor) -> vid
         self.keep: list = []           # tensors whose ids are in ``ids`` (pins the ids)
         self.dynamic: set = set()      # vids whose value depends on arguments/state
+        # dynamic vids that depend only on the arguments' shapes (Shape, Size, Rank and
+        # what is computed from them and constants): fixed for the shapes of this trace
+        self.shape_only: set = set()
         self.var_vid: dict = {}        # id(Variable) -> vid of its current value
         self.vars: list = []           # Variables captured (kept alive)
         self.read_vars: list = []      # every Variable read, arguments included (gradients)
@@ -107,10 +113,14 @@ class _Tracer:
             type(op) is not OpDef and bool(getattr(op, "stateful", False)))
         dynamic = self.dynamic
         dyn = stateful or any(i in dynamic for i in ins)
+        so = dyn and not stateful and (op.name in _SHAPE_OPS or all(
+            i in self.shape_only for i in ins if i in dynamic))
         ovids = []
         for t in outs:
             vid = g.new_value(t._data.shape, t._data.dtype, dev)
             self.bind(t, vid, dyn)
+            if so:
+                self.shape_only.add(vid)
             ovids.append(vid)
         g.nodes.append(Node("op", ins, ovids, op=op, attrs=dict(attrs), fn=fn, device=dev,
                             needs_device=needs_device, stateful=stateful))
@@ -182,6 +192,20 @@ class _Tracer:
         dims = "(" + ", ".join("None" if d is None else str(d) for d in shape) + \
             ("," if len(shape) == 1 else "") + ")"
         return f"{name}:0", dims
+
+    def read_shape_value(self, t, what):
+        """Allow a host read of ``t`` when its value depends only on the arguments' shapes
+        (``tf.TensorArray(size=tf.shape(x)[0])``): the trace then holds for these shapes
+        only (``graph.specialised``: a relaxed trace is traced again for other shapes, never
+        replayed); a value that depends on the arguments' data raises as :meth:`check`."""
+        vid = self.ids.get(id(t))
+        if vid is not None and vid in self.dynamic:
+            if vid not in self.shape_only:
+                self.check(t, what)
+            tr = self
+            while tr is not None:
+                tr.graph.specialised = True
+                tr = tr.parent
 
     def check(self, t, what):
         vid = self.ids.get(id(t))
