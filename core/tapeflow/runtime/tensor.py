@@ -243,13 +243,16 @@ class Tensor(speedups.TensorBase if speedups is not None else _TensorPy):
 
     # --- host conversion -----------------------------------------------------
     def numpy(self) -> np.ndarray:
-        """The value as a NumPy array (a copy on the host; waits for the device)."""
+        """The value as a NumPy array (a copy on the host; waits for the device); a 0-d
+        tensor's is a NumPy scalar (``np.float32(3.0)``; a string's is its bytes)."""
         if _tracing[0]:
             _check_traced(self, ".numpy()")
         dev = self._device
-        if dev.is_host:
-            return np.array(self._data, copy=True)
-        return np.asarray(dev.backend.to_host(self._data, dev))
+        if dev.is_host:         # a 0-d value is a NumPy scalar (np.float32(3.0)), as in TF
+            d = self._data
+            return d[()] if not d.shape else np.array(d, copy=True)
+        a = np.asarray(dev.backend.to_host(self._data, dev))
+        return a[()] if not a.shape else a
 
     def _host(self):
         """Host array without a defensive copy (read-only use inside tapeflow)."""
