@@ -272,3 +272,248 @@ def test_npz_that_is_not_a_zip_is_data_loss(tmp_path):
     p.write_bytes(zlib.compress(b"nope"))
     with pytest.raises(errors.DataLossError, match="mnist.npz"):
         tf.datasets.mnist.load_data(str(p))
+
+
+# --- .keras files (issue 46, item 4): a crafted file is refused, never runs code ---------------
+
+def _keras_file(tmp_path, config=None, members=None, model=None):
+    """A .keras file: a real one of a small model, with members replaced or added."""
+    p = tmp_path / "m.keras"
+    (model or tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])).save(p)
+    with zipfile.ZipFile(p) as z:
+        real = {n: z.read(n) for n in z.namelist()}
+    if config is not None:
+        real["config.json"] = json.dumps(config).encode()
+    real.update(members or {})
+    with zipfile.ZipFile(p, "w") as z:
+        for n, blob in real.items():
+            if blob is not None:
+                z.writestr(n, blob)
+    return p
+
+
+def _index(p):
+    with zipfile.ZipFile(p) as z:
+        return json.loads(z.read("model.weights.json")), z.read("model.weights.bin")
+
+
+def test_keras_file_that_is_not_a_zip_is_data_loss(tmp_path):
+    p = tmp_path / "m.keras"
+    p.write_bytes(b"PK\x03\x04 not really")
+    with pytest.raises(errors.DataLossError, match="m.keras"):
+        tf.keras.models.load_model(str(p))
+
+
+def test_keras_file_without_config_is_data_loss(tmp_path):
+    p = _keras_file(tmp_path, members={"config.json": None})
+    with pytest.raises(errors.DataLossError, match="config.json"):
+        tf.keras.models.load_model(str(p))
+
+
+@pytest.mark.parametrize("blob", [b"{not json", _deep_json(), b"\xff\xfe", b"[1, 2]"])
+def test_keras_file_with_a_bad_config_is_data_loss(tmp_path, blob):
+    p = _keras_file(tmp_path, members={"config.json": blob})
+    with pytest.raises(errors.DataLossError, match="m.keras"):
+        tf.keras.models.load_model(str(p))
+
+
+@pytest.mark.parametrize("spec", [
+    {"module": "this", "class_name": "Zen", "config": {}},
+    {"module": "os", "class_name": "system", "config": {"command": "echo hacked"}},
+    {"module": "builtins", "class_name": "eval", "config": {}, "registered_name": "eval"},
+    {"module": "subprocess", "class_name": "Popen", "config": {"args": ["true"]}},
+])
+def test_keras_file_naming_a_foreign_class_imports_and_runs_nothing(tmp_path, capfd, spec):
+    p = _keras_file(tmp_path, config=spec)
+    already = set(sys.modules)
+    with pytest.raises(errors.InvalidArgumentError, match=f"unknown class '{spec['class_name']}'"):
+        tf.keras.models.load_model(str(p))
+    assert set(sys.modules) - already == set()      # nothing imported ("this" prints)
+    assert capfd.readouterr().out == ""
+
+
+def test_keras_file_naming_a_function_or_a_non_model(tmp_path):
+    layer = {"module": "keras.layers", "class_name": "Dense",
+             "config": {"units": 2, "activation": {"class_name": "function", "config": "print",
+                                                   "registered_name": "print"}}}
+    p = _keras_file(tmp_path, config={"class_name": "Sequential", "config": {"layers": [layer]}})
+    with pytest.raises(errors.InvalidArgumentError, match="unknown function 'print'"):
+        tf.keras.models.load_model(str(p))
+    p = _keras_file(tmp_path, config={"class_name": "Adam", "config": {}})
+    with pytest.raises(errors.InvalidArgumentError, match="not a model"):
+        tf.keras.models.load_model(str(p))
+    bad = {"class_name": "__numpy__", "config": {"value": [1], "dtype": "object"}}
+    p = _keras_file(tmp_path, config={"class_name": "Sequential", "config": {
+        "layers": [{"class_name": "Dense", "config": {"units": bad}}]}})
+    with pytest.raises(errors.InvalidArgumentError, match="__numpy__"):
+        tf.keras.models.load_model(str(p))
+
+
+def test_keras_file_with_truncated_weights_is_data_loss(tmp_path):
+    p = _keras_file(tmp_path)
+    _, data = _index(p)
+    p = _keras_file(tmp_path, members={"model.weights.bin": data[:-5]})
+    with pytest.raises(errors.DataLossError, match=r"m\.keras.*truncated"):
+        tf.keras.models.load_model(str(p))
+
+
+@pytest.mark.parametrize("change", [
+    {"offset": 1 << 40}, {"shape": [1 << 39, 1 << 39]}, {"dtype": "object"},
+    {"nbytes": 3}, {"shape": "3"}])
+def test_keras_file_with_a_bad_weights_index_is_data_loss(tmp_path, change):
+    p = _keras_file(tmp_path)
+    index, _ = _index(p)
+    index["tensors"][0].update(change)
+    p = _keras_file(tmp_path, members={"model.weights.json": json.dumps(index).encode()})
+    with pytest.raises(errors.DataLossError, match="m.keras"):
+        tf.keras.models.load_model(str(p))
+
+
+def test_keras_file_with_a_corrupt_member_is_data_loss(tmp_path):
+    p = _keras_file(tmp_path)
+    raw = bytearray(p.read_bytes())
+    at = raw.index(b'"format"')              # inside a stored JSON member: the CRC breaks
+    raw[at + 1] ^= 0x20
+    p.write_bytes(bytes(raw))
+    with pytest.raises(errors.DataLossError, match="m.keras"):
+        tf.keras.models.load_model(str(p))
+
+
+def test_keras_file_with_a_zip_bomb_config_is_refused_before_inflating(tmp_path):
+    p = tmp_path / "m.keras"
+    with zipfile.ZipFile(p, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("metadata.json", "{}")
+        z.writestr("config.json", b" " * (65 << 20))
+    with pytest.raises(errors.DataLossError, match="config.json declares"):
+        tf.keras.models.load_model(str(p))
+
+
+# --- SavedModels (issue 46): a crafted directory is DataLossError, never code ---------------
+
+def _saved_model(tmp_path):
+    class M:
+        def __init__(self):
+            self.v = tf.Variable([1.0, 2.0])
+
+        @tf.function
+        def __call__(self, x):
+            return tf.reduce_sum(x * self.v) + 1.0
+    m = M()
+    m(tf.constant([1.0, 1.0]))
+    path = str(tmp_path / "sm")
+    tf.saved_model.save(m, path)
+    return path, json.load(open(os.path.join(path, "saved_model.json")))
+
+
+def _rewrite(path, manifest):
+    with open(os.path.join(path, "saved_model.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+def _first_node(m, kind):
+    return next(n for f in m["functions"].values() for n in f["graph"]["nodes"]
+                if n["kind"] == kind)
+
+
+def _craft_unknown_op(m):
+    _first_node(m, "op")["op"] = "os.system"
+
+
+def _sum_node(m):
+    return next(n for f in m["functions"].values() for n in f["graph"]["nodes"]
+                if n.get("op") == "Sum")
+
+
+def _craft_attr_kind(m):
+    _sum_node(m)["attrs"]["keepdims"] = "yes"
+
+
+def _craft_code_tag(m):
+    _sum_node(m)["attrs"]["axis"] = {"$pickle": "cos\nsystem\n(S'echo hacked'\ntR."}
+
+
+def _craft_bad_input(m):
+    _first_node(m, "op")["in"] = [12345]
+
+
+def _craft_const_shape(m):
+    m["constants"]["entries"][0]["shape"] = [1000]
+
+
+def _craft_newer(m):
+    m["version"] = 99
+
+
+def _craft_variable_ref(m):
+    _first_node(m, "read")["variable"] = 0
+
+
+def _craft_python_value(m):
+    m["objects"][0]["children"]["x"] = 10 ** 6
+
+
+@pytest.mark.parametrize("craft, words", [
+    (_craft_unknown_op, "unknown op 'os.system'"),
+    (_craft_attr_kind, "attribute 'keepdims' of op Sum is str"),
+    (_craft_code_tag, "unknown value tag '\\$pickle'"),
+    (_craft_bad_input, "bad input reference"),
+    (_craft_const_shape, "constant 0"),
+    (_craft_newer, "newer tapeflow"),
+    (_craft_variable_ref, "is not a variable"),
+    (_craft_python_value, "bad child reference"),
+])
+def test_crafted_saved_model_is_data_loss_naming_the_file(tmp_path, craft, words):
+    path, m = _saved_model(tmp_path)
+    craft(m)
+    _rewrite(path, m)
+    with pytest.raises(errors.DataLossError, match=words) as e:
+        tf.saved_model.load(path)
+    assert "saved_model.json" in str(e.value)
+
+
+def test_saved_model_deeply_nested_or_truncated_manifest_is_data_loss(tmp_path):
+    path, _ = _saved_model(tmp_path)
+    mpath = os.path.join(path, "saved_model.json")
+    raw = open(mpath, "rb").read()
+    for bad in (raw[: len(raw) // 2], _deep_json()):
+        with open(mpath, "wb") as f:
+            f.write(bad)
+        with pytest.raises(errors.DataLossError, match="saved_model.json"):
+            tf.saved_model.load(path)
+
+
+def test_saved_model_tampered_constants_or_variables_are_data_loss(tmp_path):
+    path, _ = _saved_model(tmp_path)
+    with open(os.path.join(path, "constants.bin"), "r+b") as f:
+        f.write(b"\xff")
+    with pytest.raises(errors.DataLossError, match="SHA-256"):
+        tf.saved_model.load(path)
+    path, _ = _saved_model(tmp_path / "again")
+    data = os.path.join(path, "variables", "variables.safetensors")
+    with open(data, "r+b") as f:
+        f.seek(os.path.getsize(data) - 1)
+        f.write(b"\x01")
+    with pytest.raises(errors.DataLossError, match="variables"):
+        tf.saved_model.load(path)
+    os.remove(data)
+    with pytest.raises(errors.DataLossError, match="missing"):
+        tf.saved_model.load(path)
+
+
+def test_weights_h5_that_is_not_hdf5_is_data_loss(tmp_path):
+    pytest.importorskip("h5py")
+    p = tmp_path / "w.weights.h5"
+    p.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 40)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    with pytest.raises(errors.DataLossError, match="w.weights.h5"):
+        model.load_weights(str(p))
+
+
+def test_weights_h5_holding_strings_is_data_loss(tmp_path):
+    h5py = pytest.importorskip("h5py")
+    p = tmp_path / "w.weights.h5"
+    with h5py.File(p, "w") as f:
+        f.create_dataset("layers/dense/vars/0", data=[b"rm -rf /", b"x"])
+    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+    with pytest.raises(errors.DataLossError, match="not a weight"):
+        model.load_weights(str(p))

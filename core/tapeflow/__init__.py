@@ -20,7 +20,7 @@ from . import nest
 from . import dtypes, errors
 from .dtypes import (DType, as_dtype, bfloat16, bool_, double, float16, float32, float64,
                              half, int8, int16, int32, int64, uint8, uint16, uint32, uint64,
-                             complex64, complex128)
+                             complex64, complex128, string)
 from .runtime.devices import device, list_devices, num_gpus
 from .runtime.tensor import Dimension, Tensor, TensorShape
 from .runtime.variable import Variable
@@ -30,7 +30,7 @@ from .autodiff.functions import (custom_gradient, gradients_function, hessians,
                                  implicit_gradients,
                                  implicit_value_and_gradients, val_and_grad_function,
                                  value_and_gradients_function)
-from .ops import math, reductions, linalg, nn, random
+from .ops import math, reductions, linalg, nn, random, strings
 from .ops.math import *  # noqa: F401,F403
 from .ops import *  # noqa: F401,F403  (tf's array names)
 from .ops.linalg import einsum, matmul, norm, tensordot  # noqa: F401
@@ -40,14 +40,22 @@ from .runtime import config
 from . import plugins, ops
 from .tracing import function, defun, init_scope, py_function
 from .tracing.control_flow import cond, while_loop
+from .tracing import autograph  # tf.autograph: to_code, to_graph, do_not_convert
+from .tracing.tensor_array import TensorArray
 from .tracing.vectorize import vectorized_map
+from .tracing.signatures import TensorSpec
+from .tracing.function_cache import types, functions_run_eagerly, run_functions_eagerly
+config.run_functions_eagerly = run_functions_eagerly      # (tf.config's, from the tracing layer)
+config.functions_run_eagerly = functions_run_eagerly
+del functions_run_eagerly, run_functions_eagerly
 from .runtime import devices as _devices_mod
 
 # The public module paths of TensorFlow's namespaces (``from tapeflow.errors import ...``,
 # ``import tapeflow.math``): aliases of the modules in the layers, so backends and plugins
 # never name a layer's internal path.
 for _name, _mod in (("math", math), ("nn", nn),
-                    ("linalg", linalg), ("random", random), ("config", config)):
+                    ("linalg", linalg), ("random", random), ("strings", strings),
+                    ("config", config)):
     _sys.modules.setdefault(f"{__name__}.{_name}", _mod)
 del _name, _mod
 
@@ -87,7 +95,8 @@ _pm.ensure_loaded()
 # The training stack lives in subpackages loaded on first use (import stays fast):
 # tf.layers, tf.keras, tf.train, tf.losses, tf.metrics, tf.summary, tf.data, tf.datasets.
 _LAZY_MODULES = ("layers", "keras", "train", "losses", "metrics", "summary", "data",
-                 "datasets", "models", "profiler", "distributed", "numpy", "app", "io")
+                 "datasets", "models", "profiler", "distributed", "numpy", "app", "io",
+                 "saved_model")
 # The seeds' `tfe.*` names that live in those subpackages: name -> (module, attribute)
 _LAZY_NAMES = {
     # tf.print: not a module global, so `print` in this module stays Python's
@@ -97,6 +106,9 @@ _LAZY_NAMES = {
     "Saver": ("train", "Saver"),
     "restore_variables_on_create": ("train", "restore_variables_on_create"),
     "Checkpoint": ("train", "Checkpoint"),
+    # TensorFlow 2's tf.Module and tf.name_scope (tapeflow.module)
+    "Module": ("module", "Module"),
+    "name_scope": ("module", "name_scope"),
     # TF 1's program scaffolding (tapeflow.app, tapeflow.io): tf.flags, tfe.run, tf.gfile,
     # the execution modes; and TF 1's initializer names (tf.random_uniform_initializer ...)
     "flags": ("app", "flags"),
