@@ -67,6 +67,7 @@ from ..errors import InvalidArgumentError, UnimplementedError
 from ..ops import math as _m
 from ..ops.array_creation import range as _tf_range, zeros_like as _zeros_like
 from ..ops.array_gather import gather as _gather
+from ..ops.array_shape import shape as _tf_shape
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -1280,8 +1281,8 @@ def for_stmt(iterable, body, init, names, where, brk=None, live=()):
         if len(t.shape) == 0:
             raise InvalidArgumentError(f"for loop at {where}: cannot iterate over a scalar "
                                        "tensor")
-        n = int(t.shape[0])
-        c0, delta = convert_to_tensor(0), 1
+        n = _tf_shape(t)[0]     # in the graph: a replay for another length (a relaxed
+        c0, delta = convert_to_tensor(0), 1     # or loaded function) loops that many times
 
         def more(c):
             return c < n
