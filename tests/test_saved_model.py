@@ -384,3 +384,26 @@ def test_a_graph_that_holds_for_its_traced_shapes_only_is_refused_with_none_dime
     tf.saved_model.save(fixed, str(tmp_path / "fixed"))
     again = tf.saved_model.load(str(tmp_path / "fixed"))
     np.testing.assert_array_equal(again.f(tf.constant([1.0, 5.0, 3.0])).numpy(), [2.0, 10.0, 6.0])
+
+
+def test_an_autograph_loop_over_a_none_length_input_loops_over_each_inputs_length(tmp_path):
+    """``for v in x`` with ``x`` of signature ``[None]``: the loop's length is read in the
+    graph, so the loaded function (which replays the graph) sums every element of any
+    length (it used to loop the placeholder's length, 1, silently)."""
+    m = tf.Module()
+
+    def total(x):
+        s = tf.constant(0.0)
+        for v in x:
+            if v > 2.0:
+                v = 2.0 * tf.ones_like(v)
+            s += v
+        return s
+
+    m.f = tf.function(total, input_signature=[tf.TensorSpec([None], tf.float32)])
+    tf.saved_model.save(m, str(tmp_path / "m"))
+    again = tf.saved_model.load(str(tmp_path / "m"))
+    for xs in ([1.0, 5.0, 3.0], [0.5], [1.0, 1.0, 1.0, 9.0, 0.25]):
+        want = sum(min(v, 2.0) for v in xs)
+        assert float(again.f(tf.constant(xs))) == pytest.approx(want)
+        assert float(m.f(tf.constant(xs))) == pytest.approx(want)
