@@ -71,7 +71,8 @@ from ..ops.array_shape import shape as _tf_shape
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from .control_flow import _is_composite, _is_dynamic, cond as _cond, py_function as _py_function
+from .control_flow import _is_composite, _is_dynamic, _same_structure, cond as _cond
+from .control_flow import py_function as _py_function
 from .control_flow import host_next as _host_next, while_loop as _while_loop
 from .graph import Graph
 from .tracer import _current, _tl, _Tracer
@@ -983,12 +984,6 @@ def _branch_mismatch(seen, names, kept, where):
             f"true branch, {_described(f)} in the false branch")
 
 
-def _same_structure(a, b):
-    try:
-        nest.assert_same_structure(a, b)
-    except (ValueError, TypeError):
-        return False
-    return True
 
 
 class WhileTest:

@@ -147,16 +147,7 @@ class _Expanded:
     def pack(self, res):
         if self.leaves is None:
             return res
-        flat, new, k = nest.flatten(res), [], 0
-        for x in self.leaves:
-            if _is_composite(x):
-                m = len(x._components())
-                new.append(x._rebuilt(flat[k:k + m]))
-                k += m
-            else:
-                new.append(flat[k])
-                k += 1
-        return nest.pack_sequence_as(self.out, new)
+        return nest.pack_sequence_as(self.out, _with_components(self.leaves, nest.flatten(res)))
 
 
 def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations=10,
@@ -340,17 +331,8 @@ class _LoopVars:
         return out
 
     def pack(self, flat):
-        flat = list(flat)
-        leaves, k = [], 0
-        for x, c in zip(nest.flatten(self.template), self.composite):
-            if c:
-                m = len(x._components())
-                leaves.append(x._rebuilt(flat[k:k + m]))
-                k += m
-            else:
-                leaves.append(flat[k])
-                k += 1
-        return nest.pack_sequence_as(self.template, leaves)
+        return nest.pack_sequence_as(self.template, _with_components(
+            nest.flatten(self.template), list(flat), self.composite))
 
     def check_eager(self, out, items):
         """An eager iteration's result: structure, dtypes and shapes checked."""
@@ -551,6 +533,22 @@ def _as_tensor_in(tr, o, name):
         raise InvalidArgumentError(f"{name}: a branch or loop body returned None; inside "
                                    "tf.function it must return tensors")
     return _as_tensor(o)
+
+
+def _with_components(leaves, flat, composite=None):
+    """``leaves`` with their values from ``flat``: a composite leaf (a TensorArray) takes
+    as many values as it has components, any other one value (``composite``: which
+    leaves are composites, when known)."""
+    out, k = [], 0
+    for j, x in enumerate(leaves):
+        if composite[j] if composite is not None else _is_composite(x):
+            m = len(x._components())
+            out.append(x._rebuilt(flat[k:k + m]))
+            k += m
+        else:
+            out.append(flat[k])
+            k += 1
+    return out
 
 
 def _same_structure(a, b):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import linecache
 import os
+import re
 import sys
 
 from ..runtime.context import stop_all_recording as _stop_all_recording
@@ -220,12 +221,7 @@ class _Tracer:
 
 def _snake(name):
     """``AddV2`` -> ``add_v2``, ``MatMul`` -> ``mat_mul`` (TensorFlow's node names)."""
-    out = []
-    for i, c in enumerate(name):
-        if c.isupper() and i and not name[i - 1].isupper():
-            out.append("_")
-        out.append(c.lower())
-    return "".join(out)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
 def _current():
