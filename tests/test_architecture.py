@@ -398,8 +398,8 @@ def test_the_private_name_check_sees_one(tmp_path):
 #: ``tf.TensorArray`` (tracing/tensor_array.py), AutoGraph (tracing/autograph.py),
 #: ``tf.saved_model`` (saved_model/: its package, the writer, the loader), the functional Keras
 #: API (functional.py), the ``.keras`` format (keras/saving.py) and ``tf.strings``
-#: (ops/strings.py).
-MAX_CORE_MODULES = 134
+#: (ops/strings.py), and ``tf.debugging``'s run-time checks (tracing/debugging.py).
+MAX_CORE_MODULES = 135
 
 #: modules that only import names, each a public module path of TensorFlow that users
 #: import from (``from tensorflow.keras.optimizers import Adam``): the namespace is the

@@ -42,6 +42,7 @@ from .tracing import function, defun, init_scope, py_function
 from .tracing.control_flow import cond, while_loop
 from .tracing import autograph  # tf.autograph: to_code, to_graph, do_not_convert
 from .tracing.tensor_array import TensorArray
+from .tracing.debugging import debugging  # tf.debugging: run-time checks, placement log
 from .tracing.vectorize import vectorized_map
 from .tracing.signatures import TensorSpec
 from .tracing.function_cache import types, functions_run_eagerly, run_functions_eagerly
