@@ -14,7 +14,7 @@ every Python node). ``check_numerics`` returns its input, so it can sit in a cha
 ...     tf.debugging.assert_less(tf.constant([1.0, 5.0]), 3.0, message="too big")
 ... except tf.errors.InvalidArgumentError as e:
 ...     print(str(e).splitlines()[0])
-too big: Condition x < y did not hold element-wise: x[1] = 5.0, y[1] = 3.0
+too big: Condition x < y did not hold element-wise: x[1] = 5.0, y[1] = 3.0 (1 of 2 elements) [in assert_less]
 >>> print(tf.debugging.check_numerics(tf.constant([1.0, 2.0]), "ok").numpy())
 [1. 2.]
 
