@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -225,6 +226,27 @@ def export(rev, dest):
     return dest
 
 
+def importable_base(rev, base_dir, tries=30):
+    """``rev`` exported in ``base_dir`` if ``import tapeflow`` works there; else the nearest
+    first-parent ancestor whose tree imports (re-exported), said in a note. A commit chosen
+    by age can be the middle of a refactor committed in steps, which never ran alone."""
+    for _ in range(tries):
+        proc = subprocess.run([sys.executable, "-c", "import tapeflow"], cwd=base_dir,
+                              env=side_env(base_dir), capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode == 0:
+            return rev
+        parent = git("rev-parse", "--verify", rev + "^")
+        print(f"bench-check: note: base {rev[:10]} does not import "
+              f"({(proc.stderr.strip().splitlines() or ['?'])[-1][:100]}); trying its parent "
+              f"{parent[:10]}", flush=True)
+        shutil.rmtree(base_dir)
+        os.makedirs(base_dir)
+        rev = parent
+        export(rev, base_dir)
+    return rev
+
+
 def build_native(tree):
     """Build the C core of the exported tree in place, as installing it does (a commit
     with ``core/tapeflow/runtime/_c`` otherwise runs its pure-Python fallback and the
@@ -354,6 +376,8 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="bench-base-") as base_dir, \
             tempfile.TemporaryDirectory(prefix="bench-after-") as after_dir:
         export(rev, base_dir)
+        if not args.base:
+            rev = importable_base(rev, base_dir)
         if args.after_rev:
             after = export(base_commit(args.after_rev), Path(after_dir).resolve())
         try:
