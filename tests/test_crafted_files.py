@@ -517,3 +517,10 @@ def test_weights_h5_holding_strings_is_data_loss(tmp_path):
     model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
     with pytest.raises(errors.DataLossError, match="not a weight"):
         model.load_weights(str(p))
+
+
+@pytest.mark.parametrize("load", ["load_checkpoint", "list_variables"])
+def test_a_checkpoint_path_with_a_nul_byte_is_a_clear_error(load):
+    """(found by the fuzzer: the OS refused it with a bare ValueError)"""
+    with pytest.raises(tf.errors.InvalidArgumentError, match="NUL byte"):
+        getattr(tf.train, load)(b"ckpt\x00bad")

@@ -51,6 +51,9 @@ def test_the_fuzzer_sees_every_op_and_public_function():
                tf.tensordot, tf.nn.bias_add, tf.nn.conv2d, tf.gather, tf.split, tf.constant):
         assert id(fn) in fns, fn.__name__
     assert len(TARGETS) > 200
+    for fn in (tf.saved_model.load, tf.keras.models.load_model, tf.train.load_checkpoint,
+               tf.train.list_variables):                 # the loaders of saved files
+        assert id(fn) in fns, fn.__name__
 
 
 def test_the_fuzzer_classifies_what_it_sees():

@@ -295,6 +295,8 @@ def targets():
                 continue
             seen.add(id(fn))
             out.append((f"{prefix}.{name}", fn, "function"))
+    for name, fn in sorted(_loaders().items()):     # the loaders of files (they only read)
+        out.append((name, fn, "function"))
     for name in sorted(registry.OPS):
         op = registry.OPS[name]
         if op.name == "Copy":
@@ -528,9 +530,20 @@ def _runs_on(call, device):
     return op is not None and (dtype in op.kernels or op.composite is not None)
 
 
+def _loaders():
+    """The functions that read saved files, fuzzed with wrong kinds of path (names in the
+    fuzz report as TensorFlow spells them)."""
+    return {"tf.saved_model.load": tf.saved_model.load,
+            "tf.keras.models.load_model": tf.keras.models.load_model,
+            "tf.train.load_checkpoint": tf.train.load_checkpoint,
+            "tf.train.list_variables": tf.train.list_variables}
+
+
 def _resolve(call):
     if call.target.startswith("op:"):
         return registry.OPS[call.target[3:]]
+    if call.target in _loaders():
+        return _loaders()[call.target]
     ns_name, _, name = call.target.rpartition(".")
     ns = {"tf": tf, "tf.nn": tf.nn, "tf.linalg": tf.linalg, "tf.random": tf.random,
           "tf.math": getattr(tf, "math", None),

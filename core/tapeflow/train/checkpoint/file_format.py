@@ -602,6 +602,9 @@ def load_checkpoint(ckpt_dir_or_file):
             "load_checkpoint: expected a checkpoint prefix or a directory (a str or "
             f"os.PathLike), got {type(ckpt_dir_or_file).__name__}")
     path = os.fsdecode(ckpt_dir_or_file)
+    if "\0" in path:
+        raise _errors.InvalidArgumentError(f"load_checkpoint: the path {path!r} holds a NUL "
+                                           "byte, which no file name can")
     if os.path.isdir(path):
         latest = latest_checkpoint(path)
         if latest is None:
