@@ -68,10 +68,10 @@ function's signatures -- the leaves of its arguments (:func:`_leaf_key`: shapes,
 dtypes and devices of tensors, values of other arguments) and the global random seed
 -- each traced once into a :class:`~tapeflow.tracing.concrete.ConcreteFunction` and
 replayed. A *relaxed* trace (``input_signature`` specs or ``reduce_retracing`` with
-unknown dimensions) serves every shape its specs accept: its graph, kept as traced,
-is specialised to each new call's shapes by replaying its ops under a new trace (no
-Python of the function runs again; a graph with Python or control-flow nodes is
-traced again instead), and counted once by ``experimental_get_tracing_count``.
+unknown dimensions) serves every shape its specs accept: the function is traced again
+for each new call's shapes (a replay of the first graph would keep the Python values
+computed from the first shapes, ``x.shape[0]``), and counted once by
+``experimental_get_tracing_count``.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from . import capture as _capture
 from . import autograph as _autograph
-from .concrete import ConcreteFunction, _fresh, _pack_outputs, copy_graph
+from .concrete import ConcreteFunction, _fresh, copy_graph
 from .graph import Graph, _compile, _flatten_args, _skeleton
 from .signatures import (FunctionSignature, SpecShape, TensorSpec, canonical_call,
                          check_input_signature, check_specs, common_shape, conform,
@@ -352,18 +352,13 @@ class Function:
         return None
 
     def _specialise(self, gen, key, args, kwargs, leaves, paths):
-        """The graph of relaxed trace ``gen`` for this call's exact shapes: its ops
-        replayed through the dispatcher under a new trace (no Python of the function
-        runs again), or -- for a graph with Python or control-flow nodes -- the
-        function traced again. Returns ``(ConcreteFunction, result)``."""
-        g = gen.graph
-        if all(n.kind in _REPLAYABLE for n in g.nodes) and not getattr(g, "specialised", False):
-            def replay(*a, **kw):
-                outs = gen._eager_unlocked(_flatten_args(a, kw)[0])
-                return _pack_outputs(g, outs)
-            cf, result = self._trace(args, kwargs, leaves, paths, fn=replay, first=True)
-        else:
-            cf, result = self._trace(args, kwargs, leaves, paths, first=True)
+        """The concrete function of relaxed trace ``gen`` for this call's exact shapes:
+        the function traced again for them (its Python side effects, a ``print``, run
+        again; the tracing count does not grow). Returns ``(ConcreteFunction, result)``."""
+        # the function is traced again for these shapes: a replay of the relaxed graph
+        # would keep the Python values the first trace computed from its shapes
+        # (x.shape[0], a TensorArray's size), silently wrong for other shapes
+        cf, result = self._trace(args, kwargs, leaves, paths, first=True)
         self._special[key] = cf
         return cf, result
 
@@ -628,7 +623,6 @@ def _constant_outside(x):
 
 
 #: the node kinds a relaxed trace's specialisation replays (others: the function again)
-_REPLAYABLE = frozenset(("op", "const", "read", "assign", "copy", "fused"))
 
 
 class _BoundMethod:
