@@ -407,3 +407,16 @@ def test_an_autograph_loop_over_a_none_length_input_loops_over_each_inputs_lengt
         want = sum(min(v, 2.0) for v in xs)
         assert float(again.f(tf.constant(xs))) == pytest.approx(want)
         assert float(m.f(tf.constant(xs))) == pytest.approx(want)
+
+
+def test_a_tensorarray_unstacked_from_a_none_length_input_is_refused_at_save(tmp_path):
+    """``unstack(x)`` sizes the TensorArray by x's traced length: under a ``None`` signature
+    the saved graph would hold for that length only."""
+    m = tf.Module()
+    m.f = tf.function(lambda x: tf.TensorArray(tf.float32, size=0, dynamic_size=True)
+                      .unstack(x).stack() * 2.0,
+                      input_signature=[tf.TensorSpec([None], tf.float32)])
+    np.testing.assert_array_equal(m.f(tf.constant([1.0, 2.0, 3.0, 4.0, 5.0])).numpy(),
+                                  [2.0, 4.0, 6.0, 8.0, 10.0])      # live: traced per length
+    with pytest.raises(tf.errors.InvalidArgumentError, match="fixed dimensions"):
+        tf.saved_model.save(m, str(tmp_path / "m"))

@@ -77,6 +77,14 @@ def _host_value(t):
     return np.asarray(t._device.backend.to_host(t._data, t._device))
 
 
+def _specialise_on(t):
+    """``t``'s static shape decides the elements: a trace where ``t`` comes from the
+    arguments holds for their shapes only (a SavedModel refuses it with None dims)."""
+    tr = _current()
+    if tr is not None and _is_dynamic(tr, t):
+        tr.specialise()
+
+
 def _static_index(i, what):
     """``i`` as a Python int, or None when it is a tensor whose value depends on the
     traced function's arguments (then it must be used through graph ops)."""
@@ -412,7 +420,8 @@ class TensorArray:
         if len(t.shape) == 0:
             raise InvalidArgumentError("TensorArray.unstack: the value must have at least one "
                                        "dimension (its slices become the elements)")
-        m = int(t.shape[0])
+        m = int(t.shape[0])             # (its number of elements: the trace holds for
+        _specialise_on(t)               # this length only)
         n = self._len()
         if m > n and not self._dynamic:
             raise InvalidArgumentError(f"TensorArray.unstack: cannot unstack {m} tensors into a "
@@ -444,6 +453,7 @@ class TensorArray:
             raise InvalidArgumentError(
                 f"TensorArray.scatter: {int(idx.shape[0])} indices for a value of shape "
                 f"{list(t.shape)} (one slice per index)")
+        _specialise_on(t)
         parts = _gather.unstack(t) if int(t.shape[0]) else []
         for j, p in enumerate(parts):
             self.write(idx[j], p)
@@ -473,6 +483,7 @@ class TensorArray:
         element each)."""
         t = self._value(value, "split")
         ls = _lengths(lengths)
+        _specialise_on(t)
         if len(t.shape) == 0 or sum(ls) != int(t.shape[0]):
             raise InvalidArgumentError(
                 f"TensorArray.split: lengths {ls} do not add up to the first dimension of the "

@@ -203,10 +203,15 @@ class _Tracer:
         if vid is not None and vid in self.dynamic:
             if vid not in self.shape_only:
                 self.check(t, what)
-            tr = self
-            while tr is not None:
-                tr.graph.specialised = True
-                tr = tr.parent
+            self.specialise()
+
+    def specialise(self):
+        """This trace (and those it is part of) holds only for its arguments' shapes: a
+        SavedModel refuses it under ``None`` dimensions (``graph.specialised``)."""
+        tr = self
+        while tr is not None:
+            tr.graph.specialised = True
+            tr = tr.parent
 
     def check(self, t, what):
         vid = self.ids.get(id(t))
