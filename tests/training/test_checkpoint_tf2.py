@@ -429,3 +429,23 @@ def test_bad_paths_are_type_errors():
     for call in (c.save, c.write, c.restore):
         with pytest.raises(TypeError, match="checkpoint path prefix"):
             call(5)
+
+
+@pytest.mark.parametrize("state", [np.zeros(3, np.float64), np.array([2 ** 62, 0], np.int64),
+                                   np.array([-1, 0], np.int64)])
+def test_a_bad_iterator_state_restores_nothing(tmp_path, state):
+    """The iterator's saved state is checked before any Variable is assigned: a restore
+    that fails leaves every Variable as it was (found in review: v was assigned first).
+    The crafted state reaches the check through the iterator's own hook."""
+    ds = tf.data.Dataset.range(10).repeat()
+    v = tf.Variable(1.0)
+    path = tf.train.Checkpoint(v=v, it=iter(ds)).save(str(tmp_path / "c"))
+    v.assign(5.0)
+    it = iter(ds)
+    check = it._check_restore_tensors
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ITERATOR_STATE"):
+        check({"ITERATOR_STATE": state})
+    it._check_restore_tensors = lambda tensors: check({"ITERATOR_STATE": state})
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ITERATOR_STATE"):
+        tf.train.Checkpoint(v=v, it=it).restore(path)
+    assert float(v) == 5.0                           # untouched

@@ -904,16 +904,24 @@ class Iterator:
         ``tf.train.Checkpoint`` saves as ``<path>/.ATTRIBUTES/ITERATOR_STATE``."""
         return {"ITERATOR_STATE": np.array([self._consumed, int(self._it is None)], np.int64)}
 
+    def _check_restore_tensors(self, tensors):
+        """The saved state, checked (before a restore assigns anything): 2 non-negative
+        int64 values, elements taken (below 2**40: skipping them must end) and exhausted."""
+        state = np.asarray(tensors.get("ITERATOR_STATE"))
+        if (state.shape != (2,) or state.dtype.kind not in "iu" or state[0] < 0
+                or state[0] >= 2 ** 40):
+            raise InvalidArgumentError(
+                f"Iterator: a checkpoint's ITERATOR_STATE must be 2 non-negative int64 "
+                f"values (elements taken, exhausted), got {state.dtype}{list(state.shape)} "
+                f"{state.tolist() if state.size <= 4 else ''}; was it saved from a tf.data "
+                "iterator by tapeflow?")
+        return state
+
     def _restore_from_tensors(self, tensors):
         """Continue where the saved iterator was: the pipeline restarts and skips the
         elements the saved one had taken (a deterministic pipeline resumes exactly; a
         shuffle without a seed draws a new order)."""
-        state = np.asarray(tensors.get("ITERATOR_STATE"))
-        if state.shape != (2,) or state.dtype.kind not in "iu" or state[0] < 0:
-            raise InvalidArgumentError(
-                f"Iterator: a checkpoint's ITERATOR_STATE must be 2 non-negative int64 "
-                f"values (elements taken, exhausted), got {state.dtype}{list(state.shape)}; "
-                "was it saved from a tf.data iterator by tapeflow?")
+        state = self._check_restore_tensors(tensors)
         self.close()
         it = self._dataset._elements()
         skipped = sum(1 for _ in itertools.islice(it, int(state[0])))

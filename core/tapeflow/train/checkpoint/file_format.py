@@ -367,6 +367,11 @@ def _write(path, entries, kind, aliases=None):
     arrays, tensors = {}, {}
     for key, (var, info) in entries.items():
         a = _host_array(var)
+        if a.dtype.kind == "O":
+            raise InvalidArgumentError(
+                f"Cannot write checkpoint '{path}': '{key}' holds strings, which the "
+                "checkpoint format (safetensors: numbers) cannot hold; keep text out of "
+                "Variables (nothing was written)")
         arrays[key] = a
         dtype = _dt.as_dtype(a.dtype) if isinstance(var, np.ndarray) else var.dtype
         tensors[key] = dict(info, dtype=dtype.name, shape=list(a.shape))

@@ -432,6 +432,10 @@ class _Session:
     def apply(self, variables, objects):
         assign, defer, states = self._plan(variables, objects)
         arrays = self.loaded.arrays
+        for obj, keys in states:        # every state checked before anything is assigned
+            check = getattr(obj, "_check_restore_tensors", None)
+            if check is not None:
+                check({attr: arrays[k] for attr, k in keys.items()})
         _assign_all([(var, arrays[key]) for var, key in assign])
         for _, key in assign:
             self.unconsumed.discard(key)
