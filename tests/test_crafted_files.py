@@ -524,3 +524,23 @@ def test_a_checkpoint_path_with_a_nul_byte_is_a_clear_error(load):
     """(found by the fuzzer: the OS refused it with a bare ValueError)"""
     with pytest.raises(tf.errors.InvalidArgumentError, match="NUL byte"):
         getattr(tf.train, load)(b"ckpt\x00bad")
+
+
+def test_a_keras_weights_entry_whose_size_overflows_int64_is_data_loss(tmp_path):
+    """(found in review: np.prod overflowed to 0 bytes and passed the size check)"""
+    import json
+    import zipfile
+    m = tf.keras.Sequential([tf.keras.layers.Dense(2)])
+    m(tf.ones([1, 3]))
+    good, bad = tmp_path / "m.keras", tmp_path / "bad.keras"
+    m.save(str(good))
+    with zipfile.ZipFile(good) as zin, zipfile.ZipFile(bad, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename == "model.weights.json":
+                index = json.loads(data)
+                index["tensors"][0].update(dtype="int8", shape=[2 ** 32, 2 ** 32], nbytes=0)
+                data = json.dumps(index).encode()
+            zout.writestr(item, data)
+    with pytest.raises(tf.errors.DataLossError, match="bad.keras"):
+        tf.keras.models.load_model(str(bad))

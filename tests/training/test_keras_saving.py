@@ -608,9 +608,38 @@ def test_a_public_tapeflow_function_as_initializer_saves_by_name(tmp_path):
 
 
 @pytest.mark.parametrize("path", ["os.system", "random.__class__", "..normal", "keras.x.y",
-                                  "random.Generator"])
+                                  "random.Generator", "nn.use_tf1_conventions",
+                                  "random.set_seed", "random._reseed_after_fork", "__getattr__",
+                                  "enable_eager_execution", "nn._nn_getattr"])
 def test_a_function_path_outside_tapeflows_public_functions_is_refused(path):
     spec = {"module": "tapeflow", "class_name": "function", "config": path,
             "registered_name": None}
     with pytest.raises(tf.errors.InvalidArgumentError, match="unknown function"):
         tf.keras.saving.deserialize_keras_object(spec)
+
+
+def test_a_lambda_of_a_builtin_activation_round_trips(tmp_path):
+    x = tf.keras.Input(shape=(3,))
+    m = tf.keras.Model(x, tf.keras.layers.Lambda(tf.nn.relu, output_shape=(3,))(x))
+    m.save(str(tmp_path / "m.keras"))
+    again = tf.keras.models.load_model(str(tmp_path / "m.keras"))
+    np.testing.assert_array_equal(again(tf.constant([[-1.0, 2.0, 3.0]])).numpy(),
+                                  [[0.0, 2.0, 3.0]])
+
+
+def test_text_weights_are_refused_by_name_not_written_as_pointers(tmp_path):
+    class Text(tf.keras.layers.Layer):
+        def build(self, shape):
+            self.words = tf.Variable(["a", "b"])
+
+        def call(self, x):
+            return x
+
+    m = tf.keras.Sequential([Text()])
+    m(tf.ones([1, 2]))
+    with pytest.raises(InvalidArgumentError, match="holds strings"):
+        m.save(str(tmp_path / "m.keras"))
+    assert not (tmp_path / "m.keras").exists()
+    with pytest.raises(InvalidArgumentError, match="holds strings"):
+        tf.train.Checkpoint(v=tf.Variable(["a"])).save(str(tmp_path / "c"))
+    assert not list(tmp_path.iterdir())

@@ -44,7 +44,9 @@ import importlib
 import inspect
 import io
 import json
+import math
 import os
+import re
 import sys
 import threading
 import warnings
@@ -283,15 +285,27 @@ def _public_function_name(fn):
     return None
 
 
+#: the modules whose public functions compute on tensors (and change nothing else):
+#: the only ones a file may name
+_PURE_FUNCTION_MODULES = ("tapeflow.ops.", "tapeflow.layers.activations",
+                          "tapeflow.layers.initializers", "tapeflow.losses")
+#: names that set or reset state even there (tf.random.set_seed, ...)
+_STATEFUL_NAME = re.compile(r"^(set|get|use|enable|disable|reset|reseed|seed|global)_?")
+
+
 def _public_function(path):
-    """The tapeflow function at public ``path`` (see :func:`_public_function_name`):
-    only identifiers under the listed namespaces, only functions of tapeflow's own modules."""
+    """The tapeflow function at public ``path`` (see :func:`_public_function_name`): only
+    a public (no ``_``) identifier under the listed namespaces, only a function of the
+    modules that compute on tensors, never one that sets state -- a file names data, so
+    loading it may call only functions of tensors."""
     space, _, name = path.rpartition(".")
-    if space not in _PUBLIC_FUNCTION_SPACES or not name.isidentifier():
+    if (space not in _PUBLIC_FUNCTION_SPACES or not name.isidentifier()
+            or name.startswith("_") or _STATEFUL_NAME.match(name)):
         return None
     fn = getattr(_namespace(space), name, None)
-    ok = callable(fn) and not isinstance(fn, type) and str(
-        getattr(fn, "__module__", "")).startswith("tapeflow")
+    module = str(getattr(fn, "__module__", ""))
+    ok = (inspect.isfunction(fn) and module.startswith(_PURE_FUNCTION_MODULES)
+          and _public_function_name(fn) is not None)
     return fn if ok else None
 
 
@@ -576,6 +590,10 @@ def _weights_blobs(weights):
     data = io.BytesIO()
     entries = []
     for path, v in weights.items():
+        if v.dtype.name == "string":
+            raise InvalidArgumentError(
+                f"save: the weight {path!r} holds strings, which a .keras file cannot hold "
+                "(its weights are numbers); keep text out of Variables, or save a checkpoint")
         arr = np.array(v.numpy(), order="C", copy=True)
         raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
         entries.append({"path": path, "dtype": v.dtype.name, "shape": list(arr.shape),
@@ -595,7 +613,7 @@ def _check_entry(e, size, fname):
     if not ok:
         raise DataLossError(f"{fname}: a weights index entry is malformed: {e!r:.120}")
     np_dtype = np.dtype(_dt.as_dtype(e["dtype"]).as_numpy_dtype)
-    want = int(np.prod(e["shape"], dtype=np.int64)) * np_dtype.itemsize
+    want = math.prod(e["shape"]) * np_dtype.itemsize      # (Python ints: no overflow)
     if e["nbytes"] != want or e["offset"] < 0 or e["offset"] + want > size:
         raise DataLossError(
             f"{fname}: weight {e['path']!r} ({e['dtype']} {e['shape']}) needs {want} bytes at "

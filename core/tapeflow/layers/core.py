@@ -1308,6 +1308,10 @@ class Lambda(Layer):
 
     @classmethod
     def from_config(cls, config):
+        """A built-in activation saved by its name (``"relu"``) becomes the function."""
+        config = dict(config)
+        if isinstance(config.get("function"), str):
+            config["function"] = _act.get(config["function"])
         return cls(**config)
 
 
