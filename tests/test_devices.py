@@ -67,6 +67,9 @@ def test_soft_placement_runs_a_missing_device_on_the_cpu_and_says_so_once(caplog
     assert len(said) == 1 and "soft placement" in said[0].getMessage()
     with pytest.raises(tf.errors.InvalidArgumentError):    # a malformed name still raises
         tf.device("gpu:zero")
+    for typo in ("banana", "gpuu:0"):                     # and a kind nobody makes
+        with pytest.raises(tf.errors.NotFoundError, match="Available devices"):
+            tf.device(typo)
 
 
 def test_device_lists_are_tensorflow_shaped():

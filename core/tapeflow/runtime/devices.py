@@ -285,6 +285,7 @@ def set_default_device(spec) -> None:
 _local = threading.local()
 active_scopes = [0]
 soft_placement = [True]     # a missing device in device() means cpu:0 (as TensorFlow)
+_SOFT_KINDS = frozenset({"cpu", "gpu", "cuda", "opencl", "tpu"})
 _softened: set = set()      # the specs already logged
 _scope_lock = threading.Lock()
 
@@ -315,11 +316,12 @@ class device:
         try:
             self._device = None if spec is None else get_device(spec)
         except NotFoundError:       # soft placement (tf.config.set_soft_device_placement)
-            if not soft_placement[0] or "cpu:0" not in table.by_name:
-                raise
+            kind = canonical_name(spec).split(":")[0] if isinstance(spec, str) else None
+            if (not soft_placement[0] or "cpu:0" not in table.by_name or kind not in
+                    _SOFT_KINDS | {b.device_type for b in table.backends}):
+                raise               # (a kind of device nobody makes: a typo, say so)
             self._device = table.by_name["cpu:0"]
-            if spec not in _softened:
-                _softened.add(spec)
+            if spec not in _softened and not _softened.add(spec):    # (said once)
                 logging.getLogger("tapeflow").warning(
                     "device %r does not exist: ops placed on cpu:0 (soft placement; "
                     "tf.config.set_soft_device_placement(False) raises instead)", spec)
