@@ -193,6 +193,22 @@ def test_unsupported_values_are_clear():
         tf.constant([[1, 2], [3]])
 
 
+def test_empty_lists_take_any_dtype_and_strings_mix_str_with_any_bytes():
+    # (both were refused: [] "held floating-point values"; non-ASCII bytes beside a str
+    # failed NumPy's ASCII decoding)
+    for dt in (tf.int32, tf.int64, tf.bool, tf.uint8):
+        t = tf.constant([], dt)
+        assert t.dtype == dt and t.shape == (0,)
+    assert tf.constant([[]], tf.int64).shape == (1, 0)
+    s = tf.constant(["a", b"\xff"])
+    assert s.dtype == tf.string and list(s.numpy()) == [b"a", b"\xff"]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="floating-point"):
+        tf.constant([1.5], tf.int32)
+    # a list of 0-d string tensors packs as a list of numeric ones does
+    packed = tf.convert_to_tensor([tf.constant("a"), tf.constant(b"b")])
+    assert packed.numpy().tolist() == [b"a", b"b"]
+
+
 def test_cast():
     x = tf.cast([1.7, -1.7], tf.int32)
     assert x.dtype == tf.int32 and x.numpy().tolist() == [1, -1]

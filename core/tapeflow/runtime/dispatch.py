@@ -83,6 +83,8 @@ def _np_from_python(value, dtype, dev=None, op="Const"):
     except MemoryError as e:        # (measured above where it holds arrays)
         raise _exhausted(value, str(e), dev, op) from None
     except (ValueError, OverflowError, TypeError) as e:
+        if isinstance(e, UnicodeError) and dtype in (None, _dt.string):
+            return _np_strings(value)       # (str beside non-ASCII bytes)
         raise InvalidArgumentError(
             f"Cannot convert {_short(value)} to a tensor"
             + (f" of dtype {dtype.name}" if dtype is not None else "") + f": {e}") from None
@@ -114,6 +116,8 @@ def _np_strings(value):
     "Strings"); anything else in it is an InvalidArgumentError."""
     a = np.array(value, dtype=object)
     for i, v in enumerate(flat := a.reshape(-1)):
+        if type(v) is Tensor and v.dtype is _dt.string and not v._data.ndim:
+            v = v._data[()]                 # ([line] in a dataset's map: a 0-d string tensor)
         if not isinstance(v, (str, bytes)):
             raise InvalidArgumentError(f"Cannot convert {_short(value)} to a tensor of dtype "
                                        f"string: it holds {type(v).__name__} {_short(v)}; give "
@@ -231,9 +235,12 @@ def _check_lossless(value, dtype):
     kind = value.dtype.kind if isinstance(value, (np.ndarray, np.generic)) else None
     if kind is None:
         try:
-            kind = np.asarray(value).dtype.kind
+            probe = np.asarray(value)
         except (ValueError, TypeError, OverflowError):
             return                          # the conversion itself reports it
+        if not probe.size:
+            return                          # ([] holds no value to coerce)
+        kind = probe.dtype.kind
     if kind in "USOMmV" or (kind == "f" and dtype.np.kind in "iub") or (
             kind == "c" and dtype.np.kind != "c"):
         what = {"f": "floating-point", "c": "complex", "U": "string", "S": "bytes",
@@ -494,7 +501,7 @@ def _execute_py(op, inputs, attrs=_EMPTY):
                             break
                     else:
                         return run(op, inputs, dev, attrs)
-                    return run(op, *_prepare(op, inputs), attrs)
+                    return _general(op, inputs, attrs)
             fn = op.fast.get(dev.type, _NOFAST).get(dt)
             if fn is None or op.num_outputs != 1:
                 return run(op, inputs, dev, attrs)
@@ -510,7 +517,7 @@ def _execute_py(op, inputs, attrs=_EMPTY):
             if _tapes_active[0] and op.differentiable:
                 record(op, inputs, (t,), attrs)
             return t
-    return run(op, *_prepare(op, inputs), attrs)
+    return _general(op, inputs, attrs)
 
 
 def _binary_py(op, a, b):
@@ -527,12 +534,12 @@ def _binary_py(op, a, b):
         if ta is Tensor:
             if tb is not Tensor:
                 if not ((tb is float or tb is int) and _keeps_dtype(b, tb, a)):
-                    return run(op, *_prepare(op, (a, b)), _EMPTY)
+                    return _general(op, (a, b), _EMPTY)
                 b = scalar_like(b, a)
         elif tb is Tensor and (ta is float or ta is int) and _keeps_dtype(a, ta, b):
             a = scalar_like(a, b)
         else:
-            return run(op, *_prepare(op, (a, b)), _EMPTY)
+            return _general(op, (a, b), _EMPTY)
         dev = a._device
         x = a._data
         dt = x.dtype
@@ -549,7 +556,7 @@ def _binary_py(op, a, b):
             if _tapes_active[0] and op.differentiable:
                 record(op, (a, b), (t,), _EMPTY)
             return t
-    return run(op, *_prepare(op, (a, b)), _EMPTY)
+    return _general(op, (a, b), _EMPTY)
 
 
 def _on_scope_device(a, b):
@@ -601,6 +608,21 @@ def _scalar_or_none(value, like):
     return None
 
 
+class CompositeInput(Exception):
+    """Raised by :func:`_prepare` for an input whose type defines ``__tapeflow_dispatch__``."""
+
+
+def _general(op, inputs, attrs):
+    """The general path: :func:`_prepare`, then :func:`run`. An input that is a composite
+    tensor (``tf.RaggedTensor``, ``tf.SparseTensor``, a plugin's: its type defines
+    ``__tapeflow_dispatch__(op, inputs, attrs)``) takes the whole op instead."""
+    try:
+        tensors, dev = _prepare(op, inputs)
+    except CompositeInput as c:
+        return type(c.args[0]).__tapeflow_dispatch__(op, inputs, attrs)
+    return run(op, tensors, dev, attrs)
+
+
 def _prepare(op, inputs):
     """The general path: convert, promote, place. Returns (tensors, device)."""
     if op.variadic and len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
@@ -635,6 +657,8 @@ def _prepare(op, inputs):
                 try:
                     if isinstance(x, (np.ndarray, np.generic)):
                         strong.append(_dt.from_numpy(x.dtype))
+                    elif hasattr(type(x), "__tapeflow_dispatch__"):
+                        raise CompositeInput(x)
                     else:       # (a list of NumPy arrays, a string: what does it hold?)
                         strong.append(_dt.from_numpy(_np_from_python(x, None, None,
                                                                      op.name).dtype))
@@ -665,6 +689,8 @@ def _prepare(op, inputs):
             if x._device is not dev:
                 x = _move(op, x, dev, scope is not None, inputs)
         else:
+            if hasattr(type(x), "__tapeflow_dispatch__"):
+                raise CompositeInput(x)
             try:
                 a = _np_from_python(x, target, dev, op.name)
             except OpError as e:
