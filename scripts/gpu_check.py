@@ -552,7 +552,7 @@ def collectives():
         x = tf.constant(base + rank)
         want = sum(base + k for k in range(size))
         s = D.allreduce(x, op=D.Sum)
-        assert str(s.device) == "cuda:0", s.device
+        assert s.device == "cuda:0", s.device
         np.testing.assert_allclose(s.numpy(), want)
         np.testing.assert_allclose(D.allreduce(x).numpy(), want / size)
         g = D.grouped_allreduce([x, tf.constant(np.full(3, rank + 1.0))], op=D.Sum)

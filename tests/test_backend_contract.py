@@ -34,8 +34,9 @@ def test_the_fourth_backend_of_the_docs_passes_conformance():
     r = subprocess.run([sys.executable, "-c", block + CONFORMANCE], capture_output=True,
                        text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.split("\n")[:3] == ["ref:0 [1.     3.7183]", "conformance ok",
-                                        "no kernel: NotFoundError"], r.stdout
+    assert r.stdout.split("\n")[:3] == [
+        "/job:localhost/replica:0/task:0/device:REF:0 [1.     3.7183]", "conformance ok",
+        "no kernel: NotFoundError"], r.stdout
 
 
 def test_the_backend_class_is_the_documented_contract():

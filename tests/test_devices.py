@@ -129,3 +129,15 @@ def test_device_policy_values():
     with pytest.raises(ValueError):
         tf.config.set_device_policy("sometimes")
     assert tf.config.get_device_policy() == "explicit"
+
+
+def test_tensor_device_is_tensorflows_full_name_equal_to_its_short_spellings():
+    x = tf.constant([1.0])
+    assert str(x.device) == "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert x.device == "cpu:0" and "cpu:0" == x.device and x.device == "/cpu:0"
+    assert x.device.endswith("CPU:0") and not (x.device != "cpu:0")
+    assert x.device in {"cpu:0"} and hash(x.device) == hash("cpu:0")
+    assert x.device != "banana:0" and x.device != "gpu:7" and x.device != 3
+    assert tf.Variable(1.0).device == x.device
+    with tf.device(x.device):                       # a device scope takes the full name
+        assert tf.constant(2.0).device == "cpu:0"

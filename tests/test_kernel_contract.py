@@ -424,4 +424,5 @@ def test_a_third_party_backend_registers_and_runs_ops():
                        timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.split("\n")[:3] == [
-        "skipped ['BoxOnlyOp']", "compiled sqrt", "box:0 [16. 16.] [2. 2.] [2. 2.]"], r.stdout
+        "skipped ['BoxOnlyOp']", "compiled sqrt",
+        "/job:localhost/replica:0/task:0/device:BOX:0 [16. 16.] [2. 2.] [2. 2.]"], r.stdout

@@ -378,7 +378,7 @@ def test_a_gradient_on_another_device_is_copied_only_for_a_valid_step(fused):
         _assert_unchanged(before, _snapshot(opt, ws), f"elsewhere={elsewhere}")
         opt.learning_rate = 0.1
         opt.apply_gradients(pairs)
-        assert all(w.device.endswith(CPU) for w in ws)
+        assert all(w.device == CPU for w in ws)
         runs.append(_snapshot(opt, ws))
     _assert_same_bits(runs[0], runs[1], "elsewhere")
 

@@ -26,7 +26,8 @@ import threading
 
 from ..errors import FailedPreconditionError, InvalidArgumentError, NotFoundError
 
-__all__ = ["Device", "Backend", "device", "canonical_name", "get_device", "list_devices",
+__all__ = ["Device", "DeviceName", "full_name", "Backend", "device", "canonical_name",
+           "get_device", "list_devices",
            "num_gpus", "default_device", "set_default_device", "current_device"]
 
 
@@ -156,6 +157,52 @@ class Device:
 
     # identity hash, C-level: devices key the dispatch caches on the hot path
     __hash__ = object.__hash__
+
+
+class DeviceName(str):
+    """``Tensor.device``: TensorFlow's full name of the device
+    (``/job:localhost/replica:0/task:0/device:CPU:0``; the N-th GPU's ends ``GPU:N``), equal
+    to every other spelling of that device: ``x.device == "cpu:0"`` holds, as
+    ``x.device.endswith("CPU:0")`` does in TensorFlow. Its hash is the canonical name's."""
+
+    def __eq__(self, other):
+        if not isinstance(other, str):
+            return NotImplemented
+        a = _resolve(self)
+        return a is not None and a == _resolve(other)
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self):
+        d = _resolve(self)
+        return hash(d.name if isinstance(d, Device) else d)
+
+
+def _resolve(spec):
+    """The Device a name names, else its canonical spelling (None: not a device name)."""
+    spec = str(spec)        # (a DeviceName as a plain str: the caches below hash it)
+    try:
+        return get_device(spec)
+    except (NotFoundError, InvalidArgumentError):
+        try:
+            return canonical_name(spec)
+        except InvalidArgumentError:
+            return None
+
+
+_FULL_NAMES = {}
+
+
+def full_name(dev) -> DeviceName:
+    """TensorFlow's full name of ``dev`` (a :class:`DeviceName`)."""
+    n = _FULL_NAMES.get(dev)
+    if n is None:
+        kind, i = ("GPU", dev.gpu_index) if dev.gpu_index is not None else (dev.type.upper(),
+                                                                            dev.index)
+        n = _FULL_NAMES[dev] = DeviceName(f"/job:localhost/replica:0/task:0/device:{kind}:{i}")
+    return n
 
 
 @functools.lru_cache(maxsize=256)
@@ -309,7 +356,9 @@ class device:
     >>> with tf.device("/cpu:0"):
     ...     x = tf.constant([1.0, 2.0])
     >>> x.device
-    'cpu:0'
+    '/job:localhost/replica:0/task:0/device:CPU:0'
+    >>> x.device == "cpu:0"
+    True
     """
 
     def __init__(self, spec):

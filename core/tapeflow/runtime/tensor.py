@@ -30,6 +30,7 @@ except ImportError:
     _speedups = None
 
 from . import context as _ctx
+from .devices import full_name as _full_name
 from .context import HOOKS as _HOOKS
 from .. import dtypes as _dt
 from ..errors import InvalidArgumentError, InvalidTypeError
@@ -225,8 +226,9 @@ class Tensor(speedups.TensorBase if speedups is not None else _TensorPy):
 
     @property
     def device(self) -> str:
-        """Canonical device name, e.g. ``'cpu:0'``."""
-        return self._device.name
+        """TensorFlow's full device name, equal to its short spellings (``x.device ==
+        "cpu:0"``): a :class:`~tapeflow.runtime.devices.DeviceName`."""
+        return _full_name(self._device)
 
     @property
     def size(self) -> int:
