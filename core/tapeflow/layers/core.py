@@ -48,6 +48,9 @@ from ..ops import math as _m
 from ..ops import nn as _nn
 from ..ops import reductions as _red
 from ..ops.linalg import matmul as _matmul
+from ..ops import sparse as _sparse
+from ..ops.sparse import SparseTensor
+from ..ops.ragged import RaggedTensor
 from . import activations as _act
 from .base import Layer
 from ..runtime import dispatch as _dispatch_mod
@@ -121,12 +124,28 @@ class Dense(Layer):
         self.built = True
 
     def call(self, inputs):
+        if isinstance(inputs, SparseTensor):    # (Keras: a sparse-dense product)
+            return self._dense_sparse(inputs)
         shape = inputs.shape
         if len(shape) > 2:          # one [rows, features] GEMM (and one for each gradient),
             # not a GEMM per leading index with the kernel's gradient summed after them
             x2 = _a.reshape(inputs, [-1, shape[-1]])
             return _a.reshape(self._dense2(x2), list(shape[:-1]) + [self.units])
         return self._dense2(inputs)
+
+    def _dense_sparse(self, x):
+        if len(x.shape) != 2:
+            raise InvalidArgumentError(f"Dense {self.name!r}: a SparseTensor input must be "
+                                       f"2-D [batch, features], got shape {x.shape}")
+        kernel = self._read(self.kernel)
+        if x.dtype != kernel.dtype:
+            x = _m.cast(x, kernel.dtype)
+        y = _sparse.sparse_dense_matmul(x, kernel)
+        b = self.bias
+        if b is not None:
+            y = y + self._read(b)
+        act = self.activation
+        return y if act is None else act(y)
 
     def _dense2(self, x):
         y = _matmul(x, self._read(self.kernel))
@@ -243,6 +262,8 @@ class Embedding(Layer):
         self.embeddings = None
 
     def _convert_input(self, x):
+        if isinstance(x, RaggedTensor):         # ragged ids: a ragged result (issue 47)
+            return x
         convert_to_tensor = _dispatch_mod.convert_to_tensor
         return convert_to_tensor(x)
 
@@ -259,7 +280,7 @@ class Embedding(Layer):
 
     def compute_mask(self, inputs, mask=None):
         """With ``mask_zero=True``: ``inputs != 0`` (id 0 is padding), else None."""
-        if not self.mask_zero:
+        if not self.mask_zero or isinstance(inputs, RaggedTensor):   # (rows need none)
             return None
         return _m.not_equal(_dispatch_mod.convert_to_tensor(inputs), 0)
 

@@ -65,6 +65,7 @@ from ..runtime import context as _rctx
 from ..runtime.dispatch import convert_to_tensor
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from ..ops.ragged import RaggedTensor
 from ..tracing import init_scope
 from ..tracing.control_flow import while_loop
 from . import activations as _act
@@ -1134,6 +1135,17 @@ class RNN(Layer):
                 type(self), "_CELL_ARGS", ()):
             return getattr(cell, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __call__(self, *args, **kwargs):
+        if args and isinstance(args[0], RaggedTensor) and not self.time_major:
+            # ragged sequences (issue 47): padded to the longest, masked past each row's end
+            x = args[0]
+            if kwargs.get("mask") is None:
+                kwargs["mask"] = RaggedTensor.from_row_splits(
+                    _a.ones([int(x.values.shape[0])], _dt.bool_), x.row_splits,
+                    validate=False).to_tensor(False)
+            args = (x.to_tensor(),) + args[1:]
+        return super().__call__(*args, **kwargs)
 
     def _check_input(self, shape):
         if shape is None or len(shape) != 3:
