@@ -39,7 +39,7 @@ import threading
 import numpy as np
 
 from tapeflow import kernels
-from tapeflow.errors import UnimplementedError
+from tapeflow.errors import InvalidArgumentError, UnimplementedError
 from tapeflow.plugins import BuildContext, KernelSpec
 
 from . import _cupy, bf16, capture_gemm, cudnn_conv, k_cuda, philox, precision
@@ -50,10 +50,36 @@ DEVICE_TYPE = "cuda"
 STAGES = ((k_cuda, "cuda"), (cudnn_conv, "cuda:cudnn-or-shared:nn"), (capture_gemm, None))
 
 
+#: CUDA kernels of ops whose CPU kernel is declared beside the op (not in a shared module)
+SPARSE_DTYPES = ("float16", "float32", "float64", "int32", "int64")
+
+
+def sparse_dense_matmul(ctx):
+    """SparseTensorDenseMatMul on CuPy (not run here: written against CuPy's API): the
+    scaled rows of ``b`` scatter-added into the output rows (``cupyx.scatter_add``,
+    the ``scatter_add`` service: float atomics, so the summation order may vary)."""
+    cp, add_at = ctx.cp, ctx.scatter_add
+
+    def spmm(a_indices, a_values, b, a_shape, adjoint_a, adjoint_b):
+        m, k = a_shape
+        rows, cols = a_indices[:, 0], a_indices[:, 1]
+        if adjoint_a:
+            rows, cols, m, k = cols, rows, k, m
+        if rows.size and bool(cp.any((rows < 0) | (rows >= m) | (cols < 0) | (cols >= k))):
+            raise InvalidArgumentError(f"a_indices are out of bounds of A's shape "
+                                       f"[{a_shape[0]}, {a_shape[1]}]")
+        bt = b.T if adjoint_b else b
+        out = cp.zeros((m, bt.shape[1]), a_values.dtype)
+        if rows.size:
+            add_at(out, rows, a_values[:, None] * bt[cols])
+        return out
+    return spmm
+
+
 def declared() -> dict:
     """``{op name: (dtypes, needs_device)}`` of every CUDA kernel (no CuPy needed): the
     shared kernel modules built with NumPy for their declarations."""
-    decl = {}
+    decl = {"SparseTensorDenseMatMul": (SPARSE_DTYPES, False)}
     ctx = BuildContext(np, DEVICE_TYPE)
     for modname in kernels.MODULES:
         try:
@@ -98,6 +124,8 @@ def build(ctx) -> dict:
         for op, s in tbl.items():
             table[op] = KernelSpec.of(s)
             origin[op] = f"shared:{modname}"
+    table["SparseTensorDenseMatMul"] = KernelSpec(sparse_dense_matmul(ctx))
+    origin["SparseTensorDenseMatMul"] = "cuda"
     for mod, where in STAGES:
         name = mod.__name__.rsplit(".", 1)[-1]
         try:
@@ -148,6 +176,7 @@ def _build() -> _Built:
     except Exception as e:
         b.errors["philox"] = f"{type(e).__name__}: {e}"
     ctx = BuildContext(xp, DEVICE_TYPE, cp=cp, raw64=b.raw64, special=cupy_special,
+                       philox32=philox.make_philox32(cp),   # (TF's Philox: stateless ops)
                        scatter_add=getattr(cp.add, "at", None) or cupyx.scatter_add,
                        errors=b.errors, origin=b.origin)
     specs = build(ctx)

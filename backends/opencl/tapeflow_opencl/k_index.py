@@ -1,5 +1,8 @@
 """Gather and scatter kernels (:class:`IndexKernels`): ``GatherV2``, ``GatherNd``,
-``ScatterNd``, ``UnsortedSegmentSum``.
+``ScatterNd``, ``UnsortedSegmentSum``, and ``SparseTensorDenseMatMul``
+(``tf.sparse.sparse_dense_matmul``: the entries are sorted by output row on the host,
+stably, into CSR row offsets and a permutation; one work item per output element walks
+only its row's entries -- no atomics, deterministic, in the CPU kernel's entry order).
 
 * **Gathers** are one generated kernel per (dtype, index dtype, rank, index depth):
   one work item per output element walks the output shape with the strides of
@@ -436,6 +439,81 @@ def _zeros(dev, shape, dtype):
     return out
 
 
+# --- SparseTensorDenseMatMul (tf.sparse.sparse_dense_matmul) -------------------------------
+
+def _spmm_src(dtype):
+    """One work item per output element: it walks its row's entries (``perm[off[row]]``
+    to ``perm[off[row + 1] - 1]``, the entries sorted stably by row on the host) and adds
+    them (atomic-free and deterministic; the CPU kernel's ``add.at`` sums in the same
+    entry order). O(M * N * NNZ / M) work instead of O(M * N * NNZ)."""
+    dt = np.dtype(dtype)
+    t = rt.CTYPES[dt]
+    acc = t if dt.kind == "f" else ("ulong" if dt.itemsize == 8 else "uint")
+    params = [f"__global {t} *out", "__global const long *ix", "long o_i", "long s_e",
+              "long s_r", "long s_c", f"__global const {t} *pv", "long o_v", "long s_v",
+              f"__global const {t} *pb", "long o_b", "long sbk", "long sbn", "long M",
+              "long N", "__global const long *off", "__global const long *perm"]
+    return f"""
+__kernel void spmm({', '.join(params)}) {{
+    long col = get_global_id(0), row = get_global_id(1);
+    if (col >= N || row >= M) return;
+    {acc} s = ({acc})(0);
+    for (long p = off[row]; p < off[row + 1]; p++) {{
+        long e = perm[p];
+        long c = ix[o_i + e * s_e + s_c];
+        {t} p = pv[o_v + e * s_v] * pb[o_b + c * sbk + col * sbn];
+        s += ({acc})p;
+    }}
+    out[row * N + col] = ({t})s;
+}}
+"""
+
+
+_L = np.int64
+
+
+def _sparse_dense_matmul(a_indices, a_values, b, a_shape, adjoint_a, adjoint_b):
+    """SparseTensorDenseMatMul: the indices checked on the host (one small download),
+    then the entries sorted stably by output row (CSR offsets and a permutation,
+    uploaded) and :func:`_spmm_src`'s kernel over the output."""
+    dev = rt.device_of(b)
+    m, k = (int(d) for d in a_shape)
+    ri, ci = (1, 0) if adjoint_a else (0, 1)
+    if adjoint_a:
+        m, k = k, m
+    nnz = a_indices.shape[0]
+    rows = np.zeros(0, _L)
+    if nnz:
+        ind = rt.download(a_indices)
+        bad = (ind[:, ri] < 0) | (ind[:, ri] >= m) | (ind[:, ci] < 0) | (ind[:, ci] >= k)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise InvalidArgumentError(
+                f"a_indices[{i}] = [{int(ind[i, 0])}, {int(ind[i, 1])}] is out of bounds of "
+                f"A's shape [{a_shape[0]}, {a_shape[1]}]")
+        rows = ind[:, ri].astype(_L)
+    bst, bo = rt.layout(b)
+    sbk, sbn = (bst[1], bst[0]) if adjoint_b else (bst[0], bst[1])
+    n = b.shape[0] if adjoint_b else b.shape[1]
+    out = rt.empty(dev, (m, n), a_values.dtype)
+    if out.size == 0:
+        return out
+    perm = np.argsort(rows, kind="stable").astype(_L)
+    off = np.zeros(m + 1, _L)
+    np.cumsum(np.bincount(rows, minlength=m), out=off[1:])
+    perm_d = rt.upload(dev, perm)
+    off_d = rt.upload(dev, off)
+    ist, io = rt.layout(a_indices)
+    vst, vo = rt.layout(a_values)
+    kern = rt.kernel(dev, _spmm_src(a_values.dtype), "spmm",
+                     [None, None] + [_L] * 4 + [None] + [_L] * 2 + [None] + [_L] * 5
+                     + [None, None])
+    rt.launch(dev, kern, (n, m), None, out.base_data, rt.buf(dev, a_indices), io, ist[0],
+              ri * ist[1], ci * ist[1], rt.buf(dev, a_values), vo, vst[0] if vst else 0,
+              rt.buf(dev, b), bo, sbk, sbn, m, n, rt.buf(dev, off_d), rt.buf(dev, perm_d))
+    return out
+
+
 class IndexKernels:
     """The gather and scatter kernels (one method each; :meth:`table` maps op names to
     them)."""
@@ -530,6 +608,10 @@ class IndexKernels:
         out = _segment_reduce(keys, data, (num_segments, q))
         return self.rt.view(out, out_shape)
 
+    def sparse_dense_matmul(self, a_indices, a_values, b, a_shape, adjoint_a, adjoint_b):
+        """SparseTensorDenseMatMul (:func:`_sparse_dense_matmul`)."""
+        return _sparse_dense_matmul(a_indices, a_values, b, a_shape, adjoint_a, adjoint_b)
+
     def table(self):
         """``{op name: KernelSpec}`` of this module's kernels."""
         return {
@@ -537,6 +619,9 @@ class IndexKernels:
             "GatherNd": KernelSpec(self.gather_nd, dtypes=ALL),
             "ScatterNd": KernelSpec(self.scatter_nd, dtypes=NUMERIC),
             "UnsortedSegmentSum": KernelSpec(self.unsorted_segment_sum, dtypes=NUMERIC),
+            "SparseTensorDenseMatMul": KernelSpec(self.sparse_dense_matmul,
+                                                  dtypes=("float32", "float64", "int32",
+                                                          "int64")),
         }
 
 
