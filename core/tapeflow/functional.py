@@ -54,7 +54,7 @@ import sys
 
 import numpy as np
 
-from .errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
+from .errors import InvalidArgumentError, InvalidTypeError
 from . import dtypes as _dt
 from . import nest as _nest
 from . import layers as _layers
@@ -65,9 +65,14 @@ from .layers.base import Layer, unique_layer_name
 from .layers.naming import snake_case
 from .models import Model, Sequential
 from .ops import array_creation as _creation
+from .ops import math as _math
+from .ops.composite import CompositeTensor
+from .ops.ragged import RaggedTensor, RaggedTensorSpec
+from .ops.sparse import SparseTensor, SparseTensorSpec
 from .runtime.context import stop_all_recording
 from .runtime.tensor import Tensor, TensorShape
 from .runtime.variable import Variable
+from .tracing.signatures import TensorSpec
 
 __all__ = ["KerasTensor", "KerasHistory", "Node", "Operation", "InputLayer", "Input",
            "Functional", "print_summary", "is_keras_tensor"]
@@ -93,19 +98,37 @@ class KerasTensor:
 
     __array_priority__ = 1000           # NumPy's operators defer to ours
 
-    def __init__(self, shape, dtype="float32", name=None, history=None):
+    def __init__(self, shape, dtype="float32", name=None, history=None, sparse=False,
+                 ragged=False):
         self.shape = tuple(None if d is None else int(d) for d in shape)
         self.dtype = _dt.as_dtype(dtype)
         self.name = name or unique_layer_name("keras_tensor")
         self._keras_history = history
+        self.sparse = bool(sparse)      # a placeholder for a SparseTensor
+        self.ragged = bool(ragged)      # ... for a RaggedTensor
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
 
+    @property
+    def type_spec(self):
+        """The type of the values it stands for: a ``tf.TensorSpec``, or for a sparse /
+        ragged input a ``tf.SparseTensorSpec`` / ``tf.RaggedTensorSpec`` (ragged rank 1).
+
+        >>> import tapeflow as tf
+        >>> tf.keras.Input(shape=(4,), sparse=True).type_spec
+        SparseTensorSpec(TensorShape([None, 4]), tf.float32)
+        """
+        if self.sparse:
+            return SparseTensorSpec(self.shape, self.dtype)
+        if self.ragged:
+            return RaggedTensorSpec(self.shape, self.dtype, ragged_rank=1)
+        return TensorSpec(self.shape, self.dtype)
+
     def __repr__(self):
-        return (f"<KerasTensor shape={self.shape}, dtype={self.dtype.name}, sparse=False, "
-                f"ragged=False, name={self.name}>")
+        return (f"<KerasTensor shape={self.shape}, dtype={self.dtype.name}, "
+                f"sparse={self.sparse}, ragged={self.ragged}, name={self.name}>")
 
     def _refuse(self, what):
         return InvalidArgumentError(
@@ -268,7 +291,18 @@ def _nodes_of(op) -> list:
 
 def _spec_value(kt, fill):
     shape = [fill if d is None else d for d in kt.shape]
+    if kt.sparse:                       # an empty SparseTensor of that shape
+        return SparseTensor(_creation.zeros([0, len(shape)], dtype=_dt.int64),
+                            _creation.zeros([0], dtype=kt.dtype), shape)
+    if kt.ragged:                       # uniform rows of zeros
+        return RaggedTensor.from_tensor(_creation.zeros(shape, dtype=kt.dtype))
     return _creation.zeros(shape, dtype=kt.dtype)
+
+
+def _kind(t):
+    """The extra field of a composite output's spec: ``("sparse",)`` or ``("ragged",)``."""
+    return ("sparse",) if isinstance(t, SparseTensor) else (
+        ("ragged",) if isinstance(t, RaggedTensor) else ())
 
 
 def _run_on_zeros(op, args, kwargs, fill):
@@ -287,7 +321,7 @@ def _probe(op, args, kwargs):
     out = _run_on_zeros(op, args, kwargs, 2)
     flat = _nest.flatten(out)
     for t in flat:
-        if not isinstance(t, (Tensor, Variable)):
+        if not isinstance(t, (Tensor, Variable, SparseTensor, RaggedTensor)):
             raise InvalidTypeError(
                 f"{op.name}: called on symbolic tensors it returned {type(t).__name__} "
                 f"({t!r:.80}), not tensors; a layer of a functional model returns tensors")
@@ -299,7 +333,7 @@ def _probe(op, args, kwargs):
             for i in range(len(s)):
                 if i >= len(other) or other[i] != s[i]:
                     s[i] = None
-    return out, [(s, t.dtype) for s, t in zip(shapes, flat)]
+    return out, [(s, t.dtype) + _kind(t) for s, t in zip(shapes, flat)]
 
 
 def _declared_shapes(layer, inputs):
@@ -336,7 +370,7 @@ def _output_specs(op, args, kwargs):
                 flat = [tuple(s) for s in _flatten_shapes(shapes)]
                 return [(s, dt) for s in flat] if len(flat) > 1 else (flat[0], dt)
     out, specs = _probe(op, args, kwargs)
-    return _nest.pack_sequence_as(out, [(tuple(s), d) for s, d in specs])
+    return _nest.pack_sequence_as(out, [(tuple(s),) + tuple(rest) for s, *rest in specs])
 
 
 def _flatten_shapes(shapes):
@@ -347,8 +381,9 @@ def _flatten_shapes(shapes):
 
 
 def _is_spec(x):
-    return (isinstance(x, tuple) and len(x) == 2 and _is_shape(x[0])
-            and isinstance(x[1], (_dt.DType, str)))
+    return (isinstance(x, tuple) and len(x) in (2, 3) and _is_shape(x[0])
+            and isinstance(x[1], (_dt.DType, str))
+            and (len(x) == 2 or x[2] in ("sparse", "ragged")))
 
 
 def _map_specs(fn, specs):
@@ -387,7 +422,8 @@ def _record(op, args, kwargs):
     count = [0]
 
     def make(spec):
-        kt = KerasTensor(spec[0], spec[1], history=KerasHistory(op, index, count[0]))
+        kt = KerasTensor(spec[0], spec[1], history=KerasHistory(op, index, count[0]),
+                         sparse=spec[2:] == ("sparse",), ragged=spec[2:] == ("ragged",))
         count[0] += 1
         return kt
     outputs = _map_specs(make, specs)
@@ -457,14 +493,15 @@ class InputLayer(Layer):
                  input_shape=None, batch_input_shape=None, **kwargs):
         shape = input_shape if shape is None else shape
         batch_shape = batch_input_shape if batch_shape is None else batch_shape
-        if sparse or ragged:
-            raise UnimplementedError("InputLayer: sparse and ragged inputs are not supported; "
-                                     "pass dense tensors")
+        if sparse and ragged:
+            raise InvalidArgumentError("Input/InputLayer: an input cannot be both sparse and "
+                                       "ragged; pass sparse=True or ragged=True")
         if input_tensor is not None:
             if type(input_tensor) is not KerasTensor:
                 raise InvalidTypeError(f"InputLayer: input_tensor must be a symbolic tensor "
                                        f"(tf.keras.Input), got {type(input_tensor).__name__}")
             batch_shape, dtype = input_tensor.shape, input_tensor.dtype
+            sparse, ragged = input_tensor.sparse, input_tensor.ragged
         if batch_shape is None:
             if shape is None:
                 raise InvalidArgumentError(
@@ -495,8 +532,14 @@ class InputLayer(Layer):
         d["built"] = True
         d["_batch_input_shape"] = d["_batch_shape"]
         d["optional"] = bool(optional)
+        d["sparse"], d["ragged"] = bool(sparse), bool(ragged)
+        if ragged and len(batch_shape) < 2:
+            raise InvalidArgumentError(
+                f"Input/InputLayer: a ragged input has a batch dimension and at least one "
+                f"more (e.g. shape=[None]), got batch shape {batch_shape}")
         if input_tensor is None:
-            input_tensor = KerasTensor(d["_batch_shape"], dt, history=KerasHistory(self, 0, 0))
+            input_tensor = KerasTensor(d["_batch_shape"], dt, history=KerasHistory(self, 0, 0),
+                                       sparse=sparse, ragged=ragged)
         _nodes_of(self).append(Node(self, (), {}, input_tensor))
         d["_output"] = input_tensor
 
@@ -513,7 +556,7 @@ class InputLayer(Layer):
 
     def get_config(self):
         return {"batch_shape": self._batch_shape, "dtype": self._input_dtype.name,
-                "sparse": False, "ragged": False, "name": self.name,
+                "sparse": self.sparse, "ragged": self.ragged, "name": self.name,
                 "optional": self.optional}
 
     @classmethod
@@ -526,7 +569,9 @@ def Input(shape=None, batch_size=None, dtype=None, sparse=None, batch_shape=None
     """A symbolic input (``tf.keras.Input``): ``shape`` without the batch dimension
     (``shape=(3,)`` gives ``(None, 3)``), or ``batch_shape`` with it; ``dtype`` (default
     the global policy's variable dtype, float32). Layers called on it record a graph
-    that ``tf.keras.Model(inputs, outputs)`` runs.
+    that ``tf.keras.Model(inputs, outputs)`` runs. ``sparse=True`` stands for a
+    ``tf.SparseTensor`` (``Dense`` multiplies it with ``tf.sparse.sparse_dense_matmul``),
+    ``ragged=True`` for a ``tf.RaggedTensor``.
 
     >>> import tapeflow as tf
     >>> tf.keras.Input(shape=[3,])  # doctest: +ELLIPSIS
@@ -712,6 +757,19 @@ class Functional(Model):
     def build(self, input_shape=None):
         self.__dict__["built"] = True
 
+    def get_build_config(self):
+        """``{"input_shape", "dtype"}`` of its input (``{"inputs": [...]}`` for several),
+        with ``"sparse"`` / ``"ragged"`` for such inputs: what a SavedModel traces its
+        ``__call__`` for."""
+        def one(kt):
+            cfg = {"input_shape": list(kt.shape), "dtype": kt.dtype.name}
+            cfg.update({k: True for k in ("sparse", "ragged") if getattr(kt, k)})
+            return cfg
+        flat = self._flat_inputs
+        if isinstance(self._nested_inputs, dict):
+            return None             # (named inputs: no positional signature)
+        return one(flat[0]) if len(flat) == 1 else {"inputs": [one(kt) for kt in flat]}
+
     # --- calling -------------------------------------------------------------------------
     def call(self, inputs, training=None, mask=None):
         flat = self._conform(inputs)
@@ -764,6 +822,8 @@ class Functional(Model):
         return [self._fit(i, kt, x) for i, (kt, x) in enumerate(zip(self._flat_inputs, flat))]
 
     def _fit(self, i, kt, x):
+        if isinstance(x, CompositeTensor) or kt.sparse or kt.ragged:
+            return self._fit_composite(i, kt, x)
         if not isinstance(x, Tensor):
             return x
         got, want = tuple(x.shape), kt.shape
@@ -779,6 +839,27 @@ class Functional(Model):
                 f"{kt._keras_history.operation.name!r}) is incompatible with the model: "
                 f"expected shape {want}, got shape {got}")
         return x
+
+    def _fit_composite(self, i, kt, x):
+        """A SparseTensor / RaggedTensor for a sparse / ragged Input: its kind and rank
+        checked, its values cast to the Input's dtype (as Keras converts inputs)."""
+        want = SparseTensor if kt.sparse else RaggedTensor if kt.ragged else Tensor
+        if not isinstance(x, want):
+            what = {SparseTensor: "a tf.SparseTensor", RaggedTensor: "a tf.RaggedTensor",
+                    Tensor: "a dense tensor"}[want]
+            raise InvalidTypeError(
+                f"Input {i} of model {self.name!r} (layer "
+                f"{kt._keras_history.operation.name!r}) takes {what} of shape {kt.shape}, "
+                f"got {type(x).__name__}" + (" (convert it with tf.sparse.to_dense or "
+                                             ".to_tensor())" if want is Tensor else ""))
+        got = tuple(x.shape)
+        if len(got) != len(kt.shape) or any(w is not None and g is not None and w != g
+                                            for w, g in zip(kt.shape, got)):
+            raise InvalidArgumentError(
+                f"Input {i} of model {self.name!r} (layer "
+                f"{kt._keras_history.operation.name!r}) is incompatible with the model: "
+                f"expected shape {kt.shape}, got {type(x).__name__} of shape {got}")
+        return x if x.dtype == kt.dtype else _math.cast(x, kt.dtype)
 
     # --- config --------------------------------------------------------------------------
     def get_config(self) -> dict:

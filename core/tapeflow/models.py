@@ -38,6 +38,8 @@ from .runtime import devices as _devs
 from .ops import math as _m
 from .ops import random as _random
 from .ops import reductions as _r
+from .ops import sparse as _sparse
+from .ops.composite import CompositeTensor
 from .runtime.dispatch import convert_to_tensor
 from .layers.base import Layer, bump_name_counter
 from .autodiff.tape import GradientTape
@@ -685,7 +687,8 @@ def _set_model(cb, model):
 def _is_array(v):
     if isinstance(v, dict):             # a functional model's named inputs
         return bool(v) and all(_is_array(e) for e in v.values())
-    return isinstance(v, (Tensor, Variable, np.ndarray, np.generic, list, tuple, int, float))
+    return isinstance(v, (Tensor, Variable, np.ndarray, np.generic, list, tuple, int, float,
+                          CompositeTensor))
 
 
 def _ios(model, which="_flat_inputs"):
@@ -711,7 +714,7 @@ def _tensor(v, model, n=None):
         return _each(lambda e: _tensor(e, model, 1), v)
     if isinstance(v, Variable):
         v = v.read_value()
-    if not isinstance(v, Tensor):
+    if not isinstance(v, (Tensor, CompositeTensor)):
         v = convert_to_tensor(v)
         if model is not None and v.dtype.is_floating and v.dtype is not model.dtype:
             v = _m.cast(v, model.dtype)
@@ -726,8 +729,8 @@ def _follow(y, pred):
         return [_follow(a, b) for a, b in zip(y, pred)]
     if isinstance(pred, (list, tuple, dict)):
         return y
-    if isinstance(y, Tensor) and y._device is not pred._device:
-        return y.to(pred._device)
+    if isinstance(y, Tensor) and isinstance(pred, Tensor) and y._device is not pred._device:
+        return y.to(pred._device)       # (a ragged or sparse prediction: labels as they are)
     return y
 
 
@@ -736,6 +739,31 @@ def _batch_len(t):
         return _batch_len(next(iter(t.values())) if isinstance(t, dict) else t[0])
     s = t.shape
     return int(s[0]) if len(s) else 1
+
+
+def _rows(t, s):
+    """Rows ``s`` (a slice) of a batch of inputs: a Tensor, RaggedTensor or SparseTensor."""
+    if not isinstance(t, _sparse.SparseTensor):
+        return t[s]
+    shape = [int(d) for d in t.dense_shape.numpy()]
+    start = min(s.start, shape[0])
+    return _sparse.slice(t, [start] + [0] * (len(shape) - 1),
+                         [min(s.stop, shape[0]) - start] + shape[1:])
+
+
+def _take(t, idx):
+    """Rows ``idx`` (an int Tensor) of a batch of inputs, in that order."""
+    if not isinstance(t, _sparse.SparseTensor):
+        return _a.gather(t, _follow(idx, t))
+    rows = np.asarray(idx.numpy(), np.int64)
+    ind = t.indices.numpy()
+    pos = np.full(int(t.dense_shape.numpy()[0]), -1, np.int64)
+    pos[rows] = np.arange(len(rows))
+    keep = np.nonzero(pos[ind[:, 0]] >= 0)[0]
+    new = ind[keep].copy()
+    new[:, 0] = pos[ind[keep, 0]]
+    shape = [len(rows)] + [int(d) for d in t.dense_shape.numpy()[1:]]
+    return _sparse.reorder(_sparse.SparseTensor(new, _a.gather(t.values, keep), shape))
 
 
 def _split_val(v):
@@ -791,18 +819,21 @@ class _Data:
             return
         x, y, n, bs = self.x, self.y, self.n, self.bs
         if self.shuffle and n > 1:
-            first = x if isinstance(x, Tensor) else next(iter(
+            first = x if isinstance(x, (Tensor, CompositeTensor)) else next(iter(
                 x.values() if isinstance(x, dict) else x))
+            while isinstance(first, CompositeTensor):      # (its values' device)
+                first = first.values
             with _devs.device(first.device):
                 perm = _random.shuffle(_a.range(n))
             for i in range(self.steps):
                 idx = perm[i * bs:(i + 1) * bs]
-                yield (_each(lambda t: _a.gather(t, _follow(idx, t)), x),
-                       None if y is None else _each(lambda t: _a.gather(t, _follow(idx, t)), y))
+                yield (_each(lambda t: _take(t, idx), x),
+                       None if y is None else _each(lambda t: _take(t, idx), y))
         else:
             for i in range(self.steps):
                 s = slice(i * bs, (i + 1) * bs)
-                yield _each(lambda t: t[s], x), (None if y is None else _each(lambda t: t[s], y))
+                yield (_each(lambda t: _rows(t, s), x),
+                       None if y is None else _each(lambda t: _rows(t, s), y))
 
     def _dataset_epoch(self):
         limit = self.steps_limit

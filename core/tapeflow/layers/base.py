@@ -71,6 +71,7 @@ from . import initializers
 from . import regularizers
 from .naming import snake_case
 from ..ops import math as _math_mod
+from ..ops.composite import CompositeTensor
 
 __all__ = ["Layer", "variable_creator_scope", "reset_uids", "unique_layer_name", "Policy",
            "global_policy", "set_global_policy", "POLICY_NAMES", "get_mask", "set_mask",
@@ -807,7 +808,7 @@ class Layer(Module):
         return inputs
 
     def _convert_input(self, x):
-        if isinstance(x, Tensor):
+        if isinstance(x, (Tensor, CompositeTensor)):    # (a SparseTensor, a RaggedTensor)
             return x
         if isinstance(x, Variable):
             return x.read_value()

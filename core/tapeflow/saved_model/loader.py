@@ -54,11 +54,13 @@ from ..tracing import cond as _cond
 from ..tracing import function as _function
 from ..tracing import print_ as _print
 from ..tracing import while_loop as _while_loop
-from ..tracing.signatures import TensorSpec
+from ..ops.composite import TypeSpec
+from ..tracing.signatures import CompositeParts, TensorSpec
+from ..tracing.signatures import expand_composites, has_composites, rebuild_composites
 from ..tracing.signatures import canonical_call as _canonical_call
 from ..train import files as _files
 from ..train.checkpoint import Saver
-from .writer import (CONSTANT_KINDS, FORMAT, MANIFEST, VERSION)
+from .writer import (CONSTANT_KINDS, FORMAT, MANIFEST, TYPE_SPECS, VERSION)
 
 __all__ = ["load", "LoadOptions", "MAX_MANIFEST_BYTES", "MAX_CONSTANT_BYTES"]
 
@@ -130,6 +132,12 @@ def decode_value(v, where, depth=0):
                   f"{where}: a dict key of an unhashable kind")
             out[key] = decode_value(pair[1], where, depth + 1)
         return out
+    if tag == "$typespec":
+        return _decode_spec(x, where, depth)
+    if tag == "$composite" and isinstance(x, list) and len(x) == 2:
+        parts = decode_value(x[1], where, depth + 1)
+        _need(isinstance(parts, tuple), f"{where}: a composite value without components")
+        return CompositeParts(decode_value(x[0], where, depth + 1), parts)
     if tag == "$dtype" and isinstance(x, str):
         try:
             return _dt.as_dtype(x)
@@ -159,6 +167,23 @@ def decode_value(v, where, depth=0):
               f"{where}: an array whose data is not of its shape")
         return np.array(data, dtype=dt).reshape(shape)
     raise _Bad(f"{where}: unknown value tag {tag!r}")
+
+
+def _decode_spec(x, where, depth):
+    """A registered TypeSpec class (by name: never an import) built from plain data."""
+    _need(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str),
+          f"{where}: a malformed $typespec")
+    name = x[0]
+    if name not in TYPE_SPECS:
+        raise _Bad(f"{where}: unknown composite type {name[:60]!r} (this tapeflow reads "
+                   f"{', '.join(sorted(TYPE_SPECS))}; a plugin's type must be registered "
+                   "with tapeflow.saved_model.writer.register_type_spec before loading)")
+    args = decode_value(x[1], where, depth + 1)
+    _need(isinstance(args, tuple), f"{where}: {name} arguments are not a tuple")
+    try:
+        return TYPE_SPECS[name][0](*args)
+    except Exception as e:                      # (the class's own checks of its arguments)
+        raise _Bad(f"{where}: bad {name} arguments {str(args)[:80]}: {e}") from None
 
 
 def _plain_number(x, where):
@@ -572,6 +597,8 @@ def _at(args, kwargs, path):
             x = x[p]
         elif isinstance(x, (list, tuple)) and isinstance(p, int):
             x = x[p]
+        elif type(x) is CompositeParts and p in CompositeParts._fields:
+            x = getattr(x, p)
         else:
             raise LookupError(p)
     return x
@@ -585,10 +612,62 @@ def _compatible(shape, spec_shape):
 
 
 def _same_value(x, v):
+    if isinstance(v, TypeSpec):                 # a composite argument's type (and shape)
+        return isinstance(x, TypeSpec) and v.is_compatible_with(x) and (
+            v.shape is None or x.shape is None or _compatible(tuple(x.shape), tuple(v.shape)))
     try:
         return type(x) is type(v) and bool(x == v)
     except Exception:                  # (a comparison that does not give one bool)
         return False
+
+
+class _Out:
+    """An output slot while :func:`_check_parts` checks the structure."""
+
+    def __init__(self, kind, value):
+        self.kind, self.value = kind, value
+
+
+def _check_parts(structure, outputs, where):
+    """Each composite of the output structure takes a TypeSpec (a saved value) and as many
+    tensors as the spec has components (raises _Bad)."""
+    if not any(isinstance(v, CompositeParts) for v in _walk(structure)):
+        return
+    try:
+        packed = nest.pack_sequence_as(structure, [_Out(k, v) for k, v in outputs])
+    except Exception:
+        raise _Bad(f"concrete function {where!r}: its outputs do not fit its output "
+                   "structure") from None
+    for parts in (v for v in _walk(packed) if type(v) is CompositeParts):
+        spec, comps = parts.spec, nest.flatten(parts.components)
+        _need(isinstance(spec, _Out) and spec.kind == "py" and isinstance(spec.value, TypeSpec)
+              and all(isinstance(c, _Out) and c.kind == "t" for c in comps)
+              and len(comps) == len(spec.value.component_specs()),
+              f"concrete function {where!r}: a returned composite without its TypeSpec "
+              "and components")
+
+
+def _walk(structure):
+    """Every node of a decoded structure (containers and leaves)."""
+    stack = [structure]
+    while stack:
+        x = stack.pop()
+        yield x
+        if isinstance(x, dict):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+
+
+def _specs_of(structure):
+    """``structure`` with each composite's parts shown as its TypeSpec."""
+    if type(structure) is CompositeParts:
+        return structure.spec
+    if isinstance(structure, dict):
+        return type(structure)((k, _specs_of(v)) for k, v in structure.items())
+    if isinstance(structure, (list, tuple)) and not hasattr(structure, "_fields"):
+        return type(structure)(_specs_of(v) for v in structure)
+    return structure
 
 
 def _fresh(v):
@@ -618,6 +697,7 @@ class _Concrete:
         self.structure = decode_value(f["output_structure"], cid)
         self.outputs = [("t", o["tensor"]) if "tensor" in o else
                         ("py", decode_value(o["value"], cid)) for o in f["outputs"]]
+        _check_parts(self.structure, self.outputs, cid)
         self.graph = f["graph"]
         self._output_shapes = f.get("output_shapes")
         self._objects = objects
@@ -630,6 +710,8 @@ class _Concrete:
         """The tensor leaves of this call if it fits the saved inputs, else None."""
         if len(args) != self.n_args or set(kwargs) != self.kwarg_names:
             return None
+        if has_composites((args, kwargs)):      # (saved by their TypeSpec and components)
+            args, kwargs = expand_composites((args, kwargs))
         leaves, tensor_paths = [], []
         for path, kind, shape, dt, value in self.inputs:
             try:
@@ -693,7 +775,7 @@ class _Concrete:
         flat = [outs[v] if kind == "t" else _fresh(v) for kind, v in self.outputs]
         if self.structure is None:
             return flat[0] if flat else None
-        return nest.pack_sequence_as(self.structure, flat)
+        return rebuild_composites(nest.pack_sequence_as(self.structure, flat))
 
     @property
     def structured_outputs(self):
@@ -701,7 +783,7 @@ class _Concrete:
         flat = [TensorSpec(*types_[v]) if kind == "t" else v for kind, v in self.outputs]
         if self.structure is None:
             return flat[0] if flat else None
-        return nest.pack_sequence_as(self.structure, flat)
+        return _specs_of(nest.pack_sequence_as(self.structure, flat))
 
     @property
     def structured_input_signature(self):
@@ -709,6 +791,8 @@ class _Concrete:
         kwargs = {}
         for path, kind, shape, dt, value in self.inputs:
             leaf = value if kind == "value" else TensorSpec(shape, dt, None)
+            if len(path) == 3 and path[2] == "spec" and isinstance(value, TypeSpec):
+                path = path[:2]                 # (a composite argument: its TypeSpec)
             if len(path) == 2:
                 if path[0] == 0:
                     args[path[1]] = leaf

@@ -21,7 +21,12 @@ What is written, and from where:
 
 Nothing of Python is written: a node that runs Python (``tf.py_function``, a
 ``custom_gradient`` function) or an attribute that is not plain data is an error at
-save time naming the function and the node.
+save time naming the function and the node. Composite values (RaggedTensor,
+SparseTensor) cross a function's boundary as their TypeSpec (``$typespec``: a registered
+class name and its constructor's arguments, :data:`TYPE_SPECS`) and dense components.
+
+Long file: the manifest's writer -- plain data, the object graph, functions, graphs and
+signatures -- is one format, read back by :mod:`.loader`.
 """
 
 from __future__ import annotations
@@ -40,12 +45,16 @@ from ..dtypes import DType
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from ..ops.composite import TypeSpec
+from ..ops.ragged import RaggedTensorSpec
+from ..ops.sparse import SparseTensorSpec
 from ..tracing import ConcreteFunction, Function, function
-from ..tracing.signatures import TensorSpec
+from ..tracing.signatures import CompositeParts, TensorSpec
 from ..train.checkpoint import Saver
 
 __all__ = ["save", "SaveOptions", "FORMAT", "VERSION", "MANIFEST", "CONSTANTS",
-           "VARIABLES_DIR", "VARIABLES_PREFIX", "encode_value"]
+           "VARIABLES_DIR", "VARIABLES_PREFIX", "encode_value", "register_type_spec",
+           "TYPE_SPECS"]
 
 FORMAT = "tapeflow-saved-model"
 #: the format version this tapeflow writes (and the newest it reads)
@@ -77,6 +86,51 @@ class _Unsavable(InvalidArgumentError):
     pass
 
 
+# --- composite types: the TypeSpec classes a SavedModel may name ----------------------------
+
+#: class name -> (TypeSpec class, ``to_args(spec)``: its constructor's positional arguments
+#: as plain data). The loader builds only the classes listed here, by that name, from
+#: those arguments: a manifest never names code to import or call.
+TYPE_SPECS: dict = {}
+
+
+def _dims(shape):
+    return None if shape is None else [None if d is None else int(d) for d in shape]
+
+
+def register_type_spec(cls, to_args, name=None):
+    """Let SavedModels hold ``cls`` (a :class:`TypeSpec` subclass): ``to_args(spec)``
+    gives the constructor's positional arguments as plain data (shapes as lists, dtypes,
+    numbers, strings); the loader calls ``cls(*args)`` for the name ``name`` (default:
+    the class name). RaggedTensorSpec and SparseTensorSpec are registered.
+
+    >>> from tapeflow.saved_model.writer import TYPE_SPECS
+    >>> sorted(TYPE_SPECS)
+    ['RaggedTensorSpec', 'SparseTensorSpec']
+    """
+    if not (isinstance(cls, type) and issubclass(cls, TypeSpec)) or not callable(to_args):
+        raise InvalidTypeError(f"register_type_spec: needs a TypeSpec subclass and a "
+                               f"function spec -> constructor arguments, got {cls!r}, "
+                               f"{to_args!r}")
+    TYPE_SPECS[name or cls.__name__] = (cls, to_args)
+    return cls
+
+
+register_type_spec(RaggedTensorSpec, lambda s: (_dims(s.shape), s.dtype, s.ragged_rank,
+                                                s.row_splits_dtype))
+register_type_spec(SparseTensorSpec, lambda s: (_dims(s.shape), s.dtype))
+
+
+def _encode_spec(v, where):
+    for name, (cls, to_args) in TYPE_SPECS.items():
+        if type(v) is cls:
+            return {"$typespec": [name, encode_value(tuple(to_args(v)), where)]}
+    raise _Unsavable(
+        f"tf.saved_model.save: {where} holds {type(v).__name__} {_short(v)}, a composite "
+        "type a SavedModel cannot name yet: register it with "
+        "tapeflow.saved_model.writer.register_type_spec(cls, to_args)")
+
+
 # --- plain data: attributes, Python values, structures -------------------------------------
 
 def encode_value(v, where):
@@ -105,6 +159,11 @@ def encode_value(v, where):
         return {"$ellipsis": True}
     if isinstance(v, complex):
         return {"$complex": [v.real, v.imag]}
+    if isinstance(v, TypeSpec):
+        return _encode_spec(v, where)
+    if type(v) is CompositeParts:                # (a composite at the function boundary)
+        return {"$composite": [encode_value(v.spec, where),
+                               encode_value(tuple(v.components), where)]}
     if isinstance(v, tuple):                     # (namedtuples are written as tuples)
         return {"$tuple": [encode_value(x, where) for x in v]}
     if isinstance(v, list):
@@ -636,6 +695,8 @@ def _build_spec(cfg):
     if not isinstance(shape, (list, tuple)):
         return None
     shape = [None if i == 0 else d for i, d in enumerate(shape)]
+    if cfg.get("sparse") or cfg.get("ragged"):     # (a functional model's sparse or ragged
+        return None                                 # Input: its __call__ is not traced)
     return TensorSpec(shape, cfg.get("dtype") or "float32")
 
 

@@ -64,7 +64,7 @@ from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from . import graph_passes
 from .graph import Graph, Node, _compile, _flatten_args
-from .signatures import TensorSpec
+from .signatures import TensorSpec, expand_composites, has_composites, rebuild_composites
 from ..errors import InvalidArgumentError
 from .capture import DATA_DEPENDENT_SHAPES
 from .graph_passes import _clean_consumer, written_input
@@ -297,6 +297,8 @@ class ConcreteFunction:
             return self._call_leaves(_flatten_args(args, kwargs)[0])
         # checked against the signature traced: specs (dtype, compatible shape) and the
         # Python values baked into the trace
+        if has_composites((args, kwargs)):    # (traced by their components)
+            args, kwargs = expand_composites((args, kwargs))
         leaves = sig.bind(args, kwargs, _convert)
         if self._specialiser is not None:
             return self._specialiser(leaves)
@@ -662,8 +664,9 @@ def _pack_outputs(graph, outs):
     if graph.structure is None:            # (one leaf)
         kind, v = py[0]
         return outs[v] if kind == "t" else _fresh(v)
-    return nest.pack_sequence_as(graph.structure,
-                                 [outs[v] if kind == "t" else _fresh(v) for kind, v in py])
+    res = nest.pack_sequence_as(graph.structure,
+                                [outs[v] if kind == "t" else _fresh(v) for kind, v in py])
+    return rebuild_composites(res) if getattr(graph, "composite_outputs", False) else res
 
 
 def _fresh(v):

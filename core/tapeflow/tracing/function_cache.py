@@ -98,6 +98,7 @@ from ..runtime.context import tapes_active as _tapes_active
 from ..runtime.context import tracing as _tracing
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..ops.array_values import identity as _identity
+from ..ops.composite import TypeSpec
 from ..runtime.tensor import Tensor, wrap
 from ..runtime.variable import Variable
 from . import capture as _capture
@@ -109,6 +110,8 @@ from .signatures import (FunctionSignature, SpecShape, TensorSpec, canonical_cal
                          fullargspec, key_fits, output_specs, signature_of, simple_arity,
                          spec_key, spec_shape)
 from .signatures import types as _types_ns
+from .signatures import (component_specs, expand_composites, has_composites, has_parts,
+                         rebuild_composites)
 from .tracer import _current, _tl, _Tracer
 
 __all__ = ["Function", "function", "defun", "RETRACE_WARN_AFTER", "run_functions_eagerly",
@@ -224,17 +227,21 @@ class Function:
         if self.input_signature is None or kwargs:
             args, kwargs = self._canonical(args, kwargs)
         specs = None
+        composite = has_composites((args, kwargs))
+        if composite:          # composite tensors and specs: their components are traced
+            args, kwargs = expand_composites((args, kwargs))
         leaves, paths = _flatten_args(args, kwargs)
         if any(isinstance(x, TensorSpec) for x in leaves):
             specs = {i: x for i, x in enumerate(leaves) if isinstance(x, TensorSpec)}
             if self.input_signature is not None:
                 check_specs(self._name, self.input_signature, args, specs)
-            leaves = [x.placeholder_value() if isinstance(x, TensorSpec) else x
-                      for x in leaves]
+            leaves = _placeholders(leaves)
             args, kwargs = nest.pack_sequence_as((args, kwargs), leaves)
         elif self.input_signature is not None:
             args, kwargs, specs = self._apply_signature(args, kwargs)
             leaves, paths = _flatten_args(args, kwargs)
+        elif composite:
+            specs = component_specs(leaves) or None
         return self._concrete(args, kwargs, leaves, paths, specs, generic=True)[0]
 
     def _canonical(self, args, kwargs):
@@ -269,9 +276,11 @@ class Function:
         for i, (spec, value) in enumerate(zip(sig, args)):
             out.append(conform(self._name, self._arg_names([f"[0][{i}]"])[0], spec, value))
         args = tuple(out)
+        if any(not isinstance(x, TensorSpec) for x in nest.flatten(sig)):
+            args, sig = expand_composites(args, sig), expand_composites(sig)
         leaves = nest.flatten(args)
-        specs = dict(enumerate(nest.flatten(sig)))
-        return args, {}, specs if len(specs) == len(leaves) else None
+        specs = {i: x for i, x in enumerate(nest.flatten(sig)) if isinstance(x, TensorSpec)}
+        return args, {}, specs if len(nest.flatten(sig)) == len(leaves) else None
 
     def _concrete(self, args, kwargs, leaves, paths, specs=None, generic=False):
         """``(ConcreteFunction, result)`` for a call (result: the trace's, or
@@ -409,6 +418,7 @@ class Function:
         random streams are put back, nothing is kept; returns None."""
         args, kwargs, leaves = _distinct_tensors(args, kwargs, leaves)
         g = Graph(self._name)
+        g.composite_args = has_parts((args, kwargs))
         parent = _current()
         tr = _Tracer(g, parent)
         names = self._arg_names(paths)
@@ -446,7 +456,9 @@ class Function:
         _scopes[0] += 1           # every op takes the dispatcher's slow path, where the hook is
         try:
             with _stop_all_recording() if probe else _no_context():
-                result = (fn or self._target())(*args, **kwargs)
+                cargs, ckwargs = ((args, kwargs) if not g.composite_args else
+                                  rebuild_composites((args, kwargs)))
+                result = (fn or self._target())(*cargs, **ckwargs)
         finally:
             _scopes[0] -= 1
             _tracing[0] -= 1
@@ -459,8 +471,12 @@ class Function:
         if probe:
             return None
         result = _python_outputs_to_tensors(result)
-        g.structure = _skeleton(result)
-        out_leaves = nest.flatten(result)
+        flat_result = result
+        g.composite_outputs = has_composites(result)
+        if g.composite_outputs:         # returned composites: their components are outputs
+            flat_result = expand_composites(result)
+        g.structure = _skeleton(flat_result)
+        out_leaves = nest.flatten(flat_result)
         g.py_outputs = []
         for x in out_leaves:
             if isinstance(x, Variable):          # returned Variables: their value at the end
@@ -549,6 +565,9 @@ class Function:
             args, kwargs, specs = self._apply_signature(args, kwargs)
         else:
             args, kwargs = self._canonical(args, kwargs)
+            if has_composites((args, kwargs)):    # traced per TypeSpec, by their components
+                args, kwargs = expand_composites((args, kwargs))
+                specs = component_specs(nest.flatten((args, kwargs))) or None
         leaves, paths = _flatten_args(args, kwargs)
         cf, result = self._concrete(args, kwargs, leaves, paths, specs)
         if given is not None and _same_tensors(given, leaves):
@@ -963,3 +982,15 @@ types.experimental.ConcreteFunction = ConcreteFunction
 
 #: the seeds' name (tf.contrib.eager.defun)
 defun = function
+
+
+def _placeholders(leaves):
+    """The tensors ``get_concrete_function`` traces with for specs among ``leaves``: a
+    TensorSpec's placeholder, and for a composite spec (followed by its components'
+    TensorSpecs) its ``placeholder_components()`` (ragged splits that fit the values)."""
+    out = [x.placeholder_value() if isinstance(x, TensorSpec) else x for x in leaves]
+    for i, x in enumerate(leaves):
+        if isinstance(x, TypeSpec) and not isinstance(x, TensorSpec):
+            comps = tuple(x.placeholder_components())
+            out[i + 1:i + 1 + len(comps)] = comps
+    return out

@@ -35,6 +35,7 @@ import numpy as np
 from .. import dtypes as _dt
 from .. import nest
 from ..errors import InvalidArgumentError, InvalidTypeError
+from ..ops.composite import TypeSpec, is_composite, type_spec_from_value
 from ..runtime.dispatch import constant, convert_to_tensor
 from ..runtime.tensor import Tensor, TensorShape
 from ..runtime.variable import Variable
@@ -288,6 +289,8 @@ def _describe(x):
     """A value's type as TensorFlow prints it in a function type."""
     if isinstance(x, TensorSpec):
         return repr(x)
+    if type(x) is CompositeParts:          # (a composite: its TypeSpec)
+        return repr(x.spec)
     if isinstance(x, (Tensor, Variable)):
         return repr(spec_of(x))
     if isinstance(x, list):
@@ -374,7 +377,8 @@ class FunctionSignature:
                         f"{want} but is a {x.dtype.name} tensor of shape {tuple(x.shape)}; "
                         "pass a tensor of that dtype and shape (tf.cast, tf.reshape), or "
                         "get a concrete function for this one")
-            elif not _literal_equal(x, want) and not isinstance(want, TraceType):
+            elif not _literal_equal(x, want) and not isinstance(want, TraceType) and not (
+                    isinstance(want, TypeSpec) and want.is_compatible_with(x)):
                 raise InvalidTypeError(
                     f"{self.name}: can not cast {x!r} to {_describe(want)}: the value of "
                     f"{_param_of(self, i)} was fixed when this concrete function was "
@@ -553,7 +557,7 @@ def check_input_signature(sig, name):
             f"tf.function {name!r}: input_signature must be a list or tuple of "
             f"tf.TensorSpec, got {type(sig).__name__}")
     for x in nest.flatten(sig):
-        if not isinstance(x, TensorSpec):
+        if not isinstance(x, (TensorSpec, TypeSpec)):
             raise InvalidTypeError(
                 f"tf.function {name!r}: every entry of input_signature must be a "
                 f"tf.TensorSpec, got {x!r} ({type(x).__name__})")
@@ -563,11 +567,12 @@ def check_input_signature(sig, name):
 def check_specs(fname, sig, args, specs):
     """get_concrete_function(specs) of a Function with input_signature ``sig``: the
     specs must fit it."""
-    flat = nest.flatten(sig)
+    flat = nest.flatten(expand_composites(sig))
     given = [specs.get(i) for i in range(len(flat))]
-    if len(args) != len(sig) or len(specs) != len(flat) or not all(
+    n_specs = sum(isinstance(w, TensorSpec) for w in flat)
+    if len(args) != len(sig) or len(specs) != n_specs or not all(
             w.dtype == g.dtype and w.shape.is_compatible_with(g.shape)
-            for w, g in zip(flat, given) if g is not None):
+            for w, g in zip(flat, given) if g is not None and isinstance(w, TensorSpec)):
         raise InvalidTypeError(
             f"tf.function {fname!r}: get_concrete_function{tuple(args)!r} does not fit "
             f"its input_signature {list(sig)}")
@@ -580,6 +585,13 @@ def conform(fname, name, spec, value):
 
 
 def _conform_part(fn, name, spec, value, whole):
+    if isinstance(spec, TypeSpec):            # a composite: its type must fit
+        if not spec.is_compatible_with(value):
+            raise InvalidTypeError(
+                f"tf.function {fn!r}: argument {name!r} does not fit its input_signature "
+                f"entry {spec!r}: got {type(value).__name__} "
+                f"{type_spec_from_value(value) if is_composite(value) else value!r}")
+        return value
     if isinstance(spec, TensorSpec):          # (a list there is a tensor's value)
         return _conform_leaf(fn, name, spec, value)
     if isinstance(spec, dict):
@@ -717,3 +729,72 @@ TensorLike = typing.Union[Tensor, Variable, int, float, bool, str, bytes, comple
                           list, np.ndarray, np.generic]
 types = _pytypes.SimpleNamespace(experimental=_pytypes.SimpleNamespace(
     TraceType=TraceType, TensorLike=TensorLike, FunctionType=FunctionType))
+
+
+# --- composite tensors at a tf.function's boundary ---------------------------------------
+
+class CompositeParts(typing.NamedTuple):
+    """A composite tensor or its TypeSpec taken apart at a ``tf.function`` boundary: its
+    spec (part of the cache key) and dense components (graph inputs or outputs; for a
+    spec, TensorSpecs): a ragged argument with other row lengths reuses its trace."""
+
+    spec: object
+    components: tuple
+
+
+def _parts(x, sig=None):
+    if isinstance(x, TypeSpec):
+        return CompositeParts(x, tuple(TensorSpec(s, d) for s, d in x.component_specs()))
+    spec = type_spec_from_value(x)
+    return CompositeParts(spec if sig is None else sig, tuple(spec.to_components(x)))
+
+
+def _is_part(x):
+    return is_composite(x) or isinstance(x, TypeSpec)
+
+
+def has_composites(structure) -> bool:
+    """Whether ``structure`` holds a composite tensor or a composite TypeSpec."""
+    return any(map(_is_part, nest.flatten(structure)))
+
+
+def expand_composites(structure, signature=None):
+    """``structure`` with each composite tensor or TypeSpec as its
+    :class:`CompositeParts` (``signature``: the input_signature entries the values
+    conform to, whose specs key the trace)."""
+    if signature is not None:
+        return nest.map_structure(lambda x, s: _parts(x, s) if _is_part(x) else x,
+                                  structure, signature, check_types=False)
+    return nest.map_structure(lambda x: _parts(x) if _is_part(x) else x, structure)
+
+
+def component_specs(leaves):
+    """``{leaf index: TensorSpec}`` for the components among an expanded call's leaves
+    (their spec's component shapes: unknown sizes trace once for all)."""
+    out = {}
+    for i, x in enumerate(leaves):
+        if isinstance(x, TypeSpec):
+            for k, (shape, dtype) in enumerate(x.component_specs()):
+                out[i + 1 + k] = TensorSpec(shape, dtype)
+    return out
+
+
+def rebuild_composites(structure):
+    """The inverse of :func:`expand_composites` on values: each :class:`CompositeParts`
+    rebuilt by its spec from its components."""
+    if type(structure) is CompositeParts:
+        return structure.spec.from_components(tuple(structure.components))
+    if isinstance(structure, dict):
+        return type(structure)((k, rebuild_composites(v)) for k, v in structure.items())
+    if isinstance(structure, (list, tuple)):
+        out = [rebuild_composites(v) for v in structure]
+        return type(structure)(*out) if hasattr(structure, "_fields") else type(structure)(out)
+    return structure
+
+
+def has_parts(structure) -> bool:
+    """Whether an expanded structure holds a :class:`CompositeParts`."""
+    if isinstance(structure, dict):
+        structure = list(structure.values())
+    return type(structure) is CompositeParts or (isinstance(structure, (list, tuple)) and any(
+        has_parts(v) for v in structure))
