@@ -30,8 +30,8 @@ TensorFlow's: ``tf.errors.NotFoundError`` naming the path for a missing file,
 (['a.txt'], 8)
 >>> tf.gfile.DeleteRecursively(d)
 
-String tensors do not exist in tapeflow yet, so ``tf.io.read_file``/``write_file``
-(which return and take one) are not here: read with ``GFile``.
+``tf.io.decode_raw`` reads the bytes of string tensors as numbers (a string op:
+:mod:`tapeflow.ops.strings`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,20 @@ import shutil
 
 from .errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
                      PermissionDeniedError, UnimplementedError)
+from .ops.strings import decode_raw  # tf.io.decode_raw (a string op: ops/strings.py)
+from .data.text import decode_csv  # tf.io.decode_csv (CSV records: data/text.py)
+# tf.io.parse_example and TFRecord files (data/example.py)
+from .data.example import (FixedLenFeature, FixedLenSequenceFeature, RaggedFeature,
+                           TFRecordCompressionType, TFRecordOptions, TFRecordWriter,
+                           VarLenFeature, parse_example, parse_sequence_example,
+                           parse_single_example, parse_single_sequence_example,
+                           tf_record_iterator)
 
-__all__ = ["gfile", "GFile", "AlreadyExistsError", "FileStatistics"]
+__all__ = ["gfile", "GFile", "AlreadyExistsError", "FileStatistics", "decode_raw",
+           "decode_csv", "FixedLenFeature", "FixedLenSequenceFeature", "VarLenFeature",
+           "RaggedFeature", "parse_example", "parse_single_example", "parse_sequence_example",
+           "parse_single_sequence_example", "TFRecordWriter",
+           "TFRecordOptions", "TFRecordCompressionType", "tf_record_iterator"]
 
 
 class AlreadyExistsError(FailedPreconditionError, FileExistsError):
