@@ -12,7 +12,10 @@ on the host too, or copied there with ``.cpu()``).
 An element's structure follows :mod:`tapeflow.nest` in its ``tf.data`` mode
 (``lists_as_leaves=True``): a list is one component -- a value to convert to one
 tensor -- as in TensorFlow, so ``from_tensor_slices([[1, 2], [3, 4]])`` slices one 2x2
-tensor (the element helpers, ``map_element``, ``to_host``..., come first below).
+tensor (the element helpers, ``map_element``, ``to_host``..., come first below). A
+component may also be a ``tf.RaggedTensor`` or ``tf.SparseTensor`` (its components on the
+host), sliced, batched and unbatched by rows, and every dataset has an ``element_spec``
+(docs/data-text.md).
 
 Long file: the Dataset's transformations share its element helpers and its iterator;
 each transformation is a few lines, and TensorFlow's users find them in one class.
@@ -27,6 +30,7 @@ tf.Tensor([25 36], shape=(2,), dtype=int32)
 
 from __future__ import annotations
 
+import glob as _glob
 import itertools
 import os
 import queue
@@ -37,11 +41,15 @@ import numpy as np
 from ..runtime import devices as _devs
 from .. import nest
 from ..dtypes import as_dtype
-from ..errors import InvalidArgumentError, InvalidTypeError
+from ..errors import InvalidArgumentError, InvalidTypeError, NotFoundError
 from ..runtime.dispatch import constant
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from ..ops import random as _random_mod
+from ..ops.composite import is_composite
+from ..ops.ragged import RaggedTensor, RaggedTensorSpec
+from ..ops.sparse import SparseTensor, SparseTensorSpec
+from ..tracing.signatures import TensorSpec
 from ..runtime import context as _ctx
 from ..tracing.control_flow import host_next
 
@@ -70,7 +78,12 @@ def map_element(fn, element):
 def to_host(value, what="dataset element") -> np.ndarray:
     """A host NumPy array holding ``value`` (tapeflow's dtype rules for Python values:
     floats -> float32, ints -> int32). Tensors are immutable, so a host Tensor's
-    buffer is shared, not copied."""
+    buffer is shared, not copied. A composite tensor (RaggedTensor, SparseTensor) stays
+    one, its components on the host."""
+    if is_composite(value):
+        return composite_to_host(value, what)
+    if isinstance(value, Dataset):
+        return value
     if isinstance(value, Tensor):
         return np.asarray(value) if value._device.is_host else value.numpy()
     if isinstance(value, Variable):
@@ -88,7 +101,10 @@ def to_host(value, what="dataset element") -> np.ndarray:
 
 
 def to_tensor(a: np.ndarray, dev):
-    """A component as a Tensor on ``dev``."""
+    """A component as a Tensor on ``dev`` (a composite tensor as it is: on the host; a
+    dataset, ``window``'s, as it is)."""
+    if type(a) is not np.ndarray and (is_composite(a) or isinstance(a, Dataset)):
+        return a
     return constant(a, device=dev)
 
 
@@ -108,6 +124,12 @@ class _HostFunctionScope:
             self._no_tape.__exit__(*exc)
         finally:
             self._dev.__exit__(*exc)
+
+
+def _to_numpy(a):
+    if is_composite(a):
+        return a
+    return a[()] if a.ndim == 0 else np.array(a)
 
 
 def _to_cpu_tensor(a):
@@ -135,6 +157,266 @@ def normalize_output(value):
     if isinstance(value, list):
         value = tuple(value)
     return map_element(_result_to_host, value)
+
+
+# --- composite components (RaggedTensor, SparseTensor) and element specs -----------------
+
+def _host_const(a):
+    return constant(a, device="cpu:0")
+
+
+def composite_to_host(value, what="dataset element"):
+    """A RaggedTensor or SparseTensor with its components on the host (``cpu:0``)."""
+    if isinstance(value, RaggedTensor):
+        flat, splits = ragged_parts(value)
+        if not splits:
+            return flat
+        return RaggedTensor.from_nested_row_splits(_host_const(flat),
+                                                   [_host_const(s) for s in splits],
+                                                   validate=False)
+    if isinstance(value, SparseTensor):
+        return SparseTensor(*(_host_const(to_host(t)) for t in
+                              (value.indices, value.values, value.dense_shape)))
+    raise InvalidTypeError(f"{what}: tf.data takes Tensors, RaggedTensors and SparseTensors; "
+                           f"got a {type(value).__name__} (convert it to dense tensors first)")
+
+
+def ragged_parts(rt):
+    """``(flat values, [row splits per ragged dimension])`` of a RaggedTensor, as host
+    arrays (a dense array: itself and no splits)."""
+    if not isinstance(rt, RaggedTensor):
+        return rt, []
+    return to_host(rt.flat_values), [to_host(s) for s in rt.nested_row_splits]
+
+
+class _Rows:
+    """The rows (slices along dimension 0) of one component: a host array, a RaggedTensor
+    (a row of ragged rank 1 is a dense array) or a SparseTensor."""
+
+    def __init__(self, value, what):
+        self.value = value
+        if isinstance(value, RaggedTensor):
+            self.flat, self.splits = ragged_parts(value)
+            self.n = len(self.splits[0]) - 1
+        elif isinstance(value, SparseTensor):
+            self.idx, self.vals = to_host(value.indices), to_host(value.values)
+            self.shape = to_host(value.dense_shape)
+            if len(self.shape) == 0:
+                raise InvalidArgumentError(f"{what}: a SparseTensor component needs a first "
+                                           "dimension to slice")
+            self.n = int(self.shape[0])
+        else:
+            if value.ndim == 0:
+                raise InvalidArgumentError(f"{what}: a scalar component has no dimension 0 "
+                                           "to slice")
+            self.n = value.shape[0]
+
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        return (self[i] for i in range(self.n))
+
+    def __getitem__(self, i):
+        v = self.value
+        if isinstance(v, RaggedTensor):
+            lo, hi = self.splits[0][i], self.splits[0][i + 1]
+            inner = []
+            for s in self.splits[1:]:
+                seg = s[lo:hi + 1]
+                inner.append(seg - seg[0])
+                lo, hi = seg[0], seg[-1]
+            values = self.flat[lo:hi]
+            if not inner:
+                return values
+            return RaggedTensor.from_nested_row_splits(
+                _host_const(values), [_host_const(s) for s in inner], validate=False)
+        if isinstance(v, SparseTensor):
+            m = self.idx[:, 0] == i
+            return SparseTensor(_host_const(self.idx[m][:, 1:]), _host_const(self.vals[m]),
+                                _host_const(self.shape[1:]))
+        return v[i]
+
+
+def int_arg(v, what, where, default=None, required=False):
+    """``v`` (a Python or NumPy int, or an int scalar tensor) as an int; None: ``default``
+    (an InvalidTypeError when ``required``)."""
+    if v is None and not required:
+        return default
+    if isinstance(v, (Tensor, np.ndarray)):
+        a = np.asarray(to_host(v, where))
+        v = a.reshape(()).item() if a.size == 1 and a.dtype.kind in "iu" else v
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise InvalidTypeError(f"{where}: {what} must be an int, got {type(v).__name__} "
+                               f"{v!r}"[:200])
+    return int(v)
+
+
+def _check_callable(fn, what):
+    if not callable(fn):
+        raise InvalidTypeError(f"{what} must be a function, got {type(fn).__name__} "
+                               f"{fn!r}"[:200])
+    return fn
+
+
+def _dense_as_ragged(a, ragged_rank):
+    """A dense array as ``(flat, [splits])`` with ``ragged_rank`` uniform ragged
+    dimensions after the first."""
+    splits, rows = [], a.shape[0]
+    for k in range(1, ragged_rank + 1):
+        m = a.shape[k]
+        splits.append(np.arange(0, rows * m + 1, max(m, 1), dtype=np.int64)[:rows + 1]
+                      if m else np.zeros(rows + 1, np.int64))
+        rows *= m
+    return a.reshape((rows,) + a.shape[ragged_rank + 1:]), splits
+
+
+def stack_ragged(col, what, ragged_rank=0, splits_dtype=None):
+    """The RaggedTensor whose rows are the items of ``col`` (RaggedTensors, or dense
+    arrays of rank >= 1 made ragged in their first ``ragged_rank`` inner dimensions)."""
+    outer, levels, flats = [0], None, []
+    dtype = np.int64 if splits_dtype is None else as_dtype(splits_dtype).as_numpy_dtype
+    for i, item in enumerate(col):
+        if isinstance(item, RaggedTensor):
+            flat, splits = ragged_parts(item)
+            dtype = splits[0].dtype if splits_dtype is None else dtype
+            n = len(splits[0]) - 1
+        else:
+            if np.ndim(item) == 0:
+                raise InvalidArgumentError(f"{what}: cannot make a ragged batch of scalars "
+                                           f"(element {i})")
+            flat, splits = _dense_as_ragged(item, ragged_rank)
+            n = item.shape[0]
+        if levels is None:
+            levels = [[np.zeros(1, s.dtype)] for s in splits]
+        if len(splits) != len(levels) or (flats and flat.shape[1:] != flats[0].shape[1:]):
+            raise InvalidArgumentError(
+                f"{what}: cannot batch element {i} with the first one: ragged rank "
+                f"{len(splits)} vs {len(levels)}, inner shape {list(flat.shape[1:])} vs "
+                f"{list(flats[0].shape[1:]) if flats else '?'}")
+        outer.append(outer[-1] + n)
+        for level, s in zip(levels, splits):
+            level.append(s[1:] - s[0] + level[-1][-1])
+        flats.append(flat)
+    splits = [np.asarray(outer, dtype)] + [np.concatenate(lv).astype(dtype) for lv in levels]
+    return RaggedTensor.from_nested_row_splits(
+        _host_const(np.concatenate(flats)), [_host_const(s) for s in splits], validate=False)
+
+
+def stack_sparse(col, what):
+    """The SparseTensor whose rows are the SparseTensors of ``col`` (its dense shape the
+    largest of theirs in each dimension)."""
+    parts = [(to_host(s.indices), to_host(s.values), to_host(s.dense_shape)) for s in col]
+    ranks = {len(p[2]) for p in parts}
+    if len(ranks) != 1:
+        raise InvalidArgumentError(f"{what}: cannot batch SparseTensors of different ranks "
+                                   f"({sorted(ranks)})")
+    idx = np.concatenate([np.concatenate([np.full((len(p[0]), 1), i, np.int64), p[0]], 1)
+                          for i, p in enumerate(parts)])
+    shape = np.concatenate([[len(parts)], np.max([p[2] for p in parts], axis=0)])
+    return SparseTensor(_host_const(idx.astype(np.int64)),
+                        _host_const(np.concatenate([p[1] for p in parts])),
+                        _host_const(shape.astype(np.int64)))
+
+
+def spec_of(a):
+    """The spec of one internal component: a host array's TensorSpec, a RaggedTensor's
+    RaggedTensorSpec, a SparseTensor's SparseTensorSpec."""
+    if isinstance(a, RaggedTensor):
+        return RaggedTensorSpec.from_value(a)
+    if isinstance(a, SparseTensor):
+        return SparseTensorSpec.from_value(a)
+    if isinstance(a, Dataset):
+        return DatasetSpec(a.element_spec)
+    return TensorSpec(np.shape(a), as_dtype(np.asarray(a).dtype))
+
+
+def _dims(spec):
+    shape = spec.shape
+    if shape is None or getattr(shape, "rank", 0) is None:
+        return None
+    return tuple(None if d is None else int(d) for d in shape)
+
+
+def batched_spec(spec, n):
+    """``spec`` with a leading dimension ``n`` (None: unknown), as ``batch`` makes it."""
+    dims = _dims(spec)
+    shape = None if dims is None else (n,) + dims
+    if isinstance(spec, RaggedTensorSpec):
+        return RaggedTensorSpec(shape, spec.dtype, spec.ragged_rank + 1, spec.row_splits_dtype)
+    if isinstance(spec, SparseTensorSpec):
+        return SparseTensorSpec(shape, spec.dtype)
+    return TensorSpec(shape, spec.dtype)
+
+
+def unbatched_spec(spec):
+    """``spec`` without its leading dimension (an element of ``unbatch``)."""
+    dims = _dims(spec)
+    shape = None if dims is None else dims[1:]
+    if isinstance(spec, RaggedTensorSpec):
+        return RaggedTensorSpec(shape, spec.dtype, max(spec.ragged_rank - 1, 0),
+                                spec.row_splits_dtype)
+    if isinstance(spec, SparseTensorSpec):
+        return SparseTensorSpec(shape, spec.dtype)
+    return TensorSpec(shape, spec.dtype)
+
+
+def _merge_spec(a, b):
+    """The spec that fits both ``a`` and ``b`` (dimensions that differ: None)."""
+    if type(a) is not type(b) or a.dtype != b.dtype or a == b:
+        return a
+    da, db = _dims(a), _dims(b)
+    dims = None if da is None or db is None or len(da) != len(db) else tuple(
+        x if x == y else None for x, y in zip(da, db))
+    if isinstance(a, RaggedTensorSpec):
+        return a if a.ragged_rank != b.ragged_rank or dims is None else RaggedTensorSpec(
+            dims, a.dtype, a.ragged_rank, a.row_splits_dtype)
+    return type(a)(dims, a.dtype) if type(a) in (TensorSpec, SparseTensorSpec) else a
+
+
+class DatasetSpec:
+    """The spec of a dataset that is an element (``window``'s)."""
+
+    def __init__(self, element_spec):
+        self.element_spec = element_spec
+
+    def __repr__(self):
+        return f"DatasetSpec({self.element_spec!r}, TensorShape([]))"
+
+
+def interleave(inputs, make, cycle_length, block_length=1):
+    """TensorFlow's interleave: ``make(x)`` for the inputs ``x``, ``cycle_length`` (0:
+    all) of those iterators open at once, ``block_length`` elements from each in turn; a
+    slot whose iterator ends takes the next input when its turn comes again."""
+    inputs = iter(inputs)
+    slots, k, done, n_open = [], 0, False, 0
+    if cycle_length == 0:
+        slots = [iter(make(x)) for x in inputs]
+        done, n_open = True, len(slots)
+    else:
+        slots = [None] * cycle_length
+    while n_open or not done:
+        if not slots:
+            return
+        it = slots[k]
+        if it is None and not done:
+            x = next(inputs, _NOTHING)
+            if x is _NOTHING:
+                done = True
+            else:
+                slots[k], n_open = iter(make(x)), n_open + 1
+                continue
+        if it is not None:
+            for _ in range(block_length):
+                el = next(it, _NOTHING)
+                if el is _NOTHING:
+                    slots[k], n_open = None, n_open - 1
+                    break
+                yield el
+        k = (k + 1) % len(slots)
+
+
+_NOTHING = object()
 
 
 AUTOTUNE = -1
@@ -180,12 +462,41 @@ class Dataset:
         return Iterator(self)
 
     def as_numpy_iterator(self):
-        """Iterate the elements as NumPy arrays."""
+        """Iterate the elements as NumPy arrays (a scalar as a NumPy scalar, a string
+        scalar as ``bytes``, as TensorFlow gives them; composite tensors as they are)."""
         for el in self._elements():
-            yield map_element(np.array, el)
+            yield map_element(_to_numpy, el)
 
     def __repr__(self):
-        return f"<{type(self).__name__[1:] or 'Dataset'}Dataset>"
+        name = type(self).__dict__.get("_tf_name") or f"_{type(self).__name__.strip('_')}Dataset"
+        try:
+            return f"<{name} element_spec={self.element_spec!r}>"
+        except Exception:            # an element_spec that needs an element that fails
+            return f"<{name}>"
+
+    @property
+    def element_spec(self):
+        """The type of each element: a structure (as the elements') of ``tf.TensorSpec``,
+        ``tf.RaggedTensorSpec`` and ``tf.SparseTensorSpec``; ``None`` for a dimension
+        that varies. Known without reading the data where TensorFlow knows it; after a
+        ``map``/``flat_map`` (which tapeflow does not trace) it is read from the first two
+        elements (their differing dimensions None)."""
+        spec = self._element_spec()
+        return self._peek_spec() if spec is None else spec
+
+    def _element_spec(self):
+        """The element spec known without reading elements, else None."""
+        return None
+
+    def _peek_spec(self):
+        els = list(itertools.islice(self._elements(), 2))
+        if not els:
+            raise InvalidArgumentError(f"{type(self).__name__}.element_spec: the dataset "
+                                       "is empty, so its element type is unknown")
+        specs = [map_element(spec_of, el) for el in els]
+        if len(specs) == 1:
+            return specs[0]
+        return nest.map_structure(_merge_spec, specs[0], specs[1], lists_as_leaves=True)
 
     # --- sources ---------------------------------------------------------------------------------
     @staticmethod
@@ -302,25 +613,91 @@ class Dataset:
         return _Cache(self)
 
     def apply(self, transformation_func):
+        """``transformation_func(self)`` (``tf.data.experimental.dense_to_ragged_batch``
+        ...)."""
         return transformation_func(self)
+
+    def reduce(self, initial_state, reduce_func):
+        """``reduce_func(state, element)`` folded over the elements from
+        ``initial_state``; the final state (a structure of Tensors)."""
+        _check_callable(reduce_func, "Dataset.reduce: reduce_func")
+        state = map_element(to_host, initial_state)
+        for el in self._elements():
+            s, e = map_element(_to_cpu_tensor, state), map_element(_to_cpu_tensor, el)
+            with _HostFunctionScope():
+                state = normalize_output(reduce_func(s, e))
+        return map_element(_to_cpu_tensor, state)
+
+    def padded_batch(self, batch_size, padded_shapes=None, padding_values=None,
+                     drop_remainder=False, name=None):
+        """Batch elements of different shapes, each padded (at the end of each dimension)
+        to ``padded_shapes`` (a shape per component; ``None`` dimensions, or no
+        ``padded_shapes``: the largest in the batch) with ``padding_values`` (a scalar
+        per component; default 0, or ``b""`` for strings)."""
+        return _PaddedBatch(self, batch_size, padded_shapes, padding_values, drop_remainder)
+
+    def ragged_batch(self, batch_size, drop_remainder=False, row_splits_dtype="int64",
+                     name=None):
+        """Batch elements of different shapes: a component whose shape varies (a
+        dimension of its ``element_spec`` is None) becomes a ``tf.RaggedTensor`` (ragged
+        up to its last varying dimension); fixed shapes batch as ``batch`` does."""
+        return _Batch(self, batch_size, drop_remainder, ragged=as_dtype(row_splits_dtype))
+
+    def window(self, size, shift=None, stride=1, drop_remainder=False, name=None):
+        """Windows of ``size`` elements (every ``stride``-th), one starting every ``shift``
+        (default ``size``) elements; each window a structure (the elements') of datasets.
+        The last windows may be shorter unless ``drop_remainder``."""
+        return _Window(self, size, shift, stride, drop_remainder)
+
+    def interleave(self, map_func, cycle_length=None, block_length=None,
+                   num_parallel_calls=None, deterministic=None, name=None):
+        """The elements of the datasets ``map_func`` makes of each element, ``cycle_length``
+        (default: all) of them at a time, ``block_length`` (default 1) elements from each
+        in turn."""
+        return _Interleave(self, map_func, cycle_length, block_length)
+
+    @staticmethod
+    def list_files(file_pattern, shuffle=None, seed=None, name=None):
+        """The local paths matching ``file_pattern`` (a glob, or a list of globs) as string
+        scalars: sorted, then shuffled unless ``shuffle=False`` (``seed``: a repeatable
+        order). No match is a NotFoundError naming the pattern."""
+        patterns = file_pattern if isinstance(file_pattern, (list, tuple)) else [file_pattern]
+        files = []
+        for p in patterns:
+            p = to_host(p, "Dataset.list_files") if isinstance(p, (Tensor, np.ndarray)) else p
+            p = p.reshape(()).item() if getattr(p, "size", 0) == 1 else p
+            if not isinstance(p, (str, bytes, os.PathLike)):
+                raise InvalidTypeError(f"Dataset.list_files: file_pattern must be a glob (a "
+                                       f"str) or a list of them, got {file_pattern!r}"[:200])
+            files.extend(sorted(_glob.glob(os.fsdecode(p))))
+        if not files:
+            raise NotFoundError(f"Dataset.list_files: no files match {file_pattern!r}")
+        ds = Dataset.from_tensor_slices(np.array([os.fsencode(f) for f in files], object))
+        return ds.shuffle(len(files), seed) if shuffle is None or shuffle else ds
 
 
 # --- sources -------------------------------------------------------------------------------------
 
 class _TensorSlices(Dataset):
+    _tf_name = "_TensorSliceDataset"
+
+    def _element_spec(self):
+        return map_element(lambda a: unbatched_spec(spec_of(a)), self._structure)
+
     def __init__(self, tensors):
         if isinstance(tensors, list) and any(isinstance(x, (Tensor, Variable)) for x in tensors):
             tensors = np.stack([to_host(x) for x in tensors])
         self._structure = map_element(to_host, tensors)
-        leaves = nest.flatten(self._structure, lists_as_leaves=True)
+        leaves = [_Rows(a, f"from_tensor_slices: component {i}") if is_composite(a) else a
+                  for i, a in enumerate(nest.flatten(self._structure, lists_as_leaves=True))]
         if not leaves:
             raise InvalidArgumentError("from_tensor_slices needs at least one tensor")
         for i, a in enumerate(leaves):
-            if a.ndim == 0:
+            if type(a) is not _Rows and a.ndim == 0:
                 raise InvalidArgumentError(
                     f"from_tensor_slices: component {i} is a scalar; slicing needs at least "
                     "one dimension (use from_tensors for a single element)")
-        sizes = [a.shape[0] for a in leaves]
+        sizes = [len(a) for a in leaves]
         if len(set(sizes)) > 1:
             raise InvalidArgumentError(
                 "from_tensor_slices: all components must have the same size in dimension 0, "
@@ -343,8 +720,13 @@ class _TensorSlices(Dataset):
 
 
 class _Tensors(Dataset):
+    _tf_name = "_TensorDataset"
+
     def __init__(self, tensors):
         self._element = map_element(to_host, tensors)
+
+    def _element_spec(self):
+        return map_element(spec_of, self._element)
 
     def _cardinality(self):
         return 1
@@ -362,10 +744,22 @@ def _shape_ok(shape, expected):
 
 
 class _Generator(Dataset):
+    _tf_name = "_FlatMapDataset"
+
     def __init__(self, generator, output_types, output_shapes, args):
         self._gen, self._args = generator, tuple(args or ())
         self._types = output_types
         self._shapes = output_shapes
+
+    def _element_spec(self):
+        types = self._types
+        if not nest.is_nested(types, lists_as_leaves=True):
+            return TensorSpec(self._shapes, types)
+        shapes = [None] * len(nest.flatten(types, lists_as_leaves=True)) \
+            if self._shapes is None else nest.flatten_up_to(
+                types, self._shapes, check_types=False, lists_as_leaves=True)
+        return nest.pack_sequence_as(types, [TensorSpec(s, t) for s, t in zip(
+            shapes, nest.flatten(types, lists_as_leaves=True))], lists_as_leaves=True)
 
     def _elements(self):
         types = self._types
@@ -417,6 +811,9 @@ class _Range(Dataset):
     def _cardinality(self):
         return len(self._range)
 
+    def _element_spec(self):
+        return TensorSpec((), as_dtype(self._np))
+
     def _elements(self):
         t = self._np
         for i in self._range:
@@ -430,6 +827,12 @@ class _Zip(Dataset):
         for d in self._datasets:
             if not isinstance(d, Dataset):
                 raise InvalidTypeError(f"Dataset.zip: {d!r} is not a Dataset")
+
+    def _element_spec(self):
+        specs = [d._element_spec() for d in self._datasets]
+        if any(sp is None for sp in specs):
+            return None
+        return nest.pack_sequence_as(self._structure, specs, lists_as_leaves=True)
 
     def _cardinality(self):
         ns = [d._cardinality() for d in self._datasets]
@@ -462,11 +865,22 @@ class _Unary(Dataset):
     def _cardinality(self):
         return self._input._cardinality()
 
+    def _element_spec(self):
+        return self._input._element_spec()
+
+    def _peek_spec(self):
+        return self._input.element_spec
+
 
 class _Map(_Unary):
     def __init__(self, input_dataset, fn):
         super().__init__(input_dataset)
         self._fn = fn
+
+    def _element_spec(self):
+        return None                  # the function is not traced: read from elements
+
+    _peek_spec = Dataset._peek_spec
 
     def _elements(self):
         fn = self._fn
@@ -502,6 +916,11 @@ class _FlatMap(_Unary):
 
     def _cardinality(self):
         return UNKNOWN_CARDINALITY
+
+    def _element_spec(self):
+        return None
+
+    _peek_spec = Dataset._peek_spec
 
     def _elements(self):
         for el in self._input._elements():
@@ -553,12 +972,13 @@ class _Shuffle(_Unary):
 
 
 class _Batch(_Unary):
-    def __init__(self, input_dataset, batch_size, drop_remainder):
+    def __init__(self, input_dataset, batch_size, drop_remainder, ragged=None):
         super().__init__(input_dataset)
-        self._size = int(batch_size)
+        self._size = int_arg(batch_size, "batch_size", "batch", required=True)
         if self._size < 1:
             raise InvalidArgumentError(f"batch: batch_size must be >= 1, got {batch_size}")
         self._drop = bool(drop_remainder)
+        self._ragged = ragged        # ragged_batch: the row splits dtype
 
     def _cardinality(self):
         n = self._input._cardinality()
@@ -566,9 +986,60 @@ class _Batch(_Unary):
             return n
         return n // self._size if self._drop else -(-n // self._size)
 
+    def _ragged_spec(self, spec):
+        """``ragged_batch``'s element spec for a component: ragged up to its last
+        varying dimension (TensorFlow's rule)."""
+        dims = _dims(spec) if type(spec) is TensorSpec else None
+        if self._ragged is None or not dims or None not in dims:
+            return spec
+        rr = max(i for i, d in enumerate(dims) if d is None)
+        return RaggedTensorSpec(dims, spec.dtype, rr, self._ragged)
+
+    def _element_spec(self):
+        spec = self._input._element_spec()
+        return None if spec is None else self._spec_from(spec)
+
+    def _peek_spec(self):
+        return self._spec_from(self._input.element_spec)
+
+    def _spec_from(self, spec):
+        n = self._size if self._drop else None
+        return map_element(lambda sp: batched_spec(self._ragged_spec(sp), n), spec)
+
+    def _stack(self, c, col, spec):
+        first = col[0]
+        if isinstance(spec, RaggedTensorSpec) or isinstance(first, RaggedTensor):
+            rr = spec.ragged_rank if isinstance(spec, RaggedTensorSpec) else 0
+            return stack_ragged(col, "batch", rr, self._ragged)
+        if isinstance(first, SparseTensor):
+            return stack_sparse(col, "batch")
+        if spec is None and self._ragged is not None and np.ndim(first) >= 1:
+            # after a map (not traced): ragged up to the last dimension that varies here
+            shapes = np.array([np.shape(a) for a in col])
+            varying = [i for i in range(shapes.shape[1]) if (shapes[:, i] != shapes[0, i]).any()]
+            return stack_ragged(col, "ragged_batch", max(varying, default=0), self._ragged)
+        try:
+            return np.stack(col)
+        except ValueError:
+            shape = np.shape(col[0])
+            j = next(j for j, a in enumerate(col) if np.shape(a) != shape)
+            raise InvalidArgumentError(
+                f"batch: cannot batch tensors with different shapes in component "
+                f"{c}: the first element had shape {list(shape)} and element {j} "
+                f"had shape {list(np.shape(col[j]))}; use ragged_batch or padded_batch "
+                "for elements of different shapes") from None
+
     def _elements(self):
         it = self._input._elements()
         size = self._size
+        spec = self._input._element_spec()
+        if spec is None and self._ragged is not None:
+            try:                     # ragged_batch after a map: the spec read from elements
+                spec = self._input.element_spec
+            except InvalidArgumentError:
+                spec = None
+        specs = None if spec is None else [self._ragged_spec(sp) for sp in nest.flatten(
+            spec, lists_as_leaves=True)]
         while True:
             els = list(itertools.islice(it, size))
             if not els or (self._drop and len(els) < size):
@@ -577,19 +1048,95 @@ class _Batch(_Unary):
             flat = is_flat_tuple(template)
             columns = zip(*(els if flat else
                             [nest.flatten(e, lists_as_leaves=True) for e in els]))
-            leaves = []
-            for c, col in enumerate(columns):
-                try:
-                    leaves.append(np.stack(col))
-                except ValueError:
-                    shape = np.shape(col[0])
-                    j = next(j for j, a in enumerate(col) if np.shape(a) != shape)
-                    raise InvalidArgumentError(
-                        f"batch: cannot batch tensors with different shapes in component "
-                        f"{c}: the first element had shape {list(shape)} and element {j} "
-                        f"had shape {list(np.shape(col[j]))}") from None
+            leaves = [self._stack(c, col, None if specs is None else specs[c])
+                      for c, col in enumerate(columns)]
             yield tuple(leaves) if flat else nest.pack_sequence_as(template, leaves,
                                                                    lists_as_leaves=True)
+
+
+class _PaddedBatch(_Batch):
+    def __init__(self, input_dataset, batch_size, padded_shapes, padding_values,
+                 drop_remainder):
+        super().__init__(input_dataset, batch_size, drop_remainder)
+        self._shapes, self._values = padded_shapes, padding_values
+
+    def _per_component(self, arg, template, what):
+        if arg is None:
+            return [None] * len(nest.flatten(template, lists_as_leaves=True))
+        if not nest.is_nested(template, lists_as_leaves=True):
+            return [arg]
+        try:
+            return nest.flatten_up_to(template, arg, check_types=False, lists_as_leaves=True)
+        except (InvalidArgumentError, InvalidTypeError) as e:
+            raise InvalidArgumentError(f"padded_batch: {what} must have the structure of the "
+                                       f"elements: {e}") from None
+
+    def _spec_from(self, spec):
+        n = self._size if self._drop else None
+        shapes = self._per_component(self._shapes, spec, "padded_shapes")
+        leaves = []
+        for sp, shape in zip(nest.flatten(spec, lists_as_leaves=True), shapes):
+            dims = _dims(sp) if shape is None else _padded_dims(shape)
+            leaves.append(TensorSpec(None if dims is None else (n,) + tuple(dims), sp.dtype))
+        return nest.pack_sequence_as(spec, leaves, lists_as_leaves=True)
+
+    def _elements(self):
+        it = self._input._elements()
+        while True:
+            els = list(itertools.islice(it, self._size))
+            if not els or (self._drop and len(els) < self._size):
+                return
+            template = els[0]
+            shapes = self._per_component(self._shapes, template, "padded_shapes")
+            values = self._per_component(self._values, template, "padding_values")
+            columns = zip(*[nest.flatten(e, lists_as_leaves=True) for e in els])
+            leaves = [_pad_stack(c, col, shape, value) for c, (col, shape, value)
+                      in enumerate(zip(columns, shapes, values))]
+            yield nest.pack_sequence_as(template, leaves, lists_as_leaves=True)
+
+
+def _padded_dims(shape):
+    if isinstance(shape, (Tensor, np.ndarray)):
+        shape = np.asarray(to_host(shape)).reshape(-1).tolist()
+    if hasattr(shape, "as_list"):
+        shape = shape.as_list()
+    try:
+        return [None if d is None or int(d) < 0 else int(d) for d in shape]
+    except TypeError:
+        raise InvalidArgumentError(f"padded_batch: a padded shape is a list of ints or None, "
+                                   f"got {shape!r}") from None
+
+
+def _pad_stack(c, col, shape, value):
+    """The arrays of ``col`` padded at the end of each dimension to ``shape`` (its None
+    dimensions: the batch's largest) with ``value``, stacked."""
+    if any(is_composite(a) for a in col):
+        raise InvalidArgumentError(f"padded_batch: component {c} is a composite tensor; "
+                                   "padded_batch takes dense components (use ragged_batch)")
+    ranks = {a.ndim for a in col}
+    if len(ranks) != 1:
+        raise InvalidArgumentError(f"padded_batch: component {c} has elements of different "
+                                   f"ranks {sorted(ranks)}")
+    biggest = np.max([a.shape for a in col], axis=0) if col[0].ndim else np.zeros(0, int)
+    dims = [None] * col[0].ndim if shape is None else _padded_dims(shape)
+    if len(dims) != col[0].ndim:
+        raise InvalidArgumentError(f"padded_batch: padded shape {dims} of component {c} does "
+                                   f"not have the elements' rank {col[0].ndim}")
+    target = [int(b) if d is None else d for d, b in zip(dims, biggest)]
+    if any(t < b for t, b in zip(target, biggest)):
+        raise InvalidArgumentError(
+            f"padded_batch: component {c} has an element of shape {list(biggest)} in some "
+            f"dimension larger than the padded shape {dims}; attempted to pad to a smaller "
+            "size than the input element")
+    dtype = col[0].dtype
+    if value is None:
+        fill = b"" if dtype.kind == "O" else 0
+    else:
+        fill = to_host(value, "padded_batch: padding_values").reshape(()).item()
+    out = np.full([len(col)] + target, fill, dtype=dtype)
+    for i, a in enumerate(col):
+        out[(i,) + tuple(slice(0, d) for d in a.shape)] = a
+    return out
 
 
 class _Unbatch(_Unary):
@@ -597,16 +1144,125 @@ class _Unbatch(_Unary):
         n = self._input._cardinality()
         return n if n == INFINITE_CARDINALITY else UNKNOWN_CARDINALITY
 
+    def _element_spec(self):
+        spec = self._input._element_spec()
+        return None if spec is None else map_element(unbatched_spec, spec)
+
+    def _peek_spec(self):
+        return map_element(unbatched_spec, self._input.element_spec)
+
     def _elements(self):
         for el in self._input._elements():
-            leaves = nest.flatten(el, lists_as_leaves=True)
-            if any(a.ndim == 0 for a in leaves):
+            leaves = [_Rows(a, "unbatch") if is_composite(a) else a
+                      for a in nest.flatten(el, lists_as_leaves=True)]
+            if any(type(a) is not _Rows and a.ndim == 0 for a in leaves):
                 raise InvalidArgumentError("unbatch: every component needs a first dimension")
-            n = leaves[0].shape[0]
-            if any(a.shape[0] != n for a in leaves):
+            n = len(leaves[0])
+            if any(len(a) != n for a in leaves):
                 raise InvalidArgumentError("unbatch: components have different batch sizes")
             for i in range(n):
                 yield nest.pack_sequence_as(el, [a[i] for a in leaves], lists_as_leaves=True)
+
+
+class _Elements(Dataset):
+    """A dataset of given internal elements (a window's)."""
+
+    _tf_name = "_VariantDataset"
+
+    def __init__(self, elements):
+        self._list = elements
+
+    def _cardinality(self):
+        return len(self._list)
+
+    def _element_spec(self):
+        return spec_of(self._list[0]) if self._list else None
+
+    def _elements(self):
+        return iter(self._list)
+
+
+class _Window(_Unary):
+    def __init__(self, input_dataset, size, shift, stride, drop_remainder):
+        super().__init__(input_dataset)
+        self._size = int_arg(size, "size", "window", required=True)
+        self._stride = int_arg(stride, "stride", "window", required=True)
+        self._shift = int_arg(shift, "shift", "window", self._size)
+        if min(self._size, self._shift, self._stride) < 1:
+            raise InvalidArgumentError(f"window: size, shift and stride must be >= 1, got "
+                                       f"{size}, {shift}, {stride}")
+        self._drop = bool(drop_remainder)
+
+    def _cardinality(self):
+        return UNKNOWN_CARDINALITY
+
+    def _element_spec(self):
+        spec = self._input._element_spec()
+        return None if spec is None else map_element(DatasetSpec, spec)
+
+    def _peek_spec(self):
+        return map_element(DatasetSpec, self._input.element_spec)
+
+    def _pack(self, items):
+        template = items[0]
+        cols = zip(*[nest.flatten(e, lists_as_leaves=True) for e in items])
+        return nest.pack_sequence_as(template, [_Elements(list(c)) for c in cols],
+                                     lists_as_leaves=True)
+
+    def _elements(self):
+        it = self._input._elements()
+        buf, base, start, ended = [], 0, 0, False
+        span = (self._size - 1) * self._stride + 1
+        while True:
+            drop = min(start - base, len(buf))
+            del buf[:drop]
+            base += drop
+            while base < start:          # skip inputs before the window (shift > span)
+                if next(it, _NOTHING) is _NOTHING:
+                    return
+                base += 1
+            while len(buf) < span and not ended:
+                el = next(it, _NOTHING)
+                if el is _NOTHING:
+                    ended = True
+                else:
+                    buf.append(el)
+            items = buf[::self._stride][:self._size]
+            if not items or (self._drop and len(items) < self._size):
+                return
+            yield self._pack(items)
+            start += self._shift
+
+
+class _Interleave(_Unary):
+    def __init__(self, input_dataset, fn, cycle_length, block_length):
+        super().__init__(input_dataset)
+        self._fn = _check_callable(fn, "Dataset.interleave: map_func")
+        self._cycle = int_arg(cycle_length, "cycle_length", "interleave", 0)
+        self._block = int_arg(block_length, "block_length", "interleave", 1)
+        self._cycle = 0 if self._cycle == AUTOTUNE else self._cycle
+        self._block = 1 if self._block == AUTOTUNE else self._block
+        if self._cycle < 0 or self._block < 1:
+            raise InvalidArgumentError(f"interleave: cycle_length must be >= 1 and "
+                                       f"block_length >= 1, got {cycle_length}, {block_length}")
+
+    def _cardinality(self):
+        return UNKNOWN_CARDINALITY
+
+    def _element_spec(self):
+        return None
+
+    _peek_spec = Dataset._peek_spec
+
+    def _make(self, el):
+        ds = call(self._fn, el)
+        if not isinstance(ds, Dataset):
+            raise InvalidTypeError(f"interleave: the function must return a Dataset, got "
+                                   f"{type(ds).__name__}")
+        return ds._elements()
+
+    def _elements(self):
+        return interleave(self._input._elements(), self._make, self._cycle, self._block)
 
 
 class _Repeat(_Unary):
@@ -714,6 +1370,12 @@ class _Skip(_Unary):
 class _Concatenate(Dataset):
     def __init__(self, first, second):
         self._first, self._second = first, second
+
+    def _element_spec(self):
+        a, b = self._first._element_spec(), self._second._element_spec()
+        if a is None or b is None:
+            return None
+        return nest.map_structure(_merge_spec, a, b, lists_as_leaves=True)
 
     def _cardinality(self):
         a, b = self._first._cardinality(), self._second._cardinality()

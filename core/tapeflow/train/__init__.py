@@ -27,6 +27,7 @@ import threading
 
 from .. import dtypes as _dt
 from ..errors import InvalidArgumentError
+from ..data import example as _example  # tf.train.Example & co. (data/example.py)
 from ..runtime.variable import Variable
 from .checkpoint import (Checkpoint, CheckpointLoadStatus, CheckpointManager, DataLossError, Saver,
                          latest_checkpoint, list_variables, load_checkpoint, restore_deferred,
@@ -93,3 +94,12 @@ def reset_global_step():
     global _global_step
     with _gs_lock:
         _global_step = None
+
+
+def __getattr__(name):
+    """``tf.train.Example``, ``Features``, ``Feature``, ``BytesList``, ``FloatList``,
+    ``Int64List``, ``SequenceExample``, ``FeatureList(s)``: protobuf classes built on
+    first use (they need the protobuf package: data/example.py)."""
+    if name in _example.MESSAGES:
+        return _example.message_class(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
