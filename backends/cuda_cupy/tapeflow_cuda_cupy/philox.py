@@ -177,3 +177,104 @@ def reference_raw64(n, key, counter):
         out += [c0, c1, c2, c3]
         j += 1
     return np.array(out[:n], dtype=np.uint64)
+
+
+# --- TensorFlow 2's Philox4x32-10 (the stateless ops, tf.random.Generator) -------------------
+#
+# The words the shared stateless kernels (``tapeflow.kernels.random.RandomKernels``)
+# transform: block ``j`` of a state ``(counter low, counter high, key)`` (int64 [3]) is
+# ``philox4x32_10(counter + blocks[j], key)``, four uint32 words in TensorFlow's order.
+# One thread per (state, block). Written against CuPy's RawKernel API; not run in this
+# project's CI (no GPU there): ``RandomKernels.block_words`` falls back to its CuPy-array version of
+# the same rounds when this kernel cannot be compiled or launched.
+
+PHILOX4X32_SOURCE = r"""
+extern "C" __global__ void tapeflow_philox4x32_10(
+        const long long* __restrict__ st, const unsigned long long* __restrict__ blocks,
+        unsigned int* __restrict__ out, const long long nb, const long long total) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long s = i / nb, j = i % nb;
+        const unsigned long long lo0 = (unsigned long long)st[3 * s];
+        const unsigned long long lo = lo0 + blocks[j];
+        const unsigned long long hi = (unsigned long long)st[3 * s + 1] + (lo < lo0 ? 1ULL : 0ULL);
+        const unsigned long long key = (unsigned long long)st[3 * s + 2];
+        unsigned int c0 = (unsigned int)lo, c1 = (unsigned int)(lo >> 32);
+        unsigned int c2 = (unsigned int)hi, c3 = (unsigned int)(hi >> 32);
+        unsigned int k0 = (unsigned int)key, k1 = (unsigned int)(key >> 32);
+        #pragma unroll
+        for (int r = 0; r < 10; ++r) {
+            if (r > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+            const unsigned int hi0 = __umulhi(0xD2511F53u, c0), lw0 = 0xD2511F53u * c0;
+            const unsigned int hi1 = __umulhi(0xCD9E8D57u, c2), lw1 = 0xCD9E8D57u * c2;
+            const unsigned int n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+            c0 = n0; c1 = lw1; c2 = n2; c3 = lw0;
+        }
+        out[4 * i] = c0; out[4 * i + 1] = c1; out[4 * i + 2] = c2; out[4 * i + 3] = c3;
+    }
+}
+"""
+
+
+#: CuPy's errors of a kernel that cannot be built or loaded here (by name: they live in
+#: modules that vary with CuPy's version): NVRTC's compile errors, NVRTC missing or
+#: broken, a module the driver refuses (no binary or PTX for this GPU)
+_KERNEL_FAILURES = frozenset({"CompileException", "NVRTCError", "CUDADriverError",
+                              "ImportError", "OSError"})
+
+
+def kernel_failed(exc):
+    """Whether ``exc`` (raised by :class:`Philox32Words`) says the kernel itself cannot be
+    compiled or launched on this machine, so the shared kernels should compute the words
+    with array ops from now on. An out-of-memory error (CuPy's ``OutOfMemoryError`` is a
+    ``MemoryError``; a CUDA error naming OUT_OF_MEMORY) and any other error are not: they
+    are raised and the kernel is kept (they may pass).
+
+    >>> kernel_failed(MemoryError("out of memory allocating 8 bytes"))
+    False
+    >>> kernel_failed(type("CompileException", (Exception,), {})("nvrtc: error"))
+    True
+    """
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError) or "out_of_memory" in text or "out of memory" in text:
+        return False
+    names = {c.__name__ for c in type(exc).__mro__}
+    return bool(names & _KERNEL_FAILURES) or (isinstance(exc, RuntimeError) and
+                                              "nvrtc" in text)
+
+
+class Philox32Words:
+    """``words(state, blocks)`` on the current CUDA device: the Philox4x32-10 words of
+    counter blocks ``blocks`` (uint64 offsets, shape ``(nb,)``) of each state of
+    ``state`` (int64 ``[..., 3]``), a uint64 CuPy array ``state.shape[:-1] + (nb, 4)``
+    (the ``philox32`` service of the shared kernels; its :meth:`kernel_failed` tells them
+    which errors mean the kernel cannot run here)."""
+
+    kernel_failed = staticmethod(kernel_failed)
+
+    def __init__(self, cp):
+        self.cp = cp
+        self.kernel = cp.RawKernel(PHILOX4X32_SOURCE, "tapeflow_philox4x32_10")
+
+    def __call__(self, state, blocks):
+        cp = self.cp
+        st = cp.ascontiguousarray(cp.asarray(state).astype(cp.int64))
+        lead = tuple(st.shape[:-1])
+        st2 = st.reshape(-1, 3)
+        b = cp.ascontiguousarray(cp.asarray(blocks).astype(cp.uint64).reshape(-1))
+        nb = int(b.size)
+        total = int(st2.shape[0]) * nb
+        out = cp.empty(total * 4, dtype=cp.uint32)
+        if total:
+            grid = min((total + _THREADS - 1) // _THREADS, 65535)
+            self.kernel((grid,), (_THREADS,), (st2, b, out, np.int64(nb), np.int64(total)))
+        return out.reshape(lead + (nb, 4)).astype(cp.uint64)
+
+
+def make_philox32(cp):
+    """A :class:`Philox32Words` for the ``philox32`` service, or None when CuPy cannot
+    make the kernel (the shared kernels then compute the rounds with CuPy arrays)."""
+    try:
+        return Philox32Words(cp)
+    except Exception:
+        return None

@@ -18,6 +18,12 @@ truncated normals match up to the last-bit rounding of the device's
 ``log``/``cos``/``sin`` against NumPy's (the truncated normal's inverse CDF is a
 port of Cephes' ``ndtri``, SciPy's, evaluated in float64).
 
+TensorFlow 2's stateless ops (``StatelessRandom*V2``: ``tf.random.stateless_*`` and
+``tf.random.Generator``) run Philox4x32-10 on the state input read on the device, one
+work item per group of values (:meth:`RandomKernels.philox_table`): the CPU's numbers
+bit for bit for uniforms and integers, and for float32/float16 normals where the device
+has fp64 (log/sin/cos in double, rounded, as the CPU does).
+
 ``RandomShuffle`` sorts the first ``n`` words stably on the device
 (:func:`k_index.stable_argsort_u64`) and gathers the rows by that permutation, the
 CPU's ``x[argsort(raw, kind="stable")]``.
@@ -31,6 +37,7 @@ import numpy as np
 
 from tapeflow.plugins import KernelSpec
 
+from . import bf16
 from . import runtime as rt
 from .k_index import gather_axis, stable_argsort_u64
 from .runtime import FLOATS
@@ -325,6 +332,68 @@ class RandomKernels:
         _, perm = stable_argsort_u64(raw_words(dev, n, key, counter))
         return gather_axis(x, perm, 0, 0, check=False)
 
+    def _philox(self, op, state, shape, dtype, device, extra=()):
+        rt = self.rt
+        dev = device.handle
+        npdt = np.dtype(dtype.np)
+        low = npdt == bf16.BF16           # bfloat16: a float32 draw, rounded (exact for
+        if low:                           # uniforms: 7 bits)
+            npdt = np.dtype(np.float32)
+        dev.check_dtype(npdt, f"Stateless {op}")
+        lead = tuple(state.shape[:-1])        # a batch of states: one draw each
+        out = rt.empty(dev, lead + tuple(shape), npdt)
+        n = math.prod(shape)
+        if out.size == 0:
+            return bf16.from_float32(out) if low else out
+        st = rt.contiguous(state)
+        src, per = _philox_source(op, rt.CTYPES[npdt], dev.fp64, low)
+        sd = [None, np.int64, None, np.int64, np.int64] + [np.uint64] * len(extra)
+        k = rt.kernel(dev, src, f"philox_{op}", sd)
+        groups = (n + per - 1) // per
+        rt.launch(dev, k, (groups * math.prod(lead),), None, out.base_data, n,
+                  rt.buf(dev, st), st.offset // 8, groups, *extra)
+        return bf16.from_float32(out) if low else out
+
+    def stateless_uniform(self, state, shape, dtype, device=None):
+        """StatelessRandomUniformV2."""
+        return self._philox("uniform", state, shape, dtype, device)
+
+    def stateless_normal(self, state, shape, dtype, device=None):
+        """StatelessRandomNormalV2."""
+        return self._philox("normal", state, shape, dtype, device)
+
+    def stateless_truncated_normal(self, state, shape, dtype, device=None):
+        """StatelessTruncatedNormalV2."""
+        return self._philox("truncated", state, shape, dtype, device)
+
+    def stateless_uniform_int(self, state, shape, dtype, minval, maxval, device=None):
+        """StatelessRandomUniformIntV2."""
+        return self._philox("uniform_int", state, shape, dtype, device,
+                         (np.uint64((int(maxval) - int(minval)) & _M64),
+                          np.uint64(int(minval) & _M64)))
+
+    def stateless_uniform_full_int(self, state, shape, dtype, device=None):
+        """StatelessRandomUniformFullIntV2."""
+        return self._philox("full_int", state, shape, dtype, device)
+
+    def philox_table(self):
+        """``{op name: KernelSpec}`` of the stateless ops."""
+        f16 = ("bfloat16", "float16") + FLOATS
+        return {
+            "StatelessRandomUniformV2": KernelSpec(self.stateless_uniform, dtypes=f16,
+                                                   needs_device=True),
+            "StatelessRandomNormalV2": KernelSpec(self.stateless_normal, dtypes=f16,
+                                                  needs_device=True),
+            "StatelessTruncatedNormalV2": KernelSpec(self.stateless_truncated_normal, dtypes=f16,
+                                                     needs_device=True),
+            "StatelessRandomUniformIntV2": KernelSpec(self.stateless_uniform_int,
+                                                      dtypes=("int32", "int64"),
+                                                      needs_device=True),
+            "StatelessRandomUniformFullIntV2": KernelSpec(
+                self.stateless_uniform_full_int, dtypes=("int32", "int64", "uint32", "uint64"),
+                needs_device=True),
+        }
+
     def table(self):
         """``{op name: KernelSpec}`` of this module's kernels."""
         # float16 (devices with cl_khr_fp16): the CPU backend's float16 recipes
@@ -340,7 +409,134 @@ class RandomKernels:
         }
 
 
+
+# --- TensorFlow 2's Philox4x32-10 (the stateless ops; tapeflow.random's docstring) ----------
+#
+# One work item per group: the values one counter block makes (4 for 32-bit outputs, 2
+# for 64-bit ones); a truncated normal's group reads blocks from ``g * 256`` (float64:
+# ``g * 128``) on until it has kept its values, as the CPU's kernel does. The state (int64
+# [3]: counter low, counter high, key) is read on the device. The float transforms are
+# the CPU's: log/sin/cos evaluated in double and rounded to float where the device has
+# fp64 (the CPU's numbers, up to the device's double rounding), in float otherwise.
+
+_PHILOX32 = r"""
+#pragma OPENCL FP_CONTRACT OFF
+inline void philox_block(__global const long *st, ulong b, uint *w) {
+    ulong lo0 = (ulong)st[0], lo = lo0 + b, hi = (ulong)st[1] + (lo < lo0 ? 1UL : 0UL);
+    ulong key = (ulong)st[2];
+    uint c0 = (uint)lo, c1 = (uint)(lo >> 32), c2 = (uint)hi, c3 = (uint)(hi >> 32);
+    uint k0 = (uint)key, k1 = (uint)(key >> 32);
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+        uint hi0 = mul_hi(0xD2511F53u, c0), lo0w = 0xD2511F53u * c0;
+        uint hi1 = mul_hi(0xCD9E8D57u, c2), lo1w = 0xCD9E8D57u * c2;
+        uint n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0; c1 = lo1w; c2 = n2; c3 = lo0w;
+    }
+    w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3;
+}
+inline float unit_f(uint x) { return (float)(x & 0x7FFFFFu) * 0x1p-23f; }
+"""
+
+_BOX_MULLER_F = {True: r"""
+inline void box_muller_f(uint x0, uint x1, float *f0, float *f1) {
+    float u1 = fmax(unit_f(x0), 1.0e-7f);
+    float v1 = (float)((double)unit_f(x1) * %(two_pi)s);
+    float lg = (float)log((double)u1);
+    float u2 = (float)sqrt((double)(-2.0f * lg));
+    *f0 = (float)sin((double)v1) * u2; *f1 = (float)cos((double)v1) * u2;
+}
+""", False: r"""
+inline void box_muller_f(uint x0, uint x1, float *f0, float *f1) {
+    float u1 = fmax(unit_f(x0), 1.0e-7f);
+    float v1 = unit_f(x1) * %(two_pi_f)s;
+    float u2 = sqrt(-2.0f * log(u1));
+    *f0 = sin(v1) * u2; *f1 = cos(v1) * u2;
+}
+"""}
+
+_BOX_MULLER_D = r"""
+inline double unit_d(uint hi, uint lo) {
+    return (double)(((ulong)(hi & 0xFFFFFu) << 32) | (ulong)lo) * 0x1p-52;
+}
+inline void box_muller_d(uint *w, double *d0, double *d1) {
+    double u1 = fmax(unit_d(w[0], w[1]), 1.0e-7);
+    double v1 = %(two_pi)s * unit_d(w[2], w[3]);
+    double u2 = sqrt(-2.0 * log(u1));
+    *d0 = sin(v1) * u2; *d1 = cos(v1) * u2;
+}
+"""
+
+
+def _philox_body(op, ct, bf16=False):
+    """``(values per group, body)``: the body sees ``w[4]`` (the group's first block),
+    ``g`` (the group), ``base`` (its first output) and calls EMIT(index, value)
+    (``bf16``: float values of a bfloat16 draw, rounded afterwards)."""
+    wide = ct in ("double", "long", "ulong")
+    if op == "uniform":
+        if ct == "double":
+            return 2, "EMIT(base, unit_d(w[0], w[1])); EMIT(base + 1, unit_d(w[2], w[3]));"
+        mask, scale = ("0x3FFu", "0x1p-10f") if ct == "half" else \
+            ("0x7Fu", "0x1p-7f") if bf16 else ("0x7FFFFFu", "0x1p-23f")
+        return 4, f"for (int t = 0; t < 4; ++t) EMIT(base + t, (float)(w[t] & {mask}) * {scale});"
+    if op == "normal":
+        if ct == "double":
+            return 2, "double a, b; box_muller_d(w, &a, &b); EMIT(base, a); EMIT(base + 1, b);"
+        return 4, ("float a, b; box_muller_f(w[0], w[1], &a, &b); EMIT(base, a); "
+                   "EMIT(base + 1, b); box_muller_f(w[2], w[3], &a, &b); EMIT(base + 2, a); "
+                   "EMIT(base + 3, b);")
+    if op == "truncated":
+        per = 2 if ct == "double" else 4
+        draw = ("double z[2]; box_muller_d(w, &z[0], &z[1]);\n"
+                "            for (int i = 0; i < 2; ++i) KEEP(z[i]);" if per == 2 else
+                "float z[4]; box_muller_f(w[0], w[1], &z[0], &z[1]); "
+                "box_muller_f(w[2], w[3], &z[2], &z[3]);\n"
+                "            for (int i = 0; i < 4; ++i) KEEP(z[i]);")
+        return per, (
+            f"ulong blk = (ulong)g * {256 if per == 4 else 128}UL; int kept = 0;\n"
+            "        #define KEEP(v) if (kept < PER && fabs(v) < LIM) "
+            "{ EMIT(base + kept, v); ++kept; }\n"
+            "        while (kept < PER) {\n"
+            "            philox_block(st, blk++, w);\n"
+            f"            {draw}\n        }}")
+    if op == "uniform_int":
+        if wide:
+            return 2, ("for (int t = 0; t < 2; ++t) EMIT(base + t, (long)((((ulong)w[2 * t] | "
+                       "((ulong)w[2 * t + 1] << 32)) % rng) + lo));")
+        return 4, "for (int t = 0; t < 4; ++t) EMIT(base + t, (int)((uint)lo + w[t] % (uint)rng));"
+    if wide:       # full-range integers
+        return 2, (f"for (int t = 0; t < 2; ++t) EMIT(base + t, ({ct})((ulong)w[2 * t] | "
+                   "((ulong)w[2 * t + 1] << 32)));")
+    return 4, f"for (int t = 0; t < 4; ++t) EMIT(base + t, ({ct})w[t]);"
+
+
+def _philox_source(op, ct, fp64, bf16=False):
+    per, body = _philox_body(op, ct, bf16)
+    pre = _PHILOX32
+    if ct == "double":
+        pre += _BOX_MULLER_D % {"two_pi": _f64(2.0 * math.pi)}
+    elif op in ("normal", "truncated"):
+        pre += _BOX_MULLER_F[fp64] % {"two_pi": _f64(2.0 * math.pi),
+                                      "two_pi_f": _f32(2.0 * math.pi)}
+    emit = "out[i] = (v)"
+    if ct == "half":
+        pre = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" + pre
+        emit = "out[i] = convert_half_rte(v)"
+    extra = ", ulong rng, ulong lo" if op == "uniform_int" else ""
+    lim = "2.0" if ct == "double" else "2.0f"
+    return (f"{pre}\n#define PER {per}\n#define LIM {lim}\n#define EMIT(i, v) if ((i) < n) {emit}\n"
+            f"__kernel void philox_{op}(__global {ct} *out, long n, __global const long *st, "
+            f"long st_off, long ngroups{extra}) {{\n"
+            "    long s = get_global_id(0) / ngroups, g = get_global_id(0) % ngroups;\n"
+            "    long base = g * PER;\n"
+            "    if (base >= n) return;\n    st += st_off + 3 * s;\n    out += s * n;\n"
+            "    uint w[4];\n"
+            "    philox_block(st, (ulong)g, w);\n"
+            f"    {body}\n}}\n"), per
+
+
 def build(ctx):
     """The OpenCL kernels of this module: ``{op name: KernelSpec}`` (``ctx``: the
     backend's :class:`~tapeflow.plugins.BuildContext`, ``ctx.runtime`` the runtime)."""
-    return RandomKernels(ctx).table()
+    k = RandomKernels(ctx)
+    return {**k.table(), **k.philox_table()}

@@ -24,6 +24,7 @@ import numpy as np
 
 import tapeflow as tf
 from tapeflow.errors import InvalidArgumentError
+from tapeflow.kernels.random import RandomKernels, philox4x32   # (stateless refs)
 
 from . import _F32, ErrorSample, OpSpec, Sample, _err, _i32, _npd, _scalar_of, _vals
 
@@ -322,6 +323,70 @@ _RANDOM_SPECS = [
            op="RandomShuffle", grad_order=0, check=check_shuffle),
 ]
 
+
+
+# --- TensorFlow 2's stateless random ops: every backend gives the NumPy kernel's numbers ----
+
+def _philox_state(seed):
+    """The Philox state of a stateless op's seed, in NumPy (TensorFlow's scrambling)."""
+    s = np.asarray(seed).astype(np.int64).view(np.uint64)
+    key = np.array(tf.random.SEED_SCRAMBLE_KEY, np.uint64)
+    w = [int(x) for x in philox4x32(np, s[0], s[1], key)]
+    return np.array([0, w[2] | w[3] << 32, w[0] | w[1] << 32], np.uint64).view(np.int64)
+
+
+def _stateless_ref(kind):
+    def ref(shape, seed, minval=0, maxval=None, mean=0.0, stddev=1.0, dtype=tf.float32):
+        k, st, dt = RandomKernels(np), _philox_state(seed), tf.as_dtype(dtype)
+        shape = tuple(shape)
+        if kind == "int":
+            return k.stateless_uniform_int(st, shape, dt, minval, maxval)
+        if kind == "full":
+            return k.stateless_uniform_full_int(st, shape, dt)
+        z = {"uniform": k.stateless_uniform, "normal": k.stateless_normal,
+             "truncated": k.stateless_truncated_normal}[kind](st, shape, dt).astype(np.float64)
+        if kind == "uniform":
+            return z * ((1.0 if maxval is None else maxval) - minval) + minval
+        return z * stddev + mean
+    return ref
+
+
+def _stateless_samples(kind):
+    def samples(dt, rng):
+        seed = np.array([int(rng.integers(-2**31, 2**31)), 7], np.int64)
+        kw = {"dtype": dt}
+        if kind == "int":
+            kw.update(minval=-5, maxval=1000)
+        elif kind == "full":
+            kw.update(minval=None, maxval=None)
+        out = [Sample(([5, 3], seed), dict(kw), name="odd"),
+               Sample(([], np.array([1, 2], np.int32)), dict(kw), name="scalar"),
+               Sample(([0, 2], seed), dict(kw), name="empty")]
+        if kind in ("uniform", "normal", "truncated"):
+            extra = {"minval": -2.0, "maxval": 3.0} if kind == "uniform" else \
+                {"mean": 1.0, "stddev": 0.5}
+            out.append(Sample(([9], seed), dict(kw, **extra), name="affine"))
+        return out
+    return samples
+
+
+def _stateless_spec(kind, fn, op, **kw):
+    return OpSpec(f"random.stateless_{kind}", fn, _stateless_ref(kind),
+                  _stateless_samples(kind), op=op, grad_order=0,
+                  # log/sin/cos are the device's: the last bits of normals may differ
+                  tol={"float32": (1e-5, 1e-6), "float64": (1e-12, 1e-12)}, **kw)
+
+
+_STATELESS_SPECS = [
+    _stateless_spec("uniform", tf.random.stateless_uniform, "StatelessRandomUniformV2",
+                    errors=[_err(([2], np.array([1, 2, 3])), "seed must be",
+                                 name="seed_shape")]),
+    _stateless_spec("normal", tf.random.stateless_normal, "StatelessRandomNormalV2"),
+    _stateless_spec("truncated", tf.random.stateless_truncated_normal,
+                    "StatelessTruncatedNormalV2"),
+    _stateless_spec("int", tf.random.stateless_uniform, "StatelessRandomUniformIntV2"),
+    _stateless_spec("full", tf.random.stateless_uniform, "StatelessRandomUniformFullIntV2"),
+]
 
 # --- shapes -------------------------------------------------------------------------------
 
@@ -689,4 +754,4 @@ _SHAPE_SPECS = [
 ]
 
 
-SPECS = _CREATION_SPECS + _RANDOM_SPECS + _SHAPE_SPECS
+SPECS = _CREATION_SPECS + _RANDOM_SPECS + _STATELESS_SPECS + _SHAPE_SPECS
