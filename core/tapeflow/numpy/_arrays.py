@@ -22,7 +22,7 @@ from ..errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
 from ..runtime.tensor import Tensor as _Tensor
 from ..runtime.tensor import wrap
 from ..runtime.variable import Variable as _Variable
-from ._elementwise import (_as_dtype, _pair, _scalar_dtype, _t, complex64, float32, int64,
+from ._elementwise import (_as_dtype, _default_float, _pair, _scalar_dtype, _t, int64,
                            result_type)
 
 
@@ -67,10 +67,10 @@ def asarray(obj, /, *, dtype=None, device=None, copy=None):
                 t = _A.identity(t)
             return t
         if dtype is None and not isinstance(obj, (_np.ndarray, _np.generic)):
-            # Python data: the namespace's default dtypes (int64, float32), not
-            # tapeflow.constant's int32
+            # Python data: the namespace's default dtypes (int64, float32 or NumPy's
+            # float64: _default_float), not tapeflow.constant's int32
             kind = _np.asarray(obj).dtype.kind
-            dtype = int64 if kind in "iu" else float32 if kind == "f" else None
+            dtype = int64 if kind in "iu" else _default_float() if kind == "f" else None
         elif dtype is not None and isinstance(obj, (list, tuple)) and not _np.size(obj):
             obj = _np.empty(_np.shape(obj), dtype.np)     # [] holds no float to refuse
         return _constant(obj, dtype=dtype)
@@ -83,11 +83,11 @@ def _full(shape, value, dtype, device):
 
 
 def zeros(shape, *, dtype=None, device=None):
-    return _full(shape, 0, _as_dtype(dtype) or float32, device)
+    return _full(shape, 0, _as_dtype(dtype) or _default_float(), device)
 
 
 def ones(shape, *, dtype=None, device=None):
-    return _full(shape, 1, _as_dtype(dtype) or float32, device)
+    return _full(shape, 1, _as_dtype(dtype) or _default_float(), device)
 
 
 def empty(shape, *, dtype=None, device=None):
@@ -132,23 +132,38 @@ def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
             v, (int, float, _np.integer, _np.floating)) for v in (start, stop, step)):
         raise InvalidTypeError(f"arange needs real numbers, got start={start!r}, "
                                f"stop={stop!r}, step={step!r}")
-    dt = _as_dtype(dtype) or (float32 if _builtins.any(isinstance(v, float)
-                                                      for v in (start, stop, step)) else int64)
+    dt = _as_dtype(dtype) or (_default_float() if _builtins.any(
+        isinstance(v, float) for v in (start, stop, step)) else int64)
     n = _builtins.max(0, int(_math.ceil((stop - start) / step)))
     with _on(device):
         return _constant(_np.arange(n, dtype=_np.float64) * step + start, dtype=dt) \
             if dt.is_floating else _constant(start + step * _np.arange(n), dtype=dt)
 
 
+def _count(v, what, fn, allow_none=False):
+    """``v`` checked as a non-negative int (None passes where ``allow_none``)."""
+    if isinstance(v, (_Tensor, _Variable)) and v.dtype.is_integer and v.ndim == 0:
+        v = int(v)
+    if (v is None and allow_none) or (isinstance(v, (int, _np.integer)) and not isinstance(
+            v, (bool, _np.bool_)) and v >= 0):
+        return v
+    raise InvalidArgumentError(f"{fn}: {what} must be a non-negative int, got {v!r}")
+
+
 def linspace(start, stop, /, num, *, dtype=None, device=None, endpoint=True):
-    dt = _as_dtype(dtype) or (complex64 if _builtins.any(isinstance(v, complex)
-                                                         for v in (start, stop)) else float32)
+    num = _count(num, "num", "linspace")
+    dt = _as_dtype(dtype) or _default_float(
+        complex if _builtins.any(isinstance(v, complex) for v in (start, stop)) else float)
     with _on(device):
         return _constant(_np.linspace(start, stop, num, endpoint=endpoint), dtype=dt)
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
-    dt = _as_dtype(dtype) or float32
+    n_rows = _count(n_rows, "n_rows", "eye")
+    n_cols = _count(n_cols, "n_cols", "eye", allow_none=True)
+    if isinstance(k, (bool, _np.bool_)) or not isinstance(k, (int, _np.integer)):
+        raise InvalidArgumentError(f"eye: k must be an int (the diagonal's offset), got {k!r}")
+    dt = _as_dtype(dtype) or _default_float()
     with _on(device):
         return _constant(_np.eye(n_rows, n_cols, k=k, dtype=dt.np), dtype=dt)
 
@@ -213,7 +228,8 @@ def from_dlpack(x, /, *, device=None, copy=None):
         t = _t(x)
         if device is not None and _devs.get_device(str(device)).name != t.device:
             if copy is False:
-                raise InvalidArgumentError(f"from_dlpack(copy=False) cannot move {t.device} "
+                raise InvalidArgumentError(f"from_dlpack(copy=False) cannot move "
+                                           f"{_devs.get_device(str(t.device)).name} "
                                            f"memory to {device}")
             return t.to(str(device))
         return _A.identity(t)

@@ -69,8 +69,17 @@ def result_type(*arrays_and_dtypes):
 
 
 def _scalar_dtype(s):
-    """The dtype of a lone Python scalar: bool, int64, float32 or complex64."""
+    """The dtype of a lone Python scalar: bool, int64, or the default float or complex
+    dtype (:func:`_default_float`)."""
     return _dt.result_type(s, mode="array_api")
+
+
+def _default_float(kind=float):
+    """The namespace's default float (``kind=complex``: complex) dtype: float32
+    (complex64); NumPy's float64 (complex128) after
+    ``tf.experimental.numpy.experimental_enable_numpy_behavior()`` (docs/array-api.md)."""
+    return _dt.DEFAULTS["array_api"]["alone"][_dt.WEAK_FLOAT if kind is float
+                                              else _dt.WEAK_COMPLEX]
 
 
 def can_cast(from_, to, /):
@@ -158,12 +167,12 @@ def _binary(fn):
 
 def _float_input(x):
     """Integer inputs of a float-only function: the standard leaves the result dtype to
-    the implementation; we compute in the default float (float32), as TensorFlow's
-    NumPy API does for int32 (and float64 for int64)."""
+    the implementation; we compute in the default float (float32 unless NumPy behaviour
+    is on), as TensorFlow's NumPy API does for int32 (and float64 for int64)."""
     x = _t(x)
     if x.dtype.is_inexact:
         return x
-    return _M.cast(x, float64 if x.dtype in (int64, uint32, uint64) else float32)
+    return _M.cast(x, float64 if x.dtype in (int64, uint32, uint64) else _default_float())
 
 
 def _float_unary(fn, name):
