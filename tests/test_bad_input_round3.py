@@ -154,10 +154,16 @@ def test_fill_refuses_a_value_its_integer_dtype_cannot_hold(value, dtype, frag):
             "fill value " + frag, "[Op:Fill]")
 
 
-@pytest.mark.parametrize("value", ["x", None, b"1", object()])
+@pytest.mark.parametrize("value", [None, object()])
 def test_fill_value_must_be_a_number(value):
     _raises(errors.InvalidTypeError, lambda: tf.fill([2], value), "fill value must be a number",
             "[Op:Fill]")
+
+
+def test_fill_takes_text_as_tensorflow_does():
+    # (text was refused before string tensors, issue 47)
+    assert tf.fill([2], "x").numpy().tolist() == [b"x", b"x"]
+    assert tf.fill([1], b"1").dtype == tf.string
 
 
 def test_fill_values_that_fit_still_work():

@@ -97,7 +97,7 @@ _CONVERTERS = {"tf.constant", "tf.convert_to_tensor", "constant", "convert_to_te
 #: tapeflow modules whose functions are public under another prefix than ``tf.``
 _PREFIXES = {"tapeflow.ops.nn": "tf.nn.", "tapeflow.ops.linalg": "tf.linalg.",
              "tapeflow.ops.random": "tf.random.", "tapeflow.ops.signal": "tf.signal.",
-             "tapeflow.nest": "tf.nest."}
+             "tapeflow.nest": "tf.nest.", "tapeflow.ops.image": "tf.image."}
 
 
 def _entry_point(tb):

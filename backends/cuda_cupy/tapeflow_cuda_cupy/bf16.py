@@ -25,7 +25,7 @@ import numpy as np
 from tapeflow import dtypes as _dt
 
 __all__ = ["BF16", "BF16Array", "NOT_DECLARED", "bits_to_float32", "float32_to_bits",
-           "compute_in_float32", "cast", "declare", "wrap"]
+           "compute_in_float32", "cast", "bitcast", "declare", "wrap"]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
@@ -167,6 +167,20 @@ def cast(fn, xp):
     return kernel
 
 
+def bitcast(fn, xp):
+    """``Bitcast`` with bfloat16 on either side: its 16-bit words reinterpreted as they
+    are (as ``uint16``), never through float32; other bitcasts go to ``fn``."""
+    def kernel(x, dtype):
+        if type(x) is BF16Array:
+            x = x.bits
+        if dtype is _dt.bfloat16:
+            return BF16Array(fn(x, dtype=_dt.uint16))
+        return fn(x, dtype=dtype)
+    kernel.__name__ = kernel.__qualname__ = "bitcast_bf16"
+    kernel.__wrapped__ = fn
+    return kernel
+
+
 def declare(op_name, dtypes):
     """The dtypes the CUDA kernel of ``op_name`` declares, given the shared kernel's
     ``dtypes`` (None: any): the NumPy backend's rule (bfloat16 wherever float16 is
@@ -190,4 +204,6 @@ def wrap(op_name, fn, xp, dtypes):
         return fn
     if op_name == "Cast":
         return cast(fn, xp)
+    if op_name == "Bitcast":
+        return bitcast(fn, xp)
     return compute_in_float32(fn, xp)

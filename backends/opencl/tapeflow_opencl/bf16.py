@@ -63,7 +63,7 @@ inline ushort f_to_bf16(float f) {
 NATIVE = frozenset({"Reshape", "BroadcastTo", "Transpose", "ExpandDims", "Squeeze",
                     "ConcatV2", "Pack", "Unpack", "SplitV", "Slice", "StridedSlice",
                     "GatherV2", "GatherNd", "Identity", "StopGradient", "Shape", "Size",
-                    "Rank", "SelectV2", "RandomShuffle"})
+                    "Rank", "SelectV2", "RandomShuffle", "Bitcast"})
 
 #: float32 OpenCL kernels not offered for bfloat16: the decompositions (the NumPy
 #: backend has no bfloat16 for them either: 8 bits are too few for a factorisation)

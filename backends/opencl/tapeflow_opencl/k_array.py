@@ -654,10 +654,24 @@ class ArrayKernels:
                  c.base_data, ox, n, chunk, counts.base_data, out.base_data, *c.shape[1:])
         return out
 
+    def bitcast(self, x, dtype):
+        """Bitcast: a view of ``x``'s buffer as ``dtype`` (a tapeflow DType; the public
+        function checked the shapes), after one copy where ``x`` is strided or its
+        offset is not a multiple of the new item size."""
+        to = np.dtype(dtype.np)
+        a, b = x.dtype.itemsize, to.itemsize
+        shape = (x.shape + (a // b,) if a > b else x.shape[:-1] if a < b else x.shape)
+        if not self.rt.is_contiguous(x) or x.offset % b:
+            x = self.rt.elementwise("x0", x.dtype, x, out_shape=x.shape)
+        if x.base_data is None:
+            return self.rt.empty(self.rt.device_of(x), shape, to)
+        return self.rt.view(x, shape, dtype=to)
+
     def table(self):
         """``{op name: KernelSpec}`` of this module's kernels."""
         return {
             "Fill": KernelSpec(self.fill, needs_device=True, dtypes=ALL),
+            "Bitcast": KernelSpec(self.bitcast, dtypes=NUMERIC),
             "ZerosLike": KernelSpec(self.zeros_like, dtypes=ALL),
             "OnesLike": KernelSpec(self.ones_like, dtypes=ALL),
             "Range": KernelSpec(self.range_, needs_device=True,

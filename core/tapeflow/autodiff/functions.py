@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 
@@ -31,7 +32,27 @@ from ..runtime.variable import Variable
 
 __all__ = ["gradients_function", "value_and_gradients_function", "implicit_gradients",
            "implicit_value_and_gradients", "custom_gradient", "grad", "val_and_grad_function",
-           "hessians"]
+           "hessians", "UnconnectedGradients"]
+
+
+class UnconnectedGradients(str, enum.Enum):
+    """What ``GradientTape.gradient`` (and ``jacobian``) return for a source the target
+    does not depend on: ``NONE`` (``None``, the default) or ``ZERO`` (zeros of the
+    source's shape and dtype). A member equals its string, so ``"zero"`` works too.
+
+    >>> import tapeflow as tf
+    >>> x = tf.Variable(2.0)
+    >>> with tf.GradientTape() as tape:
+    ...     y = tf.constant(3.0)
+    >>> print(tape.gradient(y, x, unconnected_gradients=tf.UnconnectedGradients.ZERO))
+    tf.Tensor(0.0, shape=(), dtype=float32)
+    """
+
+    NONE = "none"
+    ZERO = "zero"
+
+    def __str__(self):
+        return f"UnconnectedGradients.{self.name}"
 
 
 def _param_indices(f, params, nargs):

@@ -68,7 +68,8 @@ _F32 = np.dtype(np.float32)
 BF16_NATIVE = frozenset({"Cast", "Reshape", "BroadcastTo", "Transpose", "ExpandDims",
                          "Squeeze", "ConcatV2", "Pack", "Unpack", "SplitV", "Tile", "Slice",
                          "StridedSlice", "GatherV2", "GatherNd", "Identity", "StopGradient",
-                         "Shape", "Size", "Rank", "SelectV2", "Where", "Equal", "NotEqual"})
+                         "Shape", "Size", "Rank", "SelectV2", "Where", "Equal", "NotEqual",
+                         "Bitcast"})
 
 #: the kernel modules, in registration order
 MODULES = ("math", "reduce", "linalg", "array", "nn", "random", "optim", "nn_fused")

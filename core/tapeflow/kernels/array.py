@@ -439,6 +439,18 @@ class ArrayKernels:
         """The coordinates of the non-zero elements of ``x``, one row each (int64)."""
         return self.xp.argwhere(x).astype(np.int64)
 
+    def bitcast(self, x, dtype):
+        """Bitcast: ``x``'s bytes as ``dtype`` (a tapeflow DType; the public function
+        checked the shapes): a view of a contiguous ``x``."""
+        to = np.dtype(dtype.np)
+        x = self.xp.ascontiguousarray(x).reshape(x.shape)     # (0-d stays 0-d)
+        a, b = x.dtype.itemsize, to.itemsize
+        if a > b:
+            return x.reshape(x.shape + (1,)).view(to)
+        if a < b:
+            return x.view(to).reshape(x.shape[:-1])
+        return x.view(to)
+
     def table(self):
         """``{op name: KernelSpec}`` (docs/backends.md)."""
         return {
@@ -484,6 +496,7 @@ class ArrayKernels:
             "ScatterNd": KernelSpec(self.scatter_nd, dtypes=NUMERIC + COMPLEX),
             "UnsortedSegmentSum": KernelSpec(self.unsorted_segment_sum,
                                              dtypes=NUMERIC + COMPLEX),
+            "Bitcast": KernelSpec(self.bitcast, dtypes=NUMERIC + COMPLEX),
         }
 
 

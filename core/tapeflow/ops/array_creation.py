@@ -27,6 +27,7 @@ from ..runtime.dispatch import convert_to_tensor, execute, run
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from .composite import COMPOSITE_TYPES, dispatch
 from . import math as _m
 from .library import batch_axis, BROADCASTING, check_fits, defop, rerun
 
@@ -237,8 +238,18 @@ def fill(dims, value, dtype=None, name=None):
     >>> print(tf.fill([2], 7))
     tf.Tensor([7 7], shape=(2,), dtype=int32)
     """
+    if type(dims) in COMPOSITE_TYPES:
+        return dispatch(fill, dims, value, dtype, name)
+    if isinstance(value, (str, bytes)) or getattr(value, "dtype", None) is _dt.string:
+        return _string_fill(dims, value)          # (strings live on the host: issue 47)
     value, dt = _fill_value(value, dtype, "fill value", "Fill")
     return _create(FILL, {"shape": _shape_tuple(dims, "Fill"), "value": value, "dtype": dt})
+
+
+def _string_fill(dims, value):
+    v = value.numpy() if isinstance(value, Tensor) else value
+    return convert_to_tensor(np.full(_shape_tuple(dims, "Fill"), v, dtype=object),
+                             dtype=_dt.string)
 
 
 def zeros(shape, dtype=_dt.float32, name=None):
@@ -248,6 +259,8 @@ def zeros(shape, dtype=_dt.float32, name=None):
     >>> tf.zeros([1, 1, 784]).shape
     TensorShape([1, 1, 784])
     """
+    if type(shape) in COMPOSITE_TYPES:
+        return dispatch(zeros, shape, dtype, name)
     return _create(FILL, {"shape": _shape_tuple(shape, "Fill"), "value": 0,
                            "dtype": _dt.as_dtype(dtype)})
 
@@ -259,6 +272,8 @@ def ones(shape, dtype=_dt.float32, name=None):
     >>> print(tf.ones([2], tf.int64))
     tf.Tensor([1 1], shape=(2,), dtype=int64)
     """
+    if type(shape) in COMPOSITE_TYPES:
+        return dispatch(ones, shape, dtype, name)
     return _create(FILL, {"shape": _shape_tuple(shape, "Fill"), "value": 1,
                            "dtype": _dt.as_dtype(dtype)})
 
@@ -289,6 +304,8 @@ def zeros_like(input, dtype=None, name=None):
     >>> print(tf.zeros_like([[1, 2]]))
     tf.Tensor([[0 0]], shape=(1, 2), dtype=int32)
     """
+    if type(input) in COMPOSITE_TYPES:
+        return dispatch(zeros_like, input, dtype, name)
     return _like(_ZEROS_LIKE, input, 0, dtype)
 
 
@@ -299,6 +316,8 @@ def ones_like(input, dtype=None, name=None):
     >>> print(tf.ones_like([1., 2.]))
     tf.Tensor([1. 1.], shape=(2,), dtype=float32)
     """
+    if type(input) in COMPOSITE_TYPES:
+        return dispatch(ones_like, input, dtype, name)
     return _like(_ONES_LIKE, input, 1, dtype)
 
 

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..runtime import context as _ctx
 from ..runtime import devices as _devs
 from .. import dtypes as _dt
 from ..runtime import shapes as _shapes
 from ..runtime.dispatch import as_tensor_list, constant, execute
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from .composite import COMPOSITE_TYPES, any_composite, dispatch
 from . import math as _m
 from . import reductions as _r
 from .library import batch_axis, batch_one_axis, defop, rerun
@@ -37,7 +39,7 @@ from . import batching as _b
 from .array_values import _WHERE, clip_by_value, identity, where
 
 __all__ = ['concat', 'stack', 'unstack', 'split', 'tile', 'boolean_mask', 'gather', 'gather_nd',
-           'scatter_nd', 'unsorted_segment_sum']
+           'scatter_nd', 'unsorted_segment_sum', 'reverse_sequence', 'roll', 'meshgrid']
 
 # --- joining and splitting -------------------------------------------------------------
 
@@ -85,6 +87,8 @@ def concat(values, axis, name="concat"):
     [[1 2]
      [3 4]], shape=(2, 2), dtype=int32)
     """
+    if any_composite(values):
+        return dispatch(concat, values, axis, name)
     vals = tuple(values) if isinstance(values, (list, tuple)) else (values,)
     if not vals:
         raise InvalidArgumentError("concat needs at least one tensor", op="ConcatV2",
@@ -129,6 +133,8 @@ def stack(values, axis=0, name="stack"):
     >>> tf.stack([[1, 2], [3, 4], [5, 6]], axis=1).shape
     TensorShape([2, 3])
     """
+    if any_composite(values):
+        return dispatch(stack, values, axis, name)
     vals = as_tensor_list(values, "Pack", "stack's values")
     if not vals:
         raise InvalidArgumentError("stack needs at least one tensor", op="Pack", device=_here())
@@ -192,6 +198,8 @@ def split(value, num_or_size_splits, axis=0, num=None, name="split"):
     >>> [t.shape[1] for t in tf.split(tf.zeros([2, 10]), [2, -1, 3], axis=1)]
     [2, 5, 3]
     """
+    if type(value) in COMPOSITE_TYPES:
+        return dispatch(split, value, num_or_size_splits, axis, num, name)
     x = _tensor(value)
     s = x._data.shape
     dev = x._device
@@ -278,6 +286,8 @@ def tile(input, multiples, name=None):
     [[1 2 1 2]
      [1 2 1 2]], shape=(2, 4), dtype=int32)
     """
+    if type(input) in COMPOSITE_TYPES:
+        return dispatch(tile, input, multiples, name)
     return execute(_TILE, (input,), {"multiples": _shape_tuple(multiples, "Tile")})
 
 
@@ -301,6 +311,8 @@ def boolean_mask(tensor, mask, axis=None, name="boolean_mask"):
     [[1 2]
      [5 6]], shape=(2, 2), dtype=int32)
     """
+    if type(tensor) in COMPOSITE_TYPES or type(mask) in COMPOSITE_TYPES:
+        return dispatch(boolean_mask, tensor, mask, axis, name)
     x = _tensor(tensor)
     m = mask if isinstance(mask, (Tensor, Variable)) else constant(mask, dtype=_dt.bool_,
                                                                     device=x._device)
@@ -395,6 +407,8 @@ def gather(params, indices, validate_indices=None, axis=None, batch_dims=0, name
     [[2]
      [4]], shape=(2, 1), dtype=int32)
     """
+    if type(params) in COMPOSITE_TYPES or type(indices) in COMPOSITE_TYPES:
+        return dispatch(gather, params, indices, validate_indices, axis, batch_dims, name)
     if (type(batch_dims) is int and not batch_dims and (axis is None or (type(axis) is int
                                                                         and axis == 0))
             and (type(params) is Tensor or type(params) is Variable) and params.ndim):
@@ -442,6 +456,8 @@ def gather_nd(params, indices, batch_dims=0, name=None):
     >>> print(tf.gather_nd([[1, 2], [3, 4]], [[0, 1], [1, 0]]))
     tf.Tensor([2 3], shape=(2,), dtype=int32)
     """
+    if type(params) in COMPOSITE_TYPES or type(indices) in COMPOSITE_TYPES:
+        return dispatch(gather_nd, params, indices, batch_dims, name)
     b = batch_dims if type(batch_dims) is int else _shapes.as_index(
         batch_dims, "batch_dims", "GatherNd", _here(params))
     if not b:
@@ -542,3 +558,130 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
         raise InvalidArgumentError(f"num_segments must be non-negative, got {n}",
                                    op="UnsortedSegmentSum", device=_here(data))
     return execute(_SEGMENT_SUM, (data, segment_ids), {"num_segments": n})
+
+
+# --- reverse_sequence and roll (issue 47): gathers by computed indices ---------------------
+
+def _axis_list(axis, nd, fn, op, x):
+    """``axis`` (a 1-D list/array/tensor of ints) as distinct non-negative axes of a
+    rank-``nd`` tensor; TensorFlow's messages for the bad ones."""
+    a = np.asarray(axis.numpy() if isinstance(axis, (Tensor, Variable)) else axis)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise InvalidArgumentError(f"{fn}: 'axis' must be a 1-D list of ints, got "
+                                   f"{_shapes.short_repr(axis)}", op=op, device=_here(x))
+    out = []
+    for i, v in enumerate(a.tolist()):
+        if not -nd <= v < nd:
+            raise InvalidArgumentError(f"'axis'[{i}] = {v} is out of valid range [0, {nd})",
+                                       op=op, device=_here(x))
+        if v % nd in out:
+            raise InvalidArgumentError(f"axis {v % nd} specified more than once.", op=op,
+                                       device=_here(x))
+        out.append(v % nd)
+    return out
+
+
+def reverse_sequence(input, seq_lengths, seq_axis=None, batch_axis=0, name=None):  # noqa: A002
+    """For each ``i`` along ``batch_axis``, the first ``seq_lengths[i]`` elements along
+    ``seq_axis`` reversed (the rest kept). Differentiable in ``input``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.reverse_sequence([[1, 2, 3], [4, 5, 6]], [2, 3], seq_axis=1))
+    tf.Tensor(
+    [[2 1 3]
+     [6 5 4]], shape=(2, 3), dtype=int32)
+    """
+    x = _tensor(input)
+    nd = len(x.shape)
+    if seq_axis is None:
+        raise InvalidArgumentError("reverse_sequence: seq_axis is required",
+                                   op="ReverseSequence", device=x._device)
+    sa, ba = _axis_list([seq_axis, batch_axis], nd, "reverse_sequence", "ReverseSequence", x)
+    lens = _tensor(seq_lengths)
+    if not lens.dtype.is_integer:
+        raise InvalidTypeError(f"reverse_sequence: seq_lengths must be int32 or int64, got "
+                               f"{lens.dtype.name}", op="ReverseSequence", device=x._device)
+    lens = _m.cast(lens, _dt.int64)
+    b, t = x.shape[ba], x.shape[sa]
+    if tuple(lens.shape) != (b,):
+        raise InvalidArgumentError(
+            f"reverse_sequence: seq_lengths must be a vector of length {b} (the batch "
+            f"dimension), got shape {list(lens.shape)}", op="ReverseSequence", device=x._device)
+    if not _ctx.tracing[0]:             # (eager lengths: TensorFlow's checks)
+        for i, n in enumerate(lens.numpy().tolist()):
+            if not 0 <= n <= t:
+                raise InvalidArgumentError(
+                    f"seq_lens({i}) {'< 0' if n < 0 else f'> input.dims({sa})'}",
+                    op="ReverseSequence", device=x._device)
+    with _devs.device(x._device):
+        pos = reshape(range(0, t, 1, _dt.int64), (1, t))
+    lens = reshape(lens, (b, 1))
+    src = where(_m.less(pos, lens), _m.subtract(_m.subtract(lens, 1), pos), pos)   # (b, t)
+    perm = [ba, sa] + [i for i in _range(nd) if i not in (ba, sa)]
+    moved = transpose(x, perm)
+    out = gather(moved, src, axis=1, batch_dims=1)
+    return transpose(out, [perm.index(i) for i in _range(nd)])
+
+
+def roll(input, shift, axis, name=None):  # noqa: A002
+    """``input`` with its elements shifted by ``shift`` along ``axis`` (both ints or 1-D
+    lists; elements leaving one end come back at the other). Differentiable.
+
+    >>> import tapeflow as tf
+    >>> print(tf.roll([1, 2, 3, 4], shift=1, axis=0))
+    tf.Tensor([4 1 2 3], shape=(4,), dtype=int32)
+    """
+    x = _tensor(input)
+    shifts = np.atleast_1d(np.asarray(shift.numpy() if isinstance(shift, (Tensor, Variable))
+                                      else shift))
+    axes_in = np.atleast_1d(np.asarray(axis.numpy() if isinstance(axis, (Tensor, Variable))
+                                       else axis))
+    if shifts.shape != axes_in.shape or shifts.ndim != 1 or shifts.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"roll: shift and axis must be ints or 1-D lists of ints of "
+                                   f"one length, got {_shapes.short_repr(shift)} and "
+                                   f"{_shapes.short_repr(axis)}", op="Roll", device=_here(x))
+    nd = len(x.shape)
+    for s, a in zip(shifts.tolist(), axes_in.tolist()):
+        if not isinstance(a, int) or not -nd <= a < nd:
+            raise InvalidArgumentError(f"roll: axis {a} is out of range for a tensor of rank "
+                                       f"{nd}", op="Roll", device=_here(x))
+        n = x.shape[a % nd]
+        if n:
+            k = s % n
+            if k:
+                with _devs.device(x._device):
+                    idx = _m.floormod(range(n - k, 2 * n - k, 1, _dt.int64), n)
+                x = gather(x, idx, axis=a % nd)
+    return x
+
+
+def meshgrid(*args, **kwargs):
+    """Coordinate grids from 1-D coordinate vectors (each input is flattened): with
+    ``indexing="xy"`` (the default, Cartesian) the first two output dimensions are
+    swapped, with ``"ij"`` (matrix) output ``i`` varies along dimension ``i``.
+
+    >>> import tapeflow as tf
+    >>> X, Y = tf.meshgrid([1, 2, 3], [4, 5])
+    >>> print(X.shape, Y[:, 0])
+    (2, 3) tf.Tensor([4 5], shape=(2,), dtype=int32)
+    """
+    indexing = kwargs.pop("indexing", "xy")
+    kwargs.pop("name", None)
+    if kwargs:
+        raise InvalidArgumentError(f"meshgrid: unknown keyword arguments {sorted(kwargs)}; it "
+                                   "takes indexing= and name=")
+    if not isinstance(indexing, str) or indexing not in ("xy", "ij"):
+        raise InvalidArgumentError(f"meshgrid: indexing must be 'xy' or 'ij', got "
+                                   f"{_shapes.short_repr(indexing)}")
+    ts = [reshape(_tensor(a), (-1,)) for a in args]
+    shape = [t.shape[0] for t in ts]
+    swap = indexing == "xy" and len(ts) > 1
+    if swap:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for i, t in enumerate(ts):
+        axis = 1 - i if swap and i < 2 else i
+        view = [1] * len(ts)
+        view[axis] = shape[axis]
+        out.append(broadcast_to(reshape(t, tuple(view)), tuple(shape)))
+    return out

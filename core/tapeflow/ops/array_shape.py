@@ -17,6 +17,7 @@ from ..runtime import shapes as _shapes
 from ..runtime.dispatch import execute
 from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear, REQUIRED
+from .composite import COMPOSITE_TYPES, dispatch
 from . import math as _m
 from .library import batch_axis, batch_with_shape, defop, flag, rerun
 from .array_creation import (_here, _ndim, _norm_axis1, _opindex, _prod, _range, _shape_tuple,
@@ -64,6 +65,8 @@ def reshape(tensor, shape, name=None):
     >>> tf.reshape([1, 2, 3, 4], [-1, 2]).shape
     TensorShape([2, 2])
     """
+    if type(tensor) in COMPOSITE_TYPES or type(shape) in COMPOSITE_TYPES:
+        return dispatch(reshape, tensor, shape, name)
     if type(shape) is tuple or type(shape) is list:
         try:
             s = tuple(map(_opindex, shape))       # (the builtin: this is hot)
@@ -148,6 +151,8 @@ def expand_dims(input, axis, name=None):
     >>> tf.expand_dims([1, 2], -1).shape
     TensorShape([2, 1])
     """
+    if type(input) in COMPOSITE_TYPES:
+        return dispatch(expand_dims, input, axis, name)
     a = _norm_axis1(axis, _ndim(input), "ExpandDims", input, 1)
     return execute(_EXPAND_DIMS, (input,), {"axis": a})
 
@@ -172,6 +177,8 @@ def squeeze(input, axis=None, name=None, squeeze_dims=None):
     >>> tf.squeeze(tf.zeros([1, 2, 1])).shape, tf.squeeze(tf.zeros([1, 2, 1]), [-1]).shape
     (TensorShape([2]), TensorShape([1, 2]))
     """
+    if type(input) in COMPOSITE_TYPES:
+        return dispatch(squeeze, input, axis, name, squeeze_dims)
     if axis is None:
         axis = squeeze_dims
     if axis is None:
@@ -228,6 +235,8 @@ def shape(input, out_type=_dt.int32, name=None):
     >>> print(tf.shape(tf.zeros([2, 3])))
     tf.Tensor([2 3], shape=(2,), dtype=int32)
     """
+    if type(input) in COMPOSITE_TYPES:
+        return dispatch(shape, input, out_type, name)
     return execute(_SHAPE, (input,), _I32 if out_type is _dt.int32 else
                    _out_type(out_type, "shape", input))
 
@@ -239,6 +248,8 @@ def size(input, out_type=_dt.int32, name=None):
     >>> int(tf.size(tf.zeros([2, 3])))
     6
     """
+    if type(input) in COMPOSITE_TYPES:
+        return dispatch(size, input, out_type, name)
     return execute(_SIZE, (input,), _I32 if out_type is _dt.int32 else
                    _out_type(out_type, "size", input))
 
@@ -250,4 +261,6 @@ def rank(input, name=None):
     >>> int(tf.rank(tf.zeros([2, 3])))
     2
     """
+    if type(input) in COMPOSITE_TYPES:
+        return dispatch(rank, input, name)
     return execute(_RANK, (input,))

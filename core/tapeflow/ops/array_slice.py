@@ -25,6 +25,7 @@ from ..errors import (FailedPreconditionError, InvalidArgumentError, InvalidType
 from ..runtime.registry import Linear, REQUIRED
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from .composite import COMPOSITE_TYPES, dispatch
 from . import math as _m
 from .library import defop, rerun
 from .array_creation import (_check_fill_values, _fill_value, _FULL, _here, _range, _shape_tuple,
@@ -32,10 +33,10 @@ from .array_creation import (_check_fill_values, _fill_value, _FULL, _here, _ran
 from .array_shape import _TRANSPOSE, expand_dims, reshape
 from .reductions import broadcast_to
 from .array_values import where
-from .array_gather import (boolean_mask, gather, gather_nd, scatter_nd, stack,
+from .array_gather import (_axis_list, boolean_mask, gather, gather_nd, scatter_nd, stack,
                            unsorted_segment_sum)
 
-__all__ = ['pad', 'slice', 'strided_slice']
+__all__ = ['pad', 'slice', 'strided_slice', 'reverse']
 
 # --- padding and slicing -----------------------------------------------------------------
 
@@ -762,3 +763,25 @@ def _setitem(self, key, value):
 
 #: how errors name the functions Tensor and Variable install as methods (tapeflow.errors)
 PUBLIC_NAMES = {"_getitem": "Tensor.__getitem__", "_setitem": "Tensor.__setitem__"}
+
+
+# --- reverse (issue 47): a slice with step -1 along each axis ---------------------------
+
+def reverse(tensor, axis, name=None):
+    """``tensor`` with the order of its elements reversed along each axis of ``axis``
+    (a 1-D list of distinct axes; negative ones count from the end). Differentiable.
+
+    >>> import tapeflow as tf
+    >>> print(tf.reverse([[1, 2, 3], [4, 5, 6]], [-1]))
+    tf.Tensor(
+    [[3 2 1]
+     [6 5 4]], shape=(2, 3), dtype=int32)
+    """
+    if type(tensor) in COMPOSITE_TYPES:
+        return dispatch(reverse, tensor, axis, name)
+    x = _tensor(tensor)
+    axes = _axis_list(axis, len(x.shape), "reverse", "ReverseV2", x)
+    if not axes:
+        return x
+    return _getitem(x, tuple(_slice(None, None, -1) if i in axes else _FULL
+                             for i in builtins.range(len(x.shape))))

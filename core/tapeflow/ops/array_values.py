@@ -17,6 +17,7 @@ from ..errors import InvalidArgumentError, InvalidTypeError
 from ..runtime.registry import Linear
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from .composite import any_composite, dispatch
 from . import math as _m
 from . import reductions as _r
 from .library import BROADCASTING, defop, elementwise_jvp
@@ -53,6 +54,8 @@ def where(condition, x=None, y=None, name=None):
     [[0 0]
      [1 1]], shape=(2, 2), dtype=int64)
     """
+    if any_composite(condition, x, y):
+        return dispatch(where, condition, x, y, name)
     if x is None and y is None:
         return execute(_WHERE, (condition,))
     if x is None or y is None:

@@ -38,6 +38,7 @@ from . import math as _m
 from . import reductions as _r
 from .array_shape import reshape
 from .array_slice import pad
+from .array_gather import gather as _gather
 from .array_values import where as _where
 from . import batching as _b
 
@@ -46,7 +47,8 @@ TOP_LEVEL = ["matmul", "tensordot", "einsum", "norm"]
 #: TF 1's top-level names of the diagonal functions (``tf.diag_part``, ``tf.matrix_diag``)
 V1_DIAG_NAMES = {"diag_part": "diag_part", "matrix_diag_part": "diag_part", "diag": "diag",
                  "matrix_diag": "diag", "matrix_set_diag": "set_diag"}
-__all__ = TOP_LEVEL + ["diag_part", "diag", "set_diag", "V1_DIAG_NAMES",
+__all__ = TOP_LEVEL + ["diag_part", "diag", "set_diag", "V1_DIAG_NAMES", "band_part",
+                       "tensor_diag", "tensor_diag_part",
                        "inv", "solve", "det", "slogdet", "logdet", "trace",
                        "matrix_transpose", "adjoint", "cholesky", "eigh", "svd", "qr"]
 
@@ -458,29 +460,101 @@ def diag_part(input, name=None, k=0, padding_value=0, align="RIGHT_LEFT"):  # no
     return einsum("...ii->...i", x)
 
 
+def _diag_ks(k, v):
+    """``diag``'s ``k`` (an int or a ``(low, high)`` pair) as ``(low, high)``."""
+    ks = k.numpy().tolist() if isinstance(k, (Tensor, Variable)) else k
+    if isinstance(ks, np.ndarray):
+        ks = ks.tolist()                # (a 0-d array: its number)
+    ks = list(ks) if isinstance(ks, (list, tuple)) else [ks]
+    if not 1 <= len(ks) <= 2 or any(isinstance(i, (bool, np.bool_)) or
+                                    not isinstance(i, (int, np.integer)) for i in ks):
+        raise InvalidTypeError(f"diag: k must be an int or a (low, high) pair of ints (the "
+                               f"diagonals' offsets), got {k!r}", op="MatrixDiagV3",
+                               device=v._device)
+    lo, hi = int(ks[0]), int(ks[-1])
+    if lo > hi:
+        raise InvalidArgumentError(f"diag: lower diagonal index must not be greater than upper "
+                                   f"diagonal index, got k={k!r}", op="MatrixDiagV3",
+                                   device=v._device)
+    return lo, hi
+
+
+def _diag_band(v, lo, hi, num_rows, num_cols, padding_value, align):
+    """The matrices with the diagonals ``lo..hi`` from ``v`` (``[..., L]`` for one,
+    ``[..., hi - lo + 1, L]`` for a band): a gather of ``v`` and a ``where``."""
+    nd = hi - lo + 1
+    if v.ndim < (1 if nd == 1 else 2) or (nd > 1 and v.shape[-2] != nd):
+        raise InvalidArgumentError(
+            f"diag: diagonal must be [..., L] for one diagonal and [..., {nd}, L] for the "
+            f"band k=({lo}, {hi}); got shape {_fmt(v.shape)}", op="MatrixDiagV3",
+            device=v._device)
+    n = int(v.shape[-1])
+    m_min, n_min = n - min(hi, 0), n + max(lo, 0)
+    m = num_rows if num_rows != -1 else (n_min if num_cols == -1 else m_min)
+    c = num_cols if num_cols != -1 else (m_min if num_rows == -1 else n_min)
+    m, c = (max(m_min, n_min),) * 2 if num_rows == num_cols == -1 else (m, c)
+    i, j = np.indices((m, c))
+    d = j - i
+    lens = np.minimum(m + np.minimum(d, 0), c - np.maximum(d, 0))
+    band_lens = [min(m + min(e, 0), c - max(e, 0)) for e in range(lo, hi + 1)]
+    if max(band_lens) != n:
+        raise InvalidArgumentError(
+            f"diag: the longest diagonal of k=({lo}, {hi}) in a {m}x{c} matrix has "
+            f"{max(band_lens)} elements but diagonal has {n}; give num_rows/num_cols that "
+            f"fit (or -1)", op="MatrixDiagV3", device=v._device)
+    sup, sub = align.split("_")
+    right = np.where(d >= 0, sup == "RIGHT", sub == "RIGHT")
+    col = np.minimum(i, j) + np.where(right, n - lens, 0)
+    keep = (d >= lo) & (d <= hi) & (col >= 0) & (col < n)
+    flat = np.where(keep, (hi - d) * n + col, 0).reshape(-1)
+    lead = tuple(v.shape[:-1 if nd == 1 else -2])
+    vals = _gather(reshape(v, lead + (nd * n,)), constant(flat, device=v.device),
+                     axis=len(lead))
+    fill = constant(padding_value, v.dtype, device=v.device)
+    return _where(constant(keep, device=v.device), reshape(vals, lead + (m, c)), fill)
+
+
 def diag(diagonal, name=None, k=0, num_rows=-1, num_cols=-1, padding_value=0,
          align="RIGHT_LEFT"):
     """The ``[..., N, N]`` matrices with ``diagonal`` (``[..., N]``) on their main diagonal
     and zeros elsewhere (``tf.linalg.diag``; TF 1's ``tf.diag``, ``tf.matrix_diag``).
+    ``k`` puts it on another diagonal (``k > 0`` above the main one), or with a
+    ``(low, high)`` pair puts the rows of ``diagonal`` (``[..., high - low + 1, L]``,
+    diagonal ``high`` first; ``align`` as TensorFlow's) on a band; ``num_rows`` /
+    ``num_cols`` give a larger matrix, ``padding_value`` fills the rest.
+    Differentiable in ``diagonal``.
 
     >>> import tapeflow as tf
     >>> print(tf.linalg.diag([1., 2.]))
     tf.Tensor(
     [[1. 0.]
      [0. 2.]], shape=(2, 2), dtype=float32)
+    >>> print(tf.linalg.diag([1, 2], k=1))
+    tf.Tensor(
+    [[0 1 0]
+     [0 0 2]
+     [0 0 0]], shape=(3, 3), dtype=int32)
     """
     v = _tensor(diagonal)
-    _check_k(k, "diag", v)
+    lo, hi = _diag_ks(k, v)
     for what, size in (("num_rows", num_rows), ("num_cols", num_cols)):
         if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
             raise InvalidTypeError(f"diag: {what} must be an int, got {type(size).__name__}",
-                                   op="Einsum", device=v._device)
+                                   op="MatrixDiagV3", device=v._device)
+        if size < -1:
+            raise InvalidArgumentError(f"diag: {what} must be -1 (as needed) or a size, got "
+                                       f"{size}", op="MatrixDiagV3", device=v._device)
+    if align not in ("RIGHT_LEFT", "LEFT_RIGHT", "LEFT_LEFT", "RIGHT_RIGHT"):
+        raise InvalidArgumentError(f"diag: align must be one of RIGHT_LEFT, LEFT_RIGHT, "
+                                   f"LEFT_LEFT, RIGHT_RIGHT; got {align!r}",
+                                   op="MatrixDiagV3", device=v._device)
     n = v.shape[-1] if v.ndim else None
-    if n is None or num_rows not in (-1, n) or num_cols not in (-1, n):
+    if n is None:
         raise InvalidArgumentError(
-            f"diag: diagonal must have at least one dimension (got shape {_fmt(v.shape)}) and "
-            f"num_rows/num_cols (got {num_rows}, {num_cols}) must be -1 or its length",
-            op="Einsum", device=v._device)
+            f"diag: diagonal must have at least one dimension, got shape {_fmt(v.shape)}",
+            op="MatrixDiagV3", device=v._device)
+    if lo or hi or num_rows not in (-1, n) or num_cols not in (-1, n) or padding_value != 0:
+        return _diag_band(v, lo, hi, int(num_rows), int(num_cols), padding_value, align)
     if v.dtype.is_bool:
         return _m.logical_and(v[..., None, :], constant(np.eye(n, dtype=bool), device=v.device))
     return _diag(v)
@@ -512,6 +586,70 @@ def set_diag(input, diagonal, name=None, k=0, align="RIGHT_LEFT"):  # noqa: A002
     if m > k_:
         col = pad(col, [[0, 0]] * (len(s) - 2) + [[0, m - k_], [0, 0]])
     return _where(constant(np.eye(m, n, dtype=bool), device=x.device), col, x)
+
+
+def band_part(input, num_lower, num_upper, name=None):  # noqa: A002
+    """``input`` (``[..., M, N]``) with the elements outside a band around the main
+    diagonal zeroed: ``num_lower`` subdiagonals and ``num_upper`` superdiagonals kept (a
+    negative number keeps the whole triangle). ``band_part(x, -1, 0)`` is the lower
+    triangle. Differentiable in ``input``.
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.band_part(tf.ones((3, 3)), 0, 1))
+    tf.Tensor(
+    [[1. 1. 0.]
+     [0. 1. 1.]
+     [0. 0. 1.]], shape=(3, 3), dtype=float32)
+    """
+    x = _tensor(input)
+    s = tuple(x._data.shape)
+    lo, hi = (_shapes.as_index(v, what, "MatrixBandPart", x._device)
+              for v, what in ((num_lower, "num_lower"), (num_upper, "num_upper")))
+    if len(s) < 2 or lo > s[-2] or hi > s[-1]:
+        raise InvalidArgumentError(
+            f"band_part: input must be a matrix (or a batch of them), num_lower at most its "
+            f"rows and num_upper at most its columns; got shape {_fmt(s)}, num_lower={lo}, "
+            f"num_upper={hi}", op="MatrixBandPart", device=x._device)
+    i, j = np.ogrid[:s[-2], :s[-1]]
+    keep = ((lo < 0) | (i - j <= lo)) & ((hi < 0) | (j - i <= hi))
+    return _where(constant(keep, device=x.device), x, constant(0, x.dtype, device=x.device))
+
+
+def tensor_diag(diagonal, name=None):
+    """The tensor of rank ``2k`` with ``diagonal`` (rank ``k``) on its diagonal:
+    ``out[i1, ..., ik, i1, ..., ik] = diagonal[i1, ..., ik]``, zeros elsewhere.
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.tensor_diag([1, 2]))
+    tf.Tensor(
+    [[1 0]
+     [0 2]], shape=(2, 2), dtype=int32)
+    """
+    v = _tensor(diagonal)
+    s = tuple(v.shape)
+    if not s:
+        raise InvalidArgumentError("tensor_diag: diagonal must have at least one dimension, "
+                                   "got a scalar", op="Diag", device=v._device)
+    return reshape(diag(reshape(v, (-1,))), s + s)
+
+
+def tensor_diag_part(input, name=None):  # noqa: A002
+    """The diagonal of a tensor of rank ``2k`` whose shape is ``s + s``: the rank-``k``
+    ``out[i1, ..., ik] = input[i1, ..., ik, i1, ..., ik]`` (:func:`tensor_diag`'s inverse).
+
+    >>> import tapeflow as tf
+    >>> print(tf.linalg.tensor_diag_part([[1, 2], [3, 4]]))
+    tf.Tensor([1 4], shape=(2,), dtype=int32)
+    """
+    x = _tensor(input)
+    s = tuple(x.shape)
+    k = len(s) // 2
+    if not s or len(s) % 2 or s[:k] != s[k:]:
+        raise InvalidArgumentError(f"tensor_diag_part: input must have an even rank and a "
+                                   f"shape s + s, got {_fmt(s)}", op="DiagPart",
+                                   device=x._device)
+    n = int(np.prod(s[:k]))
+    return reshape(diag_part(reshape(x, (n, n))), s[:k])
 
 
 def matrix_transpose(a, name="matrix_transpose", conjugate=False):

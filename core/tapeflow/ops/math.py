@@ -42,7 +42,7 @@ import numpy as np
 
 from .. import dtypes as _dt
 from .library import BROADCASTING, defop, elementwise_jvp
-from ..errors import InvalidArgumentError, TapeflowError
+from ..errors import InvalidArgumentError, InvalidTypeError, TapeflowError
 from ..runtime.dispatch import as_tensor_list, binary, constant, convert_to_tensor, execute
 from ..runtime.registry import Linear, Multilinear
 from ..runtime.tensor import Tensor
@@ -52,7 +52,7 @@ __all__ = [
     # arithmetic
     "add", "subtract", "multiply", "divide", "truediv", "floordiv", "floor_divide", "floor_div",
     "mod", "floormod", "pow", "maximum", "minimum", "squared_difference", "atan2", "add_n",
-    "negative", "cast",
+    "negative", "cast", "bitcast",
     # unary
     "abs", "sign", "square", "sqrt", "rsqrt", "exp", "log", "log1p", "expm1", "sin", "cos",
     "tan", "tanh", "sigmoid", "softplus", "reciprocal", "floor", "ceil", "round", "erf",
@@ -1350,6 +1350,55 @@ def cast(x, dtype, name=None):
     if type(x) is Tensor and x._data.dtype == dt.np:
         return x
     return execute(_CAST, (x,), {"dtype": dt})
+
+
+def _bitcast_shape(shape, src, dst):
+    """The shape of ``bitcast``'s result (TensorFlow's rule), or None where it has none."""
+    a, b = src.np.itemsize, dst.np.itemsize
+    if a == b:
+        return tuple(shape)
+    if a > b:
+        return tuple(shape) + (a // b,) if a % b == 0 else None
+    return tuple(shape[:-1]) if b % a == 0 and shape and shape[-1] == b // a else None
+
+
+def _bitcast_infer(shapes, dtypes, attrs):
+    return [(_bitcast_shape(shapes[0], dtypes[0], attrs["dtype"]), attrs["dtype"])]
+
+
+_BITCAST = defop("Bitcast", inputs=("x",), attrs={"dtype": None}, dtype_rule="none",
+                 differentiable=False, infer=_bitcast_infer, batch=BROADCASTING)
+
+
+def bitcast(input, type, name=None):  # noqa: A002
+    """The bytes of ``input`` read as dtype ``type``, without copying values (TensorFlow's
+    shapes: the same item size keeps the shape; a smaller one adds a last dimension of
+    the size ratio; a larger one consumes a last dimension of that ratio). Not
+    differentiable; bool and string tensors cannot be bitcast.
+
+    >>> import tapeflow as tf
+    >>> print(tf.bitcast(tf.constant([1.0, -2.0]), tf.int32))
+    tf.Tensor([ 1065353216 -1073741824], shape=(2,), dtype=int32)
+    >>> print(tf.bitcast(tf.constant([1, 2], tf.int16), tf.int32))
+    tf.Tensor(131073, shape=(), dtype=int32)
+    """
+    x = input if isinstance(input, Tensor) else convert_to_tensor(input)
+    dt = _dt.as_dtype(type)
+    for d in (x.dtype, dt):
+        if d.is_bool or d == _dt.string:
+            raise InvalidTypeError(f"bitcast: cannot bitcast {x.dtype.name} to {dt.name}: "
+                                   "bool and string tensors have no fixed bit layout to "
+                                   "reinterpret", op="Bitcast", device=x._device)
+    if _bitcast_shape(x.shape, x.dtype, dt) is None:
+        a, b = x.dtype.np.itemsize, dt.np.itemsize
+        raise InvalidArgumentError(
+            f"bitcast: cannot bitcast {x.dtype.name} ({a} bytes) of shape {list(x.shape)} to "
+            f"{dt.name} ({b} bytes): " + (f"the last dimension must be {b // a}" if b % a == 0
+                                          else "one item size must divide the other"),
+            op="Bitcast", device=x._device)
+    if x.dtype is dt:
+        return x
+    return execute(_BITCAST, (x,), {"dtype": dt})
 
 
 # --- operators -----------------------------------------------------------------------

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..runtime import devices as _devs
 from ..runtime import shapes as _shapes
+from .composite import any_composite as _any_composite, dispatch as _dispatch
 from .library import (BROADCASTING, batch_axis, batch_one_axis, defop, flag, real_number,
                        rerun)
 from ..errors import InvalidArgumentError
@@ -2320,6 +2321,9 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
      [3.]
      [0.]], shape=(3, 1), dtype=float32)
     """
+    if _any_composite(ids):
+        return _dispatch(embedding_lookup, params, ids, partition_strategy, name,
+                         validate_indices, max_norm)
     if partition_strategy not in ("mod", "div"):
         raise InvalidArgumentError(f"embedding_lookup: partition_strategy must be 'mod' or "
                                    f"'div', got {partition_strategy!r}", op="embedding_lookup")

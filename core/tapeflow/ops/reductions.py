@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from .. import dtypes as _dt
 from ..runtime import shapes as _shapes
+from .composite import COMPOSITE_TYPES, dispatch
 from .library import batch_axis, batch_one_axis, defop, flag, rerun
 from ..errors import InvalidArgumentError
 from ..runtime.dispatch import run, convert_to_tensor, execute
@@ -102,6 +103,8 @@ def broadcast_to(input, shape, name=None):
     [[1 2]
      [1 2]], shape=(2, 2), dtype=int32)
     """
+    if type(shape) in COMPOSITE_TYPES:
+        return dispatch(broadcast_to, input, shape, name)
     return execute(_BROADCAST_TO, (input,), {"shape": _shape_tuple(shape, "BroadcastTo")})
 
 
@@ -293,6 +296,9 @@ def reduce_sum(input_tensor, axis=None, keepdims=False, name=None, keep_dims=Non
     >>> print(tf.reduce_sum([[1, 2], [3, 4]], axis=[0, 1]))
     tf.Tensor(10, shape=(), dtype=int32)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_sum, input_tensor, axis, keepdims, name, keep_dims,
+                        reduction_indices)
     if type(input_tensor) is Tensor and axis is None and keepdims is False and (
             keep_dims is None and reduction_indices is None):
         return execute(_SUM, (input_tensor,), _ALL_AXES)    # (_reduce's, one call less)
@@ -310,6 +316,9 @@ def reduce_mean(input_tensor, axis=None, keepdims=False, name=None, keep_dims=No
     >>> print(tf.reduce_mean([1, 2]))
     tf.Tensor(1, shape=(), dtype=int32)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_mean, input_tensor, axis, keepdims, name, keep_dims,
+                        reduction_indices)
     if type(input_tensor) is Tensor and axis is None and keepdims is False and (
             keep_dims is None and reduction_indices is None):
         return execute(_MEAN, (input_tensor,), _ALL_AXES)   # (_reduce's, one call less)
@@ -325,6 +334,9 @@ def reduce_max(input_tensor, axis=None, keepdims=False, name=None, keep_dims=Non
     >>> print(tf.reduce_max([[1., 5.], [7., 2.]], axis=0))
     tf.Tensor([7. 5.], shape=(2,), dtype=float32)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_max, input_tensor, axis, keepdims, name, keep_dims,
+                        reduction_indices)
     return _reduce(_MAX, input_tensor, axis, keepdims, keep_dims, reduction_indices)
 
 
@@ -336,6 +348,9 @@ def reduce_min(input_tensor, axis=None, keepdims=False, name=None, keep_dims=Non
     >>> print(tf.reduce_min([[1., 5.], [7., 2.]], axis=1))
     tf.Tensor([1. 2.], shape=(2,), dtype=float32)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_min, input_tensor, axis, keepdims, name, keep_dims,
+                        reduction_indices)
     return _reduce(_MIN, input_tensor, axis, keepdims, keep_dims, reduction_indices)
 
 
@@ -348,6 +363,9 @@ def reduce_prod(input_tensor, axis=None, keepdims=False, name=None, keep_dims=No
     >>> print(tf.reduce_prod([[1., 2.], [3., 4.]], axis=0))
     tf.Tensor([3. 8.], shape=(2,), dtype=float32)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_prod, input_tensor, axis, keepdims, name, keep_dims,
+                        reduction_indices)
     return _reduce(_PROD, input_tensor, axis, keepdims, keep_dims, reduction_indices)
 
 
@@ -359,6 +377,9 @@ def reduce_logsumexp(input_tensor, axis=None, keepdims=False, name=None, keep_di
     >>> print(tf.reduce_logsumexp([1000., 1000.]))
     tf.Tensor(1000.6932, shape=(), dtype=float32)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_logsumexp, input_tensor, axis, keepdims, name, keep_dims,
+                        reduction_indices)
     return _reduce(_LSE, input_tensor, axis, keepdims, keep_dims, reduction_indices)
 
 
@@ -380,6 +401,9 @@ def reduce_any(input_tensor, axis=None, keepdims=False, name=None, keep_dims=Non
     >>> print(tf.reduce_any([[True, False], [False, False]], axis=1))
     tf.Tensor([ True False], shape=(2,), dtype=bool)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_any, input_tensor, axis, keepdims, name, keep_dims,
+                        reduction_indices)
     return _reduce(_ANY, input_tensor, axis, keepdims, keep_dims, reduction_indices)
 
 
@@ -391,6 +415,9 @@ def reduce_all(input_tensor, axis=None, keepdims=False, name=None, keep_dims=Non
     >>> print(tf.reduce_all([[True, False], [True, True]], axis=1))
     tf.Tensor([False  True], shape=(2,), dtype=bool)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_all, input_tensor, axis, keepdims, name, keep_dims,
+                        reduction_indices)
     return _reduce(_ALL, input_tensor, axis, keepdims, keep_dims, reduction_indices)
 
 
@@ -401,6 +428,8 @@ def reduce_variance(input_tensor, axis=None, keepdims=False, name=None):
     >>> print(tf.math.reduce_variance([[1., 2.], [3., 4.]], axis=0))
     tf.Tensor([1. 1.], shape=(2,), dtype=float32)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_variance, input_tensor, axis, keepdims, name)
     x = input_tensor if type(input_tensor) is Tensor else convert_to_tensor(input_tensor)
     if not x.dtype.is_floating:
         raise InvalidArgumentError(f"reduce_variance needs a float input, got {x.dtype.name}",
@@ -417,6 +446,8 @@ def reduce_std(input_tensor, axis=None, keepdims=False, name=None):
     >>> print(tf.math.reduce_std([1., 3.]))
     tf.Tensor(1.0, shape=(), dtype=float32)
     """
+    if type(input_tensor) in COMPOSITE_TYPES:
+        return dispatch(reduce_std, input_tensor, axis, keepdims, name)
     return _m.sqrt(reduce_variance(input_tensor, axis=axis, keepdims=keepdims))
 
 

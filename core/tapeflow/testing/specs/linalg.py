@@ -544,6 +544,17 @@ def _ref_set_diag(x, d):
     return out
 
 
+def _ref_band_part(x, lo, hi):
+    i, j = np.indices(x.shape[-2:])
+    keep = ((lo < 0) | (i - j <= lo)) & ((hi < 0) | (j - i <= hi))
+    return np.where(keep, x, np.zeros((), x.dtype))
+
+
+def _ref_tensor_diag(v):
+    n = v.size
+    return (np.eye(n, dtype=v.dtype) * v.reshape(-1)).reshape(v.shape + v.shape)
+
+
 def _set_diag_samples(dtype, rng):
     v = lambda *s: _values(rng, s, dtype)   # noqa: E731
     return [Sample((v(3, 3), v(3)), name="square"), Sample((v(4, 3), v(3)), name="tall"),
@@ -595,6 +606,16 @@ _LINALG_SPECS = [
            _vector_samples, op="Mul"),
     OpSpec("linalg.set_diag", tf.linalg.set_diag, _ref_set_diag, _set_diag_samples,
            op="SelectV2", errors=_SET_DIAG_ERRORS),
+    # issue 47: band_part, tensor_diag, tensor_diag_part (composites)
+    OpSpec("linalg.band_part", tf.linalg.band_part, _ref_band_part, lambda d, r: [
+        Sample((x,) + b, name=f"{s.name}_{b[0]}_{b[1]}") for s in _rect_samples(d, r)
+        for x in s.args[:1] for b in ((0, 0), (1, -1), (-1, 0))], op="SelectV2"),
+    OpSpec("linalg.tensor_diag", tf.linalg.tensor_diag, _ref_tensor_diag, lambda d, r: [
+        Sample((r.uniform(-2, 2, s).astype(np.dtype(d.np)),)) for s in ((3,), (2, 2))],
+        op="Mul"),
+    OpSpec("linalg.tensor_diag_part", tf.linalg.tensor_diag_part,
+           lambda x: np.diagonal(x.reshape(6, 6)).reshape(2, 3), lambda d, r: [
+               Sample((r.uniform(-2, 2, (2, 3, 2, 3)).astype(np.dtype(d.np)),))], op="Einsum"),
     OpSpec("linalg.matrix_transpose", tf.linalg.matrix_transpose,
            lambda x: np.swapaxes(x, -1, -2), _transpose_samples, op="Einsum"),
     OpSpec("norm", tf.norm, _exact(_ref_norm), _norm_samples, op="EuclideanNorm",
@@ -628,4 +649,40 @@ _LINALG_SPECS = [
 ]
 
 
-SPECS = _REDUCTION_SPECS + _LINALG_SPECS
+# --- tf.sparse.sparse_dense_matmul (SparseTensorDenseMatMul) ------------------------------
+
+def _spmm(indices, values, b, a_shape, adjoint_a=False, adjoint_b=False):
+    return tf.sparse.sparse_dense_matmul(tf.SparseTensor(indices, values, a_shape), b,
+                                         adjoint_a=adjoint_a, adjoint_b=adjoint_b)
+
+
+def _spmm_ref(indices, values, b, a_shape, adjoint_a=False, adjoint_b=False):
+    a = np.zeros(a_shape, values.dtype)
+    np.add.at(a, (indices[:, 0], indices[:, 1]), values)
+    a = a.T if adjoint_a else a
+    return a @ (b.T if adjoint_b else b)
+
+
+def _spmm_samples(dtype, rng):
+    ind = np.array([[0, 1], [2, 3], [1, 0], [2, 3]], np.int64)     # (a repeated entry sums)
+    v = lambda *s: rng.integers(-3, 4, s).astype(dtype)  # noqa: E731
+    return [Sample((ind, v(4), v(4, 2), (3, 4)), grad_argnums=(1, 2), name="plain"),
+            Sample((ind, v(4), v(3, 5), (3, 4)), {"adjoint_a": True}, grad_argnums=(1, 2),
+                   name="adjoint_a"),
+            Sample((ind, v(4), v(2, 4), (3, 4)), {"adjoint_b": True}, grad_argnums=(1, 2),
+                   name="adjoint_b"),
+            Sample((np.zeros((0, 2), np.int64), v(0), v(4, 2), (3, 4)), grad_argnums=(1, 2),
+                   name="empty")]
+
+
+_SPARSE_SPECS = [
+    OpSpec(name="sparse.sparse_dense_matmul", fn=_spmm, ref=_spmm_ref,
+           op="SparseTensorDenseMatMul", samples=_spmm_samples,
+           errors=[ErrorSample((np.array([[0, 1]], np.int64), np.ones(1, np.float32),
+                                np.ones((3, 2), np.float32), (3, 4)), error=InvalidArgumentError,
+                               match="inner dimension does not match: 4 vs. 3",
+                               name="inner_dims")]),
+]
+
+
+SPECS = _REDUCTION_SPECS + _LINALG_SPECS + _SPARSE_SPECS

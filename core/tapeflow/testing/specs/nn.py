@@ -1171,3 +1171,125 @@ SPECS = [
 ]
 
 SPECS += _CONV_FAMILY_SPECS
+
+
+# --- tf.image (issue 47): NHWC images, composites of the array and linalg ops -------------
+# (errors are tested in tests/test_image.py: tf.image's functions name themselves, not an op)
+
+def _img_samples(dtype, rng):
+    """A 3-D image and a 4-D batch (NHWC), values in [0, 1]."""
+    v = lambda *s: np.asarray(rng.uniform(0, 1, s)).astype(np.dtype(dtype.np))  # noqa: E731
+    return [Sample((v(5, 6, 2),), name="hwc"), Sample((v(2, 4, 3, 3),), name="nhwc")]
+
+
+def _rgb_samples(dtype, rng):
+    v = lambda *s: np.asarray(rng.uniform(0.05, 0.95, s)).astype(np.dtype(dtype.np))  # noqa: E731
+    return [Sample((v(3, 4, 3),), name="hwc"), Sample((v(2, 2, 3, 3),), name="nhwc")]
+
+
+def _resize_axis_ref(x, n_out, ax, method):
+    n_in = x.shape[ax]
+    if method == "nearest":
+        idx = np.minimum(np.floor((np.arange(n_out) + 0.5) * (n_in / n_out)), n_in - 1)
+        return np.take(x, idx.astype(int), axis=ax)
+    shape = [1] * x.ndim
+    shape[ax] = n_out
+    if method == "bilinear":
+        src = np.clip((np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5, 0, n_in - 1)
+        lo = np.floor(src).astype(int)
+        f = (src - lo).reshape(shape)
+        return np.take(x, lo, ax) * (1 - f) + np.take(x, np.minimum(lo + 1, n_in - 1), ax) * f
+    out = []                            # area: each output the mean of the span it covers
+    for o in range(n_out):
+        a, b = o * n_in / n_out, (o + 1) * n_in / n_out
+        w = np.array([max(0.0, min(i + 1, b) - max(i, a)) for i in range(n_in)]) / (b - a)
+        out.append(np.tensordot(np.moveaxis(x, ax, -1), w, 1))
+    return np.moveaxis(np.stack(out, -1), -1, ax)
+
+
+def _resize_ref(x, size, method):
+    x = x.astype(np.float64) if method != "nearest" else x
+    y = _resize_axis_ref(x, size[0], x.ndim - 3, method)
+    return _resize_axis_ref(y, size[1], x.ndim - 2, method)
+
+
+def _resize_samples(dtype, rng):
+    v = lambda *s: np.asarray(rng.uniform(0, 1, s)).astype(np.dtype(dtype.np))  # noqa: E731
+    return [Sample((v(5, 6, 2), [3, 9]), name="down_up"),
+            Sample((v(2, 4, 3, 1), [7, 3]), name="batch_up"),
+            Sample((v(2, 2, 1), [2, 2]), name="same")]
+
+
+def _resize_spec(method, grad_order):
+    return OpSpec(f"image.resize_{method}", lambda x, size: tf.image.resize(x, size, method),
+                  lambda x, size: _resize_ref(x, size, method), _resize_samples,
+                  dtypes=("float16", "float32", "float64"), grad_order=grad_order,
+                  check_dtype=False, tol={"float16": (1e-2, 1e-2), "float64": (1e-6, 1e-6)})
+
+
+def _rot90_ref(x, k=1):
+    return np.rot90(x, k, axes=(x.ndim - 3, x.ndim - 2))
+
+
+def _hsv_ref(x):
+    mx, mn = x.max(-1), x.min(-1)
+    d = mx - mn
+    r, g, b = x[..., 0], x[..., 1], x[..., 2]
+    dd = np.where(d == 0, 1, d)
+    h = np.where(mx == r, (g - b) / dd, np.where(mx == g, (b - r) / dd + 2, (r - g) / dd + 4))
+    h = np.where(d == 0, 0, (h / 6) % 1.0)
+    return np.stack([h, np.where(mx == 0, 0, d / np.where(mx == 0, 1, mx)), mx], -1)
+
+
+def _convert_ref(x, dtype):
+    return (x.astype(np.float64) / np.iinfo(x.dtype).max).astype(np.dtype(dtype.np))
+
+
+def _pis_ref(x):
+    x = x.astype(np.float64)
+    ax = (-3, -2, -1)
+    n = np.prod(x.shape[-3:])
+    sd = np.maximum(x.std(axis=ax, keepdims=True), 1 / np.sqrt(n))
+    return ((x - x.mean(axis=ax, keepdims=True)) / sd).astype(np.float32)
+
+
+_IMAGE_FLOATS = ("float16", "float32", "float64")
+_IMAGE_SPECS = [
+    _resize_spec("bilinear", 0), _resize_spec("nearest", 2), _resize_spec("area", 0),
+    OpSpec("image.flip_left_right", tf.image.flip_left_right, lambda x: np.flip(x, -2),
+           _img_samples, dtypes=_IMAGE_FLOATS),
+    OpSpec("image.flip_up_down", tf.image.flip_up_down, lambda x: np.flip(x, -3),
+           _img_samples, dtypes=_IMAGE_FLOATS),
+    OpSpec("image.rot90", tf.image.rot90, _rot90_ref, lambda d, r: [
+        Sample(s.args + (k,), name=f"{s.name}_k{k}") for s in _img_samples(d, r)
+        for k in (1, 2, 3, -1)], dtypes=_IMAGE_FLOATS),
+    OpSpec("image.crop_to_bounding_box", tf.image.crop_to_bounding_box,
+           lambda x, a, b, h, w: x[..., a:a + h, b:b + w, :], lambda d, r: [
+               Sample(s.args + (1, 2, 2, 1), name=s.name) for s in _img_samples(d, r)],
+           dtypes=_IMAGE_FLOATS),
+    OpSpec("image.pad_to_bounding_box", tf.image.pad_to_bounding_box,
+           lambda x, a, b, h, w: np.pad(x, [(0, 0)] * (x.ndim - 3) + [
+               (a, h - a - x.shape[-3]), (b, w - b - x.shape[-2]), (0, 0)]),
+           lambda d, r: [Sample(s.args + (1, 0, 7, 8), name=s.name) for s in _img_samples(d, r)],
+           dtypes=_IMAGE_FLOATS),
+    OpSpec("image.adjust_contrast", tf.image.adjust_contrast,
+           lambda x, f: (x - x.mean((-3, -2), keepdims=True)) * f + x.mean((-3, -2), keepdims=True),
+           lambda d, r: [Sample(s.args + (1.7,), name=s.name) for s in _img_samples(d, r)],
+           dtypes=("float32",), grad_order=0, tol={"float32": (1e-5, 1e-5)}),
+    OpSpec("image.adjust_brightness", tf.image.adjust_brightness, lambda x, d: x + d,
+           lambda d, r: [Sample(s.args + (0.25,), name=s.name) for s in _img_samples(d, r)],
+           dtypes=("float16", "float32")),
+    OpSpec("image.convert_image_dtype", tf.image.convert_image_dtype, _convert_ref,
+           lambda d, r: [Sample((r.integers(0, 256, (3, 4, 2)).astype(np.uint8), tf.float32)),
+                         Sample((r.integers(0, 2**15, (3, 2)).astype(np.int16), tf.float64))],
+           dtypes=("float32",), grad_order=0),
+    OpSpec("image.per_image_standardization", tf.image.per_image_standardization, _pis_ref,
+           _img_samples, dtypes=("float32",), grad_order=0, tol={"float32": (1e-5, 1e-5)}),
+    OpSpec("image.rgb_to_hsv", tf.image.rgb_to_hsv, _hsv_ref, _rgb_samples,
+           dtypes=("float32", "float64"), tol={"float32": (1e-5, 1e-5)}),
+    OpSpec("image.hsv_to_rgb", lambda x: tf.image.hsv_to_rgb(tf.image.rgb_to_hsv(x)),
+           lambda x: x, _rgb_samples, dtypes=("float32", "float64"), grad_order=0,
+           tol={"float32": (1e-5, 1e-5)}),
+]
+
+SPECS += _IMAGE_SPECS

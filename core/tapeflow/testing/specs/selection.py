@@ -3,7 +3,9 @@ selection and gather/scatter (``where`` (select and indices), ``boolean_mask``,
 ``clip_by_value``, ``clip_by_norm``, ``clip_by_global_norm``, ``gather``,
 ``gather_nd``, ``scatter_nd``, ``unsorted_segment_sum``), then sorting, scans and
 search (``searchsorted``, ``unique_all``, ``nonzero``, ``cumsum``, ``cumprod``,
-``argsort``, ``sort``).
+``argsort``, ``sort``), then issue 47's composites (``tensor_scatter_nd_*``, ``unique``,
+``unique_with_counts``, ``reverse``, ``roll``, ``reverse_sequence``, ``bitcast``,
+``meshgrid``).
 
 Gather/scatter samples repeat indices (so gradients must add up) and use int32 and
 int64 indices. Error samples pin the TensorFlow-style messages (``indices[0] = 3081
@@ -20,7 +22,8 @@ import numpy as np
 
 import tapeflow as tf
 
-from . import _F32, FLOATS, OpSpec, Sample, _err, _i32, _npd, _scalar_of, _vals
+from . import (_F32, FLOATS, ErrorSample, OpSpec, Sample, _err, _i32, _npd, _scalar_of,
+               _vals)
 
 
 # --- selection, gather and scatter --------------------------------------------------------
@@ -347,4 +350,161 @@ _SORTING_SPECS = [
 ]
 
 
-SPECS = _SELECTION_SPECS + _SORTING_SPECS
+
+# --- issue 47: tensor_scatter_nd_*, unique, reverse, roll, reverse_sequence ---------------
+
+def _tscatter_samples(dtype, rng):
+    v = lambda *s: _vals(rng, s, dtype, -3, 3)  # noqa: E731
+    return [Sample((v(5), _i32([[1], [3], [1]]), v(3)), grad_argnums=(0, 2), name="duplicates"),
+            Sample((v(3, 4), np.array([[0, 1], [2, 3]], np.int64), v(2)), grad_argnums=(0, 2),
+                   name="elements_int64"),
+            Sample((v(3, 2), _i32([[2], [0]]), v(2, 2)), grad_argnums=(0, 2), name="rows"),
+            Sample((v(3, 2), np.zeros((0, 1), np.int32), v(0, 2)), grad_argnums=(0, 2),
+                   name="empty")]
+
+
+def _tscatter_ref(fn):
+    def ref(t, idx, upd):
+        out = t.copy()
+        at = tuple(idx.reshape(-1, idx.shape[-1]).T)
+        upd = upd.reshape((-1,) + t.shape[idx.shape[-1]:])
+        if fn is None:                  # update: in order, so the last duplicate wins
+            for j in range(upd.shape[0]):
+                out[tuple(a[j] for a in at)] = upd[j]
+        else:
+            fn.at(out, at, upd)
+        return out
+    return ref
+
+
+def _tscatter_spec(name, fn, ufunc, op):
+    dts = ("float32", "float64", "int32", "int64") if ufunc not in (np.minimum, np.maximum) \
+        else ("float32", "float64", "int32")
+    return OpSpec(name=name, fn=fn, ref=_tscatter_ref(ufunc), op="", dtypes=dts,
+                  samples=_tscatter_samples,
+                  errors=[_err((np.zeros((3, 3), _F32), _i32([[5, 0]]), np.ones((1,), _F32)),
+                               f"indices[0] = [5, 0] does not index into shape [3,3] [Op:{op}]",
+                               name="out_of_range"),
+                          _err((np.zeros((3,), _F32), _i32([[0]]), np.ones((2,), _F32)),
+                               "Outer dimensions of indices and update must match",
+                               name="updates_shape")])
+
+
+def _unique_first_ref(x, counts=False):
+    vals, first, inv, cnt = np.unique(x, return_index=True, return_inverse=True,
+                                      return_counts=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.argsort(order)
+    out = (vals[order], rank[inv.reshape(-1)].astype(np.int32))
+    return out + (cnt[order].astype(np.int32),) if counts else out
+
+
+def _unique1_samples(dtype, rng):
+    return [Sample((_vals(rng, (9,), dtype, 0, 4),), name="repeats"),
+            Sample((_vals(rng, (0,), dtype),), name="empty")]
+
+
+def _reverse_samples(dtype, rng):
+    v = lambda *s: _vals(rng, s, dtype)  # noqa: E731
+    return [Sample((v(2, 3, 4), [0, 2]), name="two_axes"), Sample((v(5), [-1]), name="negative"),
+            Sample((v(2, 3), []), name="none"), Sample((v(0, 2), [1]), name="empty")]
+
+
+def _roll_samples(dtype, rng):
+    v = lambda *s: _vals(rng, s, dtype)  # noqa: E731
+    return [Sample((v(5), 2, 0), name="vector"), Sample((v(3, 4), [1, -3], [0, 1]), name="two"),
+            Sample((v(3, 4), 7, -1), name="wraps"), Sample((v(0, 3), 1, 1), name="empty")]
+
+
+def _reverse_sequence_ref(x, lens, seq_axis, batch_axis=0):
+    out = np.array(x, copy=True)
+    for b, n in enumerate(lens):
+        sl = [slice(None)] * x.ndim
+        sl[batch_axis], sl[seq_axis] = b, slice(0, int(n))
+        src = x[tuple(sl)]
+        out[tuple(sl)] = np.flip(src, axis=seq_axis - (seq_axis > batch_axis))
+    return out
+
+
+def _reverse_sequence_samples(dtype, rng):
+    v = lambda *s: _vals(rng, s, dtype)  # noqa: E731
+    return [Sample((v(3, 4), _i32([2, 4, 0])), {"seq_axis": 1}, name="rows"),
+            Sample((v(4, 2, 3), np.array([3, 1], np.int64)), {"seq_axis": 0, "batch_axis": 1},
+                   name="batch_axis_1")]
+
+
+# --- issue 47: bitcast and meshgrid --------------------------------------------------------
+
+_SAME_SIZE_INT = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64, 16: np.int64}
+
+
+def _bitcast_ref(x, to):
+    to, a = np.dtype(to.np), x.dtype.itemsize
+    x = np.ascontiguousarray(x).reshape(x.shape)
+    if a > to.itemsize:
+        return x.reshape(x.shape + (1,)).view(to)
+    return x.view(to).reshape(x.shape[:-1]) if a < to.itemsize else x.view(to)
+
+
+def _bitcast_samples(dtype, rng):
+    v = lambda *s: _vals(rng, s, dtype)  # noqa: E731
+    size = _npd(dtype).itemsize
+    same = tf.as_dtype(np.dtype(_SAME_SIZE_INT[min(size, 8)]))
+    out = [Sample((v(2, 3), tf.uint8), name="to_bytes"),
+           Sample((v(), tf.uint8), name="scalar_to_bytes"),
+           Sample((v(0, 2), tf.uint8), name="empty")]
+    if size <= 8 and not _npd(dtype).kind == "c":
+        out.append(Sample((v(4), same), name="same_size"))
+    if _npd(dtype).kind in "iu" and size < 8:     # (ints only: no NaN bit patterns)
+        out.append(Sample((v(3, 8 // size), tf.int64), name="to_wider"))
+    return out
+
+
+def _meshgrid_samples(dtype, rng):
+    v = lambda *s: _vals(rng, s, dtype)  # noqa: E731
+    return [Sample((v(3), v(2)), name="xy"),
+            Sample((v(3), v(2, 2), v(2)), {"indexing": "ij"}, name="ij_flattened"),
+            Sample((v(0), v(2)), name="empty")]
+
+
+_ISSUE47_SPECS = [
+    _tscatter_spec("tensor_scatter_nd_update", tf.tensor_scatter_nd_update, None,
+                   "TensorScatterUpdate"),
+    _tscatter_spec("tensor_scatter_nd_add", tf.tensor_scatter_nd_add, np.add, "TensorScatterAdd"),
+    _tscatter_spec("tensor_scatter_nd_sub", tf.tensor_scatter_nd_sub, np.subtract,
+                   "TensorScatterSub"),
+    _tscatter_spec("tensor_scatter_nd_min", tf.tensor_scatter_nd_min, np.minimum,
+                   "TensorScatterMin"),
+    _tscatter_spec("tensor_scatter_nd_max", tf.tensor_scatter_nd_max, np.maximum,
+                   "TensorScatterMax"),
+    OpSpec(name="unique", fn=lambda x: tuple(tf.unique(x)), ref=_unique_first_ref,
+           op="UniqueAll", samples=_unique1_samples, grad_order=0,
+           errors=[_err((np.zeros((2, 2), _F32),), "unique expects a 1D vector",
+                        name="not_1d")]),
+    OpSpec(name="unique_with_counts", fn=lambda x: tuple(tf.unique_with_counts(x)),
+           ref=lambda x: _unique_first_ref(x, True), op="UniqueAll", samples=_unique1_samples,
+           grad_order=0),
+    OpSpec(name="reverse", fn=tf.reverse, ref=lambda x, a: np.flip(x, tuple(a)),
+           op="StridedSlice", samples=_reverse_samples,
+           errors=[_err((np.zeros((2, 3), _F32), [2]), "'axis'[0] = 2 is out of valid range",
+                        name="bad_axis"),
+                   _err((np.zeros((2, 3), _F32), [0, -2]), "axis 0 specified more than once",
+                        name="duplicate")]),
+    OpSpec(name="roll", fn=tf.roll, ref=np.roll, op="GatherV2", samples=_roll_samples),
+    OpSpec(name="reverse_sequence", fn=tf.reverse_sequence, ref=_reverse_sequence_ref,
+           op="GatherV2", samples=_reverse_sequence_samples),
+    OpSpec(name="bitcast", fn=tf.bitcast, ref=_bitcast_ref, op="Bitcast",
+           samples=_bitcast_samples, grad_order=0,
+           skip={"bfloat16": "samples are drawn in float32 for bfloat16, whose item size "
+                             "differs (tests/test_scatter_unique_bitcast.py covers it)"},
+           errors=[_err((np.zeros((3,), np.int16), tf.int32), "the last dimension must be 2",
+                        name="bad_last_dim"),
+                   ErrorSample((np.zeros((2,), _F32), tf.bool), error=TypeError,
+                               match="cannot bitcast float32 to bool", name="to_bool")]),
+    OpSpec(name="meshgrid", fn=lambda *a, **k: tuple(tf.meshgrid(*a, **k)),
+           ref=lambda *a, **k: tuple(np.meshgrid(*a, **k)), op="BroadcastTo",
+           samples=_meshgrid_samples),
+]
+
+
+SPECS = _SELECTION_SPECS + _SORTING_SPECS + _ISSUE47_SPECS
