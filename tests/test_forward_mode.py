@@ -21,6 +21,8 @@ FALLBACK_EXPLAINED = {
                                      "elementwise pass",
     "SoftmaxCrossEntropyWithLogits": "a loss, as above",
     "SparseSoftmaxCrossEntropyWithLogits": "a loss, as above",
+    "SparseTensorDenseMatMul": "bilinear in the values and the dense operand: the double-VJP "
+                               "of its gradient (the op itself again) is its exact tangent",
 }
 
 

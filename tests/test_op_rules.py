@@ -253,8 +253,9 @@ def test_non_differentiable_goes_through_the_same_path_and_rolls_back():
 #: gelu plugin's two, without rules): the
 #: differentiable built-in ops without a JVP rule (their tangents come from the gradient)
 _DIFFERENTIABLE_WITHOUT_JVP = {
-    "Cumprod", "Qr", "SigmoidCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits",
-    "SparseSoftmaxCrossEntropyWithLogits", "Svd"}
+    "AdjustContrastv2", "Cumprod", "Qr", "SigmoidCrossEntropyWithLogits",
+    "SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits",
+    "SparseTensorDenseMatMul", "Svd"}
 #: ...and the built-in ops without a batching rule: NO_RULE's and these, without inputs
 _NO_INPUTS_WITHOUT_BATCH = {"Eye", "Fill", "LinSpace", "Range"}
 
@@ -267,9 +268,17 @@ def test_every_builtin_op_keeps_its_rules():
     # convolution with their backprop ops, LayerNorm and its gradient, DotProductAttention;
     # 13 with a JVP rule, all with a batching rule but Conv3D's three)
     # (issue 46 added the 4 string ops of tf.strings: non-differentiable, broadcasting)
-    assert len(ops) == 193         # the built-ins (OPS also holds the plugins' ops)
+    # (issue 47 added Bitcast and tf.image's AdjustContrastv2 (no gradient, as in TF),
+    # each with a batching rule)
+    # (issue 47 added 17 string ops (tf.strings, tf.io.decode_raw): non-differentiable; 11
+    # with a batching rule, the 6 with ragged or whole-tensor outputs in batching.NO_RULE)
+    # (issue 47 added SparseTensorDenseMatMul (tf.sparse.sparse_dense_matmul): a gradient
+    # and a batching rule, its JVP from the gradient)
+    # (issue 47 added the 5 stateless Philox ops, StatelessRandom*V2: non-differentiable,
+    # each with a batching rule)
+    assert len(ops) == 218         # the built-ins (OPS also holds the plugins' ops)
     assert sum(op.jvp is not None for op in ops) == 122
-    assert sum(op.batch is not None for op in ops) == 183
+    assert sum(op.batch is not None for op in ops) == 202
     assert {op.name for op in ops if op.jvp is None and op.differentiable} \
         == _DIFFERENTIABLE_WITHOUT_JVP
     assert {op.name for op in ops if op.batch is None} == set(batching.NO_RULE) | _NO_INPUTS_WITHOUT_BATCH
@@ -323,7 +332,8 @@ def test_the_builtin_rules_are_the_op_modules_not_a_table_by_name():
     or derived by OpDef from the declaration, and ops/batching.py holds no rule."""
     mods = {f"tapeflow.ops.{m}" for m in (
         "math", "reductions", "array_creation", "array_shape", "array_values", "array_gather",
-        "array_slice", "array_sort", "linalg", "nn", "random", "fused", "library")}
+        "array_slice", "array_sort", "linalg", "nn", "random", "fused", "library", "sparse",
+        "strings", "image")}
     for op in LIB.ops:
         for rule in (op.jvp, op.batch):
             if (op.rule_sources.get("jvp" if rule is op.jvp else "batch") == "derived"

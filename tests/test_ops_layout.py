@@ -14,9 +14,10 @@ from tapeflow.ops import array_gather, batching, math, reductions
 OPS_DIR = pathlib.Path(tf.__file__).parent / "ops"
 
 #: bottom to top, as docs/CONVENTIONS_FOR_OPS.md lists them
-ORDER = ["library", "math", "array_creation", "array_shape", "reductions", "batching",
-         "array_values", "array_gather", "array_slice", "array_sort", "random", "linalg", "nn",
-         "fused", "strings", "__init__"]
+ORDER = ["library", "composite", "math", "array_creation", "array_shape", "reductions",
+         "batching", "array_values", "array_gather", "array_slice", "array_sort", "random",
+         "linalg", "nn", "image", "fused", "sparse", "ragged", "ragged_ops", "strings",
+         "higher_order", "__init__"]
 
 
 def _sibling_imports(path):

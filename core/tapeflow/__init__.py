@@ -26,16 +26,22 @@ from .runtime.tensor import Dimension, Tensor, TensorShape
 from .runtime.variable import Variable
 from .runtime.dispatch import constant, convert_to_tensor
 from .autodiff.tape import GradientTape
-from .autodiff.functions import (custom_gradient, gradients_function, hessians,
-                                 implicit_gradients,
+from .autodiff.functions import (UnconnectedGradients, custom_gradient, gradients_function,
+                                 hessians, implicit_gradients,
                                  implicit_value_and_gradients, val_and_grad_function,
                                  value_and_gradients_function)
 from .ops import math, reductions, linalg, nn, random, strings
+from .ops.strings import as_string  # noqa: F401  (tf.as_string, as tf.strings.as_string)
+from .ops import image
+from .ops import sparse  # tf.sparse
+from .ops.sparse import SparseTensor, SparseTensorSpec
 from .ops.math import *  # noqa: F401,F403
 from .ops import *  # noqa: F401,F403  (tf's array names)
 from .ops.linalg import einsum, matmul, norm, tensordot  # noqa: F401
 from .ops.random import (random_normal, random_shuffle, random_uniform, set_random_seed,
                          truncated_normal)
+from . import random_generator as _random_generator
+_random_generator.install(random)   # tf.random.Generator, get_global_generator, experimental
 from .runtime import config
 from . import plugins, ops
 from .tracing import function, defun, init_scope, py_function
@@ -44,7 +50,11 @@ from .tracing import autograph  # tf.autograph: to_code, to_graph, do_not_conver
 from .tracing.tensor_array import TensorArray
 from .tracing.debugging import debugging  # tf.debugging: run-time checks, placement log
 from .tracing.vectorize import vectorized_map
+from .ops.higher_order import foldl, foldr, map_fn, scan
 from .tracing.signatures import TensorSpec
+from .ops.ragged import RaggedTensor, RaggedTensorSpec  # tf.RaggedTensor (issue 47)
+from .ops.composite import type_spec_from_value  # noqa: F401  (tf.type_spec_from_value)
+from .ops import ragged_ops as ragged  # tf.ragged; ragged tf.* handlers (issue 47)
 from .tracing.function_cache import types, functions_run_eagerly, run_functions_eagerly
 config.run_functions_eagerly = run_functions_eagerly      # (tf.config's, from the tracing layer)
 config.functions_run_eagerly = functions_run_eagerly
@@ -56,7 +66,8 @@ from .runtime import devices as _devices_mod
 # never name a layer's internal path.
 for _name, _mod in (("math", math), ("nn", nn),
                     ("linalg", linalg), ("random", random), ("strings", strings),
-                    ("config", config)):
+                    ("image", image),
+                    ("sparse", sparse), ("ragged", ragged), ("config", config)):
     _sys.modules.setdefault(f"{__name__}.{_name}", _mod)
 del _name, _mod
 
@@ -97,7 +108,7 @@ _pm.ensure_loaded()
 # tf.layers, tf.keras, tf.train, tf.losses, tf.metrics, tf.summary, tf.data, tf.datasets.
 _LAZY_MODULES = ("layers", "keras", "train", "losses", "metrics", "summary", "data",
                  "datasets", "models", "profiler", "distributed", "numpy", "app", "io",
-                 "saved_model")
+                 "saved_model", "experimental")
 # The seeds' `tfe.*` names that live in those subpackages: name -> (module, attribute)
 _LAZY_NAMES = {
     # tf.print: not a module global, so `print` in this module stays Python's
@@ -119,8 +130,12 @@ _LAZY_NAMES = {
     "ASYNC": ("app", "ASYNC"),
     "async_wait": ("app", "async_wait"),
     "async_clear_error": ("app", "async_clear_error"),
-    "experimental": ("app", "experimental"),
     "gfile": ("io", "gfile"),
+    "decode_csv": ("io", "decode_csv"),
+    # TF 1's string names (rnn_colorbot's input pipeline): tf.string_split gives a SparseTensor
+    "string_split": ("ops.strings", "string_split"),
+    "string_to_number": ("ops.strings", "to_number"),
+    "decode_raw": ("ops.strings", "decode_raw"),
     **{_n: ("layers.initializers", _n) for _n in (
         "zeros_initializer", "ones_initializer", "constant_initializer",
         "random_uniform_initializer", "random_normal_initializer",

@@ -106,7 +106,7 @@ def test_every_cpu_op_has_a_cuda_kernel_with_the_same_declaration():
         cpu = op.kernels.get("cpu")
         if cpu is None or cpu.source.startswith("<in-process"):
             continue                    # test ops other tests register in this process
-        if cpu.dtypes == (string,):
+        if cpu.dtypes == (string,) or name in ("AsString", "StringFormat", "UnicodeEncode"):
             continue                    # the string ops: strings live on the host
         cuda = op.kernels.get("cuda")
         want = cpu.dtypes

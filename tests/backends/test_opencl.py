@@ -63,6 +63,10 @@ def _run(code, **env):
 
 # --- the plugin, with or without a device ------------------------------------------------
 
+#: the host ops that make strings of other dtypes (strings live on the host)
+MAKE_STRINGS = {"AsString", "StringFormat", "UnicodeEncode"}
+
+
 @needs_plugin
 def test_plugin_registers_backend_and_kernels():
     from tapeflow.runtime.devices import table
@@ -73,7 +77,7 @@ def test_plugin_registers_backend_and_kernels():
     # conformance suite marks as known gaps) and the string ops (strings live on the host)
     missing = {op.name for op in tf.runtime.registry.OPS.values()
                if "cpu" in op.kernels and "opencl" not in op.kernels and "::" not in op.name
-               and op.kernels["cpu"].dtypes != (tf.string,)}
+               and op.kernels["cpu"].dtypes != (tf.string,) and op.name not in MAKE_STRINGS}
     assert missing == PLUGIN.OPS_WITHOUT_KERNEL
     assert PLUGIN.SKIPPED == []
 

@@ -77,6 +77,7 @@ from .math import (_ADD, _BITAND, _BITOR, _BITXOR, _DIV, _EQUAL, _FLOORDIV, _GRE
 # The op library, bottom to top (docs/CONVENTIONS_FOR_OPS.md shows the layout and its order)
 from . import (math, array_creation, array_shape, reductions, batching,  # noqa: F401
                array_values, array_gather, array_slice, array_sort, random, linalg, nn, fused)
+from . import image  # noqa: F401  (tf.image)
 # tf's top-level array names (they shadow the builtins range and slice in this module)
 from .array_creation import *  # noqa: F401,F403
 from .array_creation import FILL  # noqa: F401  (the op of tf.fill, autodiff's seed)

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import tapeflow as tf
+from tapeflow.ops import composite
 from tapeflow.runtime import registry
 from tapeflow.errors import ResourceExhaustedError, TapeflowError
 
@@ -97,7 +98,9 @@ _INT_PARAMS = {"axis", "axes", "shape", "depth", "num", "perm", "multiples", "di
                "paddings", "noise_shape", "reduction_indices", "batch_shape", "seed"}
 #: good values for required parameters that are never mutated
 _GOOD = {"padding": "SAME", "dtype": "float32", "data_format": "NHWC", "mode": "CONSTANT",
-         "equation": "ij->i", "output_type": "int64", "out_type": "int32"}
+         "equation": "ij->i", "output_type": "int64", "out_type": "int32",
+         # the higher-order functions (tf.scan, tf.foldl, tf.foldr): fn(a, x), a tensor
+         "fn": tf.add, "elems": np.ones((2, 3), np.float32)}
 #: never touched: names, formats, callbacks
 _SKIP_PARAMS = {"name", "data_format", "padding", "equation", "fn", "f", "func", "elems",
                 "body", "cond", "true_fn", "false_fn", "mode", "device", "dtype_hint",
@@ -112,6 +115,9 @@ _SKIP_FUNCTIONS = {"device", "function", "defun", "py_function", "print", "while
                    "identity_n", "convert_to_tensor", "Variable",
                    "set_random_seed"}
 
+
+#: functions left out by their full name
+_SKIP_QUALIFIED = set()
 
 #: public functions of the runtime that take user values like an op does
 _RUNTIME_FUNCTIONS = {"constant"}
@@ -281,12 +287,16 @@ def targets():
     out, seen = [], set()
     for prefix, ns in (("tf", tf), ("tf.nn", tf.nn), ("tf.linalg", tf.linalg),
                        ("tf.random", tf.random), ("tf.math", getattr(tf, "math", None)),
-                       ("tf.strings", getattr(tf, "strings", None))):
+                       ("tf.strings", getattr(tf, "strings", None)),
+                       ("tf.ragged", getattr(tf, "ragged", None)),
+                       ("tf.sparse", getattr(tf, "sparse", None)),
+                       ("tf.image", getattr(tf, "image", None))):
         if ns is None:
             continue
         for name in sorted(dir(ns)):
             fn = getattr(ns, name, None)
             if (name.startswith("_") or name in _SKIP_FUNCTIONS or not inspect.isfunction(fn)
+                    or f"{prefix}.{name}" in _SKIP_QUALIFIED
                     or not (fn.__module__ or "").startswith("tapeflow.")
                     or (fn.__module__.startswith(("tapeflow.runtime.", "tapeflow.autodiff.",
                                                   "tapeflow.tracing.", "tapeflow.ops.library"))
@@ -457,14 +467,21 @@ TAKES_TEXT = frozenset({
     "transpose", "tile", "concat", "concatv2", "stack", "pack", "unstack", "unpack",
     "gather", "gatherv2", "gathernd", "pad", "padv2", "mirrorpad", "slice", "stridedslice",
     "split", "splitv", "broadcastto", "stopgradient", "equal", "notequal", "selectv2",
-    "randomshuffle", "add", "constant", "fill", "reverse", "booleanmask"})
+    "randomshuffle", "add", "constant", "fill", "reverse", "booleanmask", "unique",
+    "uniquewithcounts", "tensorscatterndupdate", "tensorscatterupdate", "reversesequence",
+    "roll", "meshgrid", "mapfn", "scan", "foldl", "foldr", "typespecfromvalue",
+    # the string ops whose names do not start with "string" (issue 47)
+    "substr", "reducejoin", "staticregexreplace", "staticregexfullmatch", "asstring",
+    "unicodedecodewithoffsets", "unicodetranscode", "decoderaw"})
 
 
 def takes_text(target):
     """Whether ``target`` (``tf.identity``, ``op:Rank``) takes string tensors: the ops of
-    :data:`TAKES_TEXT`, ``tf.strings.*`` and the ``String*`` ops."""
+    :data:`TAKES_TEXT`, ``tf.strings.*``, the ``String*`` ops, and ``tf.ragged.*`` and
+    ``tf.sparse.*`` (composite tensors hold values of any dtype, strings too)."""
     name = target.rpartition(".")[2].rpartition(":")[2].lower().replace("_", "")
-    return (target.startswith("tf.strings.") or name.startswith("string")
+    return (target.startswith(("tf.strings.", "tf.ragged.", "tf.sparse."))
+            or name.startswith("string")
             or name in TAKES_TEXT)
 
 
@@ -547,7 +564,10 @@ def _resolve(call):
     ns_name, _, name = call.target.rpartition(".")
     ns = {"tf": tf, "tf.nn": tf.nn, "tf.linalg": tf.linalg, "tf.random": tf.random,
           "tf.math": getattr(tf, "math", None),
-          "tf.strings": getattr(tf, "strings", None)}[ns_name]
+          "tf.strings": getattr(tf, "strings", None),
+          "tf.ragged": getattr(tf, "ragged", None),
+          "tf.sparse": getattr(tf, "sparse", None),
+          "tf.image": getattr(tf, "image", None)}[ns_name]
     return getattr(ns, name)
 
 
@@ -611,6 +631,9 @@ def _first(e):
 def _host(result):
     if isinstance(result, (tuple, list)):
         return [_host(r) for r in result]
+    if isinstance(result, composite.CompositeTensor):     # (compared by their components)
+        spec = composite.type_spec_from_value(result)
+        return [_host(c) for c in spec.to_components(result)]
     if hasattr(result, "numpy"):
         return np.asarray(result.numpy())
     return result
