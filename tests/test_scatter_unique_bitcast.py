@@ -214,3 +214,10 @@ def test_linalg_diag_off_the_main_diagonal():
         tf.linalg.diag([1, 2], k=1.5)
     assert tf.strings.to_hash_bucket(["a", "b"], 10).numpy().tolist() == \
         tf.strings.to_hash_bucket_fast(["a", "b"], 10).numpy().tolist()
+
+
+def test_linalg_diag_takes_numpy_offsets_and_refuses_arrays_of_them_without_reading_them():
+    assert tf.linalg.diag(tf.ones([3]), k=np.array(1, np.uint8)).shape == (4, 4)
+    huge = np.broadcast_to(np.int32(1), (524288, 1048576))      # (a view: never copied)
+    with pytest.raises(tf.errors.InvalidTypeError, match="k must be an int"):
+        tf.linalg.diag(tf.ones([2, 3]), k=huge)

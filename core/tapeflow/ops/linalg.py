@@ -464,7 +464,7 @@ def _diag_ks(k, v):
     """``diag``'s ``k`` (an int or a ``(low, high)`` pair) as ``(low, high)``."""
     ks = k.numpy().tolist() if isinstance(k, (Tensor, Variable)) else k
     if isinstance(ks, np.ndarray):
-        ks = ks.tolist()                # (a 0-d array: its number)
+        ks = ks.tolist() if ks.size <= 2 else [None] * 3    # (a 0-d array: its number)
     ks = list(ks) if isinstance(ks, (list, tuple)) else [ks]
     if not 1 <= len(ks) <= 2 or any(isinstance(i, (bool, np.bool_)) or
                                     not isinstance(i, (int, np.integer)) for i in ks):
