@@ -221,3 +221,12 @@ def test_linalg_diag_takes_numpy_offsets_and_refuses_arrays_of_them_without_read
     huge = np.broadcast_to(np.int32(1), (524288, 1048576))      # (a view: never copied)
     with pytest.raises(tf.errors.InvalidTypeError, match="k must be an int"):
         tf.linalg.diag(tf.ones([2, 3]), k=huge)
+
+
+def test_reverse_refuses_ragged_and_huge_axis_lists_clearly():
+    x = tf.ones([2, 2, 3])
+    for bad in ([[1, 2], [3]], np.broadcast_to(np.int64(1), (2**40,))):
+        with pytest.raises(InvalidArgumentError, match="1-D list of ints"):
+            tf.reverse(x, bad)
+    with pytest.raises(InvalidArgumentError, match="specified more than once"):
+        tf.reverse(x, [0, 1, 2, 0])

@@ -551,3 +551,18 @@ def test_conv1d_transpose_shapes_match_keras_rule(k, s, d):
                                                 dilation_rate=d)
         y = layer(tf.ones([1, 5, 3]))
         assert y.shape[1] == deconv_output_length(5, k, padding, None, s, d)
+
+
+@pytest.mark.parametrize("device", ["cpu:0", "opencl:0"])
+def test_a_same_pool_window_longer_than_the_input_covers_it_all_and_huge_ones_are_refused(device):
+    # (a 2**40 window ran forever on OpenCL, and asked for 24 TiB of padding on the CPU)
+    if device not in [str(d) for d in tf.config.list_devices()]:
+        pytest.skip(f"{device} is not available here")
+    x = np.random.default_rng(0).standard_normal((2, 5, 3)).astype(np.float32)
+    with tf.device(device):
+        avg = tf.nn.avg_pool1d(tf.constant(x), [40], 2, "SAME").numpy()
+        top = tf.nn.max_pool1d(tf.constant(x), [2**31 - 1], 1, "SAME").numpy()
+        with pytest.raises(tf.errors.InvalidArgumentError, match="fit in an int32"):
+            tf.nn.avg_pool1d(tf.constant(x), [2**40], 1, "SAME")
+    np.testing.assert_allclose(avg, np.repeat(x.mean(1, keepdims=True), 3, 1), rtol=1e-5)
+    np.testing.assert_allclose(top, np.repeat(x.max(1, keepdims=True), 5, 1))

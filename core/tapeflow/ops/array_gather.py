@@ -565,8 +565,11 @@ def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
 def _axis_list(axis, nd, fn, op, x):
     """``axis`` (a 1-D list/array/tensor of ints) as distinct non-negative axes of a
     rank-``nd`` tensor; TensorFlow's messages for the bad ones."""
-    a = np.asarray(axis.numpy() if isinstance(axis, (Tensor, Variable)) else axis)
-    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+    try:
+        a = np.asarray(axis.numpy() if isinstance(axis, (Tensor, Variable)) else axis)
+    except (ValueError, TypeError):         # (a ragged list)
+        a = np.zeros((0, 0))
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu") or a.size > 1024:
         raise InvalidArgumentError(f"{fn}: 'axis' must be a 1-D list of ints, got "
                                    f"{_shapes.short_repr(axis)}", op=op, device=_here(x))
     out = []

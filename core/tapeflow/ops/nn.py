@@ -1355,6 +1355,15 @@ def _pool_attrs(opname, x, ksize, strides, padding, data_format):
         raise InvalidArgumentError(f"{e.message}; input shape {xs}", op=opname) from None
     if len(xs) != 4:
         raise InvalidArgumentError(f"input must be 4-D ({fmt}), got shape {xs}", op=opname)
+    if max(*k, *attrs["strides"]) > 2**31 - 1:
+        raise InvalidArgumentError(f"ksize {list(k)} and strides {list(attrs['strides'])} must "
+                                   "fit in an int32, as TensorFlow's", op=opname)
+    if attrs["padding"] == "SAME":
+        # (a window longer than twice the input covers all of it from every position: one
+        # that long gives the same result, and a kernel need not walk 2**31 positions)
+        hw = xs[1:3] if fmt == "NHWC" else xs[2:4]
+        attrs["ksize"] = k = tuple(min(kk, 2 * n + st + 1)
+                                   for kk, n, st in zip(k, hw, attrs["strides"]))
     if not isinstance(attrs["padding"], str):
         (t, b), (l, r) = attrs["padding"]
         if max(t, b) >= k[0] or max(l, r) >= k[1]:
