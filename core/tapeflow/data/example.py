@@ -51,9 +51,8 @@ from ..runtime.dispatch import constant
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from ..tracing.control_flow import py_function
-from ..tracing.signatures import TensorSpec
-from .dataset import UNKNOWN_CARDINALITY, Dataset, int_arg, interleave, to_host
-from .text import _compression, _cycle, _iter_paths, _open, _paths, _scalar
+from .dataset import int_arg, to_host
+from .text import FileDataset, _compression, _open, _paths, _scalar
 
 __all__ = ["message_class", "MESSAGES", "FixedLenFeature", "VarLenFeature", "RaggedFeature",
            "FixedLenSequenceFeature", "parse_example", "parse_single_example",
@@ -912,7 +911,7 @@ def _records(path, compression, buffer_size, where):
         f.close()
 
 
-class TFRecordDataset(Dataset):
+class TFRecordDataset(FileDataset):
     """The records of TFRecord files, each a ``tf.string`` scalar (a serialized
     ``tf.train.Example``, usually: ``.map`` it through ``tf.io.parse_single_example``).
 
@@ -923,32 +922,8 @@ class TFRecordDataset(Dataset):
     """
 
     _tf_name = "TFRecordDatasetV2"
-
-    def __init__(self, filenames, compression_type=None, buffer_size=None,
-                 num_parallel_reads=None, name=None):
-        where = "TFRecordDataset"
-        self._paths = _paths(filenames, where)
-        self._compression = _compression(compression_type, where)
-        self._buffer = int_arg(buffer_size, "buffer_size", where)
-        self._cycle_length = _cycle(num_parallel_reads)
-
-    def _cardinality(self):
-        return UNKNOWN_CARDINALITY
-
-    def _element_spec(self):
-        return TensorSpec((), _dt.string)
-
-    def _file_records(self, path):
-        for rec in _records(path, self._compression, self._buffer, "TFRecordDataset"):
-            yield _scalar(rec)
-
-    def _elements(self):
-        paths = _iter_paths(self._paths, "TFRecordDataset")
-        if self._cycle_length == 1:
-            for p in paths:
-                yield from self._file_records(p)
-        else:
-            yield from interleave(paths, self._file_records, self._cycle_length)
+    _where = "TFRecordDataset"
+    _read = staticmethod(_records)
 
 
 def tf_record_iterator(path, options=None):

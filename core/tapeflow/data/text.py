@@ -214,7 +214,41 @@ def _scalar(b):
     return a
 
 
-class TextLineDataset(Dataset):
+class FileDataset(Dataset):
+    """A dataset of the items of files (lines, records), read in order or
+    ``num_parallel_reads`` at a time, one item from each in turn: ``TextLineDataset`` and
+    ``TFRecordDataset``. Subclasses set ``_where`` (their name, for errors) and ``_read``
+    (``(path, compression, buffer_size, where) -> iterable of bytes``)."""
+
+    _where = "FileDataset"
+
+    def __init__(self, filenames, compression_type=None, buffer_size=None,
+                 num_parallel_reads=None, name=None):
+        self._paths = _paths(filenames, self._where)
+        self._compression = _compression(compression_type, self._where)
+        self._buffer = int_arg(buffer_size, "buffer_size", self._where)
+        self._cycle_length = _cycle(num_parallel_reads)
+
+    def _cardinality(self):
+        return UNKNOWN_CARDINALITY
+
+    def _element_spec(self):
+        return TensorSpec((), _dt.string)
+
+    def _file_items(self, path):
+        for item in type(self)._read(path, self._compression, self._buffer, self._where):
+            yield _scalar(item)
+
+    def _elements(self):
+        paths = _iter_paths(self._paths, self._where)
+        if self._cycle_length == 1:
+            for p in paths:
+                yield from self._file_items(p)
+        else:
+            yield from interleave(paths, self._file_items, self._cycle_length)
+
+
+class TextLineDataset(FileDataset):
     """The lines of text files, each a ``tf.string`` scalar without its newline.
 
     ``filenames``: a path, a list of paths, a string tensor of them or a Dataset of file
@@ -225,32 +259,8 @@ class TextLineDataset(Dataset):
     """
 
     _tf_name = "TextLineDatasetV2"
-
-    def __init__(self, filenames, compression_type=None, buffer_size=None,
-                 num_parallel_reads=None, name=None):
-        where = "TextLineDataset"
-        self._paths = _paths(filenames, where)
-        self._compression = _compression(compression_type, where)
-        self._buffer = int_arg(buffer_size, "buffer_size", where)
-        self._cycle_length = _cycle(num_parallel_reads)
-
-    def _cardinality(self):
-        return UNKNOWN_CARDINALITY
-
-    def _element_spec(self):
-        return TensorSpec((), _dt.string)
-
-    def _file_lines(self, path):
-        for line in _lines(path, self._compression, self._buffer, "TextLineDataset"):
-            yield _scalar(line)
-
-    def _elements(self):
-        paths = _iter_paths(self._paths, "TextLineDataset")
-        if self._cycle_length == 1:
-            for p in paths:
-                yield from self._file_lines(p)
-        else:
-            yield from interleave(paths, self._file_lines, self._cycle_length)
+    _where = "TextLineDataset"
+    _read = staticmethod(_lines)
 
 
 # --- CSV records -----------------------------------------------------------------------------

@@ -210,8 +210,8 @@ def _check_splits(splits, nvals, fn, prefix="RaggedTensor"):
             f"{head}:monotonic.  \nCondition x >= 0 did not hold element-wise:\nx (shape="
             f"{d.shape} dtype=int64) = \n{[str(v) for v in d[:3].tolist()]}")
     if splits[-1] != nvals:
-        raise ConditionError(f"Arguments to _from_row_partition do not form a valid "
-                             f"RaggedTensor\n" + _cmp_message(splits[-1:], np.array(nvals)))
+        raise ConditionError("Arguments to _from_row_partition do not form a valid "
+                             "RaggedTensor\n" + _cmp_message(splits[-1:], np.array(nvals)))
 
 
 # --- the class --------------------------------------------------------------------------

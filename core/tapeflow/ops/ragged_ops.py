@@ -596,7 +596,6 @@ def _reduce_std(input_tensor, axis=None, keepdims=False, name=None):
 def _expand_dims(x, a):
     if not _is_rt(x):
         return _as.expand_dims(x, a)
-    dt = x.row_splits.dtype
     if a == 0:
         return RaggedTensor.from_uniform_row_length(x, _outer(x), nrows=1)
     if a == 1:
