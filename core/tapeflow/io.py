@@ -44,7 +44,7 @@ import shutil
 from .errors import (FailedPreconditionError, InvalidArgumentError, NotFoundError,
                      PermissionDeniedError, UnimplementedError)
 from .ops.strings import decode_raw  # tf.io.decode_raw (a string op: ops/strings.py)
-from .data.text import decode_csv  # tf.io.decode_csv (CSV records: data/text.py)
+from .data.text import decode_csv, local_path  # tf.io.decode_csv (CSV records: data/text.py)
 # tf.io.parse_example and TFRecord files (data/example.py)
 from .data.example import (FixedLenFeature, FixedLenSequenceFeature, RaggedFeature,
                            TFRecordCompressionType, TFRecordOptions, TFRecordWriter,
@@ -77,17 +77,8 @@ class FileStatistics:
 
 
 def _path(name, what):
-    """``name`` as a local path str; remote schemes are refused."""
-    if isinstance(name, bytes):
-        name = name.decode()
-    if not isinstance(name, (str, os.PathLike)):
-        raise InvalidArgumentError(f"gfile.{what}: expected a path (str, bytes or "
-                                   f"os.PathLike), got {type(name).__name__} {name!r}")
-    name = os.fspath(name)
-    if "://" in name and not name.startswith("file://"):
-        raise UnimplementedError(f"gfile.{what}({name!r}): only local paths are supported "
-                                 f"(no {name.split('://')[0]}:// file system in tapeflow)")
-    return name[len("file://"):] if name.startswith("file://") else name
+    """``name`` as a local path str; remote schemes are refused (:func:`local_path`)."""
+    return local_path(name, f"gfile.{what}")
 
 
 def _os_error(e: OSError, what: str, path: str):

@@ -65,15 +65,17 @@ _COMPRESSIONS = ("", "GZIP", "ZLIB")
 
 # --- file names and lines ------------------------------------------------------------------
 
-def _one_path(p, where):
+def local_path(p, where):
+    """``p`` (str, bytes, os.PathLike, ``file://``) as a local path str; remote schemes are
+    refused (``tf.io.gfile`` and the file datasets share it)."""
     if isinstance(p, (bytes, np.bytes_)):
         p = os.fsdecode(bytes(p))
     if not isinstance(p, (str, os.PathLike)):
-        raise InvalidTypeError(f"{where}: a file name must be a str, bytes, os.PathLike or a "
-                               f"string tensor, got {type(p).__name__} {p!r}")
+        raise InvalidTypeError(f"{where}: expected a path (a file name: str, bytes, "
+                               f"os.PathLike or a string tensor), got {type(p).__name__} {p!r}")
     p = os.fspath(p)
     if "://" in p and not p.startswith("file://"):
-        raise UnimplementedError(f"{where}({p!r}): only local files can be read (no "
+        raise UnimplementedError(f"{where}({p!r}): only local paths are supported (no "
                                  f"{p.split('://')[0]}:// file system in tapeflow)")
     return p[len("file://"):] if p.startswith("file://") else p
 
@@ -92,13 +94,13 @@ def _paths(filenames, where):
         filenames = a.reshape(-1).tolist()
     elif not isinstance(filenames, (list, tuple)):
         filenames = [filenames]
-    return [_one_path(p, where) for p in filenames]
+    return [local_path(p, where) for p in filenames]
 
 
 def _iter_paths(paths, where):
     if isinstance(paths, Dataset):
         for el in paths._elements():
-            yield _one_path(np.asarray(el).reshape(()).item(), where)
+            yield local_path(np.asarray(el).reshape(()).item(), where)
     else:
         yield from paths
 
@@ -553,7 +555,7 @@ def _glob_files(file_pattern, where):
     patterns = file_pattern if isinstance(file_pattern, (list, tuple)) else [file_pattern]
     files = []
     for p in patterns:
-        p = _one_path(p, where)
+        p = local_path(p, where)
         files.extend(sorted(_glob.glob(p)))
     if not files:
         raise NotFoundError(f"{where}: no files match {file_pattern!r}")
