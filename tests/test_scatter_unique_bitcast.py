@@ -230,3 +230,8 @@ def test_reverse_refuses_ragged_and_huge_axis_lists_clearly():
             tf.reverse(x, bad)
     with pytest.raises(InvalidArgumentError, match="specified more than once"):
         tf.reverse(x, [0, 1, 2, 0])
+
+
+def test_linalg_diag_refuses_a_result_too_large_before_building_its_indices():
+    with pytest.raises(tf.errors.ResourceExhaustedError, match="MatrixDiagV3"):
+        tf.linalg.diag(tf.ones([3]), num_rows=2**40)

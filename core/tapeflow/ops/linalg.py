@@ -493,6 +493,9 @@ def _diag_band(v, lo, hi, num_rows, num_cols, padding_value, align):
     m = num_rows if num_rows != -1 else (n_min if num_cols == -1 else m_min)
     c = num_cols if num_cols != -1 else (m_min if num_rows == -1 else n_min)
     m, c = (max(m_min, n_min),) * 2 if num_rows == num_cols == -1 else (m, c)
+    batch = tuple(v.shape[:-1] if nd == 1 else v.shape[:-2])
+    _shapes.check_allocation(batch + (m, c), v.dtype, v._device, "MatrixDiagV3")
+    _shapes.check_allocation((3, m, c), "int64", v._device, "MatrixDiagV3")   # (the indices)
     i, j = np.indices((m, c))
     d = j - i
     lens = np.minimum(m + np.minimum(d, 0), c - np.maximum(d, 0))
