@@ -140,3 +140,26 @@ def test_the_exported_base_runs_its_c_core(tmp_path):
                          capture_output=True, text=True, check=True, cwd=str(tmp_path)).stdout
     native, origin = out.split()
     assert native == "True" and origin.startswith(str(tmp_path))
+
+
+def _common():
+    spec = importlib.util.spec_from_file_location("bench_common",
+                                                  ROOT / "benchmarks" / "common.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("slow_call", [None, 5, 6, 7])
+def test_one_slow_calibration_sample_does_not_cut_the_repeat(slow_call):
+    """A garbage collection (or a preemption) that falls into one calibration sample
+    must not cut the repeat count: a fake clock, 1 us a call, one sample 20 ms late."""
+    common = _common()
+    now, calls = [0.0], [0]
+
+    def run(k):
+        calls[0] += 1
+        now[0] += k * 1e-6 + (0.02 if calls[0] == slow_call else 0.0)
+
+    k = common._repeat(run, lambda: None, 0.01, 1 << 20, lambda: now[0])
+    assert 9000 <= k <= 11000, (slow_call, k)
