@@ -250,8 +250,19 @@ def importable_base(rev, base_dir, tries=30):
 def build_native(tree):
     """Build the C core of the exported tree in place, as installing it does (a commit
     with ``core/tapeflow/runtime/_c`` otherwise runs its pure-Python fallback and the
-    gate compares a pure-Python base with a compiled working tree). A failed build is
-    reported and leaves that side on the fallback, as it would leave a user's install."""
+    gate compares a pure-Python base with a compiled working tree), and the CPU
+    backend's native kernels where that tree has them (``backends/cpu_numpy/setup.py``).
+    A failed build is reported and leaves that side on the fallback, as it would leave a
+    user's install."""
+    backend = Path(tree) / "backends" / "cpu_numpy"
+    if (backend / "setup.py").is_file():
+        proc = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                              cwd=str(backend), capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            print(f"bench-check: note: the CPU backend's native kernels of {tree} did not "
+                  "build; that side runs the NumPy kernels:\n"
+                  + (proc.stdout + proc.stderr)[-1500:], flush=True)
     core = Path(tree) / "core"
     if not (core / "tapeflow" / "runtime" / "_c").is_dir() or not (core / "setup.py").is_file():
         return False

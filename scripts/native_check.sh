@@ -19,6 +19,9 @@
 #   VPY=/path/to/python bash scripts/native_check.sh
 #   NATIVE_TESTS="tests/test_tape.py" bash scripts/native_check.sh   (other tests)
 #
+# The CPU backend's native kernels (backends/cpu_numpy: tapeflow_cpu_numpy._cpukernels)
+# are copied, built and tested the same way, beside the C core, in each step.
+#
 # Exits non-zero on any failure. ~1 min on the 2-core development machine.
 set -euo pipefail
 
@@ -36,6 +39,8 @@ else
            tests/test_concurrency.py)
     [ -e tests/test_tape_watch.py ] && TESTS+=(tests/test_tape_watch.py)
     for f in tests/test_native_*.py; do [ -e "$f" ] && TESTS+=("$f"); done
+    # the CPU backend's native kernels (backends/cpu_numpy/tapeflow_cpu_numpy/_c)
+    [ -e tests/backends/test_cpu_native.py ] && TESTS+=(tests/backends/test_cpu_native.py)
 fi
 # (-k "not fork": test_concurrency.py's threads, without its fork() tests: processes
 # that start, not C paths)
@@ -54,13 +59,22 @@ trap 'rm -rf "$TMP"' EXIT
 T0=$SECONDS
 
 # build NAME [ENV=VALUE...]: a copy of core/ (sources only: no build/, .so, caches)
-# in $TMP/NAME/core, built in place with the environment given
+# in $TMP/NAME/core, built in place with the environment given; the same for the CPU
+# backend's native kernels (backends/cpu_numpy, where it has its setup.py)
+BACKEND=backends/cpu_numpy
+[ -f "$BACKEND/setup.py" ] || BACKEND=""
 build() {
     local name="$1"
     shift
     mkdir -p "$TMP/$name"
     tar -C "$ROOT" --exclude=build --exclude='*.so' --exclude=__pycache__ \
-        --exclude='*.egg-info' -cf - core | tar -C "$TMP/$name" -xf -
+        --exclude='*.egg-info' -cf - core ${BACKEND:+"$BACKEND"} | tar -C "$TMP/$name" -xf -
+    if [ -n "$BACKEND" ] && ! { (cd "$TMP/$name/$BACKEND" && env "$@" "$VPY" setup.py build_ext \
+            --inplace --force) >"$TMP/$name-backend.log" 2>&1 \
+            && ls "$TMP/$name/$BACKEND"/tapeflow_cpu_numpy/_cpukernels*.so >/dev/null 2>&1; }; then
+        grep -E "error|warning" "$TMP/$name-backend.log" >&2 || tail -n 30 "$TMP/$name-backend.log" >&2
+        return 1
+    fi
     if ! (cd "$TMP/$name/core" && env "$@" "$VPY" setup.py build_ext --inplace --force) \
             >"$TMP/$name.log" 2>&1; then
         cat "$TMP/$name.log" >&2
@@ -84,6 +98,18 @@ assert sp is not None, "the C core is not in use"
 for f in (tapeflow.__file__, sp.__file__):
     assert f.startswith(sys.argv[1]), f"{f} is not under {sys.argv[1]}"
 print(sp.__file__)' "$dir"
+}
+
+# check_backend DIR [ENV...]: the CPU backend's native kernels come from DIR, in use
+check_backend() {
+    [ -n "$BACKEND" ] || return 0
+    local dir="$1"
+    shift
+    env "$@" "$VPY" -c '
+import sys
+from tapeflow_cpu_numpy import _cpukernels, native
+assert native.available(), native.reason()
+assert _cpukernels.__file__.startswith(sys.argv[1]), f"{_cpukernels.__file__} is not under {sys.argv[1]}"' "$dir"
 }
 
 say "1/3 strict build (TAPEFLOW_STRICT_BUILD=1: -Wall -Wextra -Werror) of a copy of core/"
@@ -112,13 +138,14 @@ else
     PRELOAD="$ASAN_LIB"
     CXX_LIB="$("$CC_BIN" -print-file-name=libstdc++.so 2>/dev/null || true)"
     [ -n "$CXX_LIB" ] && [ -e "$CXX_LIB" ] && PRELOAD="$ASAN_LIB $CXX_LIB"
-    ASAN_ENV=(PYTHONPATH="$TMP/asan/core" LD_PRELOAD="$PRELOAD" PYTHONMALLOC=malloc
+    ASAN_ENV=(PYTHONPATH="$TMP/asan/core${BACKEND:+:$TMP/asan/$BACKEND}" LD_PRELOAD="$PRELOAD" PYTHONMALLOC=malloc
               ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:log_path=$TMP/asan-report")
     # (log_path: pytest captures file descriptor 2, and a process ASan stops loses what
     # was captured; the reports of the test processes and their subprocesses are in
     # $TMP/asan-report.PID, printed on failure)
     so=$(check_import "$TMP/asan/core" "${ASAN_ENV[@]}") || fail "the ASan build does not import"
     say "tapeflow from $TMP/asan/core ($(basename "$so"), ASan)"
+    check_backend "$TMP/asan" "${ASAN_ENV[@]}" || fail "the ASan build's CPU kernels are not in use"
     if ! env "${ASAN_ENV[@]}" "$VPY" "${PYTEST[@]}"; then
         for f in "$TMP"/asan-report.*; do [ -e "$f" ] && { say "AddressSanitizer report $f:"; cat "$f" >&2; }; done
         fail "tests under AddressSanitizer"
@@ -132,9 +159,10 @@ fi
 T2=$SECONDS
 say "3/3 python -X dev, PYTHONMALLOC=debug, strict build: ${TESTS[*]}"
 # (PYTHONDEVMODE=1 as well as -X dev: the tests' subprocesses run in dev mode too)
-DEV_ENV=(PYTHONPATH="$TMP/strict/core" PYTHONMALLOC=debug PYTHONDEVMODE=1 PYTHONFAULTHANDLER=1)
+DEV_ENV=(PYTHONPATH="$TMP/strict/core${BACKEND:+:$TMP/strict/$BACKEND}" PYTHONMALLOC=debug PYTHONDEVMODE=1 PYTHONFAULTHANDLER=1)
 so=$(check_import "$TMP/strict/core" "${DEV_ENV[@]}") || fail "the strict build does not import"
 say "tapeflow from $TMP/strict/core ($(basename "$so"))"
+check_backend "$TMP/strict" "${DEV_ENV[@]}" || fail "the strict build's CPU kernels are not in use"
 DEV_PYTEST=("${PYTEST[@]}")
 if [ -z "$asan_reason" ] && [ -z "${NATIVE_TESTS:-}" ] && [ -e tests/test_native_differential.py ]; then
     # (the differential test's random programs ran under ASan, which sees more: here it

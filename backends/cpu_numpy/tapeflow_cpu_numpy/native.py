@@ -1,0 +1,277 @@
+"""The CPU backend's native kernels (issue 48): convolution, its filter gradient and
+matmul as register-blocked SIMD GEMMs in C, over NumPy arrays.
+
+The C extension ``tapeflow_cpu_numpy._cpukernels`` (``_c/``; its header ``cpukernels.h``
+describes the design) is compiled when the backend is installed, if a C compiler is
+there; without it this module says so (:func:`available` is False, :func:`reason` says
+why) and tapeflow keeps its NumPy kernels. Every function here takes NumPy arrays,
+checks them, and returns a fresh float32 array -- or ``None`` for what it does not
+handle (another dtype, an empty array, an activation it does not know), so that the
+caller falls back to its NumPy path. Nothing is ever written into an input.
+
+- The convolution forward is an indirect GEMM in NHWC (as XNNPACK does it): one pointer
+  per output pixel and filter tap to the input pixel's channels (a shared zero row for
+  the padding), no im2col copy; the bias and activation are applied in registers.
+- The filter gradient is a GEMM over the N*Ho*Wo pixels, in chunks, one partial sum
+  per thread.
+- The micro-kernels exist for AVX-512F (8x16, 8x32), AVX2+FMA (6x16) and in portable
+  C, chosen at run time; :func:`set_isa` (or ``TAPEFLOW_CPU_ISA`` at import) forces one,
+  ``TAPEFLOW_CPU_NATIVE=0`` turns the library off.
+- The work runs on a small persistent thread pool of its own (:func:`set_num_threads`;
+  default ``os.cpu_count()``), without the GIL.
+
+>>> import numpy as np
+>>> from tapeflow_cpu_numpy import native
+>>> x = np.ones((1, 4, 4, 2), np.float32)
+>>> w = np.ones((3, 3, 2, 5), np.float32)
+>>> y = native.conv2d(x, w, strides=(1, 1), pads=(1, 1, 1, 1), dilations=(1, 1), act="Relu")
+>>> y is None or (y.shape == (1, 4, 4, 5) and float(y[0, 1, 1, 0]) == 18.0)
+True
+
+(``y`` is None where the library is not built: the caller then runs NumPy's path.)
+"""
+
+import os
+import warnings
+
+import numpy as np
+
+try:
+    from . import _cpukernels as _ck
+    _REASON = ""
+except ImportError as exc:          # not built: no C compiler at install
+    _ck = None
+    _REASON = (f"the C extension tapeflow_cpu_numpy._cpukernels is not built ({exc}); "
+               "reinstall the backend with a C compiler (pip install -e backends/cpu_numpy)")
+
+if _ck is not None and os.environ.get("TAPEFLOW_CPU_NATIVE", "").strip() == "0":
+    _REASON = "turned off by the environment (TAPEFLOW_CPU_NATIVE=0)"
+
+__all__ = ["available", "reason", "isa", "isas", "set_isa", "set_num_threads",
+           "get_num_threads", "conv2d", "conv2d_backprop_filter", "matmul"]
+
+#: the activation names conv2d fuses, and their codes in the C library
+ACTIVATIONS = {None: 0, "Relu": 1, "Relu6": 2, "LeakyRelu": 3, "Elu": 4}
+
+
+def available() -> bool:
+    """True when the native kernels are built and in use."""
+    return _ck is not None and not _REASON
+
+
+def reason() -> str:
+    """Why the native kernels are not in use ("" when they are)."""
+    return _REASON
+
+
+def isas() -> list:
+    """The instruction-set variants this CPU runs, best first (``[]`` without the
+    library): among ``"avx512"``, ``"avx2"``, ``"portable"``."""
+    return list(_ck.isas()) if _ck is not None else []
+
+
+def isa() -> str:
+    """The variant in use (``""`` without the library)."""
+    return _ck.get_isa() if _ck is not None else ""
+
+
+def set_isa(name=None):
+    """Use the variant ``name`` (one of :func:`isas`), or the best one for None."""
+    if _ck is None:
+        return
+    if name is None:
+        _ck.set_isa(_ck.isas()[0])
+        return
+    if name not in _ck.isas():
+        raise errors.InvalidArgumentError(
+            f"set_isa: {name!r} is not a kernel variant this CPU runs; choose one of "
+            f"{_ck.isas()} (or None for the best)")
+    _ck.set_isa(name)
+
+
+def set_num_threads(n):
+    """Run the kernels on ``n`` threads (the caller's and ``n - 1`` workers)."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= 256:
+        raise errors.InvalidArgumentError(
+            f"set_num_threads: the number of threads must be an int in [1, 256], got {n!r}")
+    if _ck is not None:
+        _ck.set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    """The threads the kernels run on (1 without the library)."""
+    return _ck.get_num_threads() if _ck is not None else 1
+
+
+def _init():
+    if _ck is None:
+        return
+    _ck.set_num_threads(max(1, min(os.cpu_count() or 1, 256)))
+    want = os.environ.get("TAPEFLOW_CPU_ISA", "").strip()
+    if want:
+        if want in _ck.isas():
+            _ck.set_isa(want)
+        else:
+            warnings.warn(f"TAPEFLOW_CPU_ISA={want!r} is not a kernel variant this CPU runs "
+                          f"({_ck.isas()}); using {_ck.get_isa()!r}", RuntimeWarning,
+                          stacklevel=2)
+
+
+_init()
+
+
+def _ints(op, name, value, count, low):
+    """``value`` as a tuple of ``count`` ints >= ``low``, else an error naming ``op``."""
+    try:
+        vals = tuple(value)
+    except TypeError:
+        vals = None
+    if (vals is None or len(vals) != count
+            or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in vals)):
+        raise errors.InvalidArgumentError(
+            f"{op}: {name} must be {count} ints, got {value!r}", op=op)
+    if any(v < low or v > 1 << 24 for v in vals):
+        raise errors.InvalidArgumentError(
+            f"{op}: {name} must be in [{low}, 2**24], got {vals}", op=op)
+    return tuple(int(v) for v in vals)
+
+
+def _f32(op, name, a, ndim):
+    """``a`` as an aligned C-contiguous float32 array, or None (not float32, empty);
+    an error for another number of dimensions."""
+    if not isinstance(a, np.ndarray) or a.dtype != np.float32:
+        return None
+    if a.ndim != ndim:
+        raise errors.InvalidArgumentError(
+            f"{op}: {name} must be {ndim}-d, got shape {a.shape} ({a.dtype})", op=op)
+    if a.size == 0:
+        return None
+    return np.require(a, np.float32, ["C", "A"])
+
+
+def _extent(op, size, k, s, d, p0, p1, axis, shapes):
+    eff = (k - 1) * d + 1
+    if eff > size + p0 + p1:
+        raise errors.InvalidArgumentError(
+            f"{op}: the filter, dilated to {eff} along {axis}, is larger than the padded "
+            f"input ({size} + {p0} + {p1}); {shapes}: use a smaller filter or dilation, or "
+            "more padding", op=op)
+    return (size + p0 + p1 - eff) // s + 1
+
+
+def _run(op, fn, *args):
+    try:
+        fn(*args)
+    except MemoryError:
+        raise errors.ResourceExhaustedError(
+            f"{op}: out of memory for the native kernel's buffers", op=op) from None
+    except ValueError as exc:        # the C library's own checks (native.py checks first)
+        raise errors.InvalidArgumentError(f"{op}: {exc}", op=op) from None
+
+
+def conv2d(x, w, strides, pads, dilations, bias=None, act=None, alpha=0.2):
+    """The 2-d convolution (cross-correlation) of NHWC ``x`` with HWIO ``w``, plus
+    ``bias``, then ``act`` (None, "Relu", "Relu6", "LeakyRelu" with ``alpha``, "Elu"):
+    a fresh (n, ho, wo, o) float32 array, or None where it does not apply.
+
+    ``strides`` (sh, sw), ``pads`` (pt, pb, pl, pr), ``dilations`` (dh, dw);
+    ho = (h + pt + pb - ((kh - 1) * dh + 1)) // sh + 1, and wo the same way.
+    """
+    op = "Conv2D"
+    if not available() or act not in ACTIVATIONS:
+        return None
+    x4, w4 = _f32(op, "the input", x, 4), _f32(op, "the filter", w, 4)
+    b1 = None if bias is None else _f32(op, "the bias", bias, 1)
+    if x4 is None or w4 is None or (bias is not None and b1 is None):
+        return None
+    sh, sw = _ints(op, "strides", strides, 2, 1)
+    pt, pb, pl, pr = _ints(op, "pads", pads, 4, 0)
+    dh, dw = _ints(op, "dilations", dilations, 2, 1)
+    n, h, wd, c = x4.shape
+    kh, kw, wc, o = w4.shape
+    shapes = f"input {x4.shape} float32, filter {w4.shape} float32"
+    if wc != c:
+        raise errors.InvalidArgumentError(
+            f"{op}: the filter's input channels ({wc}) are not the input's ({c}); {shapes}: "
+            "the filter must be (kh, kw, in_channels, out_channels)", op=op)
+    if b1 is not None and b1.shape != (o,):
+        raise errors.InvalidArgumentError(
+            f"{op}: the bias has shape {b1.shape} for {o} output channels; {shapes}", op=op)
+    ho = _extent(op, h, kh, sh, dh, pt, pb, "the height", shapes)
+    wo = _extent(op, wd, kw, sw, dw, pl, pr, "the width", shapes)
+    try:
+        alpha = float(alpha)
+    except (TypeError, ValueError):
+        raise errors.InvalidArgumentError(f"{op}: alpha must be a float, got {alpha!r}",
+                                          op=op) from None
+    out = np.empty((n, ho, wo, o), np.float32)
+    _run(op, _ck.conv2d, x4, w4, b1, out, sh, sw, pt, pb, pl, pr, dh, dw, ACTIVATIONS[act],
+         alpha)
+    return out
+
+
+def conv2d_backprop_filter(x, dy, ksize, strides, pads, dilations):
+    """The gradient of :func:`conv2d` (without bias and activation) with respect to its
+    filter: dw[i, j, c, o] = sum over (n, y, x) of
+    x[n, y*sh + i*dh - pt, x*sw + j*dw - pl, c] * dy[n, y, x, o] (zero outside the
+    image), a fresh (kh, kw, c, o) float32 array, or None where it does not apply."""
+    op = "Conv2DBackpropFilter"
+    if not available():
+        return None
+    x4, d4 = _f32(op, "the input", x, 4), _f32(op, "dy", dy, 4)
+    kh, kw = _ints(op, "ksize", ksize, 2, 1)
+    sh, sw = _ints(op, "strides", strides, 2, 1)
+    pt, pb, pl, pr = _ints(op, "pads", pads, 4, 0)
+    dh, dw = _ints(op, "dilations", dilations, 2, 1)
+    if x4 is None or d4 is None:
+        return None
+    n, h, wd, c = x4.shape
+    o = d4.shape[3]
+    shapes = f"input {x4.shape} float32, dy {d4.shape} float32, ksize {(kh, kw)}"
+    ho = _extent(op, h, kh, sh, dh, pt, pb, "the height", shapes)
+    wo = _extent(op, wd, kw, sw, dw, pl, pr, "the width", shapes)
+    if d4.shape[:3] != (n, ho, wo):
+        raise errors.InvalidArgumentError(
+            f"{op}: dy must be {(n, ho, wo, o)} for this input, filter size, strides, pads "
+            f"and dilations; {shapes}", op=op)
+    out = np.empty((kh, kw, c, o), np.float32)
+    _run(op, _ck.conv2d_backprop_filter, x4, d4, out, sh, sw, pt, pb, pl, pr, dh, dw)
+    return out
+
+
+def _operand(a, transposed):
+    """(C-contiguous array, transposed flag): an F-contiguous ``a`` is read as the
+    C-contiguous ``a.T`` with the flag flipped (no copy)."""
+    if not a.flags.c_contiguous and a.flags.f_contiguous and a.flags.aligned:
+        return a.T, not transposed
+    return np.require(a, np.float32, ["C", "A"]), transposed
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False):
+    """``op(a) @ op(b)`` for 2-d float32 ``a`` and ``b`` (op: the transpose where
+    asked): a fresh float32 array, or None where it does not apply."""
+    op = "MatMul"
+    if not available():
+        return None
+    a2, b2 = _f32(op, "a", a, 2), _f32(op, "b", b, 2)
+    if a2 is None or b2 is None:
+        return None
+    ta, tb = bool(transpose_a), bool(transpose_b)
+    m, k = a2.shape[::-1] if ta else a2.shape
+    kb, n = b2.shape[::-1] if tb else b2.shape
+    if k != kb:
+        raise errors.InvalidArgumentError(
+            f"{op}: the inner dimensions differ: a {a2.shape} (transpose_a={ta}) and b "
+            f"{b2.shape} (transpose_b={tb}), float32: a's columns must match b's rows",
+            op=op)
+    a2, ta = _operand(a2, ta)
+    b2, tb = _operand(b2, tb)
+    out = np.empty((m, n), np.float32)
+    _run(op, _ck.matmul, a2, b2, out, ta, tb)
+    return out
+
+
+# (last: importing tapeflow loads its plugins, and the CPU backend's plugin asks this
+# module available() while it registers; a user who imports this module before
+# tapeflow comes back here from that import with every name above already defined)
+from tapeflow import errors  # noqa: E402
