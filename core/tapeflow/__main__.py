@@ -36,7 +36,8 @@ commands:
 _ABBREV = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "float64": "f64", "int8": "i8",
            "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8", "bool": "bool"}
 _ENV = ("TAPEFLOW_DISABLE_PLUGIN_AUTOLOAD", "TAPEFLOW_PLUGINS", "TAPEFLOW_STRICT_PLUGINS",
-        "TAPEFLOW_DEFAULT_DEVICE", "TAPEFLOW_TEST_DEVICES")
+        "TAPEFLOW_DEFAULT_DEVICE", "TAPEFLOW_TEST_DEVICES", "TAPEFLOW_CPU_NATIVE",
+        "TAPEFLOW_CPU_ISA")
 
 
 def _dist_version(name):

@@ -1,4 +1,7 @@
-"""The CPU backend plugin: one Backend (``cpu:0``) and the NumPy kernels."""
+"""The CPU backend plugin: one Backend (``cpu:0``) and the NumPy kernels, with the
+native C kernels (:mod:`.native`) as their build service ``native`` where they are
+built and enabled, and the thread setting applied to them and to the BLAS
+(:mod:`.threads`). docs/cpu-kernels.md says which path runs what and how to check."""
 
 from __future__ import annotations
 
@@ -9,9 +12,76 @@ import numpy as np
 from tapeflow import kernels
 from tapeflow.plugins import Backend, BuildContext, hookimpl
 
-from . import hostmem
+from . import hostmem, native, threads
 
 TAPEFLOW_PLUGIN_API = 1
+
+
+class NativeService:
+    """The native kernel library ``lib`` as the kernels' build service ``native``: its
+    ``conv2d``, ``conv2d_backprop_filter``, ``matmul`` and ``get_num_threads``, and
+    ``available()``, which is also False while :func:`use_native` has switched it off
+    (the kernels ask at each call, so the switch takes effect at the next op)."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        self.enabled = True
+        self.conv2d = lib.conv2d
+        self.conv2d_backprop_filter = lib.conv2d_backprop_filter
+        self.matmul = lib.matmul
+        self.get_num_threads = lib.get_num_threads
+
+    def available(self):
+        return self.enabled and self.lib.available()
+
+
+_service = []       # [NativeService or None], made once by native_service()
+
+
+def native_service():
+    """The :class:`NativeService` the kernels are built with, or None when the native
+    library is not available (not compiled, ``TAPEFLOW_CPU_NATIVE=0``: ``native.reason()``)."""
+    if not _service:
+        _service.append(NativeService(native) if native.available() else None)
+    return _service[0]
+
+
+def use_native(enabled=True):
+    """Run the CPU backend's float32 convolutions and matmuls through the native
+    kernels (True: the default where they are available) or through NumPy (False: the
+    path of ``TAPEFLOW_CPU_NATIVE=0``), from the next op on, without restarting; returns
+    the previous setting (False where the native kernels are not available, which this
+    cannot change). For tests and benchmarks that compare the two paths; each ISA
+    variant is ``native.set_isa(name)``.
+
+    >>> from tapeflow_cpu_numpy import plugin
+    >>> before = plugin.use_native(False)      # NumPy's path from here on
+    >>> plugin.use_native(before) is False
+    True
+    """
+    svc = native_service()
+    if svc is None:
+        return False
+    before = svc.enabled
+    svc.enabled = bool(enabled)
+    return before
+
+
+def native_notes():
+    """The lines ``python -m tapeflow info`` shows about the CPU kernels: whether the
+    native kernels are in use, which ISA variant, or why not; and the thread counts."""
+    svc = native_service()
+    if svc is not None and svc.available():
+        line = (f"native CPU kernels: in use, ISA {native.isa()} (this CPU runs: "
+                f"{', '.join(native.isas())}; TAPEFLOW_CPU_ISA forces one)")
+    elif svc is not None:
+        line = ("native CPU kernels: not in use: switched off by "
+                "tapeflow_cpu_numpy.plugin.use_native(False)")
+    else:
+        line = f"native CPU kernels: not in use: {native.reason() or 'not available'}"
+    how = ("" if svc is not None and svc.available() else
+           "; convolutions run as Winograd / im2col + NumPy's BLAS")
+    return [line + how, threads.describe()]
 
 
 class NumpyBackend(Backend):
@@ -49,6 +119,10 @@ class NumpyBackend(Backend):
         from .fusion import compile_spec
         return compile_spec(spec)
 
+    def info_notes(self):
+        """``python -m tapeflow info``'s lines about the native kernels and threads."""
+        return native_notes()
+
     def memory_info(self, device):
         try:
             import resource
@@ -69,12 +143,15 @@ def tapeflow_register_backends(registry):
 
 
 def build_context():
-    """What the NumPy kernels are built with: ``numpy``, and bfloat16 computed in float32
-    (the other services, SciPy's special functions and ``numpy.add.at``, are the
-    defaults of :mod:`tapeflow.kernels`)."""
-    return BuildContext(np, "cpu", bfloat16_variant=kernels.compute_in_float32)
+    """What the NumPy kernels are built with: ``numpy``, bfloat16 computed in float32,
+    and the native kernels (:func:`native_service`, None where they are not available);
+    the other services, SciPy's special functions and ``numpy.add.at``, are the
+    defaults of :mod:`tapeflow.kernels`."""
+    return BuildContext(np, "cpu", bfloat16_variant=kernels.compute_in_float32,
+                        native=native_service())
 
 
 @hookimpl
 def tapeflow_register_kernels(registry):
     registry.add_kernels("cpu", kernels.build_all(build_context()))
+    threads.install(native if native_service() is not None else None)

@@ -1,10 +1,16 @@
 """Linear-algebra kernels, written once against an array module ``xp``.
 
 MatMul is on the hot path of training: the no-transpose case is one ``xp.matmul``;
-transposes are ``swapaxes`` views (BLAS reads them without a copy).
+transposes are ``swapaxes`` views (BLAS reads them without a copy). With the build
+service ``native`` (the CPU backend's C kernels, docs/cpu-kernels.md), a 2-d float32
+MatMul whose shape and thread count :func:`native_matmul_pays` accepts calls
+``native.matmul`` first, at call time while ``native.available()``, and NumPy's BLAS
+where it returns None.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..errors import InvalidArgumentError
 from ..plugins import KernelSpec
@@ -13,11 +19,38 @@ FLOATS = ("float16", "float32", "float64")
 NUMERIC = FLOATS + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 LAPACK = ("float32", "float64")          # what xp.linalg supports
 COMPLEX = ("complex64", "complex128")
+_F32 = np.dtype(np.float32)
+
+# The native GEMM's rule (docs/cpu-kernels.md has the figures): measured against
+# NumPy's OpenBLAS on the benchmark models' shapes, it won 5-30% on one thread where
+# B is not transposed and the product is large enough for the native call's ~5 us of
+# checks to vanish, lost 1.2-4.4x with B transposed (packing) or A transposed over a
+# long K, and on two threads lost 1.5-2x wherever m <= 64 (its split did not scale).
+#: at least this many multiply-adds (m*k*n) ...
+NATIVE_MIN_MACS = 1 << 21
+#: ... at most this many columns (n: 10,000 lost 1.2x) ...
+NATIVE_MAX_N = 4096
+#: ... and the native library on at most this many threads
+NATIVE_MAX_THREADS = 1
+
+
+def native_matmul_pays(m, k, n, transpose_a=False, transpose_b=False, threads=1):
+    """Whether a 2-d float32 ``op(a) @ op(b)``, ``(m x k) @ (k x n)``, goes to the native
+    GEMM (when there is one) running on ``threads`` threads: the rule measured against
+    NumPy's OpenBLAS (the constants above; docs/cpu-kernels.md).
+
+    >>> native_matmul_pays(2, 2, 2), native_matmul_pays(64, 784, 256)
+    (False, True)
+    """
+    return (m * k * n >= NATIVE_MIN_MACS and n <= NATIVE_MAX_N and not transpose_b
+            and (not transpose_a or k <= m) and threads <= NATIVE_MAX_THREADS)
 
 
 class LinalgKernels:
     """The linear-algebra and FFT kernels of one array module ``xp`` (NumPy or CuPy's
     namespace), one method per kernel; :meth:`table` maps op names to them.
+
+    ``native``: the optional service of that name (see the module's docstring).
 
     >>> import numpy as np
     >>> LinalgKernels(np).matmul(np.eye(2), np.ones((3, 2)), False, True)
@@ -25,15 +58,21 @@ class LinalgKernels:
            [1., 1., 1.]])
     """
 
-    def __init__(self, xp):
+    def __init__(self, xp, native=None):
         self.xp = xp
+        self.native = native
         self._matmul = xp.matmul          # MatMul is on the hot path: one attribute each
         self._swap = xp.swapaxes
         self._LinAlgError = getattr(xp.linalg, "LinAlgError", ArithmeticError)
 
     def matmul(self, a, b, transpose_a, transpose_b, out=None):
         """``a @ b`` of matrices (rank >= 2), either one transposed as a view first;
-        written into ``out`` when given (tf.function's buffer plan)."""
+        written into ``out`` when given (tf.function's buffer plan). The native GEMM
+        first where the service is set and :func:`native_matmul_pays`."""
+        if self.native is not None and a.dtype == _F32 and b.dtype == _F32:
+            y = self._native_matmul(a, b, transpose_a, transpose_b, out)
+            if y is not None:
+                return y
         if transpose_a:                       # (the method: np.swapaxes' layers cost 0.5 us)
             a = a.swapaxes(-1, -2)
         if transpose_b:
@@ -41,6 +80,24 @@ class LinalgKernels:
         if a.ndim < 2 or b.ndim < 2:          # xp.matmul would take vectors; TF does not
             raise ValueError("matmul needs inputs of rank >= 2")
         return self._matmul(a, b, out=out)
+
+    def _native_matmul(self, a, b, transpose_a, transpose_b, out):
+        """The native GEMM's ``a @ b`` (into ``out`` when given), or None: not 2-d, a
+        shape the rule leaves to the BLAS, the library off or declining."""
+        if a.ndim != 2 or b.ndim != 2:
+            return None
+        m, k = a.shape[::-1] if transpose_a else a.shape
+        kb, n = b.shape[::-1] if transpose_b else b.shape
+        native = self.native
+        if (k != kb or not native_matmul_pays(m, k, n, transpose_a, transpose_b)
+                or not native.available() or not native_matmul_pays(
+                    m, k, n, transpose_a, transpose_b, native.get_num_threads())):
+            return None
+        y = native.matmul(a, b, transpose_a, transpose_b)
+        if y is None or out is None:
+            return y
+        self.xp.copyto(out, y)
+        return out
 
     def einsum(self, *operands, equation):
         """The Einstein summation ``equation`` of ``operands`` (BLAS when it pays off)."""
@@ -147,5 +204,6 @@ class LinalgKernels:
 
 
 def build(ctx):
-    """The linear-algebra kernels for ``ctx.xp``: ``{op name: KernelSpec}``."""
-    return LinalgKernels(ctx.xp).table()
+    """The linear-algebra kernels for ``ctx.xp`` (service ``native``, optional):
+    ``{op name: KernelSpec}``."""
+    return LinalgKernels(ctx.xp, ctx.get("native")).table()

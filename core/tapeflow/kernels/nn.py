@@ -17,6 +17,17 @@ per filter tap (its filter gradient one ``einsum`` per tap).
 Pooling loops over the ``kh*kw`` window offsets with whole-array ufuncs. NCHW (NCDHW)
 is handled by transposed views.
 
+A backend may give the kernels a native library as the build service ``native``
+(the CPU backend passes ``tapeflow_cpu_numpy.native``, its C kernels: docs/cpu-kernels.md):
+then the float32 2-d convolution, its stride-1 input gradient (the same convolution) and
+its filter gradient call it first, at call time while its ``available()`` is true, and
+take the path above where it returns None (:meth:`NNKernels.conv_nhwc`, the one
+convolution every 2-d convolution kernel goes through, is the extension point).
+
+Long file: the neural-network kernels of one array module are one class,
+:class:`NNKernels`, whose convolution paths (native, Winograd, im2col) share its window
+geometry and blocking.
+
 Attributes arrive normalised by ``tapeflow.nn``: ``strides``/``dilations``/``ksize``
 as ``(h, w)``, ``padding`` ``"SAME"``/``"VALID"``/``((t, b), (l, r))``.
 """
@@ -32,6 +43,7 @@ from ..plugins import KernelSpec
 from . import winograd
 
 FLOATS = ("float16", "float32", "float64")
+_F32 = np.dtype(np.float32)
 
 
 def window_geometry(size, k, s, d, padding, i):
@@ -123,13 +135,18 @@ class NNKernels:
     """The neural-network kernels of one array module ``xp`` (NumPy or CuPy's namespace),
     one method per kernel; :meth:`table` maps op names to them.
 
+    ``native``: the optional service of that name (see the module's docstring), an
+    object with ``available()``, ``conv2d(...)`` and ``conv2d_backprop_filter(...)`` as
+    ``tapeflow_cpu_numpy.native`` has them; None: the NumPy path only.
+
     >>> import numpy as np
     >>> NNKernels(np).relu(np.array([-1.0, 2.0]))
     array([0., 2.])
     """
 
-    def __init__(self, xp):
+    def __init__(self, xp, native=None):
         self.xp = xp
+        self.native = native
         self._as_strided = xp.lib.stride_tricks.as_strided
         self._host = xp is np          # blocked im2col on the host, one GEMM on a GPU
 
@@ -324,8 +341,63 @@ class NNKernels:
             return None
         return (pt, pb, pl, pr), (ho, wo)
 
+    def _native_pads(self, x, kh, kw, strides, padding, dilations):
+        """``(pt, pb, pl, pr)`` of a convolution of the NHWC ``x`` when the native
+        library is to be tried (service set and ``available()``, float32, a non-empty
+        output, not a convolution :data:`.winograd.MODE` ``"always"`` puts on
+        Winograd), else None."""
+        native = self.native
+        if native is None or x.dtype != _F32 or not x.size or not native.available():
+            return None
+        if winograd.MODE == "always" and self._winograd_geometry(
+                x, (kh, kw, x.shape[3]), strides, padding, dilations, 1) is not None:
+            return None
+        ho, pt, pb = window_geometry(x.shape[1], kh, strides[0], dilations[0], padding, 0)
+        wo, pl, pr = window_geometry(x.shape[2], kw, strides[1], dilations[1], padding, 1)
+        return (pt, pb, pl, pr) if ho > 0 and wo > 0 else None
+
+    def conv_nhwc(self, x, w, strides, padding, dilations, epilogue=None):
+        """The 2-d convolution of the NHWC ``x`` with the HWIO filter ``w``, both in the
+        compute dtype: NHWC output (C-contiguous). Every 2-d convolution kernel of this
+        class and of :class:`~.nn_fused.FusedNNKernels` goes through it.
+
+        With the service ``native`` (float32, ``native.available()`` at the call) it is
+        ``native.conv2d``; where that returns None (a case it does not handle) or there
+        is no such service, :meth:`_conv_nhwc` (im2col GEMMs, Winograd).
+        ``epilogue``, when given, is called on the output blocks in place, as
+        :meth:`_conv_nhwc` says (the native path: once, on the whole output), unless it
+        has the attribute ``fused_args = (bias, act, alpha)`` and the native library
+        runs that bias and activation in its store itself (``act``: None, "Relu",
+        "Relu6", "LeakyRelu" (``alpha``) or "Elu"; :class:`~.nn_fused.Epilogue`).
+
+        >>> import numpy as np
+        >>> y = NNKernels(np).conv_nhwc(np.ones((1, 3, 3, 1), np.float32),
+        ...                             np.ones((2, 2, 1, 1), np.float32), (1, 1), "VALID", (1, 1))
+        >>> y[0, :, :, 0]
+        array([[4., 4.],
+               [4., 4.]], dtype=float32)
+        """
+        kh, kw = w.shape[:2]
+        pads = None if w.dtype != _F32 else self._native_pads(x, kh, kw, strides, padding,
+                                                              dilations)
+        if pads is not None:
+            xp, native = self.xp, self.native
+            x, w = xp.ascontiguousarray(x), xp.ascontiguousarray(w)
+            fused = getattr(epilogue, "fused_args", None)
+            if fused is not None:
+                y = native.conv2d(x, w, tuple(strides), pads, tuple(dilations), *fused)
+                if y is not None:
+                    return y
+            y = native.conv2d(x, w, tuple(strides), pads, tuple(dilations))
+            if y is not None:
+                if epilogue is not None:
+                    epilogue(y)
+                return y
+        return self._conv_nhwc(x, w, strides, padding, dilations, epilogue)
+
     def _conv_nhwc(self, x, w, strides, padding, dilations, epilogue=None):
-        """NHWC input, HWIO filter, both in the compute dtype: NHWC output.
+        """NHWC input, HWIO filter, both in the compute dtype: NHWC output, by NumPy
+        (:meth:`conv_nhwc` without the native library).
 
         ``epilogue``, when given, is called as ``epilogue(block)`` on each contiguous
         NHWC output block (a batch slice, shape ``(m, Ho, Wo, O)``) right after its
@@ -353,7 +425,7 @@ class NNKernels:
         dt = x.dtype
         cdt = compute_dtype(dt)
         x = nhwc(x, data_format).astype(cdt, copy=False)
-        out = self._conv_nhwc(x, w.astype(cdt, copy=False), strides, padding, dilations)
+        out = self.conv_nhwc(x, w.astype(cdt, copy=False), strides, padding, dilations)
         return back(out.astype(dt, copy=False), data_format)
 
     def conv2d_backprop_input(self, w, dy, input_sizes, strides, padding, data_format,
@@ -374,16 +446,15 @@ class NNKernels:
         if dy.size == 0 or w.size == 0:
             return back(xp.zeros((n, h, wd, c), dtype=dt), data_format)
         if sh == sw == 1:
-            # stride 1: the input gradient is a VALID correlation of dy, padded by the
-            # dilated kernel extent less the forward pads, with the filter flipped in
-            # space and transposed (O <-> C): the forward kernel's blocked GEMM again
+            # stride 1: the input gradient is a correlation of dy, padded by the dilated
+            # kernel extent less the forward pads (a negative pad crops), with the
+            # filter flipped in space and transposed (O <-> C): the forward convolution
             a, b = (kh - 1) * dh - pt, (kh - 1) * dh - pb
             l, r = (kw - 1) * dw - pl, (kw - 1) * dw - pr
-            dyp = self._pad(dy, max(a, 0), max(b, 0), max(l, 0), max(r, 0))
-            dyp = dyp[:, max(-a, 0):dyp.shape[1] - max(-b, 0),
-                      max(-l, 0):dyp.shape[2] - max(-r, 0)]
+            dyc = dy[:, max(-a, 0):ho - max(-b, 0), max(-l, 0):wo - max(-r, 0)]
             wf = xp.ascontiguousarray(w[::-1, ::-1].transpose(0, 1, 3, 2))
-            dx = self._conv_nhwc(dyp, wf, (1, 1), "VALID", dilations)
+            pads = ((max(a, 0), max(b, 0)), (max(l, 0), max(r, 0)))
+            dx = self.conv_nhwc(dyc, wf, (1, 1), pads, dilations)
             return back(dx.astype(dt, copy=False), data_format)
         # strided: col2im one window offset at a time, kh*kw small GEMMs (M, O) @ (O, C)
         # each added into a strided view of the padded gradient (no (M, kh*kw*C) buffer)
@@ -406,6 +477,14 @@ class NNKernels:
         x = nhwc(x, data_format).astype(cdt, copy=False)
         dy = nhwc(dy, data_format).astype(cdt, copy=False)
         kh, kw, c, o = filter_sizes
+        pads = self._native_pads(x, kh, kw, strides, padding, dilations)
+        if pads is not None and dy.dtype == _F32:
+            xp = self.xp
+            dw = self.native.conv2d_backprop_filter(
+                xp.ascontiguousarray(x), xp.ascontiguousarray(dy), (kh, kw), tuple(strides),
+                pads, tuple(dilations))
+            if dw is not None:
+                return dw.astype(dt, copy=False)
         wino = self._winograd_geometry(x, filter_sizes, strides, padding, dilations, o)
         if wino is not None:
             return winograd.filter_grad3x3(self.xp, x, dy, wino[0]).astype(dt, copy=False)
@@ -733,5 +812,6 @@ class NNKernels:
 
 
 def build(ctx):
-    """The neural-network kernels for ``ctx.xp``: ``{op name: KernelSpec}``."""
-    return NNKernels(ctx.xp).table()
+    """The neural-network kernels for ``ctx.xp`` (service ``native``, optional):
+    ``{op name: KernelSpec}``."""
+    return NNKernels(ctx.xp, ctx.get("native")).table()

@@ -3,13 +3,16 @@
 recurrent kernels (issue 45): ``FusedLSTM``, ``FusedGRU`` and their gradients
 (:class:`FusedNNKernels`' ``lstm``... methods).
 
-The convolution is :meth:`NNKernels._conv_nhwc <tapeflow.kernels.nn.NNKernels._conv_nhwc>`
+The convolution is :meth:`NNKernels.conv_nhwc <tapeflow.kernels.nn.NNKernels.conv_nhwc>`.
+With the build service ``native`` (the CPU backend's C kernels, docs/cpu-kernels.md) the
+bias and the activation (Relu, Relu6, LeakyRelu, Elu) go to the native convolution,
+which applies them in registers as it stores each output tile; otherwise (no native
+library, float64, Gelu) they run as the :class:`Epilogue` of the NumPy convolution
 (im2col GEMMs a block of images at a time on the host, Winograd where its cost rule
-says so, one GEMM on a GPU); the bias and the activation run as its ``epilogue``, in
-place on each output block right after the block's GEMM, while it is still in cache:
-no second pass over the output and no temporary of its size (LeakyRelu, Elu and Gelu
-use one temporary of a block's size). On CuPy (the CUDA backend's fallback when
-cuDNN's fused path is off) the "block" is the whole batch.
+says so, one GEMM on a GPU), in place on each output block right after the block's
+GEMM, while it is still in cache: no second pass over the output and no temporary of
+its size (LeakyRelu, Elu and Gelu use one temporary of a block's size). On CuPy (the
+CUDA backend's fallback when cuDNN's fused path is off) the "block" is the whole batch.
 
 The activations compute what the unfused kernels compute (``maximum(z, 0)``, ...), so
 the fused result equals the unfused one up to the GEMM's own rounding; float16 runs in
@@ -43,7 +46,8 @@ _SQRT_2_PI = _pymath.sqrt(2.0 / _pymath.pi)
 class Epilogue:
     """``block += bias; block = act(block)`` in place, for one ``_FusedConv2D`` call
     (``act`` from ``fused_ops``; an instance is the ``epilogue`` given to
-    ``_conv_nhwc``, called once per NHWC output block).
+    ``conv_nhwc``, called once per NHWC output block). Its ``fused_args``,
+    ``(bias, act, alpha)``, are what a native convolution takes instead.
 
     A contiguous block is viewed as rows of whole pixels (a whole image when it has
     at most :data:`ROW_ELEMS` elements, else one image row), and the bias and the
@@ -58,6 +62,7 @@ class Epilogue:
         self.bias = bias
         self.alpha = alpha
         self.act = None if act is None else getattr(self, "_" + act.lower())
+        self.fused_args = (bias, act, alpha)
         self._rows = None      # (row length, bias row, zeros row, sixes row)
 
     def _consts(self, block):
@@ -154,10 +159,10 @@ class FusedNNKernels:
     ``cell_states``, the GRU's ``hn``) are feature-major ``[T, k*H, B]``. float16 runs
     in float32."""
 
-    def __init__(self, xp, special=None):
+    def __init__(self, xp, special=None, native=None):
         self.xp = xp
         self.special = scipy_special if special is None else special
-        self.nn = NNKernels(xp)
+        self.nn = NNKernels(xp, native)
 
     def table(self):
         """``{op name: KernelSpec}`` of this module (see :mod:`tapeflow.kernels`)."""
@@ -170,15 +175,16 @@ class FusedNNKernels:
     def fused_conv2d(self, x, w, b, strides, padding, data_format, dilations, fused_ops,
                      num_args=1, leakyrelu_alpha=0.2):
         """``act(conv2d(x, w) + b)`` (``act`` = ``fused_ops[1]``, if any), the bias and
-        the activation applied to each output block right after its GEMM."""
+        the activation applied in the native convolution's store, or to each output
+        block right after its GEMM (:class:`Epilogue`)."""
         dt = x.dtype
         cdt = compute_dtype(dt)
         act = fused_ops[1] if len(fused_ops) > 1 else None
-        ep = Epilogue(self.xp, b.astype(cdt, copy=False), act, float(leakyrelu_alpha),
-                      self.special)
-        out = self.nn._conv_nhwc(nhwc(x, data_format).astype(cdt, copy=False),
-                                 w.astype(cdt, copy=False), strides, padding, dilations,
-                                 epilogue=ep)
+        ep = Epilogue(self.xp, self.xp.ascontiguousarray(b.astype(cdt, copy=False)), act,
+                      float(leakyrelu_alpha), self.special)
+        out = self.nn.conv_nhwc(nhwc(x, data_format).astype(cdt, copy=False),
+                                w.astype(cdt, copy=False), strides, padding, dilations,
+                                epilogue=ep)
         return back(out.astype(dt, copy=False), data_format)
 
     # --- the recurrent kernels (issue 45) ----------------------------------------
@@ -472,6 +478,6 @@ class FusedNNKernels:
 
 
 def build(ctx):
-    """The fused convolution kernels for ``ctx.xp`` (service ``special``):
-    ``{op name: KernelSpec}``."""
-    return FusedNNKernels(ctx.xp, ctx.get("special")).table()
+    """The fused convolution kernels for ``ctx.xp`` (services ``special`` and
+    ``native``): ``{op name: KernelSpec}``."""
+    return FusedNNKernels(ctx.xp, ctx.get("special"), ctx.get("native")).table()

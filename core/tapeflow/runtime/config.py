@@ -169,6 +169,63 @@ def cuda_graphs_enabled() -> bool:
     return cuda_graphs[0]
 
 
+# --- threads (tf.config.threading) ------------------------------------------------------
+_threads = {"intra_op": 0, "inter_op": 0}          # 0: the default (every core)
+_thread_observers: list = []
+
+
+def _set_threads(kind, n):
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidArgumentError(f"set_{kind}_parallelism_threads({n!r}): give an int >= 0")
+    _threads[kind] = n
+    for fn in list(_thread_observers) if kind == "intra_op" else ():
+        fn(n)
+
+
+def set_intra_op_parallelism_threads(num_threads: int) -> None:
+    """How many threads one op may use (0, the default: every core), as TensorFlow's
+    ``tf.config.threading.set_intra_op_parallelism_threads``, but it may be called at any
+    time. The CPU backend applies it to its native kernels and to NumPy's BLAS (OpenBLAS)
+    at once (backends are told through ``observe_intra_op_threads``; docs/cpu-kernels.md).
+
+    >>> import tapeflow as tf
+    >>> tf.config.threading.set_intra_op_parallelism_threads(1)
+    >>> tf.config.threading.get_intra_op_parallelism_threads()
+    1
+    >>> tf.config.threading.set_intra_op_parallelism_threads(0)     # back to the default
+    """
+    _set_threads("intra_op", num_threads)
+
+
+def get_intra_op_parallelism_threads() -> int:
+    """The number :func:`set_intra_op_parallelism_threads` set (0: the default)."""
+    return _threads["intra_op"]
+
+
+def set_inter_op_parallelism_threads(num_threads: int) -> None:
+    """Accepted for TensorFlow's API and remembered, with no effect: tapeflow runs each
+    op in the Python thread that calls it, one after the other (no inter-op pool); run
+    independent work in your own threads (docs/concurrency.md)."""
+    _set_threads("inter_op", num_threads)
+
+
+def get_inter_op_parallelism_threads() -> int:
+    """The number :func:`set_inter_op_parallelism_threads` set (0: the default)."""
+    return _threads["inter_op"]
+
+
+def observe_intra_op_threads(fn) -> None:
+    """For backends: call ``fn(num_threads)`` now and whenever
+    :func:`set_intra_op_parallelism_threads` is called (0: the default)."""
+    _thread_observers.append(fn)
+    fn(_threads["intra_op"])
+
+
+#: ``tf.config.threading.*``
+threading = _types.SimpleNamespace(**{f.__name__: f for f in (
+    set_intra_op_parallelism_threads, get_intra_op_parallelism_threads,
+    set_inter_op_parallelism_threads, get_inter_op_parallelism_threads)})
+
 #: ``tf.config.experimental.*``
 experimental = _types.SimpleNamespace(
     enable_tensor_float_32_execution=enable_tensor_float_32_execution,
@@ -180,4 +237,5 @@ experimental = _types.SimpleNamespace(
 
 __all__ += ["enable_tensor_float_32_execution", "tensor_float_32_execution_enabled",
             "observe_tensor_float_32", "enable_cudnn_convolutions",
-            "cudnn_convolutions_enabled", "enable_cuda_graphs", "cuda_graphs_enabled"]
+            "cudnn_convolutions_enabled", "enable_cuda_graphs", "cuda_graphs_enabled",
+            "threading", "observe_intra_op_threads"]
