@@ -9,8 +9,8 @@ through the tracer observer this package installs in :mod:`tapeflow.runtime.cont
   as leaves, and the graph compiled to straight-line Python (a table of emitters, one
   per node kind);
 * ``tracer``: the per-thread tracer that records ops into a Graph, and ``init_scope``;
-* ``graph_passes``: the rewrites of a traced graph (simplify, fold, cse, dce, reuse,
-  xent), with ``graph_fusion`` (elementwise and convolution-epilogue fusion) and
+* ``graph_passes``: the rewrites of a traced graph (simplify, fold, cse, dce, donate,
+  reuse, xent), with ``graph_fusion`` (elementwise and convolution-epilogue fusion) and
   ``memory_plan`` (buffers kept from call to call);
 * ``capture``: a replay as one captured device graph (CUDA graphs);
 * ``concrete``: ``ConcreteFunction``, one signature's replay and its gradients;

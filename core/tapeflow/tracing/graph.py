@@ -26,7 +26,9 @@ returns), so buffers are made by the kernels themselves, on any backend.
 
 from __future__ import annotations
 
+import inspect
 import itertools
+import sys
 
 import numpy as np
 
@@ -52,7 +54,7 @@ class Node:
     """
 
     __slots__ = ("kind", "op", "inputs", "outputs", "attrs", "fn", "device", "var", "value",
-                 "needs_device", "stateful", "label")
+                 "needs_device", "stateful", "label", "donate")
 
     def __init__(self, kind, inputs=(), outputs=(), op=None, attrs=None, fn=None, device=None,
                  var=None, value=None, needs_device=False, stateful=False, label=None):
@@ -68,6 +70,9 @@ class Node:
         self.needs_device = needs_device
         self.stateful = stateful
         self.label = label
+        #: set by graph_passes.donate_variables: the replay may write this node's result
+        #: into a Variable's buffer (then no other pass rewrites the node)
+        self.donate = False
 
     @property
     def name(self):
@@ -305,6 +310,162 @@ def _emit_planned(n, i, ins, outs, ns, plan, first, first_writer):
     return line
 
 
+# --- Variable updates in place (graph_passes.donate_variables) -----------------------------
+
+def donation_inputs(nodes, i, reads, last, graph):
+    """The positions of the inputs of ``nodes[i]`` whose buffers the assigns right after
+    it may take (see ``graph_passes.donate_variables``), one per output, or None.
+    ``reads``: {value id: the Variable a read node made it from}; ``last``: {value id:
+    index of its last reader}."""
+    n = nodes[i]
+    k = len(n.outputs)
+    if (n.kind != "op" or k == 0 or i + k >= len(nodes) or n.needs_device or n.fn is None
+            or not getattr(n.device, "is_host", False)):
+        return None
+    ufunc = isinstance(n.fn, np.ufunc)
+    if ufunc:           # one output, no attributes: Sub of v.assign_sub(lr * g)
+        if (k != 1 or n.fn.nout != 1 or n.fn.nin != len(n.inputs)
+                or any(not a.startswith("_") for a in n.attrs)):
+            return None
+    elif not _takes_inplace(n):
+        return None
+    outputs = set(graph.outputs)
+    found = []
+    for j, o in enumerate(n.outputs):
+        a = nodes[i + 1 + j]
+        if a.kind != "assign" or a.inputs != [o]:
+            return None
+        cands = range(len(n.inputs)) if ufunc else (j,)
+        for pos in cands:
+            r = n.inputs[pos]
+            var = reads.get(r, reads)
+            if (var is reads or not (var is a.var or (isinstance(var, int) and var == a.var))
+                    or n.inputs.count(r) != 1 or r in outputs or graph.meta[r] != graph.meta[o]
+                    or len(graph.meta[o][0]) == 0 or last.get(r) != i):
+                continue
+            found.append(pos)
+            break
+        else:
+            return None
+    return tuple(found)
+
+
+def _takes_inplace(n):
+    """Node ``n`` runs a fused optimizer update (``ApplyAdam``...: an op with no gradient
+    and an ``inplace`` attr, False here) whose kernel takes ``inplace=True``: then it
+    writes its results into its first inputs (the variable and its slots)."""
+    op = n.op
+    if (op is None or op.differentiable or n.attrs.get("inplace", False) is not False
+            or "inplace" not in (getattr(op, "attrs", None) or ())):
+        return False
+    try:
+        return "inplace" in inspect.signature(n.fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _donations(graph):
+    """{node index: input positions} of the nodes of ``graph`` marked by the ``donate``
+    pass whose pattern holds in this program (a program that keeps the reads alive, the
+    forward program that saves values for a backward pass, donates nothing)."""
+    nodes = graph.nodes
+    marked = [i for i, n in enumerate(nodes) if n.kind == "op" and n.donate]
+    if not marked:
+        return {}
+    reads = {n.outputs[0]: n.var for n in nodes if n.kind == "read" and n.outputs}
+    last = {v: i for i, n in enumerate(nodes) for v in n.inputs}
+    found = {}
+    for i in marked:
+        pos = donation_inputs(nodes, i, reads, last, graph)
+        if pos is not None:
+            found[i] = pos
+    return found
+
+
+def _fits(a, others):
+    """Whether ``ufunc(*others, a, out=a)`` gives what ``ufunc(...)`` would: every
+    other operand of ``a``'s dtype, broadcasting to ``a``'s shape."""
+    shape, dt = a.shape, a.dtype
+    for o in others:
+        s = getattr(o, "shape", ())
+        if getattr(o, "dtype", dt) != dt:
+            return False
+        if s != shape and (len(s) > len(shape) or any(
+                d != 1 and d != e for d, e in zip(reversed(s), reversed(shape)))):
+            return False
+    return True
+
+
+_ndarray = np.ndarray
+_getrc = sys.getrefcount
+
+
+def _donor(var, a, *others):
+    """Whether the replay may write a Variable's new value into ``a``, the array it read
+    from it: the Variable's value Tensor holds ``a`` and only the Variable holds that
+    Tensor; ``a`` owns its memory, is writeable and is held by that Tensor and the
+    replay's local alone (the budgets: :func:`_donor_budget`); ``others`` fit."""
+    t = var._value
+    return (type(a) is _ndarray and t._data is a and a.base is None and a.flags.writeable
+            and _getrc(a) <= _BUDGET[0] and _getrc(t) <= _BUDGET[1] and _fits(a, others))
+
+
+def _donor_probe(var, a, *others):
+    """:func:`_donor`'s frame, recording the reference counts it would compare."""
+    t = var._value
+    _PROBED.append((_getrc(a), _getrc(t)))
+    return False
+
+
+def _donor_budget():
+    """``[array, Tensor]`` reference counts :func:`_donor` sees when only the Variable
+    and the generated line hold them, measured on the code shape :func:`_compile`
+    emits (a stand-in Variable and Tensor holding them the way the real ones do)."""
+    class _Value:
+        __slots__ = ("_data",)
+
+    class _Var:
+        pass
+    ns = {"_donor": _donor_probe, "K": np.negative}
+    exec("def run(V):\n    v0 = V._value._data\n"
+         "    v1 = K(v0, out=v0) if _donor(V, v0) else K(v0)\n    return v1\n", ns)
+    var, value = _Var(), _Value()
+    value._data = np.zeros(2)
+    var._value = value
+    del value
+    ns["run"](var)
+    return list(_PROBED.pop())
+
+
+_PROBED: list = []
+_BUDGET = _donor_budget()
+
+
+def _emit_donating(n, i, ins, outs, graph, ns, positions):
+    """``K(..., out=r) if _donor(V, r, others) else K(...)`` for a ufunc node whose
+    result an assign of the Variable it read gives to that Variable, ``K(...,
+    inplace=True) if _donor(V, r) and ... else K(...)`` for a fused update (graph_passes'
+    ``donate`` pass)."""
+    ns[f"K{i}"] = n.fn
+    conds = []
+    for j, pos in enumerate(positions):
+        var = _variable(graph.nodes[i + 1 + j], i + 1 + j, ns)
+        others = ("".join(f", v{x}" for q, x in enumerate(n.inputs) if q != pos)
+                  if isinstance(n.fn, np.ufunc) else "")
+        conds.append(f"_donor({var}, v{n.inputs[pos]}{others})")
+    if isinstance(n.fn, np.ufunc):
+        donated = f"K{i}({ins}, out=v{n.inputs[positions[0]]})"
+        plain = f"K{i}({ins})"
+    else:
+        ns[f"A{i}"] = {k: v for k, v in n.attrs.items() if not k.startswith("_")
+                       and k != "inplace"}
+        donated = f"K{i}({ins}, inplace=True, **A{i})"
+        plain = f"K{i}({ins}, **A{i})"
+    if len(n.outputs) == 1 and n.op is not None and n.op.num_outputs != 1:
+        outs += ","
+    return f"    {outs} = {donated} if {' and '.join(conds)} else {plain}"
+
+
 def _ident(name):
     return "".join(c if c.isalnum() else "_" for c in name) or "f"
 
@@ -314,8 +475,9 @@ def _compile(graph: Graph, plan=None, first=False):
     (with a buffer ``plan``: ``run(arrays, vars, buffers)``, ``first``: the program of
     the plan's first call). Returns ``(run, source, {line number: node index}, file
     name)``."""
-    ns = {"_wrap": wrap}
+    ns = {"_wrap": wrap, "_donor": _donor}
     planned = plan.node_slot if plan is not None else {}
+    donating = _donations(graph)
     first_writer = plan.first_writers() if plan is not None else {}
     nslots = len(plan.slots) if plan is not None else 0
     pool = "".join(f"b{j}, " for j in range(nslots))
@@ -341,6 +503,8 @@ def _compile(graph: Graph, plan=None, first=False):
         linemap[len(lines) + 1] = i
         if i in planned:
             lines.append(_emit_planned(n, i, ins, outs, ns, plan, first, first_writer))
+        elif i in donating:
+            lines.append(_emit_donating(n, i, ins, outs, graph, ns, donating[i]))
         else:
             lines.append(emit(n, i, ins, outs, graph, ns))
         if i in dels:

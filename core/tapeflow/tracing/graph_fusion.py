@@ -175,7 +175,7 @@ class ElementwiseSpec:
 def _candidate(node, graph):
     if node.kind != "op" or node.stateful or len(node.outputs) != 1 or not node.inputs:
         return False
-    if not node.op.elementwise:
+    if not node.op.elementwise or node.donate:     # (a Variable update in place)
         return False
     dev = node.device
     # every input on the node's device (copies are explicit nodes, so this always holds)

@@ -35,6 +35,11 @@ compute from constants.
     its kernel. Unlike the others this pass installs an op with a gradient of its own
     (the unfused ops' gradient, :mod:`tapeflow.ops.fused`), which is what the
     taped replay differentiates. Runs before ``fuse``.
+``donate``
+    Variable updates in place: the host ufunc (or fused optimizer update) that computes
+    a Variable's new value from its value read in this call writes into the Variable's
+    buffer when, at run time, nobody else can see that buffer
+    (:func:`donate_variables`). Runs before ``fuse``.
 ``fuse``
     elementwise fusion (:func:`tapeflow.tracing.graph_fusion.fuse`).
 ``reuse``
@@ -72,7 +77,7 @@ import sys
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .graph import Node
+from .graph import Node, donation_inputs
 from .graph_fusion import fuse as _fuse, fuse_conv as _fuse_conv
 
 __all__ = ["PASSES", "optimize", "dce", "simplify", "fold_constants", "cse", "reuse_buffers",
@@ -510,7 +515,7 @@ def reuse_buffers(graph):
     for i, n in enumerate(nodes):
         if n.kind != "op" or n.fn is None or len(n.outputs) != 1 or n.needs_device:
             continue
-        if not _is_host_numpy(n.device):
+        if not _is_host_numpy(n.device) or n.donate:
             continue
         out_meta = graph.meta[n.outputs[0]]
         fn = n.fn
@@ -635,10 +640,68 @@ def _xent_softmax_kernel(original, checked):
     return xent_softmax
 
 
+# --- Variable updates in place (buffer donation) ----------------------------------------------
+
+def donate_variables(graph):
+    """Mark the host nodes that compute Variables' new values from their values read in
+    this call, so that the replay writes them into the Variables' own buffers; returns
+    the number marked.
+
+    The pattern (:func:`tapeflow.tracing.graph.donation_inputs`): an op node ``n`` followed
+    by one ``assign`` per output, output ``j`` to the Variable that input ``r`` of ``n``
+    reads (a ``read`` node of this call), read by ``n`` once and by nothing after it (not
+    returned either), of the exact shape, dtype and device of that output. ``n`` is a
+    NumPy ufunc with one output and no attributes (``v.assign_sub(lr * g)``'s ``Sub``,
+    ``v.assign(v * 0.9)``'s ``Mul``; ``r`` any input) or a fused optimizer update
+    (``ApplyAdam``... traced by ``Optimizer.apply_gradients``: input ``j`` for output
+    ``j``, and a kernel that takes ``inplace=True``). The node gets ``donate = True``,
+    which keeps it out of the ``fuse`` and ``reuse`` passes; code generation checks the
+    pattern again on the program it writes (a program that also returns ``r``, the
+    forward program saving values for a backward pass, donates nothing) and emits
+    ``K(..., out=r) if <every buffer can be donated> else K(...)``.
+
+    At run time a buffer is donated only when nobody else can see it
+    (:func:`tapeflow.tracing.graph._donor`): the Variable's current value Tensor holds
+    ``r``'s array and is referenced by the Variable alone, the array owns its memory, is
+    writeable and is referenced by that Tensor and the replay's local only
+    (``sys.getrefcount``), and a ufunc's other inputs have its dtype and broadcast to its
+    shape. A replay that assigns a Variable holds its lock throughout (section 20 of
+    docs/decisions.md), so no reader can take the buffer between that check and the
+    write. Whoever read the Variable before the call keeps the old numbers: the call
+    then allocates, as without this pass.
+
+    >>> import numpy as np, tapeflow as tf
+    >>> v = tf.Variable(np.ones(3, np.float32))
+    >>> @tf.function
+    ... def step(g):
+    ...     v.assign_sub(0.25 * g)
+    >>> g = tf.constant(np.ones(3, np.float32))
+    >>> step(g)                          # traced: Sub(read v, Mul) -> assign v, marked
+    >>> before = v.read_value()          # a reader: the next call allocates
+    >>> step(g)
+    >>> before.numpy(), v.numpy()
+    (array([0.75, 0.75, 0.75], dtype=float32), array([0.5, 0.5, 0.5], dtype=float32))
+    >>> del before
+    >>> step(g)                          # nobody else holds it: written in place
+    >>> v.numpy()
+    array([0.25, 0.25, 0.25], dtype=float32)
+    """
+    nodes = graph.nodes
+    reads = {n.outputs[0]: n.var for n in nodes if n.kind == "read" and n.outputs}
+    last = {v: i for i, n in enumerate(nodes) for v in n.inputs}
+    marked = 0
+    for i, n in enumerate(nodes[:-1]):
+        if donation_inputs(nodes, i, reads, last, graph) is not None:
+            n.donate = True
+            marked += 1
+    return marked
+
+
 #: name -> pass, in the order :func:`optimize` runs them
 PASSES = {"simplify": simplify, "fold": fold_constants, "cse": cse, "dce": dce}
 
 PASSES["conv"] = _fuse_conv  # Conv2D + bias + activation -> _FusedConv2D: before "fuse"
+PASSES["donate"] = donate_variables   # before "fuse", which would take the nodes it marks
 PASSES["fuse"] = _fuse   # elementwise fusion: one kernel per chain, per backend
 
 PASSES["xent"] = combine_softmax_xent
