@@ -423,7 +423,7 @@ def case_mlp_traced(tf, torch, batch):
     assignments traced into one graph) against the hand-written NumPy step and the
     same step in eager tapeflow."""
     case = Case(f"mlp{batch}_traced", f"MLP 784-256-256-10 SGD step, batch {batch}, float32, "
-                "tf.function", "step", ("ratio", 0.9), heavy=True)
+                "tf.function", "step", ("ratio", 0.8), heavy=True)     # issue 48
     params0, xn, yn = _mlp_init(batch)
     rows = np.arange(batch)
     ref_params = [p.copy() for p in params0]
@@ -537,10 +537,10 @@ def case_mlp(tf, torch, batch):
     return case
 
 
-#: (title, target vs PyTorch) of each CNN case (issue 34's table)
+#: (title, target vs PyTorch) of each CNN case (issue 48's table: 0.8x each)
 CNN_CASES = {
-    "small": ("small CNN (the guide's: two 3x3 conv of 16, global average pool)", 1.0),
-    "example": ("examples/train_cnn.py's CNN (3x3 conv 32, 64, pools, dense 128)", 1.0),
+    "small": ("small CNN (the guide's: two 3x3 conv of 16, global average pool)", 0.8),
+    "example": ("examples/train_cnn.py's CNN (3x3 conv 32, 64, pools, dense 128)", 0.8),
     "tutorial": ("MNIST tutorial CNN (5x5 conv 32, 64, pools, fc 1024)", 0.8),
 }
 
