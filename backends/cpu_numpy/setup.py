@@ -15,7 +15,8 @@ import os
 from setuptools import Extension, setup
 
 C_DIR = "tapeflow_cpu_numpy/_c"
-SOURCES = [f"{C_DIR}/{name}.c" for name in ("module", "ops", "ukernels", "pool")]
+SOURCES = [f"{C_DIR}/{name}.c" for name in ("module", "ops", "ukernels", "pool", "optim",
+                                                "pooling")]
 flags = ["-O3", "-pthread", "-Wall", "-Wextra", "-Wno-unused-parameter",
          "-Wno-missing-field-initializers", "-Wno-cast-function-type"]
 link = ["-pthread"]

@@ -14,6 +14,10 @@ caller falls back to its NumPy path. Nothing is ever written into an input.
   the padding), no im2col copy; the bias and activation are applied in registers.
 - The filter gradient is a GEMM over the N*Ho*Wo pixels, in chunks, one partial sum
   per thread.
+- The fused optimizer updates (:func:`apply_adam`, ... ``OPTIMIZER_UPDATES``) run in
+  one pass over memory, bitwise ``tapeflow.kernels.optim``'s NumPy kernels (the same
+  float32 operations in the same order, no fused multiply-add); they return the
+  variable and slots, fresh or (``inplace=True``) the inputs themselves, updated.
 - The micro-kernels exist for AVX-512F (8x16, 8x32), AVX2+FMA (6x16) and in portable
   C, chosen at run time; :func:`set_isa` (or ``TAPEFLOW_CPU_ISA`` at import) forces one,
   ``TAPEFLOW_CPU_NATIVE=0`` turns the library off.
@@ -47,8 +51,12 @@ except ImportError as exc:          # not built: no C compiler at install
 if _ck is not None and os.environ.get("TAPEFLOW_CPU_NATIVE", "").strip() == "0":
     _REASON = "turned off by the environment (TAPEFLOW_CPU_NATIVE=0)"
 
-__all__ = ["available", "reason", "isa", "isas", "set_isa", "set_num_threads",
-           "get_num_threads", "conv2d", "conv2d_backprop_filter", "matmul"]
+__all__ = ["available", "reason", "isa", "isas", "set_isa", "isa_forced", "set_num_threads",
+           "get_num_threads", "conv2d", "conv2d_backprop_filter", "matmul",
+           "OPTIMIZER_UPDATES", "apply_gradient_descent", "apply_momentum", "apply_adam",
+           "apply_rms_prop", "apply_centered_rms_prop", "apply_keras_rms_prop",
+           "apply_keras_centered_rms_prop", "apply_adagrad", "max_pool", "max_pool_grad",
+           "avg_pool", "avg_pool_grad"]
 
 #: the activation names conv2d fuses, and their codes in the C library
 ACTIVATIONS = {None: 0, "Relu": 1, "Relu6": 2, "LeakyRelu": 3, "Elu": 4}
@@ -75,18 +83,31 @@ def isa() -> str:
     return _ck.get_isa() if _ck is not None else ""
 
 
+#: whether the user chose the variant (set_isa(name), TAPEFLOW_CPU_ISA), not the default
+_FORCED = {"isa": False}
+
+
+def isa_forced() -> bool:
+    """True when the variant in use was chosen by the user (:func:`set_isa` with a name,
+    ``TAPEFLOW_CPU_ISA``), False for the default (the best): the CPU backend routes
+    work to the ``"portable"`` variant only when forced (docs/cpu-kernels.md)."""
+    return _FORCED["isa"]
+
+
 def set_isa(name=None):
     """Use the variant ``name`` (one of :func:`isas`), or the best one for None."""
     if _ck is None:
         return
     if name is None:
         _ck.set_isa(_ck.isas()[0])
+        _FORCED["isa"] = False
         return
     if name not in _ck.isas():
         raise errors.InvalidArgumentError(
             f"set_isa: {name!r} is not a kernel variant this CPU runs; choose one of "
             f"{_ck.isas()} (or None for the best)")
     _ck.set_isa(name)
+    _FORCED["isa"] = True
 
 
 def set_num_threads(n):
@@ -111,6 +132,7 @@ def _init():
     if want:
         if want in _ck.isas():
             _ck.set_isa(want)
+            _FORCED["isa"] = True
         else:
             warnings.warn(f"TAPEFLOW_CPU_ISA={want!r} is not a kernel variant this CPU runs "
                           f"({_ck.isas()}); using {_ck.get_isa()!r}", RuntimeWarning,
@@ -269,6 +291,262 @@ def matmul(a, b, transpose_a=False, transpose_b=False):
     out = np.empty((m, n), np.float32)
     _run(op, _ck.matmul, a2, b2, out, ta, tb)
     return out
+
+
+# --- pooling (pooling.c) -------------------------------------------------------------
+_POOL_KINDS = {"MaxPool": 0, "MaxPoolGrad": 1, "AvgPool": 2, "AvgPoolGrad": 3}
+
+
+def _pool_geometry(op, shape, ksize, strides, pads):
+    """``((kh, kw), (sh, sw), pads, (ho, wo))`` of a pooling of the NHWC ``shape``, or
+    None where the library does not handle it (a pad not smaller than the window, an
+    empty output: the NumPy kernel's cases)."""
+    kh, kw = _ints(op, "ksize", ksize, 2, 1)
+    sh, sw = _ints(op, "strides", strides, 2, 1)
+    pt, pb, pl, pr = _ints(op, "pads", pads, 4, 0)
+    if max(pt, pb) >= kh or max(pl, pr) >= kw:
+        return None
+    _, h, w, _ = shape
+    if kh > h + pt + pb or kw > w + pl + pr:
+        return None
+    ho, wo = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
+    return (kh, kw), (sh, sw), (pt, pb, pl, pr), (ho, wo)
+
+
+def _pool(op, ins, out, geom):
+    (kh, kw), (sh, sw), pads, _ = geom
+    _run(op, _ck.pool, _POOL_KINDS[op], tuple(ins), out, kh, kw, sh, sw, *pads)
+    return out
+
+
+def _pool_outputs(op, shape, arrays, ho, wo):
+    """Check that each of ``arrays`` ({name: array}) is (n, ho, wo, c) for an input of
+    the NHWC ``shape``."""
+    n, _, _, c = shape
+    for name, a in arrays.items():
+        if a.shape != (n, ho, wo, c):
+            raise errors.InvalidArgumentError(
+                f"{op}: {name} must be {(n, ho, wo, c)} for an input {shape} and this "
+                f"window, strides and padding, got {a.shape} (float32)", op=op)
+
+
+def max_pool(x, ksize, strides, pads):
+    """The maximum of each window of the NHWC float32 ``x`` (``ksize`` (kh, kw),
+    ``strides`` (sh, sw), ``pads`` (pt, pb, pl, pr), the padding -inf; a NaN in a window
+    makes its maximum NaN): a fresh (n, ho, wo, c) float32 array, ho = (h + pt + pb -
+    kh) // sh + 1 (wo the same way), or None where it does not apply (another dtype, an
+    empty array or output, a pad not smaller than the window).
+
+    >>> import numpy as np
+    >>> from tapeflow_cpu_numpy import native
+    >>> x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    >>> y = native.max_pool(x, (2, 2), (2, 2), (0, 0, 0, 0))
+    >>> y is None or y[0, :, :, 0].tolist() == [[5.0, 7.0], [13.0, 15.0]]
+    True
+    """
+    op = "MaxPool"
+    x4 = _f32(op, "the input", x, 4) if available() else None
+    geom = None if x4 is None else _pool_geometry(op, x4.shape, ksize, strides, pads)
+    if geom is None:
+        return None
+    n, _, _, c = x4.shape
+    return _pool(op, (x4,), np.empty((n, *geom[3], c), np.float32), geom)
+
+
+def max_pool_grad(x, y, dy, ksize, strides, pads):
+    """The gradient of :func:`max_pool`: ``dy`` routed to each window's FIRST element
+    equal to ``y`` (row-major window order, the padding's -inf included: a window whose
+    maximum is -inf and whose first position is padding routes nothing, nor does one
+    whose maximum is NaN), summed where windows overlap -- NumPy's kernel
+    (``NNKernels.max_pool_grad``) exactly: a fresh array of ``x``'s shape, or None."""
+    op = "MaxPoolGrad"
+    if not available():
+        return None
+    x4, y4, d4 = (_f32(op, name, a, 4) for name, a in (("x", x), ("y", y), ("dy", dy)))
+    geom = None if x4 is None else _pool_geometry(op, x4.shape, ksize, strides, pads)
+    if geom is None or y4 is None or d4 is None:
+        return None
+    _pool_outputs(op, x4.shape, {"y": y4, "dy": d4}, *geom[3])
+    return _pool(op, (x4, y4, d4), np.empty(x4.shape, np.float32), geom)
+
+
+def avg_pool(x, ksize, strides, pads):
+    """The mean of each window's valid elements (the padding not counted) of the NHWC
+    float32 ``x``, the sum divided by the count last as NumPy's kernel does: a fresh
+    (n, ho, wo, c) float32 array (see :func:`max_pool`), or None."""
+    op = "AvgPool"
+    x4 = _f32(op, "the input", x, 4) if available() else None
+    geom = None if x4 is None else _pool_geometry(op, x4.shape, ksize, strides, pads)
+    if geom is None:
+        return None
+    n, _, _, c = x4.shape
+    return _pool(op, (x4,), np.empty((n, *geom[3], c), np.float32), geom)
+
+
+def avg_pool_grad(dy, input_shape, ksize, strides, pads):
+    """The gradient of :func:`avg_pool` for an input of the NHWC ``input_shape``: each
+    window's ``dy / count`` added to its valid elements: a fresh float32 array of
+    ``input_shape``, or None."""
+    op = "AvgPoolGrad"
+    d4 = _f32(op, "dy", dy, 4) if available() else None
+    try:
+        shape = tuple(int(s) for s in input_shape)
+    except (TypeError, ValueError):
+        shape = ()
+    if len(shape) != 4 or min(shape) < 0:
+        raise errors.InvalidArgumentError(
+            f"{op}: input_shape must be 4 non-negative ints (n, h, w, c), got "
+            f"{input_shape!r}", op=op)
+    if d4 is None or not min(shape):
+        return None
+    geom = _pool_geometry(op, shape, ksize, strides, pads)
+    if geom is None:
+        return None
+    _pool_outputs(op, shape, {"dy": d4}, *geom[3])
+    return _pool(op, (d4,), np.empty(shape, np.float32), geom)
+
+
+# --- the fused optimizer updates (optim.c) ----------------------------------------------
+#: the update kinds of the C library (cpukernels.h OPT_*): {function name: (code, number
+#: of arrays in, out)}
+_UPDATES = {"apply_gradient_descent": (0, 2, 1), "apply_momentum": (1, 3, 2),
+            "apply_adam": (2, 4, 3), "apply_rms_prop": (3, 4, 3),
+            "apply_centered_rms_prop": (4, 5, 4), "apply_keras_rms_prop": (5, 3, 2),
+            "apply_keras_centered_rms_prop": (6, 4, 3), "apply_adagrad": (7, 3, 2)}
+_F32 = np.dtype(np.float32)
+#: the names of the fused optimizer updates this module has
+OPTIMIZER_UPDATES = tuple(_UPDATES)
+
+
+def _coef(op, name, value):
+    """A coefficient as a Python float (the C library rounds it to float32 once, as
+    NumPy's float32 ufuncs round a Python float)."""
+    if type(value) is float:
+        return value
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        raise errors.InvalidArgumentError(
+            f"{op}: the coefficient {name} must be a real number or a 0-d array, got "
+            f"{value!r}", op=op)
+    return float(value)
+
+
+def _update(fn, arrays, coefs, flag, inplace):
+    """Run the update ``fn`` (a key of ``_UPDATES``) over ``arrays`` with the
+    coefficients ``coefs`` ({name: value}, in the C library's order): its outputs (the
+    first arrays themselves with ``inplace``, else fresh ones), or None (the library not
+    available, an array not a C-contiguous aligned float32 ndarray, empty, or ``inplace``
+    over inputs that share memory: the caller's NumPy path). Arrays of different shapes,
+    or read-only ones to update in place, are an error."""
+    code, n_in, n_out = _UPDATES[fn]
+    if _ck is None or _REASON:
+        return None
+    op = "".join(p.title() for p in fn.split("_"))       # (ApplyAdam...)
+    shape = getattr(arrays[0], "shape", None)
+    for a in arrays:
+        if not (isinstance(a, np.ndarray) and a.dtype == _F32):
+            return None
+        flags = a.flags
+        if not (flags.c_contiguous and flags.aligned):
+            return None
+        if inplace and not flags.writeable and any(a is x for x in arrays[:n_out]):
+            raise errors.InvalidArgumentError(
+                f"{op}: an array to update in place is read-only (shape {a.shape}, "
+                "float32): pass writable arrays, or inplace=False for new ones", op=op)
+        if a.shape != shape:
+            raise errors.InvalidArgumentError(
+                f"{op}: every array must have the variable's shape {shape}, got "
+                f"{[x.shape for x in arrays]} (float32): the slots and the gradient are "
+                "updated element by element", op=op)
+    if not arrays[0].size:
+        return None
+    s = [_coef(op, k, v) for k, v in coefs.items()]
+    s += [0.0] * (4 - len(s))
+    outs = arrays[:n_out] if inplace else tuple(np.empty_like(a) for a in arrays[:n_out])
+    try:
+        done = _ck.optim(code, len(shape), arrays, outs, *s, bool(flag))
+    except ValueError as exc:          # (a read-only array to update in place...)
+        raise errors.InvalidArgumentError(f"{op}: {exc}", op=op) from None
+    if not done:                       # in place over inputs that share memory
+        return None
+    return outs[0] if n_out == 1 else tuple(outs)
+
+
+def apply_gradient_descent(var, grad, lr, inplace=False):
+    """``var - grad * lr``: the new variable (``var`` itself, updated, with ``inplace``),
+    or None where it does not apply (see :func:`apply_adam`)."""
+    return _update("apply_gradient_descent", (var, grad), {"lr": lr}, False, inplace)
+
+
+def apply_momentum(var, accum, grad, lr, mom_lr, momentum=0.0, use_nesterov=False,
+                   inplace=False):
+    """``accum = accum * momentum + grad``; ``var -= accum * lr`` (Nesterov:
+    ``var -= grad * lr + accum * mom_lr``): ``(var, accum)``, or None."""
+    return _update("apply_momentum", (var, accum, grad),
+                   {"lr": lr, "mom_lr": mom_lr, "momentum": momentum}, use_nesterov, inplace)
+
+
+def apply_adam(var, m, v, grad, lr_t, beta1=0.9, beta2=0.999, epsilon=1e-8, inplace=False):
+    """Adam's update in one pass over memory: ``m += (g - m) * (1 - beta1)``;
+    ``v += (g*g - v) * (1 - beta2)``; ``var -= m * lr_t / (sqrt(v) + epsilon)``, each
+    operation in float32 in this order (the coefficients rounded to float32 once), so
+    bitwise ``tapeflow.kernels.optim.OptimKernels(numpy).apply_adam``'s result.
+
+    ``var``, ``m``, ``v``, ``grad``: float32 arrays of one shape. Returns ``(var, m, v)``:
+    fresh arrays (the inputs untouched), or with ``inplace=True`` the inputs themselves,
+    updated; None where it does not apply (another dtype, not C-contiguous, empty, the
+    library not available; ``inplace`` over arrays that share memory), so that the
+    caller runs its NumPy path. Arrays of different shapes are an error.
+
+    >>> import numpy as np
+    >>> from tapeflow_cpu_numpy import native
+    >>> var, m, v = (np.ones(3, np.float32) for _ in range(3))
+    >>> out = native.apply_adam(var, m, v, np.ones(3, np.float32), np.float32(0.5))
+    >>> out is None or [a.tolist() for a in out] == [[0.5] * 3, [1.0] * 3, [1.0] * 3]
+    True
+    """
+    return _update("apply_adam", (var, m, v, grad),
+                   {"lr_t": lr_t, "c1": 1 - beta1, "c2": 1 - beta2, "epsilon": epsilon},
+                   False, inplace)
+
+
+def apply_rms_prop(var, ms, mom, grad, lr, rho=0.9, momentum=0.0, epsilon=1e-10,
+                   inplace=False):
+    """TensorFlow 1's RMSProp (``OptimKernels.apply_rms_prop``): ``(var, ms, mom)``, or
+    None."""
+    return _update("apply_rms_prop", (var, ms, mom, grad),
+                   {"lr": lr, "c": 1 - rho, "momentum": momentum, "epsilon": epsilon},
+                   bool(momentum), inplace)
+
+
+def apply_centered_rms_prop(var, mg, ms, mom, grad, lr, rho=0.9, momentum=0.0,
+                            epsilon=1e-10, inplace=False):
+    """Centered RMSProp (``OptimKernels.apply_centered_rms_prop``): ``(var, mg, ms,
+    mom)``, or None."""
+    return _update("apply_centered_rms_prop", (var, mg, ms, mom, grad),
+                   {"lr": lr, "c": 1 - rho, "momentum": momentum, "epsilon": epsilon},
+                   bool(momentum), inplace)
+
+
+def apply_keras_rms_prop(var, ms, grad, lr, rho=0.9, epsilon=1e-7, inplace=False):
+    """Keras's RMSprop without momentum (``OptimKernels.apply_keras_rms_prop``):
+    ``(var, ms)``, or None."""
+    return _update("apply_keras_rms_prop", (var, ms, grad),
+                   {"lr": lr, "c": 1 - rho, "epsilon": epsilon}, False, inplace)
+
+
+def apply_keras_centered_rms_prop(var, ms, mg, grad, lr, rho=0.9, epsilon=1e-7,
+                                  inplace=False):
+    """Keras's centered RMSprop without momentum
+    (``OptimKernels.apply_keras_centered_rms_prop``): ``(var, ms, mg)``, or None."""
+    return _update("apply_keras_centered_rms_prop", (var, ms, mg, grad),
+                   {"lr": lr, "c": 1 - rho, "epsilon": epsilon}, False, inplace)
+
+
+def apply_adagrad(var, accum, grad, lr, inplace=False):
+    """``accum += g*g``; ``var -= g * lr / sqrt(accum)``: ``(var, accum)``, or None."""
+    return _update("apply_adagrad", (var, accum, grad), {"lr": lr}, False, inplace)
 
 
 # (last: importing tapeflow loads its plugins, and the CPU backend's plugin asks this

@@ -14,8 +14,9 @@ and accuracy in docs/winograd.md).
 The 3-d convolution is the same im2col over ``(kd, kh, kw, C)`` (its input gradient
 col2im, one GEMM per filter tap); the depthwise convolution one broadcast multiply-add
 per filter tap (its filter gradient one ``einsum`` per tap).
-Pooling loops over the ``kh*kw`` window offsets with whole-array ufuncs. NCHW (NCDHW)
-is handled by transposed views.
+Pooling loops over the ``kh*kw`` window offsets with whole-array ufuncs (float32 on the
+host: the native library's ``max_pool``/``max_pool_grad``/``avg_pool``/``avg_pool_grad``
+first, the same results). NCHW (NCDHW) is handled by transposed views.
 
 A backend may give the kernels a native library as the build service ``native``
 (the CPU backend passes ``tapeflow_cpu_numpy.native``, its C kernels: docs/cpu-kernels.md):
@@ -137,7 +138,8 @@ class NNKernels:
 
     ``native``: the optional service of that name (see the module's docstring), an
     object with ``available()``, ``conv2d(...)`` and ``conv2d_backprop_filter(...)`` as
-    ``tapeflow_cpu_numpy.native`` has them; None: the NumPy path only.
+    ``tapeflow_cpu_numpy.native`` has them (and, optionally, its ``max_pool``,
+    ``max_pool_grad``, ``avg_pool``, ``avg_pool_grad``); None: the NumPy path only.
 
     >>> import numpy as np
     >>> NNKernels(np).relu(np.array([-1.0, 2.0]))
@@ -640,10 +642,23 @@ class NNKernels:
         return dw.astype(dt, copy=False)
 
     # --- pooling --------------------------------------------------------------------
+    def _native_pool(self, name, a, *args):
+        """The native library's pooling function ``name`` (``max_pool``, ...) on the
+        NHWC float32 ``a`` and ``args`` when the service is set and available now: its
+        result, or None (then the NumPy path below runs)."""
+        native = self.native
+        if native is None or a.dtype != _F32 or not native.available():
+            return None
+        fn = getattr(native, name, None)
+        return None if fn is None else fn(a, *args)
+
     def max_pool(self, x, ksize, strides, padding, data_format):
         """The maximum of each window of ``x``."""
         x = nhwc(x, data_format)
         ho, wo, pads = _pool_geom(x.shape, ksize, strides, padding)
+        out = self._native_pool("max_pool", x, tuple(ksize), tuple(strides), pads)
+        if out is not None:
+            return back(out, data_format)
         xpd = self._pad(x, *pads, value=_lowest(x.dtype))
         sls = _offsets(ho, wo, ksize, strides)
         out = xpd[sls[0]].copy()
@@ -676,6 +691,11 @@ class NNKernels:
         x, y, dy = nhwc(x, data_format), nhwc(y, data_format), nhwc(dy, data_format)
         n, h, w, c = x.shape
         ho, wo, (pt, pb, pl, pr) = _pool_geom(x.shape, ksize, strides, padding)
+        if y.dtype == dy.dtype == x.dtype:
+            dx = self._native_pool("max_pool_grad", x, y, dy, tuple(ksize), tuple(strides),
+                                   (pt, pb, pl, pr))
+            if dx is not None:
+                return back(dx, data_format)
         if tuple(strides) == tuple(ksize) and pt == pb == pl == pr == 0:
             return back(self._max_pool_grad_tiled(x, y, dy, ksize, ho, wo), data_format)
         dxp = xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=dy.dtype)
@@ -749,6 +769,9 @@ class NNKernels:
         cdt = np.dtype(compute_dtype(dt))
         n, h, w, c = x.shape
         ho, wo, pads = _pool_geom(x.shape, ksize, strides, padding)
+        out = self._native_pool("avg_pool", x, tuple(ksize), tuple(strides), pads)
+        if out is not None:
+            return back(out, data_format)
         xpd = self._pad(x, *pads).astype(cdt, copy=False)
         sls = _offsets(ho, wo, ksize, strides)
         out = xpd[sls[0]].copy()
@@ -765,6 +788,10 @@ class NNKernels:
         dy = nhwc(dy, data_format)
         ho, wo, pads = _pool_geom((n, h, w, c), ksize, strides, padding)
         pt, pb, pl, pr = pads
+        dx = self._native_pool("avg_pool_grad", dy, (n, h, w, c), tuple(ksize),
+                               tuple(strides), pads)
+        if dx is not None:
+            return back(dx, data_format)
         g = dy.astype(cdt) / self._pool_count(h, w, ho, wo, pads, ksize, strides, padding,
                                               cdt)
         dxp = self.xp.zeros((n, h + pt + pb, w + pl + pr, c), dtype=cdt)

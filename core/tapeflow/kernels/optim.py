@@ -17,6 +17,16 @@ ufunc passes run in cache, and the update reads and writes each array about once
 (Adam on 3.3 M parameters: 37 -> 13 ms). CuPy (the CUDA backend builds this same
 class) runs each ufunc over the whole array: one launch each.
 
+A backend may give the kernels a native library as the build service ``native`` (the
+CPU backend passes ``tapeflow_cpu_numpy.native``: docs/cpu-kernels.md): a float32
+update whose arrays are C-contiguous ndarrays of the variable's shape, whose
+coefficients are float32 0-d arrays or Python numbers and whose attrs are Python
+numbers then runs as the service's function of the kernel's name (``apply_adam``...),
+while ``native.available()`` at the call: one pass over memory in C, bitwise this
+module's result (the same float32 operations in the same order, no fused multiply-add).
+Where the service returns None, or anything else (float64, strided, broadcast), the
+NumPy blocks above run.
+
 >>> import numpy as np
 >>> k = OptimKernels(np)
 >>> var, g = np.array([1.0, 2.0]), np.array([2.0, 2.0])
@@ -36,6 +46,8 @@ from ..plugins import KernelSpec
 #: op-by-op update: a float32-computed bfloat16 variant would write into copies)
 FUSED_DTYPES = ("float32", "float64")
 
+_F32 = np.dtype(np.float32)
+
 #: elements per block of a NumPy update (the arrays of one block, about eight of them,
 #: stay in a core's L2 cache)
 BLOCK = 32768
@@ -48,11 +60,15 @@ class OptimKernels:
     and runs a ``_*_block`` method over the arrays, or over blocks of their flattened
     views; a block method takes the inputs, the outputs (which may be the same arrays),
     the temporaries and the scalars, and never reads an input after its output was
-    written."""
+    written.
 
-    def __init__(self, xp):
+    ``native``: the optional service of that name (see the module's docstring); None:
+    the NumPy (or CuPy) path only."""
+
+    def __init__(self, xp, native=None):
         self.xp = xp
         self.block = BLOCK if xp is np else None
+        self.native = native if xp is np else None
 
     def table(self):
         """``{op name: KernelSpec}`` of this module (see :mod:`tapeflow.kernels`)."""
@@ -69,7 +85,29 @@ class OptimKernels:
             "ApplyAdagrad": KernelSpec(self.apply_adagrad, dtypes=d),
         }
 
-    # --- the driver ---------------------------------------------------------------------
+    # --- the drivers --------------------------------------------------------------------
+    def _native(self, name, arrays, coefs, inplace, **attrs):
+        """The service ``native``'s update ``name`` (its outputs, as :meth:`_run`'s), or
+        None where it does not apply: no service or not available now, not all of
+        ``arrays`` C-contiguous float32 ndarrays of the variable's shape, a coefficient
+        not a float32 0-d array or Python number, an attr not a Python number (NumPy
+        would compute those in float64), or the service's own None."""
+        native = self.native
+        if native is None or not native.available():
+            return None
+        shape = arrays[0].shape
+        for a in arrays:
+            if (type(a) is not np.ndarray or a.dtype != _F32 or a.shape != shape
+                    or not a.flags.c_contiguous):
+                return None
+        for c in coefs:
+            if not (_py_number(c) or (isinstance(c, (np.ndarray, np.generic))
+                                      and c.dtype == _F32 and c.ndim == 0)):
+                return None
+        if not all(_py_number(x) for x in attrs.values()):
+            return None
+        return getattr(native, name)(*arrays, *coefs, inplace=inplace, **attrs)
+
     def _run(self, block_fn, ins, n_outs, n_temps, scalars, inplace):
         """Outputs for the first ``n_outs`` of ``ins`` (themselves in place, else new
         arrays), then ``block_fn(*ins, *outs, *temps, *scalars)`` over the whole arrays
@@ -96,6 +134,9 @@ class OptimKernels:
     # --- the kernels --------------------------------------------------------------------
     def apply_gradient_descent(self, var, grad, lr, inplace=False):
         """``var -= grad * lr``."""
+        y = self._native("apply_gradient_descent", (var, grad), (lr,), inplace)
+        if y is not None:
+            return y
         return self._run(self._gradient_descent_block, (var, grad), 1, 1, (lr,), inplace)
 
     def _gradient_descent_block(self, var, grad, ovar, t, lr):
@@ -109,6 +150,10 @@ class OptimKernels:
         """``accum = accum * momentum + grad``; ``var -= accum * lr``, or with
         ``use_nesterov`` ``var -= grad * lr + accum * mom_lr`` (``mom_lr``: momentum * lr,
         computed by the optimizer as the unfused update does)."""
+        y = self._native("apply_momentum", (var, accum, grad), (lr, mom_lr), inplace,
+                         momentum=momentum, use_nesterov=use_nesterov)
+        if y is not None:
+            return y
         return self._run(self._momentum_block, (var, accum, grad), 2, 2,
                          (lr, mom_lr, momentum, use_nesterov), inplace)
 
@@ -130,6 +175,10 @@ class OptimKernels:
                    inplace=False):
         """``m += (g - m) * (1 - beta1)``; ``v += (g*g - v) * (1 - beta2)``;
         ``var -= m * lr_t / (sqrt(v) + epsilon)``."""
+        y = self._native("apply_adam", (var, m, v, grad), (lr_t,), inplace, beta1=beta1,
+                         beta2=beta2, epsilon=epsilon)
+        if y is not None:
+            return y
         return self._run(self._adam_block, (var, m, v, grad), 3, 2,
                          (lr_t, 1 - beta1, 1 - beta2, epsilon), inplace)
 
@@ -182,6 +231,10 @@ class OptimKernels:
                        inplace=False):
         """TensorFlow 1's RMSProp: ``ms += (g*g - ms) * (1 - rho)``;
         ``mom = mom * momentum + g * lr / sqrt(ms + epsilon)``; ``var -= mom``."""
+        y = self._native("apply_rms_prop", (var, ms, mom, grad), (lr,), inplace, rho=rho,
+                         momentum=momentum, epsilon=epsilon)
+        if y is not None:
+            return y
         return self._run(self._rms_prop_block, (var, ms, mom, grad), 3, 2,
                          (lr, 1 - rho, momentum, epsilon), inplace)
 
@@ -196,6 +249,10 @@ class OptimKernels:
                                 epsilon=1e-10, inplace=False):
         """Centered RMSProp: as :meth:`apply_rms_prop` with ``mg += (g - mg) * (1 - rho)``
         and the denominator ``sqrt(ms - mg*mg + epsilon)``."""
+        y = self._native("apply_centered_rms_prop", (var, mg, ms, mom, grad), (lr,), inplace,
+                         rho=rho, momentum=momentum, epsilon=epsilon)
+        if y is not None:
+            return y
         return self._run(self._centered_rms_prop_block, (var, mg, ms, mom, grad), 4, 2,
                          (lr, 1 - rho, momentum, epsilon), inplace)
 
@@ -213,6 +270,10 @@ class OptimKernels:
     def apply_keras_rms_prop(self, var, ms, grad, lr, rho=0.9, epsilon=1e-7, inplace=False):
         """Keras's RMSprop without momentum: ``ms += (g*g - ms) * (1 - rho)``;
         ``var -= g * lr / (sqrt(ms) + epsilon)``."""
+        y = self._native("apply_keras_rms_prop", (var, ms, grad), (lr,), inplace, rho=rho,
+                         epsilon=epsilon)
+        if y is not None:
+            return y
         return self._run(self._keras_rms_prop_block, (var, ms, grad), 2, 2,
                          (lr, 1 - rho, epsilon), inplace)
 
@@ -226,6 +287,10 @@ class OptimKernels:
                                       inplace=False):
         """Keras's centered RMSprop without momentum: the denominator
         ``sqrt(ms - mg*mg) + epsilon``."""
+        y = self._native("apply_keras_centered_rms_prop", (var, ms, mg, grad), (lr,), inplace,
+                         rho=rho, epsilon=epsilon)
+        if y is not None:
+            return y
         return self._run(self._keras_centered_rms_prop_block, (var, ms, mg, grad), 3, 2,
                          (lr, 1 - rho, epsilon), inplace)
 
@@ -250,6 +315,9 @@ class OptimKernels:
 
     def apply_adagrad(self, var, accum, grad, lr, inplace=False):
         """``accum += g*g``; ``var -= g * lr / sqrt(accum)``."""
+        y = self._native("apply_adagrad", (var, accum, grad), (lr,), inplace)
+        if y is not None:
+            return y
         return self._run(self._adagrad_block, (var, accum, grad), 2, 2, (lr,), inplace)
 
     def _adagrad_block(self, var, accum, grad, ovar, oaccum, t, d, lr):
@@ -263,6 +331,13 @@ class OptimKernels:
         xp.subtract(var, t, out=ovar)
 
 
+def _py_number(x):
+    """Whether ``x`` is a Python bool, int or float (NumPy's weak scalars: float32
+    arithmetic with a float32 array)."""
+    return type(x) in (bool, int, float)
+
+
 def build(ctx):
-    """The fused optimizer-update kernels for ``ctx.xp``: ``{op name: KernelSpec}``."""
-    return OptimKernels(ctx.xp).table()
+    """The fused optimizer-update kernels for ``ctx.xp`` (service ``native``, optional):
+    ``{op name: KernelSpec}``."""
+    return OptimKernels(ctx.xp, ctx.get("native")).table()

@@ -17,8 +17,10 @@
  *     packed, for B transposed and for the last, partial panel).
  *
  * files: ukernels.c (the micro-kernels: AVX-512F, AVX2+FMA, portable C; chosen at run
- * time), ops.c (the drivers: conv2d, conv2d_backprop_filter, matmul), pool.c (the
- * persistent thread pool), module.c (the Python module: buffers, checks, GIL release).
+ * time), ops.c (the drivers: conv2d, conv2d_backprop_filter, matmul), optim.c (the
+ * fused optimizer updates: elementwise, one pass, bitwise NumPy's), pool.c (the
+ * persistent thread pool), pooling.c (NHWC max/avg pooling and their gradients),
+ * module.c (the Python module: buffers, checks, GIL release).
  * No NumPy headers: arrays arrive through the buffer protocol, validated in module.c
  * before any C code touches their memory.
  */
@@ -94,5 +96,41 @@ int tfk_conv2d_filter_grad(const ConvGeom *g, const float *x, const float *dy, f
                            int isa, int nthreads);
 int tfk_matmul(const float *a, const float *b, float *c, size_t m, size_t n, size_t k,
                int transpose_a, int transpose_b, int isa, int nthreads);
+
+/* optim.c: the fused optimizer updates, one pass over memory, bitwise NumPy's
+ * OptimKernels (core/tapeflow/kernels/optim.py). in[]: the variable, its slots and the
+ * gradient in the kernel's order; out[k]: the new in[k] (in[k] itself in place, else an
+ * array that overlaps no input: module.c checks); s[]: the float32 coefficients in the
+ * kernel's order; flag: Nesterov (momentum) or momentum != 0 (RMSProp). */
+enum { OPT_GRADIENT_DESCENT = 0, OPT_MOMENTUM = 1, OPT_ADAM = 2, OPT_RMS_PROP = 3,
+       OPT_CENTERED_RMS_PROP = 4, OPT_KERAS_RMS_PROP = 5, OPT_KERAS_CENTERED_RMS_PROP = 6,
+       OPT_ADAGRAD = 7, OPT_COUNT = 8 };
+#define TFK_OPT_MAX_IN 5
+typedef struct {
+    int kind;
+    size_t n;
+    const float *in[TFK_OPT_MAX_IN];
+    float *out[TFK_OPT_MAX_IN - 1];
+    float s[4];
+    int flag;
+} OptimArgs;
+/* the number of arrays in and out of an update (-1: no such kind) */
+int tfk_optim_arity(int kind, int *n_in, int *n_out);
+void tfk_optim(const OptimArgs *a, int isa, int nthreads);
+
+/* pooling.c: NHWC float32 pooling (max, avg and their gradients; the NumPy kernels'
+ * semantics, pooling.c says them); module.c has checked that every pad is smaller than
+ * the window along its axis (every window holds a valid element). Each returns 0. */
+typedef struct {
+    size_t n, h, w, c;      /* input NHWC */
+    size_t kh, kw, sh, sw, pt, pl;
+    size_t ho, wo;          /* output */
+} PoolGeom;
+
+int tfk_max_pool(const PoolGeom *g, const float *x, float *y, int isa, int nthreads);
+int tfk_max_pool_grad(const PoolGeom *g, const float *x, const float *y, const float *dy,
+                      float *dx, int isa, int nthreads);
+int tfk_avg_pool(const PoolGeom *g, const float *x, float *y, int isa, int nthreads);
+int tfk_avg_pool_grad(const PoolGeom *g, const float *dy, float *dx, int isa, int nthreads);
 
 #endif

@@ -288,6 +288,169 @@ fail:
     return NULL;
 }
 
+/* optim(kind, ndim, ins, outs, s0, s1, s2, s3, flag): a fused optimizer update
+ * (optim.c); ins, outs: tuples of ndim-d float32 arrays of one size; outs[k] is ins[k]
+ * (in place) or overlaps no input; outs are disjoint. Returns True, or False (nothing
+ * done) when an array updated in place overlaps another input: the caller's NumPy path
+ * then runs, whose op-by-op order decides what that means. */
+static PyObject *py_optim(PyObject *self, PyObject *args)
+{
+    int kind, ndim, flag, n_in, n_out;
+    PyObject *ins, *outs;
+    float s[4];
+    if (!PyArg_ParseTuple(args, "iiO!O!ffffp", &kind, &ndim, &PyTuple_Type, &ins, &PyTuple_Type,
+                          &outs, &s[0], &s[1], &s[2], &s[3], &flag))
+        return NULL;
+    if (ndim < 0 || ndim > 64) {
+        PyErr_Format(PyExc_ValueError, "optim: bad number of dimensions %d", ndim);
+        return NULL;
+    }
+    if (tfk_optim_arity(kind, &n_in, &n_out)) {
+        PyErr_Format(PyExc_ValueError, "optim: unknown update kind %d", kind);
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(ins) != n_in || PyTuple_GET_SIZE(outs) != n_out) {
+        PyErr_Format(PyExc_ValueError, "optim: update %d takes %d inputs and %d outputs, got "
+                     "%zd and %zd", kind, n_in, n_out, PyTuple_GET_SIZE(ins),
+                     PyTuple_GET_SIZE(outs));
+        return NULL;
+    }
+    Buf b[2 * TFK_OPT_MAX_IN] = {{.held = 0}};
+    Buf *bi = b, *bo = b + TFK_OPT_MAX_IN;
+    for (int k = 0; k < n_in; k++)
+        if (get_f32(PyTuple_GET_ITEM(ins, k), &bi[k], ndim, 0, "optim input"))
+            goto fail;
+    for (int k = 0; k < n_out; k++)
+        if (get_f32(PyTuple_GET_ITEM(outs, k), &bo[k], ndim, 1, "optim output"))
+            goto fail;
+    const Py_ssize_t n = bi[0].view.len / 4;
+    for (int k = 0; k < n_in + n_out; k++) {
+        const Buf *x = k < n_in ? &bi[k] : &bo[k - n_in];
+        if (x->view.len / 4 != n) {
+            PyErr_Format(PyExc_ValueError, "optim: the arrays differ in size (%zd and %zd)",
+                         n, x->view.len / 4);
+            goto fail;
+        }
+    }
+    for (int k = 0; k < n_out; k++) {
+        const int same = bo[k].view.buf == bi[k].view.buf;
+        for (int j = 0; j < n_in; j++)
+            if ((j != k || !same) && overlaps(&bo[k], &bi[j])) {
+                if (same) {         /* in place over inputs that share memory: not here */
+                    release(b, 2 * TFK_OPT_MAX_IN);
+                    Py_RETURN_FALSE;
+                }
+                PyErr_SetString(PyExc_ValueError, "optim: an output shares memory with an "
+                                "input (pass a fresh array, or the input itself to update "
+                                "it in place)");
+                goto fail;
+            }
+        for (int j = 0; j < k; j++)
+            if (overlaps(&bo[k], &bo[j])) {
+                PyErr_SetString(PyExc_ValueError, "optim: two outputs share memory");
+                goto fail;
+            }
+    }
+    OptimArgs a = {.kind = kind, .n = (size_t)n, .flag = flag};
+    for (int k = 0; k < n_in; k++)
+        a.in[k] = bi[k].view.buf;
+    for (int k = 0; k < n_out; k++)
+        a.out[k] = bo[k].view.buf;
+    for (int k = 0; k < 4; k++)
+        a.s[k] = s[k];
+    const int isa = g_isa, nt = g_threads;
+    Py_BEGIN_ALLOW_THREADS
+    tfk_optim(&a, isa, nt);
+    Py_END_ALLOW_THREADS
+    release(b, 2 * TFK_OPT_MAX_IN);
+    Py_RETURN_TRUE;
+fail:
+    release(b, 2 * TFK_OPT_MAX_IN);
+    return NULL;
+}
+
+/* pool(kind, ins, out, kh, kw, sh, sw, pt, pb, pl, pr): NHWC pooling (pooling.c); kind
+ * 0 max_pool (ins: x), 1 max_pool_grad (x, y, dy), 2 avg_pool (x), 3 avg_pool_grad (dy);
+ * out is (n, ho, wo, c) for 0 and 2, the input's (n, h, w, c) for 1 and 3; every pad
+ * must be smaller than the window along its axis */
+static PyObject *py_pool(PyObject *self, PyObject *args)
+{
+    static const char *const NAMES[4] = {"max_pool", "max_pool_grad", "avg_pool",
+                                         "avg_pool_grad"};
+    static const int N_IN[4] = {1, 3, 1, 1};
+    int kind;
+    PyObject *ins, *oo;
+    Py_ssize_t kh, kw, sh, sw, pt, pb, pl, pr;
+    if (!PyArg_ParseTuple(args, "iO!Onnnnnnnn", &kind, &PyTuple_Type, &ins, &oo, &kh, &kw,
+                          &sh, &sw, &pt, &pb, &pl, &pr))
+        return NULL;
+    if (kind < 0 || kind > 3) {
+        PyErr_Format(PyExc_ValueError, "pool: unknown pooling kind %d", kind);
+        return NULL;
+    }
+    const char *name = NAMES[kind];
+    if (PyTuple_GET_SIZE(ins) != N_IN[kind]) {
+        PyErr_Format(PyExc_ValueError, "%s takes %d input arrays, got %zd", name, N_IN[kind],
+                     PyTuple_GET_SIZE(ins));
+        return NULL;
+    }
+    if (parse_geom(sh, sw, pt, pb, pl, pr, 1, 1) || check_range(kh, 1, "window (height)")
+        || check_range(kw, 1, "window (width)"))
+        return NULL;
+    if (pt >= kh || pb >= kh || pl >= kw || pr >= kw) {
+        PyErr_Format(PyExc_ValueError, "%s: every pad must be smaller than the window "
+                     "(%zd, %zd), got (%zd, %zd, %zd, %zd)", name, kh, kw, pt, pb, pl, pr);
+        return NULL;
+    }
+    Buf b[4] = {{.held = 0}};
+    for (int k = 0; k < N_IN[kind]; k++)
+        if (get_f32(PyTuple_GET_ITEM(ins, k), &b[k], 4, 0, name))
+            goto fail;
+    if (get_f32(oo, &b[3], 4, 1, name))
+        goto fail;
+    /* the input-shaped array (x; dx for avg_pool_grad), the output-shaped ones */
+    const Py_ssize_t *xs = kind == 3 ? b[3].view.shape : b[0].view.shape;
+    const Py_ssize_t ho = out_extent(xs[1], kh, sh, 1, pt, pb, "height");
+    if (ho < 0)
+        goto fail;
+    const Py_ssize_t wo = out_extent(xs[2], kw, sw, 1, pl, pr, "width");
+    if (wo < 0)
+        goto fail;
+    for (int k = 0; k < 4; k++) {
+        if (!b[k].held)
+            continue;
+        const int xshaped = (k == 0 && kind != 3) || (k == 3 && (kind & 1));
+        const Py_ssize_t *s = b[k].view.shape;
+        if (s[0] != xs[0] || s[3] != xs[3]
+            || (xshaped ? (s[1] != xs[1] || s[2] != xs[2]) : (s[1] != ho || s[2] != wo))) {
+            PyErr_Format(PyExc_ValueError, "%s: array %d is (%zd, %zd, %zd, %zd), expected "
+                         "(%zd, %zd, %zd, %zd)", name, k, s[0], s[1], s[2], s[3], xs[0],
+                         xshaped ? xs[1] : ho, xshaped ? xs[2] : wo, xs[3]);
+            goto fail;
+        }
+    }
+    if (check_out_alone(&b[3], b, 3))
+        goto fail;
+    PoolGeom g = {.n = xs[0], .h = xs[1], .w = xs[2], .c = xs[3], .kh = kh, .kw = kw,
+                  .sh = sh, .sw = sw, .pt = pt, .pl = pl, .ho = ho, .wo = wo};
+    const float *in0 = b[0].view.buf;
+    float *out = b[3].view.buf;
+    const int isa = g_isa, nt = g_threads;
+    Py_BEGIN_ALLOW_THREADS
+    switch (kind) {
+    case 0: tfk_max_pool(&g, in0, out, isa, nt); break;
+    case 1: tfk_max_pool_grad(&g, in0, b[1].view.buf, b[2].view.buf, out, isa, nt); break;
+    case 2: tfk_avg_pool(&g, in0, out, isa, nt); break;
+    default: tfk_avg_pool_grad(&g, in0, out, isa, nt); break;
+    }
+    Py_END_ALLOW_THREADS
+    release(b, 4);
+    Py_RETURN_NONE;
+fail:
+    release(b, 4);
+    return NULL;
+}
+
 static PyObject *py_set_num_threads(PyObject *self, PyObject *arg)
 {
     const long n = PyLong_AsLong(arg);
@@ -364,6 +527,10 @@ static PyMethodDef methods[] = {
     {"conv2d_backprop_filter", py_conv2d_filter, METH_VARARGS,
      "conv2d_backprop_filter(x, dy, out, sh, sw, pt, pb, pl, pr, dh, dw): the HWIO gradient"},
     {"matmul", py_matmul, METH_VARARGS, "matmul(a, b, out, transpose_a, transpose_b)"},
+    {"pool", py_pool, METH_VARARGS,
+     "pool(kind, ins, out, kh, kw, sh, sw, pt, pb, pl, pr): NHWC pooling (pooling.c)"},
+    {"optim", py_optim, METH_VARARGS,
+     "optim(kind, ndim, ins, outs, s0, s1, s2, s3, flag): a fused optimizer update"},
     {"set_num_threads", py_set_num_threads, METH_O, "set_num_threads(n)"},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "get_num_threads()"},
     {"isas", py_isas, METH_NOARGS, "the variants this CPU runs, best first"},
