@@ -40,7 +40,7 @@ else
     [ -e tests/test_tape_watch.py ] && TESTS+=(tests/test_tape_watch.py)
     for f in tests/test_native_*.py; do [ -e "$f" ] && TESTS+=("$f"); done
     # the CPU backend's native kernels (backends/cpu_numpy/tapeflow_cpu_numpy/_c)
-    [ -e tests/backends/test_cpu_native.py ] && TESTS+=(tests/backends/test_cpu_native.py)
+    for f in tests/backends/test_cpu_native*.py; do [ -e "$f" ] && TESTS+=("$f"); done
 fi
 # (-k "not fork": test_concurrency.py's threads, without its fork() tests: processes
 # that start, not C paths)

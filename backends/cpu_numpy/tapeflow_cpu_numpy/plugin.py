@@ -17,11 +17,26 @@ from . import hostmem, native, threads
 TAPEFLOW_PLUGIN_API = 1
 
 
+def native_routing(isa, forced):
+    """Whether the CPU backend routes work to the native variant ``isa`` (``forced``:
+    chosen by the user, ``set_isa(name)`` or ``TAPEFLOW_CPU_ISA``): not to
+    ``"portable"`` (plain C, 4-8 GFLOP/s, 5-15x slower than NumPy's BLAS) unless forced,
+    so a CPU without AVX2 (or an arm64 one) keeps NumPy's speed.
+
+    >>> native_routing("avx2", forced=False), native_routing("portable", forced=False)
+    (True, False)
+    >>> native_routing("portable", forced=True)
+    True
+    """
+    return isa != "portable" or bool(forced)
+
+
 class NativeService:
     """The native kernel library ``lib`` as the kernels' build service ``native``: its
     ``conv2d``, ``conv2d_backprop_filter``, ``matmul`` and ``get_num_threads``, and
     ``available()``, which is also False while :func:`use_native` has switched it off
-    (the kernels ask at each call, so the switch takes effect at the next op)."""
+    or while the variant in use is an unforced ``"portable"`` (:func:`native_routing`;
+    the kernels ask at each call, so either takes effect at the next op)."""
 
     def __init__(self, lib):
         self.lib = lib
@@ -29,10 +44,15 @@ class NativeService:
         self.conv2d = lib.conv2d
         self.conv2d_backprop_filter = lib.conv2d_backprop_filter
         self.matmul = lib.matmul
+        self.max_pool, self.max_pool_grad = lib.max_pool, lib.max_pool_grad  # pooling.c
+        self.avg_pool, self.avg_pool_grad = lib.avg_pool, lib.avg_pool_grad
         self.get_num_threads = lib.get_num_threads
+        for name in lib.OPTIMIZER_UPDATES:     # the fused optimizer updates (optim.c)
+            setattr(self, name, getattr(lib, name))
 
     def available(self):
-        return self.enabled and self.lib.available()
+        lib = self.lib
+        return self.enabled and lib.available() and native_routing(lib.isa(), lib.isa_forced())
 
 
 _service = []       # [NativeService or None], made once by native_service()
@@ -47,12 +67,12 @@ def native_service():
 
 
 def use_native(enabled=True):
-    """Run the CPU backend's float32 convolutions and matmuls through the native
-    kernels (True: the default where they are available) or through NumPy (False: the
-    path of ``TAPEFLOW_CPU_NATIVE=0``), from the next op on, without restarting; returns
-    the previous setting (False where the native kernels are not available, which this
-    cannot change). For tests and benchmarks that compare the two paths; each ISA
-    variant is ``native.set_isa(name)``.
+    """Run the CPU backend's float32 convolutions, matmuls and optimizer updates
+    through the native kernels (True: the default where they are available) or through
+    NumPy (False: the path of ``TAPEFLOW_CPU_NATIVE=0``), from the next op on, without
+    restarting; returns the previous setting (False where the native kernels are not
+    available, which this cannot change). For tests and benchmarks that compare the two
+    paths; each ISA variant is ``native.set_isa(name)``.
 
     >>> from tapeflow_cpu_numpy import plugin
     >>> before = plugin.use_native(False)      # NumPy's path from here on
@@ -71,9 +91,14 @@ def native_notes():
     """The lines ``python -m tapeflow info`` shows about the CPU kernels: whether the
     native kernels are in use, which ISA variant, or why not; and the thread counts."""
     svc = native_service()
+    forced = " (forced)" if native.isa_forced() else ""
     if svc is not None and svc.available():
-        line = (f"native CPU kernels: in use, ISA {native.isa()} (this CPU runs: "
+        line = (f"native CPU kernels: in use, ISA {native.isa()}{forced} (this CPU runs: "
                 f"{', '.join(native.isas())}; TAPEFLOW_CPU_ISA forces one)")
+    elif svc is not None and svc.enabled:
+        line = (f"native CPU kernels: not in use: the best variant this CPU runs is "
+                f"{native.isa()!r} (plain C, slower than NumPy's BLAS; "
+                "TAPEFLOW_CPU_ISA=portable forces it)")
     elif svc is not None:
         line = ("native CPU kernels: not in use: switched off by "
                 "tapeflow_cpu_numpy.plugin.use_native(False)")

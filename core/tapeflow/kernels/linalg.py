@@ -21,15 +21,21 @@ LAPACK = ("float32", "float64")          # what xp.linalg supports
 COMPLEX = ("complex64", "complex128")
 _F32 = np.dtype(np.float32)
 
-# The native GEMM's rule (docs/cpu-kernels.md has the figures): measured against
-# NumPy's OpenBLAS on the benchmark models' shapes, it won 5-30% on one thread where
-# B is not transposed and the product is large enough for the native call's ~5 us of
-# checks to vanish, lost 1.2-4.4x with B transposed (packing) or A transposed over a
-# long K, and on two threads lost 1.5-2x wherever m <= 64 (its split did not scale).
+# The native GEMM's rule (docs/cpu-kernels.md has the table): measured against NumPy's
+# OpenBLAS on the benchmark models' MatMuls in the forms the MatMul gradient calls them
+# (x @ W, dy @ W^T with transpose_b, x^T @ dy with transpose_a), one thread: it wins
+# 9-20% on x @ W and 17-48% on dy @ W^T (C^T = W dy^T, W read in place) once the
+# product is large enough for the native call's ~5 us of checks to vanish; it loses
+# 4-31% on x^T @ dy (K = the batch: short tiles), 5% on x @ W with a B larger than
+# the caches (the tutorial CNN's 3136 x 1024 weights), 1.7-3.9x below 2^21 multiply-adds.
+# Two threads: native scales 1.4-2.3x where OpenBLAS's spinning threads leave it the
+# second core, yet the MLP's whole step was slower with it than with OpenBLAS: one.
 #: at least this many multiply-adds (m*k*n) ...
 NATIVE_MIN_MACS = 1 << 21
 #: ... at most this many columns (n: 10,000 lost 1.2x) ...
 NATIVE_MAX_N = 4096
+#: ... B (k x n) not transposed: at most this many elements (12.8 MB lost 5%) ...
+NATIVE_MAX_B = 1 << 21
 #: ... and the native library on at most this many threads
 NATIVE_MAX_THREADS = 1
 
@@ -37,13 +43,18 @@ NATIVE_MAX_THREADS = 1
 def native_matmul_pays(m, k, n, transpose_a=False, transpose_b=False, threads=1):
     """Whether a 2-d float32 ``op(a) @ op(b)``, ``(m x k) @ (k x n)``, goes to the native
     GEMM (when there is one) running on ``threads`` threads: the rule measured against
-    NumPy's OpenBLAS (the constants above; docs/cpu-kernels.md).
+    NumPy's OpenBLAS (the constants above; docs/cpu-kernels.md). A dense layer's
+    forward and input gradient go native, its weight gradient (``transpose_a``) not.
 
     >>> native_matmul_pays(2, 2, 2), native_matmul_pays(64, 784, 256)
     (False, True)
+    >>> native_matmul_pays(64, 256, 784, transpose_b=True)     # dy @ W^T
+    True
+    >>> native_matmul_pays(784, 64, 256, transpose_a=True)     # x^T @ dy
+    False
     """
-    return (m * k * n >= NATIVE_MIN_MACS and n <= NATIVE_MAX_N and not transpose_b
-            and (not transpose_a or k <= m) and threads <= NATIVE_MAX_THREADS)
+    return (not transpose_a and threads <= NATIVE_MAX_THREADS and n <= NATIVE_MAX_N
+            and m * k * n >= NATIVE_MIN_MACS and (transpose_b or k * n <= NATIVE_MAX_B))
 
 
 class LinalgKernels:
