@@ -11,7 +11,9 @@ compare the in-place paths with their fresh-array twins on random sequences of u
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -319,6 +321,114 @@ def test_readers_in_other_threads_see_whole_values_during_replays():
         t.join()
     assert not torn, torn[:3]
     assert v.numpy()[0] == v.numpy()[-1] == 61.0
+
+
+@pytest.fixture
+def switch_often():
+    """Thread switches every microsecond (as tests/test_concurrency.py)."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(old)
+
+
+@pytest.mark.parametrize("writer", ["replay", "assign_add", "fused"])
+def test_reading_replays_never_see_an_in_place_update_half_written(writer, switch_often):
+    """A replay that only reads a Variable (captured, or passed as an argument) takes its
+    buffer under the Variable's lock, which every in-place update holds from its
+    reference-count check to the end of its write: before, such a replay could copy the
+    buffer in the middle of a donating replay's write (the GIL released by the ufunc;
+    torn in about a third of the reads here), of an eager in-place ``assign_add`` or of
+    a fused optimizer step."""
+    n = 1 << 20
+    v = tf.Variable(np.zeros(n, np.float32))
+    one = tf.constant(np.ones(n, np.float32))
+    bump = tf.function(lambda: v.assign(v + 1.0))
+    opt = tf.keras.optimizers.Adam(0.1)
+
+    def spread_of(x):                  # 0 for every consistent value of the Variable
+        x = x * 1.0
+        return tf.reduce_max(x) - tf.reduce_min(x)
+    spread = tf.function(lambda: spread_of(v))      # a captured Variable
+    spread_arg = tf.function(spread_of)             # a Variable argument
+    bump(), bump(), spread(), spread_arg(v)
+    assert dict(bump.get_concrete_function().passes_run)["donate"] == 1
+    done, started, errors = threading.Event(), threading.Event(), []
+
+    def write():
+        try:
+            while not done.is_set():
+                if writer == "replay":
+                    bump()
+                elif writer == "assign_add":
+                    v.assign_add(one)
+                else:
+                    opt.apply_gradients([(one, v)])
+                started.set()
+        except Exception as e:         # (reported below)
+            errors.append(e)
+            started.set()
+
+    t = threading.Thread(target=write)
+    t.start()
+    try:
+        started.wait()
+        torn = [k for k in range(200) if float(spread() if k % 2 else spread_arg(v)) != 0.0]
+    finally:
+        done.set()
+        t.join()
+    assert not errors, errors
+    assert not torn, f"{len(torn)} of 200 reads saw a half-written buffer"
+    kept = weakref.ref(_buf(v))
+    bump()
+    assert _buf(v) is kept()                        # alone, still in place
+
+
+def test_replays_that_read_what_the_other_writes_do_not_deadlock(switch_often):
+    """A replay that assigns Variables holds the locks of those it only reads as well,
+    all taken first in one order: ``f`` (writes a, reads b) and ``g`` (writes b, reads
+    a) in two threads, with a reader of both in a third, never wait on each other in a
+    cycle (reads under a lock taken mid-replay would)."""
+    a, b = tf.Variable(np.zeros(64, np.float32)), tf.Variable(np.zeros(64, np.float32))
+    f = tf.function(lambda: a.assign_add(b * 0.0 + 1.0))
+    g = tf.function(lambda: b.assign_add(a * 0.0 + 1.0))
+    h = tf.function(lambda: a + b)
+    work = {"f": f, "g": g, "h": h}
+    for fn in work.values():
+        fn()
+    ts = [threading.Thread(target=lambda fn=fn: [fn() for _ in range(300)], daemon=True)
+          for fn in work.values()]
+    for t in ts:
+        t.start()
+    deadline = time.monotonic() + 30   # (a deadlock guard, not a timing threshold)
+    for t in ts:
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in ts), "the replays deadlocked"
+    assert a.numpy()[0] == b.numpy()[0] == 301.0
+
+
+def test_a_variable_argument_is_donated_as_a_captured_one():
+    """A Variable passed as an argument is read by the replay's read node alone (its
+    argument slot holds no reference to the buffer): its update is written in place
+    when nobody else holds the buffer, and matches the fresh-array replay."""
+    def step(var, g):
+        var.assign_sub(g * 0.5)
+        return tf.reduce_sum(var)
+    va, vb = tf.Variable(_f32(5, 3)), tf.Variable(_f32(5, 3))
+    fa, fb = tf.function(step), tf.function(step, passes=NO_DONATE)
+    for k in range(4):
+        g = tf.constant(_f32(5, 3, seed=k + 1))
+        held = va.read_value() if k == 2 else None      # a reader: this call allocates
+        snap = None if held is None else held.numpy()
+        kept = weakref.ref(_buf(va))
+        np.testing.assert_array_equal(fa(va, g).numpy(), fb(vb, g).numpy())
+        np.testing.assert_array_equal(va.numpy(), vb.numpy())
+        if held is not None:
+            np.testing.assert_array_equal(held.numpy(), snap)
+            assert _buf(va) is not held._data
+        elif k:
+            assert _buf(va) is kept()
+    assert dict(fa.get_concrete_function(va, g).passes_run)["donate"] == 1
 
 
 # --- the C fast path: no temporary elision ---------------------------------------------------

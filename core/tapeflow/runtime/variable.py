@@ -70,7 +70,10 @@ class Variable(VariableBase):
     read-modify-write), and reads (``read_value()``, ``numpy()``, using the Variable in
     an op) see the value before or after an update, never a half-written buffer. A
     ``tf.function`` replay that assigns the Variable holds the same lock (``_lock``)
-    from before its first read of it to after its last write.
+    from before its first read of it to after its last write (and the locks of the
+    Variables it only reads); a replay that assigns nothing takes each read Variable's
+    lock just to pick up its buffer. Every in-place update (buffer donation) holds the
+    lock from its reference-count check to the end of its write.
 
     >>> import tapeflow as tf
     >>> v = tf.Variable(1.0)

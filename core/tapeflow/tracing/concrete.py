@@ -135,28 +135,37 @@ class ConcreteFunction:
 
     #: the Variables the function writes (its own assignments and those of its
     #: tf.cond / tf.while_loop branches): a position in the Variable arguments, or a
-    #: captured Variable. Empty: the replay takes no lock.
+    #: captured Variable. Empty: the replay takes no lock but each read's, to take the
+    #: buffer (graph._emit_read).
     _writes = ()
+    #: when it writes: those and the Variables it reads, whose locks the replay holds
+    _locked_vars = ()
     _static_locks = None
 
     def _set_writes(self, tracer):
-        """Record the Variables ``tracer`` saw assigned (Function._trace)."""
+        """Record the Variables ``tracer`` saw assigned (Function._trace), and, when there
+        are any, those it saw read: a replay that holds a lock never waits for another
+        Variable's but in one global order, all taken first (no two replays wait on each
+        other in a cycle)."""
         refs = []
-        for var in tracer.assigned.values():
+        for var in list(tracer.assigned.values()) + (
+                tracer.read_vars if tracer.assigned else []):
             ref = tracer.var_args.get(id(var), var)
-            if not any(r is ref for r in refs):
+            if not any(r is ref for r in refs):     # (_ordered_locks takes each lock once)
                 refs.append(ref)
-        self._writes = tuple(refs)
+        self._writes = tuple(refs[:len(tracer.assigned)])
+        self._locked_vars = tuple(refs)
         if all(not isinstance(r, int) for r in refs):
             self._static_locks = _ordered_locks(refs)
 
     def _locks(self, vargs):
-        """The locks of the Variables this call writes, in one global order (the
-        Variables' creation order), so two replays never wait on each other in a cycle."""
+        """The locks of the Variables this call writes or reads (when it writes), in one
+        global order (the Variables' creation order), so two replays never wait on each
+        other in a cycle."""
         locks = self._static_locks
         if locks is None:
             locks = _ordered_locks([vargs[r] if isinstance(r, int) else r
-                                    for r in self._writes])
+                                    for r in self._locked_vars])
         return locks
 
     def _replay(self, arrays, vargs):
@@ -164,7 +173,8 @@ class ConcreteFunction:
             # A function that assigns Variables holds each written Variable's lock -- the
             # one eager assign/assign_add take -- from before its first read to after its
             # last write, so a concurrent eager update or another replay never falls
-            # between them (docs/concurrency.md).
+            # between them (docs/concurrency.md); and each read Variable's, so no update
+            # writes a buffer in place while the replay reads it (graph._emit_read).
             locks = self._static_locks
             if locks is None:
                 locks = self._locks(vargs)
@@ -386,9 +396,9 @@ class ConcreteFunction:
         arrays = []
         vargs = []
         for x in leaves:
-            if isinstance(x, Variable):
+            if isinstance(x, Variable):     # (read by the replay's read nodes)
                 vargs.append(x)
-                arrays.append(x._value._data)
+                arrays.append(None)
             elif isinstance(x, Tensor):
                 vargs.append(x)
                 arrays.append(x._data)
@@ -427,7 +437,7 @@ class ConcreteFunction:
             var = tensors[n.var] if isinstance(n.var, int) else n.var
             inputs.append(var.read_value())
         run, saved_vids, _ = self._saved_program()
-        arrays = [x._value._data if isinstance(x, Variable) else x._data for x in tensors]
+        arrays = [None if isinstance(x, Variable) else x._data for x in tensors]
         try:
             res = run(arrays, tensors)
         except Exception:

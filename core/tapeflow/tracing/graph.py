@@ -234,7 +234,20 @@ def _variable(n, i, ns):
 
 
 def _emit_read(n, i, ins, outs, graph, ns):
-    return f"    {outs} = {_variable(n, i, ns)}._value._data"
+    """``v = V._value._data``, taken under the Variable's lock: every in-place update (an
+    eager ``assign_add``, a fused optimizer step, a donating replay) holds that lock from
+    its reference-count check to the end of its write, so a replay never takes a buffer
+    half-written; once taken, the reference it holds keeps those updates off the buffer.
+    A program that assigns Variables reads without: its replay holds the locks of every
+    Variable it reads or writes throughout (``ConcreteFunction._replay``)."""
+    var = _variable(n, i, ns)
+    if ns["_locks_held"]:
+        return f"    {outs} = {var}._value._data"
+    if var.startswith("V"):                 # a captured Variable: its lock is known
+        ns[f"LA{i}"], ns[f"LR{i}"] = n.var._lock.acquire, n.var._lock.release
+        return f"    LA{i}(); {outs} = {var}._value._data; LR{i}()"
+    return (f"    _l = {var}._lock; _l.acquire(); {outs} = {var}._value._data; "
+            "_l.release()")
 
 
 def _emit_assign(n, i, ins, outs, graph, ns):
@@ -475,7 +488,9 @@ def _compile(graph: Graph, plan=None, first=False):
     (with a buffer ``plan``: ``run(arrays, vars, buffers)``, ``first``: the program of
     the plan's first call). Returns ``(run, source, {line number: node index}, file
     name)``."""
-    ns = {"_wrap": wrap, "_donor": _donor}
+    # (a program that assigns Variables runs holding the locks: _emit_read)
+    ns = {"_wrap": wrap, "_donor": _donor,
+          "_locks_held": any(n.kind == "assign" for n in graph.nodes)}
     planned = plan.node_slot if plan is not None else {}
     donating = _donations(graph)
     first_writer = plan.first_writers() if plan is not None else {}

@@ -666,9 +666,11 @@ def donate_variables(graph):
     writeable and is referenced by that Tensor and the replay's local only
     (``sys.getrefcount``), and a ufunc's other inputs have its dtype and broadcast to its
     shape. A replay that assigns a Variable holds its lock throughout (section 20 of
-    docs/decisions.md), so no reader can take the buffer between that check and the
-    write. Whoever read the Variable before the call keeps the old numbers: the call
-    then allocates, as without this pass.
+    docs/decisions.md), and every reader takes the buffer under that lock -- eager
+    reads (``read_value()``, an op input, ``numpy()``), another replay's read node
+    (:func:`tapeflow.tracing.graph._emit_read`) -- so no reader can take the buffer
+    between that check and the end of the write. Whoever read the Variable before the
+    call keeps the old numbers: the call then allocates, as without this pass.
 
     >>> import numpy as np, tapeflow as tf
     >>> v = tf.Variable(np.ones(3, np.float32))
