@@ -308,11 +308,59 @@ def test_intra_op_threads_govern_the_blas_and_the_native_kernels():
             assert threads.blas_threads() == (n or blas0)
         if SVC is not None:
             assert native.get_num_threads() == (n or nat0)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="int >= 0"):
-        tf.config.threading.set_intra_op_parallelism_threads(-1)
+    for bad in (-1, 2 ** 31, 2 ** 70, 2.0, np.float32(2), np.array([2]), "2", True, None):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"not an int in \[0, 2\*\*31\)"):
+            tf.config.threading.set_intra_op_parallelism_threads(bad)
+    assert tf.config.threading.get_intra_op_parallelism_threads() == 0
     tf.config.threading.set_inter_op_parallelism_threads(3)     # accepted, no effect
     assert tf.config.threading.get_inter_op_parallelism_threads() == 3
     tf.config.threading.set_inter_op_parallelism_threads(0)
+
+
+def test_intra_op_threads_take_integral_numbers_and_clamp_at_the_cores():
+    """Any integral number (numpy's too) up to 2**31 - 1, as TensorFlow's int32; get
+    returns what was set; each pool gets at most the machine's cores."""
+    cores = os.cpu_count() or 1
+    blas0 = threads.blas_threads()
+    for n in (np.int64(2), 2 ** 31 - 1):
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        got = tf.config.threading.get_intra_op_parallelism_threads()
+        assert got == n and type(got) is int
+        if SVC is not None:
+            assert native.get_num_threads() == min(int(n), cores, 256)
+        if blas0 is not None:        # (OpenBLAS caps it at its own build count too)
+            assert threads.blas_threads() <= min(int(n), cores)
+
+
+def test_the_blas_governed_is_numpys_own():
+    """The OpenBLAS set and reported is the one NumPy's extension links: NumPy says its
+    BLAS is OpenBLAS, and the library is not SciPy's bundled copy (loaded here if SciPy
+    is installed); where NumPy's BLAS is not OpenBLAS, info says it is not governed."""
+    try:
+        import scipy.linalg  # noqa: F401  (SciPy's wheels load their own OpenBLAS)
+    except ImportError:
+        pass
+    libs = threads.blas_libraries()
+    if libs:
+        assert "openblas" in threads.numpy_blas_name().lower() or not threads.numpy_blas_name()
+        assert "scipy.libs" not in libs[0][0]
+        assert f"({threads.numpy_blas_name() or 'OpenBLAS'}) " in threads.describe()
+    else:
+        assert "not governed" in threads.describe()
+
+
+@needs_native
+def test_native_falls_back_for_geometry_over_its_limit():
+    """A stride over 2**24 (valid TensorFlow) runs on the NumPy path, same result."""
+    x = np.random.default_rng(5).standard_normal((1, 5, 5, 3)).astype(np.float32)
+    w = np.random.default_rng(6).standard_normal((3, 3, 3, 4)).astype(np.float32)
+    out = []
+    for nat in (True, False):
+        plugin.use_native(nat)
+        out.append(tf.nn.conv2d(x, w, [1, 2 ** 25, 2 ** 25, 1], "SAME").numpy())
+        out.append(tf.nn.max_pool2d(x, 2, 2 ** 25, "SAME").numpy())
+    np.testing.assert_array_equal(out[0], out[2])
+    np.testing.assert_array_equal(out[1], out[3])
 
 
 @needs_native

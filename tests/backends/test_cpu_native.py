@@ -232,7 +232,6 @@ def test_what_it_does_not_handle_is_none():
     lambda x, w: native.conv2d(x, w, (1, 1), (0, 0, 0, 0), (1, 1), bias=np.ones(4, np.float32)),
     lambda x, w: native.conv2d(x, w, (1, 1), (0, 0, 0, 0), (1, 1), act="Relu", alpha="a"),
     lambda x, w: native.conv2d(x, w, 1, (0, 0, 0, 0), (1, 1)),
-    lambda x, w: native.conv2d(x, w, (1, 1), (0, 0, 0, 0), (1, 2 ** 40)),
     lambda x, w: native.conv2d_backprop_filter(x, np.ones((1, 3, 3, 3), np.float32), (3, 3),
                                                (1, 1), (0, 0, 0, 0), (1, 1)),
     lambda x, w: native.conv2d_backprop_filter(x, np.ones((1, 2, 2, 3), np.float32), (9, 3),
@@ -287,6 +286,47 @@ def test_the_c_library_checks_its_buffers():
     assert np.array_equal(x, np.ones_like(x)) and np.array_equal(w, np.ones_like(w))
 
 
+BIG = native.LIMIT + 1          # over the C library's limit: the NumPy path's case
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, w: native.conv2d(x, w, (BIG, BIG), (1, 1, 1, 1), (1, 1)),
+    lambda x, w: native.conv2d(x, w, (1, 1), (0, 0, 0, 0), (1, 2 ** 40)),
+    lambda x, w: native.conv2d(x, w, (1, 1), (BIG, 0, 0, 0), (1, 1)),
+    lambda x, w: native.conv2d_backprop_filter(x, np.ones((1, 1, 1, 3), np.float32), (3, 3),
+                                               (BIG, BIG), (1, 1, 1, 1), (1, 1)),
+    lambda x, w: native.conv2d_backprop_filter(x, np.ones((1, 4, 4, 3), np.float32), (1, 1),
+                                               (1, 1), (0, 0, 0, 0), (BIG, 1)),
+    lambda x, w: native.max_pool(x, (2, 2), (BIG, 1), (0, 0, 0, 0)),
+    lambda x, w: native.avg_pool(x, (2, 2), (1, BIG), (0, 0, 0, 0)),
+    lambda x, w: native.max_pool_grad(x, np.ones((1, 1, 3, 2), np.float32),
+                                      np.ones((1, 1, 3, 2), np.float32), (2, 2), (BIG, 1),
+                                      (0, 0, 0, 0)),
+    lambda x, w: native.avg_pool_grad(np.ones((1, 1, 3, 2), np.float32), (1, 4, 4, 2), (2, 2),
+                                      (BIG, 1), (0, 0, 0, 0)),
+    lambda x, w: native.avg_pool(x, (BIG, 2), (1, 1), (0, 0, 0, 0)),
+])
+def test_geometry_over_the_c_limit_falls_back(call):
+    """A stride, pad, dilation or window over 2**24 (module.c GEOM_LIMIT) is valid
+    TensorFlow: the library leaves it to the NumPy path (None), never an error."""
+    assert call(np.ones((1, 4, 4, 2), np.float32), np.ones((3, 3, 2, 3), np.float32)) is None
+
+
+def test_a_size_over_the_c_limit_falls_back_and_the_c_check_says_why():
+    """An input taller than 2**24 (np.empty: its pages are never touched) falls back;
+    the C library's own check names its limit (not "larger than the padded input")."""
+    x = np.empty((1, BIG, 1, 1), np.float32)
+    w = np.ones((3, 1, 1, 1), np.float32)
+    assert native.conv2d(x, w, (1, 1), (0, 0, 0, 0), (1, 1)) is None
+    dy = np.empty((1, BIG - 2, 1, 1), np.float32)
+    assert native.conv2d_backprop_filter(x, dy, (3, 1), (1, 1), (0, 0, 0, 0), (1, 1)) is None
+    assert native.max_pool(x, (3, 1), (1, 1), (0, 0, 0, 0)) is None
+    with pytest.raises(ValueError, match="limit of 16777216"):
+        ck.conv2d(x, w, None, dy, 1, 1, 0, 0, 0, 0, 1, 1, 0, 0.0)
+    with pytest.raises(ValueError, match=r"2\*\*24"):
+        ck.conv2d(x[:, :4], w, None, dy[:, :2], BIG, 1, 0, 0, 0, 0, 1, 1, 0, 0.0)
+
+
 def test_threads_and_variants_are_settable():
     before = native.get_num_threads()
     native.set_num_threads(3)
@@ -312,6 +352,12 @@ def test_environment_switches():
                          env={**os.environ, "TAPEFLOW_CPU_ISA": "portable"},
                          check=True).stdout
     assert out.split()[:2] == ["True", "portable"]
+    user = ("import warnings; warnings.simplefilter('always')\n"
+            "import tapeflow_cpu_numpy.native\n")
+    err = subprocess.run([sys.executable, "-c", user], capture_output=True, text=True,
+                         env={**os.environ, "TAPEFLOW_CPU_ISA": "sse9"}, check=True).stderr
+    # the warning names the variable and points at the user's import, not native.py
+    assert "<string>:2: RuntimeWarning: the environment variable TAPEFLOW_CPU_ISA='sse9'" in err
 
 
 def test_calls_from_two_python_threads_agree():

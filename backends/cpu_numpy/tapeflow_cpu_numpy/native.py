@@ -6,8 +6,9 @@ describes the design) is compiled when the backend is installed, if a C compiler
 there; without it this module says so (:func:`available` is False, :func:`reason` says
 why) and tapeflow keeps its NumPy kernels. Every function here takes NumPy arrays,
 checks them, and returns a fresh float32 array -- or ``None`` for what it does not
-handle (another dtype, an empty array, an activation it does not know), so that the
-caller falls back to its NumPy path. Nothing is ever written into an input.
+handle (another dtype, an empty array, an activation it does not know, a size, stride,
+pad, dilation or window over :data:`LIMIT`, 2**24), so that the caller falls back to its
+NumPy path. Nothing is ever written into an input.
 
 - The convolution forward is an indirect GEMM in NHWC (as XNNPACK does it): one pointer
   per output pixel and filter tap to the input pixel's channels (a shared zero row for
@@ -36,6 +37,7 @@ True
 """
 
 import os
+import sys
 import warnings
 
 import numpy as np
@@ -134,16 +136,39 @@ def _init():
             _ck.set_isa(want)
             _FORCED["isa"] = True
         else:
-            warnings.warn(f"TAPEFLOW_CPU_ISA={want!r} is not a kernel variant this CPU runs "
-                          f"({_ck.isas()}); using {_ck.get_isa()!r}", RuntimeWarning,
-                          stacklevel=2)
+            warnings.warn(f"the environment variable TAPEFLOW_CPU_ISA={want!r} (read when "
+                          "tapeflow_cpu_numpy.native was imported) is not a kernel variant "
+                          f"this CPU runs ({_ck.isas()}); using {_ck.get_isa()!r}: unset it "
+                          "or choose one of those", RuntimeWarning, stacklevel=_user_level())
+
+
+def _user_level():
+    """The ``stacklevel`` of the first frame outside tapeflow, its backends and the
+    import machinery (the user's ``import``), for a warning raised while importing."""
+    frame, level = sys._getframe(2), 2          # (the caller of the warn's caller)
+    while frame is not None and (frame.f_code.co_filename.startswith(_OURS)
+                                 or any(f"{os.sep}{d}{os.sep}" in frame.f_code.co_filename
+                                        for d in ("tapeflow", "importlib"))):
+        # (warnings counts no frame of the import machinery: neither do we)
+        level += not frame.f_code.co_filename.startswith("<frozen importlib")
+        frame = frame.f_back
+    return level if frame is not None else 1
+
+
+_OURS = (os.path.dirname(__file__) + os.sep, "<frozen importlib")
 
 
 _init()
 
 
+#: the largest size, stride, dilation or pad the C library takes (module.c GEOM_LIMIT):
+#: a geometry beyond it is left to the NumPy path (the functions return None)
+LIMIT = 1 << 24
+
+
 def _ints(op, name, value, count, low):
-    """``value`` as a tuple of ``count`` ints >= ``low``, else an error naming ``op``."""
+    """``value`` as a tuple of ``count`` ints >= ``low`` (an error naming ``op`` else),
+    or None when one is over :data:`LIMIT` (the NumPy path's case)."""
     try:
         vals = tuple(value)
     except TypeError:
@@ -152,10 +177,18 @@ def _ints(op, name, value, count, low):
             or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in vals)):
         raise errors.InvalidArgumentError(
             f"{op}: {name} must be {count} ints, got {value!r}", op=op)
-    if any(v < low or v > 1 << 24 for v in vals):
+    if any(v < low for v in vals):
         raise errors.InvalidArgumentError(
-            f"{op}: {name} must be in [{low}, 2**24], got {vals}", op=op)
-    return tuple(int(v) for v in vals)
+            f"{op}: {name} must be >= {low}, got {vals}", op=op)
+    return None if any(v > LIMIT for v in vals) else tuple(int(v) for v in vals)
+
+
+def _geometry(op, strides, pads, dilations, *sizes):
+    """``(sh, sw), (pt, pb, pl, pr), (dh, dw)`` checked, or None where one of them or of
+    the spatial ``sizes`` (h, w, kh, kw) is over :data:`LIMIT`."""
+    geom = (_ints(op, "strides", strides, 2, 1), _ints(op, "pads", pads, 4, 0),
+            _ints(op, "dilations", dilations, 2, 1))
+    return None if None in geom or max(sizes) > LIMIT else geom
 
 
 def _f32(op, name, a, ndim):
@@ -206,11 +239,12 @@ def conv2d(x, w, strides, pads, dilations, bias=None, act=None, alpha=0.2):
     b1 = None if bias is None else _f32(op, "the bias", bias, 1)
     if x4 is None or w4 is None or (bias is not None and b1 is None):
         return None
-    sh, sw = _ints(op, "strides", strides, 2, 1)
-    pt, pb, pl, pr = _ints(op, "pads", pads, 4, 0)
-    dh, dw = _ints(op, "dilations", dilations, 2, 1)
     n, h, wd, c = x4.shape
     kh, kw, wc, o = w4.shape
+    geom = _geometry(op, strides, pads, dilations, h, wd, kh, kw)
+    if geom is None:
+        return None
+    (sh, sw), (pt, pb, pl, pr), (dh, dw) = geom
     shapes = f"input {x4.shape} float32, filter {w4.shape} float32"
     if wc != c:
         raise errors.InvalidArgumentError(
@@ -241,12 +275,12 @@ def conv2d_backprop_filter(x, dy, ksize, strides, pads, dilations):
     if not available():
         return None
     x4, d4 = _f32(op, "the input", x, 4), _f32(op, "dy", dy, 4)
-    kh, kw = _ints(op, "ksize", ksize, 2, 1)
-    sh, sw = _ints(op, "strides", strides, 2, 1)
-    pt, pb, pl, pr = _ints(op, "pads", pads, 4, 0)
-    dh, dw = _ints(op, "dilations", dilations, 2, 1)
-    if x4 is None or d4 is None:
+    ks = _ints(op, "ksize", ksize, 2, 1)
+    geom = _geometry(op, strides, pads, dilations, *(x4.shape[1:3] if x4 is not None else ()),
+                     *(ks or (LIMIT + 1,)))
+    if x4 is None or d4 is None or geom is None:
         return None
+    (kh, kw), ((sh, sw), (pt, pb, pl, pr), (dh, dw)) = ks, geom
     n, h, wd, c = x4.shape
     o = d4.shape[3]
     shapes = f"input {x4.shape} float32, dy {d4.shape} float32, ksize {(kh, kw)}"
@@ -300,13 +334,15 @@ _POOL_KINDS = {"MaxPool": 0, "MaxPoolGrad": 1, "AvgPool": 2, "AvgPoolGrad": 3}
 def _pool_geometry(op, shape, ksize, strides, pads):
     """``((kh, kw), (sh, sw), pads, (ho, wo))`` of a pooling of the NHWC ``shape``, or
     None where the library does not handle it (a pad not smaller than the window, an
-    empty output: the NumPy kernel's cases)."""
-    kh, kw = _ints(op, "ksize", ksize, 2, 1)
-    sh, sw = _ints(op, "strides", strides, 2, 1)
-    pt, pb, pl, pr = _ints(op, "pads", pads, 4, 0)
+    empty output, a value over :data:`LIMIT`: the NumPy kernel's cases)."""
+    ks = _ints(op, "ksize", ksize, 2, 1)
+    _, h, w, _ = shape
+    geom = _geometry(op, strides, pads, (1, 1), h, w, *(ks or (LIMIT + 1,)))
+    if geom is None:
+        return None
+    (kh, kw), ((sh, sw), (pt, pb, pl, pr), _) = ks, geom
     if max(pt, pb) >= kh or max(pl, pr) >= kw:
         return None
-    _, h, w, _ = shape
     if kh > h + pt + pb or kw > w + pl + pr:
         return None
     ho, wo = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import collections as _collections
+import numbers as _numbers
 import os as _os
 import types as _types
 
@@ -170,14 +171,13 @@ def cuda_graphs_enabled() -> bool:
 
 
 # --- threads (tf.config.threading) ------------------------------------------------------
-_threads = {"intra_op": 0, "inter_op": 0}          # 0: the default (every core)
-_thread_observers: list = []
+_threads, _thread_observers = {"intra_op": 0, "inter_op": 0}, []   # 0: the default (all cores)
 
 
 def _set_threads(kind, n):
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise InvalidArgumentError(f"set_{kind}_parallelism_threads({n!r}): give an int >= 0")
-    _threads[kind] = n
+    if isinstance(n, bool) or not isinstance(n, _numbers.Integral) or not 0 <= n < 1 << 31:
+        raise InvalidArgumentError(f"{kind}_parallelism_threads: {n!r} is not an int in [0, 2**31)")
+    _threads[kind] = n = int(n)
     for fn in list(_thread_observers) if kind == "intra_op" else ():
         fn(n)
 

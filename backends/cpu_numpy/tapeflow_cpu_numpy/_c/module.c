@@ -98,8 +98,8 @@ static int check_out_alone(const Buf *out, const Buf *ins, int n)
 static int check_range(Py_ssize_t v, Py_ssize_t lo, const char *what)
 {
     if (v < lo || v > GEOM_LIMIT) {
-        PyErr_Format(PyExc_ValueError, "%s must be in [%zd, %zd], got %zd", what, lo,
-                     GEOM_LIMIT, v);
+        PyErr_Format(PyExc_ValueError, "%s must be in [%zd, %zd] (this library's limit, "
+                     "2**24: use the NumPy path beyond it), got %zd", what, lo, GEOM_LIMIT, v);
         return -1;
     }
     return 0;
@@ -109,8 +109,14 @@ static int check_range(Py_ssize_t v, Py_ssize_t lo, const char *what)
 static Py_ssize_t out_extent(Py_ssize_t size, Py_ssize_t k, Py_ssize_t s, Py_ssize_t d,
                              Py_ssize_t p0, Py_ssize_t p1, const char *axis)
 {
+    if (k > GEOM_LIMIT || size > GEOM_LIMIT) {
+        PyErr_Format(PyExc_ValueError, "the input (%zd) or the filter (%zd) along %s is over "
+                     "this library's limit of %zd (2**24): use the NumPy path", size, k, axis,
+                     GEOM_LIMIT);
+        return -1;
+    }
     const Py_ssize_t eff = (k - 1) * d + 1, padded = size + p0 + p1;
-    if (k > GEOM_LIMIT || size > GEOM_LIMIT || eff > padded) {
+    if (eff > padded) {
         PyErr_Format(PyExc_ValueError,
                      "the dilated filter (%zd along %s) is larger than the padded input (%zd)",
                      eff, axis, padded);
