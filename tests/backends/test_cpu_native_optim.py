@@ -275,3 +275,63 @@ def test_keras_optimizer_same_weights_native_on_and_off(make, monkeypatch):
         same_bits(a, b)
     assert not np.array_equal(results[0][0], init[0])
     assert ran and all(ran)
+
+
+# --- ReluGrad: the same one-pass engine (not an optimizer) -------------------------------
+
+def _relu_case(shape, seed):
+    rng = np.random.default_rng(seed)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    x = rng.standard_normal(shape).astype(np.float32)
+    flat_dy, flat_x = dy.reshape(-1), x.reshape(-1)
+    flat_dy[::7] = np.nan          # NaN * 0 is NaN, as in NumPy's dy * (x > 0)
+    flat_dy[::11] = np.inf
+    flat_x[::5] = 0.0              # x == 0: not positive
+    flat_x[::13] = np.nan          # NaN > 0 is False
+    flat_dy[::3] *= -1.0           # -dy * 0 is -0.0
+    return dy, x
+
+
+@pytest.mark.parametrize("shape", SIZES + [(32, 9, 9, 16)])
+def test_relu_grad_is_bitwise_numpys(variant, shape):
+    dy, x = _relu_case(shape, zlib.crc32(repr(shape).encode()))
+    with np.errstate(invalid="ignore"):
+        want = dy * (x > 0)
+    dy0, x0 = dy.copy(), x.copy()
+    got = native.relu_grad(dy, x)
+    assert got.tobytes() == want.tobytes()
+    assert not np.shares_memory(got, dy) and not np.shares_memory(got, x)
+    assert dy.tobytes() == dy0.tobytes() and x.tobytes() == x0.tobytes()
+    into = dy.copy()
+    assert native.relu_grad(into, x, out=into) is into and into.tobytes() == want.tobytes()
+    assert native.relu_grad(dy, x, out=x) is None          # (into x: the NumPy kernel)
+    assert native.relu_grad(dy.astype(np.float64), x) is None
+    if shape[-1] > 2:                                       # (a strided view)
+        assert native.relu_grad(dy[..., ::2], x[..., ::2]) is None
+
+
+def test_relu_grad_through_the_tape_native_and_numpy_agree():
+    x = tf.constant(np.random.default_rng(3).standard_normal((4, 9, 9, 5)), tf.float32)
+
+    def grad():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.reduce_sum(tf.nn.relu(x) * 3.0)
+        return tape.gradient(y, x).numpy()
+
+    calls = []
+    svc = plugin.native_service()
+    real = svc.relu_grad
+    try:
+        svc.relu_grad = lambda *a: calls.append(1) or real(*a)
+        plugin.use_native(True)
+        got = grad()
+    finally:
+        svc.relu_grad = real
+    plugin.use_native(False)
+    try:
+        want = grad()
+    finally:
+        plugin.use_native(True)
+    assert got.tobytes() == want.tobytes()
+    assert calls                                      # the native kernel really ran

@@ -58,7 +58,7 @@ __all__ = ["available", "reason", "isa", "isas", "set_isa", "isa_forced", "set_n
            "OPTIMIZER_UPDATES", "apply_gradient_descent", "apply_momentum", "apply_adam",
            "apply_rms_prop", "apply_centered_rms_prop", "apply_keras_rms_prop",
            "apply_keras_centered_rms_prop", "apply_adagrad", "max_pool", "max_pool_grad",
-           "avg_pool", "avg_pool_grad"]
+           "avg_pool", "avg_pool_grad", "relu_grad"]
 
 #: the activation names conv2d fuses, and their codes in the C library
 ACTIVATIONS = {None: 0, "Relu": 1, "Relu6": 2, "LeakyRelu": 3, "Elu": 4}
@@ -448,10 +448,11 @@ def avg_pool_grad(dy, input_shape, ksize, strides, pads):
 _UPDATES = {"apply_gradient_descent": (0, 2, 1), "apply_momentum": (1, 3, 2),
             "apply_adam": (2, 4, 3), "apply_rms_prop": (3, 4, 3),
             "apply_centered_rms_prop": (4, 5, 4), "apply_keras_rms_prop": (5, 3, 2),
-            "apply_keras_centered_rms_prop": (6, 4, 3), "apply_adagrad": (7, 3, 2)}
+            "apply_keras_centered_rms_prop": (6, 4, 3), "apply_adagrad": (7, 3, 2),
+            "relu_grad": (8, 2, 1)}
 _F32 = np.dtype(np.float32)
 #: the names of the fused optimizer updates this module has
-OPTIMIZER_UPDATES = tuple(_UPDATES)
+OPTIMIZER_UPDATES = tuple(k for k in _UPDATES if k.startswith("apply_"))
 
 
 def _coef(op, name, value):
@@ -507,6 +508,23 @@ def _update(fn, arrays, coefs, flag, inplace):
     if not done:                       # in place over inputs that share memory
         return None
     return outs[0] if n_out == 1 else tuple(outs)
+
+
+def relu_grad(dy, x, out=None):
+    """``dy * (x > 0)`` in one pass (the ReLU gradient; bitwise NumPy's, NaN and -0.0
+    included): a fresh array, ``dy`` itself updated when ``out is dy``, or None where it
+    does not apply (another dtype, a strided array, ``out`` another array than ``dy``:
+    the caller's NumPy path).
+
+    >>> import numpy as np
+    >>> from tapeflow_cpu_numpy import native
+    >>> g = native.relu_grad(np.float32([1, 2, 3]), np.float32([-1, 0, 5]))
+    >>> g if g is not None else np.float32([0, 0, 3])       # (None: not built here)
+    array([0., 0., 3.], dtype=float32)
+    """
+    if out is not None and out is not dy:
+        return None
+    return _update("relu_grad", (dy, x), {}, False, out is dy)
 
 
 def apply_gradient_descent(var, grad, lr, inplace=False):

@@ -46,6 +46,7 @@ class NativeService:
         self.matmul = lib.matmul
         self.max_pool, self.max_pool_grad = lib.max_pool, lib.max_pool_grad  # pooling.c
         self.avg_pool, self.avg_pool_grad = lib.avg_pool, lib.avg_pool_grad
+        self.relu_grad = lib.relu_grad          # (optim.c's one-pass engine)
         self.get_num_threads = lib.get_num_threads
         for name in lib.OPTIMIZER_UPDATES:     # the fused optimizer updates (optim.c)
             setattr(self, name, getattr(lib, name))
@@ -67,8 +68,8 @@ def native_service():
 
 
 def use_native(enabled=True):
-    """Run the CPU backend's float32 convolutions, matmuls and optimizer updates
-    through the native kernels (True: the default where they are available) or through
+    """Run the CPU backend's float32 convolutions, matmuls, pooling, ReLU gradients and
+    optimizer updates through the native kernels (True: the default where they are available) or through
     NumPy (False: the path of ``TAPEFLOW_CPU_NATIVE=0``), from the next op on, without
     restarting; returns the previous setting (False where the native kernels are not
     available, which this cannot change). For tests and benchmarks that compare the two

@@ -165,7 +165,13 @@ class NNKernels:
 
     def relu_grad(self, dy, x, out=None):
         """``dy`` where ``x > 0``, else 0 (into ``out`` when given, which may be ``dy``
-        or ``x``: the mask is computed first)."""
+        or ``x``: the mask is computed first). float32 runs in one pass in the native
+        library when there is one (NumPy's ``dy * (x > 0)`` casts the mask in a second
+        loop: 2-3x the time), with the same numbers bit for bit."""
+        if out is None or out is dy:
+            r = self._native_pool("relu_grad", dy, x, out)
+            if r is not None:
+                return r
         return self.xp.multiply(dy, x > 0, out=out)
 
     def relu6(self, x):

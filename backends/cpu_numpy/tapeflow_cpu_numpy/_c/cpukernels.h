@@ -104,7 +104,7 @@ int tfk_matmul(const float *a, const float *b, float *c, size_t m, size_t n, siz
  * kernel's order; flag: Nesterov (momentum) or momentum != 0 (RMSProp). */
 enum { OPT_GRADIENT_DESCENT = 0, OPT_MOMENTUM = 1, OPT_ADAM = 2, OPT_RMS_PROP = 3,
        OPT_CENTERED_RMS_PROP = 4, OPT_KERAS_RMS_PROP = 5, OPT_KERAS_CENTERED_RMS_PROP = 6,
-       OPT_ADAGRAD = 7, OPT_COUNT = 8 };
+       OPT_ADAGRAD = 7, OPT_RELU_GRAD = 8, OPT_COUNT = 9 };
 #define TFK_OPT_MAX_IN 5
 typedef struct {
     int kind;

@@ -47,6 +47,7 @@ static const int ARITY[OPT_COUNT][2] = {
     [OPT_KERAS_RMS_PROP] = {3, 2},
     [OPT_KERAS_CENTERED_RMS_PROP] = {4, 3},
     [OPT_ADAGRAD] = {3, 2},
+    [OPT_RELU_GRAD] = {2, 1},
 };
 
 int tfk_optim_arity(int kind, int *n_in, int *n_out)
@@ -155,6 +156,14 @@ int tfk_optim_arity(int kind, int *n_in, int *n_out)
         ST(OUT(0), SUB(var, DIV(MUL(g, S0), SQRT(oacc))));                                \
     } while (0)
 
+/* not an optimizer, the same one-pass engine: ReluGrad, dy * (x > 0) with the mask as
+ * 1.0 or 0.0 (NumPy's dy * (x > 0): a NaN or infinite dy where x <= 0 gives NaN, -0.0
+ * where dy is negative, bitwise) */
+#define BODY_RELU_GRAD(V)                                                                 \
+    do {                                                                                  \
+        ST(OUT(0), MUL(LD(IN(0)), POS(LD(IN(1)))));                                       \
+    } while (0)
+
 /* the loop over [i, e) in steps of W of every update, for the operation macros in scope */
 #define RANGE_LOOPS(V, W)                                                                 \
     switch (a->kind) {                                                                    \
@@ -175,6 +184,8 @@ int tfk_optim_arity(int kind, int *n_in, int *n_out)
         break;                                                                            \
     case OPT_ADAGRAD: for (; i + (W) <= e; i += (W)) BODY_ADAGRAD(V);                     \
         break;                                                                            \
+    case OPT_RELU_GRAD: for (; i + (W) <= e; i += (W)) BODY_RELU_GRAD(V);                 \
+        break;                                                                            \
     default: break;                                                                       \
     }
 
@@ -186,6 +197,7 @@ int tfk_optim_arity(int kind, int *n_in, int *n_out)
 #define MUL(x, y) ((x) * (y))
 #define DIV(x, y) ((x) / (y))
 #define SQRT(x) sqrtf(x)
+#define POS(x) ((x) > 0.0f ? 1.0f : 0.0f)
 
 static void range_portable(const OptimArgs *a, size_t i, size_t e)
 {
@@ -201,6 +213,7 @@ static void range_portable(const OptimArgs *a, size_t i, size_t e)
 #undef MUL
 #undef DIV
 #undef SQRT
+#undef POS
 
 #if TFK_X86
 /* ---- AVX2 (8 floats) ---------------------------------------------------------------- */
@@ -211,6 +224,8 @@ static void range_portable(const OptimArgs *a, size_t i, size_t e)
 #define MUL(x, y) _mm256_mul_ps(x, y)
 #define DIV(x, y) _mm256_div_ps(x, y)
 #define SQRT(x) _mm256_sqrt_ps(x)
+#define POS(x) _mm256_and_ps(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_GT_OQ),          \
+                             _mm256_set1_ps(1.0f))
 
 __attribute__((target("avx2"))) static void range_avx2(const OptimArgs *a, size_t i, size_t e)
 {
@@ -228,6 +243,7 @@ __attribute__((target("avx2"))) static void range_avx2(const OptimArgs *a, size_
 #undef MUL
 #undef DIV
 #undef SQRT
+#undef POS
 
 /* ---- AVX-512F (16 floats) ----------------------------------------------------------- */
 #define LD(p) _mm512_loadu_ps(p)
@@ -237,6 +253,8 @@ __attribute__((target("avx2"))) static void range_avx2(const OptimArgs *a, size_
 #define MUL(x, y) _mm512_mul_ps(x, y)
 #define DIV(x, y) _mm512_div_ps(x, y)
 #define SQRT(x) _mm512_sqrt_ps(x)
+#define POS(x) _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ),  \
+                                   _mm512_set1_ps(1.0f))
 
 __attribute__((target("avx512f"))) static void range_avx512(const OptimArgs *a, size_t i,
                                                             size_t e)
@@ -255,6 +273,7 @@ __attribute__((target("avx512f"))) static void range_avx512(const OptimArgs *a, 
 #undef MUL
 #undef DIV
 #undef SQRT
+#undef POS
 #endif
 
 typedef struct {
