@@ -36,8 +36,14 @@ NATIVE_MIN_MACS = 1 << 21
 NATIVE_MAX_N = 4096
 #: ... B (k x n) not transposed: at most this many elements (12.8 MB lost 5%) ...
 NATIVE_MAX_B = 1 << 21
-#: ... and the native library on at most this many threads
+#: ... and the native library on at most this many threads; on more, the products of at
+#: least NATIVE_MIN_MACS_THREADED multiply-adds go native in every form: NumPy's OpenBLAS
+#: threads spin for a while after each call and take the second core from the native
+#: convolutions that follow (the MNIST tutorial CNN's step on 2 threads: 28.9 -> 20.4 ms
+#: with its dense layer's three products native; the MLP's 64-row products, below it,
+#: stay faster on OpenBLAS)
 NATIVE_MAX_THREADS = 1
+NATIVE_MIN_MACS_THREADED = 1 << 25
 
 
 def native_matmul_pays(m, k, n, transpose_a=False, transpose_b=False, threads=1):
@@ -52,9 +58,14 @@ def native_matmul_pays(m, k, n, transpose_a=False, transpose_b=False, threads=1)
     True
     >>> native_matmul_pays(784, 64, 256, transpose_a=True)     # x^T @ dy
     False
+    >>> native_matmul_pays(64, 784, 256, threads=2), native_matmul_pays(
+    ...     3136, 32, 1024, transpose_a=True, threads=2)
+    (False, True)
     """
-    return (not transpose_a and threads <= NATIVE_MAX_THREADS and n <= NATIVE_MAX_N
-            and m * k * n >= NATIVE_MIN_MACS and (transpose_b or k * n <= NATIVE_MAX_B))
+    if threads > NATIVE_MAX_THREADS:
+        return m * k * n >= NATIVE_MIN_MACS_THREADED
+    return (not transpose_a and n <= NATIVE_MAX_N and m * k * n >= NATIVE_MIN_MACS
+            and (transpose_b or k * n <= NATIVE_MAX_B))
 
 
 class LinalgKernels:
@@ -100,9 +111,9 @@ class LinalgKernels:
         m, k = a.shape[::-1] if transpose_a else a.shape
         kb, n = b.shape[::-1] if transpose_b else b.shape
         native = self.native
-        if (k != kb or not native_matmul_pays(m, k, n, transpose_a, transpose_b)
-                or not native.available() or not native_matmul_pays(
-                    m, k, n, transpose_a, transpose_b, native.get_num_threads())):
+        if (k != kb or not native.available()
+                or not native_matmul_pays(m, k, n, transpose_a, transpose_b,
+                                          native.get_num_threads())):
             return None
         y = native.matmul(a, b, transpose_a, transpose_b)
         if y is None or out is None:
