@@ -33,18 +33,6 @@ pytestmark = pytest.mark.skipif(not native.available(),
 ACTS = [None, "Relu", "Relu6", "LeakyRelu", "Elu"]
 
 
-@pytest.fixture(params=[(isa, nt) for isa in (native.isas() or ["none"]) for nt in (1, 2)],
-                ids=lambda p: f"{p[0]}-{p[1]}t")
-def variant(request):
-    """Each ISA variant this CPU runs, forced, on 1 and 2 threads (restored after)."""
-    isa, nt = request.param
-    before_isa, before_nt = native.isa(), native.get_num_threads()
-    native.set_isa(isa)
-    native.set_num_threads(nt)
-    yield isa, nt
-    native.set_isa(before_isa)
-    native.set_num_threads(before_nt)
-
 
 def windows(x, kh, kw, strides, pads, dilations):
     """The padded input's windows (n, ho, wo, kh, kw, c), float64."""

@@ -53,18 +53,6 @@ NONNEG = {"apply_adam": (2,), "apply_rms_prop": (1,), "apply_centered_rms_prop":
           "apply_adagrad": (1,)}
 
 
-@pytest.fixture(params=[(isa, nt) for isa in (native.isas() or ["none"]) for nt in (1, 2)],
-                ids=lambda p: f"{p[0]}-{p[1]}t")
-def variant(request):
-    """Each ISA variant this CPU runs, forced, on 1 and 2 threads (restored after)."""
-    isa, nt = request.param
-    before_isa, before_nt = native.isa(), native.get_num_threads()
-    native.set_isa(isa)
-    native.set_num_threads(nt)
-    yield isa, nt
-    native.set_isa(before_isa if before_isa != native.isas()[0] else None)
-    native.set_num_threads(before_nt)
-
 
 def case(key, shape, rng):
     """(function name, arrays, coefficients, attrs) of the update ``key`` on ``shape``."""

@@ -33,18 +33,6 @@ pytestmark = pytest.mark.skipif(not native.available(),
 K = NNKernels(np)       # the NumPy kernels (no native service)
 
 
-@pytest.fixture(params=[(isa, nt) for isa in (native.isas() or ["none"]) for nt in (1, 2)],
-                ids=lambda p: f"{p[0]}-{p[1]}t")
-def variant(request):
-    """Each ISA variant this CPU runs, forced, on 1 and 2 threads (restored after)."""
-    isa, nt = request.param
-    before_isa, before_nt, forced = native.isa(), native.get_num_threads(), native.isa_forced()
-    native.set_isa(isa)
-    native.set_num_threads(nt)
-    yield isa, nt
-    native.set_isa(before_isa if forced else None)
-    native.set_num_threads(before_nt)
-
 
 def pads_of(shape, ksize, strides, padding):
     """(ho, wo, (pt, pb, pl, pr)) as the NumPy kernels compute them."""
