@@ -323,3 +323,23 @@ def test_relu_grad_through_the_tape_native_and_numpy_agree():
         plugin.use_native(True)
     assert got.tobytes() == want.tobytes()
     assert calls                                      # the native kernel really ran
+
+
+def test_relu_grad_with_broadcast_shapes_falls_back():
+    """Batching rules (jacobian, vectorized_map) give ReluGrad broadcasting shapes: the
+    NumPy kernel runs them (the native loop is elementwise over equal shapes)."""
+    assert native.relu_grad(np.ones((2, 3), np.float32), np.ones(3, np.float32)) is None
+    x = tf.constant([-1.0, 2.0, 3.0])
+    for on in (True, False):
+        plugin.use_native(on)
+        try:
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = tf.nn.relu(x)
+            jac = tape.jacobian(y, x).numpy()
+            vm = tf.vectorized_map(lambda r: tf.nn.relu(r) * 2.0,
+                                   tf.constant([[1.0, -2.0], [-3.0, 4.0]])).numpy()
+        finally:
+            plugin.use_native(True)
+        np.testing.assert_array_equal(jac, np.diag([0.0, 1.0, 1.0]))
+        np.testing.assert_array_equal(vm, [[2.0, 0.0], [0.0, 8.0]])

@@ -394,7 +394,8 @@ def max_pool_grad(x, y, dy, ksize, strides, pads):
     equal to ``y`` (row-major window order, the padding's -inf included: a window whose
     maximum is -inf and whose first position is padding routes nothing, nor does one
     whose maximum is NaN), summed where windows overlap -- NumPy's kernel
-    (``NNKernels.max_pool_grad``) exactly: a fresh array of ``x``'s shape, or None."""
+    (``NNKernels.max_pool_grad``) up to the order of those sums and the sign of zero
+    (docs/cpu-kernels.md, "Pooling"): a fresh array of ``x``'s shape, or None."""
     op = "MaxPoolGrad"
     if not available():
         return None
@@ -522,8 +523,9 @@ def relu_grad(dy, x, out=None):
     >>> g if g is not None else np.float32([0, 0, 3])       # (None: not built here)
     array([0., 0., 3.], dtype=float32)
     """
-    if out is not None and out is not dy:
-        return None
+    if (out is not None and out is not dy) or getattr(dy, "shape", None) != getattr(
+            x, "shape", ()):
+        return None             # (into x, or broadcasting shapes: NumPy's kernel)
     return _update("relu_grad", (dy, x), {}, False, out is dy)
 
 

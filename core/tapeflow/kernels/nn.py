@@ -168,7 +168,7 @@ class NNKernels:
         or ``x``: the mask is computed first). float32 runs in one pass in the native
         library when there is one (NumPy's ``dy * (x > 0)`` casts the mask in a second
         loop: 2-3x the time), with the same numbers bit for bit."""
-        if out is None or out is dy:
+        if (out is None or out is dy) and dy.shape == x.shape:     # (batching broadcasts)
             r = self._native_pool("relu_grad", dy, x, out)
             if r is not None:
                 return r

@@ -1,6 +1,7 @@
 /* Pooling in NHWC (float32): max_pool, its gradient, avg_pool, its gradient.
  *
- * The same results as tapeflow's NumPy kernels (core/tapeflow/kernels/nn.py NNKernels):
+ * The same results as tapeflow's NumPy kernels (core/tapeflow/kernels/nn.py NNKernels),
+ * up to the order of sums where windows overlap and the sign of zero (docs/cpu-kernels.md):
  *   - max_pool: the maximum of each window's valid elements (the padding is -inf, so
  *     it never wins); a NaN in a window makes its maximum NaN (as np.maximum);
  *   - max_pool_grad: dy routed to each window's FIRST element equal to y, in row-major
