@@ -380,13 +380,7 @@ def max_pool(x, ksize, strides, pads):
     >>> y is None or y[0, :, :, 0].tolist() == [[5.0, 7.0], [13.0, 15.0]]
     True
     """
-    op = "MaxPool"
-    x4 = _f32(op, "the input", x, 4) if available() else None
-    geom = None if x4 is None else _pool_geometry(op, x4.shape, ksize, strides, pads)
-    if geom is None:
-        return None
-    n, _, _, c = x4.shape
-    return _pool(op, (x4,), np.empty((n, *geom[3], c), np.float32), geom)
+    return _pool_forward("MaxPool", x, ksize, strides, pads)
 
 
 def max_pool_grad(x, y, dy, ksize, strides, pads):
@@ -411,7 +405,11 @@ def avg_pool(x, ksize, strides, pads):
     """The mean of each window's valid elements (the padding not counted) of the NHWC
     float32 ``x``, the sum divided by the count last as NumPy's kernel does: a fresh
     (n, ho, wo, c) float32 array (see :func:`max_pool`), or None."""
-    op = "AvgPool"
+    return _pool_forward("AvgPool", x, ksize, strides, pads)
+
+
+def _pool_forward(op, x, ksize, strides, pads):
+    """:func:`max_pool` or :func:`avg_pool` (``op``): the checks, the output, the call."""
     x4 = _f32(op, "the input", x, 4) if available() else None
     geom = None if x4 is None else _pool_geometry(op, x4.shape, ksize, strides, pads)
     if geom is None:
