@@ -107,8 +107,8 @@ _pm.ensure_loaded()
 # The training stack lives in subpackages loaded on first use (import stays fast):
 # tf.layers, tf.keras, tf.train, tf.losses, tf.metrics, tf.summary, tf.data, tf.datasets.
 _LAZY_MODULES = ("layers", "keras", "train", "losses", "metrics", "summary", "data",
-                 "datasets", "models", "profiler", "distributed", "numpy", "app", "io",
-                 "saved_model", "experimental")
+                 "datasets", "models", "profiler", "distributed", "distribute", "numpy",
+                 "app", "io", "saved_model", "experimental")
 # The seeds' `tfe.*` names that live in those subpackages: name -> (module, attribute)
 _LAZY_NAMES = {
     # tf.print: not a module global, so `print` in this module stays Python's

@@ -25,6 +25,7 @@ TensorShape([3, 10])
 
 from __future__ import annotations
 
+import functools as _functools
 import importlib as _importlib
 import math as _pymath
 import sys
@@ -50,7 +51,19 @@ from . import metrics as _metrics
 from .train import optimizers as _optimizers
 
 __all__ = ["Model", "Network", "Sequential", "History", "load_model", "save_model",
-           "register_saving", "deserialize_layer"]
+           "register_saving", "deserialize_layer", "strategy_hooks"]
+
+#: functions returning the active ``tf.distribute`` strategy (or None); tapeflow.distribute
+#: appends its own at import, so this module never imports the layer above it
+strategy_hooks: list = []
+
+
+def _active_strategy():
+    for hook in strategy_hooks:
+        strategy = hook()
+        if strategy is not None:
+            return strategy
+    return None
 
 # --- saving (the .keras format lives in tapeflow.keras.saving, which registers itself) ----
 
@@ -114,20 +127,74 @@ def _functional_args(args, kwargs):
 
 # --- Model -------------------------------------------------------------------------------
 
+class _Shared:
+    """A value every copy of a model shares (``copy.deepcopy`` keeps it): the strategy
+    the model was created under is not part of the model's state."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def _under_strategy(method):
+    """A Model method run inside the scope of the strategy the model was created under
+    (variables it makes are mirrored); an error when another strategy's scope is active
+    (TensorFlow refuses to mix strategies)."""
+    what = method.__name__ + "()"
+
+    @_functools.wraps(method)
+    def run(self, *args, **kwargs):
+        own = self._strategy
+        if own is None and not strategy_hooks:
+            return method(self, *args, **kwargs)
+        active = _active_strategy()
+        if active is own:
+            return method(self, *args, **kwargs)
+        if active is not None:
+            raise FailedPreconditionError(
+                f"{what}: the model {self.name!r} was created "
+                + ("outside any tf.distribute strategy's scope" if own is None else
+                   f"under another strategy ({type(own).__name__})")
+                + f", but a {type(active).__name__}'s scope is active: create the model "
+                "(and compile it) inside `with strategy.scope():` of the strategy that "
+                "trains it; strategies cannot be mixed")
+        with own.scope():
+            return method(self, *args, **kwargs)
+    return run
+
+
 class Model(Layer):
     """A layer made of layers (``tf.keras.Model``). Subclass it: create layers (and
     Variables) in ``__init__``, compute in ``call(inputs[, training])``.
 
     ``compile(optimizer, loss, metrics)`` then ``fit``/``evaluate``/``predict`` give
-    Keras's loop; a custom loop with ``tf.GradientTape`` works on any Model.
+    Keras's loop; a custom loop with ``tf.GradientTape`` works on any Model. A model
+    created inside a ``tf.distribute`` strategy's ``scope()`` trains under it: each
+    global batch is split over the replicas, with the numbers one process gives.
     """
+
+    _TF_MODULE_IGNORED_PROPERTIES = Layer._TF_MODULE_IGNORED_PROPERTIES | {"_strategy_box"}
 
     def __new__(cls, *args, **kwargs):
         # Model(inputs, outputs): the functional API's model (tapeflow.functional)
         if cls is Model and _functional_args(args, kwargs):
             cls = _functional("Functional")
         new = super().__new__
-        return new(cls) if new is object.__new__ else new(cls, *args, **kwargs)
+        obj = new(cls) if new is object.__new__ else new(cls, *args, **kwargs)
+        # the tf.distribute strategy whose scope is active: the model trains under it
+        strategy = _active_strategy() if strategy_hooks else None
+        if strategy is not None:
+            obj.__dict__["_strategy_box"] = _Shared(strategy)
+        return obj
+
+    @property
+    def _strategy(self):
+        box = self.__dict__.get("_strategy_box")
+        return None if box is None else box.value
 
     def __init__(self, *args, **kwargs):
         if _functional_args(args, kwargs):
@@ -208,6 +275,7 @@ class Model(Layer):
                                show_trainable=show_trainable, layer_range=layer_range)
 
     # --- Keras's training loop -----------------------------------------------------------
+    @_under_strategy
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None,
                 weighted_metrics=None, run_eagerly=None, **kwargs):
         """Set the optimizer (an instance or ``"sgd"``/``"adam"``/``"rmsprop"``), the loss
@@ -224,6 +292,29 @@ class Model(Layer):
         self.__dict__["_compiled"] = {"optimizer": _optimizers.get(optimizer), "loss": loss_fn,
                                       "metrics": mets, "args": {"loss": loss,
                                                                 "metrics": metrics}}
+
+    @property
+    def distribute_strategy(self):
+        """The ``tf.distribute`` strategy whose ``scope()`` was active when the model was
+        created (None outside any): ``compile``/``fit``/``evaluate``/``predict`` run under
+        it, each global batch split over its replicas (docs/distributed.md).
+
+        >>> import tapeflow as tf
+        >>> strategy = tf.distribute.MirroredStrategy(["cpu:0"])
+        >>> with strategy.scope():
+        ...     model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
+        ...     model.compile("sgd", "mse")
+        >>> model.distribute_strategy is strategy
+        True
+        >>> model.fit(tf.ones([4, 2]), tf.ones([4, 1]), batch_size=2, verbose=0).epoch
+        [0]
+        """
+        return self._strategy
+
+    def _replicas(self):
+        """The model's strategy when it has more than one replica in sync, else None."""
+        own = self._strategy
+        return own if own is not None and own.num_replicas_in_sync > 1 else None
 
     def get_compile_config(self):
         """The arguments of ``compile`` (``optimizer`` the optimizer object, ``loss`` and
@@ -276,16 +367,24 @@ class Model(Layer):
                 f"{what}: call model.compile(optimizer, loss, metrics) first")
         return self._compiled
 
-    def _loss(self, loss_fn, y, pred):
+    def _loss(self, loss_fn, y, pred, share=None):
+        """The compiled loss: the outputs' mean losses plus the regularisation losses. A
+        replica's step under a strategy passes ``share`` = (rows in the global batch,
+        replicas in sync): its mean loss is weighted by its rows' share of the global
+        batch and the regularisation divided over the replicas, so the replicas' losses
+        and gradients sum to one process's."""
         if isinstance(pred, (list, tuple, dict)):     # several outputs: the sum of losses
             keys = list(pred) if isinstance(pred, dict) else range(len(pred))
             parts = [self._output_loss(loss_fn, y[k], pred[k]) for k in keys]
             value = _m.add_n(parts) if len(parts) > 1 else parts[0]
         else:
             value = self._output_loss(loss_fn, y, pred)
+        if share is not None:
+            value = _replica_share(value, pred, share[0])
         reg = self.losses
         if reg:
-            value = value + _m.add_n(reg) if len(reg) > 1 else value + reg[0]
+            reg = _m.add_n(reg) if len(reg) > 1 else reg[0]
+            value = value + (reg if share is None else reg / float(share[1]))
         return value
 
     def _output_loss(self, loss_fn, y, pred):
@@ -296,18 +395,23 @@ class Model(Layer):
             value = _r.reduce_mean(value)
         return value
 
+    @_under_strategy
     def train_on_batch(self, x, y):
         """One optimizer step on one batch; returns the loss (a scalar Tensor)."""
-        return self._train_step(self._need_compiled("train_on_batch"), _tensor(x, self),
-                                _tensor(y, None, _ios(self, "_flat_outputs")))[0]
+        c = self._need_compiled("train_on_batch")
+        x, y = _tensor(x, self), _tensor(y, None, _ios(self, "_flat_outputs"))
+        strategy = self._replicas()
+        if strategy is not None:
+            return self._replicas_train_step(strategy, c, x, y)[0]
+        return self._train_step(c, x, y)[0]
 
-    def _train_step(self, c, x, y):
+    def _train_step(self, c, x, y, share=None):
         opt = c["optimizer"]
         scaled = getattr(opt, "get_scaled_loss", None)     # a LossScaleOptimizer
         with GradientTape() as tape:
             pred = self(x, training=True)
             y = _follow(y, pred)
-            loss = self._loss(c["loss"], y, pred)
+            loss = self._loss(c["loss"], y, pred, share)
             if scaled is not None:
                 scaled = scaled(loss)
         tvars = self.trainable_variables
@@ -315,18 +419,47 @@ class Model(Layer):
             grads = opt.get_unscaled_gradients(tape.gradient(scaled, tvars))
         else:
             grads = tape.gradient(loss, tvars)
-        opt.apply_gradients(zip(grads, tvars))
+        opt.apply_gradients(zip(grads, tvars))      # under a strategy: summed over replicas
         return loss, y, pred
 
+    def _replicas_train_step(self, strategy, c, x, y):
+        """``_train_step`` of a global batch under ``strategy``: each replica steps on its
+        slice (the optimizer sums the gradients and updates once); returns the global
+        batch's loss, labels and (gathered) predictions, as one process's step does."""
+        xs, ys, y, n = _distribute(strategy, x, y)
+        _build(self, strategy.experimental_local_results(xs)[0])
+        share = (n, strategy.num_replicas_in_sync)
+        loss, pred = strategy.run(lambda xr, yr: self._train_step(c, xr, yr, share)[::2],
+                                  args=(xs, ys))
+        pred = _gather(strategy, pred)
+        return strategy.reduce("SUM", loss, axis=None), _follow(y, pred), pred
+
+    def _replicas_forward(self, strategy, x, y=None):
+        """The model's outputs for a global batch in inference mode under ``strategy``:
+        each replica's slice's, gathered in order; and the global batch's labels."""
+        xs, _, y, _ = _distribute(strategy, x, y)
+        _build(self, strategy.experimental_local_results(xs)[0])
+        return _gather(strategy, strategy.run(lambda xr: self(xr, training=False),
+                                              args=(xs,))), y
+
+    def _predict_batch(self, x, y=None):
+        strategy = self._replicas()
+        if strategy is None:
+            return self(x, training=False), y
+        return self._replicas_forward(strategy, x, y)
+
+    @_under_strategy
     def test_on_batch(self, x, y):
         c = self._need_compiled("test_on_batch")
-        pred = self(_tensor(x, self), training=False)
-        return self._loss(c["loss"], _follow(_tensor(y, None, _ios(self, "_flat_outputs")),
-                                             pred), pred)
+        pred, y = self._predict_batch(_tensor(x, self),
+                                      _tensor(y, None, _ios(self, "_flat_outputs")))
+        return self._loss(c["loss"], _follow(y, pred), pred)
 
+    @_under_strategy
     def predict_on_batch(self, x):
-        return self(_tensor(x, self), training=False)
+        return self._predict_batch(_tensor(x, self))[0]
 
+    @_under_strategy
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose=1, callbacks=None,
             validation_split=0.0, validation_data=None, shuffle=True, initial_epoch=0,
             steps_per_epoch=None, validation_steps=None, validation_batch_size=None,
@@ -349,6 +482,9 @@ class Model(Layer):
             validation_data = (_each(lambda t: t[cut:], x), _each(lambda t: t[cut:], y))
             x, y = _each(lambda t: t[:cut], x), _each(lambda t: t[:cut], y)
         data = _Data(x, y, batch_size, shuffle, self, steps_per_epoch)
+        strategy = self._replicas()
+        if strategy is not None:        # every worker shuffles as worker 0 does
+            data.agree = _functools.partial(_first_replicas, strategy)
         callbacks = list(callbacks or [])
         history = History()
         history.model = self
@@ -361,6 +497,8 @@ class Model(Layer):
         batch_hooks = [cb for cb in callbacks if hasattr(cb, "on_train_batch_begin")
                        or hasattr(cb, "on_train_batch_end")]
         mets = c["metrics"]
+        train_step = self._train_step if strategy is None else _functools.partial(
+            self._replicas_train_step, strategy)
         for epoch in range(initial_epoch, epochs):
             _hook(callbacks, "on_epoch_begin", epoch, {})
             for m in mets:
@@ -370,7 +508,7 @@ class Model(Layer):
             for step, (xb, yb) in enumerate(data.epoch()):
                 if batch_hooks:
                     _hook(batch_hooks, "on_train_batch_begin", step, {})
-                loss, yb, pred = self._train_step(c, xb, yb)
+                loss, yb, pred = train_step(c, xb, yb)
                 if batch_hooks:
                     _hook(batch_hooks, "on_train_batch_end", step, {"loss": loss})
                 n = _batch_len(pred)
@@ -393,6 +531,7 @@ class Model(Layer):
         _hook(callbacks, "on_train_end", {})
         return history
 
+    @_under_strategy
     def evaluate(self, x=None, y=None, batch_size=None, verbose=1, steps=None,
                  return_dict=False, callbacks=None, **kwargs):
         """Loss and metrics over the data (in inference mode): a float when there are
@@ -406,8 +545,12 @@ class Model(Layer):
             m.reset()
         agg = _Mean()
         bar = _progress(verbose, data.steps, "Evaluate")
+        strategy = self._replicas()
         for xb, yb in data.epoch():
-            pred = self(xb, training=False)
+            if strategy is None:
+                pred = self(xb, training=False)
+            else:
+                pred, yb = self._replicas_forward(strategy, xb, yb)
             yb = _follow(yb, pred)
             agg.add(self._loss(c["loss"], yb, pred), _batch_len(pred))
             for m in mets:
@@ -421,6 +564,7 @@ class Model(Layer):
             return logs["loss"]
         return [logs[k] for k in ["loss"] + [m.name for m in mets]]
 
+    @_under_strategy
     def predict(self, x, batch_size=None, verbose=0, steps=None, callbacks=None, **kwargs):
         """The model's outputs for ``x`` (in inference mode, batch by batch), concatenated
         into one Tensor."""
@@ -429,8 +573,10 @@ class Model(Layer):
         data = _Data(x, None, batch_size, False, self, steps, need_y=False)
         bar = _progress(verbose, data.steps, "Predict")
         outs = []
+        strategy = self._replicas()
         for xb, _ in data.epoch():
-            outs.append(self(xb, training=False))
+            outs.append(self(xb, training=False) if strategy is None else
+                        self._replicas_forward(strategy, xb)[0])
             bar.step(dict)
         bar.close({})
         if not outs:
@@ -796,6 +942,7 @@ class _Data:
                                  f"{_batch_len(self.y)}")
             self.bs = int(batch_size or 32)
             self.shuffle = bool(shuffle)
+            self.agree = None           # under a strategy: the shuffles made the same
             self.dataset = None
             n_batches = -(-self.n // self.bs)
             self.steps = n_batches if steps is None else min(int(steps), n_batches)
@@ -825,6 +972,8 @@ class _Data:
                 first = first.values
             with _devs.device(first.device):
                 perm = _random.shuffle(_a.range(n))
+            if self.agree is not None:
+                perm = self.agree(perm)
             for i in range(self.steps):
                 idx = perm[i * bs:(i + 1) * bs]
                 yield (_each(lambda t: _take(t, idx), x),
@@ -864,6 +1013,71 @@ class _Data:
                 xb, yb = item, None
             yield _tensor(xb, self.model), (None if yb is None else _tensor(
                 yb, None, _ios(self.model, "_flat_outputs")))
+
+
+# --- under a tf.distribute strategy with several replicas ----------------------------------
+
+def _distribute(strategy, x, y):
+    """A step's inputs as per-replica values: ``(x, y, global y, global rows)``. A global
+    batch is split (``_split``); a distributed dataset's element (already per-replica)
+    is kept, its labels gathered into the global batch's."""
+    first = x
+    while isinstance(first, (dict, list, tuple)):
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    if strategy.experimental_local_results(first)[0] is not first:   # per-replica
+        y_all = None if y is None else _gather(strategy, y)
+        return x, y, y_all, None if y_all is None else _batch_len(y_all)
+    n = _batch_len(x)
+    return _split(strategy, x, n), _split(strategy, y, n), y, n
+
+
+def _split(strategy, v, n):
+    """A global batch ``v`` (a Tensor, or a model's several inputs) of ``n`` rows as
+    per-replica values: replica ``r`` (its id in the sync group) gets the ``r``-th of
+    ``num_replicas_in_sync`` contiguous slices (``np.array_split``'s sizes)."""
+    if v is None:
+        return None
+    q, extra = divmod(n, strategy.num_replicas_in_sync)
+
+    def part(t):
+        def rows(ctx):
+            r = ctx.replica_id_in_sync_group
+            start = r * q + min(r, extra)
+            return _rows(t, slice(start, start + q + (1 if r < extra else 0)))
+        return strategy.experimental_distribute_values_from_function(rows)
+    return _each(part, v)
+
+
+def _first_replicas(strategy, value):
+    """``value`` as replica 0 (on worker 0) has it, on every worker (a SUM of it and
+    zeros): all workers then shuffle alike, as the split of each global batch needs."""
+    zero = _a.zeros_like(value)
+    per = strategy.experimental_distribute_values_from_function(
+        lambda ctx: value if ctx.replica_id_in_sync_group == 0 else zero)
+    return strategy.reduce("SUM", per, axis=None)
+
+
+def _gather(strategy, v):
+    """Per-replica batches (or several outputs' batches) concatenated in replica order."""
+    return _each(lambda t: strategy.gather(t, axis=0), v)
+
+
+def _build(model, x):
+    """Build an unbuilt model on one row of ``x`` in the calling thread (under the
+    strategy's scope: its variables are mirrored) before the replicas run it."""
+    if not model.built:
+        model(_each(lambda t: _rows(t, slice(0, 1)), x), training=False)
+
+
+def _replica_share(value, pred, rows):
+    """A replica's mean loss weighted by its share of the global batch's ``rows``; a
+    replica with no rows contributes a zero still connected to the model's outputs."""
+    n = _batch_len(pred)
+    if n:
+        return value * (n / rows)
+    flat = list(pred.values()) if isinstance(pred, dict) else (
+        list(pred) if isinstance(pred, (list, tuple)) else [pred])
+    return _m.add_n([_r.reduce_sum(_m.cast(p, "float32")) for p in flat]) * 0.0
 
 
 # --- metrics and loss aggregation ------------------------------------------------------------

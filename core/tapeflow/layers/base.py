@@ -62,6 +62,7 @@ import numpy as np
 
 from ..errors import FailedPreconditionError, InvalidArgumentError, InvalidTypeError
 from .. import dtypes as _dt
+from ..runtime.devices import current_device
 from ..runtime.dispatch import convert_to_tensor, copy_to_device
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
@@ -942,7 +943,9 @@ class Layer(Module):
             dev = self._input_device
             if dev is not None and type(inputs) is Tensor:
                 d = inputs._device
-                if d is not dev and d.is_host:      # like a tf.device scope: host data follows
+                # like a tf.device scope: host data follows (unless a tf.device scope, a
+                # tf.distribute replica's, says where this call runs)
+                if d is not dev and d.is_host and current_device() is None:
                     inputs = copy_to_device(inputs, dev)
             training = kwargs.pop("training", None)
             if training is None:

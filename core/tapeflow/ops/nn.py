@@ -2360,3 +2360,65 @@ def embedding_lookup(params, ids, partition_strategy="mod", name=None, validate_
         out = _clip_by_norm(out, max_norm, axes=list(range(ids.ndim, out.ndim)) or None)
     return out
 
+
+
+# --- losses under a distribution strategy (tf.nn.compute_average_loss) ------------------
+
+#: functions ``() -> int``: the number of replicas in sync where the caller runs
+#: (``tf.distribute`` adds one; it raises in cross-replica context); none: one replica
+replicas_in_sync_hooks: list = []
+
+
+def _replicas_in_sync():
+    for hook in replicas_in_sync_hooks:
+        return int(hook())
+    return 1
+
+
+def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size=None):
+    """The sum of ``per_example_loss`` (times ``sample_weight``) divided by the global
+    batch size: the per-replica loss whose gradients, summed over the replicas of a
+    ``tf.distribute`` strategy, are the gradients of the mean over the whole batch.
+    ``global_batch_size`` defaults to this replica's batch size (``shape[0]``) times the
+    number of replicas in sync (0 gives 0, not NaN).
+
+    >>> import tapeflow as tf
+    >>> print(tf.nn.compute_average_loss([1.0, 2.0, 3.0], global_batch_size=6))
+    tf.Tensor(1.0, shape=(), dtype=float32)
+    >>> print(tf.nn.compute_average_loss([1.0, 3.0]))
+    tf.Tensor(2.0, shape=(), dtype=float32)
+    """
+    loss = _t(per_example_loss)
+    if sample_weight is not None:
+        loss = _m.cast(_m.multiply(loss, _m.cast(_t(sample_weight), loss.dtype)), loss.dtype)
+    if global_batch_size is None:
+        n = int(loss.shape[0]) if loss.ndim else 1
+        global_batch_size = n * _replicas_in_sync()
+    elif (isinstance(global_batch_size, (Tensor, Variable))
+          and not global_batch_size.dtype.is_integer):
+        raise InvalidArgumentError(
+            f"compute_average_loss: global_batch_size must be an integer, got a "
+            f"{global_batch_size.dtype.name} tensor", op="compute_average_loss")
+    total = _red.reduce_sum(loss)
+    if isinstance(global_batch_size, (int, np.integer)):
+        if global_batch_size == 0:
+            return _m.multiply(total, 0)
+        return _m.divide(total, _m.cast(_t(int(global_batch_size)), loss.dtype))
+    gbs = _m.cast(_t(global_batch_size), loss.dtype)
+    return where(_m.equal(gbs, 0), _m.multiply(total, 0), _m.divide(total, gbs))
+
+
+def scale_regularization_loss(regularization_loss):
+    """The sum of ``regularization_loss`` divided by the number of replicas in sync, so
+    the replicas' gradients sum to the regularizer's once.
+
+    >>> import tapeflow as tf
+    >>> print(tf.nn.scale_regularization_loss([0.5, 0.25]))
+    tf.Tensor(0.75, shape=(), dtype=float32)
+    """
+    total = _red.reduce_sum(_t(regularization_loss))
+    n = _replicas_in_sync()
+    return total if n == 1 else _m.divide(total, _m.cast(_t(n), total.dtype))
+
+
+__all__ += ["compute_average_loss", "scale_regularization_loss"]

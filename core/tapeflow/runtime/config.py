@@ -12,14 +12,15 @@ import numbers as _numbers
 import os as _os
 import types as _types
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, UnimplementedError
 from . import devices as _devs
 from .dispatch import policy as _policy
 
 __all__ = ["set_default_device", "get_default_device", "set_device_policy", "get_device_policy",
            "silent_copies", "memory_info", "list_devices", "list_physical_devices",
            "list_logical_devices", "set_soft_device_placement", "get_soft_device_placement",
-           "experimental"]
+           "experimental", "LogicalDeviceConfiguration", "set_logical_device_configuration",
+           "get_logical_device_configuration"]
 
 set_default_device = _devs.set_default_device
 
@@ -63,7 +64,7 @@ LogicalDevice = _collections.namedtuple("LogicalDevice", "name device_type")
 
 
 def _typed(device_type, kind, prefix):
-    ds = _devs.list_devices()
+    ds = [d for d in _devs.list_devices() if kind is LogicalDevice or not (d.is_host and d.index)]
     if device_type is not None:
         t = device_type.lower()
         ds = [d for d in ds if d.type == t or (t == "gpu" and d.is_gpu)]
@@ -85,6 +86,47 @@ def list_physical_devices(device_type=None):
 def list_logical_devices(device_type=None):
     """As :func:`list_physical_devices`, named as ``tf.device`` accepts (``/device:CPU:0``)."""
     return _typed(device_type, LogicalDevice, "device")
+
+
+LogicalDeviceConfiguration = _collections.namedtuple(
+    "LogicalDeviceConfiguration", "memory_limit experimental_priority experimental_device_ordinal",
+    defaults=(None, None, None))
+_logical = [None]       # the configurations the CPU was split into
+
+
+def set_logical_device_configuration(device, logical_devices):
+    """Split the physical CPU into ``len(logical_devices)`` logical devices, as TensorFlow:
+    ``cpu:0`` ... ``cpu:N-1`` (``/device:CPU:i``), each a device of its own for ``tf.device``
+    and ``tf.distribute.MirroredStrategy``, over the same host memory and cores. Unlike
+    TensorFlow it may be called at any time (tensors already on a removed ``cpu:i`` stay
+    usable). ``memory_limit`` is refused for the CPU, as TensorFlow; GPUs are not split.
+
+    >>> import tapeflow as tf
+    >>> cpu = tf.config.list_physical_devices("CPU")[0]
+    >>> two = [tf.config.LogicalDeviceConfiguration()] * 2
+    >>> tf.config.set_logical_device_configuration(cpu, two)
+    >>> [d.name for d in tf.config.list_logical_devices("CPU")]
+    ['/device:CPU:0', '/device:CPU:1']
+    >>> tf.config.set_logical_device_configuration(cpu, [])       # one CPU device again
+    """
+    dev = _devs.get_device(getattr(device, "name", device))
+    if not dev.is_host or dev.index:
+        raise UnimplementedError(f"tapeflow splits only the physical CPU into logical devices, "
+                                 f"not {dev.name}: use one replica per GPU (MirroredStrategy)")
+    if not isinstance(logical_devices, (list, tuple)) or any(
+            not isinstance(c, LogicalDeviceConfiguration) or c.memory_limit is not None
+            for c in logical_devices):
+        raise InvalidArgumentError("logical_devices must be a list of tf.config.LogicalDevice"
+                                   "Configuration() without memory_limit (the CPU has none), "
+                                   f"got {logical_devices!r}")
+    _devs.table.set_logical_cpus(max(1, len(logical_devices)))
+    _logical[0] = list(logical_devices)
+
+
+def get_logical_device_configuration(device):
+    """What :func:`set_logical_device_configuration` last gave ``device`` (None: not split)."""
+    return _logical[0] if _devs.get_device(getattr(device, "name", device)).name == "cpu:0" \
+        else None
 
 
 def set_soft_device_placement(enabled: bool) -> None:
@@ -233,7 +275,10 @@ experimental = _types.SimpleNamespace(
     enable_cudnn_convolutions=enable_cudnn_convolutions,
     cudnn_convolutions_enabled=cudnn_convolutions_enabled,
     enable_cuda_graphs=enable_cuda_graphs,
-    cuda_graphs_enabled=cuda_graphs_enabled)
+    cuda_graphs_enabled=cuda_graphs_enabled,
+    set_virtual_device_configuration=set_logical_device_configuration,
+    get_virtual_device_configuration=get_logical_device_configuration,
+    VirtualDeviceConfiguration=LogicalDeviceConfiguration)
 
 __all__ += ["enable_tensor_float_32_execution", "tensor_float_32_execution_enabled",
             "observe_tensor_float_32", "enable_cudnn_convolutions",

@@ -234,6 +234,7 @@ class _Table:
         self.unavailable: dict[str, str] = {}   # backend name -> reason
         self.default: Device | None = None
         self.user_default: str | None = os.environ.get("TAPEFLOW_DEFAULT_DEVICE") or None
+        self.logical_cpus = 1       # tf.config.set_logical_device_configuration
 
     def rebuild(self, backends):
         self.backends = list(backends)
@@ -259,6 +260,20 @@ class _Table:
                     d.gpu_index = len(self.gpus)
                     self.gpus.append(d)
         self.default = None
+        self.set_logical_cpus(self.logical_cpus)
+
+    def set_logical_cpus(self, n):
+        """``cpu:1`` ... ``cpu:n-1``: TensorFlow's logical CPU devices, each a Device of the
+        host backend over the same memory (a copy between them shares the array)."""
+        host = self.by_name.get("cpu:0")
+        for i in range(1, max(n, self.logical_cpus)):
+            d = self.by_name.pop(f"cpu:{i}", None)
+            if i < n and host is not None:
+                if d is None or d.backend is not host.backend:
+                    d = Device("cpu", i, host.backend, host.handle, False,
+                               f"logical CPU device {i} of cpu:0")
+                self.by_name[d.name] = d
+        self.logical_cpus = n
 
 
 table = _Table()

@@ -85,6 +85,13 @@ __all__ = ["Optimizer", "GradientDescentOptimizer", "MomentumOptimizer", "AdamOp
            "get", "get_optimizer"]
 
 
+#: functions ``hook(optimizer, grads_and_vars, global_step, aggregate)`` that
+#: ``apply_gradients`` consults first (``tf.distribute`` adds one: inside
+#: ``strategy.run`` it sums the gradients over the replicas and applies them once); a hook
+#: returning something other than NotImplemented has done the step. Empty: no cost.
+aggregation_hooks: list = []
+
+
 def _base_name(var):
     """``'dense/kernel:0'`` -> ``'dense/kernel'`` (TensorFlow's op name of a variable)."""
     name = var.name
@@ -323,15 +330,23 @@ class Optimizer:
         values)``, the variable's new value being ``var - delta``."""
         raise NotImplementedError
 
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None,
+                        experimental_aggregate_gradients=True):
         """Apply ``[(gradient, variable), ...]``; a ``None`` gradient is skipped with a
         warning naming the variable. Increments ``global_step`` by one when given.
+        Inside a ``tf.distribute`` strategy's ``run`` the gradients are summed over the
+        replicas first (not when ``experimental_aggregate_gradients`` is False) and
+        applied once.
 
         All or nothing: every pair and every hyperparameter is checked, the slots are
         created and every new value computed before the first Variable changes; a bad
         pair or hyperparameter raises InvalidArgumentError (or InvalidTypeError) naming
         it, and then no variable, slot, iteration counter or ``global_step`` has
         changed."""
+        for hook in aggregation_hooks:
+            done = hook(self, grads_and_vars, global_step, experimental_aggregate_gradients)
+            if done is not NotImplemented:
+                return done
         pairs, skipped = unpack(self, grads_and_vars)
         for v in skipped:
             warnings.warn(

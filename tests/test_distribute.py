@@ -1,0 +1,430 @@
+"""tf.distribute (issue 49): the strategy API, MirroredStrategy over local devices, and the
+done-when of the custom training loop: the same weights (to float tolerance) with no
+strategy, with MirroredStrategy(["cpu:0"]) and with MirroredStrategy(["cpu:0", "opencl:0"])."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tapeflow as tf
+from tapeflow import errors
+
+HAVE_OPENCL = "opencl:0" in [str(d) for d in tf.list_devices()]
+needs_opencl = pytest.mark.skipif(not HAVE_OPENCL, reason="no opencl:0 device")
+
+TWO = ["cpu:0", "opencl:0"] if HAVE_OPENCL else None
+
+
+def _two():
+    if TWO is None:
+        pytest.skip("no opencl:0 device")
+    return tf.distribute.MirroredStrategy(TWO)
+
+
+# --- the custom training loop: same weights with and without a strategy -------------------
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(10, 3)).astype(np.float32)
+Y = RNG.normal(size=(10, 1)).astype(np.float32)
+GLOBAL_BATCH = 5
+W0 = [RNG.normal(size=(3, 4)).astype(np.float32) * 0.5, np.zeros(4, np.float32),
+      RNG.normal(size=(4, 1)).astype(np.float32) * 0.5, np.zeros(1, np.float32)]
+
+
+def _model():
+    m = tf.keras.Sequential([tf.keras.layers.Dense(4, activation="tanh"),
+                             tf.keras.layers.Dense(1)])
+    m(tf.constant(X[:1]))
+    for v, w in zip(m.trainable_variables, W0):
+        v.assign(w)
+    return m
+
+
+def _train(strategy, make_opt, steps_per_epoch_batches=2, epochs=2, traced=False):
+    """A custom loop as the distributed-training guide writes it; returns the weights."""
+    ctx = strategy.scope() if strategy is not None else tf.distribute.get_strategy().scope()
+    with ctx:
+        model = _model()
+        opt = make_opt()
+    ds = tf.data.Dataset.from_tensor_slices((X, Y)).batch(GLOBAL_BATCH)
+
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_sum((model(x) - y) ** 2, axis=1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=GLOBAL_BATCH)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    s = strategy if strategy is not None else tf.distribute.get_strategy()
+
+    def dist_step(batch):
+        losses = s.run(step, args=batch)
+        return s.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    if traced:
+        dist_step = tf.function(dist_step)
+    dist = s.experimental_distribute_dataset(ds) if strategy is not None else ds
+    losses = []
+    for _ in range(epochs):
+        for batch in dist:
+            losses.append(float(dist_step(batch)))
+    return [v.numpy() for v in model.trainable_variables], losses, opt
+
+
+OPTIMIZERS = {"sgd": lambda: tf.keras.optimizers.SGD(0.1),
+              "adam": lambda: tf.keras.optimizers.Adam(0.05)}
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_custom_loop_same_weights_one_cpu_replica(opt):
+    ref, ref_losses, _ = _train(None, OPTIMIZERS[opt])
+    got, losses, _ = _train(tf.distribute.MirroredStrategy(["cpu:0"]), OPTIMIZERS[opt])
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ref_losses, losses, rtol=1e-5)
+
+
+@needs_opencl
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("order", [1, -1], ids=["cpu-first", "opencl-first"])
+def test_custom_loop_same_weights_cpu_and_opencl(opt, order):
+    # opencl first: the variables live on a device the runtime does not copy from by
+    # itself (as a GPU's): a replica on cpu:0 reads them through a copy
+    ref, ref_losses, _ = _train(None, OPTIMIZERS[opt])
+    got, losses, o = _train(tf.distribute.MirroredStrategy(TWO[::order]), OPTIMIZERS[opt])
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ref_losses, losses, rtol=1e-4)
+    assert int(o.iterations.numpy()) == 4            # applied once per step, not per replica
+
+
+@needs_opencl
+def test_custom_loop_in_tf_function_same_weights():
+    ref, _, _ = _train(None, OPTIMIZERS["sgd"])
+    for devices in (TWO, TWO[::-1], ["opencl:0"]):
+        got, _, _ = _train(tf.distribute.MirroredStrategy(devices), OPTIMIZERS["sgd"],
+                           traced=True)
+        for a, b in zip(ref, got):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_scope_makes_mirrored_variables_and_optimizer_slots():
+    s = tf.distribute.MirroredStrategy(["cpu:0"])
+    with s.scope():
+        v = tf.Variable([1.0, 2.0])
+        opt = tf.keras.optimizers.Adam(0.1)
+        opt.apply_gradients([(tf.constant([1.0, 1.0]), v)])
+    assert isinstance(v, tf.distribute.MirroredVariable) and isinstance(v, tf.Variable)
+    assert all(isinstance(x, tf.distribute.MirroredVariable) for x in opt.variables()
+               if x.dtype == tf.float32)
+    assert s.extended.variable_created_in_scope(v)
+    assert not isinstance(tf.Variable(1.0), tf.distribute.MirroredVariable)
+    assert "MirroredVariable:{" in repr(v)
+
+
+@needs_opencl
+def test_layer_built_lazily_inside_run_is_built_once():
+    s = _two()
+    with s.scope():
+        layer = tf.keras.layers.Dense(2)
+    out = s.run(lambda x: layer(x), args=(tf.ones([1, 3]),))
+    assert len(layer.trainable_variables) == 2
+    assert all(isinstance(v, tf.distribute.MirroredVariable) for v in layer.trainable_variables)
+    a, b = s.experimental_local_results(out)
+    assert a.device == "cpu:0" and b.device == "opencl:0"
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+
+
+# --- reductions and the replica context ------------------------------------------------------
+
+@needs_opencl
+def test_reduce_sum_mean_with_and_without_axis():
+    s = _two()
+    pr = s.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant([1.0, 2.0, 3.0]) * float(ctx.replica_id_in_sync_group + 1))
+    assert isinstance(pr, tf.distribute.PerReplica)
+    R = tf.distribute.ReduceOp
+    np.testing.assert_allclose(s.reduce(R.SUM, pr, axis=None).numpy(), [3, 6, 9])
+    np.testing.assert_allclose(s.reduce(R.MEAN, pr, axis=None).numpy(), [1.5, 3, 4.5])
+    assert float(s.reduce("SUM", pr, axis=0)) == 18.0
+    assert float(s.reduce("MEAN", pr, axis=0)) == 3.0
+    np.testing.assert_allclose(s.gather(pr, axis=0).numpy(), [1, 2, 3, 2, 4, 6])
+    assert float(s.reduce("MEAN", 3.0, axis=None)) == 3.0
+    with pytest.raises(errors.InvalidArgumentError, match="cannot be reduced with SUM"):
+        s.reduce("SUM", 3.0, axis=None)
+    with pytest.raises(errors.InvalidArgumentError, match="ReduceOp.SUM or"):
+        s.reduce("MAX", pr, axis=None)
+
+
+def test_reduce_on_one_replica_and_default_strategy():
+    s = tf.distribute.MirroredStrategy(["cpu:0"])
+    out = s.run(lambda: tf.constant([1.0, 2.0]))
+    assert isinstance(out, tf.Tensor)                    # one replica in all: a plain value
+    assert float(s.reduce("SUM", out, axis=0)) == 3.0
+    d = tf.distribute.get_strategy()
+    assert float(d.reduce("SUM", 1.0, axis=None)) == 1.0
+    assert d.num_replicas_in_sync == 1 and not tf.distribute.has_strategy()
+
+
+@needs_opencl
+def test_all_reduce_all_gather_and_merge_call_inside_run():
+    s = _two()
+
+    def fn():
+        ctx = tf.distribute.get_replica_context()
+        rid = tf.cast(ctx.replica_id_in_sync_group, tf.float32)
+        total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, {"a": rid + 1.0, "b": [rid]})
+        mean = ctx.all_reduce("MEAN", rid)
+        gathered = ctx.all_gather(tf.reshape(rid, [1]), axis=0)
+        merged = ctx.merge_call(lambda strategy, v: strategy.reduce("SUM", v, axis=None),
+                                args=(rid * 10.0,))
+        return total, mean, gathered, merged
+
+    total, mean, gathered, merged = s.run(fn)
+    assert [float(x) for x in s.experimental_local_results(total["a"])] == [3.0, 3.0]
+    assert [float(x) for x in s.experimental_local_results(total["b"][0])] == [1.0, 1.0]
+    assert [float(x) for x in s.experimental_local_results(mean)] == [0.5, 0.5]
+    assert [x.numpy().tolist() for x in s.experimental_local_results(gathered)] == [[0, 1]] * 2
+    assert float(merged) == 10.0                          # one object for every replica
+    devs = [str(x.device) for x in s.experimental_local_results(total["a"])]
+    assert devs[0].endswith("CPU:0") and devs[1].endswith("OPENCL:0")
+
+
+def test_contexts():
+    s = tf.distribute.MirroredStrategy(["cpu:0"])
+    assert not tf.distribute.in_cross_replica_context()
+    assert tf.distribute.get_replica_context() is not None
+    with s.scope():
+        assert tf.distribute.get_strategy() is s and tf.distribute.has_strategy()
+        assert tf.distribute.in_cross_replica_context()
+        assert tf.distribute.get_replica_context() is None
+        with s.scope():                                   # the same strategy nests
+            pass
+        seen = s.run(lambda: (tf.distribute.in_cross_replica_context(),
+                              tf.distribute.get_strategy() is s,
+                              tf.distribute.get_replica_context().num_replicas_in_sync))
+    assert seen == (False, True, 1)
+    assert tf.distribute.get_strategy() is not s
+
+
+# --- errors: nothing hangs -----------------------------------------------------------------------
+
+@needs_opencl
+def test_exception_in_one_replica_is_reraised_and_nothing_hangs():
+    s = _two()
+    before = threading.active_count()
+
+    def fn():
+        ctx = tf.distribute.get_replica_context()
+        if int(ctx.replica_id_in_sync_group) == 1:
+            raise ValueError("replica one failed")
+        return ctx.all_reduce("SUM", 1.0)          # replica 0 waits here: woken, unwinds
+
+    with pytest.raises(ValueError, match="replica one failed"):
+        s.run(fn)
+
+    def uneven():
+        ctx = tf.distribute.get_replica_context()
+        if int(ctx.replica_id_in_sync_group) == 0:
+            return 1.0
+        return ctx.all_reduce("SUM", 1.0)
+
+    with pytest.raises(errors.FailedPreconditionError, match="same sync points"):
+        s.run(uneven)
+    # an error in the merge function (a gradient of the wrong shape): the caller gets it,
+    # the variable is untouched, the replicas unwind
+    with s.scope():
+        w = tf.Variable([1.0, 2.0])
+    opt = tf.keras.optimizers.SGD(0.1)
+    with pytest.raises(errors.InvalidArgumentError, match="shape"):
+        s.run(lambda: opt.apply_gradients([(tf.ones([3]), w)]))
+    assert w.numpy().tolist() == [1.0, 2.0]
+    assert threading.active_count() == before
+    assert float(s.reduce("SUM", s.run(lambda: tf.constant(1.0)), axis=None)) == 2.0
+
+
+def test_bad_devices_and_mixed_strategies():
+    with pytest.raises(errors.InvalidArgumentError, match="unknown device 'foo:7'"):
+        tf.distribute.MirroredStrategy(["cpu:0", "foo:7"])
+    if not tf.num_gpus():
+        # soft placement, as tf.device's (TensorFlow accepts the guide's ["/gpu:0", "/gpu:1"]
+        # on a machine without GPUs): the replicas run on cpu:0; off, an error
+        s = tf.distribute.MirroredStrategy(["/gpu:0", "/gpu:1"])
+        assert s.extended.local_devices == ("cpu:0", "cpu:0")
+        assert s.reduce("SUM", s.run(lambda: tf.constant(1.0)), axis=None).numpy() == 2.0
+        tf.config.set_soft_device_placement(False)
+        try:
+            with pytest.raises(errors.InvalidArgumentError, match="unknown device '/gpu:0'"):
+                tf.distribute.MirroredStrategy(["/gpu:0"])
+        finally:
+            tf.config.set_soft_device_placement(True)
+    with pytest.raises(errors.InvalidArgumentError, match="listed twice"):
+        tf.distribute.MirroredStrategy(["cpu:0", "/device:CPU:0"])
+    with pytest.raises(errors.InvalidTypeError, match="cross_device_ops"):
+        tf.distribute.MirroredStrategy(["cpu:0"], cross_device_ops="nccl")
+    s = tf.distribute.MirroredStrategy(["/cpu:0"],
+                                       cross_device_ops=tf.distribute.HierarchicalCopyAllReduce())
+    one = tf.distribute.OneDeviceStrategy("/device:CPU:0")
+    with s.scope():
+        with pytest.raises(errors.FailedPreconditionError, match="Mixing different"):
+            with one.scope():
+                pass
+        with pytest.raises(errors.FailedPreconditionError, match="Mixing different"):
+            one.run(lambda: 1)
+    with pytest.raises(errors.FailedPreconditionError, match="inside strategy.run"):
+        s.run(lambda: s.run(lambda: 1))
+    with pytest.raises(errors.FailedPreconditionError, match="inside strategy.run"):
+        s.run(lambda: s.reduce("SUM", 1.0, axis=None))
+    with s.scope():
+        with pytest.raises(errors.FailedPreconditionError, match="cross-replica"):
+            tf.nn.compute_average_loss([1.0, 2.0])
+
+
+def test_default_devices_and_one_device_strategy():
+    s = tf.distribute.MirroredStrategy()
+    gpus = [d.name for d in tf.list_devices() if d.is_gpu]
+    assert s.extended.local_devices == tuple(gpus or ["cpu:0"])
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with one.scope():
+        v = tf.Variable(1.0)
+    assert float(one.run(lambda: v * 2.0)) == 2.0      # read on cpu:0 wherever v lives
+    central = tf.distribute.experimental.CentralStorageStrategy(["cpu:0"])
+    with central.scope():
+        w = tf.keras.layers.Dense(1)
+        w.build([None, 2])
+    assert central.variable_device == "cpu:0" and w.kernel.device == "cpu:0"
+
+
+# --- input -------------------------------------------------------------------------------------
+
+@needs_opencl
+def test_distributed_dataset_splits_global_batches():
+    s = _two()
+    dd = s.experimental_distribute_dataset(tf.data.Dataset.range(10).batch(4))
+    got = [[x.numpy().tolist() for x in b.values] for b in dd]
+    assert got == [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8], [9]]]
+    it = iter(dd)
+    first = next(it)
+    assert str(first.values[1].device).endswith("OPENCL:0")
+    # a plain Python iterable of (x, y) batches; an uneven batch splits as np.array_split
+    batches = [(np.arange(5.0, dtype=np.float32), np.arange(5) * 2)]
+    (x, y), = list(s.experimental_distribute_dataset(batches))
+    assert [v.numpy().tolist() for v in x.values] == [[0, 1, 2], [3, 4]]
+    assert [v.numpy().tolist() for v in y.values] == [[0, 2, 4], [6, 8]]
+    with pytest.raises(errors.InvalidArgumentError, match="batch the dataset"):
+        list(s.experimental_distribute_dataset(tf.data.Dataset.range(3)))
+
+
+@needs_opencl
+def test_distribute_datasets_from_function():
+    s = _two()
+    seen = []
+
+    def dataset_fn(ctx):
+        seen.append((ctx.num_input_pipelines, ctx.input_pipeline_id, ctx.num_replicas_in_sync))
+        return tf.data.Dataset.range(8).batch(ctx.get_per_replica_batch_size(4))
+
+    dd = s.distribute_datasets_from_function(dataset_fn)
+    got = [[x.numpy().tolist() for x in b.values] for b in dd]
+    assert seen == [(1, 0, 2)]
+    assert got == [[[0, 1], [2, 3]], [[4, 5], [6, 7]]]
+
+
+# --- checkpoints and random generators ------------------------------------------------------------
+
+@needs_opencl
+def test_checkpoint_of_mirrored_variables_restores_into_one_process(tmp_path):
+    s = _two()
+    with s.scope():
+        model = _model()
+        opt = tf.keras.optimizers.Adam(0.1)
+    x = tf.constant(X[:4])
+
+    def step(xb):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(tf.reduce_sum(model(xb) ** 2, axis=1),
+                                              global_batch_size=4)
+        g = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(g, model.trainable_variables))
+
+    s.run(step, args=(next(iter(s.experimental_distribute_dataset([x]))),))
+    path = tf.train.Checkpoint(model=model, optimizer=opt).save(str(tmp_path / "ckpt"))
+    plain = _model()
+    plain_opt = tf.keras.optimizers.Adam(0.1)
+    tf.train.Checkpoint(model=plain, optimizer=plain_opt).restore(path)
+    for a, b in zip(model.trainable_variables, plain.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        assert type(b) is tf.Variable
+    # and back: a one-process checkpoint into a mirrored model
+    for v in plain.trainable_variables:
+        v.assign(v * 2.0)
+    path2 = tf.train.Checkpoint(model=plain).save(str(tmp_path / "plain"))
+    with s.scope():
+        again = _model()
+    tf.train.Checkpoint(model=again).restore(path2)
+    for a, b in zip(again.trainable_variables, plain.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@needs_opencl
+def test_random_generator_split_per_replica():
+    s = _two()
+    with s.scope():
+        g = tf.random.Generator.from_seed(1)
+        gens = g.split(s.num_replicas_in_sync)
+    out = s.run(lambda: gens[tf.distribute.get_replica_context().replica_id_in_sync_group]
+                .normal([2]))
+    a, b = [v.numpy() for v in s.experimental_local_results(out)]
+    assert not np.allclose(a, b)                    # each replica its own stream
+    ref = tf.random.Generator.from_seed(1).split(2)
+    np.testing.assert_allclose(a, ref[0].normal([2]).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(b, ref[1].normal([2]).numpy(), rtol=1e-6)
+    draws = s.run(lambda: g.normal([]))             # the guide's pattern: runs, one per replica
+    assert len(s.experimental_local_results(draws)) == 2
+
+
+@needs_opencl
+def test_optimizer_sums_over_replicas_once_unless_told_not_to():
+    s = _two()
+    with s.scope():
+        w = tf.Variable([1.0, 2.0])
+        opt = tf.keras.optimizers.SGD(0.1)
+    s.run(lambda: opt.apply_gradients([(tf.ones([2]), w)]))          # summed: 2 per element
+    np.testing.assert_allclose(w.numpy(), [0.8, 1.8], rtol=1e-6)
+    s.run(lambda: opt.apply_gradients([(tf.ones([2]), w)],           # already aggregated
+                                      experimental_aggregate_gradients=False))
+    np.testing.assert_allclose(w.numpy(), [0.7, 1.7], rtol=1e-6)
+    assert int(opt.iterations.numpy()) == 2
+    # the loss helpers divide by the replicas in sync inside run
+    out = s.run(lambda: (tf.nn.compute_average_loss([1.0, 3.0]),
+                         tf.nn.scale_regularization_loss(1.0)))
+    assert [float(v) for v in s.experimental_local_results(out[0])] == [1.0, 1.0]  # 4 / (2 * 2)
+    assert [float(v) for v in s.experimental_local_results(out[1])] == [0.5, 0.5]
+
+
+@needs_opencl
+def test_next_of_a_distributed_iterator_inside_tf_function():
+    s = _two()
+    dd = s.experimental_distribute_dataset(tf.data.Dataset.range(12).batch(4))
+    it = iter(dd)
+
+    @tf.function
+    def step(it):
+        batch = next(it)                   # a node: the next element at every call
+        return s.reduce("SUM", s.run(lambda x: tf.reduce_sum(x), args=(batch,)), axis=None)
+
+    assert [int(step(it)) for _ in range(3)] == [6, 22, 38]
+
+    @tf.function
+    def loop():
+        n = 0
+        for _ in dd:
+            n += 1
+        return n
+
+    with pytest.raises(errors.UnimplementedError, match="loop outside the function"):
+        loop()
