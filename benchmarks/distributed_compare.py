@@ -16,6 +16,9 @@ Measured, per launch (``mpiexec -n N`` for N in ``--ranks``, default 1 2 3):
   (the cnn32 of compare.py) on a global batch of 64, each rank on its 1/N, with the
   gradients averaged; plus the same step without the allreduce (the compute the
   scaling model needs).
+* **strategy step**: the MLP step again, written for ``tf.distribute`` (``strategy.run``
+  under ``MultiWorkerMirroredStrategy``; its compute: the same step with
+  ``experimental_aggregate_gradients=False``).
 * **allreduce sizes**: raw ``Allreduce`` of 4 KB to 16 MB, to fit the alpha-beta model
   (``benchmarks/scaling_model.py``).
 
@@ -167,6 +170,40 @@ def cnn_step_fns(tf, D, n, rank):
     return step
 
 
+def strategy_step_fns(tf, D, n, rank):
+    """The MLP step of mlp_step_fns through tf.distribute.MultiWorkerMirroredStrategy
+    (strategy.run, the optimizer summing the gradients over the workers); without the
+    sum (``experimental_aggregate_gradients=False``) it is the compute alone."""
+    rng = np.random.default_rng(0)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    x = rng.standard_normal((MLP_BATCH, MLP[0])).astype(np.float32)
+    y = rng.integers(0, MLP[-1], MLP_BATCH)
+    xb, yb = next(iter(strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(MLP_BATCH))))
+    with strategy.scope():
+        params = []
+        for a, b in zip(MLP[:-1], MLP[1:]):
+            params += [tf.Variable(rng.standard_normal((a, b)).astype(np.float32) * 0.05),
+                       tf.Variable(np.zeros(b, np.float32))]
+        opt = tf.keras.optimizers.SGD(0.01)
+
+    def step_fn(xr, yr, reduce):
+        with tf.GradientTape() as tape:
+            h = xr
+            for i in range(0, len(params), 2):
+                h = tf.matmul(h, params[i]) + params[i + 1]
+                if i + 2 < len(params):
+                    h = tf.nn.relu(h)
+            loss = tf.nn.compute_average_loss(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=yr, logits=h), global_batch_size=MLP_BATCH)
+        opt.apply_gradients(zip(tape.gradient(loss, params), params),
+                            experimental_aggregate_gradients=reduce)
+
+    def step(reduce):
+        strategy.run(step_fn, args=(xb, yb, reduce))
+    return step
+
+
 def bench_step(D, make, rounds):
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
@@ -201,6 +238,7 @@ def worker(args):
         res["allreduce_sizes_us"] = bench_sizes(D, args.rounds)
     res["mlp_step"] = bench_step(D, mlp_step_fns(tf, D, n, rank), args.rounds)
     res["cnn_step"] = bench_step(D, cnn_step_fns(tf, D, n, rank), max(5, args.rounds // 3))
+    res["mlp_strategy_step"] = bench_step(D, strategy_step_fns(tf, D, n, rank), args.rounds)
     if rank == 0 and args.json:
         pathlib.Path(args.json).write_text(json.dumps(res, indent=1))
     if rank == 0 and not args.json:
@@ -242,6 +280,13 @@ def table(results):
         sc = f"{one['cnn_step']['step_us'] / c['step_us']:.2f}x" if one else "-"
         lines.append(f"  {r['ranks']:>5} {m['step_us'] / 1e3:>8.2f}ms {m['compute_us'] / 1e3:>8.2f}ms "
                      f"{sm:>10}   {c['step_us'] / 1e3:>8.2f}ms {c['compute_us'] / 1e3:>8.2f}ms {sc:>10}")
+    if all("mlp_strategy_step" in r for r in results):
+        lines.append("  the MLP step through tf.distribute.MultiWorkerMirroredStrategy:")
+        for r in results:
+            m = r["mlp_strategy_step"]
+            sm = (f"{one['mlp_strategy_step']['step_us'] / m['step_us']:.2f}x" if one else "-")
+            lines.append(f"  {r['ranks']:>5} {m['step_us'] / 1e3:>8.2f}ms "
+                         f"{m['compute_us'] / 1e3:>8.2f}ms {sm:>10}")
     lines.append("  (vs 1 rank: speed-up of the step; 3 ranks share 2 cores here)")
     return "\n".join(lines)
 

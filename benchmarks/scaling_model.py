@@ -72,10 +72,14 @@ def main():
     for n in sorted(runs):
         if n == 1:
             continue
-        for model, nbytes in (("mlp", grad_bytes), ("cnn", cnn_bytes)):
+        for model, nbytes in (("mlp", grad_bytes), ("cnn", cnn_bytes),
+                              ("mlp_strategy", grad_bytes)):
+            if f"{model}_step" not in runs[n]:
+                continue
             r = runs[n][f"{model}_step"]
             pred = r["compute_us"] * 1e-6 + ring(n, nbytes, alpha, bw)
-            label = f"{model.upper()} step, {n} ranks (measured compute + ring)"
+            label = (f"MLP step via MWMS, {n} ranks (compute + ring)" if model == "mlp_strategy"
+                     else f"{model.upper()} step, {n} ranks (measured compute + ring)")
             print(f"  {label:<44} {pred * 1e3:>8.2f}ms {r['step_us'] / 1e3:>8.2f}ms")
     print()
     print("weak scaling (the 2-rank run's per-rank batch: MLP 128, CNN 32 per rank):")
