@@ -140,6 +140,8 @@ def compute_in_float32(fn, xp):
         low = _any_bf16(args)
         if attrs.get("dtype") is _dt.bfloat16:
             attrs["dtype"] = _dt.float32
+            if getattr(fn, "takes_bf16_flag", False):       # (stateless_uniform_7_bits)
+                attrs["bf16"] = True
             low = True
         if not low:
             return fn(*args, **attrs)
@@ -206,4 +208,31 @@ def wrap(op_name, fn, xp, dtypes):
         return cast(fn, xp)
     if op_name == "Bitcast":
         return bitcast(fn, xp)
+    if op_name == "StatelessRandomUniformV2":
+        return compute_in_float32(stateless_uniform_7_bits(fn, xp), xp)
     return compute_in_float32(fn, xp)
+
+
+def stateless_uniform_7_bits(fn, xp):
+    """``StatelessRandomUniformV2`` for bfloat16 (called by :func:`compute_in_float32`
+    with ``dtype`` float32 for a bfloat16 draw): TensorFlow's bfloat16 uniform takes the low
+    7 bits of each word (``k / 128``), the float32 one the low 23 (``m / 2**23``), and
+    ``k = m mod 128``, so the bfloat16 draw is derived exactly from the float32 one
+    (rounding the float32 draw gave other numbers and could reach 1). Other dtypes go to
+    ``fn``; the wrapper sees bfloat16 only through the ``bf16`` flag it is given.
+
+    >>> import numpy as np
+    >>> f = lambda state, shape, dtype: np.float32([0.5, 3 * 2.0 ** -23 + 0.25])
+    >>> stateless_uniform_7_bits(f, np)(None, (2,), _dt.float32, bf16=True).tolist()
+    [0.0, 0.0234375]
+    """
+    def kernel(state, shape, dtype, bf16=False, **attrs):
+        u = fn(state, shape, dtype, **attrs)
+        if not bf16:
+            return u
+        m = u * xp.float32(2.0 ** 23)               # exact: an integer below 2**23
+        return xp.fmod(m, xp.float32(128.0)) * xp.float32(2.0 ** -7)
+    kernel.__name__ = kernel.__qualname__ = "stateless_uniform_bf16"
+    kernel.__wrapped__ = fn
+    kernel.takes_bf16_flag = True
+    return kernel

@@ -197,7 +197,11 @@ class NNKernels:
         """``dy`` where ``x > 0``, else ``alpha * dy`` (in the features' shape)."""
         if dy.shape != x.shape:
             # the result has the features' shape on every backend (a 0-d x made s a
-            # scalar that took dy's shape; OpenCL refuses what does not broadcast to x)
+            # scalar that took dy's shape); what does not broadcast to x is refused on
+            # every backend (CuPy's in-place multiply took a larger dy into a 0-d s)
+            if np.broadcast_shapes(dy.shape, x.shape) != tuple(x.shape):
+                raise ValueError(f"gradients of shape {list(dy.shape)} do not broadcast to "
+                                 f"the features' shape {list(x.shape)}")
             dy = self.xp.broadcast_to(dy, x.shape)
         s = (x > 0).astype(dy.dtype)
         s *= 1.0 - alpha
