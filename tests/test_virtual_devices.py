@@ -54,6 +54,19 @@ def test_ops_run_on_a_logical_cpu_and_move_between_them(cpu):
     np.testing.assert_array_equal((v + 1.0).numpy(), [2.0, 3.0])
 
 
+def test_large_tensors_of_two_logical_cpus_mix_outside_a_device_scope(cpu):
+    # they share the host's memory: no DeviceMismatchError in the explicit policy, as
+    # between a GPU and the CPU (TensorFlow copies between any devices by itself)
+    _split(cpu, 2)
+    assert tf.config.get_device_policy() == "explicit"
+    a = tf.constant(np.ones(6000, np.float32))
+    with tf.device("cpu:1"):
+        b = tf.constant(np.full(6000, 2.0, np.float32))
+    total = a + b
+    assert total.device in ("cpu:0", "cpu:1")
+    np.testing.assert_array_equal(total.numpy(), np.full(6000, 3.0, np.float32))
+
+
 def test_reconfiguring_keeps_devices_and_drops_the_removed_ones(cpu):
     _split(cpu, 3)
     one, two = get_device("cpu:1"), get_device("cpu:2")
@@ -126,6 +139,10 @@ def test_generators_give_each_replica_tensorflows_stream(cpu):
         assert draws(strategy.run(lambda: g.normal([]))) == [-0.8793, 0.02066]
         assert draws(strategy.run(lambda: g.normal([]))) == [-1.58226, 0.77539]
     assert g.state.numpy().tolist() == [513, 0, 0]      # advanced once per step
+    with strategy.scope():
+        traced = tf.random.Generator.from_seed(1)
+    f = tf.function(lambda: traced.normal([]))         # given to run: each replica runs
+    assert draws(strategy.run(f)) == [-0.8793, 0.02066]  # its Python function, as TF
     shared = tf.random.Generator.from_seed(1)             # made outside: drawn in turn
     assert draws(strategy.run(lambda: shared.normal([]))) == [0.43842, 1.62724]
 

@@ -35,7 +35,7 @@ from .runtime.variable import Variable
 from .runtime import dispatch as _dispatch_mod
 from .layers.naming import from_config
 
-__all__ = ["Reduction", "compute_weighted_loss", "sparse_softmax_cross_entropy",
+__all__ = ["Reduction", "KerasReduction", "compute_weighted_loss", "sparse_softmax_cross_entropy",
            "softmax_cross_entropy", "sigmoid_cross_entropy", "mean_squared_error",
            "absolute_difference", "huber_loss", "log_loss",
            "Loss", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
@@ -64,6 +64,32 @@ class Reduction:
     def validate(cls, key):
         if key not in cls.all():
             raise InvalidArgumentError(f"Invalid Reduction Key {key!r}; one of {cls.all()}")
+
+
+class KerasReduction:
+    """``tf.keras.losses.Reduction``: Keras's names of a loss's reduction (``reduction=tf.keras.losses.Reduction.NONE``
+    keeps one value per example, as a custom loop under ``tf.distribute`` wants).
+
+    >>> import tapeflow as tf
+    >>> loss = tf.keras.losses.MeanSquaredError(reduction=tf.keras.losses.Reduction.NONE)
+    >>> print(loss([[1.], [2.]], [[1.], [4.]]))
+    tf.Tensor([0. 4.], shape=(2,), dtype=float32)
+    """
+
+    AUTO = "auto"
+    NONE = "none"
+    SUM = "sum"
+    SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+
+    @classmethod
+    def all(cls):
+        return (cls.AUTO, cls.NONE, cls.SUM, cls.SUM_OVER_BATCH_SIZE)
+
+    @classmethod
+    def validate(cls, key):
+        if key not in cls.all():
+            raise InvalidArgumentError(f"Invalid Reduction key {key!r}: expected one of "
+                                       f"{cls.all()}")
 
 
 # Keras's spellings

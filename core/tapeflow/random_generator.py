@@ -24,8 +24,16 @@ tf.Tensor([4 9 3], shape=(3,), dtype=int32)
 
 The algorithms, the state layout and what matches TensorFlow bit for bit: docs/random.md.
 Where tapeflow differs: ``alg="threefry"`` raises UnimplementedError when drawing
-(TensorFlow runs ThreeFry under XLA only); ``binomial`` is not implemented; inside a
-``tf.distribute`` strategy scope the replicas are not given distinct streams.
+(TensorFlow runs ThreeFry under XLA only); ``binomial`` is not implemented.
+
+Under ``tf.distribute``, as TensorFlow: a Generator made in a strategy's ``scope()`` (or
+inside its ``run``) gives each replica of ``strategy.run`` its own stream (the key mixed
+with the replica's id by one Philox draw) and advances its state once per step, all
+replicas drawing from the same counter; one made outside any strategy is shared, each
+replica's draw advancing it in turn. Where tapeflow differs: inside a ``tf.function``
+that replicas call, one trace serves every replica (and a SavedModel), so there the
+replicas draw as from a generator made outside the strategy (a tf.function given to
+``strategy.run`` itself is not one of those: each replica runs its Python function).
 """
 
 from __future__ import annotations
@@ -149,6 +157,23 @@ def _count(shape, fn):
     return n
 
 
+#: ``fn() -> (strategy, replica context or None) or None``, appended by ``tapeflow.distribute``
+#: (a layer above, never imported here): the active strategy and, inside its ``run``, the
+#: replica's ``ReplicaContext`` (None in its cross-replica context)
+distribute_hooks: list = []
+
+
+_SHARED_LOCK = threading.Lock()
+
+
+def _distribution():
+    for fn in distribute_hooks:
+        got = fn()
+        if got is not None:
+            return got
+    return None
+
+
 class Generator(Module):
     """A random-number generator with its state in a Variable (``tf.random.Generator``).
 
@@ -181,6 +206,10 @@ class Generator(Module):
         else:
             self._state_var = Variable(_state_tensor(state, "Generator"), trainable=False,
                                        name="StateVar", dtype=_dt.int64)
+        # made under a strategy: per-replica streams; made inside a replica: its own
+        dist = _distribution()
+        self._strategy, self._own = (dist[0], dist[1] is not None) if dist else (None, False)
+        self._shared = ([], {})     # this step's states read, each replica's draws so far
 
     # --- constructors -------------------------------------------------------------------
     @classmethod
@@ -285,11 +314,43 @@ class Generator(Module):
         leaves the state as it was)."""
         n = _count(shape, fn)
         self._delta(n, fn)
+        if (self._strategy is not None and _ctx.thread_tracer.tracer is None
+                and self._replica() is not None):
+            return run(lambda: self._replica_state(n, fn))
         later = []
         out = run(lambda: self._advance(n, fn, later))
         for new in later:               # traced: the state moves after the draw
             self._state_var.assign(new)
         return out
+
+    def _replica(self):
+        """The ReplicaContext when drawing inside ``run`` of this generator's strategy."""
+        dist = _distribution()
+        return dist[1] if dist is not None and dist[0] is self._strategy else None
+
+    def _replica_state(self, n, fn):
+        """The state a replica draws with: the key mixed with the replica's id as
+        TensorFlow does, and, unless the generator is this replica's own, the counter
+        shared: the k-th draw of every local replica in a step reads the same state, which
+        advances once (no wait: the replicas take turns)."""
+        ctx = self._replica()
+        rid = _ash.reshape(_m.cast(ctx.replica_id_in_sync_group, _dt.int64), [1])
+        if self._own:
+            old = self._advance(n, fn)
+        else:
+            with _SHARED_LOCK:
+                olds, drawn = self._shared
+                k = drawn.get(int(rid[0]), 0)
+                if k == len(olds):
+                    olds.append(self._advance(n, fn))
+                old, drawn[int(rid[0])] = olds[k], k + 1
+                if len(drawn) == len(ctx.strategy.extended.local_devices) and all(
+                        c == len(olds) for c in drawn.values()):
+                    olds.clear()            # every replica drew as often: the step is over
+                    drawn.clear()
+        mix = _ag.concat([rid, _ac.zeros([1], _dt.int64), old[2:3]], 0)
+        key = _rnd.uniform_from_state(mix, [1], None, None, _dt.int64, fn)
+        return _ag.concat([old[0:2], key], 0)
 
     # --- distributions ------------------------------------------------------------------
     def normal(self, shape, mean=0.0, stddev=1.0, dtype=_dt.float32, name=None):

@@ -44,6 +44,7 @@ tf.Tensor(3.0, shape=(), dtype=float32)
 from __future__ import annotations
 
 from .. import models as _models
+from .. import random_generator as _rg
 from ..ops import nn as _nn
 from ..train import optimizers as _optimizers
 from . import cluster_resolver
@@ -51,8 +52,9 @@ from .input import (DistributedDataset, DistributedIterator, InputContext, Input
                     InputReplicationMode, ValueContext)
 from .strategy import (CentralStorageStrategy, CrossDeviceOps, HierarchicalCopyAllReduce,
                        MirroredStrategy, NcclAllReduce, OneDeviceStrategy, ReductionToOneDevice,
-                       ReplicaContext, Strategy, StrategyExtended, active_strategy,
-                       aggregate_and_apply, get_replica_context, get_strategy, has_strategy,
+                       ParameterServerStrategy, ReplicaContext, Strategy, StrategyExtended,
+                       TPUStrategy, active_strategy, aggregate_and_apply, current_replica,
+                       get_replica_context, get_strategy, has_strategy,
                        in_cross_replica_context, replicas_for_loss)
 from .values import DistributedValues, Mirrored, MirroredVariable, PerReplica, ReduceOp
 from .multi_worker import (CollectiveCommunication, CommunicationImplementation,
@@ -66,7 +68,7 @@ __all__ = ["Strategy", "StrategyExtended", "MirroredStrategy", "OneDeviceStrateg
            "MirroredVariable", "DistributedDataset", "DistributedIterator",
            "CrossDeviceOps", "NcclAllReduce", "HierarchicalCopyAllReduce",
            "ReductionToOneDevice", "MultiWorkerMirroredStrategy", "cluster_resolver",
-           "experimental"]
+           "TPUStrategy", "ParameterServerStrategy", "experimental"]
 
 
 class _Experimental:
@@ -79,6 +81,8 @@ class _Experimental:
     CommunicationOptions = CommunicationOptions
     CommunicationImplementation = CommunicationImplementation
     CollectiveCommunication = CollectiveCommunication
+    TPUStrategy = TPUStrategy
+    ParameterServerStrategy = ParameterServerStrategy
 
     def __repr__(self):
         return "<module 'tapeflow.distribute.experimental'>"
@@ -90,7 +94,8 @@ experimental = _Experimental()
 # the hooks of the layers below, which never import this one
 for _hooks, _fn in ((_models.strategy_hooks, active_strategy),
                     (_optimizers.aggregation_hooks, aggregate_and_apply),
-                    (_nn.replicas_in_sync_hooks, replicas_for_loss)):
+                    (_nn.replicas_in_sync_hooks, replicas_for_loss),
+                    (_rg.distribute_hooks, current_replica)):
     if _fn not in _hooks:
         _hooks.append(_fn)
 del _hooks, _fn

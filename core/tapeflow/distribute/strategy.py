@@ -16,7 +16,23 @@ the replicas go on. So Python state ``fn`` touches needs no lock, a layer built 
 inside ``fn`` is built once (by replica 0), and the result never depends on thread
 timing. An exception in a replica wakes the others (they unwind) and is re-raised in
 the caller; replicas that disagree on their sync points raise an error naming them.
-With one local replica ``fn`` runs in the calling thread.
+With one local replica ``fn`` runs in the calling thread. No wait is unbounded: a
+replica that ends, or runs ``strategy.replica_timeout_s`` seconds (600) without
+returning or reaching the sync point the others wait at (blocked on something another
+replica holds), is a clear error.
+
+``tf.function`` and the replicas, with more than one local replica: a tf.function
+given to ``run`` itself (``strategy.run(f)``) is moved around the replicas, as
+TensorFlow's MirroredStrategy does: each replica runs ``f.python_function`` (eagerly, as
+inside any tf.function that calls ``strategy.run``), so its sync points work. A
+tf.function that the replica function calls deeper down is traced once, by the first
+replica that calls it, and replayed by the others (as when several threads call it);
+its trace must not reach a sync point: the tracing replica holds the function's trace
+lock, which the other replicas need to get to that sync point, so that is a
+FailedPreconditionError at once, not a hang (TensorFlow traces such a function per
+replica, with in-graph collectives). Put the ``tf.function`` around ``strategy.run``,
+as TensorFlow's guides do, or pass it to ``run`` itself. A tf.function without sync
+points works anywhere.
 
 Variables made in ``scope()`` (``tf.Variable``, layers' weights, optimizer slots,
 metrics) are :class:`~.values.MirroredVariable`: one Variable on the first local device
@@ -47,10 +63,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 
 from .. import dtypes as _dt
-from ..errors import (FailedPreconditionError, InvalidArgumentError, InvalidTypeError,
-                      NotFoundError)
+from ..errors import (DeadlineExceededError, FailedPreconditionError, InvalidArgumentError,
+                      InvalidTypeError, NotFoundError, UnimplementedError)
 from ..layers.base import variable_creator_scope
 from ..ops import array_gather as _ag
 from ..ops import math as _m
@@ -60,7 +77,7 @@ from ..runtime import devices as _devs
 from ..runtime.dispatch import constant, convert_to_tensor
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
-from ..tracing import opaque_call
+from ..tracing import Function, opaque_call
 from .. import nest
 from .input import DistributedDataset, InputContext, InputOptions, ValueContext
 from .values import (Mirrored, MirroredVariable, PerReplica, ReduceOp, as_reduce_op,
@@ -70,7 +87,7 @@ __all__ = ["Strategy", "StrategyExtended", "MirroredStrategy", "OneDeviceStrateg
            "ReplicaContext", "get_strategy", "has_strategy", "in_cross_replica_context",
            "get_replica_context", "CrossDeviceOps", "NcclAllReduce",
            "HierarchicalCopyAllReduce", "ReductionToOneDevice", "CentralStorageStrategy",
-           "active_strategy",
+           "active_strategy", "current_replica", "TPUStrategy", "ParameterServerStrategy",
            "aggregate_and_apply", "replicas_for_loss"]
 
 
@@ -121,6 +138,14 @@ def active_strategy():
     """The active non-default strategy, or None (the hook ``tapeflow.models`` calls)."""
     s = _current()
     return None if s is None or isinstance(s, _DefaultStrategy) else s
+
+
+def current_replica():
+    """``(active strategy, its ReplicaContext or None)``, or None outside any non-default
+    strategy (the hook ``tapeflow.random_generator`` calls: None for the replica context
+    in the strategy's cross-replica context, its scope outside ``run``)."""
+    s = active_strategy()
+    return None if s is None else (s, get_replica_context())
 
 
 def in_cross_replica_context() -> bool:
@@ -257,11 +282,15 @@ def _merge_leaves(op):
 class _Runner:
     """One ``strategy.run`` over ``n`` local replicas, each in a thread; they take turns
     (see the module doc). ``turn``: the replica that may run (-1: the caller's, to
-    merge or finish)."""
+    merge or finish). Every wait ends: the replicas' when the caller stops the run (it
+    always does, in ``run``'s ``finally``), the caller's when the replica whose turn it is
+    arrives, fails, exits, or has run ``timeout`` seconds without reaching its next
+    sync point (:class:`~tapeflow.errors.DeadlineExceededError`)."""
 
-    def __init__(self, strategy, n):
+    def __init__(self, strategy, n, timeout):
         self.strategy = strategy
         self.n = n
+        self.timeout = timeout
         self.cond = threading.Condition()
         self.turn = 0
         self.entries = [None] * n
@@ -269,13 +298,15 @@ class _Runner:
         self.merged = None
         self.error = None           # (replica index or None, exception)
         self.stopped = False
+        self.threads = []
+        self.stuck = None           # a replica that never came back (not joined)
 
     # replica side (holding self.cond where noted) ------------------------------------
     def _wait(self, ready):
         while not ready():
             if self.error is not None or self.stopped:
                 raise _Abort()
-            self.cond.wait()
+            self.cond.wait(1.0)
 
     def _arrive(self, i, entry):
         self.entries[i] = entry
@@ -301,7 +332,17 @@ class _Runner:
                 self.cond.notify_all()
 
     def sync(self, i, merge_fn, args, kwargs):
-        """Replica ``i`` reached a sync point: wait for the merge's result."""
+        """Replica ``i`` reached a sync point: wait for the merge's result. Refused inside
+        a trace: the tf.function being traced holds its trace lock, which the other
+        replicas need to reach this point (they would wait for each other forever)."""
+        if _ctx.thread_tracer.tracer is not None:
+            raise FailedPreconditionError(
+                f"strategy.run: local replica {i} reached a sync point ({_sync_name(merge_fn)})"
+                f" while tracing a tf.function called inside the replica function; with "
+                f"{self.n} local replicas they cannot meet inside a trace (one replica traces, "
+                "the others wait for that trace). Put the tf.function around strategy.run "
+                "(@tf.function def step(x): return strategy.run(fn, args=(x,))), pass it to "
+                "strategy.run itself, or leave it undecorated")
         with self.cond:
             gen = self.generation
             self._arrive(i, ("sync", merge_fn, args, kwargs))
@@ -310,7 +351,6 @@ class _Runner:
 
     # caller side -------------------------------------------------------------------------
     def run(self, fn, per_replica_args):
-        threads = []
         devices = self.strategy.extended.local_devices
         base = self.strategy.extended.worker_index * self.n
         for i in range(self.n):
@@ -318,23 +358,53 @@ class _Runner:
             a, k = per_replica_args[i]
             t = threading.Thread(target=self.replica_main, name=f"tf.distribute replica {i}",
                                  args=(i, ctx, fn, a, k, devices[i]), daemon=True)
-            threads.append(t)
+            self.threads.append(t)
         try:
-            for t in threads:
+            for t in self.threads:
                 t.start()
             return self._coordinate()
         finally:
             with self.cond:
                 self.stopped = True
                 self.cond.notify_all()
-            for t in threads:
-                t.join(timeout=30)
+            for i, t in enumerate(self.threads):
+                if i != self.stuck:
+                    t.join(timeout=30)
+
+    def _await_caller_turn(self):
+        """(Holding cond.) Wait until every replica has arrived, or fail clearly."""
+        turn, since = self.turn, time.monotonic()
+        while self.turn != -1 and self.error is None:
+            self.cond.wait(0.25)                # (a timeout: Ctrl-C reaches the caller)
+            if self.turn != turn:
+                turn, since = self.turn, time.monotonic()
+                continue
+            if self.error is not None or turn == -1:
+                break
+            if not self.threads[turn].is_alive():
+                raise FailedPreconditionError(
+                    f"strategy.run: local replica {turn} ended without returning or reaching "
+                    "a sync point")
+            if self.timeout is not None and time.monotonic() - since > self.timeout:
+                self.stuck = turn
+                raise DeadlineExceededError(self._stuck_message(turn))
+
+    def _stuck_message(self, turn):
+        waiting = [j for j, e in enumerate(self.entries) if e is not None and e[0] == "sync"]
+        at = (f"while replicas {waiting} wait at sync point "
+              f"{_sync_name(self.entries[waiting[0]][1])}" if waiting else
+              "before any replica reached a sync point")
+        return (f"strategy.run: local replica {turn} neither returned nor reached its next "
+                f"sync point in {self.timeout:g} s ({type(self.strategy).__name__}."
+                f"replica_timeout_s) {at}. A replica blocked on something another replica "
+                "holds (a lock, a queue, an event another replica sets after its sync point) "
+                "never gets there: only one replica runs at a time until a sync point. Raise "
+                "replica_timeout_s if the step is just slow")
 
     def _coordinate(self):
         while True:
             with self.cond:
-                while self.turn != -1 and self.error is None:
-                    self.cond.wait(0.25)     # (a timeout: Ctrl-C reaches the caller)
+                self._await_caller_turn()
                 if self.error is not None:
                     raise self.error[1]
                 entries = list(self.entries)
@@ -359,6 +429,17 @@ class _Runner:
                 self.generation += 1
                 self.turn = 0
                 self.cond.notify_all()
+
+
+def _sync_name(merge_fn):
+    """What a sync point is called in errors: the public call that made it."""
+    name = getattr(merge_fn, "__qualname__", type(merge_fn).__name__)
+    return _SYNC_NAMES.get(name, f"ReplicaContext.merge_call({name})")
+
+
+_SYNC_NAMES = {"_merge_leaves.<locals>.merge": "ReplicaContext.all_reduce",
+               "ReplicaContext.all_gather.<locals>.merge": "ReplicaContext.all_gather",
+               "_apply_merged": "Optimizer.apply_gradients"}
 
 
 # --- variables: placement and mirroring ----------------------------------------------------
@@ -561,6 +642,9 @@ class Strategy:
 
     #: whether variables made in scope() become MirroredVariables
     mirrors_variables = True
+    #: the longest ``run`` waits for the running replica to reach its next sync point or
+    #: return (seconds; None: no limit): past it, a DeadlineExceededError names the replica
+    replica_timeout_s = 600.0
 
     def __init__(self, devices, num_workers=1, worker_index=0, cross_device_ops=None):
         devices = [devices] if isinstance(devices, str) else list(devices)
@@ -670,6 +754,11 @@ class Strategy:
             raise FailedPreconditionError(
                 f"Mixing different tf.distribute.Strategy objects: {type(self).__name__}.run "
                 f"called inside the scope of {cur!r}; call it outside that scope")
+        if isinstance(fn, Function) and len(self._devices) > 1:
+            # as TensorFlow's MirroredStrategy: the tf.function goes around the replicas,
+            # which run its Python function (a trace inside one replica cannot meet the
+            # others at a sync point; see the module doc)
+            fn = fn.python_function
         if _ctx.thread_tracer.tracer is not None:
             return self._run_traced(fn, args, kwargs)
         return self._run_eager(fn, args, kwargs)
@@ -687,7 +776,7 @@ class Strategy:
             per = [(_place(select_replica(args, i, n), d),
                     _place(select_replica(kwargs, i, n), d))
                    for i, d in enumerate(self._devices)]
-            results = _Runner(self, n).run(fn, per)
+            results = _Runner(self, n, self.replica_timeout_s).run(fn, per)
             return regroup(results, always_wrap=wrap)
 
     def _run_one(self, fn, args, kwargs, wrap):
@@ -925,6 +1014,15 @@ class _DefaultStrategy(Strategy):
     def run(self, fn, args=(), kwargs=None, options=None):
         return fn(*args, **dict(kwargs or {}))
 
+    def reduce(self, reduce_op, value, axis=None):
+        """As TensorFlow's default strategy: with ``axis=None`` a value that is not
+        distributed comes back unchanged (a Python float stays one)."""
+        as_reduce_op(reduce_op, "Strategy.reduce")
+        if axis is None and not any(isinstance(x, (PerReplica, Mirrored, MirroredVariable))
+                                    for x in _flatten_dist(value, keep=True)):
+            return value
+        return super().reduce(reduce_op, value, axis)
+
 
 _DEFAULT = []
 
@@ -952,8 +1050,10 @@ class OneDeviceStrategy(Strategy):
 
 
 def _default_devices():
-    gpus = [d.name for d in _devs.list_devices() if d.is_gpu]
-    return gpus or ["cpu:0"]
+    """``MirroredStrategy()``'s devices, as TensorFlow's: every GPU, else every logical
+    CPU (``cpu:0`` ... ``cpu:N-1`` after ``tf.config.set_logical_device_configuration``)."""
+    devices = _devs.list_devices()
+    return [d.name for d in devices if d.is_gpu] or [d.name for d in devices if d.is_host]
 
 
 class MirroredStrategy(Strategy):
@@ -961,12 +1061,14 @@ class MirroredStrategy(Strategy):
     variables made in ``scope()`` are mirrored, ``run`` runs the step on every replica,
     gradients are summed over the replicas and applied once.
 
-    ``devices=None`` takes every GPU there is (``cuda:0``...), else ``["cpu:0"]`` (as
-    TensorFlow does); name devices explicitly to use others, e.g. ``["cpu:0",
-    "opencl:0"]``. TensorFlow's spellings (``"/gpu:0"``, ``"/device:CPU:0"``) are
-    accepted; an unknown device is an InvalidArgumentError listing the ones there are.
-    ``cross_device_ops`` (``NcclAllReduce()``...) is accepted and recorded: the
-    replicas' values are summed on the first local device.
+    ``devices=None`` takes every GPU there is (``cuda:0``...), else every logical CPU
+    (``["cpu:0"]``, or ``cpu:0`` ... ``cpu:N-1`` after
+    ``tf.config.set_logical_device_configuration``), as TensorFlow does; name devices
+    explicitly to use others, e.g. ``["cpu:0", "opencl:0"]``. TensorFlow's spellings
+    (``"/gpu:0"``, ``"/device:CPU:0"``) are accepted; an unknown device is an
+    InvalidArgumentError listing the ones there are. ``cross_device_ops``
+    (``NcclAllReduce()``...) is accepted and recorded: the replicas' values are summed on
+    the first local device.
 
     >>> import tapeflow as tf
     >>> strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
@@ -1007,3 +1109,52 @@ class CentralStorageStrategy(MirroredStrategy):
     @property
     def variable_device(self) -> str:
         return self._parameter_device
+
+
+class _Unavailable(Strategy):
+    """A TensorFlow strategy tapeflow has no hardware or runtime for: the name exists (an
+    import, ``hasattr`` or ``isinstance`` check works), constructing it is an
+    UnimplementedError saying what to use instead."""
+
+    _instead = ""
+
+    def __init__(self, *args, **kwargs):
+        raise UnimplementedError(f"tf.distribute.{type(self).__name__} is not available in "
+                                 f"tapeflow: {self._instead}")
+
+
+class TPUStrategy(_Unavailable):
+    """``tf.distribute.TPUStrategy`` (and ``experimental.TPUStrategy``): tapeflow has no
+    TPU backend, so constructing one raises UnimplementedError.
+
+    >>> import tapeflow as tf
+    >>> try:
+    ...     tf.distribute.TPUStrategy()
+    ... except tf.errors.UnimplementedError as e:
+    ...     print(str(e)[:45])
+    tf.distribute.TPUStrategy is not available in
+    """
+
+    _instead = ("there is no TPU backend; use tf.distribute.MirroredStrategy() for this "
+                "machine's GPUs (or logical CPUs), MultiWorkerMirroredStrategy for several "
+                "processes")
+
+
+class ParameterServerStrategy(_Unavailable):
+    """``tf.distribute.ParameterServerStrategy`` (and ``experimental.``): asynchronous
+    training with parameter servers is not implemented; constructing one raises
+    UnimplementedError.
+
+    >>> import tapeflow as tf
+    >>> hasattr(tf.distribute.experimental, "ParameterServerStrategy")
+    True
+    >>> try:
+    ...     tf.distribute.experimental.ParameterServerStrategy(None)
+    ... except tf.errors.UnimplementedError as e:
+    ...     print(str(e)[:46])
+    tf.distribute.ParameterServerStrategy is not a
+    """
+
+    _instead = ("asynchronous parameter-server training is not implemented; train "
+                "synchronously with tf.distribute.MultiWorkerMirroredStrategy (one replica "
+                "per process of an MPI job) or MirroredStrategy (the local devices)")

@@ -16,15 +16,19 @@ tf.Tensor([2.], shape=(1,), dtype=float32)
 
 from __future__ import annotations
 
-from ..losses import (BinaryCrossentropy, CategoricalCrossentropy, Huber, Loss, MeanAbsoluteError,
-                      MeanSquaredError, SparseCategoricalCrossentropy, binary_crossentropy,
+from ..losses import (BinaryCrossentropy, CategoricalCrossentropy, Huber, KerasReduction, Loss,
+                      MeanAbsoluteError, MeanSquaredError, SparseCategoricalCrossentropy,
+                      binary_crossentropy,
                       categorical_crossentropy, get, huber, mae, mse,
                       sparse_categorical_crossentropy)
 
 mean_squared_error = MSE = mse
 mean_absolute_error = MAE = mae
+Reduction = KerasReduction
+
 
 __all__ = ["sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy",
            "mean_squared_error", "mean_absolute_error", "mse", "mae", "MSE", "MAE", "huber",
            "Loss", "SparseCategoricalCrossentropy", "CategoricalCrossentropy",
-           "BinaryCrossentropy", "MeanSquaredError", "MeanAbsoluteError", "Huber", "get"]
+           "BinaryCrossentropy", "MeanSquaredError", "MeanAbsoluteError", "Huber", "get",
+           "Reduction"]

@@ -703,7 +703,7 @@ def _prepare(op, inputs):
 
 
 def _move(op, x, dev, in_scope, inputs):
-    small = x._device.is_host and x.size <= SMALL_HOST_ELEMENTS
+    small = x._device.is_host and (x.size <= SMALL_HOST_ELEMENTS or dev.is_host)
     mode = policy.mode
     if small or (in_scope and x._device.is_host) or mode != "explicit":
         if not small:
