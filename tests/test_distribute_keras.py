@@ -10,6 +10,7 @@ strategy load into a one-process model; mixing strategies is refused.
 
 import contextlib
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -265,3 +266,65 @@ def test_an_error_in_a_replica_reaches_the_caller_and_fit_recovers():
     with pytest.raises(tf.errors.InvalidArgumentError, match="Incompatible shapes"):
         model.fit(x, np.ones((N_ROWS, 3), np.float32), batch_size=BATCH, verbose=0)
     assert np.isfinite(model.fit(x, y, batch_size=BATCH, verbose=0).history["loss"][0])
+
+
+# --- loss scaling and summed losses under a strategy -----------------------------------------
+
+def _loss_scaled_fit(strategy):
+    """A Dense model trained with a dynamic LossScaleOptimizer (scale 8, doubling after 2
+    finite steps) on one global batch of 4 rows: first with an inf in its last row (on the
+    last replica only: that step is skipped everywhere), then twice finite. Returns the
+    scale, the good-step count, the iterations and the weights."""
+    x = np.ones((4, 2), np.float32)
+    y = np.ones((4, 1), np.float32)
+    bad = x.copy()
+    bad[3, 0] = np.inf
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1, kernel_initializer="ones",
+                                                           input_shape=(2,))])
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(
+            tf.keras.optimizers.SGD(0.01), initial_scale=8.0, dynamic_growth_steps=2)
+        model.compile(opt, "mse")
+    states = []
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # (inf * 0 in the matmul)
+        for data in (bad, x, x):
+            model.fit(data, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+            states.append((float(opt.loss_scale), int(opt.dynamic_counter),
+                           int(opt.iterations)))
+    return states, [np.asarray(w) for w in model.get_weights()]
+
+
+def _summed_loss_fit(strategy):
+    """``fit`` with ``MeanSquaredError(reduction="sum")`` (uneven last batch): history
+    and weights."""
+    x, y = reference_data()
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(2, kernel_initializer="ones",
+                                                           input_shape=(4,))])
+        model.compile(tf.keras.optimizers.SGD(0.01),
+                      tf.keras.losses.MeanSquaredError(reduction="sum"))
+    hist = model.fit(x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, verbose=0).history
+    return hist, [np.asarray(w) for w in model.get_weights()]
+
+
+def check_loss_scaling_and_sum_under(strategy):
+    """A LossScaleOptimizer (an inf gradient on one replica only skips the step on every
+    replica; the scale changes once per step) and a summed loss train as one process
+    (the MPI script calls this on every worker)."""
+    (states, weights), (ref_states, ref_weights) = (_loss_scaled_fit(strategy),
+                                                    _loss_scaled_fit(None))
+    assert states == ref_states == [(4.0, 0, 0), (4.0, 1, 1), (8.0, 0, 2)], states
+    for w, r in zip(weights, ref_weights):
+        np.testing.assert_allclose(w, r, rtol=1e-6)
+    assert_same_training(_summed_loss_fit(strategy), _summed_loss_fit(None))
+
+
+def test_loss_scaling_and_summed_losses_match_one_process_on_two_cpu_replicas():
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    try:
+        check_loss_scaling_and_sum_under(tf.distribute.MirroredStrategy(["cpu:0", "cpu:1"]))
+    finally:
+        tf.config.set_logical_device_configuration(cpu, [])

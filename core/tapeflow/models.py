@@ -371,8 +371,9 @@ class Model(Layer):
         """The compiled loss: the outputs' mean losses plus the regularisation losses. A
         replica's step under a strategy passes ``share`` = (rows in the global batch,
         replicas in sync): its mean loss is weighted by its rows' share of the global
-        batch and the regularisation divided over the replicas, so the replicas' losses
-        and gradients sum to one process's."""
+        batch (a loss with ``reduction="sum"`` is kept: the replicas' sums add up to the
+        global batch's) and the regularisation divided over the replicas, so the
+        replicas' losses and gradients sum to one process's."""
         if isinstance(pred, (list, tuple, dict)):     # several outputs: the sum of losses
             keys = list(pred) if isinstance(pred, dict) else range(len(pred))
             parts = [self._output_loss(loss_fn, y[k], pred[k]) for k in keys]
@@ -380,7 +381,8 @@ class Model(Layer):
         else:
             value = self._output_loss(loss_fn, y, pred)
         if share is not None:
-            value = _replica_share(value, pred, share[0])
+            value = _replica_share(value, pred, share[0],
+                                   getattr(loss_fn, "reduction", None) == _losses.Reduction.SUM)
         reg = self.losses
         if reg:
             reg = _m.add_n(reg) if len(reg) > 1 else reg[0]
@@ -1069,12 +1071,13 @@ def _build(model, x):
         model(_each(lambda t: _rows(t, slice(0, 1)), x), training=False)
 
 
-def _replica_share(value, pred, rows):
-    """A replica's mean loss weighted by its share of the global batch's ``rows``; a
-    replica with no rows contributes a zero still connected to the model's outputs."""
+def _replica_share(value, pred, rows, summed=False):
+    """A replica's mean loss weighted by its share of the global batch's ``rows`` (a
+    ``summed`` loss as it is); a replica with no rows contributes a zero still connected
+    to the model's outputs."""
     n = _batch_len(pred)
     if n:
-        return value * (n / rows)
+        return value if summed else value * (n / rows)
     flat = list(pred.values()) if isinstance(pred, dict) else (
         list(pred) if isinstance(pred, (list, tuple)) else [pred])
     return _m.add_n([_r.reduce_sum(_m.cast(p, "float32")) for p in flat]) * 0.0

@@ -35,6 +35,7 @@ from ..runtime.dispatch import convert_to_tensor
 from ..errors import InvalidArgumentError, InvalidTypeError, UnimplementedError
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
+from ..train.optimizers import aggregation_hooks
 
 __all__ = ["Policy", "global_policy", "set_global_policy", "LossScaleOptimizer",
            "POLICY_NAMES"]
@@ -56,6 +57,12 @@ class LossScaleOptimizer:
     or NaN, halving the scale (never below 1). The scale and the count of good steps
     are Variables, saved and restored by ``tf.train.Checkpoint`` with the inner
     optimizer's state.
+
+    Under a ``tf.distribute`` strategy with several replicas in sync (``fit``, or
+    ``apply_gradients`` inside ``strategy.run``), the unscaled gradients are first summed
+    over every replica and worker; finiteness is decided once on the sums, so an inf on
+    one replica skips the step on all of them, and the scale changes once per step, as
+    in one process.
     """
 
     def __init__(self, inner_optimizer, dynamic=True, initial_scale=2.0 ** 15,
@@ -153,10 +160,18 @@ class LossScaleOptimizer:
                 "the loss and gradients in a tf.function and call apply_gradients eagerly, "
                 "or use the inner optimizer with a fixed loss scale inside tf.function.")
         pairs = list(grads_and_vars)
+        step = kwargs["global_step"] if "global_step" in kwargs else args[0] if args else None
         validate = getattr(self._inner, "_validate_step", None)
         if validate is not None:        # (a tapeflow optimizer: everything it checks)
-            validate(pairs, kwargs["global_step"] if "global_step" in kwargs
-                     else args[0] if args else None)
+            validate(pairs, step)
+        # under a tf.distribute strategy with several replicas in sync, its hook sums the
+        # (unscaled) gradients over every replica and worker and calls this method once
+        # with the sums: the step is kept or skipped, and the scale changed, once for all
+        aggregate = kwargs.get("experimental_aggregate_gradients", True)
+        for hook in aggregation_hooks:
+            done = hook(self, pairs, step, aggregate)
+            if done is not NotImplemented:
+                return done
         with stop_all_recording():
             finite = all(bool(_r.reduce_all(_m.is_finite(g))) for g in _gradients(pairs)
                          if g.dtype.is_floating or g.dtype.is_complex)
