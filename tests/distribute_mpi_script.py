@@ -19,6 +19,7 @@ import sys
 import numpy as np
 
 import tapeflow as tf
+from test_distribute_keras import check_loss_scaling_and_sum_under   # (tests/, on sys.path)
 
 R = tf.distribute.ReduceOp
 N_EXAMPLES, GLOBAL_BATCH = 28, 12          # global batches of 12, 12, 4 (4 = 2+1+1 on 3)
@@ -264,10 +265,63 @@ def check_fit(strategy, rank, n, out):
     say(rank, "fit == one process")
 
 
+def check_updates(strategy, rank, n):
+    """Updates of mirrored variables inside run combine over the workers by the variable's
+    aggregation and are applied once: every worker holds the same value (a Keras metric
+    in a custom loop reads the global figure; BatchNormalization's moving statistics,
+    NONE, are global replica 0's batch's under fit); an integer MEAN is float64."""
+    with strategy.scope():
+        met = tf.keras.metrics.Mean()
+        total = tf.Variable(0.0, aggregation=tf.VariableAggregation.SUM)
+        mean = tf.Variable(0.0, aggregation="mean")
+        first = tf.Variable(0.0, aggregation="only_first_replica")
+        own = tf.Variable(0.0)          # NONE: each worker's own (TensorFlow's too)
+    x = np.arange(4.0 * n, dtype=np.float32).reshape(4 * n, 1)
+    dist = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices(x).batch(4 * n))
+
+    def step(b):
+        met.update_state(b)
+        s = tf.reduce_sum(b)
+        total.assign_add(s)
+        mean.assign(s)
+        first.assign(s)
+        own.assign(s)
+    for b in dist:
+        strategy.run(step, args=(b,))
+    assert float(met.result()) == x.mean(), float(met.result())
+    assert float(total.numpy()) == x.sum() and float(first.numpy()) == x[:4].sum()
+    assert float(own.numpy()) == x[4 * rank:4 * rank + 4].sum()
+    np.testing.assert_allclose(float(mean.numpy()), x.sum() / n)
+    ints = strategy.run(lambda: tf.constant(rank + 1))
+    m = strategy.reduce(R.MEAN, ints, axis=None)
+    assert m.dtype == tf.float64 and float(m) == (n + 1) / 2, m
+    rng = np.random.default_rng(0)
+    xb = (rng.normal(size=(4 * n, 3)) * 3 + 5).astype(np.float32)
+    yb = rng.normal(size=(4 * n, 1)).astype(np.float32)
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.BatchNormalization(momentum=0.5),
+                                     tf.keras.layers.Dense(1)])
+        model.compile(tf.keras.optimizers.SGD(0.1), "mse")
+    model.fit(xb, yb, batch_size=4 * n, epochs=1, shuffle=False, verbose=0)
+    mm = model.layers[0].moving_mean.numpy()
+    assert same_on_every_rank([mm] + model.get_weights()) == 0.0
+    np.testing.assert_allclose(mm, 0.5 * xb[:4].mean(axis=0), rtol=1e-5)
+    say(rank, "updates aggregated over workers")
+
+
+def check_loss_scaling(strategy, rank):
+    """A LossScaleOptimizer with an inf gradient on the last worker's rows only skips the
+    step on every worker (none hangs in the gradient allreduce), the scale changes once
+    per step; a reduction="sum" loss trains as one process."""
+    check_loss_scaling_and_sum_under(strategy)
+    say(rank, "loss scaling == one process")
+
+
 def main():
     out_dir = pathlib.Path(sys.argv[1])
     checks = sys.argv[2:] or ["collectives", "dataset", "custom", "checkpoint", "function",
-                             "fit"]
+                             "fit", "lso", "updates"]
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
             timeout_seconds=120))
@@ -285,6 +339,10 @@ def main():
         check_tf_function(strategy, rank, n)
     if "fit" in checks:
         check_fit(strategy, rank, n, out)
+    if "lso" in checks:
+        check_loss_scaling(strategy, rank)
+    if "updates" in checks:
+        check_updates(strategy, rank, n)
     if rank == 0:
         (out_dir / "results.json").write_text(json.dumps(out))
     tf.distributed.barrier()

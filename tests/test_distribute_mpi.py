@@ -145,13 +145,15 @@ def test_slurm_resolver(no_launcher):
 @pytest.mark.parametrize("n", [2, 3])
 def test_multi_worker_strategy_under_mpiexec_equals_one_process(n, tmp_path):
     """The issue's done-when for MultiWorkerMirroredStrategy: a custom strategy.run loop
-    and Model.fit give one process's weights; reduce/gather/all_reduce across ranks;
+    and Model.fit give one process's weights (a LossScaleOptimizer with an inf on one
+    worker only and a summed loss too); reduce/gather/all_reduce across ranks;
     the checkpoint is written once (by worker 0) and restores into one process."""
     p, took = launch(n, "tests/distribute_mpi_script.py", str(tmp_path))
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-6000:]
     for check in ("collectives", "dataset", "custom loop == one process", "checkpoint",
-                  "tf.function", "fit == one process", "all"):
+                  "tf.function", "fit == one process", "loss scaling == one process",
+                  "updates aggregated over workers", "all"):
         assert out.count(f"ok {check} (rank") == n, (check, out[-4000:])
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["ranks"] == n and res["custom_loop_max_weight_diff"] < 1e-5

@@ -114,6 +114,9 @@ _LAZY_NAMES = {
     # tf.print: not a module global, so `print` in this module stays Python's
     "print": ("tracing", "print_"),
     "Network": ("models", "Network"),
+    # tf.Variable(aggregation=...)'s names (updates inside tf.distribute's strategy.run)
+    "VariableAggregation": ("distribute.values", "VariableAggregation"),
+    "VariableSynchronization": ("distribute.values", "VariableSynchronization"),
     "Iterator": ("data", "Iterator"),
     "Saver": ("train", "Saver"),
     "restore_variables_on_create": ("train", "restore_variables_on_create"),

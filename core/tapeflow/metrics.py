@@ -83,7 +83,8 @@ class Metric:
     def _build(self, device):
         for vname in self._var_names:
             self._vars[vname] = Variable(_a.zeros([], self._dtype), trainable=False,
-                                         name=f"{self._name}/{vname}", device=device)
+                                         name=f"{self._name}/{vname}", device=device,
+                                         aggregation="sum")     # (Keras's, for tf.distribute)
         ck = sys.modules.get("tapeflow.train.checkpoint")
         if ck is not None:                 # a Checkpoint.restore may be waiting for them
             ck.restore_deferred(self)

@@ -38,7 +38,10 @@ Variables made in ``scope()`` (``tf.Variable``, layers' weights, optimizer slots
 metrics) are :class:`~.values.MirroredVariable`: one Variable on the first local device
 (inside ``scope()`` new tensors and ops go there, as inside ``tf.device``), which each
 replica reads on its own device (a differentiable copy) and the optimizer updates once
-per step. Arguments of ``run`` are copied to each replica's device. Multi-worker
+per step. A replica's ``assign``/``assign_add``/``assign_sub`` of one follows the
+variable's ``aggregation`` (``tf.VariableAggregation``): SUM, MEAN and
+ONLY_FIRST_REPLICA make it a sync point applied once with the combined value (over all
+workers); NONE, the default, keeps the updates of the first replica to make one. Arguments of ``run`` are copied to each replica's device. Multi-worker
 strategies (``MultiWorkerMirroredStrategy``) set the number of workers and override
 ``_cross_worker_reduce`` / ``_cross_worker_gather`` / ``_sync_initial_value``;
 everything else is here.
@@ -62,6 +65,7 @@ tf.Tensor(6.0, shape=(), dtype=float32)
 from __future__ import annotations
 
 import contextlib
+import operator
 import threading
 import time
 
@@ -80,8 +84,9 @@ from ..runtime.variable import Variable
 from ..tracing import Function, opaque_call
 from .. import nest
 from .input import DistributedDataset, InputContext, InputOptions, ValueContext
-from .values import (Mirrored, MirroredVariable, PerReplica, ReduceOp, as_reduce_op,
-                     local_values, make_mirrored, on_device, regroup, select_replica)
+from .values import (Mirrored, MirroredVariable, PerReplica, ReduceOp, VariableAggregation,
+                     as_aggregation, as_reduce_op, local_values, make_mirrored, on_device,
+                     regroup, select_replica, update_hooks)
 
 __all__ = ["Strategy", "StrategyExtended", "MirroredStrategy", "OneDeviceStrategy",
            "ReplicaContext", "get_strategy", "has_strategy", "in_cross_replica_context",
@@ -300,6 +305,13 @@ class _Runner:
         self.stopped = False
         self.threads = []
         self.stuck = None           # a replica that never came back (not joined)
+        self.owners = {}            # id(variable) -> (local replica, variable): NONE updates
+
+    def update_none(self, i, var):
+        """Replica ``i`` updates ``var`` (aggregation NONE): NotImplemented (apply it)
+        when ``i`` is the first replica of this run to update it, else ``var`` (skipped)."""
+        owner = self.owners.setdefault(id(var), (i, var))[0]
+        return NotImplemented if owner == i else var
 
     # replica side (holding self.cond where noted) ------------------------------------
     def _wait(self, ready):
@@ -469,6 +481,8 @@ def _on_variable_created(var):
     s = _creation_strategy()
     if s is None or type(var) is not Variable:
         return
+    var.aggregation = as_aggregation(getattr(var, "aggregation", None),
+                                     f"tf.Variable {var.name}: aggregation")
     if s.extended.num_workers > 1:
         with _ctx.stop_all_recording():
             var.assign(s._sync_initial_value(var.read_value()))
@@ -476,6 +490,66 @@ def _on_variable_created(var):
 
 
 _ctx.add_variable_observer(_on_variable_created)
+
+
+# --- updates of mirrored variables inside strategy.run --------------------------------------
+
+def _replica_update(var, op, value):
+    """``MirroredVariable.assign*``'s hook: inside ``strategy.run`` with more than one
+    replica in sync, a sync point whose merge applies the replicas' values once,
+    combined by the variable's aggregation (over all workers); NotImplemented elsewhere
+    (cross-replica context, a merge function, one replica in all: applied as it is).
+
+    ``NONE`` (the default) is no sync point, as TensorFlow's (whose replicas each update
+    their own copy, the first replica's being the one read outside ``run``): the
+    updates of the local replica that updated the variable first in this ``run`` are
+    applied, the other replicas' of it skipped; a variable each replica updates alone (a
+    replica's own random generator) moves with each. Across workers NONE updates are
+    not combined (TensorFlow's workers' copies diverge too): use ONLY_FIRST_REPLICA,
+    SUM or MEAN for a variable every replica updates and all workers must agree on."""
+    ctx = _state.replica
+    if ctx is None or _state.merging or ctx.num_replicas_in_sync == 1:
+        return NotImplemented
+    agg = var.aggregation
+    if agg is VariableAggregation.NONE:
+        return ctx._runner.update_none(ctx._local_index, var) if ctx._runner else NotImplemented
+    if agg is VariableAggregation.MEAN and not var.dtype.is_floating:
+        raise InvalidArgumentError(
+            f"{var.name}.{op} inside strategy.run: a {var.dtype.name} variable cannot "
+            "aggregate with MEAN over the replicas; make it a float variable or update it "
+            "in cross-replica context (outside strategy.run)")
+    if isinstance(value, Variable):
+        value = value.read_value()
+    elif not isinstance(value, Tensor):
+        value = convert_to_tensor(value, dtype=var.dtype)
+    ctx.merge_call(_update_merged, args=(var, op, value))
+    return var
+
+
+def _update_merged(strategy, var, op, value):
+    if not isinstance(var, MirroredVariable):
+        raise FailedPreconditionError(
+            f"strategy.run: the replicas updated different variables at one sync point "
+            f"({op}); every replica must update the same variables in the same order")
+    n = len(strategy.extended.local_devices)
+    vals = local_values(value, n)
+    agg = var.aggregation
+    if agg is VariableAggregation.ONLY_FIRST_REPLICA:
+        t = on_device(vals[0], var.device)
+        if strategy.extended.num_workers > 1:        # global replica 0's: worker 0's
+            t = strategy._sync_initial_value(t)
+    else:
+        t = on_device(vals[0], var.device)
+        for x in vals[1:]:
+            t = _m.add(t, on_device(x, var.device))
+        t = strategy._cw_reduce(t)
+        if agg is VariableAggregation.MEAN:
+            t = _m.divide(t, _m.cast(constant(strategy.num_replicas_in_sync), t.dtype))
+    getattr(Variable, op)(var, t)
+    return var
+
+
+update_hooks.append(_replica_update)
 
 
 # --- the optimizer hook and the loss helpers' replica count -----------------------------------
@@ -613,16 +687,30 @@ def _canonical_device(spec, who):
     ``cpu:0`` (logged once); a name no backend makes is an error."""
     if isinstance(spec, _devs.Device):
         return spec.name
+    if not isinstance(spec, str) and isinstance(getattr(spec, "name", None), str) \
+            and hasattr(spec, "device_type"):
+        spec = spec.name                # a tf.config.LogicalDevice (or PhysicalDevice)
     if not isinstance(spec, str):
         raise InvalidTypeError(f"{who}: a device must be a name such as 'cpu:0', '/gpu:0' or "
                                f"'/device:CPU:0', got {type(spec).__name__} {spec!r}")
     try:
         with _devs.device(spec) as dev:
-            return dev.name
+            name = dev.name
     except (NotFoundError, InvalidArgumentError) as e:
         raise InvalidArgumentError(
             f"{who}: unknown device {spec!r} ({getattr(e, 'message', e)}); list the "
             "devices with tf.config.list_logical_devices()") from None
+    wanted = _spelling(spec)
+    if wanted != name and wanted.startswith("cpu:"):
+        # (soft placement is for accelerators this machine lacks, as TensorFlow's; a
+        # second CPU replica on cpu:0 would be a silent duplicate)
+        raise InvalidArgumentError(
+            f"{who}: device {spec!r} does not exist (the logical CPUs are "
+            f"{[d.name for d in _devs.list_devices() if d.is_host]}); create logical "
+            "CPUs before making the strategy: tf.config.set_logical_device_configuration("
+            "tf.config.list_physical_devices('CPU')[0], "
+            "[tf.config.LogicalDeviceConfiguration()] * 2)")
+    return name
 
 
 def _spelling(spec):
@@ -651,7 +739,8 @@ class Strategy:
         who = type(self).__name__
         if not devices:
             raise InvalidArgumentError(f"{who}: needs at least one device")
-        given = [d.name if isinstance(d, _devs.Device) else _spelling(d) for d in devices]
+        given = [d.name if isinstance(d, _devs.Device) else _spelling(getattr(d, "name", d))
+                 for d in devices]
         if len(set(given)) != len(given):
             raise InvalidArgumentError(f"{who}: a device is listed twice in {list(devices)}; "
                                        "give each device once")
@@ -834,7 +923,9 @@ class Strategy:
         vals = local_values(value, n) if distributed else (value,)
         ts = [on_device(v, dest) for v in vals]
         if axis is not None:
-            counts = [int(t.shape[axis]) if t.ndim else 1 for t in ts]
+            for t in ts:
+                _check_axis(axis, t, f"{type(self).__name__}.reduce")
+            counts = [int(t.shape[axis]) for t in ts]
             ts = [_red.reduce_sum(t, axis=axis) for t in ts]
         total = ts[0]
         for t in ts[1:]:
@@ -956,9 +1047,24 @@ def _check_options(options):
 
 
 def _divide(total, count):
-    if total.dtype.is_integer:
-        return _m.floordiv(total, constant(count, dtype=total.dtype, device=total.device))
+    """A MEAN's division; an integer total gives float64, as TensorFlow's (3 / 2 = 1.5)."""
+    if total.dtype.is_integer or total.dtype is _dt.bool_:
+        total = _m.cast(total, _dt.float64)
     return _m.divide(total, _m.cast(constant(count), total.dtype))
+
+
+def _check_axis(axis, t, who):
+    """An InvalidArgumentError unless ``axis`` is an axis of the replica value ``t``."""
+    try:
+        ok = -t.ndim <= operator.index(axis) < t.ndim
+    except TypeError:
+        ok = False
+    if not ok:
+        valid = (f"give an axis in [{-t.ndim}, {t.ndim}), or axis=None" if t.ndim else
+                 "a scalar has no axis: give axis=None")
+        raise InvalidArgumentError(
+            f"{who}: axis {axis!r} is out of range for a replica value of rank {t.ndim} "
+            f"(shape {tuple(t.shape)}): {valid}")
 
 
 def _flatten_dist(structure, keep=False):
@@ -1004,6 +1110,16 @@ class _DefaultStrategy(Strategy):
 
     def __init__(self):
         super().__init__([_devs.default_device().name])
+
+    @property
+    def _devices(self):
+        """The current device: the innermost ``tf.device`` scope's, else the default
+        device (looked up at each use: ``tf.config.set_default_device`` moves it)."""
+        return ((_devs.current_device() or _devs.default_device()).name,)
+
+    @_devices.setter
+    def _devices(self, devices):
+        pass                            # (Strategy.__init__'s; the property decides)
 
     def _replica_device(self):
         return contextlib.nullcontext()
@@ -1065,8 +1181,11 @@ class MirroredStrategy(Strategy):
     (``["cpu:0"]``, or ``cpu:0`` ... ``cpu:N-1`` after
     ``tf.config.set_logical_device_configuration``), as TensorFlow does; name devices
     explicitly to use others, e.g. ``["cpu:0", "opencl:0"]``. TensorFlow's spellings
-    (``"/gpu:0"``, ``"/device:CPU:0"``) are accepted; an unknown device is an
-    InvalidArgumentError listing the ones there are. ``cross_device_ops``
+    (``"/gpu:0"``, ``"/device:CPU:0"``) and ``tf.config.list_logical_devices()``'s
+    objects are accepted; an unknown device is an InvalidArgumentError listing the ones
+    there are, and so is a logical CPU not created (``"cpu:1"`` without
+    ``tf.config.set_logical_device_configuration``; a missing GPU soft-places on
+    ``cpu:0``, as TensorFlow's). ``cross_device_ops``
     (``NcclAllReduce()``...) is accepted and recorded: the replicas' values are summed on
     the first local device.
 

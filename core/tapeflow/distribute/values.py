@@ -32,7 +32,8 @@ from ..runtime.dispatch import convert_to_tensor, copy_to_device
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 
-__all__ = ["ReduceOp", "DistributedValues", "PerReplica", "Mirrored", "MirroredVariable",
+__all__ = ["ReduceOp", "VariableAggregation", "VariableSynchronization", "as_aggregation",
+           "update_hooks", "DistributedValues", "PerReplica", "Mirrored", "MirroredVariable",
            "PerReplicaSpec", "regroup", "select_replica", "local_values", "on_device",
            "make_mirrored", "as_reduce_op"]
 
@@ -64,6 +65,59 @@ def as_reduce_op(op, what) -> ReduceOp:
         return ReduceOp[op.upper()]
     raise InvalidArgumentError(f"{what}: reduce_op must be tf.distribute.ReduceOp.SUM or "
                                f"ReduceOp.MEAN (or the string 'SUM' or 'MEAN'), got {op!r}")
+
+
+class VariableAggregation(enum.Enum):
+    """How the replicas' updates of a mirrored variable combine (``tf.VariableAggregation``,
+    given as ``tf.Variable(..., aggregation=)`` or ``add_weight(aggregation=)``; the
+    names in any case are accepted too). With ``SUM``, ``MEAN`` or
+    ``ONLY_FIRST_REPLICA`` an ``assign``/``assign_add``/``assign_sub`` inside
+    ``strategy.run`` is a sync point that every replica must reach: the update is applied
+    ONCE, with the sum of the replicas' values (over all workers), their mean, or
+    replica 0's (worker 0's). ``NONE`` (the default) is no sync point: the updates of
+    the first local replica to update the variable in that ``run`` are applied (see
+    ``tapeflow.distribute.strategy``).
+
+    >>> import tapeflow as tf
+    >>> tf.VariableAggregation.MEAN
+    <VariableAggregation.MEAN: 2>
+    """
+
+    NONE = 0
+    SUM = 1
+    MEAN = 2
+    ONLY_FIRST_REPLICA = 3
+
+
+class VariableSynchronization(enum.Enum):
+    """``tf.VariableSynchronization``: accepted and recorded (a mirrored variable has one
+    value that every replica reads; its updates follow its aggregation)."""
+
+    AUTO = 0
+    NONE = 1
+    ON_WRITE = 2
+    ON_READ = 3
+
+
+def as_aggregation(agg, what="aggregation") -> VariableAggregation:
+    """``agg`` (None, a VariableAggregation, a ReduceOp, or a name in any case, Keras's
+    ``"sum"``...) as a VariableAggregation, else an InvalidArgumentError."""
+    if agg is None:
+        return VariableAggregation.NONE
+    if isinstance(agg, VariableAggregation):
+        return agg
+    name = agg.name if isinstance(agg, (ReduceOp, enum.Enum)) else agg
+    if isinstance(name, str) and name.upper() in VariableAggregation.__members__:
+        return VariableAggregation[name.upper()]
+    raise InvalidArgumentError(
+        f"{what} must be a tf.VariableAggregation (NONE, SUM, MEAN, ONLY_FIRST_REPLICA) or "
+        f"its name, got {agg!r}")
+
+
+#: the functions a MirroredVariable's assign/assign_add/assign_sub asks first:
+#: ``hook(var, op, value)`` returns the result, or NotImplemented (then the update is
+#: applied as on a plain Variable). tapeflow.distribute.strategy adds the replica one.
+update_hooks: list = []
 
 
 class DistributedValues:
@@ -150,9 +204,13 @@ class MirroredVariable(Variable, DistributedValues):
 
     One Variable, on the strategy's first local device; a replica that reads it inside
     ``strategy.run`` gets its value on the replica's device (a differentiable copy); the
-    optimizer applies each update once. An
-    ``assign*`` inside ``strategy.run`` runs once per replica (the replicas take
-    turns), so ``assign_add`` accumulates over the replicas, as a metric wants.
+    optimizer applies each update once. An ``assign``/``assign_add``/``assign_sub``
+    inside ``strategy.run`` (more than one replica in sync) is a sync point that every
+    replica must reach: the replicas' values combine by the variable's ``aggregation``
+    (:class:`VariableAggregation`; over all workers) and the update is applied ONCE
+    (a Keras metric's variables aggregate with SUM, so ``assign_add`` counts every
+    replica's part; a BatchNormalization's moving statistics with ONLY_FIRST_REPLICA,
+    replica 0's batch's, TensorFlow's figures).
     ``.values`` (and ``strategy.experimental_local_results``) gives the variable itself
     for the first local device and a copy of its value on each other one. It saves as
     one Variable: a checkpoint restores into a model built without a strategy."""
@@ -166,6 +224,27 @@ class MirroredVariable(Variable, DistributedValues):
         return v if dev is None else copy_to_device(v, dev)
 
     value = read_value
+
+    def assign(self, value, use_locking=None, name=None, read_value=True):
+        return self._update_once("assign", value)
+
+    def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+        return self._update_once("assign_add", delta)
+
+    def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+        return self._update_once("assign_sub", delta)
+
+    def _update_once(self, op, value):
+        for hook in update_hooks:
+            out = hook(self, op, value)
+            if out is not NotImplemented:
+                return out
+        return getattr(Variable, op)(self, value)
+
+    @property
+    def aggregation(self) -> VariableAggregation:
+        """How updates made inside ``strategy.run`` combine (:class:`VariableAggregation`)."""
+        return as_aggregation(self.__dict__.get("aggregation"))
 
     @property
     def values(self) -> tuple:

@@ -232,7 +232,8 @@ def variable_creator_scope(creator):
     """Route Variables created by layers through ``creator(next_creator, **kwargs)``.
 
     ``kwargs`` are ``initial_value`` (a callable returning the initial Tensor),
-    ``name`` (``"dense/kernel"``), ``trainable``, ``dtype`` and ``shape``;
+    ``name`` (``"dense/kernel"``), ``trainable``, ``dtype``, ``shape`` and
+    ``aggregation`` (``add_weight``'s, for ``tf.distribute``);
     ``next_creator(**kwargs)`` makes the Variable. The innermost scope runs first.
     This is how a checkpoint can give new layer variables their saved values.
     """
@@ -307,8 +308,10 @@ def get_mask(tensor):
     return entry[1]
 
 
-def _base_creator(initial_value=None, name=None, trainable=True, dtype=None, **_):
-    return Variable(initial_value, name=name, trainable=trainable, dtype=dtype)
+def _base_creator(initial_value=None, name=None, trainable=True, dtype=None, aggregation=None,
+                  **_):
+    return Variable(initial_value, name=name, trainable=trainable, dtype=dtype,
+                    aggregation=aggregation)
 
 
 def _chain(creator, next_creator):
@@ -790,7 +793,7 @@ class Layer(Module):
         var = _make_variable(initial_value=lambda: init(shp, dtype=dt),
                              name=f"{self.name}/{name}",
                              trainable=True if trainable is None else bool(trainable),
-                             dtype=dt, shape=shp)
+                             dtype=dt, shape=shp, aggregation=aggregation)
         self._own_weights.append((name, var))
         reg = regularizers.get(regularizer)
         if reg is not None:

@@ -385,12 +385,14 @@ class BatchNormalization(Layer):
         if self.center:
             self.beta = self.add_weight("beta", param_shape, initializer=self.beta_initializer,
                                         regularizer=self.beta_regularizer)
+        # (tf.distribute: updated once per step with replica 0's batch statistics, on
+        # every worker: TensorFlow's figures; its "none" keeps per-replica copies)
         self.moving_mean = self.add_weight("moving_mean", param_shape,
                                            initializer=self.moving_mean_initializer,
-                                           trainable=False)
+                                           trainable=False, aggregation="only_first_replica")
         self.moving_variance = self.add_weight("moving_variance", param_shape,
                                                initializer=self.moving_variance_initializer,
-                                               trainable=False)
+                                               trainable=False, aggregation="only_first_replica")
         self.built = True
 
     def call(self, inputs, training=None):

@@ -101,7 +101,7 @@ class Variable(VariableBase):
         self._value = value
         # (an RLock: an update that reads the Variable while tracing re-enters it)
         self._lock = threading.RLock()
-        self.trainable = bool(trainable)
+        self.trainable, self.aggregation = bool(trainable), kwargs.get("aggregation")
         self._name = (name or "Variable")
         self._id = next(Variable._uid)
         self._shape_fixed = validate_shape and shape is None
