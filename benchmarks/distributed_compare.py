@@ -119,6 +119,16 @@ def bench_sizes(D, rounds):
     return out
 
 
+def mlp_logits(tf, x, params):
+    """The MLP's forward pass: ReLU between the ``(weights, bias)`` pairs of ``params``."""
+    h = x
+    for i in range(0, len(params), 2):
+        h = tf.matmul(h, params[i]) + params[i + 1]
+        if i + 2 < len(params):
+            h = tf.nn.relu(h)
+    return h
+
+
 def mlp_step_fns(tf, D, n, rank):
     rng = np.random.default_rng(0)
     per = MLP_BATCH // n
@@ -133,11 +143,7 @@ def mlp_step_fns(tf, D, n, rank):
 
     def step(reduce):
         with tf.GradientTape() as tape:
-            h = x
-            for i in range(0, len(params), 2):
-                h = tf.matmul(h, params[i]) + params[i + 1]
-                if i + 2 < len(params):
-                    h = tf.nn.relu(h)
+            h = mlp_logits(tf, x, params)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
                                                                                  logits=h))
         if reduce:
@@ -189,11 +195,7 @@ def strategy_step_fns(tf, D, n, rank):
 
     def step_fn(xr, yr, reduce):
         with tf.GradientTape() as tape:
-            h = xr
-            for i in range(0, len(params), 2):
-                h = tf.matmul(h, params[i]) + params[i + 1]
-                if i + 2 < len(params):
-                    h = tf.nn.relu(h)
+            h = mlp_logits(tf, xr, params)
             loss = tf.nn.compute_average_loss(tf.nn.sparse_softmax_cross_entropy_with_logits(
                 labels=yr, logits=h), global_batch_size=MLP_BATCH)
         opt.apply_gradients(zip(tape.gradient(loss, params), params),
