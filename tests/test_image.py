@@ -182,3 +182,21 @@ def test_errors():
         tf.image.grayscale_to_rgb(tf.zeros([2, 3, 2]))
     with pytest.raises(InvalidArgumentError, match="last dimension must be 3"):
         tf.image.rgb_to_grayscale(tf.zeros([2, 3, 2]))
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tf.image.adjust_brightness(1.0, 1 + 1j),
+    lambda: tf.image.adjust_gamma([[[0.5]]], 1 + 1j),
+    lambda: tf.image.adjust_saturation(tf.ones([1, 1, 3]), tf.constant(1j)),
+])
+def test_adjustments_refuse_complex_factors(call):
+    # the fuzzer (seed 0) found adjust_brightness dropping the imaginary part of its delta
+    with pytest.raises(InvalidArgumentError, match="must be real, got a complex"):
+        call()
+
+
+def test_adjustments_cast_real_tensor_factors():
+    np.testing.assert_allclose(
+        tf.image.adjust_brightness([[[0.25]]], tf.constant(0.5, tf.float64)).numpy(), [[[0.75]]])
+    np.testing.assert_allclose(tf.image.adjust_gamma([[[0.5]]], tf.constant(2)).numpy(),
+                               [[[0.25]]])

@@ -235,3 +235,10 @@ def test_reverse_refuses_ragged_and_huge_axis_lists_clearly():
 def test_linalg_diag_refuses_a_result_too_large_before_building_its_indices():
     with pytest.raises(tf.errors.ResourceExhaustedError, match="MatrixDiagV3"):
         tf.linalg.diag(tf.ones([3]), num_rows=2**40)
+
+
+def test_roll_refuses_ragged_axis_lists_with_its_own_error():
+    # the fuzzer (seeds 1, 2) found NumPy's ValueError for a ragged nested axis list
+    for shift, axis in (([1, 2], [[1, 2], [3]]), (1.0, [[1, 1], [2]])):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="roll: shift and axis"):
+            tf.roll(tf.ones([2, 2, 3]), shift, axis)

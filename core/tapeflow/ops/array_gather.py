@@ -635,10 +635,15 @@ def roll(input, shift, axis, name=None):  # noqa: A002
     tf.Tensor([4 1 2 3], shape=(4,), dtype=int32)
     """
     x = _tensor(input)
-    shifts = np.atleast_1d(np.asarray(shift.numpy() if isinstance(shift, (Tensor, Variable))
-                                      else shift))
-    axes_in = np.atleast_1d(np.asarray(axis.numpy() if isinstance(axis, (Tensor, Variable))
-                                       else axis))
+
+    def ints(v):            # (a ragged nested list is no array: refused below, not by NumPy)
+        try:
+            return np.atleast_1d(np.asarray(v.numpy() if isinstance(v, (Tensor, Variable))
+                                            else v))
+        except (ValueError, TypeError):
+            return np.zeros((0, 0))
+
+    shifts, axes_in = ints(shift), ints(axis)
     if shifts.shape != axes_in.shape or shifts.ndim != 1 or shifts.dtype.kind not in "iu":
         raise InvalidArgumentError(f"roll: shift and axis must be ints or 1-D lists of ints of "
                                    f"one length, got {_shapes.short_repr(shift)} and "

@@ -488,6 +488,16 @@ def _as_float(t):
             lambda y: convert_image_dtype(y, t.dtype, saturate=True))
 
 
+def _real_factor(value, dtype, what):
+    """A real parameter of an adjustment as ``dtype``: a number or a real tensor, cast; a
+    complex one refused (a cast would drop its imaginary part silently)."""
+    t = value if isinstance(value, Tensor) else convert_to_tensor(value)
+    if t.dtype.is_complex:
+        raise InvalidArgumentError(f"{what} must be real, got a {t.dtype.name} value; take "
+                                   "tf.math.real of it if its real part is what you mean")
+    return _m.cast(t, dtype)
+
+
 def adjust_brightness(image, delta):
     """``image + delta`` (integer images through float32 and back, saturating).
 
@@ -497,7 +507,7 @@ def adjust_brightness(image, delta):
     """
     t = _tensor(image)
     f, back = _as_float(t)
-    return back(_m.add(f, _m.cast(delta, f.dtype)))
+    return back(_m.add(f, _real_factor(delta, f.dtype, "adjust_brightness: delta")))
 
 
 def _contrast_composite(images, contrast_factor):
@@ -589,7 +599,8 @@ def adjust_gamma(image, gamma=1, gain=1):
     f, back = _as_float(t)
     if (isinstance(gamma, (int, float)) and gamma < 0):
         raise InvalidArgumentError(f"adjust_gamma: gamma must be non-negative, got {gamma}")
-    return back(_m.multiply(gain, _m.pow(f, _m.cast(gamma, f.dtype))))
+    gamma = _real_factor(gamma, f.dtype, "adjust_gamma: gamma")
+    return back(_m.multiply(gain, _m.pow(f, gamma)))
 
 
 _GRAY = (0.2989, 0.5870, 0.1140)
@@ -688,7 +699,8 @@ def adjust_saturation(image, saturation_factor, name=None):
     t = _tensor(image)
     f, back = _as_float(t)
     hsv = rgb_to_hsv(f)
-    s = clip_by_value(_m.multiply(hsv[..., 1], _m.cast(saturation_factor, f.dtype)), 0.0, 1.0)
+    factor = _real_factor(saturation_factor, f.dtype, "adjust_saturation: saturation_factor")
+    s = clip_by_value(_m.multiply(hsv[..., 1], factor), 0.0, 1.0)
     hsv = concat([hsv[..., :1], expand_dims(s, -1), hsv[..., 2:]], -1)
     return back(hsv_to_rgb(hsv))
 

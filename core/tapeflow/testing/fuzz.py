@@ -87,7 +87,7 @@ _TENSOR_PARAMS = {
     "tensors", "inputs", "t_list", "value_or_tensor", "arr", "input_", "clip_value_min",
     "clip_value_max", "e", "c", "lengths", "pred", "u", "v", "diagonal", "k", "mask",
     "sp_ids", "logits_or_labels", "sparse_indices", "on_value", "off_value",
-    "constant_values", "per_example_loss", "regularization_loss", "sample_weight",
+    "constant_values", "per_example_loss", "regularization_loss", "sample_weight", "pylist",
 }
 #: integer parameters where a value named twice is an error (TensorFlow's rule)
 _AXIS_PARAMS = {"axis", "perm", "reduction_indices"}
