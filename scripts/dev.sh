@@ -10,8 +10,8 @@
 #                                      TAPEFLOW_DEFAULT_DEVICE=opencl:0; the OpenCL backend's
 #                                      tests on PoCL, the second OpenCL driver, where it
 #                                      works; the bad-input fuzzer; the array API standard's
-#                                      suite; the performance gate (bench-check --quick);
-#                                      and demo-check)
+#                                      suite; demo-check (the C core's lane beside these);
+#                                      and the performance gate (bench-check --quick))
 #   bash scripts/dev.sh demo-check     the demo's install and a quick demo in a new, empty
 #                                      virtual environment with an empty HOME (what a new
 #                                      user runs); checks its TensorBoard logs and checkpoint
@@ -191,6 +191,32 @@ lane() {
     [ "$rc" -ne 0 ] || rc=$status
 }
 
+# lane_bg NAME CMD...: a lane that keeps one core busy (a compiler, pytest in one
+# process), run in the background beside the next lanes; its output goes to a file that
+# wait_bg prints, with its result, when it ends (and a stop of the command stops it)
+BG_PID="" BG_LOG=""
+lane_bg() {
+    BG_LOG="$(mktemp "${TMPDIR:-/tmp}/tapeflow-lane.XXXXXX")"
+    ( rc=0; lane "$@"; exit "$rc" ) >"$BG_LOG" 2>&1 </dev/null &
+    BG_PID=$!
+    trap 'kill_tree "$BG_PID"; exit 130' INT TERM
+}
+kill_tree() {   # kill_tree PID: the process and its descendants (by PID)
+    local c
+    for c in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$c"; done
+    kill "$1" 2>/dev/null || true
+}
+wait_bg() {
+    local status=0
+    [ -n "$BG_PID" ] || return 0
+    wait "$BG_PID" || status=$?
+    trap - INT TERM
+    cat "$BG_LOG" >&2
+    rm -f "$BG_LOG"
+    BG_PID=""
+    [ "$rc" -ne 0 ] || rc=$status
+}
+
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -233,6 +259,12 @@ r = p.unavailable_reason(); r and print(r); sys.exit(1 if r else 0)' >"$VENV/poc
         else
             say "lane 3 skipped: PoCL does not work on this machine: $(tail -n 1 "$VENV/pocl-probe.log")"
         fi
+        # The C core (core/tapeflow/runtime/_c): built with -Werror, its tests under
+        # AddressSanitizer and under python -X dev with PYTHONMALLOC=debug (docs/native.md);
+        # on one core (~70 s), so in the background beside the fuzzer, the array API
+        # suite and demo-check (~50 s less on 2 cores); printed when it ends
+        lane_bg "native: the C core strict, under ASan and -X dev (scripts/native_check.sh)" \
+            env PYOPENCL_CTX=$INTEL_OPENCL VPY="$VPY" bash "$ROOT/scripts/native_check.sh"
         # The bad-input fuzzer as a gate (tapeflow.testing.fuzz): every public function
         # and op with one bad argument on cpu:0 and opencl:0; any plain Python exception,
         # plain MemoryError, error that names no op or function, silent coercion,
@@ -240,10 +272,6 @@ r = p.unavailable_reason(); r and print(r); sys.exit(1 if r else 0)' >"$VENV/poc
         lane "fuzz: 8000 bad-input calls on cpu:0 and opencl:0" \
             env PYOPENCL_CTX=$INTEL_OPENCL "$VPY" "$ROOT/scripts/fuzz.py" --calls 8000 --seed 0 \
             --devices cpu:0,opencl:0 --chunk 4000 --top 20
-        # The C core (core/tapeflow/runtime/_c): built with -Werror, its tests under
-        # AddressSanitizer and under python -X dev with PYTHONMALLOC=debug (docs/native.md)
-        lane "native: the C core strict, under ASan and -X dev (scripts/native_check.sh)" \
-            env PYOPENCL_CTX=$INTEL_OPENCL VPY="$VPY" bash "$ROOT/scripts/native_check.sh"
         # The array API standard's own test suite (tests/array_api_suite/, pinned; its
         # expected failures listed with reasons there; docs/array-api.md), on cpu:0 and,
         # without the fft extension, on opencl:0 (PYOPENCL_CTX: one OpenCL device)
@@ -251,11 +279,13 @@ r = p.unavailable_reason(); r and print(r); sys.exit(1 if r else 0)' >"$VENV/poc
             env PYOPENCL_CTX=$INTEL_OPENCL "$VPY" "$ROOT/scripts/array_api_suite.py"
         lane "array API suite on opencl:0" \
             env PYOPENCL_CTX=$INTEL_OPENCL "$VPY" "$ROOT/scripts/array_api_suite.py" --device opencl:0
+        lane "demo-check" demo_check
+        wait_bg
         # The performance gate: the ratio benchmarks against main before this work
-        # (scripts/bench_check.py --quick: cpu:0, <= ~3 min; benchmarks/README.md)
+        # (scripts/bench_check.py --quick: cpu:0, <= ~3 min; benchmarks/README.md); last,
+        # when nothing else runs
         lane "bench-check --quick: ratio benchmarks against main before this work" \
             env PYOPENCL_CTX=$INTEL_OPENCL "$VPY" "$ROOT/scripts/bench_check.py" --quick
-        lane "demo-check" demo_check
         exit "$rc"
         ;;
     install)

@@ -93,8 +93,10 @@ def test_printed_examples_pass_with_numpys_simd_dispatch_limited(disabled):
     assert probe.returncode == 0 and probe.stdout.strip() == "[]", probe.stdout + probe.stderr
     docs = _doc_blocks_with_stated_output()
     assert len(docs) >= 5, docs                    # the selection itself works
+    # (one process: two xdist workers would each import and collect everything again,
+    # ~40% more CPU time, on cores the outer run's workers already keep busy)
     r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+        [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
          "-p", "no:randomly", *DOCTEST_PATHS, *docs, *PRINTED_EXAMPLES],
         cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     tail = r.stdout[-6000:] + r.stderr[-2000:]
