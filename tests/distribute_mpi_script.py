@@ -219,6 +219,25 @@ def check_tf_function(strategy, rank, n):
         want_v = want_v - 0.1 * 2 * ks.sum() / (2 * n)
         np.testing.assert_allclose(loss, want_loss, rtol=1e-6)
         np.testing.assert_allclose(v.numpy(), want_v, rtol=1e-6)
+    # a trace is replayed only in the context it was made in: one made in cross-replica
+    # context (plain updates) is traced again inside run (updates summed over workers),
+    # and one made inside run (its allreduce) again where one worker alone calls it
+    with strategy.scope():
+        met = tf.keras.metrics.Sum()
+        met.update_state(0.0)
+
+    @tf.function
+    def count(x):
+        met.update_state(x)
+    with strategy.scope():
+        count(tf.constant(100.0))
+    met.reset_state()
+    strategy.run(lambda: count(tf.constant(float(rank + 1))))
+    assert float(met.result()) == n * (n + 1) / 2, float(met.result())
+    if rank == 0:
+        count(tf.constant(1.0))          # (a replay of the in-run trace would wait forever)
+    tf.distributed.barrier()
+    assert float(met.result()) == n * (n + 1) / 2 + (rank == 0), float(met.result())
     say(rank, "tf.function")
 
 
@@ -235,6 +254,22 @@ def check_checkpoint(strategy, model, opt, rank, out_dir, out):
     plain(tf.zeros([1, 5]))
     tf.train.Checkpoint(model=plain).restore(str(out_dir / "ckpt-1")).expect_partial()
     for a, b in zip(plain.get_weights(), model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    # restored before the first step builds the model/metric (TF's usual pattern): the
+    # build inside run restores the checkpoint's values, not summed over the workers
+    src = tf.keras.metrics.Sum()
+    src.update_state([1.0, 3.0])
+    path = tf.train.Checkpoint(metric=src).write(str(out_dir / f"metric-{rank}" / "c"))
+    with strategy.scope():
+        lazy = tf.keras.Sequential([tf.keras.layers.Dense(4, activation="relu"),
+                                    tf.keras.layers.Dense(3)])
+        met = tf.keras.metrics.Sum()
+    tf.train.Checkpoint(model=lazy).restore(str(out_dir / "ckpt-1")).expect_partial()
+    tf.train.Checkpoint(metric=met).restore(path)
+    assert not lazy.built
+    strategy.run(lambda: (lazy(tf.zeros([1, 5])), met.update_state(tf.constant([0.0]))))
+    assert float(met.result()) == 4.0, float(met.result())
+    for a, b in zip(lazy.get_weights(), model.get_weights()):
         np.testing.assert_array_equal(a, b)
     say(rank, "checkpoint")
 

@@ -584,7 +584,9 @@ def test_updates_inside_run_apply_once_by_the_variables_aggregation(two_cpus, ag
     _guarded(lambda: s.run(lambda: own[
         tf.distribute.get_replica_context().replica_id_in_sync_group].assign_add(5.0)))
     assert [float(v.numpy()) for v in own] == [5.0, 5.0]
-    with pytest.raises(errors.FailedPreconditionError, match="different variables"):
+    with pytest.raises(errors.FailedPreconditionError,
+                       match=r"different sync points \(replica 0 at MirroredVariable.assign of "
+                             r"'.+', replica 1 at MirroredVariable.assign of '.+'\)"):
         _guarded(lambda: s.run(lambda: (a if int(
             tf.distribute.get_replica_context().replica_id_in_sync_group) == 0 else b
         ).assign(1.0)))
@@ -668,3 +670,120 @@ def test_default_strategy_follows_the_default_device():
         assert next(iter(ds)).device.endswith("OPENCL:0")
     finally:
         tf.config.set_default_device(None)
+
+
+def test_a_restore_deferred_to_a_lazy_build_inside_run_writes_the_values(two_cpus, tmp_path):
+    # Checkpoint.restore before the first step builds the model/metric (TensorFlow's
+    # usual pattern): the build, and so the restore, happens inside strategy.run; a
+    # restore writes the value itself, never through the replicas' aggregated update
+    s = two_cpus
+
+    def mk():
+        return tf.keras.Sequential([tf.keras.layers.Dense(2), tf.keras.layers.BatchNormalization()])
+    src = mk()
+    src(tf.ones([2, 3]))
+    src.layers[1].moving_mean.assign([5.0, 6.0])
+    msrc = tf.keras.metrics.Sum()
+    msrc.update_state([1.0, 3.0])
+    path = tf.train.Checkpoint(model=src, metric=msrc).save(str(tmp_path / "c"))
+    with s.scope():
+        model, met = mk(), tf.keras.metrics.Sum()
+    tf.train.Checkpoint(model=model, metric=met).restore(path)
+    dx = s.experimental_distribute_values_from_function(lambda ctx: tf.ones([2, 3]))
+    _guarded(lambda: s.run(lambda a: model(a, training=False), args=(dx,)))
+    assert model.layers[1].moving_mean.numpy().tolist() == [5.0, 6.0]
+    for a, b in zip(model.weights, src.weights):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    _guarded(lambda: s.run(lambda: met.update_state(tf.constant([2.0]))))
+    assert float(met.result()) == 8.0        # the checkpoint's 4, then 2 from each replica
+
+
+def test_a_deferred_restore_that_fails_stays_pending(tmp_path):
+    src = tf.keras.layers.Dense(2)
+    src.build([None, 3])
+    path = tf.train.Checkpoint(layer=src).save(str(tmp_path / "c"))
+    layer = tf.keras.layers.Dense(2)
+    tf.train.Checkpoint(layer=layer).restore(path)
+    with pytest.raises(errors.InvalidArgumentError, match="has shape"):
+        layer(tf.ones([1, 4]))             # built with a (4, 2) kernel: the (3, 2) refused
+    # not dropped: asked again, the pending values are tried again (not silently kept)
+    with pytest.raises(errors.InvalidArgumentError, match="has shape"):
+        tf.train.restore_deferred(layer)
+
+
+def test_replicas_at_different_kinds_of_sync_point_are_a_clear_error(two_cpus):
+    s = two_cpus
+    with s.scope():
+        a = tf.Variable([0.0, 0.0], aggregation="sum")
+        w = tf.Variable(1.0)
+        opt = tf.keras.optimizers.SGD(1.0)
+
+    def rid():
+        return int(tf.distribute.get_replica_context().replica_id_in_sync_group)
+
+    def all_reduce():
+        return tf.distribute.get_replica_context().all_reduce("SUM", tf.constant(1.0))
+    cases = [
+        (lambda: (a.assign_add if rid() == 0 else a.assign_sub)([1.0, 1.0]),
+         "replica 0 at MirroredVariable.assign_add of '.+', "
+         "replica 1 at MirroredVariable.assign_sub of '.+'"),
+        (lambda: all_reduce() if rid() == 0 else a.assign_add([1.0, 1.0]),
+         "replica 0 at ReplicaContext.all_reduce, replica 1 at MirroredVariable.assign_add"),
+        (lambda: opt.apply_gradients([(tf.constant(1.0), w)]) if rid() == 0 else
+         a.assign([1.0, 1.0]),
+         "replica 0 at Optimizer.apply_gradients, replica 1 at MirroredVariable.assign of"),
+    ]
+    for fn, what in cases:
+        with pytest.raises(errors.FailedPreconditionError,
+                           match=r"reached different sync points \(" + what):
+            _guarded(lambda: s.run(fn))
+    assert a.numpy().tolist() == [0.0, 0.0] and float(w.numpy()) == 1.0     # nothing applied
+    _guarded(lambda: s.run(lambda: a.assign_add([1.0, 1.0])))               # still usable
+    assert a.numpy().tolist() == [2.0, 2.0]
+
+
+def test_gather_inside_run_is_refused_as_reduce_is(two_cpus):
+    s = two_cpus
+
+    def fn():
+        return s.gather(tf.constant([1.0]), axis=0)
+    with pytest.raises(errors.FailedPreconditionError,
+                       match=r"gather called inside strategy.run: .*all_gather"):
+        _guarded(lambda: s.run(fn))
+    assert isinstance(errors.FailedPreconditionError("x"), RuntimeError)     # (TF's type)
+    out = _guarded(lambda: s.run(lambda: tf.distribute.get_replica_context().all_gather(
+        tf.constant([1.0]), axis=0)))
+    assert [t.numpy().tolist() for t in out.values] == [[1.0, 1.0], [1.0, 1.0]]
+
+
+def test_a_trace_is_replayed_only_in_the_context_it_was_made_in(two_cpus):
+    s = two_cpus
+    with s.scope():
+        c = tf.Variable(0.0, aggregation="mean")
+        own = tf.Variable(0.0)                  # NONE: replica 0's updates kept
+
+    @tf.function
+    def bump(x):
+        c.assign_add(x)
+
+    with s.scope():
+        bump(tf.constant(1.0))                  # traced in cross-replica context: plain
+    assert float(c.numpy()) == 1.0
+    # inside run it is traced again, where the update is a sync point: refused at trace
+    # time (not the cross-replica graph's plain assign, once per replica, unaggregated)
+    with pytest.raises(errors.FailedPreconditionError, match="while tracing"):
+        _guarded(lambda: s.run(lambda: bump(tf.constant(1.0))))
+    assert float(c.numpy()) == 1.0
+    bump(tf.constant(1.0))                      # and the plain call still replays
+    assert float(c.numpy()) == 2.0
+
+    @tf.function
+    def tick():
+        own.assign_add(1.0)
+    for _ in range(3):
+        _guarded(lambda: s.run(lambda: tick()))   # each replica's own trace: one update
+    assert float(own.numpy()) == 3.0              # (TensorFlow's replica-0 copy: 3.0)
+    tick()                                        # outside run: a trace of its own
+    assert float(own.numpy()) == 4.0
+    assert tick.experimental_get_tracing_count() == 3      # replica 0, replica 1, none
+    assert not tf.tracing.function_cache.key_hooks         # (no strategy open: no cost)

@@ -24,15 +24,17 @@ replica holds), is a clear error.
 ``tf.function`` and the replicas, with more than one local replica: a tf.function
 given to ``run`` itself (``strategy.run(f)``) is moved around the replicas, as
 TensorFlow's MirroredStrategy does: each replica runs ``f.python_function`` (eagerly, as
-inside any tf.function that calls ``strategy.run``), so its sync points work. A
-tf.function that the replica function calls deeper down is traced once, by the first
-replica that calls it, and replayed by the others (as when several threads call it);
-its trace must not reach a sync point: the tracing replica holds the function's trace
+inside any tf.function that calls ``strategy.run``), so its sync points work. A trace is
+replayed only in the context it was made in (the strategy, and inside ``run`` the local
+replica, are part of a tf.function's signature: ``tracing.function_cache.key_hooks``),
+so a tf.function that the replica function calls deeper down is traced by each replica
+(as TensorFlow's is), not replayed from a trace made outside ``run`` (whose updates are
+plain) nor in another replica; a trace made inside ``run`` is not replayed outside it.
+Its trace must not reach a sync point: the tracing replica holds the function's trace
 lock, which the other replicas need to get to that sync point, so that is a
-FailedPreconditionError at once, not a hang (TensorFlow traces such a function per
-replica, with in-graph collectives). Put the ``tf.function`` around ``strategy.run``,
-as TensorFlow's guides do, or pass it to ``run`` itself. A tf.function without sync
-points works anywhere.
+FailedPreconditionError at once, not a hang (TensorFlow's traces have in-graph
+collectives). Put the ``tf.function`` around ``strategy.run``, as TensorFlow's guides
+do, or pass it to ``run`` itself. A tf.function without sync points works anywhere.
 
 Variables made in ``scope()`` (``tf.Variable``, layers' weights, optimizer slots,
 metrics) are :class:`~.values.MirroredVariable`: one Variable on the first local device
@@ -82,6 +84,7 @@ from ..runtime.dispatch import constant, convert_to_tensor
 from ..runtime.tensor import Tensor
 from ..runtime.variable import Variable
 from ..tracing import Function, opaque_call
+from ..tracing.function_cache import key_hooks as _trace_key_hooks
 from .. import nest
 from .input import DistributedDataset, InputContext, InputOptions, ValueContext
 from .values import (Mirrored, MirroredVariable, PerReplica, ReduceOp, VariableAggregation,
@@ -113,6 +116,36 @@ def _current():
     if _state.replica is not None and not _state.merging:
         return _state.replica.strategy
     return _state.scopes[-1] if _state.scopes else None
+
+
+def _trace_context():
+    """tf.function's key hook (tracing.function_cache.key_hooks): the strategy of this
+    thread's context and, inside ``strategy.run``, the local replica (None: neither), so
+    a trace is replayed only in the context it was made in -- one made outside ``run``
+    (plain updates) is not replayed inside it (where updates are sync points), nor one
+    made inside a replica (its collectives, its share of NONE updates) elsewhere."""
+    st = _state
+    r = st.replica
+    if r is None or st.merging:
+        s = st.scopes[-1] if st.scopes else None
+        return None if isinstance(s, _DefaultStrategy) else s
+    return r.strategy, r._local_index
+
+
+_open_scopes = [0]          # scope()s open in any thread (run's included)
+_open_lock = threading.Lock()
+
+
+def _count_scope(delta):
+    """A strategy's ``scope()`` opened (+1) or closed (-1): the key hook is installed
+    while any is open (every replica runs inside its caller's), so a tf.function called
+    with no strategy anywhere pays nothing for it."""
+    with _open_lock:
+        _open_scopes[0] += delta
+        if _open_scopes[0] == 1 and delta > 0 and _trace_context not in _trace_key_hooks:
+            _trace_key_hooks.append(_trace_context)
+        elif _open_scopes[0] == 0 and _trace_context in _trace_key_hooks:
+            _trace_key_hooks.remove(_trace_context)
 
 
 def get_strategy():
@@ -349,7 +382,8 @@ class _Runner:
         replicas need to reach this point (they would wait for each other forever)."""
         if _ctx.thread_tracer.tracer is not None:
             raise FailedPreconditionError(
-                f"strategy.run: local replica {i} reached a sync point ({_sync_name(merge_fn)})"
+                f"strategy.run: local replica {i} reached a sync point "
+                f"({_sync_name(merge_fn, args)})"
                 f" while tracing a tf.function called inside the replica function; with "
                 f"{self.n} local replicas they cannot meet inside a trace (one replica traces, "
                 "the others wait for that trace). Put the tf.function around strategy.run "
@@ -404,7 +438,7 @@ class _Runner:
     def _stuck_message(self, turn):
         waiting = [j for j, e in enumerate(self.entries) if e is not None and e[0] == "sync"]
         at = (f"while replicas {waiting} wait at sync point "
-              f"{_sync_name(self.entries[waiting[0]][1])}" if waiting else
+              f"{_sync_name(*self.entries[waiting[0]][1:3])}" if waiting else
               "before any replica reached a sync point")
         return (f"strategy.run: local replica {turn} neither returned nor reached its next "
                 f"sync point in {self.timeout:g} s ({type(self.strategy).__name__}."
@@ -430,6 +464,7 @@ class _Runner:
                     f"strategy.run: local replicas {done} returned while replicas {waiting} "
                     "wait at a sync point (all_reduce, merge_call, apply_gradients...): every "
                     "replica must reach the same sync points in the same order")
+            _check_same_sync_point(entries)
             merge_fn = entries[0][1]
             args = regroup([e[2] for e in entries])
             kwargs = regroup([e[3] for e in entries])
@@ -443,15 +478,42 @@ class _Runner:
                 self.cond.notify_all()
 
 
-def _sync_name(merge_fn):
-    """What a sync point is called in errors: the public call that made it."""
+def _sync_name(merge_fn, args=None):
+    """What a sync point is called in errors: the public call that made it (with its
+    arguments ``args``: which update of which variable)."""
     name = getattr(merge_fn, "__qualname__", type(merge_fn).__name__)
+    if name == "_update_merged" and args is not None and len(args) == 3:
+        var, op = args[0], args[1]
+        return f"MirroredVariable.{op} of '{getattr(var, 'name', var)}'"
     return _SYNC_NAMES.get(name, f"ReplicaContext.merge_call({name})")
 
 
 _SYNC_NAMES = {"_merge_leaves.<locals>.merge": "ReplicaContext.all_reduce",
                "ReplicaContext.all_gather.<locals>.merge": "ReplicaContext.all_gather",
-               "_apply_merged": "Optimizer.apply_gradients"}
+               "_apply_merged": "Optimizer.apply_gradients",
+               "_update_merged": "MirroredVariable.assign/assign_add/assign_sub"}
+
+
+def _sync_key(merge_fn, args):
+    """What must agree between the replicas at one sync point: the merge function's code
+    (each replica makes its own closure of it), and for an update its variable and op."""
+    key = getattr(merge_fn, "__code__", None) or _sync_name(merge_fn)
+    if getattr(merge_fn, "__qualname__", None) == "_update_merged" and len(args) == 3:
+        return key, id(args[0]), args[1]
+    return key
+
+
+def _check_same_sync_point(entries):
+    """A FailedPreconditionError naming each replica's sync point when the replicas'
+    ``("sync", merge_fn, args, kwargs)`` entries are not one sync point."""
+    keys = [_sync_key(e[1], e[2]) for e in entries]
+    if all(k == keys[0] for k in keys[1:]):
+        return
+    reached = ", ".join(f"replica {i} at {_sync_name(e[1], e[2])}" for i, e in enumerate(entries))
+    raise FailedPreconditionError(
+        f"strategy.run: the local replicas reached different sync points ({reached}): every "
+        "replica must reach the same sync points (the same update of the same variable) in "
+        "the same order")
 
 
 # --- variables: placement and mirroring ----------------------------------------------------
@@ -531,6 +593,8 @@ def _update_merged(strategy, var, op, value):
         raise FailedPreconditionError(
             f"strategy.run: the replicas updated different variables at one sync point "
             f"({op}); every replica must update the same variables in the same order")
+    if isinstance(op, PerReplica):          # (equal names, checked by _coordinate)
+        op = op.values[0]
     n = len(strategy.extended.local_devices)
     vals = local_values(value, n)
     agg = var.aggregation
@@ -813,11 +877,16 @@ class Strategy:
                 f"leave {type(cur).__name__}'s scope (or run) before entering "
                 f"{type(self).__name__}'s")
         _state.scopes.append(self)
+        counted = not isinstance(self, _DefaultStrategy)
+        if counted:
+            _count_scope(1)
         try:
             with variable_creator_scope(_creator), self._scope_device():
                 yield self
         finally:
             _state.scopes.pop()
+            if counted:
+                _count_scope(-1)
 
     def _scope_device(self):
         """The device scope of ``scope()``: the variables' device."""
@@ -968,6 +1037,10 @@ class Strategy:
     def gather(self, value, axis):
         """The replicas' ``value`` concatenated along ``axis`` in replica order (over all
         workers), on the first local device."""
+        if _state.replica is not None and not _state.merging:
+            raise FailedPreconditionError(
+                f"{type(self).__name__}.gather called inside strategy.run: use "
+                "tf.distribute.get_replica_context().all_gather there")
         n = len(self._devices)
         ts = [on_device(v, self._devices[0]) for v in local_values(value, n)]
         local = ts[0] if len(ts) == 1 else _ag.concat(ts, axis)

@@ -115,13 +115,19 @@ from .signatures import (component_specs, expand_composites, has_composites, has
 from .tracer import _current, _tl, _Tracer
 
 __all__ = ["Function", "function", "defun", "RETRACE_WARN_AFTER", "run_functions_eagerly",
-           "functions_run_eagerly", "types"]
+           "functions_run_eagerly", "types", "key_hooks"]
 
 # the random state (tapeflow.random): its global seed is part of every signature
 _rstate = _random_mod.STATE
 
 #: warn when one Function has traced this many signatures
 RETRACE_WARN_AFTER = 5
+
+#: functions of no arguments, asked at every call: each returns a hashable value of the
+#: calling context (None: none) that is part of the signature, so a trace is replayed
+#: only in the context it was made in. tapeflow.distribute adds its strategy/replica
+#: context (a layer above, which this one does not import). Empty: no cost.
+key_hooks: list = []
 
 
 class Function:
@@ -205,6 +211,10 @@ class Function:
         # the global random seed is part of the signature: random ops' keys are fixed at
         # trace time, so tf.random.set_seed(other) traces again (and stays reproducible)
         key = tuple(_leaf_key(x) for x in leaves) + (("seed", _rstate.global_seed),)
+        if key_hooks:
+            ctx = tuple([h() for h in key_hooks])
+            if ctx.count(None) != len(ctx):
+                key += (("context", ctx),)
         # one Variable passed for two parameters: its reads and assignments are one
         # Variable's (a trace of its own; Tensors passed twice are told apart in _trace)
         vs = [id(x) for x in leaves if isinstance(x, Variable)]
@@ -399,9 +409,11 @@ class Function:
         for i in range(min(len(k) for k in keys)):
             vals = {k[i] for k in keys}
             if len(vals) > 1:
-                changing.append((len(vals), paths[i] if i < len(paths) else None))
+                changing.append((len(vals), paths[i] if i < len(paths) else
+                                 None if i == len(paths) else _CONTEXT))
         changing.sort(key=lambda c: (-c[0], c[1] or ""))
         names = ", ".join("the global random seed (tf.random.set_seed)" if p is None
+                          else p if p is _CONTEXT
                           else _pretty_path(p, self._sig) for _, p in changing[:3]) or "?"
         return (f"tf.function {self._name!r} has been traced {len(keys)} times (one graph per "
                 f"input signature); the argument(s) that keep changing: {names}. Pass tensors "
@@ -541,6 +553,8 @@ class Function:
         if not kwargs and not _tracing[0]:
             # the hot path: only Tensor arguments, no tape recording, a known signature
             key = [_rstate.global_seed]
+            for h in key_hooks:
+                key.append(h())
             for a in args:
                 if type(a) is not Tensor:
                     break
@@ -571,7 +585,7 @@ class Function:
         leaves, paths = _flatten_args(args, kwargs)
         cf, result = self._concrete(args, kwargs, leaves, paths, specs)
         if given is not None and _same_tensors(given, leaves):
-            self._fast[tuple([_rstate.global_seed] + [
+            self._fast[tuple([_rstate.global_seed] + [h() for h in key_hooks] + [
                 (a._data.shape, a._data.dtype, a._device) for a in given])] = cf
         if result is not _NOT_TRACED:
             # the trace ran the function (its side effects included): its result is this
@@ -916,6 +930,9 @@ class _ById:
 
     def __eq__(self, other):
         return type(other) is _ById and other.obj is self.obj
+
+
+_CONTEXT = "the calling context (key_hooks: a tf.distribute strategy or replica)"
 
 
 def _pretty_path(path, sig):

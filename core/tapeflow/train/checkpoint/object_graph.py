@@ -263,11 +263,13 @@ def _assign_all(pairs):
     """``[(Variable, numpy array)]``: convert every value first (on the variable's device),
     then assign -- a failure while converting leaves every variable unchanged."""
     # (inside a traced function -- an optimizer's slots created at its first step --
-    # the restore happens once, now, not at every call of the graph)
+    # the restore happens once, now, not at every call of the graph). A restore writes
+    # the value itself in any context: the plain Variable assign, never a subclass's
+    # (a mirrored variable's assign inside strategy.run is a cross-replica sync point)
     with init_scope():
         values = [(var, _constant(a, dtype=var.dtype, device=var.device)) for var, a in pairs]
         for var, value in values:
-            var.assign(value)
+            Variable.assign(var, value)
 
 
 # --- deferred restoration ---------------------------------------------------------------
@@ -315,9 +317,14 @@ def restore_deferred(obj):
         if entry is None or entry[0]() is not obj:
             return
         del _PENDING[id(obj)]
-    for session, path in entry[1]:
-        if not session.superseded:
-            session.restore_subtree(obj, path)
+    for i, (session, path) in enumerate(entry[1]):
+        try:
+            if not session.superseded:
+                session.restore_subtree(obj, path)
+        except BaseException:
+            for s, p in entry[1][i:]:      # not restored: still pending (a retry restores)
+                _register(obj, s, p)
+            raise
 
 
 def _valid_aliases(raw):
