@@ -37,6 +37,13 @@ case with before, after, change and p, and exits 1 when a case regresses and is 
 accepted, 2 when a side could not run (a case that errors after but not before
 counts as a failure too), else 0.
 
+The chart. With matplotlib installed the gate also draws each compared case's per-round
+ratios, before and after (a box per side, a column of dots per process; the title has
+the change and the verdict, red when REGRESSED) into a PNG: ``--chart PATH``; by
+default beside ``--json`` (same name, ``.png``), else
+``asv_bench/html/charts/bench-check.png`` (ignored by git, beside the history's charts);
+``--no-chart`` draws none. The output says where it went, or why none was drawn.
+
 Accepting an intended regression: add one line to ``asv_bench/accepted_regressions.txt``
 -- ``<case>[@<device>]  <reason>`` (the reason is required; ``#`` starts a comment) --
 in the commit that causes it, so it is reviewed with the code. The gate then shows the
@@ -47,6 +54,7 @@ matches nothing and the gate says it can go.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -339,6 +347,42 @@ def measure_sides(before_tree, after_tree, cases, devices, pairs, rounds, min_ti
     return sides["before"], sides["after"]
 
 
+#: where the gate's chart goes without --chart or --json: beside the published history's charts
+DEFAULT_CHART = ROOT / "asv_bench" / "html" / "charts" / "bench-check.png"
+
+
+def chart_path(chart=None, json_path=None):
+    """``--chart``; else the ``--json`` file's name with ``.png``; else DEFAULT_CHART."""
+    if chart:
+        return Path(chart)
+    if json_path:
+        return Path(json_path).with_suffix(".png")
+    return DEFAULT_CHART
+
+
+def write_chart(args, before, after, rows, rev):
+    """The before/after chart (``scripts/bench_charts.py``), its path said in the output;
+    a note instead without matplotlib or when no case was measured on both sides."""
+    spec = importlib.util.spec_from_file_location("bench_charts",
+                                                  Path(__file__).with_name("bench_charts.py"))
+    charts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(charts)
+    reason = charts.missing()
+    if reason:
+        print(f"bench-check: {reason}")
+        return None
+    path = chart_path(args.chart, args.json)
+    title = f"bench-check: {args.after_rev or args.after} against {rev[:10]}"
+    try:
+        out = charts.gate_chart(before, after, rows, path, title=title)
+    except OSError as e:
+        print(f"bench-check: no chart: cannot write {path} ({e}); --chart PATH elsewhere")
+        return None
+    print(f"bench-check: chart of the before/after ratios: {out}" if out else
+          "bench-check: no chart (no case was measured on both sides)")
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -362,6 +406,10 @@ def main(argv=None):
     ap.add_argument("--alpha", type=float, default=ALPHA)
     ap.add_argument("--accept-file", default=str(ACCEPT_FILE))
     ap.add_argument("--json", help="write the samples and the table's rows here")
+    ap.add_argument("--chart", help="write a PNG of the before/after ratios of each case "
+                    "compared here (default: beside --json as <name>.png, else "
+                    f"{DEFAULT_CHART.relative_to(ROOT)}; needs matplotlib)")
+    ap.add_argument("--no-chart", action="store_true", help="draw no chart")
     args = ap.parse_args(argv)
     preset = QUICK if args.quick else FULL
     for k in ("cases", "devices", "pairs", "rounds", "min_time"):
@@ -402,6 +450,8 @@ def main(argv=None):
             return 2
     rows, used = judge(before, after_res, accepted, args.threshold, args.alpha)
     print(format_table(rows, args.threshold, args.alpha))
+    if not args.no_chart:
+        write_chart(args, before, after_res, rows, rev)
     for key in sorted(set(accepted) - used):
         print(f"note: {Path(args.accept_file).name}: '{key}' accepts no regression now "
               "(remove the line once the base commit has the change)")

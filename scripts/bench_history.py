@@ -25,13 +25,19 @@ absolute-time benchmarks are not rerun per commit (``--bench`` to choose others)
 
 Results go to ``asv_bench/results/<machine>/`` (the committed reference results are the
 ``dev-2core`` machine's: commit them after a run on the reference machine), then ``asv
-publish`` writes ``asv_bench/html/`` (a graph per benchmark, one line per device).
+publish`` writes ``asv_bench/html/`` (a graph per benchmark, one line per device);
+``scripts/asv_offline.py`` then serves the page's scripts and styles from
+``html/vendor/`` (asv's page loads them from CDNs; the copies are committed in
+``asv_bench/vendor/``, pinned by version and sha256), so the page works without network,
+and ``scripts/bench_charts.py`` draws a PNG per ratio benchmark in ``html/charts/`` (the
+ratio over commits, a line per device; needs matplotlib, else skipped with a message).
 BLAS/OpenMP run one thread (``--threads``), as in ``scripts/bench_check.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -111,43 +117,101 @@ def run_commit(sha, machine, bench, devices, config=None, threads=1, cwd=ASV_DIR
 
 
 def ensure_machine(machine, config=None, cwd=ASV_DIR):
-    """asv needs the machine in ~/.asv-machine.json; add it (asv machine --yes) if absent."""
+    """asv needs the machine in ~/.asv-machine.json; add it (asv machine --yes) if absent.
+    Only its name is recorded (asv's default with ``--machine``): every result of the
+    reference machine then carries the same parameters, and asv's page shows them as one
+    configuration (a result recorded with the kernel version, CPU and RAM as well showed
+    up as a second one, with no ratio benchmarks in its benchmark list)."""
     subprocess.run(asv_cmd(config) + ["machine", "--yes", "--machine", machine], cwd=cwd,
                    check=True, capture_output=True, stdin=subprocess.DEVNULL)
 
 
-def publish(config=None, cwd=ASV_DIR):
+def _sibling(name):
+    """A module of scripts/ (this file is also loaded by path, without scripts/ on
+    sys.path: tests/test_bench_history.py)."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(name + ".py"))
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+def publish(config=None, cwd=ASV_DIR, machine="dev-2core", log=None):
+    """``asv publish``, then the page made to work offline (``scripts/asv_offline.py``:
+    asv's CDN scripts and styles served from ``html/vendor/``) and a PNG per ratio
+    benchmark in ``html/charts/`` (when matplotlib is installed; else ``log`` says so).
+    Returns asv's output. RuntimeError when asv fails or when asv's page loads a URL
+    ``asv_bench/vendor/vendor.json`` does not map (the message lists them)."""
     proc = subprocess.run(asv_cmd(config) + ["publish"], cwd=cwd, capture_output=True,
                           text=True, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         raise RuntimeError(f"asv publish failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    offline = _sibling("asv_offline")
+    html = Path(cwd) / "html"
+    try:
+        offline.apply(html)
+    except offline.OfflineError as e:
+        raise RuntimeError(f"asv publish wrote {html}, but it needs network: {e}") from None
+    charts(html, machine, log=log)
     return proc.stdout
+
+
+def charts(html, machine="dev-2core", log=None):
+    """A PNG per ratio benchmark (ratio over commits, a line per device) in
+    ``html/charts/``; None (said through ``log``) without matplotlib."""
+    draw = _sibling("bench_charts")
+    reason = draw.missing()
+    if reason:
+        if log:
+            log(f"bench-history: {reason}")
+        return None
+    out = draw.history_charts(history(html, machine), Path(html) / "charts")
+    if log:
+        log(f"bench-history: {len(out)} chart(s) in {Path(html) / 'charts'}")
+    return out
+
+
+def history(html, machine="dev-2core", prefix="bench_ratios."):
+    """What the published page plots, per benchmark: ``[{"name", "unit", "graph",
+    "commits": [sha, ...] (oldest first), "devices": {device: [value or None, ...]}}]``,
+    read from the graphs' JSON under ``html/graphs/`` (branch main, ``machine``); a
+    benchmark without a graph has no "graph" and no commits."""
+    html = Path(html)
+    index = json.loads((html / "index.json").read_text())
+    hashes = {int(r): h for r, h in index["revision_to_hash"].items()}
+    out = []
+    for name, meta in sorted(index["benchmarks"].items()):
+        if not name.startswith(prefix):
+            continue
+        devices = [p.strip("'") for p in meta["params"][0]] if meta["params"] else [""]
+        bench = {"name": name, "unit": meta.get("unit"), "commits": [],
+                 "devices": {d: [] for d in devices}}
+        out.append(bench)
+        graphs = [g for g in (html / "graphs").glob(f"**/{name}.json")
+                  if "branch-main" in g.parts and f"machine-{machine}" in g.parts]
+        if not graphs:
+            continue
+        bench["graph"] = str(graphs[0].relative_to(html))
+        for rev, v in json.loads(graphs[0].read_text()):
+            bench["commits"].append(hashes.get(rev, str(rev)))
+            for i, dev in enumerate(devices):
+                bench["devices"][dev].append(v[i] if isinstance(v, list) else v)
+    return out
 
 
 def dump(html, machine="dev-2core", prefix="bench_ratios."):
     """The published page as text: per ratio benchmark and device, the value at each
     commit (oldest first), read from the graphs' JSON that the page plots."""
-    html = Path(html)
-    index = json.loads((html / "index.json").read_text())
-    hashes = {int(r): h for r, h in index["revision_to_hash"].items()}
     lines = []
-    for name, meta in sorted(index["benchmarks"].items()):
-        if not name.startswith(prefix):
+    for b in history(html, machine, prefix):
+        if "graph" not in b:
+            lines.append(f"{b['name']}: no graph")
             continue
-        graphs = [g for g in (html / "graphs").glob(f"**/{name}.json")
-                  if "branch-main" in g.parts and f"machine-{machine}" in g.parts]
-        if not graphs:
-            lines.append(f"{name}: no graph")
-            continue
-        points = json.loads(graphs[0].read_text())
-        devices = [p.strip("'") for p in meta["params"][0]] if meta["params"] else [""]
-        lines.append(f"{name} ({meta.get('unit')}), graph {graphs[0].relative_to(html)}")
-        for i, dev in enumerate(devices):
-            vals = []
-            for rev, v in points:
-                x = v[i] if isinstance(v, list) else v
-                vals.append(f"{hashes.get(rev, str(rev))[:8]} "
-                            + ("n/a" if x is None else f"{x:.3f}"))
+        lines.append(f"{b['name']} ({b['unit']}), graph {b['graph']}")
+        for dev, values in b["devices"].items():
+            vals = [f"{sha[:8]} " + ("n/a" if x is None else f"{x:.3f}")
+                    for sha, x in zip(b["commits"], values)]
             lines.append(f"  {dev:9s} " + "   ".join(vals))
     return "\n".join(lines)
 
@@ -183,8 +247,13 @@ def main(argv=None):
             bad.append(sha[:10])
             print("\n".join(out.splitlines()[-40:]))
     if not args.no_publish:
-        publish(args.config, cwd)
-        print(f"bench-history: published {cwd / 'html'} (asv preview in {cwd} serves it)")
+        try:
+            publish(args.config, cwd, args.machine, log=lambda m: print(m, flush=True))
+        except RuntimeError as e:
+            print(f"bench-history: {e}", file=sys.stderr)
+            return 2
+        print(f"bench-history: published {cwd / 'html'}, offline (scripts and styles in "
+              f"html/vendor/); 'asv preview' in {cwd} serves it")
     if args.dump:
         print(dump(cwd / "html", args.machine))
     if bad:

