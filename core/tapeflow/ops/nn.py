@@ -2390,7 +2390,7 @@ def compute_average_loss(per_example_loss, sample_weight=None, global_batch_size
     """
     loss = _t(per_example_loss)
     if sample_weight is not None:
-        loss = _m.cast(_m.multiply(loss, _m.cast(_t(sample_weight), loss.dtype)), loss.dtype)
+        loss = _m.multiply(loss, _m.cast(_t(sample_weight), loss.dtype))
     if global_batch_size is None:
         n = int(loss.shape[0]) if loss.ndim else 1
         global_batch_size = n * _replicas_in_sync()
